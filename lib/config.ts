@@ -1,0 +1,100 @@
+// Configuration: read from the environment once, validated, frozen. A bad value is a
+// ConfigError naming the variable; the entrypoints print its message and exit 1.
+
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+export type LogLevel = "debug" | "info" | "warn" | "error" | "silent";
+const LOG_LEVELS: readonly LogLevel[] = ["debug", "info", "warn", "error", "silent"];
+
+export interface Config {
+  readonly databaseUrl: string;
+  readonly mqttUrl: string;
+  readonly port: number;
+  readonly relayPort: number;
+  readonly idempotencyTtlSeconds: number;
+  readonly outboxBatchSize: number;
+  readonly outboxPollMs: number;
+  readonly outboxRetentionSeconds: number;
+  readonly mqttTopicPrefix: string;
+  readonly logLevel: LogLevel;
+  readonly otlpEndpoint: string | undefined;
+}
+
+export type Env = Record<string, string | undefined>;
+
+function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === "") return fallback;
+  if (!/^\d+$/.test(raw.trim())) {
+    throw new ConfigError(`${name} must be an integer between ${min} and ${max}, got "${raw}"`);
+  }
+  const value = Number(raw.trim());
+  if (!Number.isSafeInteger(value) || value < min || value > max) {
+    throw new ConfigError(`${name} must be an integer between ${min} and ${max}, got "${raw}"`);
+  }
+  return value;
+}
+
+function url(env: Env, name: string, fallback: string, protocols: readonly string[]): string {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === "") return fallback;
+  let parsed: URL;
+  try {
+    parsed = new URL(raw.trim());
+  } catch {
+    throw new ConfigError(`${name} is not a URL: "${raw}"`);
+  }
+  if (!protocols.includes(parsed.protocol)) {
+    throw new ConfigError(`${name} must use ${protocols.join(" or ")}, got "${parsed.protocol}"`);
+  }
+  return raw.trim();
+}
+
+function topicPrefix(env: Env): string {
+  const raw = env.MQTT_TOPIC_PREFIX ?? "";
+  // MQTT forbids wildcards in a publish topic and NUL anywhere.
+  if (/[#+\u0000]/.test(raw)) {
+    throw new ConfigError(`MQTT_TOPIC_PREFIX must not contain '#', '+' or NUL, got "${raw}"`);
+  }
+  return raw;
+}
+
+function logLevel(env: Env): LogLevel {
+  const raw = (env.LOG_LEVEL ?? "info").trim().toLowerCase();
+  const found = LOG_LEVELS.find((level) => level === raw);
+  if (!found) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(", ")}, got "${raw}"`);
+  return found;
+}
+
+const TEN_YEARS_S = 10 * 365 * 24 * 3600;
+
+export function loadConfig(env: Env): Config {
+  return Object.freeze({
+    databaseUrl: url(env, "DATABASE_URL", "postgres://localhost:5432/postgres", ["postgres:", "postgresql:"]),
+    mqttUrl: url(env, "MQTT_URL", "mqtt://localhost:1883", ["mqtt:", "mqtts:", "tcp:", "ws:", "wss:"]),
+    port: integer(env, "PORT", 3000, 0, 65535),
+    relayPort: integer(env, "RELAY_PORT", 9465, 0, 65535),
+    idempotencyTtlSeconds: integer(env, "IDEMPOTENCY_TTL_SECONDS", 86_400, 1, TEN_YEARS_S),
+    outboxBatchSize: integer(env, "OUTBOX_BATCH_SIZE", 50, 1, 10_000),
+    outboxPollMs: integer(env, "OUTBOX_POLL_MS", 1000, 1, 3_600_000),
+    outboxRetentionSeconds: integer(env, "OUTBOX_RETENTION_SECONDS", 7 * 86_400, 1, TEN_YEARS_S),
+    mqttTopicPrefix: topicPrefix(env),
+    logLevel: logLevel(env),
+    otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || undefined,
+  });
+}
+
+/** For entrypoints: load or print the one clear line and exit. */
+export function configOrExit(env: Env): Config {
+  try {
+    return loadConfig(env);
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      console.error(`configuration error: ${error.message}`);
+      process.exit(1);
+    }
+    throw error;
+  }
+}

@@ -1,0 +1,113 @@
+// The postgres.js client, schema migration, and the classification of database errors.
+import postgres from "postgres";
+import { createHash } from "node:crypto";
+import { readFile } from "node:fs/promises";
+
+export type Sql = postgres.Sql<Record<string, never>>;
+export type Tx = postgres.TransactionSql<Record<string, never>>;
+
+export interface DbOptions {
+  /** Pool size. The API wants several (one per in-flight request); the relay a few. */
+  readonly max?: number;
+  readonly applicationName?: string;
+}
+
+// A connect that has not answered in this time is reported as "database unreachable"
+// instead of hanging the request; short enough to answer a client within its own timeout.
+const CONNECT_TIMEOUT_S = 5;
+// Idle pool connections are closed after this long so a quiet process holds no backends.
+const IDLE_TIMEOUT_S = 60;
+
+export function createSql(url: string, options: DbOptions = {}): Sql {
+  return postgres(url, {
+    max: options.max ?? 10,
+    connect_timeout: CONNECT_TIMEOUT_S,
+    idle_timeout: IDLE_TIMEOUT_S,
+    // Named prepared statements: the hot path parses each statement once per connection.
+    prepare: true,
+    onnotice: () => {},
+    connection: { application_name: options.applicationName ?? "charges" },
+  }) as unknown as Sql;
+}
+
+// Any fixed 64-bit number unique to this project; taken for the whole migration.
+const MIGRATION_LOCK_ID = 7_310_422_118_001n;
+
+const schemaUrl = new URL("../schema.sql", import.meta.url);
+
+export async function readSchema(): Promise<string> {
+  return readFile(schemaUrl, "utf8");
+}
+
+/**
+ * Applies schema.sql under a transaction-scoped advisory lock so two processes starting
+ * together apply it one after the other. The file's hash is recorded: a process starting
+ * against an up-to-date database skips the DDL, whose ALTER TABLEs would otherwise take
+ * ACCESS EXCLUSIVE locks on tables the running API and relays are using.
+ * Returns true when the schema was applied, false when it was already current.
+ */
+export async function migrate(sql: Sql): Promise<boolean> {
+  const schema = await readSchema();
+  const hash = createHash("sha256").update(schema).digest("hex");
+  return sql.begin(async (tx) => {
+    await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_ID.toString()}::bigint)`;
+    await tx`create table if not exists schema_migrations (
+      hash text primary key,
+      applied_at timestamptz not null default now()
+    )`;
+    const done = await tx`select 1 from schema_migrations where hash = ${hash}`;
+    if (done.length > 0) return false;
+    // The schema file is part of the program, never input: unsafe() only because it
+    // holds several statements, which the simple query protocol runs in one go.
+    await tx.unsafe(schema);
+    await tx`insert into schema_migrations (hash) values (${hash})`;
+    return true;
+  });
+}
+
+// SQLSTATE classes that mean "the database cannot serve this now, try again later":
+// 08 connection exception, 53 insufficient resources, 57 operator intervention
+// (admin shutdown, query canceled, cannot connect now), 58 system error, and the two
+// retryable transaction failures.
+const UNAVAILABLE_CLASSES = ["08", "53", "57", "58"];
+const UNAVAILABLE_STATES = new Set(["40001", "40P01", "55P03", "25P03"]);
+// postgres.js's own codes for a connection it lost or could not open, and Node's socket codes.
+const UNAVAILABLE_CLIENT_CODES = new Set([
+  "CONNECTION_CLOSED",
+  "CONNECTION_ENDED",
+  "CONNECTION_DESTROYED",
+  "CONNECT_TIMEOUT",
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ConnectionRefused",
+  "ConnectionClosed",
+]);
+
+/** True when the error is the database being away or overloaded, not a bug. */
+export function isUnavailable(error: unknown): boolean {
+  if (typeof error !== "object" || error === null) return false;
+  const code = (error as { code?: unknown }).code;
+  if (typeof code !== "string") return false;
+  if (UNAVAILABLE_CLIENT_CODES.has(code) || UNAVAILABLE_STATES.has(code)) return true;
+  return /^[0-9A-Z]{5}$/.test(code) && UNAVAILABLE_CLASSES.includes(code.slice(0, 2));
+}
+
+export const UNIQUE_VIOLATION = "23505";
+
+export function sqlState(error: unknown): string | undefined {
+  if (typeof error !== "object" || error === null) return undefined;
+  const code = (error as { code?: unknown }).code;
+  return typeof code === "string" ? code : undefined;
+}
+
+/** One line for an operator: no SQL text, no stack. */
+export function describeDbError(error: unknown): string {
+  const code = sqlState(error);
+  const message = error instanceof Error ? error.message : String(error);
+  return code ? `${code}: ${message}` : message;
+}

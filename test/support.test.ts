@@ -1,0 +1,23 @@
+import { afterAll, expect, test } from "bun:test";
+import { chooseSource, freshDatabase } from "./support/services.ts";
+
+test("services: variables win, then Docker, else none", async () => {
+  const yes = async () => true;
+  const no = async () => false;
+  const both = { DATABASE_URL: "postgres://x/db", MQTT_URL: "mqtt://x" };
+  expect(await chooseSource({ env: both, dockerAnswers: yes })).toBe("env");
+  expect(await chooseSource({ env: {}, dockerAnswers: yes })).toBe("docker");
+  expect(await chooseSource({ env: { DATABASE_URL: "postgres://x/db" }, dockerAnswers: yes })).toBe("docker");
+  expect(await chooseSource({ env: {}, dockerAnswers: no })).toBe("none");
+});
+
+const db = await freshDatabase("support");
+afterAll(() => db.drop());
+
+test("a fresh database has the schema, and migrating again changes nothing", async () => {
+  const tables = await db.sql<{ table_name: string }[]>`
+    select table_name from information_schema.tables where table_schema = 'public' order by 1`;
+  expect(tables.map((t) => t.table_name)).toEqual(["charges", "idempotency_keys", "inbox", "outbox", "schema_migrations"]);
+  const { migrate } = await import("../lib/db.ts");
+  expect(await migrate(db.sql)).toBe(false);
+});
