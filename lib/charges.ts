@@ -1,0 +1,99 @@
+// The charge service: the Idempotency-Key contract as values. Expected outcomes are a
+// discriminated union; only bugs and infrastructure faults throw.
+import type { Sql } from "./db.ts";
+import { UNIQUE_VIOLATION, sqlState } from "./db.ts";
+import { createCharge, findKey, type StoredResponse } from "./charges-sql.ts";
+import { advisoryLockId, fingerprint, type ChargeFields } from "./fingerprint.ts";
+
+export const CHARGES_ENDPOINT = "POST /charges";
+export const CHARGE_CREATED = "ChargeCreated";
+
+export type ChargeOutcome =
+  | { readonly kind: "created"; readonly status: number; readonly body: string; readonly chargeId: string }
+  | { readonly kind: "replayed"; readonly status: number; readonly body: string; readonly chargeId: string }
+  | { readonly kind: "payload_conflict" }
+  | { readonly kind: "in_flight" };
+
+export interface ChargeRequest extends ChargeFields {
+  readonly key: string;
+  readonly traceparent?: string | null;
+}
+
+export interface ChargeServiceOptions {
+  readonly ttlSeconds: number;
+  /** Called after a charge committed; the relay's wake-up hangs here. */
+  readonly onCreated?: () => void;
+}
+
+export interface ChargeService {
+  create(request: ChargeRequest): Promise<ChargeOutcome>;
+}
+
+export function createChargeService(sql: Sql, options: ChargeServiceOptions): ChargeService {
+  return {
+    async create(request) {
+      const outcome = await attempt(sql, options, request);
+      if (outcome.kind === "created") options.onCreated?.();
+      return outcome;
+    },
+  };
+}
+
+async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeRequest): Promise<ChargeOutcome> {
+  const requestHash = fingerprint(request);
+  const chargeId = crypto.randomUUID();
+  const createdAt = new Date().toISOString();
+  const responseBody = JSON.stringify({ id: chargeId, amountCents: request.amountCents, createdAt });
+  let row;
+  try {
+    row = await createCharge(sql, {
+      key: request.key,
+      endpoint: CHARGES_ENDPOINT,
+      lockId: advisoryLockId(request.key, CHARGES_ENDPOINT),
+      requestHash,
+      ttlSeconds: options.ttlSeconds,
+      chargeId,
+      amountCents: request.amountCents,
+      createdAt,
+      responseStatus: 201,
+      responseBody,
+      eventId: crypto.randomUUID(),
+      eventType: CHARGE_CREATED,
+      eventPayload: JSON.stringify({ chargeId, amountCents: request.amountCents }),
+      traceparent: request.traceparent ?? null,
+    });
+  } catch (error) {
+    // The unique constraint is the safety net under the advisory lock: whoever hits it
+    // lost a race with a request for the same key, which is by definition in flight.
+    if (sqlState(error) === UNIQUE_VIOLATION) return { kind: "in_flight" };
+    throw error;
+  }
+  if (row.created === 1) return { kind: "created", status: 201, body: responseBody, chargeId };
+  if (row.request_hash !== null) return fromStored(row as StoredResponse, requestHash);
+  if (row.got === false) return { kind: "in_flight" };
+  // Locked but not written: the key row was committed by another request between this
+  // statement's snapshot and its insert. Read what it stored (rare; one more round trip).
+  const stored = await findKey(sql, request.key, CHARGES_ENDPOINT);
+  return stored ? fromStored(stored, requestHash) : { kind: "in_flight" };
+}
+
+function fromStored(stored: StoredResponse, requestHash: string): ChargeOutcome {
+  if (stored.request_hash !== requestHash) return { kind: "payload_conflict" };
+  if (stored.status !== "COMPLETED" || stored.response_status === null || stored.response_body === null) {
+    return { kind: "in_flight" };
+  }
+  return {
+    kind: "replayed",
+    status: stored.response_status,
+    body: stored.response_body,
+    chargeId: chargeIdOf(stored.response_body),
+  };
+}
+
+function chargeIdOf(body: string): string {
+  const parsed: unknown = JSON.parse(body);
+  if (typeof parsed === "object" && parsed !== null && typeof (parsed as { id?: unknown }).id === "string") {
+    return (parsed as { id: string }).id;
+  }
+  throw new Error("bug: stored response has no charge id");
+}

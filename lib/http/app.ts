@@ -1,0 +1,155 @@
+// The HTTP API as an Elysia app exposed as a plain fetch handler, so the entrypoint stays
+// thin and the same app runs on Bun and Deno.
+import { Elysia, ValidationError } from "elysia";
+import type { Sql } from "../db.ts";
+import { isUnavailable } from "../db.ts";
+import { findCharge, ping } from "../charges-sql.ts";
+import type { ChargeOutcome, ChargeService } from "../charges.ts";
+import { isUuid, parseIdempotencyKey } from "../keys.ts";
+import { ProblemError, problemResponse } from "../problem.ts";
+import { readJsonBody } from "./body.ts";
+import { ChargeBody, ChargeParams } from "./schemas.ts";
+import { openApiDocument } from "./openapi.ts";
+
+export interface AppDeps {
+  readonly sql: Sql;
+  readonly charges: ChargeService;
+  /** Prometheus exposition for GET /metrics, wired by the entrypoint. */
+  readonly metrics?: () => Promise<Response>;
+  /** Called once per request with what a log line or a counter needs. */
+  readonly onRequest?: (event: RequestEvent) => void;
+}
+
+export interface RequestEvent {
+  readonly method: string;
+  readonly route: string;
+  readonly status: number;
+  readonly outcome?: ChargeOutcome["kind"];
+  readonly key?: string;
+  readonly durationMs: number;
+}
+
+// How long a client should wait before retrying a 409 (the first request is a single
+// statement, normally done in milliseconds) or a 503 (the pool reconnects within a second).
+const RETRY_AFTER_S = "1";
+// /readyz answers "not ready" rather than hang when the database does not answer.
+const READY_TIMEOUT_MS = 2000;
+
+export function toResponse(outcome: ChargeOutcome): Response {
+  switch (outcome.kind) {
+    case "created":
+      return chargeResponse(outcome.status, outcome.body, outcome.chargeId, {});
+    case "replayed":
+      return chargeResponse(outcome.status, outcome.body, outcome.chargeId, { "idempotent-replayed": "true" });
+    case "payload_conflict":
+      return problemResponse("payloadConflict", "this Idempotency-Key was already used with a different request body");
+    case "in_flight":
+      return problemResponse(
+        "inFlight",
+        "a request with this Idempotency-Key is still being processed; retry later",
+        {},
+        { "retry-after": RETRY_AFTER_S },
+      );
+    default: {
+      const unreachable: never = outcome;
+      throw new Error(`bug: unhandled outcome ${JSON.stringify(unreachable)}`);
+    }
+  }
+}
+
+function chargeResponse(status: number, body: string, chargeId: string, extra: Record<string, string>): Response {
+  return new Response(body, {
+    status,
+    headers: { "content-type": "application/json", location: `/charges/${chargeId}`, ...extra },
+  });
+}
+
+export function errorResponse(error: unknown): Response {
+  if (error instanceof ProblemError) return problemResponse(error.problem, error.detail, error.extensions);
+  if (error instanceof ValidationError) return validationProblem(error);
+  if (isUnavailable(error)) {
+    return problemResponse("unavailable", "the database is unavailable; retry later", {}, { "retry-after": RETRY_AFTER_S });
+  }
+  return problemResponse("internal", "an unexpected error occurred");
+}
+
+function validationProblem(error: ValidationError): Response {
+  const errors = error.all.map((e) => {
+    const path = "path" in e && typeof e.path === "string" ? e.path : "";
+    const field = path.replace(/^\//, "").replace(/\//g, ".") || "(body)";
+    const message = "summary" in e && typeof e.summary === "string" ? e.summary : e.message;
+    return { field, message };
+  });
+  const detail = errors.map((e) => `${e.field}: ${e.message}`).join("; ") || "the body does not match the schema";
+  return problemResponse("invalidBody", detail, { errors });
+}
+
+export function buildApp(deps: AppDeps) {
+  const log = deps.onRequest;
+  // normalize: false, so an unknown field is a 400, not silently dropped.
+  return new Elysia({ normalize: false })
+    .onError(({ error, code }) => {
+      if (code === "NOT_FOUND") return problemResponse("notFound", "no such route");
+      // Elysia wraps whatever the body parser threw; ours are ProblemErrors (415, 413, 400).
+      if (code === "PARSE") return errorResponse(error.cause instanceof ProblemError ? error.cause : new ProblemError("invalidBody", "the body is not valid JSON"));
+      if (!(error instanceof ProblemError) && !(error instanceof ValidationError) && !isUnavailable(error)) {
+        console.error(JSON.stringify({ level: "error", msg: "unhandled error", error: String(error) }));
+      }
+      return errorResponse(error);
+    })
+    .onAfterResponse(({ request, route, set, store }) => {
+      if (!log) return;
+      const s = store as { start?: number; outcome?: ChargeOutcome["kind"]; key?: string };
+      log({
+        method: request.method,
+        route,
+        status: typeof set.status === "number" ? set.status : 200,
+        outcome: s.outcome,
+        key: s.key,
+        durationMs: s.start === undefined ? 0 : performance.now() - s.start,
+      });
+    })
+    .post(
+      "/charges",
+      async ({ body, request }) => {
+        const parsed = parseIdempotencyKey(request.headers.get("idempotency-key"));
+        if (!parsed.ok) return problemResponse("invalidKey", parsed.reason);
+        const outcome = await deps.charges.create({
+          key: parsed.key,
+          amountCents: body.amountCents,
+          traceparent: request.headers.get("traceparent"),
+        });
+        return toResponse(outcome);
+      },
+      { parse: ({ request }) => readJsonBody(request), body: ChargeBody },
+    )
+    .get(
+      "/charges/:id",
+      async ({ params }) => {
+        if (!isUuid(params.id)) return problemResponse("invalidId", "the charge id must be a UUID");
+        const charge = await findCharge(deps.sql, params.id);
+        if (!charge) return problemResponse("notFound", `no charge with id ${params.id.toLowerCase()}`);
+        return Response.json({ id: charge.id, amountCents: charge.amount_cents, createdAt: charge.created_at.toISOString() });
+      },
+      { params: ChargeParams },
+    )
+    .get("/healthz", () => Response.json({ status: "ok" }))
+    .get("/readyz", async () => {
+      const ready = await withTimeout(ping(deps.sql), READY_TIMEOUT_MS).then(() => true, () => false);
+      return ready
+        ? Response.json({ status: "ready" })
+        : problemResponse("unavailable", "the database does not answer", {}, { "retry-after": RETRY_AFTER_S });
+    })
+    .get("/openapi.json", () => Response.json(openApiDocument()))
+    .get("/metrics", () => (deps.metrics ? deps.metrics() : problemResponse("notFound", "metrics are not enabled")));
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("timeout")), ms);
+    promise.then(
+      (value) => (clearTimeout(timer), resolve(value)),
+      (error: unknown) => (clearTimeout(timer), reject(error)),
+    );
+  });
+}

@@ -1,0 +1,60 @@
+// Reading the POST body: media type first (415), then size (413), then JSON (400).
+// Everything here runs before the database is touched, so nothing is written on failure.
+import { ProblemError } from "../problem.ts";
+
+// Far above any valid charge body (~30 bytes); small enough that nobody can make the
+// server buffer megabytes per request.
+export const MAX_BODY_BYTES = 16 * 1024;
+
+export function isJsonMediaType(contentType: string | null): boolean {
+  if (!contentType) return false;
+  const essence = contentType.split(";")[0]!.trim().toLowerCase();
+  return essence === "application/json" || /^application\/[a-z0-9.+-]+\+json$/.test(essence);
+}
+
+export async function readJsonBody(request: Request): Promise<unknown> {
+  if (!isJsonMediaType(request.headers.get("content-type"))) {
+    throw new ProblemError("unsupportedMediaType", "Content-Type must be application/json");
+  }
+  const declared = Number(request.headers.get("content-length") ?? "0");
+  if (declared > MAX_BODY_BYTES) throw tooLarge();
+  const text = await readLimited(request);
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw new ProblemError("invalidBody", "the body is not valid JSON");
+  }
+}
+
+function tooLarge(): ProblemError {
+  return new ProblemError("bodyTooLarge", `the body must be at most ${MAX_BODY_BYTES} bytes`);
+}
+
+async function readLimited(request: Request): Promise<string> {
+  if (!request.body) return "";
+  const reader = request.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > MAX_BODY_BYTES) {
+      await reader.cancel().catch(() => {});
+      throw tooLarge();
+    }
+    chunks.push(value);
+  }
+  return new TextDecoder("utf-8", { fatal: false }).decode(concat(chunks, size));
+}
+
+function concat(chunks: Uint8Array[], size: number): Uint8Array {
+  if (chunks.length === 1) return chunks[0]!;
+  const out = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return out;
+}

@@ -1,0 +1,60 @@
+// RFC 9457 problem details. Every error the API answers goes through here, so each body
+// has type, title, status and detail, and never a stack trace or SQL text.
+
+export const PROBLEM_BASE = "https://charges.example/problems/";
+
+export interface ProblemSpec {
+  readonly slug: string;
+  readonly title: string;
+  readonly status: number;
+}
+
+// The stable problem types; each URI is documented in the README.
+export const PROBLEMS = {
+  invalidKey: { slug: "invalid-idempotency-key", title: "Invalid Idempotency-Key", status: 400 },
+  invalidBody: { slug: "invalid-body", title: "Invalid request body", status: 400 },
+  invalidId: { slug: "invalid-id", title: "Invalid charge id", status: 400 },
+  notFound: { slug: "not-found", title: "Not found", status: 404 },
+  methodNotAllowed: { slug: "method-not-allowed", title: "Method not allowed", status: 405 },
+  inFlight: { slug: "request-in-flight", title: "Request in flight", status: 409 },
+  bodyTooLarge: { slug: "body-too-large", title: "Request body too large", status: 413 },
+  unsupportedMediaType: { slug: "unsupported-media-type", title: "Unsupported media type", status: 415 },
+  payloadConflict: { slug: "idempotency-key-reused", title: "Idempotency-Key reused with another request", status: 422 },
+  internal: { slug: "internal-error", title: "Internal server error", status: 500 },
+  unavailable: { slug: "service-unavailable", title: "Service unavailable", status: 503 },
+} as const satisfies Record<string, ProblemSpec>;
+
+export type ProblemName = keyof typeof PROBLEMS;
+
+export interface ProblemBody {
+  readonly type: string;
+  readonly title: string;
+  readonly status: number;
+  readonly detail: string;
+  readonly [extension: string]: unknown;
+}
+
+/** Thrown only from request parsing, where Elysia's lifecycle wants an exception. */
+export class ProblemError extends Error {
+  constructor(
+    readonly problem: ProblemName,
+    readonly detail: string,
+    readonly extensions: Record<string, unknown> = {},
+  ) {
+    super(detail);
+  }
+}
+
+export function problemResponse(
+  name: ProblemName,
+  detail: string,
+  extensions: Record<string, unknown> = {},
+  headers: Record<string, string> = {},
+): Response {
+  const spec = PROBLEMS[name];
+  const body: ProblemBody = { type: PROBLEM_BASE + spec.slug, title: spec.title, status: spec.status, detail, ...extensions };
+  return new Response(JSON.stringify(body), {
+    status: spec.status,
+    headers: { "content-type": "application/problem+json", ...headers },
+  });
+}

@@ -1,0 +1,44 @@
+// Helpers for tests that drive the API in-process through its fetch handler.
+import { loadConfig } from "../../lib/config.ts";
+import { startApi, type ApiOptions, type ApiProcess } from "../../lib/api-main.ts";
+import type { Sql } from "../../lib/db.ts";
+
+export const TEST_API_APP = "charges-api";
+
+export async function startTestApi(databaseUrl: string, env: Record<string, string> = {}, options: ApiOptions = {}): Promise<ApiProcess> {
+  return startApi(loadConfig({ DATABASE_URL: databaseUrl, ...env }), options);
+}
+
+export interface PostOptions {
+  readonly key?: string | null;
+  readonly contentType?: string;
+  readonly headers?: Record<string, string>;
+}
+
+export function postCharge(api: ApiProcess, body: string, options: PostOptions = {}): Promise<Response> {
+  const headers: Record<string, string> = { "content-type": options.contentType ?? "application/json", ...options.headers };
+  if (options.key !== null && options.key !== undefined) headers["idempotency-key"] = options.key;
+  return Promise.resolve(api.fetch(new Request("http://localhost/charges", { method: "POST", headers, body })));
+}
+
+export async function counts(sql: Sql): Promise<{ charges: number; outbox: number; keys: number }> {
+  const [row] = await sql<{ charges: number; outbox: number; keys: number }[]>`
+    select (select count(*) from charges)::int as charges,
+           (select count(*) from outbox)::int as outbox,
+           (select count(*) from idempotency_keys)::int as keys`;
+  return row!;
+}
+
+/** Waits, by polling pg_stat_activity (never a fixed sleep), until an API backend waits on a lock. */
+export async function waitForApiBlockedOnLock(sql: Sql, timeoutMs = 10_000): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const rows = await sql<{ pid: number }[]>`
+      select pid from pg_stat_activity
+       where datname = current_database() and application_name = ${TEST_API_APP}
+         and wait_event_type = 'Lock'`;
+    if (rows[0]) return rows[0].pid;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  throw new Error("the API never blocked on the held lock");
+}
