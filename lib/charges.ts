@@ -1,7 +1,7 @@
 // The charge service: the Idempotency-Key contract as values. Expected outcomes are a
 // discriminated union; only bugs and infrastructure faults throw.
 import type { Sql } from "./db.ts";
-import { UNIQUE_VIOLATION, sqlState } from "./db.ts";
+import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "./db.ts";
 import { createCharge, findKey, type StoredResponse } from "./charges-sql.ts";
 import { advisoryLockId, fingerprint, type ChargeFields } from "./fingerprint.ts";
 
@@ -32,11 +32,26 @@ export interface ChargeService {
 export function createChargeService(sql: Sql, options: ChargeServiceOptions): ChargeService {
   return {
     async create(request) {
-      const outcome = await attempt(sql, options, request);
+      const outcome = await attemptWithResend(sql, options, request);
       if (outcome.kind === "created") options.onCreated?.();
       return outcome;
     },
   };
+}
+
+// A pooled connection whose backend was killed fails the statement sent on it (and, with
+// postgres.js, sometimes the next one too). Sending the statement again on a fresh
+// connection is safe: it is atomic and keyed, so if a try did commit, the next replays it.
+const MAX_RESENDS = 2;
+
+async function attemptWithResend(sql: Sql, options: ChargeServiceOptions, request: ChargeRequest): Promise<ChargeOutcome> {
+  for (let resends = 0; ; resends++) {
+    try {
+      return await attempt(sql, options, request);
+    } catch (error) {
+      if (resends >= MAX_RESENDS || !isConnectionLost(error)) throw error;
+    }
+  }
 }
 
 async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeRequest): Promise<ChargeOutcome> {

@@ -97,6 +97,15 @@ export function isUnavailable(error: unknown): boolean {
   return /^[0-9A-Z]{5}$/.test(code) && UNAVAILABLE_CLASSES.includes(code.slice(0, 2));
 }
 
+// The connection under a statement went away: closed by the client library, reset, or
+// terminated by the server (admin shutdown, crash shutdown). A new connection may work.
+const CONNECTION_LOST = new Set(["CONNECTION_CLOSED", "ECONNRESET", "EPIPE", "57P01", "57P02"]);
+
+export function isConnectionLost(error: unknown): boolean {
+  const code = sqlState(error);
+  return code !== undefined && CONNECTION_LOST.has(code);
+}
+
 export const UNIQUE_VIOLATION = "23505";
 
 export function sqlState(error: unknown): string | undefined {

@@ -1,8 +1,11 @@
 // POST /charges against real Postgres: every row of SPEC's table, asserting rows as well
 // as responses.
+import { setDefaultTimeout } from "bun:test";
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { freshDatabase } from "./support/services.ts";
 import { counts, postCharge, startTestApi } from "./support/api.ts";
+
+setDefaultTimeout(30_000);
 
 const db = await freshDatabase("api");
 const api = await startTestApi(db.url);

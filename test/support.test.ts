@@ -1,3 +1,4 @@
+import { setDefaultTimeout } from "bun:test";
 import { afterAll, expect, test } from "bun:test";
 import { chooseSource, freshDatabase } from "./support/services.ts";
 
@@ -10,6 +11,8 @@ test("services: variables win, then Docker, else none", async () => {
   expect(await chooseSource({ env: { DATABASE_URL: "postgres://x/db" }, dockerAnswers: yes })).toBe("docker");
   expect(await chooseSource({ env: {}, dockerAnswers: no })).toBe("none");
 });
+
+setDefaultTimeout(30_000);
 
 const db = await freshDatabase("support");
 afterAll(() => db.drop());
