@@ -16,17 +16,8 @@ export interface AppDeps {
   readonly charges: ChargeService;
   /** Prometheus exposition for GET /metrics, wired by the entrypoint. */
   readonly metrics?: () => Promise<Response>;
-  /** Called once per request with what a log line or a counter needs. */
-  readonly onRequest?: (event: RequestEvent) => void;
-}
-
-export interface RequestEvent {
-  readonly method: string;
-  readonly route: string;
-  readonly status: number;
-  readonly outcome?: ChargeOutcome["kind"];
-  readonly key?: string;
-  readonly durationMs: number;
+  /** Hears the outcome of every POST /charges that reached the service (metrics, logs). */
+  readonly onOutcome?: (request: Request, outcome: ChargeOutcome["kind"], key: string) => void;
 }
 
 // How long a client should wait before retrying a 409 (the first request is a single
@@ -85,7 +76,6 @@ function validationProblem(error: ValidationError): Response {
 }
 
 export function buildApp(deps: AppDeps) {
-  const log = deps.onRequest;
   // normalize: false, so an unknown field is a 400, not silently dropped.
   return new Elysia({ normalize: false })
     .onError(({ error, code }) => {
@@ -97,18 +87,6 @@ export function buildApp(deps: AppDeps) {
       }
       return errorResponse(error);
     })
-    .onAfterResponse(({ request, route, set, store }) => {
-      if (!log) return;
-      const s = store as { start?: number; outcome?: ChargeOutcome["kind"]; key?: string };
-      log({
-        method: request.method,
-        route,
-        status: typeof set.status === "number" ? set.status : 200,
-        outcome: s.outcome,
-        key: s.key,
-        durationMs: s.start === undefined ? 0 : performance.now() - s.start,
-      });
-    })
     .post(
       "/charges",
       async ({ body, request }) => {
@@ -119,6 +97,7 @@ export function buildApp(deps: AppDeps) {
           amountCents: body.amountCents,
           traceparent: request.headers.get("traceparent"),
         });
+        deps.onOutcome?.(request, outcome.kind, parsed.key);
         return toResponse(outcome);
       },
       { parse: ({ request }) => readJsonBody(request), body: ChargeBody },

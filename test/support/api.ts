@@ -6,7 +6,7 @@ import type { Sql } from "../../lib/db.ts";
 export const TEST_API_APP = "charges-api";
 
 export async function startTestApi(databaseUrl: string, env: Record<string, string> = {}, options: ApiOptions = {}): Promise<ApiProcess> {
-  return startApi(loadConfig({ DATABASE_URL: databaseUrl, ...env }), options);
+  return startApi(loadConfig({ DATABASE_URL: databaseUrl, LOG_LEVEL: "warn", ...env }), options);
 }
 
 export interface PostOptions {

@@ -1,0 +1,25 @@
+// Structured logs: one JSON line per event on stdout. LOG_LEVEL picks the least severe
+// level written. Never put a stack trace or SQL text in a field a client can see; logs
+// are for operators, and may carry an idempotency key (never a metric label).
+import type { LogLevel } from "./config.ts";
+
+const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 };
+
+export type LogFields = Record<string, unknown>;
+
+export interface Logger {
+  debug(msg: string, fields?: LogFields): void;
+  info(msg: string, fields?: LogFields): void;
+  warn(msg: string, fields?: LogFields): void;
+  error(msg: string, fields?: LogFields): void;
+}
+
+export function createLogger(level: LogLevel, component: string, write: (line: string) => void = console.log): Logger {
+  const at = (lineLevel: Exclude<LogLevel, "silent">) => (msg: string, fields: LogFields = {}) => {
+    if (RANK[lineLevel] < RANK[level]) return;
+    write(JSON.stringify({ time: new Date().toISOString(), level: lineLevel, component, msg, ...fields }));
+  };
+  return { debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error") };
+}
+
+export const silentLogger: Logger = createLogger("silent", "none");

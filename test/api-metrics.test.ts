@@ -1,0 +1,76 @@
+// GET /metrics on the API after a known sequence of requests: exact counter values, and no
+// label value that looks like a per-request id.
+import { setDefaultTimeout } from "bun:test";
+import { afterAll, expect, test } from "bun:test";
+import { startTelemetry } from "../telemetry.ts";
+import { freshDatabase } from "./support/services.ts";
+import { postCharge, startTestApi } from "./support/api.ts";
+
+setDefaultTimeout(30_000);
+
+const db = await freshDatabase("api_metrics");
+const telemetry = startTelemetry("charges-api-test", undefined, false);
+const api = await startTestApi(db.url, {}, { metrics: telemetry.scrape, meter: telemetry.provider.getMeter("charges") });
+afterAll(async () => {
+  await api.close();
+  await telemetry.shutdown();
+  await db.drop();
+});
+
+const UUID_LIKE = /[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}/i;
+
+function sample(text: string, name: string, labels: Record<string, string>): number | undefined {
+  const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
+  for (const line of text.split("\n")) {
+    if (!line.startsWith(`${name}{`)) continue;
+    const labelText = line.slice(name.length + 1, line.lastIndexOf("}"));
+    const have = labelText.split(",");
+    if (wanted.every((w) => have.includes(w)) && have.length === wanted.length) return Number(line.split(" ").pop());
+  }
+  return undefined;
+}
+
+test("idempotency_requests_total counts each outcome exactly, without keys or ids in labels", async () => {
+  const a = crypto.randomUUID();
+  const b = crypto.randomUUID();
+  const body = '{"amountCents":4900}';
+  expect((await postCharge(api, body, { key: a })).status).toBe(201); // created
+  expect((await postCharge(api, body, { key: b })).status).toBe(201); // created
+  expect((await postCharge(api, body, { key: a })).status).toBe(201); // replayed
+  expect((await postCharge(api, body, { key: a })).status).toBe(201); // replayed
+  expect((await postCharge(api, body, { key: b })).status).toBe(201); // replayed
+  expect((await postCharge(api, '{"amountCents":1}', { key: a })).status).toBe(422); // payload_conflict
+  expect((await postCharge(api, body, { key: "nope" })).status).toBe(400); // not counted: no key
+  expect((await postCharge(api, "{}", { key: crypto.randomUUID() })).status).toBe(400); // not counted: bad body
+
+  // in_flight: the test holds the key's advisory lock, as a request in flight would.
+  const c = crypto.randomUUID();
+  const holder = await db.sql.reserve();
+  try {
+    await holder`begin`;
+    const { advisoryLockId } = await import("../lib/fingerprint.ts");
+    await holder`select pg_advisory_xact_lock(${advisoryLockId(c, "POST /charges")}::bigint)`;
+    expect((await postCharge(api, body, { key: c })).status).toBe(409);
+  } finally {
+    await holder`rollback`;
+    holder.release();
+  }
+
+  const res = await api.fetch(new Request("http://localhost/metrics"));
+  expect(res.status).toBe(200);
+  expect(res.headers.get("content-type")).toContain("text/plain");
+  const text = await res.text();
+  expect(text).toContain("# TYPE idempotency_requests_total counter");
+  const at = (outcome: string) => sample(text, "idempotency_requests_total", { endpoint: "POST /charges", outcome });
+  expect(at("created")).toBe(2);
+  expect(at("replayed")).toBe(3);
+  expect(at("payload_conflict")).toBe(1);
+  expect(at("in_flight")).toBe(1);
+
+  const labelValues = [...text.matchAll(/="([^"]*)"/g)].map((m) => m[1]!);
+  expect(labelValues.length).toBeGreaterThan(0);
+  expect(labelValues.filter((v) => UUID_LIKE.test(v))).toEqual([]);
+
+  const [rows] = await db.sql<{ n: number }[]>`select count(*)::int as n from charges`;
+  expect(rows?.n).toBe(2);
+});
