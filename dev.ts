@@ -1,0 +1,126 @@
+// `bun run dev`: the whole system on one machine with nothing installed. Starts an embedded
+// Postgres (data in .data/postgres, kept across runs) unless DATABASE_URL is set, an
+// in-process MQTT broker unless MQTT_URL is set, then api, relay and a printing subscriber.
+// Ctrl-C stops the three processes first and the services they use last.
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { killChildrenNow, startChild, stopChildren, type Child } from "./lib/dev/children.ts";
+import { DATA_DIR, startEmbeddedPostgres } from "./lib/dev/embedded-postgres.ts";
+import { startLocalBroker } from "./lib/dev/mqtt-broker.ts";
+import { banner, print, printPostgres } from "./lib/dev/output.ts";
+import { freePort } from "./lib/dev/ports.ts";
+
+const ROOT = fileURLToPath(new URL("./", import.meta.url));
+const DEFAULT_API_PORT = 3000;
+const DEFAULT_RELAY_PORT = 9465;
+// api and relay migrate and connect within a second or two; a slow first start may take longer.
+const READY_TIMEOUT_MS = 30_000;
+const READY_POLL_MS = 200;
+
+interface Service {
+  readonly url: string;
+  readonly note: string;
+  stop(): Promise<void>;
+}
+
+const log = (line: string): void => print("dev", line);
+const children: Child[] = [];
+const services: Service[] = [];
+let stopping = false;
+
+async function main(): Promise<void> {
+  const database = await databaseService();
+  services.push(database);
+  const broker = await brokerService();
+  services.push(broker);
+  const apiPort = await portFor("PORT", DEFAULT_API_PORT);
+  const relayPort = await portFor("RELAY_PORT", DEFAULT_RELAY_PORT);
+  const env = { ...process.env, DATABASE_URL: database.url, MQTT_URL: broker.url, PORT: String(apiPort), RELAY_PORT: String(relayPort) };
+  children.push(startChild("api", [`${ROOT}api.ts`], env, print));
+  children.push(startChild("relay", [`${ROOT}relay.ts`], env, print));
+  children.push(startChild("subscriber", [subscriberScript()], env, print));
+  for (const child of children) void child.exited.then((code) => onChildExit(child, code));
+  const api = `http://127.0.0.1:${apiPort}`;
+  const relay = `http://127.0.0.1:${relayPort}`;
+  // The relay's /healthz, not /readyz: a relay waiting for its broker is running, and says why in its lines.
+  await Promise.all([waitReady(`${api}/readyz`), waitReady(`${relay}/healthz`)]);
+  const endpoints = { api, relay, databaseUrl: database.url, databaseNote: database.note, mqttUrl: broker.url, mqttNote: broker.note };
+  for (const line of banner(endpoints)) log(line);
+}
+
+async function databaseService(): Promise<Service> {
+  if (process.env.DATABASE_URL) return { url: process.env.DATABASE_URL, note: "(from DATABASE_URL)", stop: async () => {} };
+  const started = performance.now();
+  const pg = await startEmbeddedPostgres({ dataDir: `${DATA_DIR}postgres`, detached: true, log: printPostgres });
+  const ms = Math.round(performance.now() - started);
+  const what = pg.created ? "created and started" : pg.how === "started" ? "started" : pg.how;
+  print("postgres", `embedded Postgres ${what} in ${ms} ms on port ${pg.port} (data in .data/postgres)`);
+  return { url: pg.url, note: "(embedded, data in .data/postgres)", stop: () => pg.stop() };
+}
+
+async function brokerService(): Promise<Service> {
+  if (process.env.MQTT_URL) return { url: process.env.MQTT_URL, note: "(from MQTT_URL)", stop: async () => {} };
+  const broker = await startLocalBroker();
+  print("mqtt", `in-process MQTT broker (aedes, MQTT 3.1.1) on port ${broker.port}`);
+  return { url: broker.url, note: "(in-process aedes)", stop: () => broker.close() };
+}
+
+/** The variable when set; otherwise the usual port, or any free one when it is taken. */
+async function portFor(variable: string, preferred: number): Promise<number> {
+  const configured = process.env[variable];
+  if (configured) return Number(configured);
+  if (!(await isTaken(preferred))) return preferred;
+  const other = await freePort();
+  log(`port ${preferred} is taken; using ${other} for ${variable}`);
+  return other;
+}
+
+async function isTaken(port: number): Promise<boolean> {
+  const { createServer } = await import("node:net");
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once("error", () => resolve(true));
+    server.listen(port, "0.0.0.0", () => server.close(() => resolve(false)));
+  });
+}
+
+/** The relay engineer's example subscriber when it exists, else our printing one. */
+function subscriberScript(): string {
+  const example = `${ROOT}examples/subscriber.ts`;
+  return existsSync(example) ? example : `${ROOT}lib/dev/print-subscriber.ts`;
+}
+
+async function waitReady(url: string): Promise<void> {
+  const deadline = Date.now() + READY_TIMEOUT_MS;
+  while (Date.now() < deadline && !stopping) {
+    const ok = await fetch(url).then((response) => response.ok, () => false);
+    if (ok) return;
+    await new Promise((resolve) => setTimeout(resolve, READY_POLL_MS));
+  }
+  if (!stopping) throw new Error(`${url} did not answer 200 within ${READY_TIMEOUT_MS / 1000} s`);
+}
+
+function onChildExit(child: Child, code: number | string): void {
+  if (stopping) return;
+  log(`${child.name} exited unexpectedly (${code}); stopping everything`);
+  void shutdown(1);
+}
+
+async function shutdown(exitCode: number): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  log("stopping api, relay and subscriber");
+  await stopChildren(children);
+  for (const service of services.reverse()) await service.stop().catch((error: unknown) => log(`while stopping: ${String(error)}`));
+  log("stopped");
+  process.exit(exitCode);
+}
+
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(signal, () => void shutdown(0));
+// Last resort when the supervisor dies some other way: no orphaned api/relay/subscriber.
+process.on("exit", () => killChildrenNow(children));
+
+main().catch(async (error: unknown) => {
+  print("dev", `cannot start: ${error instanceof Error ? error.message : String(error)}`);
+  await shutdown(1);
+});

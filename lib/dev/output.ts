@@ -1,0 +1,41 @@
+// Prefixed, aligned, optionally coloured lines for `bun run dev`, and the "ready" banner.
+const COLOURS: Record<string, string> = {
+  dev: "1", postgres: "34", mqtt: "35", api: "32", relay: "33", subscriber: "36",
+};
+const WIDTH = Math.max(...Object.keys(COLOURS).map((name) => name.length));
+const useColour = Boolean(process.stdout.isTTY) && !process.env.NO_COLOR;
+
+export function print(name: string, line: string): void {
+  const label = name.padEnd(WIDTH);
+  const code = COLOURS[name];
+  console.log(useColour && code ? `\x1b[${code}m${label} |\x1b[0m ${line}` : `${label} | ${line}`);
+}
+
+// Postgres logs every checkpoint; in dev only what needs attention and start/stop matter.
+const POSTGRES_WORTH_SHOWING = /WARNING|ERROR|FATAL|PANIC|ready to accept|shut down/;
+
+export function printPostgres(line: string): void {
+  if (POSTGRES_WORTH_SHOWING.test(line)) print("postgres", line);
+}
+
+export interface Endpoints {
+  readonly api: string;
+  readonly relay: string;
+  readonly databaseUrl: string;
+  readonly databaseNote: string;
+  readonly mqttUrl: string;
+  readonly mqttNote: string;
+}
+
+export function banner(endpoints: Endpoints): string[] {
+  const key = crypto.randomUUID();
+  return [
+    "ready: api, relay and subscriber are running. Ctrl-C stops everything.",
+    `  API        ${endpoints.api}   (${endpoints.api}/openapi.json, /metrics, /readyz)`,
+    `  relay      ${endpoints.relay}/readyz   (/metrics)`,
+    `  Postgres   ${endpoints.databaseUrl}   ${endpoints.databaseNote}`,
+    `  MQTT       ${endpoints.mqttUrl}   ${endpoints.mqttNote}`,
+    "create a charge (paste it twice: the second answer is the stored one, with Idempotent-Replayed: true):",
+    `  curl -i -X POST ${endpoints.api}/charges -H 'Content-Type: application/json' -H 'Idempotency-Key: ${key}' -d '{"amountCents": 4900}'`,
+  ];
+}
