@@ -2,14 +2,30 @@ import { setDefaultTimeout } from "bun:test";
 import { afterAll, expect, test } from "bun:test";
 import { chooseSource, freshDatabase } from "./support/services.ts";
 
-test("services: variables win, then Docker, else none", async () => {
+test("services: both variables win, then Docker, else the embedded default", async () => {
   const yes = async () => true;
   const no = async () => false;
   const both = { DATABASE_URL: "postgres://x/db", MQTT_URL: "mqtt://x" };
   expect(await chooseSource({ env: both, dockerAnswers: yes })).toBe("env");
   expect(await chooseSource({ env: {}, dockerAnswers: yes })).toBe("docker");
   expect(await chooseSource({ env: { DATABASE_URL: "postgres://x/db" }, dockerAnswers: yes })).toBe("docker");
-  expect(await chooseSource({ env: {}, dockerAnswers: no })).toBe("none");
+  expect(await chooseSource({ env: {}, dockerAnswers: no })).toBe("embedded");
+  expect(await chooseSource({ env: { MQTT_URL: "mqtt://x" }, dockerAnswers: no })).toBe("embedded");
+});
+
+test("services: the variables are used without asking Docker", async () => {
+  let asked = false;
+  const both = { DATABASE_URL: "postgres://x/db", MQTT_URL: "mqtt://x" };
+  await chooseSource({ env: both, dockerAnswers: async () => (asked = true) });
+  expect(asked).toBe(false);
+});
+
+test("services: TEST_SERVICES forces a source, and a wrong value is refused by name", async () => {
+  const yes = async () => true;
+  const both = { DATABASE_URL: "postgres://x/db", MQTT_URL: "mqtt://x" };
+  expect(await chooseSource({ env: { ...both, TEST_SERVICES: "embedded" }, dockerAnswers: yes })).toBe("embedded");
+  expect(await chooseSource({ env: { TEST_SERVICES: "docker" }, dockerAnswers: async () => false })).toBe("docker");
+  await expect(chooseSource({ env: { TEST_SERVICES: "podman" }, dockerAnswers: yes })).rejects.toThrow(/TEST_SERVICES/);
 });
 
 setDefaultTimeout(30_000);

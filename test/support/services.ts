@@ -1,18 +1,24 @@
 // Where the tests find Postgres and MQTT, in this order:
-//   1. DATABASE_URL / MQTT_URL when set (CI points them at this machine's services);
+//   1. DATABASE_URL / MQTT_URL when both are set (CI points them at this machine's services);
 //   2. Testcontainers when a Docker engine answers (postgres:16-alpine, eclipse-mosquitto:2);
-//   3. otherwise a clear message saying what to set.
+//   3. otherwise "embedded": the embedded Postgres and in-process aedes broker of `bun run dev`
+//      (a variable that is set is still used), so a fresh machine needs nothing installed.
+// TEST_SERVICES=env|docker|embedded forces one, e.g. for CI's run of the embedded path.
 // Each test file asks for its own fresh database so files can run in parallel.
 import { createSql, migrate, type Sql } from "../../lib/db.ts";
 import { dockerAnswers, startContainers } from "./containers.ts";
+import { startEmbedded } from "./embedded.ts";
 
-export type ServiceSource = "env" | "docker" | "none";
+export const SERVICE_SOURCES = ["env", "docker", "embedded"] as const;
+export type ServiceSource = (typeof SERVICE_SOURCES)[number];
 
 export interface Services {
   readonly source: ServiceSource;
   /** A database URL the tests may CREATE DATABASE from. */
   readonly adminDatabaseUrl: string;
   readonly mqttUrl: string;
+  /** False on the in-process aedes broker, which speaks MQTT 3.1.1 only. */
+  readonly mqtt5: boolean;
 }
 
 export interface ServiceProbe {
@@ -22,9 +28,15 @@ export interface ServiceProbe {
 
 /** The choice between the sources, kept pure so it can be unit-tested. */
 export async function chooseSource(probe: ServiceProbe): Promise<ServiceSource> {
+  const forced = probe.env.TEST_SERVICES;
+  if (forced) {
+    const known = SERVICE_SOURCES.find((source) => source === forced);
+    if (!known) throw new Error(`TEST_SERVICES must be one of ${SERVICE_SOURCES.join(", ")}, got "${forced}"`);
+    return known;
+  }
   if (probe.env.DATABASE_URL && probe.env.MQTT_URL) return "env";
   if (await probe.dockerAnswers()) return "docker";
-  return "none";
+  return "embedded";
 }
 
 let cached: Promise<Services> | undefined;
@@ -38,16 +50,11 @@ async function resolve(): Promise<Services> {
   const env = process.env;
   const source = await chooseSource({ env, dockerAnswers });
   if (source === "env") {
-    return { source, adminDatabaseUrl: env.DATABASE_URL!, mqttUrl: env.MQTT_URL! };
+    if (!env.DATABASE_URL || !env.MQTT_URL) throw new Error("TEST_SERVICES=env needs both DATABASE_URL and MQTT_URL");
+    return { source, adminDatabaseUrl: env.DATABASE_URL, mqttUrl: env.MQTT_URL, mqtt5: true };
   }
-  if (source === "docker") {
-    const started = await startContainers();
-    return { source, ...started };
-  }
-  throw new Error(
-    "tests need Postgres and MQTT: set DATABASE_URL (e.g. postgres://postgres@127.0.0.1:5432/postgres) " +
-      "and MQTT_URL (e.g. mqtt://127.0.0.1:1883), or start a Docker engine for Testcontainers",
-  );
+  if (source === "docker") return { source, ...(await startContainers()), mqtt5: true };
+  return { source, ...(await startEmbedded(env)) };
 }
 
 export interface TestDatabase {

@@ -1,0 +1,28 @@
+// The "embedded" test source: the same embedded Postgres and in-process aedes broker as
+// `bun run dev`, for a machine with neither the variables nor Docker. The cluster lives in
+// .data/test-postgres (apart from dev's .data/postgres), kept across runs so only the
+// first run pays for initdb. Whatever variable is set is used as is.
+import { DATA_DIR, startEmbeddedPostgres } from "../../lib/dev/embedded-postgres.ts";
+import { startLocalBroker } from "../../lib/dev/mqtt-broker.ts";
+
+export interface EmbeddedServices {
+  readonly adminDatabaseUrl: string;
+  readonly mqttUrl: string;
+  /** aedes speaks MQTT 3.1.1 only. */
+  readonly mqtt5: boolean;
+}
+
+export async function startEmbedded(env: Record<string, string | undefined>): Promise<EmbeddedServices> {
+  const adminDatabaseUrl = env.DATABASE_URL || (await embeddedPostgresUrl());
+  if (env.MQTT_URL) return { adminDatabaseUrl, mqttUrl: env.MQTT_URL, mqtt5: true };
+  // In this process: it ends with the test run, nothing to stop.
+  const broker = await startLocalBroker();
+  return { adminDatabaseUrl, mqttUrl: broker.url, mqtt5: false };
+}
+
+async function embeddedPostgresUrl(): Promise<string> {
+  // Not detached: a Ctrl-C on `bun test` reaches Postgres too. `bun test` fires no exit
+  // event, so the watchdog started with it shuts it down once this process is gone.
+  const pg = await startEmbeddedPostgres({ dataDir: `${DATA_DIR}test-postgres`, detached: false, log: () => {} });
+  return pg.url;
+}
