@@ -9,18 +9,23 @@ const DOCKER_PING_TIMEOUT_MS = 2000;
 
 export async function dockerAnswers(): Promise<boolean> {
   if (!process.env.DOCKER_HOST && !existsSync(DOCKER_SOCKET)) return false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     const { getContainerRuntimeClient } = await import("testcontainers");
-    const timeout = new Promise<never>((_, reject) =>
-      setTimeout(() => reject(new Error("docker ping timed out")), DOCKER_PING_TIMEOUT_MS),
-    );
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error("docker ping timed out")), DOCKER_PING_TIMEOUT_MS);
+    });
     await Promise.race([getContainerRuntimeClient(), timeout]);
     return true;
   } catch {
     return false;
+  } finally {
+    // A pending timer would keep a test run alive for its duration.
+    clearTimeout(timer);
   }
 }
 
+/** Both containers, started side by side; Ryuk removes them when the test process ends. */
 export async function startContainers(): Promise<{ adminDatabaseUrl: string; mqttUrl: string }> {
   const { GenericContainer, Wait } = await import("testcontainers");
   const { PostgreSqlContainer } = await import("@testcontainers/postgresql");
