@@ -1,0 +1,74 @@
+// The HTTP client side of a scenario: POST /charges with an Idempotency-Key, and a tally of
+// every answer (what the summary table counts).
+export interface Answer {
+  readonly key: string;
+  readonly amountCents: number;
+  readonly status: number; // 0 = no HTTP answer (connection refused or reset)
+  readonly replayed: boolean;
+  readonly body: string;
+  readonly at: number;
+}
+
+export class Tally {
+  readonly answers: Answer[] = [];
+  get requests(): number {
+    return this.answers.length;
+  }
+  count(pred: (a: Answer) => boolean): number {
+    return this.answers.reduce((n, a) => n + (pred(a) ? 1 : 0), 0);
+  }
+  get fresh201(): number {
+    return this.count((a) => a.status === 201 && !a.replayed);
+  }
+  get replays(): number {
+    return this.count((a) => a.replayed);
+  }
+  /** Keys that got a fresh 201 (a created charge), with how many fresh 201s each got. */
+  freshByKey(): Map<string, number> {
+    const m = new Map<string, number>();
+    for (const a of this.answers) if (a.status === 201 && !a.replayed) m.set(a.key, (m.get(a.key) ?? 0) + 1);
+    return m;
+  }
+  /** Charge ids from every 201 (fresh or replayed). */
+  chargeIds(): Set<string> {
+    const ids = new Set<string>();
+    for (const a of this.answers) {
+      if (a.status !== 201) continue;
+      try {
+        const id = (JSON.parse(a.body) as { id?: unknown }).id;
+        if (typeof id === "string") ids.add(id);
+      } catch {}
+    }
+    return ids;
+  }
+}
+
+export async function postCharge(base: string, key: string, amountCents: number, tally?: Tally, timeoutMs = 15_000): Promise<Answer> {
+  let answer: Answer;
+  try {
+    const r = await fetch(`${base}/charges`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "idempotency-key": `"${key}"` },
+      body: JSON.stringify({ amountCents }),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    const body = await r.text();
+    answer = { key, amountCents, status: r.status, replayed: r.headers.get("idempotent-replayed") === "true", body, at: Date.now() };
+  } catch {
+    answer = { key, amountCents, status: 0, replayed: false, body: "", at: Date.now() };
+  }
+  tally?.answers.push(answer);
+  return answer;
+}
+
+/**
+ * What a careful client does: resend the same request with the same key while the answer is
+ * 409, 503 or no answer at all, until a final answer or the deadline.
+ */
+export async function postUntilFinal(base: () => string, key: string, amountCents: number, tally: Tally, deadline: number): Promise<Answer> {
+  for (;;) {
+    const a = await postCharge(base(), key, amountCents, tally);
+    if (![0, 409, 503].includes(a.status) || Date.now() > deadline) return a;
+    await new Promise((r) => setTimeout(r, 50 + Math.random() * 100));
+  }
+}
