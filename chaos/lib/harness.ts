@@ -71,7 +71,7 @@ export async function freshDatabase(label: string): Promise<FreshDb> {
 
 export interface Child {
   readonly name: string;
-  readonly proc: Bun.Subprocess<"ignore", "pipe" | "ignore", number>;
+  readonly proc: Bun.Subprocess<"ignore", "pipe" | "ignore", Bun.BunFile>;
   readonly exited: boolean;
   kill(signal?: NodeJS.Signals): void;
 }

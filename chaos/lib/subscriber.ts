@@ -37,7 +37,10 @@ export async function startSubscriber(dbUrl: string, prefix: string, consumer: s
   const reading = (async () => {
     const decoder = new TextDecoder();
     let buffer = "";
-    for await (const chunk of stdout) {
+    const reader = stdout.getReader();
+    for (;;) {
+      const { value: chunk, done } = await reader.read();
+      if (done) break;
       buffer += decoder.decode(chunk, { stream: true });
       let nl: number;
       while ((nl = buffer.indexOf("\n")) >= 0) {
