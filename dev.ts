@@ -53,7 +53,7 @@ async function databaseService(): Promise<Service> {
   const started = performance.now();
   const pg = await startEmbeddedPostgres({ dataDir: `${DATA_DIR}postgres`, detached: true, log: printPostgres });
   const ms = Math.round(performance.now() - started);
-  const what = pg.created ? "created and started" : pg.how === "started" ? "started" : pg.how;
+  const what = pg.created ? "created and started" : pg.how === "started" ? "started" : "shared with another process,";
   print("postgres", `embedded Postgres ${what} in ${ms} ms on port ${pg.port} (data in .data/postgres)`);
   return { url: pg.url, note: "(embedded, data in .data/postgres)", stop: () => pg.stop() };
 }

@@ -4,9 +4,9 @@
 // SIGINT/exit hook that exits the process on Ctrl-C before dev mode has stopped the api and
 // relay, and it always ties Postgres to the terminal's process group.
 //
-// The cluster lives in `dataDir` across runs. A postmaster left behind by a killed run is
-// found through postmaster.pid and adopted (or shared while its owner is still alive), so a
-// crash never leaves a second Postgres or a "lock file exists" error.
+// The cluster lives in `dataDir` across runs. A postmaster still running from another
+// process is found through postmaster.pid: shared while that owner lives, else stopped and
+// started afresh (adopting it would race with the dead owner's watchdog, which stops it).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -46,8 +46,8 @@ export interface EmbeddedPostgres {
   readonly url: string;
   readonly port: number;
   readonly pid: number;
-  /** "started" (initdb ran when `created`), "adopted" from a dead owner, or "shared" with a live one. */
-  readonly how: "started" | "adopted" | "shared";
+  /** "started" (initdb ran when `created`), or "shared" with the live process that started it. */
+  readonly how: "started" | "shared";
   readonly created: boolean;
   /** Fast shutdown, waited for. A shared server is left to its owner. */
   stop(): Promise<void>;
@@ -65,7 +65,8 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
   const runAs = unprivilegedUser(options.log);
   checkRunnable(bins.postgres, runAs);
   const running = livePostmaster(options.dataDir);
-  if (running) return attach(running, options);
+  if (running && ownerAlive(options.dataDir)) return share(running, options);
+  if (running) await stopLeftover(running, options.log);
   const created = initialise(bins.initdb, options.dataDir, runAs);
   const port = await freePort();
   const url = urlFor(port);
@@ -198,17 +199,21 @@ function livePostmaster(dataDir: string): Running | undefined {
   return Number.isInteger(pid) && pid > 0 && Number.isInteger(port) && alive(pid) ? { pid, port } : undefined;
 }
 
-async function attach(running: Running, options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
+async function share(running: Running, options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
   const url = urlFor(running.port);
   await waitReady(url, () => !alive(running.pid), () => "");
-  const owner = readOwner(options.dataDir);
-  const shared = owner !== undefined && owner !== process.pid && alive(owner);
-  options.log(`${shared ? "sharing" : "adopting"} the Postgres already running on port ${running.port} (pid ${running.pid})`);
-  if (!shared) {
-    writeOwner(options.dataDir);
-    stopWhenOwnerDies(process.pid, running.pid);
-  }
-  return handle({ ...running, url, how: shared ? "shared" : "adopted", created: false }, options.dataDir);
+  options.log(`sharing the Postgres that process ${readOwner(options.dataDir)} runs on port ${running.port}`);
+  return handle({ ...running, url, how: "shared", created: false }, options.dataDir);
+}
+
+/** A postmaster whose owner died without stopping it (SIGKILL): fast shutdown, then immediate. */
+async function stopLeftover(running: Running, log: (line: string) => void): Promise<void> {
+  log(`stopping the Postgres (pid ${running.pid}) left running by a process that is gone`);
+  const gone = (): boolean => !alive(running.pid);
+  process.kill(running.pid, "SIGINT");
+  if (await until(gone, STOP_TIMEOUT_MS)) return;
+  process.kill(running.pid, "SIGQUIT");
+  if (!(await until(gone, STOP_TIMEOUT_MS))) throw new EmbeddedPostgresError(`the leftover Postgres (pid ${running.pid}) does not stop`);
 }
 
 type Identity = Pick<EmbeddedPostgres, "url" | "port" | "pid" | "how" | "created">;
@@ -244,6 +249,10 @@ const writeOwner = (dataDir: string): void => writeFileSync(ownerFile(dataDir), 
 const readOwner = (dataDir: string): number | undefined => {
   const text = existsSync(ownerFile(dataDir)) ? readFileSync(ownerFile(dataDir), "utf8") : "";
   return Number.parseInt(text, 10) || undefined;
+};
+const ownerAlive = (dataDir: string): boolean => {
+  const owner = readOwner(dataDir);
+  return owner !== undefined && owner !== process.pid && alive(owner);
 };
 const removeOwner = (dataDir: string): void => {
   if (readOwner(dataDir) === process.pid) unlinkSync(ownerFile(dataDir));
