@@ -1,0 +1,144 @@
+// `bun run bench [--quick]`: each figure beside the limit measured in the same run on the same
+// machine, limit/ours pairs alternated, the median of the per-pair ratios reported. Prints a
+// table, writes bench/results/<date>.json. Exit 0 whatever the ratios; 1 only if a
+// measurement crashed. See bench/README.md.
+import { mkdir, writeFile } from "node:fs/promises";
+import { apiRun, conflictRun, describeApi, type ApiRun } from "./api-bench.ts";
+import { dbLimit, type DbLimit } from "./db-limit.ts";
+import { e2eRun } from "./e2e-bench.ts";
+import { brokerLimit, relayDrain, type BrokerLimit, type RelayDrain } from "./mqtt-bench.ts";
+import { log, median, MissingTool } from "./support.ts";
+
+const quick = process.argv.includes("--quick");
+const P = quick
+  ? { pairs: 1, seconds: 4, replaySeconds: 2, conflictSeconds: 2, brokerMessages: 10_000, drainRows: 10_000, e2eSeconds: 5, logCompare: false }
+  : { pairs: 3, seconds: 10, replaySeconds: 5, conflictSeconds: 5, brokerMessages: 50_000, drainRows: 50_000, e2eSeconds: 20, logCompare: true };
+const CONNECTIONS = 32;
+const E2E_RATE = 200;
+
+interface Row {
+  figure: string;
+  ours: number | null;
+  limit: number | null;
+  ratio: number | null;
+  unit: string;
+  target: string;
+  met: boolean | null;
+}
+const rows: Row[] = [];
+const notes: string[] = [];
+const raw: Record<string, unknown> = { quick, params: P, connections: CONNECTIONS };
+let crashed = false;
+
+function row(figure: string, ours: number | null, unit: string, target: string, check: ((v: number) => boolean) | null, limit: number | null = null, ratio: number | null = null): void {
+  const judged = ratio ?? ours;
+  rows.push({ figure, ours, limit, ratio, unit, target, met: check && judged !== null && Number.isFinite(judged) ? check(judged) : null });
+}
+
+async function section(name: string, body: () => Promise<void>): Promise<void> {
+  try {
+    await body();
+  } catch (error) {
+    if (error instanceof MissingTool) {
+      notes.push(`${name}: skipped: ${error.message}`);
+      console.error(`bench: ${name} skipped: ${error.message}`);
+      return;
+    }
+    crashed = true;
+    const message = error instanceof Error ? error.message : String(error);
+    notes.push(`${name}: failed: ${message}`);
+    console.error(`bench: ${name} failed: ${message}`);
+  }
+}
+
+const started = Date.now();
+
+await section("API vs DB limit", async () => {
+  const limits: DbLimit[] = [];
+  const ours: ApiRun[] = [];
+  for (let i = 0; i < P.pairs; i++) {
+    const limit = await dbLimit(CONNECTIONS, P.seconds);
+    log(`pair ${i + 1}: pgbench ${Math.round(limit.tps)} tps`);
+    limits.push(limit);
+    const api = await apiRun(CONNECTIONS, P.seconds, "info", P.replaySeconds);
+    log(`pair ${i + 1}: ${describeApi(api)}`);
+    ours.push(api);
+  }
+  raw.dbLimit = limits;
+  raw.api = ours;
+  const ratios = ours.map((a, i) => a.createdPerSec / (limits[i]?.tps ?? Number.NaN));
+  const replayRatios = ours.map((a) => (a.replaysPerSec ?? Number.NaN) / a.createdPerSec);
+  const createdMedian = median(ours.map((a) => a.createdPerSec));
+  row("API created/s vs DB limit (pgbench tps)", createdMedian, "/s", ">= 0.85", (r) => r >= 0.85, median(limits.map((l) => l.tps)), median(ratios));
+  row("API p50 at 32 conns", median(ours.map((a) => a.p50Ms)), "ms", "-", null);
+  row("API p99 at 32 conns", median(ours.map((a) => a.p99Ms)), "ms", "<= 25 ms", (v) => v <= 25);
+  row("API max at 32 conns", median(ours.map((a) => a.maxMs)), "ms", "-", null);
+  row("replays/s (one key) vs created/s", median(ours.map((a) => a.replaysPerSec ?? Number.NaN)), "/s", ">= 1.5", (r) => r >= 1.5, createdMedian, median(replayRatios));
+  const errors = ours.reduce((n, a) => n + a.non2xx + a.socketErrors + (a.replayNon2xx ?? 0), 0);
+  if (errors > 0) notes.push(`API: ${errors} non-2xx or socket errors during created/replay runs`);
+});
+
+await section("409 while the winner is held", async () => {
+  const c = await conflictRun(1, P.conflictSeconds);
+  raw.conflict = c;
+  log(`409: ${c.requests} requests, p50 ${c.p50Ms} p99 ${c.p99Ms} max ${c.maxMs} ms, winner ${c.winnerStatus}`);
+  row("409 latency while winner held, p99 (1 conn)", c.p99Ms, "ms", "<= 5 ms", (v) => v <= 5);
+  if (c.non409 > 0) notes.push(`409 run: ${c.non409} answers were not 409`);
+  if (c.winnerStatus !== 201) notes.push(`409 run: the held winner answered ${c.winnerStatus}, expected 201`);
+});
+
+if (P.logCompare) {
+  await section("log level", async () => {
+    const info = await apiRun(CONNECTIONS, P.seconds, "info", 0);
+    const warn = await apiRun(CONNECTIONS, P.seconds, "warn", 0);
+    log(`${describeApi(info)} | ${describeApi(warn)}`);
+    raw.logCompare = { info, warn };
+    row("API created/s LOG_LEVEL=info vs =warn (info only)", info.createdPerSec, "/s", "-", null, warn.createdPerSec, info.createdPerSec / warn.createdPerSec);
+  });
+}
+
+await section("relay drain vs broker limit", async () => {
+  const limits: BrokerLimit[] = [];
+  const ours: RelayDrain[] = [];
+  for (let i = 0; i < P.pairs; i++) {
+    const limit = await brokerLimit(P.brokerMessages);
+    log(`pair ${i + 1}: bare mqtt.js ${Math.round(limit.acksPerSec)} PUBACKs/s (${limit.payloadBytes} B, window ${limit.window})`);
+    limits.push(limit);
+    const drain = await relayDrain(P.drainRows);
+    log(`pair ${i + 1}: relay drained ${drain.rows} rows at ${Math.round(drain.rowsPerSec)} rows/s (wall ${drain.wallSeconds.toFixed(1)} s)`);
+    ours.push(drain);
+  }
+  raw.brokerLimit = limits;
+  raw.relayDrain = ours;
+  const ratios = ours.map((d, i) => d.rowsPerSec / (limits[i]?.acksPerSec ?? Number.NaN));
+  row(`relay drain rows/s (${P.drainRows} rows) vs broker PUBACKs/s`, median(ours.map((d) => d.rowsPerSec)), "/s", ">= 0.6", (r) => r >= 0.6, median(limits.map((l) => l.acksPerSec)), median(ratios));
+});
+
+await section("end to end", async () => {
+  const e = await e2eRun(E2E_RATE, P.e2eSeconds);
+  raw.e2e = e;
+  log(`e2e: posted ${e.posted}, created ${e.created}, received ${e.received}`);
+  row(`commit -> subscriber p50 (${E2E_RATE}/s)`, e.fromCreatedAt.p50, "ms", "<= 10 ms", (v) => v <= 10);
+  row(`commit -> subscriber p99 (${E2E_RATE}/s)`, e.fromCreatedAt.p99, "ms", "<= 50 ms", (v) => v <= 50);
+  row(`commit -> subscriber max (${E2E_RATE}/s)`, e.fromCreatedAt.max, "ms", "-", null);
+  row("POST response -> subscriber p50 (info)", e.fromResponse.p50, "ms", "-", null);
+  if (e.received < e.created) notes.push(`e2e: only ${e.received} of ${e.created} events received`);
+});
+
+const fmt = (v: number | null, digits = 1): string =>
+  v === null || !Number.isFinite(v) ? "-" : Math.abs(v) >= 100 ? String(Math.round(v)) : v.toFixed(digits);
+const table = [
+  ["figure", "ours", "limit", "ratio", "target", "met?"],
+  ...rows.map((r) => [r.figure, `${fmt(r.ours)} ${r.unit}`, r.limit === null ? "-" : `${fmt(r.limit)} ${r.unit}`, fmt(r.ratio, 2), r.target, r.met === null ? "" : r.met ? "yes" : "NO"]),
+];
+const widths = table[0]!.map((_, c) => Math.max(...table.map((line) => line[c]!.length)));
+for (const line of table) console.log(line.map((cell, c) => cell.padEnd(widths[c]!)).join("  ").trimEnd());
+for (const note of notes) console.log(`note: ${note}`);
+console.log(`(${quick ? "quick" : "full"} run, ${Math.round((Date.now() - started) / 1000)} s; ratios are medians of per-pair ratios)`);
+
+const stamp = new Date().toISOString().replace(/[:.]/g, "-");
+const file = new URL(`./results/${stamp}${quick ? "-quick" : ""}.json`, import.meta.url).pathname;
+await mkdir(new URL("./results/", import.meta.url).pathname, { recursive: true });
+await writeFile(file, `${JSON.stringify({ date: new Date().toISOString(), rows, notes, raw }, null, 2)}\n`);
+console.log(`results: ${file}`);
+process.exit(crashed ? 1 : 0);
