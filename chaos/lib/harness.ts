@@ -78,9 +78,14 @@ export interface Child {
 
 const children = new Set<Child>();
 
-/** Spawns `bun <script>` in its own process group; stderr goes to LOG_DIR/<name>.log. */
+/** Spawns `bun <script>` in its own process group; stderr goes to LOG_DIR/<name>-<time>.log. */
 export function spawnBun(name: string, script: string, env: Record<string, string>, stdout: "pipe" | "ignore" = "ignore"): Child {
-  const proc = Bun.spawn(["bun", script], {
+  return spawnCmd(name, ["bun", script], env, stdout);
+}
+
+/** Spawns any command in its own process group, registered for killAll(). */
+export function spawnCmd(name: string, cmd: string[], env: Record<string, string>, stdout: "pipe" | "ignore" = "ignore"): Child {
+  const proc = Bun.spawn(cmd, {
     cwd: ROOT,
     env: { ...process.env, LOG_LEVEL: "warn", ...env },
     stdin: "ignore",
