@@ -1,0 +1,148 @@
+// The relay's SQL: one exported function per statement, each taking the sql or the
+// transaction first. The relay runs claim → (publish) → markPublished / recordFailures
+// inside ONE transaction per batch, so the row locks taken by the claim are what keeps
+// other relays (and other lanes of this relay) off the batch until it is settled.
+//
+// The statements the relay pipelines call execute(): a postgres.js query is otherwise sent
+// only when first awaited (a microtask later), and a COMMIT sent in between would overtake it.
+import type { Sql, Tx } from "./db.ts";
+
+type Db = Sql | Tx;
+
+export interface OutboxRow {
+  readonly id: string;
+  readonly aggregateId: string;
+  readonly eventType: string;
+  /** JSON text of the event's `data`. */
+  readonly payload: string;
+  /** created_at as ISO-8601 UTC with the microseconds Postgres keeps (a JS Date would cut them). */
+  readonly createdAt: string;
+  readonly attempts: number;
+  readonly traceparent: string | null;
+}
+
+interface OutboxRecord {
+  id: string;
+  aggregate_id: string;
+  event_type: string;
+  payload: string;
+  created_iso: string;
+  attempts: number;
+  traceparent: string | null;
+}
+
+/**
+ * Locks up to `limit` rows that are due, oldest first. SKIP LOCKED: rows another relay
+ * (or lane) holds are passed over, never waited for. The scan follows the partial index
+ * on pending rows; parked rows and rows still backing off are filtered out.
+ */
+export async function claimBatch(tx: Db, limit: number): Promise<OutboxRow[]> {
+  const records = await tx<OutboxRecord[]>`
+    select id, aggregate_id, event_type, payload, attempts, traceparent,
+           to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as created_iso
+    from outbox
+    where published_at is null
+      and parked_at is null
+      and (next_attempt_at is null or next_attempt_at <= now())
+    order by created_at
+    limit ${limit}
+    for update skip locked`.execute();
+  return records.map((r) => ({
+    id: r.id,
+    aggregateId: r.aggregate_id,
+    eventType: r.event_type,
+    payload: r.payload,
+    createdAt: r.created_iso,
+    attempts: r.attempts,
+    traceparent: r.traceparent,
+  }));
+}
+
+/** The rows the broker acknowledged, in one statement. */
+export async function markPublished(tx: Db, ids: readonly string[]): Promise<number> {
+  if (ids.length === 0) return 0;
+  const result = await tx`
+    update outbox set published_at = now()
+    where id = any(${ids as string[]}::uuid[]) and published_at is null`.execute();
+  return result.count;
+}
+
+export interface Failure {
+  readonly id: string;
+  readonly error: string;
+  /** True when retrying cannot help (e.g. a PUBACK "not authorized"): park at once. */
+  readonly park: boolean;
+}
+
+export interface RetryPolicy {
+  /** After this many failed attempts the row is parked. */
+  readonly maxAttempts: number;
+  /** First back-off; doubles with each attempt. */
+  readonly baseSeconds: number;
+  readonly maxSeconds: number;
+}
+
+/**
+ * Counts an attempt on each failed row, records its error and schedules the retry with
+ * exponential back-off; parks the rows that reached maxAttempts or can never succeed.
+ * One statement for the whole batch.
+ */
+export async function recordFailures(tx: Db, failures: readonly Failure[], policy: RetryPolicy): Promise<number> {
+  if (failures.length === 0) return 0;
+  const ids = failures.map((f) => f.id);
+  const errors = failures.map((f) => f.error);
+  // As text[]: postgres.js 3.4 sends a JS boolean[] as a scalar boolean, and serializes the
+  // elements of a bool[] parameter from JS booleans only.
+  const parks = failures.map((f) => (f.park ? "true" : "false"));
+  const result = await tx`
+    update outbox as o set
+      attempts = o.attempts + 1,
+      last_error = f.error,
+      next_attempt_at = now() + make_interval(secs =>
+        least(${policy.maxSeconds}::float8, ${policy.baseSeconds}::float8 * power(2, o.attempts))),
+      parked_at = case when f.park::boolean or o.attempts + 1 >= ${policy.maxAttempts} then now() end
+    from unnest(${ids}::uuid[], ${errors}::text[], ${parks}::text[]) as f(id, error, park)
+    where o.id = f.id and o.published_at is null`.execute();
+  return result.count;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * Puts parked rows back in line: attempts start again from zero, the last error is kept
+ * for the record. `'all'` requeues every parked row. Returns how many rows were requeued.
+ */
+export async function requeue(sql: Db, target: string | "all"): Promise<number> {
+  // Not an id: nothing to requeue (a value, not a 22P02 from the cast).
+  if (target !== "all" && !UUID.test(target)) return 0;
+  const result =
+    target === "all"
+      ? await sql`
+          update outbox set parked_at = null, attempts = 0, next_attempt_at = null
+          where parked_at is not null and published_at is null`
+      : await sql`
+          update outbox set parked_at = null, attempts = 0, next_attempt_at = null
+          where id = ${target}::uuid and parked_at is not null and published_at is null`;
+  return result.count;
+}
+
+export interface PendingStats {
+  readonly pending: number;
+  readonly parked: number;
+  readonly oldestPendingAgeSeconds: number;
+}
+
+/** For the outbox gauges: rows not yet published (parked ones apart) and the oldest's age. */
+export async function pendingStats(sql: Db): Promise<PendingStats> {
+  const [row] = await sql<{ pending: string; parked: string; oldest: number | null }[]>`
+    select count(*) filter (where parked_at is null) as pending,
+           count(*) filter (where parked_at is not null) as parked,
+           extract(epoch from now() - min(created_at) filter (where parked_at is null))::float8 as oldest
+    from outbox
+    where published_at is null`;
+  return {
+    pending: Number(row?.pending ?? 0),
+    parked: Number(row?.parked ?? 0),
+    oldestPendingAgeSeconds: row?.oldest ?? 0,
+  };
+}

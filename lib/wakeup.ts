@@ -1,0 +1,94 @@
+// Waking the relay when a charge commits, without making the charge pay for it.
+//
+// A NOTIFY inside every charge transaction halves Postgres's commit rate (notifying commits
+// are serialized on a global lock). So the API does not notify in its transaction: after a
+// charge has committed it calls `poke()`, which sends `select pg_notify(...)` as its own
+// statement at most once per short window per process: the first poke of a quiet period
+// notifies at once (leading edge); pokes inside the window only set a flag, and one trailing
+// notify goes out when the window ends. Every commit is thus followed by a notify within
+// `windowMs`, and a busy API sends at most 1000/windowMs notifies a second, whatever its
+// request rate. The relay LISTENs and drains until a claim comes back short, so one
+// notify covers every row committed before it; OUTBOX_POLL_MS is only the idle fallback.
+import type { Sql } from "./db.ts";
+
+/** The LISTEN/NOTIFY channel the API pokes and the relay listens on. */
+export const OUTBOX_CHANNEL = "outbox_pending";
+
+// Bounds the extra commit → relay latency a trailing notify adds, and the notify rate of
+// a busy API process (200/s), far below the rate at which notifying commits start to queue.
+export const NOTIFY_WINDOW_MS = 5;
+
+export interface OutboxNotifier {
+  /** Call after a transaction that wrote outbox rows has committed. Never throws. */
+  poke(): void;
+  /** Sends the trailing notify if one is owed and waits for the notifies in flight. */
+  close(): Promise<void>;
+}
+
+/** One notify on the outbox channel (also for ops commands that requeue rows). */
+export async function notifyOutbox(sql: Sql): Promise<void> {
+  await sql`select pg_notify(${OUTBOX_CHANNEL}, '')`;
+}
+
+/**
+ * The API-side notifier. `onError` hears about a failed notify (the database away, say);
+ * nothing is lost then: the relay's fallback poll finds the row.
+ */
+export function createOutboxNotifier(
+  sql: Sql,
+  windowMs: number = NOTIFY_WINDOW_MS,
+  onError: (error: unknown) => void = () => {},
+): OutboxNotifier {
+  let window: ReturnType<typeof setTimeout> | undefined;
+  let owed = false;
+  let closed = false;
+  const inFlight = new Set<Promise<void>>();
+
+  const send = (): void => {
+    const sent: Promise<void> = notifyOutbox(sql)
+      .catch(onError)
+      .finally(() => inFlight.delete(sent));
+    inFlight.add(sent);
+  };
+  const endWindow = (): void => {
+    window = undefined;
+    if (!owed) return;
+    owed = false;
+    send();
+    window = setTimeout(endWindow, windowMs);
+  };
+
+  return {
+    poke() {
+      if (closed) return;
+      if (window !== undefined) {
+        owed = true;
+        return;
+      }
+      send();
+      window = setTimeout(endWindow, windowMs);
+    },
+    async close() {
+      closed = true;
+      if (window !== undefined) clearTimeout(window);
+      window = undefined;
+      if (owed) send();
+      owed = false;
+      await Promise.all([...inFlight]);
+    },
+  };
+}
+
+export interface OutboxListener {
+  unlisten(): Promise<void>;
+}
+
+/**
+ * LISTENs on the outbox channel. postgres.js keeps the listening connection open and
+ * re-LISTENs after a reconnect; `onWake` runs on each notify and on each (re)connect,
+ * since rows may have committed while the connection was down.
+ */
+export async function listenForOutbox(sql: Sql, onWake: () => void): Promise<OutboxListener> {
+  const request = await sql.listen(OUTBOX_CHANNEL, () => onWake(), () => onWake());
+  return { unlisten: () => request.unlisten() };
+}
