@@ -1,0 +1,212 @@
+// One batch of the relay: in one transaction, claim due rows (FOR UPDATE SKIP LOCKED),
+// hand them all to the publisher, await the PUBACKs (bounded by a timeout), then one
+// UPDATE for the acknowledged rows and one for the failed ones, and commit. The row locks
+// keep every other relay off the batch until it is settled; a crash anywhere before the
+// commit leaves every row pending, so the worst case is a second delivery, never a loss.
+import { sqlState, type Sql, type Tx } from "./db.ts";
+import { claimBatch, markPublished, recordFailures, type Failure, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
+import { describeMqttError, reasonCodeOf } from "./mqtt-errors.ts";
+import type { OutboundMessage, PublishFn } from "./publisher.ts";
+
+// PUBACK reason codes that will fail the same way however often the row is retried; such a
+// row is parked at once for an operator (0x87 not authorized, 0x90 topic name invalid,
+// 0x95 packet too large, 0x99 payload format invalid, 0x9A retain / 0x9B QoS not supported).
+export const NEVER_SUCCEEDS = new Set([0x87, 0x90, 0x95, 0x99, 0x9a, 0x9b]);
+
+export type Outcome =
+  | { readonly kind: "acked"; readonly at: number }
+  // Counts an attempt and backs off (park: right away, the retry cannot help).
+  | { readonly kind: "failed"; readonly error: string; readonly park: boolean }
+  // The broker went away: the row goes back untouched, no attempt counted.
+  | { readonly kind: "released"; readonly error: string };
+
+export interface BatchContext {
+  readonly sql: Sql;
+  readonly batchSize: number;
+  readonly topicPrefix: string;
+  readonly publish: PublishFn;
+  readonly brokerConnected: () => boolean;
+  readonly publishTimeoutMs: number;
+  readonly retry: RetryPolicy;
+  /** Serializes claim + hand-off across lanes, so publish order follows created_at. */
+  readonly claimLock: <T>(fn: () => Promise<T>) => Promise<T>;
+  /** False once the relay is stopping: no new claim. */
+  readonly mayClaim: () => boolean;
+}
+
+export interface BatchResult {
+  readonly claimed: number;
+  readonly published: number;
+  /** Per destination topic: delivery lags (seconds, row created → PUBACK) and failures. */
+  readonly lags: Map<string, number[]>;
+  readonly errors: Map<string, number>;
+}
+
+export function topicOf(prefix: string, eventType: string): string {
+  return `${prefix}charges/${eventType}`;
+}
+
+// An event type that would make the topic invalid (wildcards, a level separator, NUL):
+// the broker would refuse it or drop the connection, so it is never sent.
+const BAD_EVENT_TYPE = /^$|[#+/\u0000]/;
+
+/** The wire form of a row, or why it can never be published. */
+export function messageOf(prefix: string, row: OutboxRow): OutboundMessage | string {
+  if (BAD_EVENT_TYPE.test(row.eventType)) return `event_type ${JSON.stringify(row.eventType)} makes an invalid topic`;
+  let data: unknown;
+  try {
+    data = JSON.parse(row.payload);
+  } catch {
+    return "payload is not valid JSON";
+  }
+  const envelope = { id: row.id, type: row.eventType, aggregateId: row.aggregateId, createdAt: row.createdAt, data };
+  const userProperties: Record<string, string> = { "event-id": row.id, "event-type": row.eventType };
+  if (row.traceparent) userProperties.traceparent = row.traceparent;
+  return { topic: topicOf(prefix, row.eventType), payload: JSON.stringify(envelope), userProperties };
+}
+
+function classify(error: unknown, brokerConnected: boolean): Outcome {
+  const code = reasonCodeOf(error);
+  const description = describeMqttError(error);
+  if (code !== undefined && NEVER_SUCCEEDS.has(code)) return { kind: "failed", error: description, park: true };
+  if (!brokerConnected) return { kind: "released", error: description };
+  return { kind: "failed", error: description, park: false };
+}
+
+function publishRow(ctx: BatchContext, row: OutboxRow): Promise<Outcome> {
+  const message = messageOf(ctx.topicPrefix, row);
+  if (typeof message === "string") return Promise.resolve({ kind: "failed", error: message, park: true });
+  try {
+    return ctx.publish(message).then(
+      (): Outcome => ({ kind: "acked", at: Date.now() }),
+      (error: unknown) => classify(error, ctx.brokerConnected()),
+    );
+  } catch (error) {
+    return Promise.resolve(classify(error, ctx.brokerConnected()));
+  }
+}
+
+/** Waits for every outcome, or until the timeout; a row still unanswered then has timed out. */
+async function settle(ctx: BatchContext, pending: Promise<Outcome>[]): Promise<Outcome[]> {
+  const outcomes: (Outcome | undefined)[] = new Array(pending.length);
+  pending.forEach((p, i) => void p.then((o) => (outcomes[i] = o)));
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, ctx.publishTimeoutMs)));
+  await Promise.race([Promise.all(pending), deadline]);
+  clearTimeout(timer);
+  const timeout = `no PUBACK within ${ctx.publishTimeoutMs} ms`;
+  return outcomes.map((o) => o ?? classify(new Error(timeout), ctx.brokerConnected()));
+}
+
+function add<V>(map: Map<string, V[]>, key: string, value: V): void {
+  const list = map.get(key);
+  if (list) list.push(value);
+  else map.set(key, [value]);
+}
+
+/** Sorts the outcomes into the batch's result and the two updates (not yet sent). */
+function tally(ctx: BatchContext, rows: OutboxRow[], outcomes: Outcome[]): { result: BatchResult; acked: string[]; failures: Failure[] } {
+  const acked: string[] = [];
+  const failures: Failure[] = [];
+  const lags = new Map<string, number[]>();
+  const errors = new Map<string, number>();
+  rows.forEach((row, i) => {
+    const outcome = outcomes[i];
+    const topic = topicOf(ctx.topicPrefix, row.eventType);
+    if (outcome?.kind === "acked") {
+      acked.push(row.id);
+      add(lags, topic, Math.max(0, (outcome.at - Date.parse(row.createdAt)) / 1000));
+      return;
+    }
+    errors.set(topic, (errors.get(topic) ?? 0) + 1);
+    if (outcome?.kind === "failed") failures.push({ id: row.id, error: outcome.error, park: outcome.park });
+  });
+  return { result: { claimed: rows.length, published: acked.length, lags, errors }, acked, failures };
+}
+
+const EMPTY: BatchResult = { claimed: 0, published: 0, lags: new Map(), errors: new Map() };
+
+// A connection-level failure: the socket is gone (or going), not a statement that failed.
+const CONNECTION_LOST_CODES = new Set(["CONNECTION_CLOSED", "CONNECTION_DESTROYED", "CONNECTION_ENDED", "ECONNRESET", "EPIPE", "ETIMEDOUT"]);
+const CONNECTION_LOST_STATES = new Set(["57P01", "57P02", "57P03"]); // admin/crash shutdown, cannot connect now
+
+function connectionLost(error: unknown): boolean {
+  const code = sqlState(error);
+  return code !== undefined && (CONNECTION_LOST_CODES.has(code) || CONNECTION_LOST_STATES.has(code) || code.startsWith("08"));
+}
+
+// How long a statement that failed with a connection-level error waits for postgres.js to
+// confirm the connection closed; unconfirmed, the connection is alive and the error is thrown.
+const CLOSE_CONFIRM_MS = 5000;
+
+/** Never settles; what awaits it is dropped with it (nothing else references it). */
+const forever = (): Promise<never> => new Promise<never>(() => {});
+
+/**
+ * Runs one batch in a transaction. `onClaimed` hears the claim size as soon as the rows are
+ * handed to the publisher, so the caller can start another lane while this one awaits its
+ * PUBACKs. Round trips: BEGIN, claim, the updates (pipelined), COMMIT.
+ *
+ * postgres.js 3.4.9 (issues #1154, #1208) throws an uncatchable TypeError when a statement
+ * is sent on a connection that has closed: our next statement, or its own ROLLBACK/COMMIT
+ * after the callback ends. sql.begin() rejects as soon as its connection closes; from then
+ * on the callback never sends or settles again (it is left pending and collected), so
+ * postgres.js never touches the dead connection, and the pool opens a fresh one.
+ */
+export async function runBatch(ctx: BatchContext, onClaimed: (count: number) => void = () => {}): Promise<BatchResult> {
+  let lost = false;
+  let confirmLost: () => void = () => {};
+  const closed = new Promise<void>((resolve) => (confirmLost = resolve));
+  const transaction = ctx.sql.begin(async (tx) => {
+    try {
+      return await batchInTx(ctx, tx, onClaimed, () => lost);
+    } catch (error) {
+      if (connectionLost(error)) await within(closed, CLOSE_CONFIRM_MS);
+      if (lost) await forever();
+      throw error; // the connection is alive: postgres.js rolls back
+    }
+  });
+  transaction.catch(() => {
+    lost = true;
+    confirmLost();
+  });
+  return transaction;
+}
+
+/** Resolves when `promise` does or after `ms`, whichever comes first. */
+async function within(promise: Promise<void>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([promise, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}
+
+async function batchInTx(
+  ctx: BatchContext,
+  tx: Tx,
+  onClaimed: (count: number) => void,
+  lost: () => boolean,
+): Promise<BatchResult> {
+  const stopIfLost = async (): Promise<void> => {
+    if (lost()) await forever();
+  };
+  const claimed = await ctx.claimLock(async () => {
+    // Checked under the lock: no claim while the broker is away (no attempts burnt) or stopping.
+    // (Never parked while holding the lock: the other lanes wait on it.)
+    if (!ctx.mayClaim() || !ctx.brokerConnected() || lost()) return undefined;
+    const rows = await claimBatch(tx, ctx.batchSize);
+    // Synchronous hand-off before the lock is released: the next claim's rows queue behind these.
+    return { rows, pending: rows.map((row) => publishRow(ctx, row)) };
+  });
+  onClaimed(claimed?.rows.length ?? 0);
+  if (!claimed || claimed.rows.length === 0) {
+    await stopIfLost();
+    return EMPTY;
+  }
+  const outcomes = await settle(ctx, claimed.pending);
+  const { result, acked, failures } = tally(ctx, claimed.rows, outcomes);
+  await stopIfLost();
+  // Both updates leave in one write (pipelined); postgres.js sends COMMIT after them.
+  await Promise.all([markPublished(tx, acked), recordFailures(tx, failures, ctx.retry)]);
+  await stopIfLost();
+  return result;
+}

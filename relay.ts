@@ -1,0 +1,68 @@
+// `bun relay.ts`: the outbox relay (Postgres outbox → MQTT), health on RELAY_PORT.
+// The loop lives in lib/relay.ts; this file wires config, connections, HTTP and signals.
+import { configOrExit } from "./lib/config.ts";
+import { createSql, describeDbError, migrate } from "./lib/db.ts";
+import { connectBroker } from "./lib/publisher.ts";
+import { createLogger } from "./lib/log.ts";
+import { createRelay, laneCount } from "./lib/relay.ts";
+import { createRelayFetch } from "./lib/relay-app.ts";
+import { otelRelayEvents } from "./lib/relay-metrics.ts";
+import { onShutdownSignal, serve } from "./lib/runtime.ts";
+
+const config = configOrExit(process.env);
+const log = createLogger(config.logLevel, "relay");
+
+// One connection per lane (each batch holds its transaction until its PUBACKs are in)
+// plus one for /readyz; LISTEN has its own.
+const sql = createSql(config.databaseUrl, {
+  max: laneCount(config.outboxBatchSize) + 1,
+  applicationName: "charges-relay",
+});
+try {
+  await migrate(sql);
+} catch (error) {
+  console.error(`relay: cannot apply the schema to DATABASE_URL: ${describeDbError(error)}`);
+  await sql.end({ timeout: 1 }).catch(() => {});
+  process.exit(1);
+}
+
+// Not awaited: a broker that is away at start is retried, and the relay waits for it.
+const broker = connectBroker(config.mqttUrl, { onError: (error) => log.warn("broker error", { error }) });
+broker.onConnectionChange((connected) => log.info(connected ? "broker connected" : "broker connection lost"));
+const relay = createRelay({
+  sql,
+  broker,
+  batchSize: config.outboxBatchSize,
+  pollMs: config.outboxPollMs,
+  topicPrefix: config.mqttTopicPrefix,
+  events: otelRelayEvents(),
+  logger: log,
+});
+const server = serve(config.relayPort, createRelayFetch({ sql, broker }));
+log.info("relay started", { port: server.port, mqttUrl: config.mqttUrl, batchSize: config.outboxBatchSize });
+
+let shuttingDown = false;
+onShutdownSignal((signal) => {
+  if (shuttingDown) return;
+  shuttingDown = true;
+  log.info("stopping: finishing the batches in flight", { signal });
+  void shutdown();
+});
+
+async function shutdown(): Promise<void> {
+  try {
+    await relay.stop();
+    await server.stop();
+    await broker.close();
+    await sql.end({ timeout: 5 });
+    log.info("relay stopped");
+  } catch (error) {
+    log.error("error while stopping", { error: describeDbError(error) });
+  }
+  process.exit(0);
+}
+
+relay.run().catch((error: unknown) => {
+  console.error(`relay: loop failed: ${describeDbError(error)}`);
+  process.exit(1);
+});

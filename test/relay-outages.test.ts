@@ -1,0 +1,96 @@
+// The relay when the broker or the database goes away: nothing lost, no attempts burnt on
+// an absent broker, and a broker's refusal (a real Mosquitto ACL) parks the row.
+import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
+import { createSql, type Sql } from "../lib/db.ts";
+import { connectBroker, type Broker } from "../lib/publisher.ts";
+import { createRelay, laneCount, type Relay } from "../lib/relay.ts";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { brokerDir, collect, countWhere, insertPending, mosquittoInstalled, privateMosquitto, waitUntil } from "./support/outbox.ts";
+import { freshDatabase, services } from "./support/services.ts";
+
+setDefaultTimeout(30_000);
+
+const db = await freshDatabase("relay_outages");
+const { mqttUrl } = await services();
+const cleanups: Array<() => Promise<unknown>> = [];
+let prefix = "";
+
+beforeEach(async () => {
+  await db.sql`truncate outbox, inbox, charges`;
+  prefix = `test/${crypto.randomUUID()}/`;
+});
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
+});
+afterAll(() => db.drop());
+
+function relayOn(url: string, applicationName = "relay-test"): { relay: Relay; broker: Broker; sql: Sql } {
+  const sql = createSql(db.url, { max: laneCount(50) + 1, applicationName });
+  const broker = connectBroker(url);
+  const relay = createRelay({ sql, broker, batchSize: 50, pollMs: 200, topicPrefix: prefix });
+  cleanups.push(() => sql.end({ timeout: 5 }), () => broker.close(), () => relay.stop());
+  return { relay, broker, sql };
+}
+
+test.skipIf(!mosquittoInstalled())(
+  "broker stopped mid-drain and while rows are pending, then started: every row delivered, no attempt burnt",
+  async () => {
+    // Unlimited queue: the subscriber is offline for a moment during the restart.
+    const broker = await privateMosquitto("max_queued_messages 0");
+    cleanups.push(() => broker.stop());
+    const collector = await collect(broker.url, prefix, { clientId: `outage-${crypto.randomUUID().slice(0, 8)}`, persistent: true });
+    cleanups.push(() => collector.close());
+    const first = await insertPending(db.sql, 5000);
+    const { relay } = relayOn(broker.url);
+    void relay.run();
+
+    await waitUntil(async () => (await countWhere(db.sql, "published")) > 0, 10_000, "the drain to start");
+    await broker.stop(); // mid-drain
+    await waitUntil(() => relay.state === "waiting-for-broker", 5000, "the relay to wait for the broker");
+    const second = await insertPending(db.sql, 200);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(relay.state).toBe("waiting-for-broker");
+    expect(await countWhere(db.sql, "attempted")).toBe(0);
+    expect(await countWhere(db.sql, "pending")).toBeGreaterThanOrEqual(second.length);
+
+    await broker.start();
+    const all = new Set([...first, ...second].map((r) => r.id));
+    await waitUntil(() => new Set(collector.ids()).size >= all.size, 20_000, "every row at the subscriber");
+    expect(new Set(collector.ids())).toEqual(all);
+    await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, 5000, "every row marked");
+    expect(await countWhere(db.sql, "attempted")).toBe(0);
+  },
+);
+
+test.skipIf(!mosquittoInstalled())("a PUBACK 'not authorized' from a real Mosquitto ACL parks the row, not retried", async () => {
+  const dir = brokerDir();
+  writeFileSync(join(dir, "acl"), "topic read #\n", { mode: 0o644 }); // anonymous clients may subscribe, never publish
+  const broker = await privateMosquitto(`acl_file ${join(dir, "acl")}`, dir);
+  cleanups.push(() => broker.stop());
+  const [row] = await insertPending(db.sql, 1);
+  const { relay, broker: connection } = relayOn(broker.url);
+  await waitUntil(() => connection.connected, 5000, "broker connection");
+  expect(await relay.runOnce()).toBe(0);
+  const [state] = await db.sql<{ parked: boolean; attempts: number; last_error: string }[]>`
+    select parked_at is not null as parked, attempts, last_error from outbox where id = ${row!.id}`;
+  expect(state).toMatchObject({ parked: true, attempts: 1 });
+  expect(state!.last_error).toContain("0x87");
+});
+
+test("the relay's database connections killed mid-drain: it reconnects and every row is delivered", async () => {
+  const collector = await collect(mqttUrl, prefix);
+  cleanups.push(() => collector.close());
+  const rows = await insertPending(db.sql, 5000);
+  const applicationName = `relay-kill-${crypto.randomUUID().slice(0, 8)}`;
+  const { relay } = relayOn(mqttUrl, applicationName);
+  void relay.run();
+  await waitUntil(async () => (await countWhere(db.sql, "published")) > 0, 10_000, "the drain to start");
+  const killed = await db.sql`
+    select pg_terminate_backend(pid) from pg_stat_activity where application_name = ${applicationName}`;
+  expect(killed.length).toBeGreaterThan(0);
+
+  await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, 20_000, "every row marked");
+  await waitUntil(() => new Set(collector.ids()).size >= rows.length, 5000, "every row at the subscriber");
+  expect(new Set(collector.ids())).toEqual(new Set(rows.map((r) => r.id)));
+});

@@ -1,0 +1,247 @@
+// The relay against real Postgres and a real broker: what reaches a subscriber, what the
+// rows say afterwards. The only fake is an injected failing publish function.
+import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
+import { createSql, type Sql } from "../lib/db.ts";
+import { requeue } from "../lib/outbox-sql.ts";
+import { connectBroker, type Broker, type PublishFn } from "../lib/publisher.ts";
+import { createRelay, laneCount, type Relay, type RelayOptions } from "../lib/relay.ts";
+import { createOutboxNotifier } from "../lib/wakeup.ts";
+import { collect, countWhere, insertCharge, insertPending, waitUntil, type Collector } from "./support/outbox.ts";
+import { freshDatabase, services } from "./support/services.ts";
+
+setDefaultTimeout(30_000);
+
+const db = await freshDatabase("relay");
+const { mqttUrl, mqtt5 } = await services();
+const TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+const cleanups: Array<() => Promise<unknown>> = [];
+let prefix = "";
+let collector: Collector;
+
+beforeEach(async () => {
+  await db.sql`truncate outbox, inbox, charges`;
+  prefix = `test/${crypto.randomUUID()}/`;
+  collector = await collect(mqttUrl, prefix);
+  cleanups.push(() => collector.close());
+});
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
+});
+afterAll(() => db.drop());
+
+async function connectedBroker(): Promise<Broker> {
+  const broker = connectBroker(mqttUrl);
+  cleanups.push(() => broker.close());
+  await waitUntil(() => broker.connected, 5000, "broker connection");
+  return broker;
+}
+
+/** A relay on its own pool and broker connection, stopped after the test. */
+async function startRelay(options: Partial<RelayOptions> = {}): Promise<Relay> {
+  const batchSize = options.batchSize ?? 50;
+  const sql: Sql = options.sql ?? createSql(db.url, { max: laneCount(batchSize) + 1, applicationName: "relay-test" });
+  if (!options.sql) cleanups.push(() => sql.end({ timeout: 5 }));
+  const broker = options.broker ?? (await connectedBroker());
+  const relay = createRelay({ sql, broker, batchSize, pollMs: 5000, topicPrefix: prefix, ...options });
+  cleanups.push(() => relay.stop());
+  return relay;
+}
+
+async function outboxRow(id: string) {
+  const [row] = await db.sql<{ published: boolean; attempts: number; last_error: string | null; backing_off: boolean; parked: boolean }[]>`
+    select published_at is not null as published, attempts, last_error,
+           coalesce(next_attempt_at > now(), false) as backing_off, parked_at is not null as parked
+    from outbox where id = ${id}`;
+  if (!row) throw new Error(`no outbox row ${id}`);
+  return row;
+}
+
+test("pending rows are each published once, oldest first, with the exact envelope and MQTT 5 properties", async () => {
+  const rows = await insertPending(db.sql, 120);
+  await db.sql`update outbox set traceparent = ${TRACEPARENT} where id = ${rows[0]!.id}`;
+  const relay = await startRelay();
+  void relay.run();
+  const received = await collector.waitFor(rows.length);
+  await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, 5000, "every row published");
+  await relay.stop();
+
+  expect(collector.ids()).toEqual(rows.map((r) => r.id));
+  rows.forEach((row, i) => {
+    const message = received[i]!;
+    expect(message.topic).toBe(`${prefix}charges/ChargeCreated`);
+    expect(message.packet.qos).toBe(1);
+    expect(message.packet.retain).toBe(false);
+    expect(Object.keys(message.body)).toEqual(["id", "type", "aggregateId", "createdAt", "data"]);
+    expect(message.body).toEqual({
+      id: row.id,
+      type: "ChargeCreated",
+      aggregateId: row.aggregateId,
+      createdAt: row.createdAt,
+      data: { chargeId: row.aggregateId, amountCents: row.amountCents },
+    });
+    if (!mqtt5) return;
+    expect(message.packet.properties?.contentType).toBe("application/json");
+    expect(message.packet.properties?.userProperties).toEqual({
+      "event-id": row.id,
+      "event-type": "ChargeCreated",
+      ...(i === 0 ? { traceparent: TRACEPARENT } : {}),
+    });
+  });
+  expect(await countWhere(db.sql, "published")).toBe(rows.length);
+  expect(await countWhere(db.sql, "attempted")).toBe(0);
+});
+
+test("runOnce claims one batch, oldest first, and returns how many it published", async () => {
+  const rows = await insertPending(db.sql, 60);
+  const relay = await startRelay({ batchSize: 25 });
+  expect(await relay.runOnce()).toBe(25);
+  expect(await countWhere(db.sql, "published")).toBe(25);
+  expect(await relay.runOnce()).toBe(25);
+  expect(await relay.runOnce()).toBe(10);
+  expect(await relay.runOnce()).toBe(0);
+  await collector.waitFor(60);
+  expect(collector.ids()).toEqual(rows.map((r) => r.id));
+});
+
+test("a committed charge reaches a subscriber within milliseconds, long before the 5 s poll", async () => {
+  const relay = await startRelay({ pollMs: 5000 });
+  void relay.run();
+  await waitUntil(() => relay.listening && relay.state === "idle", 5000, "relay idle and listening");
+  const notifier = createOutboxNotifier(db.sql);
+  cleanups.push(() => notifier.close());
+
+  const latencies: number[] = [];
+  for (let i = 0; i < 20; i++) {
+    const row = await insertCharge(db.sql); // committed
+    const committed = performance.now();
+    notifier.poke();
+    const [message] = (await collector.waitFor(i + 1, 2000)).slice(i);
+    expect(message?.body.id).toBe(row.id);
+    latencies.push(message!.at - committed);
+  }
+  latencies.sort((a, b) => a - b);
+  console.log(`commit → subscriber: p50 ${latencies[10]!.toFixed(1)} ms, max ${latencies[19]!.toFixed(1)} ms`);
+  expect(latencies[19]!).toBeLessThan(1000);
+  await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, 2000, "the last row marked");
+});
+
+test("a publish that throws leaves the row pending with the attempt and error recorded; a later round publishes it", async () => {
+  const [row] = await insertPending(db.sql, 1);
+  const throwing: PublishFn = () => {
+    throw new Error("injected: publish threw");
+  };
+  const rejecting: PublishFn = () => Promise.reject(new Error("injected: publish rejected"));
+  const retry = { baseSeconds: 0.2 };
+
+  expect(await (await startRelay({ publish: throwing, retry })).runOnce()).toBe(0);
+  let state = await outboxRow(row!.id);
+  expect(state).toMatchObject({ published: false, attempts: 1, backing_off: true, parked: false });
+  expect(state.last_error).toContain("publish threw");
+
+  const rejected = await startRelay({ publish: rejecting, retry });
+  expect(await rejected.runOnce()).toBe(0); // still backing off: not claimed, no attempt
+  expect((await outboxRow(row!.id)).attempts).toBe(1);
+  await waitUntil(async () => !(await outboxRow(row!.id)).backing_off, 3000, "back-off to pass");
+  expect(await rejected.runOnce()).toBe(0);
+  state = await outboxRow(row!.id);
+  expect(state).toMatchObject({ published: false, attempts: 2, parked: false });
+  expect(state.last_error).toContain("publish rejected");
+  expect(collector.messages).toHaveLength(0);
+
+  const real = await startRelay();
+  await waitUntil(async () => (await real.runOnce()) === 1, 3000, "a later round to publish it");
+  expect((await collector.waitFor(1)).map((m) => m.body.id)).toEqual([row!.id]);
+  expect(await outboxRow(row!.id)).toMatchObject({ published: true, attempts: 2 });
+});
+
+test("a PUBACK reason code that will never succeed parks the row at once; requeue puts it back", async () => {
+  const [row, other] = await insertPending(db.sql, 2);
+  const notAuthorized: PublishFn = (message) =>
+    JSON.parse(message.payload).id === row!.id
+      ? Promise.reject(Object.assign(new Error("Publish error: Not authorized"), { code: 0x87 }))
+      : Promise.resolve();
+  expect(await (await startRelay({ publish: notAuthorized })).runOnce()).toBe(1);
+  const state = await outboxRow(row!.id);
+  expect(state).toMatchObject({ published: false, attempts: 1, parked: true });
+  expect(state.last_error).toContain("0x87");
+  expect((await outboxRow(other!.id)).published).toBe(true);
+
+  const real = await startRelay();
+  await db.sql`update outbox set next_attempt_at = null where id = ${row!.id}`; // only parked_at holds it now
+  expect(await real.runOnce()).toBe(0);
+  expect(await requeue(db.sql, row!.id)).toBe(1);
+  expect(await requeue(db.sql, row!.id)).toBe(0); // no longer parked
+  expect(await real.runOnce()).toBe(1);
+  expect((await collector.waitFor(1)).map((m) => m.body.id)).toEqual([row!.id]);
+  expect(await outboxRow(row!.id)).toMatchObject({ published: true, attempts: 0, parked: false });
+});
+
+test("after the last allowed attempt the row is parked; requeue('all') puts every parked row back", async () => {
+  const rows = await insertPending(db.sql, 3);
+  const failing = await startRelay({ publish: () => Promise.reject(new Error("injected")), retry: { maxAttempts: 2, baseSeconds: 0 } });
+  expect(await failing.runOnce()).toBe(0);
+  expect(await countWhere(db.sql, "parked")).toBe(0);
+  expect(await failing.runOnce()).toBe(0);
+  expect(await countWhere(db.sql, "parked")).toBe(3);
+  expect(await failing.runOnce()).toBe(0); // parked rows are not claimed
+  expect((await outboxRow(rows[0]!.id)).attempts).toBe(2);
+
+  expect(await requeue(db.sql, "all")).toBe(3);
+  expect(await requeue(db.sql, "not-a-uuid")).toBe(0);
+  expect(await (await startRelay()).runOnce()).toBe(3);
+  await collector.waitFor(3);
+  expect(collector.ids()).toEqual(rows.map((r) => r.id));
+});
+
+test("a row whose payload is not JSON is parked and does not hold up the others", async () => {
+  const rows = await insertPending(db.sql, 3);
+  await db.sql`update outbox set payload = 'not json' where id = ${rows[1]!.id}`;
+  const relay = await startRelay();
+  void relay.run();
+  await collector.waitFor(2);
+  await waitUntil(async () => (await outboxRow(rows[1]!.id)).parked, 5000, "the bad row parked");
+  expect((await outboxRow(rows[1]!.id)).last_error).toContain("not valid JSON");
+  expect(collector.ids()).toEqual([rows[0]!.id, rows[2]!.id]);
+});
+
+test("two relays draining the same 1,000 rows publish every row exactly once and share the work", async () => {
+  const rows = await insertPending(db.sql, 1000);
+  const published = [0, 0];
+  const relays = await Promise.all(
+    [0, 1].map((n) => startRelay({ events: { onPublished: (_topic, lags) => (published[n]! += lags.length) } })),
+  );
+  for (const relay of relays) void relay.run();
+  await collector.waitFor(1000, 15_000);
+  await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, 5000, "every row marked");
+  await Promise.all(relays.map((relay) => relay.stop()));
+  await new Promise((resolve) => setTimeout(resolve, 200)); // a duplicate would arrive by now
+
+  const ids = collector.ids();
+  expect(ids).toHaveLength(1000);
+  expect(new Set(ids).size).toBe(1000);
+  expect(new Set(ids)).toEqual(new Set(rows.map((r) => r.id)));
+  expect(published[0]! + published[1]!).toBe(1000);
+  expect(published[0]).toBeGreaterThan(0);
+  expect(published[1]).toBeGreaterThan(0);
+});
+
+test("stop() lets the batch in flight finish: its rows are published and marked", async () => {
+  const rows = await insertPending(db.sql, 10);
+  const broker = await connectedBroker();
+  let calls = 0;
+  const slow: PublishFn = async (message) => {
+    calls += 1;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    return broker.publish(message);
+  };
+  const relay = await startRelay({ broker, publish: slow });
+  const running = relay.run();
+  await waitUntil(() => calls === rows.length, 5000, "the batch handed to the publisher");
+  await relay.stop();
+  await running;
+  expect(relay.state).toBe("stopped");
+  expect(await countWhere(db.sql, "published")).toBe(rows.length);
+  await collector.waitFor(rows.length);
+  expect(collector.ids()).toEqual(rows.map((r) => r.id));
+});
