@@ -43,6 +43,7 @@ await scenario("4", "database connections killed under load", async (ctx) => {
   await Promise.all([killer(), ...Array.from({ length: WORKERS }, (_, w) => worker(w))]);
   checks.check(killed >= KILLS * 2, `${KILLS} rounds terminated ${killed} API and relay backends`, `${killed} terminated`);
 
+  checks.check(!api.child.exited, "the API process survived the terminations", `exit code ${api.child.proc.exitCode}`);
   const after = await postCharge(api.base, crypto.randomUUID(), 4242, tally);
   checks.check(after.status === 201, "the API recovered: a new charge after the kills is a 201", `status ${after.status}`);
   const ready = await fetch(`${api.base}/readyz`).then((r) => r.status, () => 0);

@@ -70,6 +70,7 @@ await scenario("6", `soak for ${SECONDS} s: mixed traffic, retries, changed bodi
   if (relays.length === 0) relays.push(await startRelay(ctx.db.url, ctx.prefix));
 
   checks.check(kills > 0, `relays SIGKILLed and restarted ${kills} times`);
+  checks.check(!api.child.exited, "the API process stayed up", `exit code ${api.child.proc.exitCode}`);
   checks.check(badReplays === 0, `same-body retries (${sameRetries}) were byte-identical replays`, `${badReplays} were not`);
   checks.check(not422 === 0 && changedRetries > 0, `changed-body retries (${changedRetries}) were 422`, `${not422} were not`);
   const s5 = tally.count((a) => a.status >= 500 || a.status === 0);
