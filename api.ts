@@ -2,9 +2,13 @@
 import { configOrExit } from "./lib/config.ts";
 import { startApi, StartupError } from "./lib/api-main.ts";
 import { onShutdownSignal, serve } from "./lib/runtime.ts";
+import { createLogger } from "./lib/log.ts";
+import { startTelemetry } from "./telemetry.ts";
 
 const config = configOrExit(process.env);
-const api = await startApi(config).catch((error: unknown) => {
+const log = createLogger(config.logLevel, "api");
+const telemetry = startTelemetry("charges-api", config.otlpEndpoint);
+const api = await startApi(config, { metrics: telemetry.scrape, logger: log }).catch((error: unknown) => {
   if (error instanceof StartupError) {
     console.error(`api: ${error.message}`);
     process.exit(1);
@@ -12,11 +16,12 @@ const api = await startApi(config).catch((error: unknown) => {
   throw error;
 });
 const server = serve(config.port, api.fetch);
-console.log(JSON.stringify({ level: "info", msg: "api listening", port: server.port }));
+log.info("api listening", { port: server.port });
 
 onShutdownSignal(async (signal) => {
-  console.log(JSON.stringify({ level: "info", msg: "api stopping", signal }));
+  log.info("api stopping", { signal });
   await server.stop();
   await api.close();
+  await telemetry.shutdown();
   process.exit(0);
 });
