@@ -1,0 +1,40 @@
+// `bun run ops <job>`: run one operations job now and print its result as one JSON line.
+//   key-retention | stale-keys | reconcile | outbox-retention | outbox-gauges | requeue <id|all>
+import { configOrExit } from "./lib/config.ts";
+import { createSql, describeDbError, migrate } from "./lib/db.ts";
+import { createLogger } from "./lib/log.ts";
+import { JOB_NAMES, newGauges, runJob, type JobName } from "./lib/ops.ts";
+import { requeue } from "./lib/outbox-sql.ts";
+import { notifyOutbox } from "./lib/wakeup.ts";
+
+const USAGE = `usage: bun run ops <${JOB_NAMES.join("|")}> | bun run ops requeue <outbox-id|all>`;
+
+const [job, arg] = process.argv.slice(2);
+const isJob = (name: string | undefined): name is JobName => JOB_NAMES.some((j) => j === name);
+if (job !== "requeue" && !isJob(job)) {
+  console.error(job ? `unknown job "${job}"; ${USAGE}` : USAGE);
+  process.exit(2);
+}
+if (job === "requeue" && !arg) {
+  console.error(`requeue needs an outbox row id or "all"; ${USAGE}`);
+  process.exit(2);
+}
+
+const config = configOrExit(process.env);
+const sql = createSql(config.databaseUrl, { max: 2, applicationName: "charges-ops" });
+try {
+  await migrate(sql);
+  if (job === "requeue") {
+    const requeued = await requeue(sql, arg!);
+    if (requeued > 0) await notifyOutbox(sql);
+    console.log(JSON.stringify({ job, target: arg, requeued }));
+  } else {
+    const result = await runJob(job, sql, config, newGauges(), createLogger(config.logLevel, "ops", console.error));
+    console.log(JSON.stringify(result));
+  }
+  await sql.end({ timeout: 5 });
+} catch (error) {
+  console.error(`ops ${job} failed: ${describeDbError(error)}`);
+  await sql.end({ timeout: 1 }).catch(() => {});
+  process.exit(1);
+}
