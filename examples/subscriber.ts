@@ -1,0 +1,58 @@
+// A runnable subscriber: prints one JSON line per event on stdout, for people and for the
+// chaos harness. Lines:
+//   {"event":"ready","consumer":"...","topic":"..."}
+//   {"event":"received","id":"...","type":"...","aggregateId":"...","topic":"...","duplicate":false,"redelivered":false,"processed":1,"duplicates":0}
+//   {"event":"rejected","topic":"...","reason":"..."}
+//   {"event":"stopped","processed":N,"duplicates":N,"rejected":N}
+// Problems go to stderr. Environment: DATABASE_URL, MQTT_URL, MQTT_TOPIC_PREFIX as for the
+// relay; SUBSCRIBER_CONSUMER (inbox consumer name and MQTT client id, default
+// "example-subscriber"); SUBSCRIBER_CLIENT_ID to use another client id.
+import { configOrExit } from "../lib/config.ts";
+import { createSql, describeDbError, migrate } from "../lib/db.ts";
+import { onShutdownSignal } from "../lib/runtime.ts";
+import { startSubscriber } from "../lib/subscriber.ts";
+
+const config = configOrExit(process.env);
+const consumer = process.env.SUBSCRIBER_CONSUMER?.trim() || "example-subscriber";
+const topic = `${config.mqttTopicPrefix}charges/#`;
+const print = (line: Record<string, unknown>): void => console.log(JSON.stringify(line));
+
+const sql = createSql(config.databaseUrl, { max: 2, applicationName: `charges-subscriber-${consumer}` });
+try {
+  await migrate(sql); // the inbox table
+} catch (error) {
+  console.error(`subscriber: cannot apply the schema to DATABASE_URL: ${describeDbError(error)}`);
+  process.exit(1);
+}
+
+const subscriber = startSubscriber({
+  sql,
+  mqttUrl: config.mqttUrl,
+  topic,
+  consumer,
+  clientId: process.env.SUBSCRIBER_CLIENT_ID?.trim() || undefined,
+  onDelivery: ({ event, topic, duplicate, redelivered }) =>
+    print({
+      event: "received",
+      id: event.id,
+      type: event.type,
+      aggregateId: event.aggregateId,
+      topic,
+      duplicate,
+      redelivered,
+      processed: subscriber.processed,
+      duplicates: subscriber.duplicates,
+    }),
+  onRejected: (topic, reason) => print({ event: "rejected", topic, reason }),
+  onError: (description) => console.error(`subscriber: ${description}`),
+});
+void subscriber.ready.then(() => print({ event: "ready", consumer, topic }));
+
+onShutdownSignal(() => {
+  void (async () => {
+    await subscriber.close();
+    await sql.end({ timeout: 5 });
+    print({ event: "stopped", processed: subscriber.processed, duplicates: subscriber.duplicates, rejected: subscriber.rejected });
+    process.exit(0);
+  })();
+});

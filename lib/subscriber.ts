@@ -1,0 +1,208 @@
+// The reference subscriber: receives the relay's events at least once and processes each
+// event id once.
+//  - Persistent session (MQTT 5 Clean Start 0 + Session Expiry, stable client id): QoS 1
+//    events published while it is offline are kept by the broker and arrive when it returns.
+//  - Dedup by inbox: in ONE transaction, `insert into inbox ... on conflict do nothing` and the
+//    handler's own writes; a conflict means "already processed": the handler is skipped.
+//  - The PUBACK goes out only after that transaction committed (mqtt.js sends it when its
+//    handleMessage hook calls back), so a crash before the commit gets the event
+//    redelivered, and one after it is deduplicated.
+// Works on MQTT 3.1.1 too (Clean Session 0), for brokers that do not speak 5.
+import type { IPublishPacket, MqttClient } from "mqtt";
+import { isUnavailable, describeDbError, type Sql, type Tx } from "./db.ts";
+import { recordInbox } from "./inbox-sql.ts";
+import { connectMqtt } from "./mqtt-connect.ts";
+import { describeMqttError } from "./mqtt-errors.ts";
+
+export interface OutboxEvent {
+  readonly id: string;
+  readonly type: string;
+  readonly aggregateId: string;
+  readonly createdAt: string;
+  readonly data: unknown;
+}
+
+export interface Delivery {
+  readonly event: OutboxEvent;
+  readonly topic: string;
+  /** Already in the inbox: the handler did not run again. */
+  readonly duplicate: boolean;
+  /** The broker flagged it as a resend (DUP). */
+  readonly redelivered: boolean;
+}
+
+export interface SubscriberOptions {
+  readonly sql: Sql;
+  readonly mqttUrl: string;
+  /** Topic filter, e.g. `${MQTT_TOPIC_PREFIX}charges/#`. */
+  readonly topic: string;
+  /** The inbox's consumer name; also the default MQTT client id. */
+  readonly consumer: string;
+  readonly clientId?: string;
+  readonly sessionExpirySeconds?: number;
+  /** The consumer's own work; its writes through `tx` commit together with the inbox row. */
+  readonly handler?: (event: OutboxEvent, tx: Tx) => Promise<void> | void;
+  /** After the commit, before the PUBACK. */
+  readonly onDelivery?: (delivery: Delivery) => void;
+  /** A message acknowledged without processing: not an event, or the handler kept failing. */
+  readonly onRejected?: (topic: string, reason: string) => void;
+  readonly onError?: (description: string) => void;
+}
+
+export interface Subscriber {
+  readonly processed: number;
+  readonly duplicates: number;
+  readonly rejected: number;
+  readonly connected: boolean;
+  /** Resolves once subscribed. */
+  readonly ready: Promise<void>;
+  /** Disconnects, keeping the session: what arrives meanwhile waits at the broker. */
+  close(): Promise<void>;
+}
+
+// The broker keeps the session (subscription + queued QoS 1 events) this long while the
+// subscriber is away: a day covers a deploy or an outage. Mosquitto also caps the queue
+// (max_queued_messages, 1000 by default).
+export const SESSION_EXPIRY_S = 86_400;
+// A handler that keeps failing (not the database being away) is given up after this many
+// attempts, so one poison event cannot stall the stream; the event is then rejected.
+const MAX_HANDLER_ATTEMPTS = 5;
+// Retry pauses: the database away is retried for as long as it takes, doubling to the cap.
+const RETRY_MIN_MS = 100;
+const RETRY_MAX_MS = 5000;
+const RECONNECT_MS = 1000;
+// A graceful DISCONNECT that has not completed in this time is cut.
+const CLOSE_TIMEOUT_MS = 2000;
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** The relay's envelope, or undefined when the payload is not one. */
+export function parseEnvelope(payload: Uint8Array | string): OutboxEvent | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(typeof payload === "string" ? payload : new TextDecoder().decode(payload));
+  } catch {
+    return undefined;
+  }
+  if (typeof value !== "object" || value === null) return undefined;
+  const v = value as Record<string, unknown>;
+  const { id, type, aggregateId, createdAt } = v;
+  if (typeof id !== "string" || !UUID.test(id)) return undefined;
+  if (typeof type !== "string" || typeof aggregateId !== "string" || typeof createdAt !== "string") return undefined;
+  if (!("data" in v)) return undefined;
+  return { id, type, aggregateId, createdAt, data: v.data };
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+class Closing extends Error {}
+
+export function startSubscriber(options: SubscriberOptions): Subscriber {
+  const { sql, consumer } = options;
+  let processed = 0;
+  let duplicates = 0;
+  let rejected = 0;
+  let closing = false;
+  let current: Promise<void> = Promise.resolve();
+
+  /** The transaction, retried; resolves to "was a duplicate". */
+  async function processEvent(event: OutboxEvent): Promise<boolean> {
+    let pause = RETRY_MIN_MS;
+    for (let attempt = 1; ; attempt += 1) {
+      if (closing) throw new Closing();
+      try {
+        return await sql.begin(async (tx) => {
+          const fresh = await recordInbox(tx, event.id, consumer);
+          if (fresh) await options.handler?.(event, tx);
+          return !fresh;
+        });
+      } catch (error) {
+        if (!isUnavailable(error) && attempt >= MAX_HANDLER_ATTEMPTS) throw error;
+        options.onError?.(`event ${event.id}: attempt ${attempt} failed: ${describeDbError(error)}`);
+        await sleep(pause);
+        pause = Math.min(RETRY_MAX_MS, pause * 2);
+      }
+    }
+  }
+
+  // Acknowledged (the broker drops it) without processing: it would fail the same way again.
+  function reject(topic: string, reason: string, ack: () => void): void {
+    rejected += 1;
+    options.onRejected?.(topic, reason);
+    ack();
+  }
+
+  // mqtt.js calls handleMessage for each received PUBLISH and sends the PUBACK when `ack` is
+  // called; it handles one received packet at a time, so events are processed in arrival order.
+  const onMessage = (packet: IPublishPacket, ack: () => void): void => {
+    const topic = packet.topic;
+    if (packet.qos === 0) return ack(); // nothing to acknowledge; the relay never sends QoS 0
+    const event = parseEnvelope(packet.payload);
+    if (!event) return reject(topic, "not an outbox event envelope", ack);
+    current = processEvent(event).then(
+      (duplicate) => {
+        processed += 1;
+        if (duplicate) duplicates += 1;
+        try {
+          options.onDelivery?.({ event, topic, duplicate, redelivered: packet.dup === true });
+        } finally {
+          ack();
+        }
+      },
+      (error: unknown) => {
+        // Closing: no PUBACK, the broker redelivers it to the next session.
+        if (error instanceof Closing) return;
+        reject(topic, `handler failed ${MAX_HANDLER_ATTEMPTS} times: ${describeDbError(error)}`, ack);
+      },
+    ).catch((error: unknown) => options.onError?.(`onDelivery threw: ${String(error)}`));
+  };
+
+  const client: MqttClient = connectMqtt(options.mqttUrl, {
+    clientId: options.clientId ?? consumer,
+    clean: false,
+    properties: { sessionExpiryInterval: options.sessionExpirySeconds ?? SESSION_EXPIRY_S },
+    reconnectPeriod: RECONNECT_MS,
+    onError: (error) => options.onError?.(describeMqttError(error)),
+  });
+  client.handleMessage = (packet, callback) => onMessage(packet, () => callback());
+
+  const ready = new Promise<void>((resolve) => {
+    const subscribe = (): void => {
+      // A resumed session still holds the subscription; subscribing again is harmless and
+      // covers a session the broker has expired meanwhile.
+      client.subscribe(options.topic, { qos: 1 }, (error) => {
+        if (error) {
+          options.onError?.(`subscribe failed: ${describeMqttError(error)}`);
+          return;
+        }
+        client.off("connect", subscribe);
+        resolve();
+      });
+    };
+    client.on("connect", subscribe);
+  });
+
+  return {
+    get processed() {
+      return processed;
+    },
+    get duplicates() {
+      return duplicates;
+    },
+    get rejected() {
+      return rejected;
+    },
+    get connected() {
+      return client.connected;
+    },
+    ready,
+    async close() {
+      closing = true;
+      // Let the event in hand commit and be acknowledged (a retry in progress gives up).
+      await current;
+      const timer = setTimeout(() => client.end(true), CLOSE_TIMEOUT_MS);
+      await client.endAsync().catch(() => {});
+      clearTimeout(timer);
+    },
+  };
+}
