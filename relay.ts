@@ -8,14 +8,18 @@ import { createRelay, laneCount } from "./lib/relay.ts";
 import { createRelayFetch } from "./lib/relay-app.ts";
 import { otelRelayEvents } from "./lib/relay-metrics.ts";
 import { onShutdownSignal, serve } from "./lib/runtime.ts";
+import { newGauges, registerOpsGauges, startOpsLoop } from "./lib/ops.ts";
+import { startTelemetry } from "./telemetry.ts";
 
 const config = configOrExit(process.env);
 const log = createLogger(config.logLevel, "relay");
+// Registered before any instrument is created, so lib/'s meters are the SDK's.
+const telemetry = startTelemetry("charges-relay", config.otlpEndpoint);
 
 // One connection per lane (each batch holds its transaction until its PUBACKs are in)
-// plus one for /readyz; LISTEN has its own.
+// plus one for /readyz and one for the operations jobs; LISTEN has its own.
 const sql = createSql(config.databaseUrl, {
-  max: laneCount(config.outboxBatchSize) + 1,
+  max: laneCount(config.outboxBatchSize) + 2,
   applicationName: "charges-relay",
 });
 try {
@@ -38,7 +42,10 @@ const relay = createRelay({
   events: otelRelayEvents(),
   logger: log,
 });
-const server = serve(config.relayPort, createRelayFetch({ sql, broker }));
+const gauges = newGauges();
+registerOpsGauges(gauges);
+const ops = startOpsLoop(sql, config, gauges, log);
+const server = serve(config.relayPort, createRelayFetch({ sql, broker, routes: { "/metrics": telemetry.scrape } }));
 log.info("relay started", { port: server.port, mqttUrl: config.mqttUrl, batchSize: config.outboxBatchSize });
 
 let shuttingDown = false;
@@ -52,9 +59,11 @@ onShutdownSignal((signal) => {
 async function shutdown(): Promise<void> {
   try {
     await relay.stop();
+    await ops.stop();
     await server.stop();
     await broker.close();
     await sql.end({ timeout: 5 });
+    await telemetry.shutdown();
     log.info("relay stopped");
   } catch (error) {
     log.error("error while stopping", { error: describeDbError(error) });
