@@ -69,6 +69,16 @@ describe("created", () => {
   });
 });
 
+describe("trace context", () => {
+  test("a valid W3C traceparent is stored on the outbox row; a malformed one is dropped", async () => {
+    const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    expect((await postCharge(api, body(), { key: key(), headers: { traceparent } })).status).toBe(201);
+    expect((await postCharge(api, body(), { key: key(), headers: { traceparent: "00-zz-bad" } })).status).toBe(201);
+    const rows = await db.sql<{ traceparent: string | null }[]>`select traceparent from outbox order by created_at, traceparent nulls last`;
+    expect(rows.map((r) => r.traceparent).sort()).toEqual([traceparent, null].sort());
+  });
+});
+
 describe("one key, many spellings", () => {
   test("quoted, bare and upper-case forms of one UUID are one key", async () => {
     const k = key();

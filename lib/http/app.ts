@@ -95,7 +95,7 @@ export function buildApp(deps: AppDeps) {
         const outcome = await deps.charges.create({
           key: parsed.key,
           amountCents: body.amountCents,
-          traceparent: request.headers.get("traceparent"),
+          traceparent: traceparentOf(request),
         });
         deps.onOutcome?.(request, outcome.kind, parsed.key);
         return toResponse(outcome);
@@ -121,6 +121,15 @@ export function buildApp(deps: AppDeps) {
     })
     .get("/openapi.json", () => Response.json(openApiDocument()))
     .get("/metrics", () => (deps.metrics ? deps.metrics() : problemResponse("notFound", "metrics are not enabled")));
+}
+
+// W3C Trace Context version 00: only a well-formed traceparent is carried into the outbox;
+// anything else is dropped rather than stored and forwarded to subscribers.
+const TRACEPARENT_RE = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+
+function traceparentOf(request: Request): string | null {
+  const value = request.headers.get("traceparent")?.trim().toLowerCase();
+  return value && TRACEPARENT_RE.test(value) && !/^00-0{32}-|-0{16}-/.test(value) ? value : null;
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
