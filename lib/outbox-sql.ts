@@ -32,6 +32,17 @@ interface OutboxRecord {
 }
 
 /**
+ * For the rest of the transaction, keeps the planner from sorting: the claim must walk the
+ * pending index in created_at order and stop after `limit` rows. Without statistics (a fresh
+ * table, or a backlog that grew faster than autovacuum's next ANALYZE) Postgres estimates one
+ * pending row and plans a bitmap scan of EVERY pending row plus a sort: each claim then costs
+ * O(backlog), 15 ms instead of 0.05 ms with 50,000 pending.
+ */
+export async function claimInIndexOrder(tx: Db): Promise<void> {
+  await tx`set local enable_sort = off`.execute();
+}
+
+/**
  * Locks up to `limit` rows that are due, oldest first. SKIP LOCKED: rows another relay
  * (or lane) holds are passed over, never waited for. The scan follows the partial index
  * on pending rows; parked rows and rows still backing off are filtered out.

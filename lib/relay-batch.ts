@@ -4,7 +4,7 @@
 // keep every other relay off the batch until it is settled; a crash anywhere before the
 // commit leaves every row pending, so the worst case is a second delivery, never a loss.
 import { sqlState, type Sql, type Tx } from "./db.ts";
-import { claimBatch, markPublished, recordFailures, type Failure, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
+import { claimBatch, claimInIndexOrder, markPublished, recordFailures, type Failure, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import { describeMqttError, reasonCodeOf } from "./mqtt-errors.ts";
 import type { OutboundMessage, PublishFn } from "./publisher.ts";
 
@@ -193,7 +193,8 @@ async function batchInTx(
     // Checked under the lock: no claim while the broker is away (no attempts burnt) or stopping.
     // (Never parked while holding the lock: the other lanes wait on it.)
     if (!ctx.mayClaim() || !ctx.brokerConnected() || lost()) return undefined;
-    const rows = await claimBatch(tx, ctx.batchSize);
+    // Both statements leave in one write (pipelined): one round trip.
+    const [, rows] = await Promise.all([claimInIndexOrder(tx), claimBatch(tx, ctx.batchSize)]);
     // Synchronous hand-off before the lock is released: the next claim's rows queue behind these.
     return { rows, pending: rows.map((row) => publishRow(ctx, row)) };
   });
