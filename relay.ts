@@ -13,6 +13,13 @@ import { startTelemetry } from "./telemetry.ts";
 
 const config = configOrExit(process.env);
 const log = createLogger(config.logLevel, "relay");
+
+// Every promise of the relay's own is awaited or caught. postgres.js 3.4.9, though, can reject
+// internal promises nobody awaits when its connections die (a database restart, a terminated
+// backend): logged here instead of letting the runtime end the process over a blip it
+// recovers from anyway.
+process.on("unhandledRejection", (reason) => log.error("unhandled rejection", { error: describeDbError(reason) }));
+
 // Registered before any instrument is created, so lib/'s meters are the SDK's.
 const telemetry = startTelemetry("charges-relay", config.otlpEndpoint);
 

@@ -16,6 +16,9 @@ const config = configOrExit(process.env);
 const consumer = process.env.SUBSCRIBER_CONSUMER?.trim() || "example-subscriber";
 const topic = `${config.mqttTopicPrefix}charges/#`;
 const print = (line: Record<string, unknown>): void => console.log(JSON.stringify(line));
+// postgres.js 3.4.9 can reject internal promises nobody awaits when its connections die (a
+// database restart): reported, not fatal; the subscriber's own work retries and recovers.
+process.on("unhandledRejection", (reason) => console.error(`subscriber: unhandled rejection: ${describeDbError(reason)}`));
 
 const sql = createSql(config.databaseUrl, { max: 2, applicationName: `charges-subscriber-${consumer}` });
 try {
