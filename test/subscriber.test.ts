@@ -1,11 +1,10 @@
 // The reference subscriber against real Postgres and a real broker, fed by the real relay.
 import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
-import mqtt from "mqtt";
 import { createSql } from "../lib/db.ts";
 import { connectBroker } from "../lib/publisher.ts";
 import { createRelay, type Relay } from "../lib/relay.ts";
 import { startSubscriber, type Delivery, type Subscriber, type SubscriberOptions } from "../lib/subscriber.ts";
-import { countWhere, insertPending, waitUntil } from "./support/outbox.ts";
+import { countWhere, insertPending, rawClient, waitUntil } from "./support/outbox.ts";
 import { freshDatabase, services } from "./support/services.ts";
 
 setDefaultTimeout(30_000);
@@ -104,7 +103,7 @@ test("a handler that fails rolls its inbox row back with it; the retry processes
 test("a message that is not an event is acknowledged and counted as rejected; the stream goes on", async () => {
   const rejected: string[] = [];
   const { sub } = await subscriber({ onRejected: (_topic, reason) => rejected.push(reason) });
-  const client = await mqtt.connectAsync(mqttUrl, { protocolVersion: 5 });
+  const client = await rawClient(mqttUrl);
   await client.publishAsync(`${prefix}charges/ChargeCreated`, "not json", { qos: 1 });
   await client.publishAsync(`${prefix}charges/ChargeCreated`, JSON.stringify({ id: "x", type: "ChargeCreated" }), { qos: 1 });
   await client.endAsync();

@@ -1,7 +1,8 @@
 // Helpers for the relay and subscriber tests: pending outbox rows written the way the API
 // writes them, a plain MQTT subscriber that records what reaches it, and a private
 // Mosquitto the tests may stop and start.
-import mqtt, { type IPublishPacket, type MqttClient } from "mqtt";
+import type { IPublishPacket, MqttClient } from "mqtt";
+import { connectMqtt } from "../../lib/mqtt-connect.ts";
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
 import { createConnection } from "node:net";
@@ -70,17 +71,18 @@ export interface Collector {
   close(): Promise<void>;
 }
 
-/** A plain MQTT 5 subscriber on `${prefix}charges/#` that records everything it gets. */
+/**
+ * A plain subscriber on `${prefix}charges/#` that records everything it gets: MQTT 5, or
+ * 3.1.1 on a broker that only speaks that (the embedded aedes).
+ */
 export async function collect(url: string, prefix: string, options: { clientId?: string; persistent?: boolean } = {}): Promise<Collector> {
-  const client: MqttClient = await mqtt.connectAsync(url, {
-    protocolVersion: 5,
+  const client: MqttClient = connectMqtt(url, {
     clientId: options.clientId ?? `test-collector-${crypto.randomUUID().slice(0, 8)}`,
     clean: !options.persistent,
     properties: options.persistent ? { sessionExpiryInterval: 600 } : undefined,
     reconnectPeriod: 200,
-    log: () => {},
   });
-  client.on("error", () => {});
+  await new Promise<void>((resolve) => client.once("connect", () => resolve()));
   const messages: Received[] = [];
   const waiters = new Set<() => void>();
   client.on("message", (topic, payload, packet) => {
@@ -128,6 +130,13 @@ export async function countWhere(sql: Sql, what: "published" | "pending" | "atte
            count(*) filter (where parked_at is not null)::int as parked
     from outbox`;
   return Number((row as unknown as Record<string, number> | undefined)?.[what] ?? 0);
+}
+
+/** A bare client for publishing test messages, on the protocol the broker speaks. */
+export async function rawClient(url: string): Promise<MqttClient> {
+  const client = connectMqtt(url, { reconnectPeriod: 200 });
+  await new Promise<void>((resolve) => client.once("connect", () => resolve()));
+  return client;
 }
 
 export interface PrivateBroker {
