@@ -4,9 +4,18 @@ import { startApi, StartupError } from "./lib/api-main.ts";
 import { onShutdownSignal, serve } from "./lib/runtime.ts";
 import { createLogger } from "./lib/log.ts";
 import { startTelemetry } from "./telemetry.ts";
+import { describeDbError, isUnavailable } from "./lib/db.ts";
 
 const config = configOrExit(process.env);
 const log = createLogger(config.logLevel, "api");
+// postgres.js can leave a rejection unhandled when a connection dies (a stale 57P01 handed
+// to its own type fetch on reconnect). That is the database going away, which the pool
+// survives; anything else unhandled is a bug, and the process stops rather than limp on.
+process.on("unhandledRejection", (reason) => {
+  if (isUnavailable(reason)) return log.warn("database connection lost", { error: describeDbError(reason) });
+  log.error("unhandled rejection", { error: describeDbError(reason) });
+  process.exit(1);
+});
 const telemetry = startTelemetry("charges-api", config.otlpEndpoint);
 const api = await startApi(config, { metrics: telemetry.scrape, logger: log }).catch((error: unknown) => {
   if (error instanceof StartupError) {
