@@ -136,13 +136,25 @@ export function createRelay(options: RelayOptions): Relay {
       if (stopping) done();
     });
 
+  // One line per batch that claimed something (an empty poll is not news), at warn when
+  // some of its rows failed.
+  const logBatch = (result: BatchResult, ms: number): void => {
+    if (result.claimed === 0) return;
+    const failed = [...result.errors.values()].reduce((a, b) => a + b, 0);
+    const fields = { claimed: result.claimed, published: result.published, failed, durationMs: Math.round(ms * 10) / 10 };
+    if (failed > 0) logger.warn("batch had failures", fields);
+    else logger.info("batch", fields);
+  };
+
   async function batch(onClaimed?: (count: number) => void): Promise<BatchResult> {
+    const started = performance.now();
     const running = runBatch(ctx, onClaimed);
     batches.add(running);
     try {
       const result = await running;
       for (const [topic, lags] of result.lags) events.onPublished?.(topic, lags);
       for (const [topic, count] of result.errors) events.onPublishError?.(topic, count);
+      logBatch(result, performance.now() - started);
       return result;
     } finally {
       batches.delete(running);
