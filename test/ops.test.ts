@@ -106,7 +106,7 @@ test("outbox-gauges counts pending and parked rows and the oldest pending age", 
 });
 
 async function ops(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const proc = Bun.spawn(["bun", "ops.ts", ...args], {
+  const proc = Bun.spawn(["bun", "run", "--silent", "ops", ...args], {
     cwd: `${import.meta.dir}/..`,
     env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: "warn" },
     stdout: "pipe",
