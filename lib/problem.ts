@@ -15,7 +15,6 @@ export const PROBLEMS = {
   invalidBody: { slug: "invalid-body", title: "Invalid request body", status: 400 },
   invalidId: { slug: "invalid-id", title: "Invalid charge id", status: 400 },
   notFound: { slug: "not-found", title: "Not found", status: 404 },
-  methodNotAllowed: { slug: "method-not-allowed", title: "Method not allowed", status: 405 },
   inFlight: { slug: "request-in-flight", title: "Request in flight", status: 409 },
   bodyTooLarge: { slug: "body-too-large", title: "Request body too large", status: 413 },
   unsupportedMediaType: { slug: "unsupported-media-type", title: "Unsupported media type", status: 415 },

@@ -1,0 +1,73 @@
+// Configuration: defaults, validation, and the one clear line a bad value gives at start.
+import { expect, test } from "bun:test";
+import { ConfigError, loadConfig } from "../lib/config.ts";
+
+test("defaults are SPEC's", () => {
+  const config = loadConfig({});
+  expect(config).toMatchObject({
+    databaseUrl: "postgres://localhost:5432/postgres",
+    mqttUrl: "mqtt://localhost:1883",
+    port: 3000,
+    relayPort: 9465,
+    idempotencyTtlSeconds: 86_400,
+    outboxBatchSize: 50,
+    outboxPollMs: 1000,
+    outboxRetentionSeconds: 604_800,
+    mqttTopicPrefix: "",
+    logLevel: "info",
+  });
+  expect(Object.isFrozen(config)).toBe(true);
+});
+
+test.each([
+  ["PORT", "abc"],
+  ["PORT", "70000"],
+  ["RELAY_PORT", "-1"],
+  ["IDEMPOTENCY_TTL_SECONDS", "0"],
+  ["IDEMPOTENCY_TTL_SECONDS", "1.5"],
+  ["OUTBOX_BATCH_SIZE", "0"],
+  ["OUTBOX_POLL_MS", "soon"],
+  ["OUTBOX_RETENTION_SECONDS", "1e3"],
+  ["DATABASE_URL", "not a url"],
+  ["DATABASE_URL", "mysql://localhost/x"],
+  ["MQTT_URL", "http://localhost:1883"],
+  ["MQTT_TOPIC_PREFIX", "a/#/"],
+  ["LOG_LEVEL", "loud"],
+])("%s=%p is refused with a message naming it", (name, value) => {
+  let error: unknown;
+  try {
+    loadConfig({ [name]: value });
+  } catch (e) {
+    error = e;
+  }
+  expect(error).toBeInstanceOf(ConfigError);
+  expect((error as Error).message).toContain(name);
+});
+
+test.each([["api.ts"], ["relay.ts"]])("bun %s with a bad value: one line on stderr, exit 1", async (entry) => {
+  const proc = Bun.spawn(["bun", entry], {
+    cwd: `${import.meta.dir}/..`,
+    env: { ...process.env, PORT: "nope", RELAY_PORT: "nope" },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const [stderr, code] = await Promise.all([new Response(proc.stderr).text(), proc.exited]);
+  expect(code).toBe(1);
+  const lines = stderr.trim().split("\n");
+  expect(lines).toHaveLength(1);
+  expect(lines[0]).toMatch(/^configuration error: (PORT|RELAY_PORT) must be an integer/);
+});
+
+test.each([["api.ts"], ["relay.ts"]])("bun %s with an unreachable database: one line on stderr, exit 1", async (entry) => {
+  const proc = Bun.spawn(["bun", entry], {
+    cwd: `${import.meta.dir}/..`,
+    env: { ...process.env, DATABASE_URL: "postgres://postgres@127.0.0.1:1/none", PORT: "0", RELAY_PORT: "0" },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const [stderr, code] = await Promise.all([new Response(proc.stderr).text(), proc.exited]);
+  expect(code).toBe(1);
+  const lines = stderr.trim().split("\n");
+  expect(lines).toHaveLength(1);
+  expect(lines[0]).toContain("DATABASE_URL");
+});
