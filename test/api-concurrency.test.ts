@@ -2,26 +2,16 @@
 // (an uncommitted row with the same (key, endpoint), which the winner's insert queues
 // behind on the unique index) and polls pg_stat_activity until the winner is blocked.
 import { setDefaultTimeout } from "bun:test";
-import { afterAll, beforeEach, expect, test } from "bun:test";
-import { CHARGES_ENDPOINT } from "../lib/charges.ts";
+import { expect, test } from "bun:test";
 import { StartupError } from "../lib/api-main.ts";
-import { createChargeService } from "../lib/charges.ts";
+import { CHARGES_ENDPOINT, createChargeService } from "../lib/charges.ts";
 import { createSql } from "../lib/db.ts";
 import { buildApp } from "../lib/http/app.ts";
-import { freshDatabase } from "./support/services.ts";
-import { counts, postCharge, startTestApi, waitForApiBlockedOnLock } from "./support/api.ts";
+import { apiTestContext, counts, postCharge, startTestApi, waitForApiBlockedOnLock } from "./support/api.ts";
 
 setDefaultTimeout(30_000);
 
-const db = await freshDatabase("api_race");
-const api = await startTestApi(db.url);
-afterAll(async () => {
-  await api.close();
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.sql`truncate outbox, idempotency_keys, charges`;
-});
+const { db, api } = await apiTestContext("api_race");
 
 const body = '{"amountCents":4900}';
 

@@ -1,21 +1,12 @@
 // POST /charges against real Postgres: every row of SPEC's table, asserting rows as well
 // as responses.
 import { setDefaultTimeout } from "bun:test";
-import { afterAll, beforeEach, describe, expect, test } from "bun:test";
-import { freshDatabase } from "./support/services.ts";
-import { counts, postCharge, startTestApi } from "./support/api.ts";
+import { describe, expect, test } from "bun:test";
+import { apiTestContext, counts, postCharge, startTestApi } from "./support/api.ts";
 
 setDefaultTimeout(30_000);
 
-const db = await freshDatabase("api");
-const api = await startTestApi(db.url);
-afterAll(async () => {
-  await api.close();
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.sql`truncate outbox, idempotency_keys, charges`;
-});
+const { db, api } = await apiTestContext("api");
 
 const key = () => crypto.randomUUID();
 const body = (amount: unknown = 4900) => JSON.stringify({ amountCents: amount });

@@ -44,30 +44,28 @@ test.each([
   expect((error as Error).message).toContain(name);
 });
 
-test.each([["api.ts"], ["relay.ts"]])("bun %s with a bad value: one line on stderr, exit 1", async (entry) => {
+/** Runs an entrypoint to its exit; returns its exit code and stderr lines. */
+async function runEntry(entry: string, env: Record<string, string>): Promise<{ code: number; lines: string[] }> {
   const proc = Bun.spawn(["bun", entry], {
     cwd: `${import.meta.dir}/..`,
-    env: { ...process.env, PORT: "nope", RELAY_PORT: "nope" },
+    env: { ...process.env, ...env },
     stdout: "pipe",
     stderr: "pipe",
   });
   const [stderr, code] = await Promise.all([new Response(proc.stderr).text(), proc.exited]);
+  return { code, lines: stderr.trim().split("\n") };
+}
+
+test.each([["api.ts"], ["relay.ts"]])("bun %s with a bad value: one line on stderr, exit 1", async (entry) => {
+  const { code, lines } = await runEntry(entry, { PORT: "nope", RELAY_PORT: "nope" });
   expect(code).toBe(1);
-  const lines = stderr.trim().split("\n");
   expect(lines).toHaveLength(1);
   expect(lines[0]).toMatch(/^configuration error: (PORT|RELAY_PORT) must be an integer/);
 });
 
 test.each([["api.ts"], ["relay.ts"]])("bun %s with an unreachable database: one line on stderr, exit 1", async (entry) => {
-  const proc = Bun.spawn(["bun", entry], {
-    cwd: `${import.meta.dir}/..`,
-    env: { ...process.env, DATABASE_URL: "postgres://postgres@127.0.0.1:1/none", PORT: "0", RELAY_PORT: "0" },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  const [stderr, code] = await Promise.all([new Response(proc.stderr).text(), proc.exited]);
+  const { code, lines } = await runEntry(entry, { DATABASE_URL: "postgres://postgres@127.0.0.1:1/none", PORT: "0", RELAY_PORT: "0" });
   expect(code).toBe(1);
-  const lines = stderr.trim().split("\n");
   expect(lines).toHaveLength(1);
   expect(lines[0]).toContain("DATABASE_URL");
 });

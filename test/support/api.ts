@@ -2,6 +2,8 @@
 import { loadConfig } from "../../lib/config.ts";
 import { startApi, type ApiOptions, type ApiProcess } from "../../lib/api-main.ts";
 import type { Sql } from "../../lib/db.ts";
+import { afterAll, beforeEach } from "bun:test";
+import { freshDatabase, type TestDatabase } from "./services.ts";
 
 export const TEST_API_APP = "charges-api";
 
@@ -41,4 +43,21 @@ export async function waitForApiBlockedOnLock(sql: Sql, timeoutMs = 10_000): Pro
     await new Promise((r) => setTimeout(r, 5));
   }
   throw new Error("the API never blocked on the held lock");
+}
+
+/**
+ * For a test file: its own database and an in-process API on it, both closed after the
+ * file, and the three tables emptied before each test.
+ */
+export async function apiTestContext(label: string): Promise<{ db: TestDatabase; api: ApiProcess }> {
+  const db = await freshDatabase(label);
+  const api = await startTestApi(db.url);
+  afterAll(async () => {
+    await api.close();
+    await db.drop();
+  });
+  beforeEach(async () => {
+    await db.sql`truncate outbox, idempotency_keys, charges`;
+  });
+  return { db, api };
 }
