@@ -4,10 +4,10 @@
 //   bun bench/relay-drain.ts [rows=50000] [batch sizes...=50]
 // Uses DATABASE_URL (a database it may CREATE DATABASE from) and MQTT_URL.
 import mqtt from "mqtt";
-import { createSql, migrate, type Sql } from "../lib/db.ts";
+import { createSql, type Sql } from "../lib/db.ts";
 import { connectBroker } from "../lib/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay.ts";
-import { withDatabase } from "../test/support/services.ts";
+import { createScratchDatabase, scratchName, withDatabase } from "../test/support/database.ts";
 
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const mqttUrl = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
@@ -42,12 +42,9 @@ async function bareClientRate(window: number): Promise<number> {
 }
 
 async function withBacklog<T>(run: (sql: Sql, name: string) => Promise<T>): Promise<T> {
-  const name = `bench_drain_${crypto.randomUUID().slice(0, 8)}`;
-  const admin = createSql(adminUrl, { max: 1 });
-  await admin.unsafe(`create database ${name}`);
-  const sql = createSql(withDatabase(adminUrl, name), { max: 10 });
+  const db = await createScratchDatabase(adminUrl, scratchName("bench", "drain"), { max: 10 });
+  const { name, sql } = db;
   try {
-    await migrate(sql);
     await sql`insert into charges (id, amount_cents, created_at)
               select gen_random_uuid(), 4900, clock_timestamp() from generate_series(1, ${rows})`;
     await sql`insert into outbox (id, aggregate_id, event_type, payload, created_at)
@@ -57,9 +54,7 @@ async function withBacklog<T>(run: (sql: Sql, name: string) => Promise<T>): Prom
     if (process.env.ANALYZE) await sql`vacuum analyze outbox`;
     return await run(sql, name);
   } finally {
-    await sql.end();
-    await admin.unsafe(`drop database ${name} with (force)`);
-    await admin.end();
+    await db.drop();
   }
 }
 

@@ -4,22 +4,17 @@
 // records when each event arrives.
 //   bun bench/relay-latency.ts [rate=200] [seconds=10]
 import mqtt from "mqtt";
-import { createSql, migrate } from "../lib/db.ts";
 import { freePort } from "../lib/dev/ports.ts";
 import { createOutboxNotifier } from "../lib/wakeup.ts";
-import { withDatabase } from "../test/support/services.ts";
+import { createScratchDatabase, scratchName } from "../test/support/database.ts";
 
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const mqttUrl = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
 const rate = Number(process.argv[2] ?? 200);
 const seconds = Number(process.argv[3] ?? 10);
 
-const name = `bench_latency_${crypto.randomUUID().slice(0, 8)}`;
-const admin = createSql(adminUrl, { max: 1 });
-await admin.unsafe(`create database ${name}`);
-const url = withDatabase(adminUrl, name);
-const sql = createSql(url, { max: 8 });
-await migrate(sql);
+const db = await createScratchDatabase(adminUrl, scratchName("bench", "latency"), { max: 8 });
+const { name, url, sql } = db;
 const prefix = `bench/${name}/`;
 
 const committedAt = new Map<string, number>();
@@ -83,6 +78,4 @@ relay.kill("SIGTERM");
 await relay.exited;
 await notifier.close();
 await subscriber.endAsync();
-await sql.end();
-await admin.unsafe(`drop database ${name} with (force)`);
-await admin.end();
+await db.drop();

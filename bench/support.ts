@@ -1,6 +1,7 @@
 // Shared helpers for the benchmarks: fresh databases, child processes, ports, statistics.
 import type { Subprocess } from "bun";
-import { createSql, migrate, type Sql } from "../lib/db.ts";
+import { createScratchDatabase, scratchName, type ScratchDatabase } from "../test/support/database.ts";
+import { freePort } from "../lib/dev/ports.ts";
 
 export const ADMIN_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 export const MQTT_URL = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
@@ -19,46 +20,13 @@ export function requireTool(tool: string, pkg: string): string {
   return path;
 }
 
-export function withDatabase(url: string, database: string): string {
-  const u = new URL(url);
-  u.pathname = `/${database}`;
-  return u.toString();
-}
-
-export interface FreshDb {
-  readonly name: string;
-  readonly url: string;
-  readonly sql: Sql;
-  drop(): Promise<void>;
-}
+export type FreshDb = ScratchDatabase;
 
 /** A new database on the server in DATABASE_URL, schema applied by lib/db.ts migrate(). */
-export async function freshDatabase(label: string, max = 4): Promise<FreshDb> {
-  const name = `bench_${label}_${crypto.randomUUID().slice(0, 8)}`;
-  const admin = createSql(ADMIN_URL, { max: 1, applicationName: "bench-admin" });
-  await admin.unsafe(`create database ${name}`);
-  const url = withDatabase(ADMIN_URL, name);
-  const sql = createSql(url, { max, applicationName: "bench" });
-  await migrate(sql);
-  return {
-    name,
-    url,
-    sql,
-    async drop() {
-      await sql.end({ timeout: 2 });
-      await admin.unsafe(`drop database if exists ${name} with (force)`);
-      await admin.end({ timeout: 2 });
-    },
-  };
+export function freshDatabase(label: string, max = 4): Promise<FreshDb> {
+  return createScratchDatabase(ADMIN_URL, scratchName("bench", label), { max, applicationName: "bench" });
 }
 
-export function freePort(): number {
-  const server = Bun.serve({ port: 0, fetch: () => new Response() });
-  const port = server.port;
-  server.stop(true);
-  if (port === undefined) throw new Error("no free port");
-  return port;
-}
 
 export interface Child {
   readonly proc: Subprocess;
@@ -68,7 +36,7 @@ export interface Child {
 
 /** `bun <entry>` with env; stdout discarded (as a production log shipper would consume it). */
 export async function startChild(entry: string, env: Record<string, string>, readyPath: string, portVar: string): Promise<Child> {
-  const port = freePort();
+  const port = await freePort();
   const proc = Bun.spawn(["bun", entry], {
     cwd: ROOT,
     env: { ...process.env, ...env, [portVar]: String(port) },

@@ -4,20 +4,17 @@
 //   notify-in-tx  pg_notify inside every charge's transaction (the obvious design)
 //   poke          lib/wakeup.ts: after the commit, at most one NOTIFY per 5 ms window
 // Modes alternate so drift hits all of them.  bun bench/wakeup-cost.ts [seconds per run=5]
-import { createSql, migrate, type Sql } from "../lib/db.ts";
+import type { Sql } from "../lib/db.ts";
 import { createOutboxNotifier, OUTBOX_CHANNEL } from "../lib/wakeup.ts";
-import { withDatabase } from "../test/support/services.ts";
+import { createScratchDatabase, scratchName } from "../test/support/database.ts";
 
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const seconds = Number(process.argv[2] ?? 5);
 const CONNECTIONS = 16;
 type Mode = "none" | "notify-in-tx" | "poke";
 
-const name = `bench_wakeup_${crypto.randomUUID().slice(0, 8)}`;
-const admin = createSql(adminUrl, { max: 1 });
-await admin.unsafe(`create database ${name}`);
-const sql = createSql(withDatabase(adminUrl, name), { max: CONNECTIONS + 1 });
-await migrate(sql);
+const db = await createScratchDatabase(adminUrl, scratchName("bench", "wakeup"), { max: CONNECTIONS + 1 });
+const { sql } = db;
 let notifies = 0;
 const listener = await sql.listen(OUTBOX_CHANNEL, () => (notifies += 1));
 
@@ -69,6 +66,4 @@ console.log(
 );
 
 await listener.unlisten();
-await sql.end();
-await admin.unsafe(`drop database ${name} with (force)`);
-await admin.end();
+await db.drop();

@@ -6,8 +6,8 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import mqtt, { type MqttClient } from "mqtt";
-import postgres from "postgres";
 import { freePort } from "../lib/dev/ports.ts";
+import { createScratchDatabase, scratchName } from "./support/database.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 // Deno's first run resolves the npm packages and compiles: allow for a cold cache.
@@ -34,17 +34,15 @@ async function main(): Promise<void> {
   const version = spawnSync("deno", ["--version"], { encoding: "utf8" });
   if (version.status !== 0) throw new SmokeFailure("deno is not installed (npm install -g deno)");
   const suffix = crypto.randomUUID().slice(0, 8);
-  const database = `deno_smoke_${suffix}`;
-  const admin = postgres(databaseUrl, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`create database ${database}`).catch((error: Error) => {
+  // The processes under test apply the schema themselves, on Deno.
+  const db = await createScratchDatabase(databaseUrl, scratchName("deno", "smoke"), { migrate: false }).catch((error: Error) => {
     throw new SmokeFailure(`cannot create a database through DATABASE_URL: ${error.message}`);
   });
   try {
-    await run(withDatabase(databaseUrl, database), mqttUrl, `deno-smoke-${suffix}/`);
+    await run(db.url, mqttUrl, `deno-smoke-${suffix}/`);
   } finally {
     await stopAll();
-    await admin.unsafe(`drop database if exists ${database} with (force)`).catch(() => {});
-    await admin.end({ timeout: 5 });
+    await db.drop().catch(() => {});
   }
   console.log(`deno smoke: ok on ${version.stdout.split("\n")[0]} in ${Math.round(performance.now() - started)} ms`);
 }
@@ -153,12 +151,6 @@ function required(name: string): string {
   const value = process.env[name];
   if (!value) throw new SmokeFailure(`${name} is not set (this smoke test runs against real services)`);
   return value;
-}
-
-function withDatabase(url: string, database: string): string {
-  const parsed = new URL(url);
-  parsed.pathname = `/${database}`;
-  return parsed.toString();
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));

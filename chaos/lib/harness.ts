@@ -5,6 +5,10 @@ import postgres from "postgres";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { freePort } from "../../lib/dev/ports.ts";
+import { createScratchDatabase, scratchName, type ScratchDatabase } from "../../test/support/database.ts";
+
+export { freePort };
 
 export type Sql = postgres.Sql<Record<string, never>>;
 
@@ -27,46 +31,16 @@ export async function until<T>(what: string, timeoutMs: number, probe: () => Pro
   }
 }
 
-export async function freePort(): Promise<number> {
-  const server = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
-  const port = server.port;
-  server.stop(true);
-  return port;
-}
 
 export function connect(url: string, max = 4): Sql {
   return postgres(url, { max, onnotice: () => {}, connection: { application_name: "chaos-harness" } }) as unknown as Sql;
 }
 
-export interface FreshDb {
-  readonly url: string;
-  readonly name: string;
-  drop(): Promise<void>;
-}
+export type FreshDb = ScratchDatabase;
 
-/** A new database on DATABASE_URL's server; drop() removes it (and any backend still on it). */
-export async function freshDatabase(label: string): Promise<FreshDb> {
-  const name = `chaos_${label}_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 6)}`;
-  const admin = connect(DATABASE_URL, 1);
-  try {
-    await admin.unsafe(`create database ${name}`);
-  } finally {
-    await admin.end({ timeout: 2 });
-  }
-  const url = new URL(DATABASE_URL);
-  url.pathname = `/${name}`;
-  return {
-    url: url.toString(),
-    name,
-    async drop() {
-      const a = connect(DATABASE_URL, 1);
-      try {
-        await a.unsafe(`drop database if exists ${name} with (force)`);
-      } finally {
-        await a.end({ timeout: 2 });
-      }
-    },
-  };
+/** A new database on DATABASE_URL's server; the processes under test apply the schema. */
+export function freshDatabase(label: string): Promise<FreshDb> {
+  return createScratchDatabase(DATABASE_URL, scratchName("chaos", label), { migrate: false, applicationName: "chaos-harness" });
 }
 
 export interface Child {

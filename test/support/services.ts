@@ -5,7 +5,7 @@
 //      (a variable that is set is still used), so a fresh machine needs nothing installed.
 // TEST_SERVICES=env|docker|embedded forces one, e.g. for CI's run of the embedded path.
 // Each test file asks for its own fresh database so files can run in parallel.
-import { createSql, migrate, type Sql } from "../../lib/db.ts";
+import { createScratchDatabase, scratchName, withDatabase, type ScratchDatabase } from "./database.ts";
 import { dockerAnswers, startContainers } from "./containers.ts";
 import { startEmbedded } from "./embedded.ts";
 
@@ -57,37 +57,12 @@ async function resolve(): Promise<Services> {
   return { source, ...(await startEmbedded(env)) };
 }
 
-export interface TestDatabase {
-  readonly url: string;
-  readonly name: string;
-  readonly sql: Sql;
-  drop(): Promise<void>;
-}
+export type TestDatabase = ScratchDatabase;
 
 /** A new database with the schema applied, for one test file. */
 export async function freshDatabase(label: string): Promise<TestDatabase> {
   const { adminDatabaseUrl } = await services();
-  const name = `t_${label.replace(/[^a-z0-9]/gi, "_").toLowerCase()}_${crypto.randomUUID().slice(0, 8)}`;
-  const admin = createSql(adminDatabaseUrl, { max: 1, applicationName: "charges-test-admin" });
-  // Identifiers cannot be parameters; the name is built above from [a-z0-9_] only.
-  await admin.unsafe(`create database ${name}`);
-  const url = withDatabase(adminDatabaseUrl, name);
-  const sql = createSql(url, { max: 4, applicationName: "charges-test" });
-  await migrate(sql);
-  return {
-    url,
-    name,
-    sql,
-    async drop() {
-      await sql.end({ timeout: 5 });
-      await admin.unsafe(`drop database if exists ${name} with (force)`);
-      await admin.end({ timeout: 5 });
-    },
-  };
+  return createScratchDatabase(adminDatabaseUrl, scratchName("t", label), { applicationName: "charges-test" });
 }
 
-export function withDatabase(url: string, database: string): string {
-  const parsed = new URL(url);
-  parsed.pathname = `/${database}`;
-  return parsed.toString();
-}
+export { withDatabase };
