@@ -7,6 +7,8 @@ import { createLogger } from "./lib/log.ts";
 import { createRelay, laneCount } from "./lib/relay.ts";
 import { createRelayFetch } from "./lib/relay-app.ts";
 import { otelRelayEvents } from "./lib/relay-metrics.ts";
+import { topicOf } from "./lib/relay-batch.ts";
+import { CHARGE_CREATED } from "./lib/charges.ts";
 import { onShutdownSignal, serve } from "./lib/runtime.ts";
 import { newGauges, registerOpsGauges, startOpsLoop } from "./lib/ops.ts";
 import { startTelemetry } from "./telemetry.ts";
@@ -46,7 +48,7 @@ const relay = createRelay({
   batchSize: config.outboxBatchSize,
   pollMs: config.outboxPollMs,
   topicPrefix: config.mqttTopicPrefix,
-  events: otelRelayEvents(),
+  events: otelRelayEvents([topicOf(config.mqttTopicPrefix, CHARGE_CREATED)]),
   logger: log,
 });
 const gauges = newGauges();

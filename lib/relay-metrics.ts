@@ -7,7 +7,11 @@ import type { RelayEvents } from "./relay.ts";
 // Row created → PUBACK. Fine below 50 ms (the latency target), coarse up to minutes (backlogs, retries).
 const LAG_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
-export function otelRelayEvents(meterName = "charges"): RelayEvents {
+/**
+ * `knownDestinations` start at zero, so both counters are on /metrics from the first scrape
+ * and a rate() alert on errors works before the first error.
+ */
+export function otelRelayEvents(knownDestinations: readonly string[] = [], meterName = "charges"): RelayEvents {
   const meter = metrics.getMeter(meterName);
   const published = meter.createCounter("outbox_published_total", {
     description: "Outbox rows published and acknowledged by the broker",
@@ -19,6 +23,10 @@ export function otelRelayEvents(meterName = "charges"): RelayEvents {
     description: "Seconds from the outbox row's created_at to the broker's PUBACK",
     advice: { explicitBucketBoundaries: LAG_BUCKETS_S },
   });
+  for (const destination of knownDestinations) {
+    published.add(0, { destination });
+    errors.add(0, { destination });
+  }
   return {
     onPublished(destination, lagSeconds) {
       published.add(lagSeconds.length, { destination });

@@ -48,6 +48,8 @@ test("the relay's /metrics carries SPEC's outbox metrics with the values the dat
     );
     expect(text).toContain("# TYPE outbox_published_total counter");
     expect(value(text, `outbox_published_total{destination="${destination}"}`)).toBe(rows.length);
+    expect(text).toContain("# TYPE outbox_publish_errors_total counter");
+    expect(value(text, `outbox_publish_errors_total{destination="${destination}"}`)).toBe(0);
     expect(text).toContain("# TYPE outbox_delivery_lag_seconds histogram");
     expect(value(text, `outbox_delivery_lag_seconds_count{destination="${destination}"}`)).toBe(rows.length);
     expect(text).toContain("# TYPE outbox_pending_events gauge");
