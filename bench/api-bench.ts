@@ -3,6 +3,7 @@
 // event loop per thread; a few % of a core at these rates), so the generator does not steal
 // the server's CPU the way a second Bun process would.
 import { freshDatabase, log, requireTool, run, startChild, type Child, type FreshDb } from "./support.ts";
+import { backendWaitingOnLock, holdKey } from "../test/support/database.ts";
 
 const SCRIPT = new URL("./wrk/charges.lua", import.meta.url).pathname;
 
@@ -107,15 +108,12 @@ export async function conflictRun(connections: number, seconds: number): Promise
   const db = await freshDatabase("conflict");
   const api = await startApi(db, "info");
   const key = crypto.randomUUID();
-  const holder = await db.sql.reserve();
+  const hold = await holdKey(db.sql, key);
   try {
-    await holder`begin`;
-    await holder`insert into idempotency_keys (key, endpoint, request_hash, status, expires_at)
-                 values (${key}, 'POST /charges', 'held-by-bench', 'STARTED', now() + interval '1 hour')`;
     const winner = post(api.port, key);
     await waitForLockWait(db);
     const r = await wrk(api.port, connections, seconds, key);
-    await holder`rollback`;
+    await hold.release();
     const winnerStatus = await winner;
     return {
       requests: r.requests,
@@ -126,7 +124,7 @@ export async function conflictRun(connections: number, seconds: number): Promise
       winnerStatus,
     };
   } finally {
-    holder.release();
+    await hold.release();
     await api.stop();
     await db.drop();
   }
@@ -135,9 +133,7 @@ export async function conflictRun(connections: number, seconds: number): Promise
 async function waitForLockWait(db: FreshDb): Promise<void> {
   const deadline = Date.now() + 5_000;
   for (;;) {
-    const rows = await db.sql`select pid from pg_stat_activity
-      where datname = ${db.name} and application_name = 'charges-api' and wait_event_type = 'Lock'`;
-    if (rows.length > 0) return;
+    if ((await backendWaitingOnLock(db.sql, "charges-api")) !== undefined) return;
     if (Date.now() > deadline) throw new Error("the API's winner never queued behind the held key row");
     await Bun.sleep(10);
   }

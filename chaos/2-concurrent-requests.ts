@@ -6,7 +6,7 @@
 //  (b) 50 concurrent requests, one key: one charge, one outbox row, exactly one fresh 201,
 //      every other answer a 409 or a byte-identical replay.
 //  (c) 50 keys × 5 concurrent retries: exactly 50 charges.
-import { startApi, startRelay, until, waitingOnLock } from "./lib/harness.ts";
+import { holdKey, startApi, startRelay, until, waitingOnLock } from "./lib/harness.ts";
 import { postCharge, type Answer } from "./lib/client.ts";
 import { deliveryInvariants, scenario } from "./lib/report.ts";
 import { startSubscriber } from "./lib/subscriber.ts";
@@ -19,22 +19,18 @@ await scenario("2", "concurrent requests with the same key", async (ctx) => {
 
   // (a)
   const keyA = crypto.randomUUID();
-  const hold = await sql.reserve();
+  const hold = await holdKey(sql, keyA);
   let winner: Promise<Answer>;
   let loser: Answer;
   let releasedAt = 0;
   try {
-    await hold`begin`;
-    await hold`insert into idempotency_keys (key, endpoint, request_hash, status, expires_at)
-               values (${keyA}, 'POST /charges', 'held-by-chaos', 'STARTED', now() + interval '1 hour')`;
     winner = postCharge(api.base, keyA, 1000, tally);
     await until("the winner to wait on the held key row", 10_000, () => waitingOnLock(sql, "charges-api"));
     loser = await postCharge(api.base, keyA, 1000, tally, 5000);
     checks.check(await waitingOnLock(sql, "charges-api"), "(a) the winner is still held when the second answer arrives");
   } finally {
     releasedAt = Date.now();
-    await hold`rollback`.catch(() => {});
-    hold.release();
+    await hold.release();
   }
   const won = await winner;
   checks.check(loser.status === 409 && loser.at <= releasedAt, "(a) the second request got 409 while the winner was held",

@@ -3,7 +3,7 @@
 // terminated too (a dead host's connection), the hold is released, and the client retries
 // with the same key against a restarted API. Proves: nothing half-written survives, and the
 // retry creates exactly one charge.
-import { backends, hardKill, startApi, startRelay, terminate, until, waitingOnLock } from "./lib/harness.ts";
+import { backends, hardKill, holdKey, startApi, startRelay, terminate, until, waitingOnLock } from "./lib/harness.ts";
 import { postCharge, postUntilFinal } from "./lib/client.ts";
 import { deliveryInvariants, scenario } from "./lib/report.ts";
 import { startSubscriber } from "./lib/subscriber.ts";
@@ -15,11 +15,8 @@ await scenario("3", "API killed while a request is inside its statement", async 
   await startRelay(ctx.db.url, ctx.prefix);
 
   const key = crypto.randomUUID();
-  const hold = await sql.reserve();
+  const hold = await holdKey(sql, key);
   try {
-    await hold`begin`;
-    await hold`insert into idempotency_keys (key, endpoint, request_hash, status, expires_at)
-               values (${key}, 'POST /charges', 'held-by-chaos', 'STARTED', now() + interval '1 hour')`;
     const inFlight = postCharge(api.base, key, 7700, tally);
     await until("the request to wait inside its statement", 10_000, () => waitingOnLock(sql, "charges-api"));
     const orphans = await backends(sql, "charges-api");
@@ -28,8 +25,7 @@ await scenario("3", "API killed while a request is inside its statement", async 
     const cut = await inFlight;
     checks.check(cut.status === 0, "the client saw the connection cut (no answer)", `status ${cut.status}`);
   } finally {
-    await hold`rollback`.catch(() => {});
-    hold.release();
+    await hold.release();
   }
   const [left] = await sql<{ keys: number; charges: number; events: number }[]>`
     select (select count(*)::int from idempotency_keys) as keys,

@@ -7,6 +7,7 @@ import { StartupError } from "../lib/api-main.ts";
 import { CHARGES_ENDPOINT, createChargeService } from "../lib/charges.ts";
 import { createSql } from "../lib/db.ts";
 import { buildApp } from "../lib/http/app.ts";
+import { holdKey as holdHeldKey } from "./support/database.ts";
 import { apiTestContext, counts, postCharge, startTestApi, waitForApiBlockedOnLock } from "./support/api.ts";
 
 setDefaultTimeout(30_000);
@@ -15,19 +16,7 @@ const { db, api } = await apiTestContext("api_race");
 
 const body = '{"amountCents":4900}';
 
-/** Opens a transaction holding an uncommitted key row; the caller ends it with the result's release(). */
-async function holdKey(k: string) {
-  const holder = await db.sql.reserve();
-  await holder`begin`;
-  await holder`insert into idempotency_keys (key, endpoint, request_hash, status, expires_at)
-               values (${k}, ${CHARGES_ENDPOINT}, 'held-by-test', 'STARTED', now() + interval '1 hour')`;
-  return {
-    async release() {
-      await holder`rollback`;
-      holder.release();
-    },
-  };
-}
+const holdKey = (k: string) => holdHeldKey(db.sql, k, CHARGES_ENDPOINT);
 
 test("two overlapping requests: the second gets 409 + Retry-After while the first is still in flight", async () => {
   const k = crypto.randomUUID();

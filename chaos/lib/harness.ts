@@ -6,9 +6,9 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "../../lib/dev/ports.ts";
-import { createScratchDatabase, scratchName, type ScratchDatabase } from "../../test/support/database.ts";
+import { backendWaitingOnLock, createScratchDatabase, holdKey, scratchName, type ScratchDatabase } from "../../test/support/database.ts";
 
-export { freePort };
+export { freePort, holdKey };
 
 export type Sql = postgres.Sql<Record<string, never>>;
 
@@ -151,10 +151,7 @@ export async function backends(sql: Sql, appName: string): Promise<number[]> {
 
 /** True when a backend of `appName` is waiting on a heavyweight lock. */
 export async function waitingOnLock(sql: Sql, appName: string): Promise<boolean> {
-  const rows = await sql`
-    select 1 from pg_stat_activity
-     where datname = current_database() and application_name = ${appName} and wait_event_type = 'Lock'`;
-  return rows.length > 0;
+  return (await backendWaitingOnLock(sql, appName)) !== undefined;
 }
 
 export async function terminate(sql: Sql, pids: readonly number[]): Promise<void> {

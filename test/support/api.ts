@@ -4,6 +4,7 @@ import { startApi, type ApiOptions, type ApiProcess } from "../../lib/api-main.t
 import type { Sql } from "../../lib/db.ts";
 import { afterAll, beforeEach } from "bun:test";
 import { freshDatabase, type TestDatabase } from "./services.ts";
+import { backendWaitingOnLock } from "./database.ts";
 
 export const TEST_API_APP = "charges-api";
 
@@ -35,11 +36,8 @@ export async function counts(sql: Sql): Promise<{ charges: number; outbox: numbe
 export async function waitForApiBlockedOnLock(sql: Sql, timeoutMs = 10_000): Promise<number> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    const rows = await sql<{ pid: number }[]>`
-      select pid from pg_stat_activity
-       where datname = current_database() and application_name = ${TEST_API_APP}
-         and wait_event_type = 'Lock'`;
-    if (rows[0]) return rows[0].pid;
+    const pid = await backendWaitingOnLock(sql, TEST_API_APP);
+    if (pid !== undefined) return pid;
     await new Promise((r) => setTimeout(r, 5));
   }
   throw new Error("the API never blocked on the held lock");

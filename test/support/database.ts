@@ -56,3 +56,43 @@ export async function createScratchDatabase(adminUrl: string, name: string, opti
     },
   };
 }
+
+export interface HeldKey {
+  /** Rolls the holding transaction back, letting the held request go on. Idempotent. */
+  release(): Promise<void>;
+}
+
+/**
+ * Holds a POST /charges request for `key` inside its statement, deterministically: an
+ * uncommitted key row with the same (key, endpoint) in our own open transaction. The API's
+ * statement takes the key's advisory lock, then its insert queues behind our row on the
+ * unique index, so every other request for the key answers 409 while we hold.
+ */
+export async function holdKey(sql: Sql, key: string, endpoint = "POST /charges"): Promise<HeldKey> {
+  const holder = await sql.reserve();
+  try {
+    await holder`begin`;
+    await holder`insert into idempotency_keys (key, endpoint, request_hash, status, expires_at)
+                 values (${key}, ${endpoint}, 'held', 'STARTED', now() + interval '1 hour')`;
+  } catch (error) {
+    holder.release();
+    throw error;
+  }
+  let released = false;
+  return {
+    async release() {
+      if (released) return;
+      released = true;
+      await holder`rollback`.catch(() => {});
+      holder.release();
+    },
+  };
+}
+
+/** The pid of a backend of `appName` on this database that waits on a lock, if any. */
+export async function backendWaitingOnLock(sql: Sql, appName: string): Promise<number | undefined> {
+  const rows = await sql<{ pid: number }[]>`
+    select pid from pg_stat_activity
+     where datname = current_database() and application_name = ${appName} and wait_event_type = 'Lock'`;
+  return rows[0]?.pid;
+}
