@@ -113,7 +113,3 @@ export async function findCharge(sql: Sql, id: string): Promise<ChargeRow | unde
   const rows = await sql<ChargeRow[]>`select id, amount_cents, created_at from charges where id = ${id}::uuid`;
   return rows[0];
 }
-
-export async function ping(sql: Sql): Promise<void> {
-  await sql`select 1`;
-}

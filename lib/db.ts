@@ -120,3 +120,20 @@ export function describeDbError(error: unknown): string {
   const message = error instanceof Error ? error.message : String(error);
   return code ? `${code}: ${message}` : message;
 }
+
+/** For readiness probes: whether the database answers `select 1` within `timeoutMs`. */
+export async function probeDatabase(sql: Sql, timeoutMs: number): Promise<{ up: boolean; error?: string }> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<{ up: boolean; error: string }>((resolve) => {
+    timer = setTimeout(() => resolve({ up: false, error: `no answer within ${timeoutMs} ms` }), timeoutMs);
+  });
+  const probe = sql`select 1`.then(
+    () => ({ up: true }),
+    (error: unknown) => ({ up: false, error: describeDbError(error) }),
+  );
+  try {
+    return await Promise.race([probe, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,7 +1,7 @@
 // The relay's HTTP surface on RELAY_PORT: /healthz, /readyz, and whatever GET routes the
 // entrypoint adds (/metrics comes with the observability work).
 import type { Sql } from "./db.ts";
-import { describeDbError } from "./db.ts";
+import { probeDatabase } from "./db.ts";
 import type { FetchHandler } from "./runtime.ts";
 
 export interface RelayAppDeps {
@@ -18,27 +18,11 @@ function json(status: number, body: unknown): Response {
   return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
 }
 
-async function databaseAnswers(sql: Sql): Promise<{ up: boolean; error?: string }> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<{ up: boolean; error: string }>((resolve) => {
-    timer = setTimeout(() => resolve({ up: false, error: `no answer within ${READY_DB_TIMEOUT_MS} ms` }), READY_DB_TIMEOUT_MS);
-  });
-  const probe = sql`select 1`.then(
-    () => ({ up: true }),
-    (error: unknown) => ({ up: false, error: describeDbError(error) }),
-  );
-  try {
-    return await Promise.race([probe, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 export function createRelayFetch(deps: RelayAppDeps): FetchHandler {
   const routes: Record<string, FetchHandler> = {
     "/healthz": () => json(200, { status: "ok" }),
     "/readyz": async () => {
-      const database = await databaseAnswers(deps.sql);
+      const database = await probeDatabase(deps.sql, READY_DB_TIMEOUT_MS);
       const broker = deps.broker.connected;
       const ready = database.up && broker;
       return json(ready ? 200 : 503, {

@@ -2,8 +2,8 @@
 // thin and the same app runs on Bun and Deno.
 import { Elysia, ValidationError } from "elysia";
 import type { Sql } from "../db.ts";
-import { isUnavailable } from "../db.ts";
-import { findCharge, ping } from "../charges-sql.ts";
+import { isUnavailable, probeDatabase } from "../db.ts";
+import { findCharge } from "../charges-sql.ts";
 import type { ChargeOutcome, ChargeService } from "../charges.ts";
 import { isUuid, parseIdempotencyKey } from "../keys.ts";
 import { ProblemError, problemResponse } from "../problem.ts";
@@ -114,8 +114,8 @@ export function buildApp(deps: AppDeps) {
     )
     .get("/healthz", () => Response.json({ status: "ok" }))
     .get("/readyz", async () => {
-      const ready = await withTimeout(ping(deps.sql), READY_TIMEOUT_MS).then(() => true, () => false);
-      return ready
+      const { up } = await probeDatabase(deps.sql, READY_TIMEOUT_MS);
+      return up
         ? Response.json({ status: "ready" })
         : problemResponse("unavailable", "the database does not answer", {}, { "retry-after": RETRY_AFTER_S });
     })
@@ -130,14 +130,4 @@ const TRACEPARENT_RE = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 function traceparentOf(request: Request): string | null {
   const value = request.headers.get("traceparent")?.trim().toLowerCase();
   return value && TRACEPARENT_RE.test(value) && !/^00-0{32}-|-0{16}-/.test(value) ? value : null;
-}
-
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("timeout")), ms);
-    promise.then(
-      (value) => (clearTimeout(timer), resolve(value)),
-      (error: unknown) => (clearTimeout(timer), reject(error)),
-    );
-  });
 }
