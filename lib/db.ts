@@ -97,13 +97,15 @@ export function isUnavailable(error: unknown): boolean {
   return /^[0-9A-Z]{5}$/.test(code) && UNAVAILABLE_CLASSES.includes(code.slice(0, 2));
 }
 
-// The connection under a statement went away: closed by the client library, reset, or
-// terminated by the server (admin shutdown, crash shutdown). A new connection may work.
-const CONNECTION_LOST = new Set(["CONNECTION_CLOSED", "ECONNRESET", "EPIPE", "57P01", "57P02"]);
+// The connection under a statement went away, not the statement failing: closed or ended
+// by the client library, reset, or terminated by the server (admin or crash shutdown,
+// cannot connect now, any class 08 connection exception). A new connection may work.
+const CONNECTION_LOST_CODES = new Set(["CONNECTION_CLOSED", "CONNECTION_DESTROYED", "CONNECTION_ENDED", "ECONNRESET", "EPIPE", "ETIMEDOUT"]);
+const CONNECTION_LOST_STATES = new Set(["57P01", "57P02", "57P03"]);
 
 export function isConnectionLost(error: unknown): boolean {
   const code = sqlState(error);
-  return code !== undefined && CONNECTION_LOST.has(code);
+  return code !== undefined && (CONNECTION_LOST_CODES.has(code) || CONNECTION_LOST_STATES.has(code) || code.startsWith("08"));
 }
 
 export const UNIQUE_VIOLATION = "23505";

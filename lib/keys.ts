@@ -5,16 +5,11 @@
 // The UUID is the hyphenated 8-4-4-4-12 hex form (any version); hex case does not matter.
 // The result is the lowercase canonical UUID, so every accepted spelling of one UUID is one key.
 import { parseItem } from "structured-headers";
-
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+import { isUuid } from "./uuid.ts";
 
 export type KeyParse =
   | { readonly ok: true; readonly key: string }
   | { readonly ok: false; readonly reason: string };
-
-export function isUuid(value: string): boolean {
-  return UUID_RE.test(value);
-}
 
 export function parseIdempotencyKey(header: string | null | undefined): KeyParse {
   if (header === null || header === undefined || header.trim() === "") {

@@ -6,6 +6,7 @@
 // The statements the relay pipelines call execute(): a postgres.js query is otherwise sent
 // only when first awaited (a microtask later), and a COMMIT sent in between would overtake it.
 import type { Sql, Tx } from "./db.ts";
+import { isUuid } from "./uuid.ts";
 
 type Db = Sql | Tx;
 
@@ -117,7 +118,6 @@ export async function recordFailures(tx: Db, failures: readonly Failure[], polic
   return result.count;
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
  * Puts parked rows back in line: attempts start again from zero, the last error is kept
@@ -125,7 +125,7 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
  */
 export async function requeue(sql: Db, target: string | "all"): Promise<number> {
   // Not an id: nothing to requeue (a value, not a 22P02 from the cast).
-  if (target !== "all" && !UUID.test(target)) return 0;
+  if (target !== "all" && !isUuid(target)) return 0;
   const result =
     target === "all"
       ? await sql`

@@ -3,7 +3,7 @@
 // UPDATE for the acknowledged rows and one for the failed ones, and commit. The row locks
 // keep every other relay off the batch until it is settled; a crash anywhere before the
 // commit leaves every row pending, so the worst case is a second delivery, never a loss.
-import { sqlState, type Sql, type Tx } from "./db.ts";
+import { isConnectionLost, type Sql, type Tx } from "./db.ts";
 import { claimBatch, claimInIndexOrder, markPublished, recordFailures, type Failure, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import { describeMqttError, reasonCodeOf } from "./mqtt-errors.ts";
 import type { OutboundMessage, PublishFn } from "./publisher.ts";
@@ -145,14 +145,6 @@ function tally(ctx: BatchContext, rows: OutboxRow[], outcomes: Outcome[]): { res
 
 const EMPTY: BatchResult = { claimed: 0, published: 0, lags: new Map(), errors: new Map() };
 
-// A connection-level failure: the socket is gone (or going), not a statement that failed.
-const CONNECTION_LOST_CODES = new Set(["CONNECTION_CLOSED", "CONNECTION_DESTROYED", "CONNECTION_ENDED", "ECONNRESET", "EPIPE", "ETIMEDOUT"]);
-const CONNECTION_LOST_STATES = new Set(["57P01", "57P02", "57P03"]); // admin/crash shutdown, cannot connect now
-
-function connectionLost(error: unknown): boolean {
-  const code = sqlState(error);
-  return code !== undefined && (CONNECTION_LOST_CODES.has(code) || CONNECTION_LOST_STATES.has(code) || code.startsWith("08"));
-}
 
 // How long a statement that failed with a connection-level error waits for postgres.js to
 // confirm the connection closed (that follows the error within milliseconds); unconfirmed, the
@@ -182,7 +174,7 @@ export async function runBatch(ctx: BatchContext, onClaimed: (count: number) => 
     try {
       return await batchInTx(ctx, tx, onClaimed, () => lost);
     } catch (error) {
-      if (connectionLost(error)) await within(closed, CLOSE_CONFIRM_MS);
+      if (isConnectionLost(error)) await within(closed, CLOSE_CONFIRM_MS);
       if (lost) await forever();
       throw error; // the connection is alive: postgres.js rolls back
     }

@@ -13,6 +13,7 @@ import { isUnavailable, describeDbError, type Sql, type Tx } from "./db.ts";
 import { recordInbox } from "./inbox-sql.ts";
 import { connectMqtt } from "./mqtt-connect.ts";
 import { describeMqttError } from "./mqtt-errors.ts";
+import { isUuid } from "./uuid.ts";
 
 export interface OutboxEvent {
   readonly id: string;
@@ -74,7 +75,6 @@ const RECONNECT_MS = 1000;
 // A graceful DISCONNECT that has not completed in this time is cut.
 const CLOSE_TIMEOUT_MS = 2000;
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** The relay's envelope, or undefined when the payload is not one. */
 export function parseEnvelope(payload: Uint8Array | string): OutboxEvent | undefined {
@@ -87,7 +87,7 @@ export function parseEnvelope(payload: Uint8Array | string): OutboxEvent | undef
   if (typeof value !== "object" || value === null) return undefined;
   const v = value as Record<string, unknown>;
   const { id, type, aggregateId, createdAt } = v;
-  if (typeof id !== "string" || !UUID.test(id)) return undefined;
+  if (typeof id !== "string" || !isUuid(id)) return undefined;
   if (typeof type !== "string" || typeof aggregateId !== "string" || typeof createdAt !== "string") return undefined;
   if (!("data" in v)) return undefined;
   return { id, type, aggregateId, createdAt, data: v.data };
