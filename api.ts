@@ -1,10 +1,10 @@
 // `bun api.ts`: the charges HTTP API on PORT.
-import { configOrExit } from "./lib/config.ts";
-import { startApi, StartupError } from "./lib/api-main.ts";
-import { onShutdownSignal, serve } from "./lib/runtime.ts";
-import { createLogger } from "./lib/log.ts";
-import { startTelemetry } from "./telemetry.ts";
-import { describeDbError, isUnavailable } from "./lib/db.ts";
+import { configOrExit } from "./lib/shared/config.ts";
+import { startApi, StartupError } from "./lib/api/start.ts";
+import { onShutdownSignal, serve } from "./lib/shared/runtime.ts";
+import { createLogger } from "./lib/shared/log.ts";
+import { startTelemetry } from "./lib/shared/telemetry.ts";
+import { describeDbError, isUnavailable } from "./lib/shared/db.ts";
 
 const config = configOrExit(process.env);
 const log = createLogger(config.logLevel, "api");

@@ -2,13 +2,12 @@
 // Postgres (data in .data/postgres, kept across runs) unless DATABASE_URL is set, an
 // in-process MQTT broker unless MQTT_URL is set, then api, relay and a printing subscriber.
 // Ctrl-C stops the three processes first and the services they use last.
-import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { killChildrenNow, startChild, stopChildren, type Child } from "./lib/dev/children.ts";
-import { DATA_DIR, startEmbeddedPostgres } from "./lib/dev/embedded-postgres.ts";
-import { startLocalBroker } from "./lib/dev/mqtt-broker.ts";
-import { banner, print, printPostgres } from "./lib/dev/output.ts";
-import { freePort } from "./lib/dev/ports.ts";
+import { killChildrenNow, startChild, stopChildren, type Child } from "./dev/children.ts";
+import { DATA_DIR, startEmbeddedPostgres } from "./dev/embedded-postgres.ts";
+import { startLocalBroker } from "./dev/mqtt-broker.ts";
+import { banner, print, printPostgres } from "./dev/output.ts";
+import { freePort } from "./dev/ports.ts";
 
 const ROOT = fileURLToPath(new URL("./", import.meta.url));
 const DEFAULT_API_PORT = 3000;
@@ -84,10 +83,8 @@ async function isTaken(port: number): Promise<boolean> {
   });
 }
 
-/** The relay engineer's example subscriber when it exists, else our printing one. */
 function subscriberScript(): string {
-  const example = `${ROOT}examples/subscriber.ts`;
-  return existsSync(example) ? example : `${ROOT}lib/dev/print-subscriber.ts`;
+  return `${ROOT}examples/subscriber.ts`;
 }
 
 async function waitReady(url: string): Promise<void> {

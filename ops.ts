@@ -1,11 +1,11 @@
 // `bun run ops <job>`: run one operations job now and print its result as one JSON line.
 //   key-retention | stale-keys | reconcile | outbox-retention | outbox-gauges | requeue <id|all>
-import { configOrExit } from "./lib/config.ts";
-import { createSql, describeDbError, migrate } from "./lib/db.ts";
-import { createLogger } from "./lib/log.ts";
-import { JOB_NAMES, newGauges, runJob, type JobName } from "./lib/ops.ts";
-import { requeue } from "./lib/outbox-sql.ts";
-import { notifyOutbox } from "./lib/wakeup.ts";
+import { configOrExit } from "./lib/shared/config.ts";
+import { createSql, describeDbError, migrate } from "./lib/shared/db.ts";
+import { createLogger } from "./lib/shared/log.ts";
+import { JOB_NAMES, newGauges, runJob, type JobName } from "./lib/ops/jobs.ts";
+import { requeue } from "./lib/ops/sql.ts";
+import { notifyOutbox } from "./lib/shared/wakeup.ts";
 
 const USAGE = `usage: bun run ops <${JOB_NAMES.join("|")}> | bun run ops requeue <outbox-id|all>`;
 

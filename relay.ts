@@ -1,17 +1,16 @@
 // `bun relay.ts`: the outbox relay (Postgres outbox → MQTT), health on RELAY_PORT.
-// The loop lives in lib/relay.ts; this file wires config, connections, HTTP and signals.
-import { configOrExit } from "./lib/config.ts";
-import { createSql, describeDbError, migrate } from "./lib/db.ts";
-import { connectBroker } from "./lib/publisher.ts";
-import { createLogger } from "./lib/log.ts";
-import { createRelay, laneCount } from "./lib/relay.ts";
-import { createRelayFetch } from "./lib/relay-app.ts";
-import { otelRelayEvents } from "./lib/relay-metrics.ts";
-import { topicOf } from "./lib/relay-batch.ts";
-import { CHARGE_CREATED } from "./lib/charges.ts";
-import { onShutdownSignal, serve } from "./lib/runtime.ts";
-import { newGauges, registerOpsGauges, startOpsLoop } from "./lib/ops.ts";
-import { startTelemetry } from "./telemetry.ts";
+// The loop lives in lib/relay/; this file wires config, connections, HTTP and signals.
+import { configOrExit } from "./lib/shared/config.ts";
+import { createSql, describeDbError, migrate } from "./lib/shared/db.ts";
+import { connectBroker } from "./lib/relay/publisher.ts";
+import { createLogger } from "./lib/shared/log.ts";
+import { createRelay, laneCount } from "./lib/relay/loop.ts";
+import { createRelayFetch } from "./lib/relay/http.ts";
+import { otelRelayEvents } from "./lib/relay/metrics.ts";
+import { CHARGE_CREATED, topicOf } from "./lib/events.ts";
+import { onShutdownSignal, serve } from "./lib/shared/runtime.ts";
+import { newGauges, registerOpsGauges, startOpsLoop } from "./lib/ops/jobs.ts";
+import { startTelemetry } from "./lib/shared/telemetry.ts";
 
 const config = configOrExit(process.env);
 const log = createLogger(config.logLevel, "relay");

@@ -3,7 +3,7 @@
 // event loop per thread; a few % of a core at these rates), so the generator does not steal
 // the server's CPU the way a second Bun process would.
 import { freshDatabase, log, requireTool, run, startChild, type Child, type FreshDb } from "./support.ts";
-import { backendWaitingOnLock, holdKey } from "../test/support/database.ts";
+import { backendWaitingOnLock, holdKey } from "../testkit/database.ts";
 
 const SCRIPT = new URL("./wrk/charges.lua", import.meta.url).pathname;
 

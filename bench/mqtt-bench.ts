@@ -2,10 +2,10 @@
 // with a bounded in-flight window; (4) relay drain: the real `bun relay.ts` draining pending
 // rows inserted beforehand into a fresh database.
 import mqtt from "mqtt";
-import { MAX_IN_FLIGHT } from "../lib/publisher.ts";
+import { MAX_IN_FLIGHT } from "../lib/relay/publisher.ts";
 import { freshDatabase, MQTT_URL, startChild } from "./support.ts";
 
-/** An envelope as lib/relay-batch.ts builds it, with real-length ids and timestamp. */
+/** An envelope as lib/events.ts builds it, with real-length ids and timestamp. */
 export function sampleEnvelope(): string {
   const chargeId = crypto.randomUUID();
   return JSON.stringify({

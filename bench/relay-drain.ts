@@ -4,10 +4,10 @@
 //   bun bench/relay-drain.ts [rows=50000] [batch sizes...=50]
 // Uses DATABASE_URL (a database it may CREATE DATABASE from) and MQTT_URL.
 import mqtt from "mqtt";
-import { createSql, type Sql } from "../lib/db.ts";
-import { connectBroker } from "../lib/publisher.ts";
-import { createRelay, laneCount } from "../lib/relay.ts";
-import { createScratchDatabase, scratchName, withDatabase } from "../test/support/database.ts";
+import { createSql, type Sql } from "../lib/shared/db.ts";
+import { connectBroker } from "../lib/relay/publisher.ts";
+import { createRelay, laneCount } from "../lib/relay/loop.ts";
+import { createScratchDatabase, scratchName, withDatabase } from "../testkit/database.ts";
 
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const mqttUrl = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";

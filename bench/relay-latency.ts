@@ -4,9 +4,9 @@
 // records when each event arrives.
 //   bun bench/relay-latency.ts [rate=200] [seconds=10]
 import mqtt from "mqtt";
-import { freePort } from "../lib/dev/ports.ts";
-import { createOutboxNotifier } from "../lib/wakeup.ts";
-import { createScratchDatabase, scratchName } from "../test/support/database.ts";
+import { freePort } from "../dev/ports.ts";
+import { createOutboxNotifier } from "../lib/shared/wakeup.ts";
+import { createScratchDatabase, scratchName } from "../testkit/database.ts";
 
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const mqttUrl = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";

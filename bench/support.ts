@@ -1,7 +1,7 @@
 // Shared helpers for the benchmarks: fresh databases, child processes, ports, statistics.
 import type { Subprocess } from "bun";
-import { createScratchDatabase, scratchName, type ScratchDatabase } from "../test/support/database.ts";
-import { freePort } from "../lib/dev/ports.ts";
+import { createScratchDatabase, scratchName, type ScratchDatabase } from "../testkit/database.ts";
+import { freePort } from "../dev/ports.ts";
 
 export const ADMIN_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 export const MQTT_URL = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
@@ -22,7 +22,7 @@ export function requireTool(tool: string, pkg: string): string {
 
 export type FreshDb = ScratchDatabase;
 
-/** A new database on the server in DATABASE_URL, schema applied by lib/db.ts migrate(). */
+/** A new database on the server in DATABASE_URL, schema applied by lib/shared/db.ts migrate(). */
 export function freshDatabase(label: string, max = 4): Promise<FreshDb> {
   return createScratchDatabase(ADMIN_URL, scratchName("bench", label), { max, applicationName: "bench" });
 }

@@ -2,11 +2,11 @@
 // statement writing the charge and its outbox row, in three modes:
 //   none          no wake-up at all (the relay would find rows by polling)
 //   notify-in-tx  pg_notify inside every charge's transaction (the obvious design)
-//   poke          lib/wakeup.ts: after the commit, at most one NOTIFY per 5 ms window
+//   poke          lib/shared/wakeup.ts: after the commit, at most one NOTIFY per 5 ms window
 // Modes alternate so drift hits all of them.  bun bench/wakeup-cost.ts [seconds per run=5]
-import type { Sql } from "../lib/db.ts";
-import { createOutboxNotifier, OUTBOX_CHANNEL } from "../lib/wakeup.ts";
-import { createScratchDatabase, scratchName } from "../test/support/database.ts";
+import type { Sql } from "../lib/shared/db.ts";
+import { createOutboxNotifier, OUTBOX_CHANNEL } from "../lib/shared/wakeup.ts";
+import { createScratchDatabase, scratchName } from "../testkit/database.ts";
 
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const seconds = Number(process.argv[2] ?? 5);

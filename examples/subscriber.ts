@@ -7,14 +7,15 @@
 // Problems go to stderr. Environment: DATABASE_URL, MQTT_URL, MQTT_TOPIC_PREFIX as for the
 // relay; SUBSCRIBER_CONSUMER (inbox consumer name and MQTT client id, default
 // "example-subscriber"); SUBSCRIBER_CLIENT_ID to use another client id.
-import { configOrExit } from "../lib/config.ts";
-import { createSql, describeDbError, migrate } from "../lib/db.ts";
-import { onShutdownSignal } from "../lib/runtime.ts";
-import { startSubscriber } from "../lib/subscriber.ts";
+import { configOrExit } from "../lib/shared/config.ts";
+import { createSql, describeDbError, migrate } from "../lib/shared/db.ts";
+import { onShutdownSignal } from "../lib/shared/runtime.ts";
+import { startSubscriber } from "../lib/subscriber/subscriber.ts";
+import { subscriptionFilter } from "../lib/events.ts";
 
 const config = configOrExit(process.env);
 const consumer = process.env.SUBSCRIBER_CONSUMER?.trim() || "example-subscriber";
-const topic = `${config.mqttTopicPrefix}charges/#`;
+const topic = subscriptionFilter(config.mqttTopicPrefix);
 const print = (line: Record<string, unknown>): void => console.log(JSON.stringify(line));
 // postgres.js 3.4.9 can reject internal promises nobody awaits when its connections die (a
 // database restart): reported, not fatal; the subscriber's own work retries and recovers.

@@ -3,12 +3,12 @@
 // behind on the unique index) and polls pg_stat_activity until the winner is blocked.
 import { setDefaultTimeout } from "bun:test";
 import { expect, test } from "bun:test";
-import { StartupError } from "../lib/api-main.ts";
-import { CHARGES_ENDPOINT, createChargeService } from "../lib/charges.ts";
-import { createSql } from "../lib/db.ts";
-import { buildApp } from "../lib/http/app.ts";
-import { holdKey as holdHeldKey } from "./support/database.ts";
-import { apiTestContext, counts, postCharge, startTestApi, waitForApiBlockedOnLock } from "./support/api.ts";
+import { StartupError } from "../lib/api/start.ts";
+import { CHARGES_ENDPOINT, createChargeService } from "../lib/api/charges.ts";
+import { createSql } from "../lib/shared/db.ts";
+import { buildApp } from "../lib/api/app.ts";
+import { holdKey as holdHeldKey } from "../testkit/database.ts";
+import { apiTestContext, counts, postCharge, startTestApi, waitForApiBlockedOnLock } from "../testkit/api.ts";
 
 setDefaultTimeout(30_000);
 

@@ -2,9 +2,9 @@
 // label value that looks like a per-request id.
 import { setDefaultTimeout } from "bun:test";
 import { afterAll, expect, test } from "bun:test";
-import { startTelemetry } from "../telemetry.ts";
-import { freshDatabase } from "./support/services.ts";
-import { postCharge, startTestApi } from "./support/api.ts";
+import { startTelemetry } from "../lib/shared/telemetry.ts";
+import { freshDatabase } from "../testkit/services.ts";
+import { postCharge, startTestApi } from "../testkit/api.ts";
 
 setDefaultTimeout(30_000);
 
@@ -48,7 +48,7 @@ test("idempotency_requests_total counts each outcome exactly, without keys or id
   const holder = await db.sql.reserve();
   try {
     await holder`begin`;
-    const { advisoryLockId } = await import("../lib/fingerprint.ts");
+    const { advisoryLockId } = await import("../lib/api/fingerprint.ts");
     await holder`select pg_advisory_xact_lock(${advisoryLockId(c, "POST /charges")}::bigint)`;
     expect((await postCharge(api, body, { key: c })).status).toBe(409);
   } finally {

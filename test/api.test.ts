@@ -2,7 +2,7 @@
 // as responses.
 import { setDefaultTimeout } from "bun:test";
 import { describe, expect, test } from "bun:test";
-import { apiTestContext, counts, postCharge, startTestApi } from "./support/api.ts";
+import { apiTestContext, counts, postCharge, startTestApi } from "../testkit/api.ts";
 
 setDefaultTimeout(30_000);
 

@@ -1,6 +1,6 @@
 // Configuration: defaults, validation, and the one clear line a bad value gives at start.
 import { expect, test } from "bun:test";
-import { ConfigError, loadConfig } from "../lib/config.ts";
+import { ConfigError, loadConfig } from "../lib/shared/config.ts";
 
 test("defaults are SPEC's", () => {
   const config = loadConfig({});

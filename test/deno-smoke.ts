@@ -6,8 +6,8 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import mqtt, { type MqttClient } from "mqtt";
-import { freePort } from "../lib/dev/ports.ts";
-import { createScratchDatabase, scratchName } from "./support/database.ts";
+import { freePort } from "../dev/ports.ts";
+import { createScratchDatabase, scratchName } from "../testkit/database.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 // Deno's first run resolves the npm packages and compiles: allow for a cold cache.

@@ -1,12 +1,12 @@
 // The operations jobs on real Postgres, and `bun run ops` as a user runs it.
 import { setDefaultTimeout } from "bun:test";
 import { afterAll, beforeEach, expect, test } from "bun:test";
-import { loadConfig } from "../lib/config.ts";
-import { silentLogger } from "../lib/log.ts";
-import { DELETE_BATCH, newGauges, registerOpsGauges, runJob } from "../lib/ops.ts";
-import { startTelemetry } from "../telemetry.ts";
-import { freshDatabase } from "./support/services.ts";
-import { postCharge, startTestApi } from "./support/api.ts";
+import { loadConfig } from "../lib/shared/config.ts";
+import { silentLogger } from "../lib/shared/log.ts";
+import { DELETE_BATCH, newGauges, registerOpsGauges, runJob } from "../lib/ops/jobs.ts";
+import { startTelemetry } from "../lib/shared/telemetry.ts";
+import { freshDatabase } from "../testkit/services.ts";
+import { postCharge, startTestApi } from "../testkit/api.ts";
 
 setDefaultTimeout(30_000);
 

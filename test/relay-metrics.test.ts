@@ -2,9 +2,9 @@
 // values that match the database, and no per-event value in any label.
 import { setDefaultTimeout } from "bun:test";
 import { afterAll, expect, test } from "bun:test";
-import { freePort } from "../lib/dev/ports.ts";
-import { freshDatabase, services } from "./support/services.ts";
-import { countWhere, insertPending, waitUntil } from "./support/outbox.ts";
+import { freePort } from "../dev/ports.ts";
+import { freshDatabase, services } from "../testkit/services.ts";
+import { countWhere, insertPending, waitUntil } from "../testkit/outbox.ts";
 
 setDefaultTimeout(30_000);
 

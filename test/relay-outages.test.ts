@@ -1,14 +1,14 @@
 // The relay when the broker or the database goes away: nothing lost, no attempts burnt on
 // an absent broker, and a broker's refusal (a real Mosquitto ACL) parks the row.
 import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
-import { createSql, type Sql } from "../lib/db.ts";
-import { connectBroker, type Broker } from "../lib/publisher.ts";
-import { createRelay, laneCount, type Relay } from "../lib/relay.ts";
+import { createSql, type Sql } from "../lib/shared/db.ts";
+import { connectBroker, type Broker } from "../lib/relay/publisher.ts";
+import { createRelay, laneCount, type Relay } from "../lib/relay/loop.ts";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { brokerDir, collect, countWhere, insertPending, mosquittoInstalled, privateMosquitto, waitUntil } from "./support/outbox.ts";
-import { freePort } from "../lib/dev/ports.ts";
-import { freshDatabase, services } from "./support/services.ts";
+import { brokerDir, collect, countWhere, insertPending, mosquittoInstalled, privateMosquitto, waitUntil } from "../testkit/outbox.ts";
+import { freePort } from "../dev/ports.ts";
+import { freshDatabase, services } from "../testkit/services.ts";
 
 setDefaultTimeout(30_000);
 

@@ -1,9 +1,9 @@
 // `bun relay.ts` as a process: health and readiness, a clear exit when the database is
 // unreachable, and SIGTERM in the middle of a drain.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
-import { freePort } from "../lib/dev/ports.ts";
-import { collect, countWhere, insertPending, waitUntil } from "./support/outbox.ts";
-import { freshDatabase, services } from "./support/services.ts";
+import { freePort } from "../dev/ports.ts";
+import { collect, countWhere, insertPending, waitUntil } from "../testkit/outbox.ts";
+import { freshDatabase, services } from "../testkit/services.ts";
 
 setDefaultTimeout(30_000);
 

@@ -1,10 +1,10 @@
 // The API-side notifier: at most one NOTIFY per window, the first at once, and a trailing
 // one so that every poke is followed by a notify; never throws into the API.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
-import { createSql } from "../lib/db.ts";
-import { createOutboxNotifier, OUTBOX_CHANNEL } from "../lib/wakeup.ts";
-import { waitUntil } from "./support/outbox.ts";
-import { freshDatabase } from "./support/services.ts";
+import { createSql } from "../lib/shared/db.ts";
+import { createOutboxNotifier, OUTBOX_CHANNEL } from "../lib/shared/wakeup.ts";
+import { waitUntil } from "../testkit/outbox.ts";
+import { freshDatabase } from "../testkit/services.ts";
 
 setDefaultTimeout(30_000);
 

@@ -1,13 +1,13 @@
 // The relay against real Postgres and a real broker: what reaches a subscriber, what the
 // rows say afterwards. The only fake is an injected failing publish function.
 import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
-import { createSql, type Sql } from "../lib/db.ts";
-import { requeue } from "../lib/outbox-sql.ts";
-import { connectBroker, type Broker, type PublishFn } from "../lib/publisher.ts";
-import { createRelay, laneCount, type Relay, type RelayOptions } from "../lib/relay.ts";
-import { createOutboxNotifier } from "../lib/wakeup.ts";
-import { collect, countWhere, insertCharge, insertPending, waitUntil, type Collector } from "./support/outbox.ts";
-import { freshDatabase, services } from "./support/services.ts";
+import { createSql, type Sql } from "../lib/shared/db.ts";
+import { requeue } from "../lib/ops/sql.ts";
+import { connectBroker, type Broker, type PublishFn } from "../lib/relay/publisher.ts";
+import { createRelay, laneCount, type Relay, type RelayOptions } from "../lib/relay/loop.ts";
+import { createOutboxNotifier } from "../lib/shared/wakeup.ts";
+import { collect, countWhere, insertCharge, insertPending, waitUntil, type Collector } from "../testkit/outbox.ts";
+import { freshDatabase, services } from "../testkit/services.ts";
 
 setDefaultTimeout(30_000);
 

@@ -1,11 +1,11 @@
 // The reference subscriber against real Postgres and a real broker, fed by the real relay.
 import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
-import { createSql } from "../lib/db.ts";
-import { connectBroker } from "../lib/publisher.ts";
-import { createRelay, type Relay } from "../lib/relay.ts";
-import { startSubscriber, type Delivery, type Subscriber, type SubscriberOptions } from "../lib/subscriber.ts";
-import { countWhere, insertPending, rawClient, waitUntil } from "./support/outbox.ts";
-import { freshDatabase, services } from "./support/services.ts";
+import { createSql } from "../lib/shared/db.ts";
+import { connectBroker } from "../lib/relay/publisher.ts";
+import { createRelay, type Relay } from "../lib/relay/loop.ts";
+import { startSubscriber, type Delivery, type Subscriber, type SubscriberOptions } from "../lib/subscriber/subscriber.ts";
+import { countWhere, insertPending, rawClient, waitUntil } from "../testkit/outbox.ts";
+import { freshDatabase, services } from "../testkit/services.ts";
 
 setDefaultTimeout(30_000);
 

@@ -1,6 +1,6 @@
 import { setDefaultTimeout } from "bun:test";
 import { afterAll, expect, test } from "bun:test";
-import { chooseSource, freshDatabase } from "./support/services.ts";
+import { chooseSource, freshDatabase } from "../testkit/services.ts";
 
 test("services: both variables win, then Docker, else the embedded default", async () => {
   const yes = async () => true;
@@ -37,6 +37,6 @@ test("a fresh database has the schema, and migrating again changes nothing", asy
   const tables = await db.sql<{ table_name: string }[]>`
     select table_name from information_schema.tables where table_schema = 'public' order by 1`;
   expect(tables.map((t) => t.table_name)).toEqual(["charges", "idempotency_keys", "inbox", "outbox", "schema_migrations"]);
-  const { migrate } = await import("../lib/db.ts");
+  const { migrate } = await import("../lib/shared/db.ts");
   expect(await migrate(db.sql)).toBe(false);
 });

@@ -5,8 +5,8 @@ import postgres from "postgres";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freePort } from "../../lib/dev/ports.ts";
-import { backendWaitingOnLock, createScratchDatabase, holdKey, scratchName, type ScratchDatabase } from "../../test/support/database.ts";
+import { freePort } from "../../dev/ports.ts";
+import { backendWaitingOnLock, createScratchDatabase, holdKey, scratchName, type ScratchDatabase } from "../../testkit/database.ts";
 
 export { freePort, holdKey };
 

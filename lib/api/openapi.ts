@@ -1,5 +1,5 @@
 // The OpenAPI document, built from the very TypeBox schemas that validate requests.
-import { PROBLEM_BASE } from "../problem.ts";
+import { PROBLEM_BASE } from "./problem.ts";
 import { Charge, ChargeBody, IdempotencyKeyHeader, Problem } from "./schemas.ts";
 
 const problem = (description: string) => ({

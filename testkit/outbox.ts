@@ -2,14 +2,14 @@
 // writes them, a plain MQTT subscriber that records what reaches it, and a private
 // Mosquitto the tests may stop and start.
 import type { IPublishPacket, MqttClient } from "mqtt";
-import { connectMqtt } from "../../lib/mqtt-connect.ts";
+import { connectMqtt } from "../lib/shared/mqtt-connect.ts";
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
 import { createConnection } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { Sql } from "../../lib/db.ts";
-import { freePort } from "../../lib/dev/ports.ts";
+import type { Sql } from "../lib/shared/db.ts";
+import { freePort } from "../dev/ports.ts";
 
 export interface PendingRow {
   readonly id: string;

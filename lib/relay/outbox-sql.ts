@@ -5,8 +5,7 @@
 //
 // The statements the relay pipelines call execute(): a postgres.js query is otherwise sent
 // only when first awaited (a microtask later), and a COMMIT sent in between would overtake it.
-import type { Sql, Tx } from "./db.ts";
-import { isUuid } from "./uuid.ts";
+import type { Sql, Tx } from "../shared/db.ts";
 
 type Db = Sql | Tx;
 
@@ -116,44 +115,4 @@ export async function recordFailures(tx: Db, failures: readonly Failure[], polic
     from unnest(${ids}::uuid[], ${errors}::text[], ${parks}::text[]) as f(id, error, park)
     where o.id = f.id and o.published_at is null`.execute();
   return result.count;
-}
-
-
-/**
- * Puts parked rows back in line: attempts start again from zero, the last error is kept
- * for the record. `'all'` requeues every parked row. Returns how many rows were requeued.
- */
-export async function requeue(sql: Db, target: string | "all"): Promise<number> {
-  // Not an id: nothing to requeue (a value, not a 22P02 from the cast).
-  if (target !== "all" && !isUuid(target)) return 0;
-  const result =
-    target === "all"
-      ? await sql`
-          update outbox set parked_at = null, attempts = 0, next_attempt_at = null
-          where parked_at is not null and published_at is null`
-      : await sql`
-          update outbox set parked_at = null, attempts = 0, next_attempt_at = null
-          where id = ${target}::uuid and parked_at is not null and published_at is null`;
-  return result.count;
-}
-
-export interface PendingStats {
-  readonly pending: number;
-  readonly parked: number;
-  readonly oldestPendingAgeSeconds: number;
-}
-
-/** For the outbox gauges: rows not yet published (parked ones apart) and the oldest's age. */
-export async function pendingStats(sql: Db): Promise<PendingStats> {
-  const [row] = await sql<{ pending: string; parked: string; oldest: number | null }[]>`
-    select count(*) filter (where parked_at is null) as pending,
-           count(*) filter (where parked_at is not null) as parked,
-           extract(epoch from now() - min(created_at) filter (where parked_at is null))::float8 as oldest
-    from outbox
-    where published_at is null`;
-  return {
-    pending: Number(row?.pending ?? 0),
-    parked: Number(row?.parked ?? 0),
-    oldestPendingAgeSeconds: row?.oldest ?? 0,
-  };
 }

@@ -1,13 +1,13 @@
 // Assembles the API process from config: the pool, the schema, the service, the relay's
 // wake-up, metrics, request logs, and the app.
 import type { Meter } from "@opentelemetry/api";
-import type { Config } from "./config.ts";
-import { createSql, describeDbError, migrate, type Sql } from "./db.ts";
+import type { Config } from "../shared/config.ts";
+import { createSql, describeDbError, migrate, type Sql } from "../shared/db.ts";
 import { CHARGES_ENDPOINT, createChargeService, type ChargeOutcome } from "./charges.ts";
-import { buildApp } from "./http/app.ts";
-import { createApiMetrics } from "./api-metrics.ts";
-import { createLogger, type Logger } from "./log.ts";
-import { createOutboxNotifier } from "./wakeup.ts";
+import { buildApp } from "./app.ts";
+import { createApiMetrics } from "./metrics.ts";
+import { createLogger, type Logger } from "../shared/log.ts";
+import { createOutboxNotifier } from "../shared/wakeup.ts";
 
 // One connection per concurrent request at the load we benchmark (32): every charge is
 // one statement ending in a commit flush, and more concurrent commits let group commit

@@ -1,5 +1,5 @@
 // The statements of the charges API. One exported function per statement, `sql` first.
-import type { Sql } from "./db.ts";
+import type { Sql } from "../shared/db.ts";
 
 export interface StoredResponse {
   readonly request_hash: string;

@@ -1,8 +1,8 @@
 // The relay's HTTP surface on RELAY_PORT: /healthz, /readyz, and whatever GET routes the
 // entrypoint adds (/metrics comes with the observability work).
-import type { Sql } from "./db.ts";
-import { probeDatabase } from "./db.ts";
-import type { FetchHandler } from "./runtime.ts";
+import type { Sql } from "../shared/db.ts";
+import { probeDatabase } from "../shared/db.ts";
+import type { FetchHandler } from "../shared/runtime.ts";
 
 export interface RelayAppDeps {
   readonly sql: Sql;

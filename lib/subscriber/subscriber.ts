@@ -9,19 +9,13 @@
 //    redelivered, and one after it is deduplicated.
 // Works on MQTT 3.1.1 too (Clean Session 0), for brokers that do not speak 5.
 import type { IPublishPacket, MqttClient } from "mqtt";
-import { isUnavailable, describeDbError, type Sql, type Tx } from "./db.ts";
+import { isUnavailable, describeDbError, type Sql, type Tx } from "../shared/db.ts";
 import { recordInbox } from "./inbox-sql.ts";
-import { connectMqtt } from "./mqtt-connect.ts";
-import { describeMqttError } from "./mqtt-errors.ts";
-import { isUuid } from "./uuid.ts";
+import { connectMqtt } from "../shared/mqtt-connect.ts";
+import { describeMqttError } from "../shared/mqtt-errors.ts";
+import { parseEnvelope, type EventEnvelope } from "../events.ts";
 
-export interface OutboxEvent {
-  readonly id: string;
-  readonly type: string;
-  readonly aggregateId: string;
-  readonly createdAt: string;
-  readonly data: unknown;
-}
+export type OutboxEvent = EventEnvelope;
 
 export interface Delivery {
   readonly event: OutboxEvent;
@@ -75,23 +69,6 @@ const RECONNECT_MS = 1000;
 // A graceful DISCONNECT that has not completed in this time is cut.
 const CLOSE_TIMEOUT_MS = 2000;
 
-
-/** The relay's envelope, or undefined when the payload is not one. */
-export function parseEnvelope(payload: Uint8Array | string): OutboxEvent | undefined {
-  let value: unknown;
-  try {
-    value = JSON.parse(typeof payload === "string" ? payload : new TextDecoder().decode(payload));
-  } catch {
-    return undefined;
-  }
-  if (typeof value !== "object" || value === null) return undefined;
-  const v = value as Record<string, unknown>;
-  const { id, type, aggregateId, createdAt } = v;
-  if (typeof id !== "string" || !isUuid(id)) return undefined;
-  if (typeof type !== "string" || typeof aggregateId !== "string" || typeof createdAt !== "string") return undefined;
-  if (!("data" in v)) return undefined;
-  return { id, type, aggregateId, createdAt, data: v.data };
-}
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 

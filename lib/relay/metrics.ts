@@ -2,7 +2,7 @@
 // MeterProvider these are no-ops; the entrypoint that wants /metrics registers one.
 // Labels hold the destination topic only, never a per-event value.
 import { metrics } from "@opentelemetry/api";
-import type { RelayEvents } from "./relay.ts";
+import type { RelayEvents } from "./loop.ts";
 
 // Row created → PUBACK. Fine below 50 ms (the latency target), coarse up to minutes (backlogs, retries).
 const LAG_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];

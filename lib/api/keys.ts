@@ -5,7 +5,7 @@
 // The UUID is the hyphenated 8-4-4-4-12 hex form (any version); hex case does not matter.
 // The result is the lowercase canonical UUID, so every accepted spelling of one UUID is one key.
 import { parseItem } from "structured-headers";
-import { isUuid } from "./uuid.ts";
+import { isUuid } from "../shared/uuid.ts";
 
 export type KeyParse =
   | { readonly ok: true; readonly key: string }

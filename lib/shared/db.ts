@@ -33,10 +33,9 @@ export function createSql(url: string, options: DbOptions = {}): Sql {
 // Any fixed 64-bit number unique to this project; taken for the whole migration.
 const MIGRATION_LOCK_ID = 7_310_422_118_001n;
 
-const schemaUrl = new URL("../schema.sql", import.meta.url);
-
+/** schema.sql, resolved when read: a module that touches import.meta.url at load fails on edge runtimes. */
 export async function readSchema(): Promise<string> {
-  return readFile(schemaUrl, "utf8");
+  return readFile(new URL("../../schema.sql", import.meta.url), "utf8");
 }
 
 /**

@@ -2,8 +2,8 @@
 // `bun run dev`, for a machine with neither the variables nor Docker. The cluster lives in
 // .data/test-postgres (apart from dev's .data/postgres), kept across runs so only the
 // first run pays for initdb. Whatever variable is set is used as is.
-import { DATA_DIR, startEmbeddedPostgres } from "../../lib/dev/embedded-postgres.ts";
-import { startLocalBroker } from "../../lib/dev/mqtt-broker.ts";
+import { DATA_DIR, startEmbeddedPostgres } from "../dev/embedded-postgres.ts";
+import { startLocalBroker } from "../dev/mqtt-broker.ts";
 
 export interface EmbeddedServices {
   readonly adminDatabaseUrl: string;

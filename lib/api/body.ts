@@ -1,6 +1,6 @@
 // Reading the POST body: media type first (415), then size (413), then JSON (400).
 // Everything here runs before the database is touched, so nothing is written on failure.
-import { ProblemError } from "../problem.ts";
+import { ProblemError } from "./problem.ts";
 
 // Far above any valid charge body (~30 bytes); small enough that nobody can make the
 // server buffer megabytes per request.

@@ -1,12 +1,12 @@
 // The charge service: the Idempotency-Key contract as values. Expected outcomes are a
 // discriminated union; only bugs and infrastructure faults throw.
-import type { Sql } from "./db.ts";
-import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "./db.ts";
+import type { Sql } from "../shared/db.ts";
+import { CHARGE_CREATED, chargeCreatedPayload } from "../events.ts";
+import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../shared/db.ts";
 import { createCharge, findKey, type StoredResponse } from "./charges-sql.ts";
 import { advisoryLockId, fingerprint, type ChargeFields } from "./fingerprint.ts";
 
 export const CHARGES_ENDPOINT = "POST /charges";
-export const CHARGE_CREATED = "ChargeCreated";
 
 export type ChargeOutcome =
   | { readonly kind: "created"; readonly status: number; readonly body: string; readonly chargeId: string }
@@ -74,7 +74,7 @@ async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeR
       responseBody,
       eventId: crypto.randomUUID(),
       eventType: CHARGE_CREATED,
-      eventPayload: JSON.stringify({ chargeId, amountCents: request.amountCents }),
+      eventPayload: chargeCreatedPayload({ chargeId, amountCents: request.amountCents }),
       traceparent: request.traceparent ?? null,
     });
   } catch (error) {

@@ -3,10 +3,11 @@
 // UPDATE for the acknowledged rows and one for the failed ones, and commit. The row locks
 // keep every other relay off the batch until it is settled; a crash anywhere before the
 // commit leaves every row pending, so the worst case is a second delivery, never a loss.
-import { isConnectionLost, type Sql, type Tx } from "./db.ts";
+import { isConnectionLost, type Sql, type Tx } from "../shared/db.ts";
 import { claimBatch, claimInIndexOrder, markPublished, recordFailures, type Failure, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
-import { describeMqttError, reasonCodeOf } from "./mqtt-errors.ts";
+import { describeMqttError, reasonCodeOf } from "../shared/mqtt-errors.ts";
 import type { OutboundMessage, PublishFn } from "./publisher.ts";
+import { buildEnvelope, isPublishableType, topicOf, userPropertiesOf } from "../events.ts";
 
 // PUBACK reason codes that will fail the same way however often the row is retried; such a
 // row is parked at once for an operator (0x87 not authorized, 0x90 topic name invalid,
@@ -42,27 +43,20 @@ export interface BatchResult {
   readonly errors: Map<string, number>;
 }
 
-export function topicOf(prefix: string, eventType: string): string {
-  return `${prefix}charges/${eventType}`;
-}
-
-// An event type that would make the topic invalid (wildcards, a level separator, NUL):
-// the broker would refuse it or drop the connection, so it is never sent.
-const BAD_EVENT_TYPE = /^$|[#+/\u0000]/;
-
 /** The wire form of a row, or why it can never be published. */
 export function messageOf(prefix: string, row: OutboxRow): OutboundMessage | string {
-  if (BAD_EVENT_TYPE.test(row.eventType)) return `event_type ${JSON.stringify(row.eventType)} makes an invalid topic`;
+  if (!isPublishableType(row.eventType)) return `event_type ${JSON.stringify(row.eventType)} makes an invalid topic`;
   let data: unknown;
   try {
     data = JSON.parse(row.payload);
   } catch {
     return "payload is not valid JSON";
   }
-  const envelope = { id: row.id, type: row.eventType, aggregateId: row.aggregateId, createdAt: row.createdAt, data };
-  const userProperties: Record<string, string> = { "event-id": row.id, "event-type": row.eventType };
-  if (row.traceparent) userProperties.traceparent = row.traceparent;
-  return { topic: topicOf(prefix, row.eventType), payload: JSON.stringify(envelope), userProperties };
+  return {
+    topic: topicOf(prefix, row.eventType),
+    payload: buildEnvelope({ id: row.id, type: row.eventType, aggregateId: row.aggregateId, createdAt: row.createdAt, data }),
+    userProperties: userPropertiesOf(row.id, row.eventType, row.traceparent),
+  };
 }
 
 function classify(error: unknown, brokerConnected: boolean): Outcome {

@@ -1,13 +1,13 @@
 // The HTTP API as an Elysia app exposed as a plain fetch handler, so the entrypoint stays
 // thin and the same app runs on Bun and Deno.
 import { Elysia, ValidationError } from "elysia";
-import type { Sql } from "../db.ts";
-import { isUnavailable, probeDatabase } from "../db.ts";
-import { findCharge } from "../charges-sql.ts";
-import type { ChargeOutcome, ChargeService } from "../charges.ts";
-import { parseIdempotencyKey } from "../keys.ts";
-import { isUuid } from "../uuid.ts";
-import { ProblemError, problemResponse } from "../problem.ts";
+import type { Sql } from "../shared/db.ts";
+import { isUnavailable, probeDatabase } from "../shared/db.ts";
+import { findCharge } from "./charges-sql.ts";
+import type { ChargeOutcome, ChargeService } from "./charges.ts";
+import { parseIdempotencyKey } from "./keys.ts";
+import { isUuid } from "../shared/uuid.ts";
+import { ProblemError, problemResponse } from "./problem.ts";
 import { readJsonBody } from "./body.ts";
 import { ChargeBody, ChargeParams } from "./schemas.ts";
 import { openApiDocument } from "./openapi.ts";

@@ -29,7 +29,7 @@ const TRAVERSE_BY_ALL = 0o111;
 export const SUPERUSER = "postgres";
 
 /** The project's git-ignored data directory, wherever the process was started from. */
-export const DATA_DIR = fileURLToPath(new URL("../../.data/", import.meta.url));
+export const DATA_DIR = fileURLToPath(new URL("../.data/", import.meta.url));
 
 export class EmbeddedPostgresError extends Error {
   override name = "EmbeddedPostgresError";

@@ -1,6 +1,6 @@
 // `bun run migrate`: apply schema.sql and nothing else.
-import { configOrExit } from "./config.ts";
-import { createSql, describeDbError, migrate } from "./db.ts";
+import { configOrExit } from "./lib/shared/config.ts";
+import { createSql, describeDbError, migrate } from "./lib/shared/db.ts";
 
 const config = configOrExit(process.env);
 const sql = createSql(config.databaseUrl, { max: 1, applicationName: "charges-migrate" });

@@ -1,7 +1,7 @@
 // Helpers for tests that drive the API in-process through its fetch handler.
-import { loadConfig } from "../../lib/config.ts";
-import { startApi, type ApiOptions, type ApiProcess } from "../../lib/api-main.ts";
-import type { Sql } from "../../lib/db.ts";
+import { loadConfig } from "../lib/shared/config.ts";
+import { startApi, type ApiOptions, type ApiProcess } from "../lib/api/start.ts";
+import type { Sql } from "../lib/shared/db.ts";
 import { afterAll, beforeEach } from "bun:test";
 import { freshDatabase, type TestDatabase } from "./services.ts";
 import { backendWaitingOnLock } from "./database.ts";

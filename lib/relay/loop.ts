@@ -8,13 +8,13 @@
 // a single row costs one transaction while a backlog gets several batches in flight at
 // once, each in its own transaction. Claims are serialized in-process (claim + hand-off
 // under one lock), so within a relay the publish order follows created_at.
-import type { Sql } from "./db.ts";
-import { describeDbError } from "./db.ts";
-import { silentLogger, type Logger } from "./log.ts";
+import type { Sql } from "../shared/db.ts";
+import { describeDbError } from "../shared/db.ts";
+import { silentLogger, type Logger } from "../shared/log.ts";
 import type { RetryPolicy } from "./outbox-sql.ts";
 import type { Broker, PublishFn } from "./publisher.ts";
-import { runBatch, type BatchContext, type BatchResult } from "./relay-batch.ts";
-import { listenForOutbox, type OutboxListener } from "./wakeup.ts";
+import { runBatch, type BatchContext, type BatchResult } from "./batch.ts";
+import { listenForOutbox, type OutboxListener } from "../shared/wakeup.ts";
 
 export type RelayState = "idle" | "draining" | "waiting-for-broker" | "backing-off" | "stopping" | "stopped";
 

@@ -1,6 +1,6 @@
 // Throwaway databases for tests, chaos scenarios and benchmarks: created on a server the
 // caller names, schema applied, dropped (with any backend still on it) when done.
-import { createSql, migrate, type Sql } from "../../lib/db.ts";
+import { createSql, migrate, type Sql } from "../lib/shared/db.ts";
 
 export interface ScratchDatabase {
   readonly name: string;

@@ -1,10 +1,9 @@
 // Operations jobs: run by the relay on an interval, and on demand with `bun run ops <job>`.
 import { metrics, type Meter } from "@opentelemetry/api";
-import type { Config } from "./config.ts";
-import { describeDbError, type Sql } from "./db.ts";
-import type { Logger } from "./log.ts";
-import { chargesWithoutOutbox, deleteExpiredKeys, deletePublishedOutbox, staleStartedKeys } from "./ops-sql.ts";
-import { pendingStats } from "./outbox-sql.ts";
+import type { Config } from "../shared/config.ts";
+import { describeDbError, type Sql } from "../shared/db.ts";
+import type { Logger } from "../shared/log.ts";
+import { chargesWithoutOutbox, deleteExpiredKeys, deletePublishedOutbox, pendingStats, staleStartedKeys } from "./sql.ts";
 
 // Rows per delete statement: small enough that each statement's locks last milliseconds.
 export const DELETE_BATCH = 1000;

@@ -4,8 +4,9 @@
 // unacknowledged at once.
 import type { IClientPublishOptions, IConnackPacket, MqttClient } from "mqtt";
 import { setImmediate } from "node:timers";
-import { connectMqtt, protocolOf } from "./mqtt-connect.ts";
-import { describeMqttError } from "./mqtt-errors.ts";
+import { connectMqtt, protocolOf } from "../shared/mqtt-connect.ts";
+import { describeMqttError } from "../shared/mqtt-errors.ts";
+import { EVENT_CONTENT_TYPE } from "../events.ts";
 
 export interface OutboundMessage {
   readonly topic: string;
@@ -125,7 +126,7 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
         const opts: IClientPublishOptions = {
           qos: 1,
           retain: false,
-          properties: { contentType: "application/json", userProperties: { ...message.userProperties } },
+          properties: { contentType: EVENT_CONTENT_TYPE, userProperties: { ...message.userProperties } },
         };
         client.publish(message.topic, message.payload, opts, (error) => {
           inFlight -= 1;

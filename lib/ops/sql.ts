@@ -1,6 +1,7 @@
 // The operations jobs' statements. Deletes go in bounded batches so a large backlog never
 // holds a long lock or a long transaction.
-import type { Sql } from "./db.ts";
+import type { Sql } from "../shared/db.ts";
+import { isUuid } from "../shared/uuid.ts";
 
 /** Deletes up to `batch` COMPLETED keys past their expiry; returns how many. */
 export async function deleteExpiredKeys(sql: Sql, batch: number): Promise<number> {
@@ -68,4 +69,43 @@ export async function deletePublishedOutbox(sql: Sql, retentionSeconds: number, 
         limit ${batch}
         for update skip locked)`;
   return result.count;
+}
+
+/**
+ * Puts parked rows back in line: attempts start again from zero, the last error is kept
+ * for the record. `'all'` requeues every parked row. Returns how many rows were requeued.
+ */
+export async function requeue(sql: Sql, target: string | "all"): Promise<number> {
+  // Not an id: nothing to requeue (a value, not a 22P02 from the cast).
+  if (target !== "all" && !isUuid(target)) return 0;
+  const result =
+    target === "all"
+      ? await sql`
+          update outbox set parked_at = null, attempts = 0, next_attempt_at = null
+          where parked_at is not null and published_at is null`
+      : await sql`
+          update outbox set parked_at = null, attempts = 0, next_attempt_at = null
+          where id = ${target}::uuid and parked_at is not null and published_at is null`;
+  return result.count;
+}
+
+export interface PendingStats {
+  readonly pending: number;
+  readonly parked: number;
+  readonly oldestPendingAgeSeconds: number;
+}
+
+/** For the outbox gauges: rows not yet published (parked ones apart) and the oldest's age. */
+export async function pendingStats(sql: Sql): Promise<PendingStats> {
+  const [row] = await sql<{ pending: string; parked: string; oldest: number | null }[]>`
+    select count(*) filter (where parked_at is null) as pending,
+           count(*) filter (where parked_at is not null) as parked,
+           extract(epoch from now() - min(created_at) filter (where parked_at is null))::float8 as oldest
+    from outbox
+    where published_at is null`;
+  return {
+    pending: Number(row?.pending ?? 0),
+    parked: Number(row?.parked ?? 0),
+    oldestPendingAgeSeconds: row?.oldest ?? 0,
+  };
 }

@@ -1,0 +1,83 @@
+// The event contract between the relay and every subscriber: the event type names, the
+// topic each is published on, the JSON envelope, and the MQTT 5 properties that travel
+// with it. The relay builds with it, the reference subscriber and dev mode parse with it,
+// and tests, chaos and the bench use it instead of writing topics by hand.
+import { isUuid } from "./shared/uuid.ts";
+
+/** A charge committed: written in the charge's own transaction, published by the relay. */
+export const CHARGE_CREATED = "ChargeCreated";
+export type EventType = typeof CHARGE_CREATED;
+export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED];
+
+/** The `data` of a ChargeCreated event. */
+export interface ChargeCreatedData {
+  readonly chargeId: string;
+  readonly amountCents: number;
+}
+
+/** What a subscriber receives as the MQTT payload (UTF-8 JSON). */
+export interface EventEnvelope {
+  readonly id: string;
+  readonly type: string;
+  readonly aggregateId: string;
+  /** The outbox row's created_at, ISO-8601 UTC with microseconds. */
+  readonly createdAt: string;
+  readonly data: unknown;
+}
+
+/** The MQTT 5 content type of every event. */
+export const EVENT_CONTENT_TYPE = "application/json";
+
+/** `<prefix>charges/<EventType>`: one topic per event type under the deployment's prefix. */
+export function topicOf(prefix: string, eventType: string): string {
+  return `${prefix}charges/${eventType}`;
+}
+
+/** The filter that receives every event type under `prefix`. */
+export function subscriptionFilter(prefix: string): string {
+  return `${prefix}charges/#`;
+}
+
+// An event type that would make the topic invalid (wildcards, a level separator, NUL):
+// the broker would refuse it or drop the connection, so it is never sent.
+const BAD_EVENT_TYPE = /^$|[#+/\u0000]/;
+
+/** Whether `eventType` yields a valid publish topic. */
+export function isPublishableType(eventType: string): boolean {
+  return !BAD_EVENT_TYPE.test(eventType);
+}
+
+/** The outbox payload of a ChargeCreated event (the envelope's `data`), as JSON text. */
+export function chargeCreatedPayload(data: ChargeCreatedData): string {
+  return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents });
+}
+
+/** The wire payload: the envelope as JSON text. */
+export function buildEnvelope(envelope: EventEnvelope): string {
+  const { id, type, aggregateId, createdAt, data } = envelope;
+  return JSON.stringify({ id, type, aggregateId, createdAt, data });
+}
+
+/** MQTT 5 user properties of an event: its id and type, and the request's W3C traceparent if any. */
+export function userPropertiesOf(id: string, type: string, traceparent: string | null): Record<string, string> {
+  const properties: Record<string, string> = { "event-id": id, "event-type": type };
+  if (traceparent) properties.traceparent = traceparent;
+  return properties;
+}
+
+/** The envelope, or undefined when the payload is not one. */
+export function parseEnvelope(payload: Uint8Array | string): EventEnvelope | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(typeof payload === "string" ? payload : new TextDecoder().decode(payload));
+  } catch {
+    return undefined;
+  }
+  if (typeof value !== "object" || value === null) return undefined;
+  const v = value as Record<string, unknown>;
+  const { id, type, aggregateId, createdAt } = v;
+  if (typeof id !== "string" || !isUuid(id)) return undefined;
+  if (typeof type !== "string" || typeof aggregateId !== "string" || typeof createdAt !== "string") return undefined;
+  if (!("data" in v)) return undefined;
+  return { id, type, aggregateId, createdAt, data: v.data };
+}
