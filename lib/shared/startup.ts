@@ -1,0 +1,51 @@
+// What every process does the same way at start: open its pool and bring the schema up to
+// date (or fail with one line), and one policy for rejections nobody handled.
+import { createSql, describeDbError, isUnavailable, migrate, type DbOptions, type Sql } from "./db.ts";
+import type { Logger } from "./log.ts";
+
+/** The database could not be reached or migrated: the message is the one line to print. */
+export class StartupError extends Error {
+  override name = "StartupError";
+}
+
+/** Applies schema.sql (true when it changed anything); a StartupError, pool closed, when it cannot. */
+export async function applySchema(sql: Sql): Promise<boolean> {
+  try {
+    return await migrate(sql);
+  } catch (error) {
+    await sql.end({ timeout: 1 }).catch(() => {});
+    throw new StartupError(`cannot reach or migrate the database at DATABASE_URL: ${describeDbError(error)}`);
+  }
+}
+
+/** A pool on `url` with the schema applied; a StartupError (pool closed) when either fails. */
+export async function openDatabase(url: string, options: DbOptions): Promise<Sql> {
+  const sql = createSql(url, options);
+  await applySchema(sql);
+  return sql;
+}
+
+/** For entrypoints: a StartupError is printed as `<component>: <line>` and exits 1; anything else is rethrown. */
+export function exitOnStartupError(component: string): (error: unknown) => never {
+  return (error) => {
+    if (error instanceof StartupError) {
+      console.error(`${component}: ${error.message}`);
+      process.exit(1);
+    }
+    throw error;
+  };
+}
+
+/**
+ * postgres.js 3.4.9 can reject internal promises nobody awaits when a connection dies (a
+ * stale 57P01 handed to its own type fetch after a reconnect). That is the database going
+ * away, which the pools survive: logged. Anything else unhandled is a bug, and the process
+ * stops rather than limp on.
+ */
+export function stopOnUnhandledRejection(log: Logger): void {
+  process.on("unhandledRejection", (reason) => {
+    if (isUnavailable(reason)) return log.warn("database connection lost", { error: describeDbError(reason) });
+    log.error("unhandled rejection", { error: describeDbError(reason) });
+    process.exit(1);
+  });
+}
