@@ -1,7 +1,8 @@
 // `bun run ops <job>`: run one operations job now and print its result as one JSON line.
 //   key-retention | stale-keys | reconcile | outbox-retention | outbox-gauges | requeue <id|all>
 import { configOrExit } from "./lib/shared/config.ts";
-import { createSql, describeDbError, migrate } from "./lib/shared/db.ts";
+import { describeDbError } from "./lib/shared/db.ts";
+import { exitOnStartupError, openDatabase } from "./lib/shared/startup.ts";
 import { createLogger } from "./lib/shared/log.ts";
 import { JOB_NAMES, newGauges, runJob, type JobName } from "./lib/ops/jobs.ts";
 import { requeue } from "./lib/ops/sql.ts";
@@ -21,9 +22,8 @@ if (job === "requeue" && !arg) {
 }
 
 const config = configOrExit(process.env);
-const sql = createSql(config.databaseUrl, { max: 2, applicationName: "charges-ops" });
+const sql = await openDatabase(config.databaseUrl, { max: 2, applicationName: "charges-ops" }).catch(exitOnStartupError("ops"));
 try {
-  await migrate(sql);
   if (job === "requeue") {
     const requeued = await requeue(sql, arg!);
     if (requeued > 0) await notifyOutbox(sql);

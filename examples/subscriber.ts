@@ -8,7 +8,8 @@
 // relay; SUBSCRIBER_CONSUMER (inbox consumer name and MQTT client id, default
 // "example-subscriber"); SUBSCRIBER_CLIENT_ID to use another client id.
 import { configOrExit } from "../lib/shared/config.ts";
-import { createSql, describeDbError, migrate } from "../lib/shared/db.ts";
+import { createLogger } from "../lib/shared/log.ts";
+import { exitOnStartupError, openDatabase, stopOnUnhandledRejection } from "../lib/shared/startup.ts";
 import { onShutdownSignal } from "../lib/shared/runtime.ts";
 import { startSubscriber } from "../lib/subscriber/subscriber.ts";
 import { subscriptionFilter } from "../lib/events.ts";
@@ -17,17 +18,12 @@ const config = configOrExit(process.env);
 const consumer = process.env.SUBSCRIBER_CONSUMER?.trim() || "example-subscriber";
 const topic = subscriptionFilter(config.mqttTopicPrefix);
 const print = (line: Record<string, unknown>): void => console.log(JSON.stringify(line));
-// postgres.js 3.4.9 can reject internal promises nobody awaits when its connections die (a
-// database restart): reported, not fatal; the subscriber's own work retries and recovers.
-process.on("unhandledRejection", (reason) => console.error(`subscriber: unhandled rejection: ${describeDbError(reason)}`));
+stopOnUnhandledRejection(createLogger(config.logLevel, "subscriber", console.error));
 
-const sql = createSql(config.databaseUrl, { max: 2, applicationName: `charges-subscriber-${consumer}` });
-try {
-  await migrate(sql); // the inbox table
-} catch (error) {
-  console.error(`subscriber: cannot apply the schema to DATABASE_URL: ${describeDbError(error)}`);
-  process.exit(1);
-}
+// The inbox table comes with the schema.
+const sql = await openDatabase(config.databaseUrl, { max: 2, applicationName: `charges-subscriber-${consumer}` }).catch(
+  exitOnStartupError("subscriber"),
+);
 
 const subscriber = startSubscriber({
   sql,
