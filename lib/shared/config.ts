@@ -1,6 +1,8 @@
 // Configuration: read from the environment once, validated, frozen. A bad value is a
 // ConfigError naming the variable; the entrypoints print its message and exit 1.
 
+import { maskUrl } from "./redact.ts";
+
 export class ConfigError extends Error {
   override name = "ConfigError";
 }
@@ -44,7 +46,8 @@ function url(env: Env, name: string, fallback: string, protocols: readonly strin
   try {
     parsed = new URL(raw.trim());
   } catch {
-    throw new ConfigError(`${name} is not a URL: "${raw}"`);
+    // The value may carry a password: only its masked form is ever echoed.
+    throw new ConfigError(`${name} is not a URL: "${maskUrl(raw.trim())}"`);
   }
   if (!protocols.includes(parsed.protocol)) {
     throw new ConfigError(`${name} must use ${protocols.join(" or ")}, got "${parsed.protocol}"`);

@@ -4,17 +4,31 @@ const MASK = "***";
 
 /**
  * The URL with its password replaced by "***" (`postgres://app:***@db/x`). Input that does not
- * parse as a URL still has anything between "//user:" and "@" masked, so a malformed value
- * carrying a password is never echoed as is.
+ * parse as a URL still has anything between "user:" and the last "@" masked, so a malformed
+ * value carrying a password is never echoed as is.
  */
 export function maskUrl(url: string): string {
+  let parsed: URL;
   try {
-    const parsed = new URL(url);
-    if (parsed.password === "") return url;
+    parsed = new URL(url);
+  } catch {
+    return maskUserinfo(url);
+  }
+  if (parsed.password !== "") {
     parsed.password = MASK;
     return parsed.toString();
-  } catch {
-    // Unparsable: mask greedily up to the last "@" so a password containing "@" or ":" is covered.
-    return url.replace(/^([^:/]*:?\/\/[^:@/]*:)(.*)@/s, `$1${MASK}@`);
   }
+  // No host: "user:secret@db" (no "//") parses as scheme "user:" with the rest as a path.
+  return parsed.host === "" ? maskUserinfo(url) : url;
+}
+
+// Userinfo is what precedes the last "@" (after "//" when there is one); the password is its
+// part after the first ":". Up to the last "@", so a password holding "@" or ":" is covered whole.
+function maskUserinfo(text: string): string {
+  const at = text.lastIndexOf("@");
+  if (at < 0) return text;
+  const slashes = text.lastIndexOf("//", at);
+  const colon = text.indexOf(":", slashes < 0 ? 0 : slashes + 2);
+  if (colon < 0 || colon > at) return text;
+  return `${text.slice(0, colon + 1)}${MASK}${text.slice(at)}`;
 }

@@ -1,0 +1,75 @@
+// Passwords in DATABASE_URL / MQTT_URL never reach an error message or stderr.
+import { expect, test } from "bun:test";
+import { ConfigError, loadConfig } from "../lib/shared/config.ts";
+import { maskUrl } from "../lib/shared/redact.ts";
+
+const SECRET = "s3cret";
+
+test.each([
+  ["postgres://app:s3cret@db/x", "postgres://app:***@db/x"],
+  ["mqtts://device:s3cret@broker:8883", "mqtts://device:***@broker:8883"],
+  ["postgres://app@db/x", "postgres://app@db/x"],
+  ["postgres://db:5432/x", "postgres://db:5432/x"],
+  // Unparsable (port out of range, no scheme, a password with "@"): still masked.
+  ["postgres://u:s3cret@h:99999/db", "postgres://u:***@h:99999/db"],
+  ["u:s3cret@h", "u:***@h"],
+  ["postgres//u:s3cret@h/x", "postgres//u:***@h/x"],
+  ["postgres://u:s3@cret@h/db", "postgres://u:***@h/db"],
+  ["not a url", "not a url"],
+])("maskUrl(%p) = %p", (input, masked) => {
+  expect(maskUrl(input)).toBe(masked);
+});
+
+function configError(env: Record<string, string>): string {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    return (error as Error).message;
+  }
+  throw new Error("expected a ConfigError");
+}
+
+test.each([
+  ["DATABASE_URL", "postgres://u:s3cret@h:99999/db"],
+  ["DATABASE_URL", "postgres://u:s3cret@[h/db"],
+  ["DATABASE_URL", "mysql://u:s3cret@h:5432/db"],
+  ["DATABASE_URL", "u:s3cret@h:5432/db"],
+  ["MQTT_URL", "mqtt://u:s3cret@h:99999"],
+  ["MQTT_URL", "http://u:s3cret@h:1883"],
+])("a bad %s names the variable and never echoes the password (%p)", (name, value) => {
+  const message = configError({ [name]: value });
+  expect(message).toContain(name);
+  expect(message).not.toContain(SECRET);
+});
+
+async function runEntry(argv: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
+  const proc = Bun.spawn(["bun", ...argv], {
+    cwd: `${import.meta.dir}/..`,
+    env: { ...process.env, PORT: "0", RELAY_PORT: "0", ...env },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { code, stdout, stderr };
+}
+
+test.each([["api.ts"], ["relay.ts"], ["migrate.ts"], ["ops.ts", "reconcile"]])(
+  "bun %s with an unparsable DATABASE_URL carrying a password: one line without it, exit 1",
+  async (...argv: string[]) => {
+    const { code, stdout, stderr } = await runEntry(argv, { DATABASE_URL: "postgres://u:s3cret@h:99999/db" });
+    expect(code).toBe(1);
+    const lines = stderr.trim().split("\n");
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toContain("DATABASE_URL");
+    expect(lines[0]).toContain("postgres://u:***@h:99999/db");
+    expect(stdout + stderr).not.toContain(SECRET);
+  },
+);
+
+test("bun api.ts with an unreachable database whose URL has a password: one line without it, exit 1", async () => {
+  const { code, stdout, stderr } = await runEntry(["api.ts"], { DATABASE_URL: "postgres://u:s3cret@127.0.0.1:1/none" });
+  expect(code).toBe(1);
+  expect(stderr.trim().split("\n")).toHaveLength(1);
+  expect(stdout + stderr).not.toContain(SECRET);
+});
