@@ -51,8 +51,6 @@ export interface EmbeddedPostgres {
   readonly created: boolean;
   /** Fast shutdown, waited for. A shared server is left to its owner. */
   stop(): Promise<void>;
-  /** Sends the fast-shutdown signal without waiting, for exit hooks. */
-  stopNow(): void;
 }
 
 interface Binaries {
@@ -230,7 +228,6 @@ function handle(identity: Identity, dataDir: string, child?: ChildProcess): Embe
   const gone = (): boolean => (child ? child.exitCode !== null || child.signalCode !== null : !alive(identity.pid));
   return {
     ...identity,
-    stopNow: () => signal("SIGINT"),
     async stop() {
       if (identity.how === "shared") return;
       signal("SIGINT");

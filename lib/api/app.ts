@@ -3,7 +3,6 @@
 import { Elysia, ValidationError } from "elysia";
 import type { Sql } from "../shared/db.ts";
 import { isUnavailable, probeDatabase } from "../shared/db.ts";
-import { findCharge } from "./charges-sql.ts";
 import type { ChargeOutcome, ChargeService } from "./charges.ts";
 import { parseIdempotencyKey } from "./keys.ts";
 import { isUuid } from "../shared/uuid.ts";
@@ -12,7 +11,7 @@ import { readJsonBody } from "./body.ts";
 import { ChargeBody, ChargeParams } from "./schemas.ts";
 import { openApiDocument } from "./openapi.ts";
 
-export interface AppDeps {
+interface AppDeps {
   readonly sql: Sql;
   readonly charges: ChargeService;
   /** Prometheus exposition for GET /metrics, wired by the entrypoint. */
@@ -27,7 +26,7 @@ const RETRY_AFTER_S = "1";
 // /readyz answers "not ready" rather than hang when the database does not answer.
 const READY_TIMEOUT_MS = 2000;
 
-export function toResponse(outcome: ChargeOutcome): Response {
+function toResponse(outcome: ChargeOutcome): Response {
   switch (outcome.kind) {
     case "created":
       return chargeResponse(outcome.status, outcome.body, outcome.chargeId, {});
@@ -56,7 +55,7 @@ function chargeResponse(status: number, body: string, chargeId: string, extra: R
   });
 }
 
-export function errorResponse(error: unknown): Response {
+function errorResponse(error: unknown): Response {
   if (error instanceof ProblemError) return problemResponse(error.problem, error.detail, error.extensions);
   if (error instanceof ValidationError) return validationProblem(error);
   if (isUnavailable(error)) {
@@ -107,9 +106,17 @@ export function buildApp(deps: AppDeps) {
       "/charges/:id",
       async ({ params }) => {
         if (!isUuid(params.id)) return problemResponse("invalidId", "the charge id must be a UUID");
-        const charge = await findCharge(deps.sql, params.id);
-        if (!charge) return problemResponse("notFound", `no charge with id ${params.id.toLowerCase()}`);
-        return Response.json({ id: charge.id, amountCents: charge.amount_cents, createdAt: charge.created_at.toISOString() });
+        const found = await deps.charges.get(params.id);
+        switch (found.kind) {
+          case "found":
+            return new Response(found.body, { headers: { "content-type": "application/json;charset=utf-8" } });
+          case "not_found":
+            return problemResponse("notFound", `no charge with id ${params.id.toLowerCase()}`);
+          default: {
+            const unreachable: never = found;
+            throw new Error(`bug: unhandled lookup ${JSON.stringify(unreachable)}`);
+          }
+        }
       },
       { params: ChargeParams },
     )

@@ -8,7 +8,7 @@ export interface StoredResponse {
   readonly response_body: string | null;
 }
 
-export interface CreateChargeParams {
+interface CreateChargeParams {
   readonly key: string;
   readonly endpoint: string;
   readonly lockId: string;
@@ -25,7 +25,7 @@ export interface CreateChargeParams {
   readonly traceparent: string | null;
 }
 
-export interface CreateChargeRow {
+interface CreateChargeRow {
   /** null: a live key row exists, so the lock was not even tried. */
   readonly got: boolean | null;
   readonly created: number;
@@ -42,7 +42,7 @@ export interface CreateChargeRow {
  *    nothing is locked or written (a replay is a read-only transaction: no commit flush);
  *  - lock: otherwise try the (key, endpoint) advisory lock without waiting; a request in
  *    flight with the same key holds it, so we answer 409 at once instead of queueing on
- *    the unique index as the seed's loser does;
+ *    the unique index until it commits;
  *  - claimed: insert the key row already COMPLETED with the response to replay (no one
  *    else can ever see it half-done: the rows commit together or not at all); an expired
  *    row is overwritten in place, so an expired key is new again;
@@ -103,7 +103,7 @@ export async function findKey(sql: Sql, key: string, endpoint: string): Promise<
   return rows[0];
 }
 
-export interface ChargeRow {
+interface ChargeRow {
   readonly id: string;
   readonly amount_cents: number;
   readonly created_at: Date;

@@ -3,8 +3,9 @@
 import type { Sql } from "../shared/db.ts";
 import { CHARGE_CREATED, chargeCreatedPayload } from "../events.ts";
 import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../shared/db.ts";
-import { createCharge, findKey, type StoredResponse } from "./charges-sql.ts";
+import { createCharge, findCharge, findKey, type StoredResponse } from "./charges-sql.ts";
 import { advisoryLockId, fingerprint, type ChargeFields } from "./fingerprint.ts";
+import { chargeJson, type Charge } from "./schemas.ts";
 
 export const CHARGES_ENDPOINT = "POST /charges";
 
@@ -14,12 +15,14 @@ export type ChargeOutcome =
   | { readonly kind: "payload_conflict" }
   | { readonly kind: "in_flight" };
 
-export interface ChargeRequest extends ChargeFields {
+export type ChargeLookup = { readonly kind: "found"; readonly body: string } | { readonly kind: "not_found" };
+
+interface ChargeRequest extends ChargeFields {
   readonly key: string;
   readonly traceparent?: string | null;
 }
 
-export interface ChargeServiceOptions {
+interface ChargeServiceOptions {
   readonly ttlSeconds: number;
   /** Called after a charge committed; the relay's wake-up hangs here. */
   readonly onCreated?: () => void;
@@ -27,6 +30,8 @@ export interface ChargeServiceOptions {
 
 export interface ChargeService {
   create(request: ChargeRequest): Promise<ChargeOutcome>;
+  /** `id` must already be a UUID (the caller answers 400 otherwise). */
+  get(id: string): Promise<ChargeLookup>;
 }
 
 export function createChargeService(sql: Sql, options: ChargeServiceOptions): ChargeService {
@@ -35,6 +40,12 @@ export function createChargeService(sql: Sql, options: ChargeServiceOptions): Ch
       const outcome = await attemptWithResend(sql, options, request);
       if (outcome.kind === "created") options.onCreated?.();
       return outcome;
+    },
+    async get(id) {
+      const row = await findCharge(sql, id);
+      if (!row) return { kind: "not_found" };
+      const charge: Charge = { id: row.id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString() };
+      return { kind: "found", body: chargeJson(charge) };
     },
   };
 }
@@ -58,7 +69,7 @@ async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeR
   const requestHash = fingerprint(request);
   const chargeId = crypto.randomUUID();
   const createdAt = new Date().toISOString();
-  const responseBody = JSON.stringify({ id: chargeId, amountCents: request.amountCents, createdAt });
+  const responseBody = chargeJson({ id: chargeId, amountCents: request.amountCents, createdAt });
   let row;
   try {
     row = await createCharge(sql, {

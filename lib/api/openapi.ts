@@ -1,4 +1,5 @@
 // The OpenAPI document, built from the very TypeBox schemas that validate requests.
+import { MAX_BODY_BYTES } from "./body.ts";
 import { PROBLEM_BASE } from "./problem.ts";
 import { Charge, ChargeBody, IdempotencyKeyHeader, Problem } from "./schemas.ts";
 
@@ -35,7 +36,7 @@ export function openApiDocument(): Record<string, unknown> {
             "201": charge("Created; a replay of a completed request returns the stored response (Idempotent-Replayed: true)", true),
             "400": problem("Missing or invalid Idempotency-Key, body not JSON or not matching the schema"),
             "409": problem("A request with the same key is still in flight (Retry-After)"),
-            "413": problem("Body over 16 KiB"),
+            "413": problem(`Body over ${MAX_BODY_BYTES} bytes`),
             "415": problem("Content-Type is not JSON"),
             "422": problem("The key was used with another request"),
             "503": problem("Database unavailable (Retry-After)"),

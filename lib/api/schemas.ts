@@ -1,7 +1,10 @@
-// The TypeBox schemas: the same objects validate requests and generate /openapi.json.
-import { Type as t, type Static } from "@sinclair/typebox";
+// The TypeBox schemas: the same objects validate requests, generate /openapi.json, and
+// check every charge the API writes before it leaves (chargeJson).
+import { FormatRegistry, Type as t, type Static } from "@sinclair/typebox";
+import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
+import { isUuid } from "../shared/uuid.ts";
 
-export const MAX_AMOUNT_CENTS = 2_147_483_647; // Postgres integer, the column's type
+const MAX_AMOUNT_CENTS = 2_147_483_647; // Postgres integer, the column's type
 
 export const ChargeBody = t.Object(
   { amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS, description: "Amount in cents" }) },
@@ -9,11 +12,42 @@ export const ChargeBody = t.Object(
 );
 export type ChargeBody = Static<typeof ChargeBody>;
 
-export const Charge = t.Object({
-  id: t.String({ format: "uuid" }),
-  amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
-  createdAt: t.String({ format: "date-time" }),
-});
+// The one response body of POST /charges (201) and GET /charges/:id (200).
+export const Charge = t.Object(
+  {
+    id: t.String({ format: "uuid" }),
+    amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
+    createdAt: t.String({ format: "date-time" }),
+  },
+  { additionalProperties: false },
+);
+export type Charge = Static<typeof Charge>;
+
+// What toISOString() writes: the only createdAt spelling the API produces.
+const ISO_INSTANT_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+let chargeCheck: TypeCheck<typeof Charge> | undefined;
+
+function compileChargeCheck(): TypeCheck<typeof Charge> {
+  // TypeBox checks formats through one process-wide registry, which Elysia also fills;
+  // whichever registers a format first keeps it.
+  if (!FormatRegistry.Has("uuid")) FormatRegistry.Set("uuid", isUuid);
+  if (!FormatRegistry.Has("date-time")) FormatRegistry.Set("date-time", (v) => ISO_INSTANT_RE.test(v));
+  return TypeCompiler.Compile(Charge);
+}
+
+/**
+ * The JSON of a charge, checked against `Charge` first: a body that would disagree with
+ * the documented schema is a bug, and it throws before anything is written or answered.
+ * Only the schema's properties are written, in the schema's order.
+ */
+export function chargeJson(charge: Charge): string {
+  chargeCheck ??= compileChargeCheck();
+  if (!chargeCheck.Check(charge)) {
+    const first = chargeCheck.Errors(charge).First();
+    throw new Error(`bug: a charge does not match its schema at ${first?.path || "(root)"}: ${first?.message ?? "unknown"}`);
+  }
+  return JSON.stringify({ id: charge.id, amountCents: charge.amountCents, createdAt: charge.createdAt });
+}
 
 export const ChargeParams = t.Object({ id: t.String() });
 

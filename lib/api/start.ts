@@ -9,11 +9,10 @@ import { createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { createOutboxNotifier } from "../shared/wakeup.ts";
 
-// One connection per concurrent request at the load we benchmark (32): every charge is
-// one statement ending in a commit flush, and more concurrent commits let group commit
-// share the flushes. Measured on 2 cores at 32 clients: pool 8 → 3,960/s, 16 → 4,530/s,
-// 32 → 5,200/s.
-export const API_POOL_SIZE = 32;
+// One connection per concurrent request at the load we benchmark (32 clients): every
+// charge is one statement ending in a commit flush, and more concurrent commits let group
+// commit share the flushes (the measured effect of pool size is in bench/README.md).
+const API_POOL_SIZE = 32;
 
 export interface ApiProcess {
   readonly sql: Sql;

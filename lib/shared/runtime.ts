@@ -25,8 +25,6 @@ interface BunLike {
 
 const g = globalThis as unknown as { Bun?: BunLike; Deno?: DenoLike };
 
-export const runtimeName: "bun" | "deno" | "node" = g.Bun ? "bun" : g.Deno ? "deno" : "node";
-
 /** Serve a fetch handler on a port (0 = any free port). */
 export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0"): Server {
   if (g.Bun) {
