@@ -4,8 +4,18 @@
 //   - a bare UUID, for the clients that send it so: Idempotency-Key: 8e03978e-40d5-...
 // The UUID is the hyphenated 8-4-4-4-12 hex form (any version); hex case does not matter.
 // The result is the lowercase canonical UUID, so every accepted spelling of one UUID is one key.
+import { createHash } from "node:crypto";
 import { parseItem } from "structured-headers";
 import { isUuid } from "../shared/uuid.ts";
+
+// Enough of a SHA-256 to tell one client's retries apart from another's in the logs
+// (48 bits), and no way back to the key, which is a bearer of the request's identity.
+const KEY_HASH_HEX_CHARS = 12;
+
+/** What logs carry instead of an Idempotency-Key: the first hex digits of its SHA-256. */
+export function keyHash(key: string): string {
+  return createHash("sha256").update(key).digest("hex").slice(0, KEY_HASH_HEX_CHARS);
+}
 
 export type KeyParse =
   | { readonly ok: true; readonly key: string }

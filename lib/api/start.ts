@@ -8,6 +8,8 @@ import { buildApp } from "./app.ts";
 import { createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { createOutboxNotifier } from "../shared/wakeup.ts";
+import { keyHash } from "./keys.ts";
+import { problemResponse } from "./problem.ts";
 
 // One connection per concurrent request at the load we benchmark (32 clients): every
 // charge is one statement ending in a commit flush, and more concurrent commits let group
@@ -42,7 +44,7 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
     log.warn("outbox notify failed; the relay's poll will find the row", { error: describeDbError(error) }),
   );
   const counters = createApiMetrics(options.meter);
-  const outcomes = new WeakMap<Request, { outcome: ChargeOutcome["kind"]; key: string }>();
+  const outcomes = new WeakMap<Request, { outcome: ChargeOutcome["kind"]; keyHash: string }>();
   const charges = createChargeService(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated: notifier.poke });
   const app = buildApp({
     sql,
@@ -50,13 +52,25 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
     metrics: options.metrics,
     onOutcome(request, outcome, key) {
       counters.countOutcome(CHARGES_ENDPOINT, outcome);
-      outcomes.set(request, { outcome, key });
+      outcomes.set(request, { outcome, keyHash: keyHash(key) });
     },
   });
+  // Whatever happens after the route answered (its log line) cannot change the answer: a
+  // committed charge always goes out as its 201.
   const fetch = async (request: Request): Promise<Response> => {
     const started = performance.now();
-    const response = await app.handle(request);
-    logRequest(log, request, response, performance.now() - started, outcomes.get(request));
+    let response: Response;
+    try {
+      response = await app.handle(request);
+    } catch (error) {
+      log.error("unhandled error", { error: String(error) });
+      response = problemResponse("internal", "an unexpected error occurred");
+    }
+    try {
+      logRequest(log, request, response, performance.now() - started, outcomes.get(request));
+    } catch (error) {
+      log.error("request log failed", { error: String(error) });
+    }
     return response;
   };
   return {
@@ -74,9 +88,10 @@ function logRequest(
   request: Request,
   response: Response,
   durationMs: number,
-  extra: { outcome: string; key: string } | undefined,
+  extra: { outcome: string; keyHash: string } | undefined,
 ): void {
-  const path = new URL(request.url).pathname;
+  // A base, so a url without an origin still yields its path.
+  const path = new URL(request.url, "http://localhost").pathname;
   const fields = {
     method: request.method,
     route: routeOf(path),

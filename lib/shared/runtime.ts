@@ -4,20 +4,25 @@
 
 export interface Server {
   readonly port: number;
-  stop(): Promise<void>;
+  /**
+   * Stops accepting connections and lets requests in flight finish for up to `graceMs`;
+   * whatever is still open then is cut. 0 (the default) cuts at once.
+   */
+  stop(graceMs?: number): Promise<void>;
 }
 
 export type FetchHandler = (request: Request) => Response | Promise<Response>;
+type ErrorHandler = (error: unknown) => Response;
 
 interface DenoLike {
   serve(
-    options: { port: number; hostname?: string; onListen?: (addr: { port: number }) => void },
+    options: { port: number; hostname?: string; onListen?: (addr: { port: number }) => void; onError?: ErrorHandler },
     handler: FetchHandler,
   ): { addr: { port: number }; shutdown(): Promise<void> };
 }
 
 interface BunLike {
-  serve(options: { port: number; hostname?: string; fetch: FetchHandler; maxRequestBodySize?: number }): {
+  serve(options: { port: number; hostname?: string; development: boolean; fetch: FetchHandler; error: ErrorHandler }): {
     port: number;
     stop(closeActive?: boolean): Promise<void> | void;
   };
@@ -25,17 +30,71 @@ interface BunLike {
 
 const g = globalThis as unknown as { Bun?: BunLike; Deno?: DenoLike };
 
-/** Serve a fetch handler on a port (0 = any free port). */
+/**
+ * Serve a fetch handler on a port (0 = any free port), in production mode: a handler that
+ * throws is answered with a bare RFC 9457 problem, never the runtime's HTML or stack trace.
+ * Every request reaches `fetch` through routableRequest.
+ */
 export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0"): Server {
+  const handler: FetchHandler = (request) => fetch(routableRequest(request));
   if (g.Bun) {
-    const server = g.Bun.serve({ port, hostname, fetch });
-    return { port: server.port, stop: async () => void (await server.stop(true)) };
+    const server = g.Bun.serve({ port, hostname, development: false, fetch: handler, error: internalError });
+    return {
+      port: server.port,
+      async stop(graceMs = 0) {
+        const drained = await within(Promise.resolve(server.stop(false)), graceMs);
+        if (!drained) await server.stop(true);
+      },
+    };
   }
   if (g.Deno) {
-    const server = g.Deno.serve({ port, hostname, onListen: () => {} }, fetch);
-    return { port: server.addr.port, stop: () => server.shutdown() };
+    const server = g.Deno.serve({ port, hostname, onListen: () => {}, onError: internalError }, handler);
+    // Deno's shutdown is always graceful; past the grace the process exits around it.
+    return { port: server.addr.port, stop: async (graceMs = 0) => void (await within(server.shutdown(), graceMs)) };
   }
   throw new Error("unsupported runtime: run with bun or deno");
+}
+
+// A fixed origin for requests whose own cannot be routed; no handler uses the host (a
+// Location is a path), and the Host header itself is left as the client sent it.
+const FALLBACK_ORIGIN = "http://localhost";
+// Elysia 1.4.30 finds the path with url.indexOf("/", 11): it assumes an origin longer than
+// "http://abc", so with `Host: a`, `Host: api` or `Host: api:80` (Bun drops the default
+// port, leaving "http://api/...") it finds no path, or the wrong one, and every route is
+// a 404.
+const MIN_PATH_INDEX = 11;
+
+/**
+ * The request with an absolute URL whose origin any router can step over. Bun hands a
+ * request without a Host header (HTTP/1.0 health checkers send exactly that) over with a
+ * bare path as its url, on which `new URL(request.url)` throws; a short Host trips Elysia
+ * (see MIN_PATH_INDEX). Both are re-addressed to FALLBACK_ORIGIN, path and query kept; any
+ * other request passes untouched.
+ */
+export function routableRequest(request: Request): Request {
+  const url = request.url;
+  const slash = url.startsWith("/") ? 0 : url.indexOf("/", url.indexOf("://") + 3);
+  if (slash >= MIN_PATH_INDEX) return request;
+  return new Request(FALLBACK_ORIGIN + (slash === -1 ? "/" : url.slice(slash)), request);
+}
+
+// Only a bug gets here: the handlers answer their own errors. RFC 9457's "about:blank"
+// type, as nothing more is known than the status.
+function internalError(error: unknown): Response {
+  console.error(JSON.stringify({ time: new Date().toISOString(), level: "error", msg: "request handler failed", error: String(error) }));
+  const body = { type: "about:blank", title: "Internal Server Error", status: 500, detail: "an unexpected error occurred" };
+  return new Response(JSON.stringify(body), { status: 500, headers: { "content-type": "application/problem+json" } });
+}
+
+/** true when `promise` settled within `ms`. */
+async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  try {
+    return await Promise.race([promise.then(() => true), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** Register a handler for SIGTERM and SIGINT. */

@@ -1,0 +1,131 @@
+// The HTTP edge, with raw sockets against a real server: requests without Host or with a
+// short Host route normally, and whatever fails outside a route is an RFC 9457 problem,
+// never HTML or a stack trace. Plus: request logs carry a hash of the key, never the key.
+import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import net from "node:net";
+import { createHash } from "node:crypto";
+import { apiTestContext, postCharge, startTestApi } from "../testkit/api.ts";
+import { serve } from "../lib/shared/runtime.ts";
+import { createLogger } from "../lib/shared/log.ts";
+
+setDefaultTimeout(30_000);
+
+const { db, api } = await apiTestContext("api_edge");
+const server = serve(0, api.fetch, "127.0.0.1");
+afterAll(() => server.stop());
+
+interface RawResponse {
+  readonly status: number;
+  readonly headers: Record<string, string>;
+  readonly body: string;
+}
+
+/** Sends `head` (and `body`) as written, reads until the server closes, parses the answer. */
+function raw(port: number, head: string[], body = ""): Promise<RawResponse> {
+  const text = `${head.join("\r\n")}\r\n${body ? `content-length: ${Buffer.byteLength(body)}\r\n` : ""}\r\n${body}`;
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, "127.0.0.1", () => socket.write(text));
+    const chunks: Buffer[] = [];
+    socket.on("data", (chunk) => chunks.push(chunk));
+    socket.on("error", reject);
+    socket.on("close", () => {
+      const all = Buffer.concat(chunks).toString("utf8");
+      const end = all.indexOf("\r\n\r\n");
+      if (end === -1) return reject(new Error(`no HTTP answer: ${JSON.stringify(all)}`));
+      const [statusLine, ...lines] = all.slice(0, end).split("\r\n");
+      const headers = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()]));
+      resolve({ status: Number(statusLine!.split(" ")[1]), headers, body: all.slice(end + 4) });
+    });
+  });
+}
+
+const http10 = (requestLine: string, ...headers: string[]) => [`${requestLine} HTTP/1.0`, ...headers];
+const http11 = (requestLine: string, ...headers: string[]) => [`${requestLine} HTTP/1.1`, ...headers, "connection: close"];
+const chargeHeaders = (key: string) => ["content-type: application/json", `idempotency-key: ${key}`];
+
+async function chargeRows(id: string): Promise<number> {
+  const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from charges where id = ${id}::uuid`;
+  return row!.n;
+}
+
+describe("no Host header (HTTP/1.0)", () => {
+  test("GET /healthz → 200 JSON", async () => {
+    const res = await raw(server.port, http10("GET /healthz"));
+    expect(res.status).toBe(200);
+    expect(JSON.parse(res.body)).toEqual({ status: "ok" });
+  });
+
+  test("POST /charges → 201, and the charge it names is in the database", async () => {
+    const res = await raw(server.port, http10("POST /charges", ...chargeHeaders(crypto.randomUUID())), '{"amountCents":700}');
+    expect(res.status).toBe(201);
+    const charge = JSON.parse(res.body) as { id: string; amountCents: number };
+    expect(charge.amountCents).toBe(700);
+    expect(res.headers.location).toBe(`/charges/${charge.id}`);
+    expect(await chargeRows(charge.id)).toBe(1);
+  });
+
+  test("an unknown route → 404 problem, path and query kept through the re-addressing", async () => {
+    const res = await raw(server.port, http10("GET /nope?x=1"));
+    expect(res.status).toBe(404);
+    expect(res.headers["content-type"]).toBe("application/problem+json");
+    const id = crypto.randomUUID();
+    const missing = await raw(server.port, http10(`GET /charges/${id}?verbose=1`));
+    expect(missing.status).toBe(404);
+    expect(JSON.parse(missing.body).detail).toContain(id);
+  });
+});
+
+describe.each(["api", "api:80", "a", "ab:3000"])("Host: %s", (host) => {
+  test("GET /healthz, POST /charges and GET /charges/:id route normally", async () => {
+    const health = await raw(server.port, http11("GET /healthz", `host: ${host}`));
+    expect(health.status).toBe(200);
+    const created = await raw(server.port, http11("POST /charges", `host: ${host}`, ...chargeHeaders(crypto.randomUUID())), '{"amountCents":5}');
+    expect(created.status).toBe(201);
+    const { id } = JSON.parse(created.body) as { id: string };
+    expect(await chargeRows(id)).toBe(1);
+    const got = await raw(server.port, http11(`GET /charges/${id}`, `host: ${host}`));
+    expect(got.status).toBe(200);
+    expect(JSON.parse(got.body)).toEqual(JSON.parse(created.body));
+  });
+});
+
+describe("failures outside a route", () => {
+  test("a handler that throws → 500 problem+json without the message, a path or a stack", async () => {
+    const secret = "boom at /srv/secret/file.ts:12";
+    const failing = serve(0, () => Promise.reject(new Error(secret)), "127.0.0.1");
+    const throwing = serve(0, () => { throw new Error(secret); }, "127.0.0.1");
+    try {
+      for (const s of [failing, throwing]) {
+        const res = await raw(s.port, http10("GET /"));
+        expect(res.status).toBe(500);
+        expect(res.headers["content-type"]).toBe("application/problem+json");
+        expect(JSON.parse(res.body)).toMatchObject({ type: "about:blank", status: 500 });
+        expect(res.body).not.toContain("boom");
+        expect(res.body).not.toContain("/srv/");
+        expect(res.body.length).toBeLessThan(200);
+      }
+    } finally {
+      await failing.stop();
+      await throwing.stop();
+    }
+  });
+});
+
+describe("request logs", () => {
+  test("a request's log line carries the first 12 hex of the key's SHA-256, never the key", async () => {
+    const lines: string[] = [];
+    const logged = await startTestApi(db.url, { LOG_LEVEL: "info" }, { logger: createLogger("info", "api", (l) => lines.push(l)) });
+    try {
+      const key = crypto.randomUUID();
+      expect((await postCharge(logged, '{"amountCents":9}', { key: `"${key.toUpperCase()}"` })).status).toBe(201);
+      const line = lines.find((l) => JSON.parse(l).msg === "request");
+      expect(line).toBeDefined();
+      expect(line!.toLowerCase()).not.toContain(key);
+      expect(line!.toLowerCase()).not.toContain(key.replace(/-/g, ""));
+      const expected = createHash("sha256").update(key).digest("hex").slice(0, 12);
+      expect(JSON.parse(line!)).toMatchObject({ route: "/charges", status: 201, outcome: "created", keyHash: expected });
+    } finally {
+      await logged.close();
+    }
+  });
+});
