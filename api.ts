@@ -27,10 +27,19 @@ const api = await startApi(config, { metrics: telemetry.scrape, logger: log }).c
 const server = serve(config.port, api.fetch);
 log.info("api listening", { port: server.port });
 
+// On SIGTERM, requests in flight get this long to finish before their connections are cut:
+// far above a request's own time bounds, and well inside the 30 s an orchestrator usually
+// waits before SIGKILL.
+const SHUTDOWN_GRACE_MS = 10_000;
+let stopping = false;
+
 onShutdownSignal(async (signal) => {
-  log.info("api stopping", { signal });
-  await server.stop();
+  if (stopping) return;
+  stopping = true;
+  log.info("api stopping", { signal, graceMs: SHUTDOWN_GRACE_MS });
+  await server.stop(SHUTDOWN_GRACE_MS);
   await api.close();
   await telemetry.shutdown();
+  log.info("api stopped");
   process.exit(0);
 });
