@@ -1,14 +1,15 @@
 // Waking the relay when a charge commits, without making the charge pay for it.
 //
-// A NOTIFY inside every charge transaction halves Postgres's commit rate (notifying commits
-// are serialized on a global lock). So the API does not notify in its transaction: after a
-// charge has committed it calls `poke()`, which sends `select pg_notify(...)` as its own
-// statement at most once per short window per process: the first poke of a quiet period
-// notifies at once (leading edge); pokes inside the window only set a flag, and one trailing
-// notify goes out when the window ends. Every commit is thus followed by a notify within
-// `windowMs`, and a busy API sends at most 1000/windowMs notifies a second, whatever its
-// request rate. The relay LISTENs and drains until a claim comes back short, so one
-// notify covers every row committed before it; OUTBOX_POLL_MS is only the idle fallback.
+// A NOTIFY inside every charge transaction cuts Postgres's commit rate sharply: notifying
+// commits are serialized on a global lock (bench/wakeup-cost.ts measures it). So the API
+// does not notify in its transaction: after a charge has committed it calls `poke()`, which
+// sends `select pg_notify(...)` as its own statement at most once per short window per
+// process: the first poke of a quiet period notifies at once (leading edge); pokes inside
+// the window only set a flag, and one trailing notify goes out when the window ends. Every
+// commit is thus followed by a notify within `windowMs`, and a busy API sends at most
+// 1000/windowMs notifies a second, whatever its request rate. The relay LISTENs and drains
+// until a claim comes back short, so one notify covers every row committed before it;
+// OUTBOX_POLL_MS is only the idle fallback.
 import type { Sql } from "./db.ts";
 
 /** The LISTEN/NOTIFY channel the API pokes and the relay listens on. */
