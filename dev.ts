@@ -1,12 +1,13 @@
 // `bun run dev`: the whole system on one machine with nothing installed. Starts an embedded
-// Postgres (data in .data/postgres, kept across runs) unless DATABASE_URL is set, an
-// in-process MQTT broker unless MQTT_URL is set, then api, relay and a printing subscriber.
+// Postgres unless DATABASE_URL is set (data in .data/postgres, kept across runs, or in the
+// temp dir when Postgres's user cannot reach the project: dev/pg-place.ts), an in-process
+// MQTT broker unless MQTT_URL is set, then api, relay and a printing subscriber.
 // Ctrl-C stops the three processes first and the services they use last.
 import { fileURLToPath } from "node:url";
 import { killChildrenNow, startChild, stopChildren, type Child } from "./dev/children.ts";
 import { DATA_DIR, startEmbeddedPostgres } from "./dev/embedded-postgres.ts";
 import { startLocalBroker } from "./dev/mqtt-broker.ts";
-import { banner, print, printPostgres } from "./dev/output.ts";
+import { banner, dataPlace, embeddedPostgresLine, print, printPostgres } from "./dev/output.ts";
 import { freePort } from "./dev/ports.ts";
 
 const ROOT = fileURLToPath(new URL("./", import.meta.url));
@@ -51,10 +52,8 @@ async function databaseService(): Promise<Service> {
   if (process.env.DATABASE_URL) return { url: process.env.DATABASE_URL, note: "(from DATABASE_URL)", stop: async () => {} };
   const started = performance.now();
   const pg = await startEmbeddedPostgres({ dataDir: `${DATA_DIR}postgres`, detached: true, log: printPostgres });
-  const ms = Math.round(performance.now() - started);
-  const what = pg.created ? "created and started" : pg.how === "started" ? "started" : "shared with another process,";
-  print("postgres", `embedded Postgres ${what} in ${ms} ms on port ${pg.port} (data in .data/postgres)`);
-  return { url: pg.url, note: "(embedded, data in .data/postgres)", stop: () => pg.stop() };
+  print("postgres", embeddedPostgresLine(pg, Math.round(performance.now() - started), ROOT));
+  return { url: pg.url, note: `(embedded, data in ${dataPlace(pg, ROOT)})`, stop: () => pg.stop() };
 }
 
 async function brokerService(): Promise<Service> {

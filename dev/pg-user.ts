@@ -9,6 +9,8 @@ export interface RunAs {
   readonly name: string;
   readonly uid: number;
   readonly gid: number;
+  /** Every group the user is in (primary included): what the kernel's group check uses. */
+  readonly groups: readonly number[];
 }
 
 export const POSTGRES_USER = "postgres";
@@ -36,13 +38,15 @@ export function unprivilegedUser(log: (line: string) => void): RunAs | undefined
 }
 
 function lookUp(name: string): RunAs | undefined {
-  const uid = idOf(name, "-u");
-  const gid = idOf(name, "-g");
-  return uid === undefined || gid === undefined ? undefined : { name, uid, gid };
+  const [uid] = idsOf(name, "-u");
+  const [gid] = idsOf(name, "-g");
+  const groups = idsOf(name, "-G");
+  return uid === undefined || gid === undefined ? undefined : { name, uid, gid, groups: groups.length ? groups : [gid] };
 }
 
-function idOf(name: string, flag: "-u" | "-g"): number | undefined {
+function idsOf(name: string, flag: "-u" | "-g" | "-G"): number[] {
   const result = spawnSync("id", [flag, name], { encoding: "utf8" });
-  const value = Number.parseInt(result.stdout ?? "", 10);
-  return result.status === 0 && Number.isInteger(value) ? value : undefined;
+  if (result.status !== 0) return [];
+  const values = (result.stdout ?? "").trim().split(/\s+/).map((text) => Number.parseInt(text, 10));
+  return values.every(Number.isInteger) ? values : [];
 }
