@@ -1,7 +1,12 @@
 -- The charges service schema. Applied at start-up by api.ts and relay.ts (and by
 -- `bun run migrate`) under a Postgres advisory lock, so it must stay idempotent:
 -- every statement is "if not exists" and columns are only ever added, never renamed
--- or dropped (the seed's three tables keep their names and columns).
+-- or dropped (charges, idempotency_keys and outbox keep their original names and columns).
+-- Indexes are not part of that data contract: an index whose predicate must change is
+-- replaced by one under a NEW name, followed by a "drop index if exists" of the old one.
+-- Every index here is created inside the migration's transaction (not CONCURRENTLY): on a
+-- table already large, create it beforehand with CREATE INDEX CONCURRENTLY under the same
+-- name and the migration finds it in place.
 
 create table if not exists charges (
     id uuid primary key,
@@ -23,6 +28,15 @@ create table if not exists idempotency_keys (
 
 -- Retention deletes COMPLETED keys by expiry in bounded batches.
 create index if not exists idempotency_keys_expires_idx on idempotency_keys (expires_at);
+-- The stale-STARTED check reads only STARTED keys: a handful at any time, however many
+-- COMPLETED ones the table holds.
+create index if not exists idempotency_keys_started_idx
+    on idempotency_keys (created_at)
+    where status = 'STARTED';
+
+-- Reconciliation reads the charges younger than the outbox retention; charges are kept for
+-- ever, so without this index it reads them all.
+create index if not exists charges_created_idx on charges (created_at);
 
 create table if not exists outbox (
     id uuid primary key,
@@ -33,7 +47,7 @@ create table if not exists outbox (
     published_at timestamptz
 );
 
--- Added beyond the seed: delivery bookkeeping for the relay and the request's trace.
+-- Delivery bookkeeping for the relay and the request's trace.
 alter table outbox add column if not exists attempts integer not null default 0;
 alter table outbox add column if not exists last_error text;
 -- A row whose last publish failed waits until then (back-off); null = ready now.
@@ -44,10 +58,20 @@ alter table outbox add column if not exists parked_at timestamptz;
 -- W3C traceparent of the HTTP request that wrote the row, sent on as an MQTT 5 user property.
 alter table outbox add column if not exists traceparent text;
 
--- The seed's partial index: only pending rows, so it stays small however big the table grows.
-create index if not exists outbox_pending_idx
+-- The relay's claim walks this in created_at order: rows to publish, parked rows left out
+-- (they are never deleted, and would otherwise be read and filtered by every claim).
+-- Rows backing off (next_attempt_at in the future) are still in it: now() cannot be part of
+-- an index predicate; they are few (only rows whose last publish failed within the back-off
+-- cap) and each is passed over once per claim.
+create index if not exists outbox_due_idx
     on outbox (created_at)
-    where published_at is null;
+    where published_at is null and parked_at is null;
+-- Replaced by outbox_due_idx, whose predicate leaves parked rows out.
+drop index if exists outbox_pending_idx;
+-- The parked gauge and `bun run ops requeue` read the parked rows alone.
+create index if not exists outbox_parked_idx
+    on outbox (parked_at)
+    where published_at is null and parked_at is not null;
 
 -- Outbox retention deletes published rows by age; the reconciliation job looks charges up by aggregate.
 create index if not exists outbox_published_idx
@@ -62,7 +86,19 @@ create table if not exists inbox (
     received_at timestamptz not null default now(),
     primary key (event_id, consumer)
 );
+-- Inbox retention deletes the oldest rows in bounded batches.
+create index if not exists inbox_received_idx on inbox (received_at);
 
--- Times the row was the oldest publish in flight when the broker closed the connection
--- without an answer; the relay counts a failed attempt from the third such release on.
-alter table outbox add column if not exists releases integer not null default 0;
+-- Events the reference subscriber gave up on after its retry budget: kept here, with the
+-- last error, instead of vanishing. One row per (event, consumer); a redelivery that fails
+-- again updates it.
+create table if not exists subscriber_dead_letters (
+    event_id uuid not null,
+    consumer text not null,
+    topic text not null,
+    payload text not null,
+    error text not null,
+    attempts integer not null,
+    dead_at timestamptz not null default now(),
+    primary key (event_id, consumer)
+);

@@ -1,7 +1,9 @@
-// The relay's HTTP surface on RELAY_PORT: /healthz, /readyz, and whatever GET routes the
-// entrypoint adds (/metrics comes with the observability work).
+// The relay's HTTP surface on RELAY_PORT: /healthz, /readyz, and the GET routes the assembly
+// adds (/metrics). Every answer is JSON; errors are RFC 9457 problems. Nothing here throws
+// outside the handler's own try: a request without Host (HTTP/1.0) is routed like any other.
 import type { Sql } from "../shared/db.ts";
 import { probeDatabase } from "../shared/db.ts";
+import type { Logger } from "../shared/log.ts";
 import type { FetchHandler } from "../shared/runtime.ts";
 
 export interface RelayAppDeps {
@@ -9,6 +11,8 @@ export interface RelayAppDeps {
   readonly broker: { readonly connected: boolean };
   /** Extra GET routes by exact path, e.g. { "/metrics": handler }. */
   readonly routes?: Readonly<Record<string, FetchHandler>>;
+  /** Hears why the database is down (the /readyz body only says that it is) and handler failures. */
+  readonly logger: Logger;
 }
 
 // A readiness probe must answer quickly even when the database hangs; past this it is "down".
@@ -18,28 +22,54 @@ function json(status: number, body: unknown): Response {
   return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
 }
 
+// "about:blank" problems: the title is the status's own phrase (RFC 9457 §4.2.1).
+function problem(status: number, title: string, detail: string, headers: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify({ type: "about:blank", title, status, detail }), {
+    status,
+    headers: { "content-type": "application/problem+json", ...headers },
+  });
+}
+
+/**
+ * The path of a request URL, without parsing it as a URL: the runtime builds request.url from
+ * the Host header, and a request without one (or with a strange one) may not make a valid URL.
+ */
+function pathOf(url: string): string {
+  const origin = /^[a-zA-Z][a-zA-Z0-9+.-]*:\/\/[^/?#]*/.exec(url);
+  const rest = origin ? url.slice(origin[0].length) : url;
+  const end = rest.search(/[?#]/);
+  const path = end < 0 ? rest : rest.slice(0, end);
+  return path.startsWith("/") ? path : `/${path}`;
+}
+
 export function createRelayFetch(deps: RelayAppDeps): FetchHandler {
   const routes: Record<string, FetchHandler> = {
     "/healthz": () => json(200, { status: "ok" }),
     "/readyz": async () => {
       const database = await probeDatabase(deps.sql, READY_DB_TIMEOUT_MS);
+      if (database.error) deps.logger.warn("readiness: database down", { error: database.error });
       const broker = deps.broker.connected;
       const ready = database.up && broker;
       return json(ready ? 200 : 503, {
         status: ready ? "ready" : "not ready",
         database: database.up ? "up" : "down",
         broker: broker ? "connected" : "disconnected",
-        ...(database.error ? { databaseError: database.error } : {}),
       });
     },
     ...deps.routes,
   };
-  return (request) => {
-    const route = routes[new URL(request.url).pathname];
-    if (!route) return json(404, { status: "not found" });
-    if (request.method !== "GET" && request.method !== "HEAD") {
-      return new Response(null, { status: 405, headers: { allow: "GET, HEAD" } });
+  return async (request) => {
+    try {
+      const path = pathOf(request.url);
+      const route = Object.hasOwn(routes, path) ? routes[path] : undefined;
+      if (!route) return problem(404, "Not Found", `no route ${path}; this port serves ${Object.keys(routes).join(", ")}`);
+      if (request.method !== "GET" && request.method !== "HEAD") {
+        return problem(405, "Method Not Allowed", `${path} answers GET and HEAD`, { allow: "GET, HEAD" });
+      }
+      return await route(request);
+    } catch (error) {
+      deps.logger.error("relay http handler failed", { error: error instanceof Error ? error.message : String(error) });
+      return problem(500, "Internal Server Error", "an unexpected error occurred");
     }
-    return route(request);
   };
 }

@@ -18,6 +18,8 @@ export interface OutboxRow {
   /** created_at as ISO-8601 UTC with the microseconds Postgres keeps (a JS Date would cut them). */
   readonly createdAt: string;
   readonly attempts: number;
+  /** Times the row was the oldest publish in flight when the broker closed the connection. */
+  readonly releases: number;
   readonly traceparent: string | null;
 }
 
@@ -28,6 +30,7 @@ interface OutboxRecord {
   payload: string;
   created_iso: string;
   attempts: number;
+  releases: number;
   traceparent: string | null;
 }
 
@@ -49,7 +52,7 @@ export async function claimInIndexOrder(tx: Db): Promise<void> {
  */
 export async function claimBatch(tx: Db, limit: number): Promise<OutboxRow[]> {
   const records = await tx<OutboxRecord[]>`
-    select id, aggregate_id, event_type, payload, attempts, traceparent,
+    select id, aggregate_id, event_type, payload, attempts, releases, traceparent,
            to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as created_iso
     from outbox
     where published_at is null
@@ -65,6 +68,7 @@ export async function claimBatch(tx: Db, limit: number): Promise<OutboxRow[]> {
     payload: r.payload,
     createdAt: r.created_iso,
     attempts: r.attempts,
+    releases: r.releases,
     traceparent: r.traceparent,
   }));
 }
@@ -113,6 +117,26 @@ export async function recordFailures(tx: Db, failures: readonly Failure[], polic
         least(${policy.maxSeconds}::float8, ${policy.baseSeconds}::float8 * power(2, o.attempts))),
       parked_at = case when f.park::boolean or o.attempts + 1 >= ${policy.maxAttempts} then now() end
     from unnest(${ids}::uuid[], ${errors}::text[], ${parks}::text[]) as f(id, error, park)
+    where o.id = f.id and o.published_at is null`.execute();
+  return result.count;
+}
+
+export interface Release {
+  readonly id: string;
+  readonly error: string;
+}
+
+/**
+ * Rows that were the oldest publish in flight when the broker closed the connection: one more
+ * release counted and the error recorded, no attempt (the broker may just have gone away).
+ */
+export async function recordReleases(tx: Db, releases: readonly Release[]): Promise<number> {
+  if (releases.length === 0) return 0;
+  const ids = releases.map((r) => r.id);
+  const errors = releases.map((r) => r.error);
+  const result = await tx`
+    update outbox as o set releases = o.releases + 1, last_error = f.error
+    from unnest(${ids}::uuid[], ${errors}::text[]) as f(id, error)
     where o.id = f.id and o.published_at is null`.execute();
   return result.count;
 }

@@ -2,9 +2,9 @@
 // speaks that), reconnecting with back-off,
 // and a publish that resolves on the PUBACK with at most the broker's Receive Maximum
 // unacknowledged at once.
-import type { IClientPublishOptions, IConnackPacket, MqttClient } from "mqtt";
+import type { IClientPublishOptions, IConnackPacket, IDisconnectPacket, MqttClient } from "mqtt";
 import { setImmediate } from "node:timers";
-import { connectMqtt, protocolOf } from "../shared/mqtt-connect.ts";
+import { connectMqtt } from "../shared/mqtt-connect.ts";
 import { describeMqttError } from "../shared/mqtt-errors.ts";
 import { EVENT_CONTENT_TYPE } from "../events.ts";
 
@@ -16,13 +16,31 @@ export interface OutboundMessage {
   readonly userProperties: Readonly<Record<string, string>>;
 }
 
+/**
+ * A publish that ended because the connection closed before its PUBACK. The oldest publish in
+ * flight is the one the broker was reading when it closed (it answers in order), so it alone
+ * carries the DISCONNECT's reason code, when the broker sent one (MQTT 5).
+ */
+export class ConnectionLost extends Error {
+  override name = "ConnectionLost";
+  constructor(
+    /** The DISCONNECT reason code; only on the oldest publish in flight. */
+    readonly code: number | undefined,
+    readonly oldestInFlight: boolean,
+  ) {
+    super(
+      oldestInFlight
+        ? `the broker closed the connection${code === undefined ? " without a reason code" : ""} while this publish was the oldest in flight`
+        : "connection to the broker lost",
+    );
+  }
+}
+
 /** Resolves when the broker acknowledged the message; rejects with its reason code otherwise. */
 export type PublishFn = (message: OutboundMessage) => Promise<void>;
 
 export interface Broker {
   readonly connected: boolean;
-  /** 5, or 4 when the broker speaks MQTT 3.1.1 only (then no publish properties). */
-  readonly protocolVersion: number;
   publish: PublishFn;
   /** Called with true on every CONNACK and false on every lost connection. Returns an unsubscribe. */
   onConnectionChange(listener: (connected: boolean) => void): () => void;
@@ -69,7 +87,11 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
   });
   const listeners = new Set<(connected: boolean) => void>();
   let limit = maxInFlight;
-  let inFlight = 0;
+  // Publishes sent and not yet answered, in the order they left (a Map keeps insertion order).
+  const unanswered = new Map<number, (error: Error) => void>();
+  let sent = 0;
+  // The reason code of the DISCONNECT the broker sent on this connection, if it sent one.
+  let disconnectReason: number | undefined;
   // Publishes waiting for an in-flight slot, in hand-off (= created_at) order.
   const waiting: Array<{ send: () => void; fail: (error: Error) => void }> = [];
 
@@ -78,6 +100,7 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
   };
   client.on("connect", (connack: IConnackPacket) => {
     client.options.reconnectPeriod = RECONNECT_MIN_MS;
+    disconnectReason = undefined;
     // MQTT 5 §3.3.4: never more unacknowledged QoS 1 publishes than the server's Receive
     // Maximum (Mosquitto's max_inflight_messages, 20 by default). mqtt.js does not enforce it.
     limit = Math.min(maxInFlight, connack.properties?.receiveMaximum ?? PROTOCOL_RECEIVE_MAXIMUM);
@@ -87,6 +110,9 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
   client.on("reconnect", () => {
     const period = client.options.reconnectPeriod ?? RECONNECT_MIN_MS;
     client.options.reconnectPeriod = Math.min(RECONNECT_MAX_MS, period * 2);
+  });
+  client.on("disconnect", (packet: IDisconnectPacket) => {
+    disconnectReason = packet.reasonCode;
   });
   client.on("close", () => {
     abandonInFlight();
@@ -98,8 +124,15 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
   // timeout. They are also dropped from mqtt.js's store, which would otherwise resend them
   // after the reconnect: a second copy of rows that will be published again anyway.
   function abandonInFlight(): void {
+    let oldest = true;
+    for (const reject of unanswered.values()) {
+      reject(new ConnectionLost(oldest ? disconnectReason : undefined, oldest));
+      oldest = false;
+    }
+    unanswered.clear();
+    disconnectReason = undefined;
     for (const messageId of Object.keys(client.outgoing)) client.removeOutgoingMessage(Number(messageId));
-    const lost = new Error("connection to the broker lost");
+    const lost = new ConnectionLost(undefined, false);
     for (const entry of waiting.splice(0)) entry.fail(lost);
   }
 
@@ -109,7 +142,7 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
   let refillScheduled = false;
   function refill(): void {
     refillScheduled = false;
-    while (inFlight < limit && waiting.length > 0) waiting.shift()?.send();
+    while (unanswered.size < limit && waiting.length > 0) waiting.shift()?.send();
   }
   function scheduleRefill(): void {
     if (refillScheduled || waiting.length === 0) return;
@@ -122,20 +155,21 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
       // Not stored for later: the relay releases the row and claims it again once connected.
       if (!client.connected) return reject(new Error("not connected to the broker"));
       const send = (): void => {
-        inFlight += 1;
+        const seq = sent++;
+        unanswered.set(seq, reject);
         const opts: IClientPublishOptions = {
           qos: 1,
           retain: false,
           properties: { contentType: EVENT_CONTENT_TYPE, userProperties: { ...message.userProperties } },
         };
         client.publish(message.topic, message.payload, opts, (error) => {
-          inFlight -= 1;
+          unanswered.delete(seq);
           scheduleRefill();
           if (error) reject(error);
           else resolve();
         });
       };
-      if (inFlight < limit && waiting.length === 0) send();
+      if (unanswered.size < limit && waiting.length === 0) send();
       else waiting.push({ send, fail: reject });
     });
   }
@@ -143,9 +177,6 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
   return {
     get connected() {
       return client.connected;
-    },
-    get protocolVersion() {
-      return protocolOf(client);
     },
     publish,
     onConnectionChange(listener) {

@@ -34,8 +34,3 @@ export function connectMqtt(url: string, options: MqttConnectOptions): MqttClien
   });
   return client;
 }
-
-/** 5 or 4 (3.1.1), as currently spoken. */
-export function protocolOf(client: MqttClient): number {
-  return client.options.protocolVersion ?? 4;
-}

@@ -1,0 +1,71 @@
+// Assembles the relay process from config: the pool, the schema, the broker connection, the
+// loop, its metrics and its HTTP surface (/healthz, /readyz, /metrics).
+import type { Config } from "../shared/config.ts";
+import type { Sql } from "../shared/db.ts";
+import { createLogger, type Logger } from "../shared/log.ts";
+import { openDatabase } from "../shared/startup.ts";
+import type { FetchHandler } from "../shared/runtime.ts";
+import { CHARGE_CREATED, topicOf } from "../events.ts";
+import { connectBroker, type Broker } from "./publisher.ts";
+import { createRelay, laneCount, type Relay } from "./loop.ts";
+import { createRelayFetch } from "./http.ts";
+import { otelRelayEvents } from "./metrics.ts";
+
+// Beyond one connection per lane (each batch holds its transaction until its PUBACKs are in):
+// one for /readyz and one for the operations jobs the entrypoint runs beside the loop.
+// LISTEN has a connection of its own.
+const EXTRA_CONNECTIONS = 2;
+
+export interface RelayProcess {
+  readonly sql: Sql;
+  readonly broker: Broker;
+  readonly relay: Relay;
+  /** /healthz, /readyz and, when given, /metrics. */
+  readonly fetch: FetchHandler;
+  /** The loop; resolves after stop(). */
+  run(): Promise<void>;
+  /** No new claims; the batches in flight finish (PUBACKs awaited, rows marked). */
+  stop(): Promise<void>;
+  /** Closes the broker connection and the pool; after stop(). */
+  close(): Promise<void>;
+}
+
+export interface RelayProcessOptions {
+  /** Prometheus exposition for GET /metrics (the entrypoint owns the SDK). */
+  readonly metrics?: () => Promise<Response>;
+  readonly logger?: Logger;
+}
+
+/** Connects and migrates (a StartupError with one clear line when it cannot); the broker is awaited by the loop. */
+export async function startRelay(config: Config, options: RelayProcessOptions = {}): Promise<RelayProcess> {
+  const log = options.logger ?? createLogger(config.logLevel, "relay");
+  const sql = await openDatabase(config.databaseUrl, {
+    max: laneCount(config.outboxBatchSize) + EXTRA_CONNECTIONS,
+    applicationName: "charges-relay",
+  });
+  // Not awaited: a broker that is away at start is retried, and the relay waits for it.
+  const broker = connectBroker(config.mqttUrl, { onError: (error) => log.warn("broker error", { error }) });
+  broker.onConnectionChange((connected) => log.info(connected ? "broker connected" : "broker connection lost"));
+  const relay = createRelay({
+    sql,
+    broker,
+    batchSize: config.outboxBatchSize,
+    pollMs: config.outboxPollMs,
+    topicPrefix: config.mqttTopicPrefix,
+    events: otelRelayEvents([topicOf(config.mqttTopicPrefix, CHARGE_CREATED)]),
+    logger: log,
+  });
+  const routes = options.metrics ? { "/metrics": options.metrics } : undefined;
+  return {
+    sql,
+    broker,
+    relay,
+    fetch: createRelayFetch({ sql, broker, routes, logger: log }),
+    run: () => relay.run(),
+    stop: () => relay.stop(),
+    async close() {
+      await broker.close();
+      await sql.end({ timeout: 5 });
+    },
+  };
+}

@@ -1,0 +1,47 @@
+// The loop's wake-up: a NOTIFY, a broker reconnect or stop() ends the current pause early,
+// and a wake that arrives while the loop is busy is remembered for after its drain.
+
+export interface Waker {
+  /** Something may be due: end the current pause, or remember it for the next one. */
+  wake(): void;
+  /** Resolves on wake(), on close() or after `ms`. */
+  pause(ms: number): Promise<void>;
+  /** Whether a wake arrived since the last take(); clears it. */
+  take(): boolean;
+  /** From now on every pause ends at once (the loop is stopping). */
+  close(): void;
+}
+
+export function createWaker(): Waker {
+  let pending = false;
+  let closed = false;
+  const waiters = new Set<() => void>();
+  const wake = (): void => {
+    pending = true;
+    for (const waiter of waiters) waiter();
+  };
+  return {
+    wake,
+    pause(ms) {
+      return new Promise((resolve) => {
+        const timer = setTimeout(done, ms);
+        function done(): void {
+          clearTimeout(timer);
+          waiters.delete(done);
+          resolve();
+        }
+        waiters.add(done);
+        if (closed) done();
+      });
+    },
+    take() {
+      const was = pending;
+      pending = false;
+      return was;
+    },
+    close() {
+      closed = true;
+      wake();
+    },
+  };
+}
