@@ -1,6 +1,7 @@
 // Configuration: defaults, validation, and the one clear line a bad value gives at start.
 import { expect, test } from "bun:test";
 import { ConfigError, loadConfig } from "../lib/shared/config.ts";
+import { runToExit } from "../testkit/processes.ts";
 
 test("defaults are SPEC's", () => {
   const config = loadConfig({});
@@ -46,13 +47,7 @@ test.each([
 
 /** Runs an entrypoint to its exit; returns its exit code and stderr lines. */
 async function runEntry(entry: string, env: Record<string, string>): Promise<{ code: number; lines: string[] }> {
-  const proc = Bun.spawn(["bun", entry], {
-    cwd: `${import.meta.dir}/..`,
-    env: { ...process.env, ...env },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  const [stderr, code] = await Promise.all([new Response(proc.stderr).text(), proc.exited]);
+  const { code, stderr } = await runToExit(["bun", entry], env);
   return { code, lines: stderr.trim().split("\n") };
 }
 

@@ -7,6 +7,7 @@ import { DELETE_BATCH, newGauges, registerOpsGauges, runJob } from "../lib/ops/j
 import { startTelemetry } from "../lib/shared/telemetry.ts";
 import { freshDatabase } from "../testkit/services.ts";
 import { postCharge, startTestApi } from "../testkit/api.ts";
+import { runToExit, type Finished } from "../testkit/processes.ts";
 
 setDefaultTimeout(30_000);
 
@@ -105,15 +106,8 @@ test("outbox-gauges counts pending and parked rows and the oldest pending age", 
   expect(gauges.oldestPendingAgeSeconds).toBeGreaterThanOrEqual(30);
 });
 
-async function ops(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const proc = Bun.spawn(["bun", "run", "--silent", "ops", ...args], {
-    cwd: `${import.meta.dir}/..`,
-    env: { ...process.env, DATABASE_URL: db.url, LOG_LEVEL: "warn" },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
-  return { code, stdout, stderr };
+function ops(...args: string[]): Promise<Finished> {
+  return runToExit(["bun", "run", "--silent", "ops", ...args], { DATABASE_URL: db.url, LOG_LEVEL: "warn" });
 }
 
 test("bun run ops requeue <id|all> puts parked rows back in line; bad input is one clear line", async () => {

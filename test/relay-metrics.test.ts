@@ -2,9 +2,11 @@
 // values that match the database, and no per-event value in any label.
 import { setDefaultTimeout } from "bun:test";
 import { afterAll, expect, test } from "bun:test";
-import { freePort } from "../dev/ports.ts";
+import { CHARGE_CREATED, topicOf } from "../lib/events.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
-import { countWhere, insertPending, waitUntil } from "../testkit/outbox.ts";
+import { countWhere, insertPending } from "../testkit/outbox.ts";
+import { startEntrypoint } from "../testkit/processes.ts";
+import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
 
@@ -21,17 +23,14 @@ function value(text: string, series: string): number | undefined {
 
 test("the relay's /metrics carries SPEC's outbox metrics with the values the database shows", async () => {
   const prefix = `metrics-${crypto.randomUUID().slice(0, 8)}/`;
-  const destination = `${prefix}charges/ChargeCreated`;
+  const destination = topicOf(prefix, CHARGE_CREATED);
   const rows = await insertPending(db.sql, 25);
   // A charge without its outbox row, written by hand: the reconciliation alarm.
   await db.sql`insert into charges (id, amount_cents) values (${crypto.randomUUID()}, 100)`;
 
-  const port = await freePort();
-  const relay = Bun.spawn(["bun", "relay.ts"], {
-    cwd: `${import.meta.dir}/..`,
-    env: { ...process.env, DATABASE_URL: db.url, MQTT_URL: mqttUrl, RELAY_PORT: String(port), MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "warn" },
-    stdout: "ignore",
-    stderr: "inherit",
+  const relay = await startEntrypoint("relay", {
+    env: { DATABASE_URL: db.url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "warn" },
+    readyPath: "/healthz",
   });
   try {
     await waitUntil(async () => (await countWhere(db.sql, "published")) === rows.length, 15_000, "all rows published");
@@ -39,7 +38,7 @@ test("the relay's /metrics carries SPEC's outbox metrics with the values the dat
     // The gauges are recomputed every few seconds; wait for a scrape that saw the drain.
     await waitUntil(
       async () => {
-        const res = await fetch(`http://127.0.0.1:${port}/metrics`).catch(() => undefined);
+        const res = await fetch(`${relay.base}/metrics`).catch(() => undefined);
         text = res?.ok ? await res.text() : "";
         return value(text, "outbox_pending_events") === 0 && value(text, "charges_without_outbox") === 1;
       },
@@ -60,7 +59,6 @@ test("the relay's /metrics carries SPEC's outbox metrics with the values the dat
     const labelValues = [...text.matchAll(/="([^"]*)"/g)].map((m) => m[1]!);
     expect(labelValues.filter((v) => UUID_LIKE.test(v))).toEqual([]);
   } finally {
-    relay.kill("SIGTERM");
-    expect(await relay.exited).toBe(0);
+    expect(await relay.child.stop()).toBe(0);
   }
 });

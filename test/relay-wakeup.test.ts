@@ -2,22 +2,33 @@
 // one so that every poke is followed by a notify; never throws into the API.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
 import { createSql } from "../lib/shared/db.ts";
-import { createOutboxNotifier, OUTBOX_CHANNEL } from "../lib/shared/wakeup.ts";
-import { waitUntil } from "../testkit/outbox.ts";
+import { createOutboxNotifier, OUTBOX_CHANNEL, type OutboxNotifier } from "../lib/shared/wakeup.ts";
 import { freshDatabase } from "../testkit/services.ts";
+import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
 
 const db = await freshDatabase("relay_wakeup");
 const notifies: number[] = [];
-const listener = await db.sql.listen(OUTBOX_CHANNEL, () => notifies.push(performance.now()));
+// Markers the test sends itself on the channel: notifications arrive in commit order, so once
+// a marker sent after close() is here, every notify the notifier sent is here too.
+const markers = new Set<string>();
+const listener = await db.sql.listen(OUTBOX_CHANNEL, (payload) => (payload ? markers.add(payload) : notifies.push(performance.now())));
 afterAll(async () => {
   await listener.unlisten();
   await db.drop();
 });
 
 const WINDOW_MS = 100;
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Everything the notifier sent, once close() has returned (no timer of it can fire after that). */
+async function allNotifiesOf(notifier: OutboxNotifier): Promise<number[]> {
+  await notifier.close();
+  const marker = crypto.randomUUID();
+  await db.sql`select pg_notify(${OUTBOX_CHANNEL}, ${marker})`;
+  await waitUntil(() => markers.has(marker), 2000, "the marker notify");
+  return [...notifies];
+}
 
 test("a burst of pokes sends one notify at once and one trailing notify at the end of the window", async () => {
   notifies.length = 0;
@@ -28,15 +39,16 @@ test("a burst of pokes sends one notify at once and one trailing notify at the e
   expect(notifies[0]! - started).toBeLessThan(WINDOW_MS); // not held for the window
   await waitUntil(() => notifies.length >= 2, 2000, "the trailing notify");
   expect(notifies[1]! - started).toBeGreaterThanOrEqual(WINDOW_MS - 5);
-  await sleep(WINDOW_MS * 3);
-  expect(notifies).toHaveLength(2);
 
-  // Quiet for longer than the window: the next poke notifies at once again.
+  // Quiet for longer than the window (the condition under test, not a synchronization):
+  // the next poke notifies at once again.
+  await waitUntil(() => performance.now() - notifies[1]! > WINDOW_MS * 1.5, 2000, "a quiet window");
   const again = performance.now();
   notifier.poke();
   await waitUntil(() => notifies.length >= 3, 2000, "a fresh leading notify");
   expect(notifies[2]! - again).toBeLessThan(WINDOW_MS);
-  await notifier.close();
+  // 200 pokes and one more: the leading, the trailing and the fresh leading notify, no other.
+  expect(await allNotifiesOf(notifier)).toHaveLength(3);
 });
 
 test("pokes spread over several windows: at most one notify per window, the last poke always followed by one", async () => {
@@ -44,17 +56,17 @@ test("pokes spread over several windows: at most one notify per window, the last
   const notifier = createOutboxNotifier(db.sql, WINDOW_MS);
   const started = performance.now();
   let lastPoke = started;
+  // The load under test: a poke every 20 ms for 500 ms.
   for (let i = 0; i < 25; i++) {
+    await waitUntil(() => performance.now() >= started + i * 20, 2000, "the next poke's time", 1);
     lastPoke = performance.now();
     notifier.poke();
-    await sleep(20); // 500 ms of pokes every 20 ms
   }
-  await sleep(WINDOW_MS * 2);
+  await waitUntil(() => notifies.length > 0 && notifies.at(-1)! >= lastPoke, 2000, "a notify after the last poke");
   const elapsed = lastPoke - started;
-  expect(notifies.length).toBeLessThanOrEqual(Math.ceil(elapsed / WINDOW_MS) + 1);
-  expect(notifies.length).toBeGreaterThanOrEqual(2); // more than the leading one: the pokes kept coming
-  expect(notifies.at(-1)!).toBeGreaterThanOrEqual(lastPoke);
-  await notifier.close();
+  const sent = await allNotifiesOf(notifier);
+  expect(sent.length).toBeLessThanOrEqual(Math.ceil(elapsed / WINDOW_MS) + 1);
+  expect(sent.length).toBeGreaterThanOrEqual(2); // more than the leading one: the pokes kept coming
 });
 
 test("close() sends the notify still owed; a failing notify never throws into the caller", async () => {

@@ -6,7 +6,9 @@ import { requeue } from "../lib/ops/sql.ts";
 import { connectBroker, type Broker, type PublishFn } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount, type Relay, type RelayOptions } from "../lib/relay/loop.ts";
 import { createOutboxNotifier } from "../lib/shared/wakeup.ts";
-import { collect, countWhere, insertCharge, insertPending, waitUntil, type Collector } from "../testkit/outbox.ts";
+import { countWhere, insertCharge, insertPending } from "../testkit/outbox.ts";
+import { collect, type Collector } from "../testkit/mqtt.ts";
+import { waitUntil } from "../testkit/wait.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
 
 setDefaultTimeout(30_000);
@@ -210,14 +212,32 @@ test("a row whose payload is not JSON is parked and does not hold up the others"
 test("two relays draining the same 1,000 rows publish every row exactly once and share the work", async () => {
   const rows = await insertPending(db.sql, 1000);
   const published = [0, 0];
+  // Deterministic sharing: the first relay's first publish waits until the second relay has
+  // published, so both take part whatever the scheduler does. Rows the first one holds
+  // claimed meanwhile are skipped (SKIP LOCKED), never published twice.
+  let secondPublished = (): void => {};
+  const second = new Promise<void>((resolve) => (secondPublished = resolve));
+  const brokers = [await connectedBroker(), await connectedBroker()];
+  const publishers: PublishFn[] = [
+    async (message) => {
+      await second;
+      return brokers[0]!.publish(message);
+    },
+    async (message) => {
+      await brokers[1]!.publish(message);
+      secondPublished();
+    },
+  ];
   const relays = await Promise.all(
-    [0, 1].map((n) => startRelay({ events: { onPublished: (_topic, lags) => (published[n]! += lags.length) } })),
+    [0, 1].map((n) =>
+      startRelay({ broker: brokers[n], publish: publishers[n], events: { onPublished: (_topic, lags) => (published[n]! += lags.length) } }),
+    ),
   );
   for (const relay of relays) void relay.run();
   await collector.waitFor(1000, 15_000);
   await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, 5000, "every row marked");
   await Promise.all(relays.map((relay) => relay.stop()));
-  await new Promise((resolve) => setTimeout(resolve, 200)); // a duplicate would arrive by now
+  await collector.barrier(); // a duplicate sent before it has arrived by now
 
   const ids = collector.ids();
   expect(ids).toHaveLength(1000);
@@ -232,17 +252,23 @@ test("stop() lets the batch in flight finish: its rows are published and marked"
   const rows = await insertPending(db.sql, 10);
   const broker = await connectedBroker();
   let calls = 0;
-  const slow: PublishFn = async (message) => {
+  // The batch's publishes wait here until stop() has been called.
+  let release = (): void => {};
+  const stopRequested = new Promise<void>((resolve) => (release = resolve));
+  const held: PublishFn = async (message) => {
     calls += 1;
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await stopRequested;
     return broker.publish(message);
   };
-  const relay = await startRelay({ broker, publish: slow });
+  const relay = await startRelay({ broker, publish: held });
   const running = relay.run();
-  await waitUntil(() => calls === rows.length, 5000, "the batch handed to the publisher");
-  await relay.stop();
+  await waitUntil(() => calls > 0, 5000, "the batch claimed and its first publish under way");
+  const stopping = relay.stop();
+  release();
+  await stopping;
   await running;
   expect(relay.state).toBe("stopped");
+  expect(calls).toBe(rows.length);
   expect(await countWhere(db.sql, "published")).toBe(rows.length);
   await collector.waitFor(rows.length);
   expect(collector.ids()).toEqual(rows.map((r) => r.id));

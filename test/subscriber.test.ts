@@ -4,8 +4,12 @@ import { createSql } from "../lib/shared/db.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, type Relay } from "../lib/relay/loop.ts";
 import { startSubscriber, type Delivery, type Subscriber, type SubscriberOptions } from "../lib/subscriber/subscriber.ts";
-import { countWhere, insertPending, rawClient, waitUntil } from "../testkit/outbox.ts";
+import { CHARGE_CREATED, subscriptionFilter, topicOf } from "../lib/events.ts";
+import { countWhere, insertPending } from "../testkit/outbox.ts";
+import { rawClient } from "../testkit/mqtt.ts";
+import { spawnScript } from "../testkit/processes.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
+import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
 
@@ -40,7 +44,7 @@ async function subscriber(options: Partial<SubscriberOptions> = {}): Promise<{ s
   const sub = startSubscriber({
     sql: db.sql,
     mqttUrl,
-    topic: `${prefix}charges/#`,
+    topic: subscriptionFilter(prefix),
     consumer,
     handler: async (event, tx) => {
       const { amountCents } = event.data as { amountCents: number };
@@ -104,8 +108,8 @@ test("a message that is not an event is acknowledged and counted as rejected; th
   const rejected: string[] = [];
   const { sub } = await subscriber({ onRejected: (_topic, reason) => rejected.push(reason) });
   const client = await rawClient(mqttUrl);
-  await client.publishAsync(`${prefix}charges/ChargeCreated`, "not json", { qos: 1 });
-  await client.publishAsync(`${prefix}charges/ChargeCreated`, JSON.stringify({ id: "x", type: "ChargeCreated" }), { qos: 1 });
+  await client.publishAsync(topicOf(prefix, CHARGE_CREATED), "not json", { qos: 1 });
+  await client.publishAsync(topicOf(prefix, CHARGE_CREATED), JSON.stringify({ id: "x", type: CHARGE_CREATED }), { qos: 1 });
   await client.endAsync();
   await insertPending(db.sql, 1);
   expect(await (await relay()).runOnce()).toBe(1);
@@ -116,23 +120,11 @@ test("a message that is not an event is acknowledged and counted as rejected; th
 });
 
 test("examples/subscriber.ts prints one JSON line per event, marks duplicates, and stops cleanly on SIGTERM", async () => {
-  const child = Bun.spawn(["bun", "examples/subscriber.ts"], {
-    cwd: new URL("..", import.meta.url).pathname,
-    env: { ...process.env, DATABASE_URL: db.url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, SUBSCRIBER_CONSUMER: consumer },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
   const lines: Record<string, unknown>[] = [];
-  const reading = (async () => {
-    const decoder = new TextDecoder();
-    let buffered = "";
-    for await (const chunk of child.stdout as unknown as AsyncIterable<Uint8Array>) {
-      buffered += decoder.decode(chunk, { stream: true });
-      const parts = buffered.split("\n");
-      buffered = parts.pop() ?? "";
-      for (const part of parts) if (part.trim()) lines.push(JSON.parse(part) as Record<string, unknown>);
-    }
-  })();
+  const child = spawnScript("examples/subscriber.ts", {
+    env: { DATABASE_URL: db.url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, SUBSCRIBER_CONSUMER: consumer },
+    stdout: (line) => lines.push(JSON.parse(line) as Record<string, unknown>),
+  });
   try {
     await waitUntil(() => lines.some((l) => l.event === "ready"), 10_000, "the ready line");
     const rows = await insertPending(db.sql, 2);
@@ -151,7 +143,6 @@ test("examples/subscriber.ts prints one JSON line per event, marks duplicates, a
   } finally {
     child.kill("SIGTERM");
   }
-  expect(await child.exited).toBe(0);
-  await reading;
+  expect(await child.done).toBe(0);
   expect(lines.at(-1)).toEqual({ event: "stopped", processed: 3, duplicates: 1, rejected: 0 });
 });

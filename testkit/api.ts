@@ -4,9 +4,12 @@ import { startApi, type ApiOptions, type ApiProcess } from "../lib/api/start.ts"
 import type { Sql } from "../lib/shared/db.ts";
 import { afterAll, beforeEach } from "bun:test";
 import { freshDatabase, type TestDatabase } from "./services.ts";
-import { backendWaitingOnLock } from "./database.ts";
+import { waitForBackendOnLock } from "./database.ts";
 
+/** The application_name of the API's pool (lib/api/start.ts), as pg_stat_activity shows it. */
 export const TEST_API_APP = "charges-api";
+/** The application_name of the relay process's pool (relay.ts). */
+export const RELAY_APP = "charges-relay";
 
 export async function startTestApi(databaseUrl: string, env: Record<string, string> = {}, options: ApiOptions = {}): Promise<ApiProcess> {
   return startApi(loadConfig({ DATABASE_URL: databaseUrl, LOG_LEVEL: "warn", ...env }), options);
@@ -32,15 +35,9 @@ export async function counts(sql: Sql): Promise<{ charges: number; outbox: numbe
   return row!;
 }
 
-/** Waits, by polling pg_stat_activity (never a fixed sleep), until an API backend waits on a lock. */
-export async function waitForApiBlockedOnLock(sql: Sql, timeoutMs = 10_000): Promise<number> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const pid = await backendWaitingOnLock(sql, TEST_API_APP);
-    if (pid !== undefined) return pid;
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  throw new Error("the API never blocked on the held lock");
+/** Waits, by polling pg_stat_activity (never a fixed sleep), until an API backend waits on a lock; its pid. */
+export function waitForApiBlockedOnLock(sql: Sql, timeoutMs = 10_000): Promise<number> {
+  return waitForBackendOnLock(sql, TEST_API_APP, timeoutMs);
 }
 
 /**

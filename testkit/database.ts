@@ -1,6 +1,7 @@
 // Throwaway databases for tests, chaos scenarios and benchmarks: created on a server the
 // caller names, schema applied, dropped (with any backend still on it) when done.
 import { createSql, migrate, type Sql } from "../lib/shared/db.ts";
+import { waitUntil } from "./wait.ts";
 
 export interface ScratchDatabase {
   readonly name: string;
@@ -95,4 +96,24 @@ export async function backendWaitingOnLock(sql: Sql, appName: string): Promise<n
     select pid from pg_stat_activity
      where datname = current_database() and application_name = ${appName} and wait_event_type = 'Lock'`;
   return rows[0]?.pid;
+}
+
+/** Waits, by polling pg_stat_activity, until a backend of `appName` waits on a lock; its pid. */
+export function waitForBackendOnLock(sql: Sql, appName: string, timeoutMs = 10_000): Promise<number> {
+  return waitUntil(() => backendWaitingOnLock(sql, appName), timeoutMs, `a backend of ${appName} to wait on a lock`);
+}
+
+/** Backend pids of `appName` on this database. */
+export async function backendsOf(sql: Sql, appName: string): Promise<number[]> {
+  const rows = await sql<{ pid: number }[]>`
+    select pid from pg_stat_activity where datname = current_database() and application_name = ${appName}`;
+  return rows.map((r) => r.pid);
+}
+
+/** pg_terminate_backend for each pid; how many were terminated. */
+export async function terminateBackends(sql: Sql, pids: readonly number[]): Promise<number> {
+  if (pids.length === 0) return 0;
+  const rows = await sql<{ pid: number }[]>`
+    select pid from unnest(${pids as number[]}::int[]) as pid where pg_terminate_backend(pid)`;
+  return rows.length;
 }

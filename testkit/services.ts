@@ -5,6 +5,8 @@
 //      (a variable that is set is still used), so a fresh machine needs nothing installed.
 // TEST_SERVICES=env|docker|embedded forces one, e.g. for CI's run of the embedded path.
 // Each test file asks for its own fresh database so files can run in parallel.
+// Chaos scenarios and benchmarks decide here too (processServices): the variables, else
+// Docker; the embedded services live inside a test process and are no place for them.
 import { createScratchDatabase, scratchName, withDatabase, type ScratchDatabase } from "./database.ts";
 import { dockerAnswers, startContainers } from "./containers.ts";
 import { startEmbedded } from "./embedded.ts";
@@ -44,6 +46,22 @@ let cached: Promise<Services> | undefined;
 export function services(): Promise<Services> {
   cached ??= resolve();
   return cached;
+}
+
+/** The services' decision as one line a command can print before it exits 1. */
+export class ServicesUnavailable extends Error {}
+
+/**
+ * For chaos scenarios and benchmarks, which spawn the real processes and measure them:
+ * the variables, or Docker; never the embedded services (refused with one line).
+ */
+export async function processServices(who: string): Promise<Services> {
+  const env = process.env;
+  const source = await chooseSource({ env, dockerAnswers });
+  if (source === "embedded") {
+    throw new ServicesUnavailable(`${who} needs DATABASE_URL and MQTT_URL (a server it may CREATE DATABASE on, a broker) or a Docker engine`);
+  }
+  return services();
 }
 
 async function resolve(): Promise<Services> {
