@@ -54,10 +54,10 @@ async function runEntry(argv: string[], env: Record<string, string>): Promise<{ 
   return { code, stdout, stderr };
 }
 
-test.each([["api.ts"], ["relay.ts"], ["migrate.ts"], ["ops.ts", "reconcile"]])(
+test.each([["api.ts"], ["relay.ts"], ["migrate.ts"], ["ops.ts reconcile"]])(
   "bun %s with an unparsable DATABASE_URL carrying a password: one line without it, exit 1",
-  async (...argv: string[]) => {
-    const { code, stdout, stderr } = await runEntry(argv, { DATABASE_URL: "postgres://u:s3cret@h:99999/db" });
+  async (command: string) => {
+    const { code, stdout, stderr } = await runEntry(command.split(" "), { DATABASE_URL: "postgres://u:s3cret@h:99999/db" });
     expect(code).toBe(1);
     const lines = stderr.trim().split("\n");
     expect(lines).toHaveLength(1);

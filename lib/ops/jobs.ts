@@ -1,76 +1,109 @@
 // Operations jobs: run by the relay on an interval, and on demand with `bun run ops <job>`.
+// Each job runs under an advisory lock of its own, so with several relays (and an operator's
+// `bun run ops`) one process at a time runs it; the others skip that round.
 import { metrics, type Meter } from "@opentelemetry/api";
 import type { Config } from "../shared/config.ts";
 import { describeDbError, type Sql } from "../shared/db.ts";
+import { deleteInBatches, withJobLock } from "../shared/job-lock.ts";
 import type { Logger } from "../shared/log.ts";
-import { chargesWithoutOutbox, deleteExpiredKeys, deletePublishedOutbox, pendingStats, staleStartedKeys } from "./sql.ts";
+import {
+  chargesWithoutOutbox,
+  deleteExpiredKeys,
+  deletePublishedOutbox,
+  pendingStats,
+  staleStartedSample,
+  staleStartedSummary,
+} from "./sql.ts";
 
 // Rows per delete statement: small enough that each statement's locks last milliseconds.
 export const DELETE_BATCH = 1000;
 // Upper bound of batches per run, so one run ends even behind a huge backlog; the next
 // interval continues where it stopped.
-export const MAX_BATCHES_PER_RUN = 100;
+const MAX_BATCHES_PER_RUN = 100;
 // A STARTED key older than this is stale: no request in this service stays in flight
 // that long (each is one statement bounded by the connection's timeouts).
-export const STALE_STARTED_SECONDS = 300;
+const STALE_STARTED_SECONDS = 300;
 // How many ids a report names in its log line.
-export const SAMPLE_SIZE = 20;
+const SAMPLE_SIZE = 20;
 
 export const JOB_NAMES = ["key-retention", "stale-keys", "reconcile", "outbox-retention", "outbox-gauges"] as const;
 export type JobName = (typeof JOB_NAMES)[number];
 
-export interface JobResult {
+// Advisory lock ids, one per job: fixed numbers (never derived from the list's order, so a
+// relay of another version agrees on them), next to the schema migration's 7_310_422_118_001.
+export const JOB_LOCK_IDS: Readonly<Record<JobName, bigint>> = {
+  "key-retention": 7_310_422_118_101n,
+  "stale-keys": 7_310_422_118_102n,
+  reconcile: 7_310_422_118_103n,
+  "outbox-retention": 7_310_422_118_104n,
+  "outbox-gauges": 7_310_422_118_105n,
+};
+
+interface JobResult {
   readonly job: JobName;
   readonly [field: string]: unknown;
 }
 
-export interface OpsGauges {
+interface OpsGauges {
   pending: number;
   oldestPendingAgeSeconds: number;
   parked: number;
   chargesWithoutOutbox: number;
   staleStartedKeys: number;
   staleStartedOldestSeconds: number;
+  /** When this process last computed each job's values (ms since epoch). */
+  computedAt: Partial<Record<JobName, number>>;
 }
 
 export function newGauges(): OpsGauges {
-  return { pending: 0, oldestPendingAgeSeconds: 0, parked: 0, chargesWithoutOutbox: 0, staleStartedKeys: 0, staleStartedOldestSeconds: 0 };
+  return {
+    pending: 0,
+    oldestPendingAgeSeconds: 0,
+    parked: 0,
+    chargesWithoutOutbox: 0,
+    staleStartedKeys: 0,
+    staleStartedOldestSeconds: 0,
+    computedAt: {},
+  };
 }
 
-async function deleteInBatches(run: () => Promise<number>): Promise<{ deleted: number; batches: number }> {
-  let deleted = 0;
-  let batches = 0;
-  while (batches < MAX_BATCHES_PER_RUN) {
-    const n = await run();
-    batches++;
-    deleted += n;
-    if (n < DELETE_BATCH) break;
-  }
-  return { deleted, batches };
-}
-
+/**
+ * Runs the job if no other process is running it: `{ job, skipped: true }` when another
+ * holds its lock. The job's statements run on the connection that holds the lock.
+ */
 export async function runJob(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Promise<JobResult> {
+  const outcome = await withJobLock(sql, JOB_LOCK_IDS[job], (conn) => runLocked(job, conn, config, gauges, log));
+  if (outcome.ran) return outcome.value;
+  log.debug("ops job skipped: another process is running it", { job });
+  return { job, skipped: true };
+}
+
+async function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Promise<JobResult> {
+  const limits = { batch: DELETE_BATCH, maxBatches: MAX_BATCHES_PER_RUN };
   switch (job) {
     case "key-retention": {
-      const r = await deleteInBatches(() => deleteExpiredKeys(sql, DELETE_BATCH));
+      const r = await deleteInBatches(limits, () => deleteExpiredKeys(sql, DELETE_BATCH));
       if (r.deleted > 0) log.info("expired idempotency keys deleted", { job, ...r });
       return { job, ...r };
     }
     case "outbox-retention": {
-      const r = await deleteInBatches(() => deletePublishedOutbox(sql, config.outboxRetentionSeconds, DELETE_BATCH));
+      const r = await deleteInBatches(limits, () => deletePublishedOutbox(sql, config.outboxRetentionSeconds, DELETE_BATCH));
       if (r.deleted > 0) log.info("published outbox rows deleted", { job, ...r });
       return { job, ...r };
     }
     case "stale-keys": {
-      const stale = await staleStartedKeys(sql, STALE_STARTED_SECONDS, SAMPLE_SIZE);
-      gauges.staleStartedKeys = stale.count;
-      gauges.staleStartedOldestSeconds = stale.oldestAgeSeconds;
-      if (stale.count > 0) log.warn("stale STARTED idempotency keys", { job, ...stale });
-      return { job, ...stale };
+      const summary = await staleStartedSummary(sql, STALE_STARTED_SECONDS);
+      const sample = summary.count > 0 ? await staleStartedSample(sql, STALE_STARTED_SECONDS, SAMPLE_SIZE) : [];
+      gauges.staleStartedKeys = summary.count;
+      gauges.staleStartedOldestSeconds = summary.oldestAgeSeconds;
+      gauges.computedAt[job] = Date.now();
+      if (summary.count > 0) log.warn("stale STARTED idempotency keys", { job, ...summary, sample });
+      return { job, ...summary, sample };
     }
     case "reconcile": {
       const orphans = await chargesWithoutOutbox(sql, config.outboxRetentionSeconds, SAMPLE_SIZE);
       gauges.chargesWithoutOutbox = orphans.count;
+      gauges.computedAt[job] = Date.now();
       if (orphans.count > 0) log.error("charges without an outbox row", { job, count: orphans.count, chargeIds: orphans.sample });
       return { job, ...orphans };
     }
@@ -79,6 +112,7 @@ export async function runJob(job: JobName, sql: Sql, config: Config, gauges: Ops
       gauges.pending = stats.pending;
       gauges.parked = stats.parked;
       gauges.oldestPendingAgeSeconds = stats.oldestPendingAgeSeconds;
+      gauges.computedAt[job] = Date.now();
       return { job, ...stats };
     }
     default: {
@@ -88,20 +122,9 @@ export async function runJob(job: JobName, sql: Sql, config: Config, gauges: Ops
   }
 }
 
-/** Observable gauges over the values the jobs last computed. */
-export function registerOpsGauges(gauges: OpsGauges, meter: Meter = metrics.getMeter("charges")): void {
-  const gauge = (name: string, description: string, read: () => number) =>
-    meter.createObservableGauge(name, { description }).addCallback((result) => result.observe(read()));
-  gauge("outbox_pending_events", "Outbox rows waiting to be published (parked rows are counted apart)", () => gauges.pending);
-  gauge("outbox_oldest_pending_age_seconds", "Age of the oldest unpublished outbox row", () => gauges.oldestPendingAgeSeconds);
-  gauge("outbox_parked_events", "Outbox rows parked after repeated or permanent failures", () => gauges.parked);
-  gauge("charges_without_outbox", "Charges within the outbox retention that have no outbox row", () => gauges.chargesWithoutOutbox);
-  gauge("idempotency_stale_started_keys", "STARTED idempotency keys older than 5 minutes", () => gauges.staleStartedKeys);
-}
-
-// How often each job runs inside the relay. The gauges are cheap (the partial index);
-// reconciliation scans recent charges, so it runs less often.
-export const JOB_INTERVAL_MS: Record<JobName, number> = {
+// How often each job runs inside the relay. The gauges are cheap (partial indexes);
+// reconciliation reads every charge within the outbox retention, so it runs less often.
+const JOB_INTERVAL_MS: Record<JobName, number> = {
   "outbox-gauges": 5_000,
   "stale-keys": 60_000,
   reconcile: 60_000,
@@ -109,36 +132,72 @@ export const JOB_INTERVAL_MS: Record<JobName, number> = {
   "outbox-retention": 300_000,
 };
 
-export interface OpsLoop {
+// A gauge is reported while its job's last run by THIS process is at most this many
+// intervals old. With several relays only the one that won the job's lock has a current
+// value; the others report nothing rather than a stale figure (aggregate with max()).
+const FRESH_INTERVALS = 3;
+
+function isFresh(gauges: OpsGauges, job: JobName): boolean {
+  const at = gauges.computedAt[job];
+  return at !== undefined && Date.now() - at <= FRESH_INTERVALS * JOB_INTERVAL_MS[job];
+}
+
+/** Observable gauges over the values the jobs last computed in this process. */
+export function registerOpsGauges(gauges: OpsGauges, meter: Meter = metrics.getMeter("charges")): void {
+  const gauge = (name: string, description: string, job: JobName, read: () => number) =>
+    meter.createObservableGauge(name, { description }).addCallback((result) => {
+      if (isFresh(gauges, job)) result.observe(read());
+    });
+  gauge("outbox_pending_events", "Outbox rows waiting to be published (parked rows are counted apart)", "outbox-gauges", () => gauges.pending);
+  gauge("outbox_oldest_pending_age_seconds", "Age of the oldest unpublished outbox row", "outbox-gauges", () => gauges.oldestPendingAgeSeconds);
+  gauge("outbox_parked_events", "Outbox rows parked after repeated or permanent failures", "outbox-gauges", () => gauges.parked);
+  gauge("charges_without_outbox", "Charges within the outbox retention that have no outbox row", "reconcile", () => gauges.chargesWithoutOutbox);
+  gauge("idempotency_stale_started_keys", "STARTED idempotency keys older than 5 minutes", "stale-keys", () => gauges.staleStartedKeys);
+  gauge(
+    "idempotency_stale_started_oldest_age_seconds",
+    "Age of the oldest STARTED idempotency key older than 5 minutes (0 when there is none)",
+    "stale-keys",
+    () => gauges.staleStartedOldestSeconds,
+  );
+}
+
+interface OpsLoop {
   stop(): Promise<void>;
 }
 
-/** Runs every job on its interval until stop(); a failing job is logged and tried again later. */
+/**
+ * Runs every job on its interval until stop(), one job at a time, so the loop never holds
+ * more than one of the pool's connections; a failing job is logged and tried again later.
+ */
 export function startOpsLoop(sql: Sql, config: Config, gauges: OpsGauges, log: Logger): OpsLoop {
-  const timers = new Map<JobName, ReturnType<typeof setTimeout>>();
-  const running = new Set<Promise<unknown>>();
+  const nextRun = new Map<JobName, number>(JOB_NAMES.map((job) => [job, 0]));
   let stopped = false;
-  const schedule = (job: JobName, delayMs: number) => {
-    if (stopped) return;
-    timers.set(
-      job,
-      setTimeout(() => {
-        const run = runJob(job, sql, config, gauges, log)
-          .catch((error: unknown) => log.warn("ops job failed", { job, error: describeDbError(error) }))
-          .finally(() => {
-            running.delete(run);
-            schedule(job, JOB_INTERVAL_MS[job]);
-          });
-        running.add(run);
-      }, delayMs),
-    );
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let round: Promise<void> = Promise.resolve();
+
+  const runDue = async (): Promise<void> => {
+    for (const job of JOB_NAMES) {
+      if (stopped) return;
+      if ((nextRun.get(job) ?? 0) > Date.now()) continue;
+      await runJob(job, sql, config, gauges, log).catch((error: unknown) =>
+        log.warn("ops job failed", { job, error: describeDbError(error) }),
+      );
+      nextRun.set(job, Date.now() + JOB_INTERVAL_MS[job]);
+    }
   };
-  for (const job of JOB_NAMES) schedule(job, 0);
+  const schedule = (): void => {
+    if (stopped) return;
+    const delay = Math.max(0, Math.min(...nextRun.values()) - Date.now());
+    timer = setTimeout(() => {
+      round = runDue().finally(schedule);
+    }, delay);
+  };
+  schedule();
   return {
     async stop() {
       stopped = true;
-      for (const timer of timers.values()) clearTimeout(timer);
-      await Promise.all(running);
+      clearTimeout(timer);
+      await round;
     },
   };
 }

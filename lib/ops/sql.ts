@@ -16,28 +16,37 @@ export async function deleteExpiredKeys(sql: Sql, batch: number): Promise<number
   return result.count;
 }
 
-export interface StaleKeys {
+interface StaleKeysSummary {
   readonly count: number;
   readonly oldestAgeSeconds: number;
-  readonly sample: readonly { key: string; endpoint: string; ageSeconds: number }[];
 }
 
-/** STARTED keys older than `olderThanSeconds`: reported, never deleted. */
-export async function staleStartedKeys(sql: Sql, olderThanSeconds: number, sampleSize: number): Promise<StaleKeys> {
-  const [summary] = await sql<{ count: number; oldest: number | null }[]>`
+interface StaleKey {
+  readonly key: string;
+  readonly endpoint: string;
+  readonly ageSeconds: number;
+}
+
+/** How many STARTED keys are older than `olderThanSeconds`, and the oldest one's age. */
+export async function staleStartedSummary(sql: Sql, olderThanSeconds: number): Promise<StaleKeysSummary> {
+  const [row] = await sql<{ count: number; oldest: number | null }[]>`
     select count(*)::int as count, extract(epoch from now() - min(created_at))::float8 as oldest
       from idempotency_keys
      where status = 'STARTED' and created_at < now() - make_interval(secs => ${olderThanSeconds}::int)`;
-  const sample = await sql<{ key: string; endpoint: string; ageSeconds: number }[]>`
+  return { count: row?.count ?? 0, oldestAgeSeconds: row?.oldest ?? 0 };
+}
+
+/** The oldest `sampleSize` of those keys, to name them in the report. */
+export async function staleStartedSample(sql: Sql, olderThanSeconds: number, sampleSize: number): Promise<StaleKey[]> {
+  return sql<StaleKey[]>`
     select key, endpoint, extract(epoch from now() - created_at)::float8 as "ageSeconds"
       from idempotency_keys
      where status = 'STARTED' and created_at < now() - make_interval(secs => ${olderThanSeconds}::int)
      order by created_at
      limit ${sampleSize}`;
-  return { count: summary?.count ?? 0, oldestAgeSeconds: summary?.oldest ?? 0, sample };
 }
 
-export interface Orphans {
+interface Orphans {
   readonly count: number;
   readonly sample: readonly string[];
 }
@@ -89,7 +98,7 @@ export async function requeue(sql: Sql, target: string | "all"): Promise<number>
   return result.count;
 }
 
-export interface PendingStats {
+interface PendingStats {
   readonly pending: number;
   readonly parked: number;
   readonly oldestPendingAgeSeconds: number;
@@ -97,12 +106,13 @@ export interface PendingStats {
 
 /** For the outbox gauges: rows not yet published (parked ones apart) and the oldest's age. */
 export async function pendingStats(sql: Sql): Promise<PendingStats> {
+  // Two scalar sub-selects, one per partial index (due rows, parked rows): a single scan
+  // "where published_at is null" would match neither index and read the whole table.
   const [row] = await sql<{ pending: string; parked: string; oldest: number | null }[]>`
-    select count(*) filter (where parked_at is null) as pending,
-           count(*) filter (where parked_at is not null) as parked,
-           extract(epoch from now() - min(created_at) filter (where parked_at is null))::float8 as oldest
-    from outbox
-    where published_at is null`;
+    select (select count(*) from outbox where published_at is null and parked_at is null) as pending,
+           (select count(*) from outbox where published_at is null and parked_at is not null) as parked,
+           (select extract(epoch from now() - min(created_at))::float8
+              from outbox where published_at is null and parked_at is null) as oldest`;
   return {
     pending: Number(row?.pending ?? 0),
     parked: Number(row?.parked ?? 0),

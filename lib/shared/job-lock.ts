@@ -1,0 +1,51 @@
+// One runner per periodic job across every process sharing the database, and the bounded
+// batch loop the retention jobs use.
+import type { Sql } from "./db.ts";
+
+export type Locked<T> = { readonly ran: true; readonly value: T } | { readonly ran: false };
+
+/**
+ * Runs `work` while holding the session-level advisory lock `lockId`, on a connection reserved
+ * for it; when another session holds the lock, returns `{ ran: false }` at once, never waits.
+ *
+ * Session-level rather than transaction-level: a retention job deletes in many short
+ * transactions (one per batch) so that a backlog never holds one long transaction, which a
+ * transaction-scoped lock would force. The lock belongs to the reserved connection, and
+ * `work` runs its statements on that same connection: if the connection dies, the lock is
+ * released by the server and the job's statements fail with it, so a second runner can never
+ * overlap a first one that still writes.
+ */
+export async function withJobLock<T>(sql: Sql, lockId: bigint, work: (conn: Sql) => Promise<T>): Promise<Locked<T>> {
+  const conn = await sql.reserve();
+  try {
+    const [row] = await conn<{ locked: boolean }[]>`select pg_try_advisory_lock(${lockId.toString()}::bigint) as locked`;
+    if (!row?.locked) return { ran: false };
+    try {
+      return { ran: true, value: await work(conn as unknown as Sql) };
+    } finally {
+      await conn`select pg_advisory_unlock(${lockId.toString()}::bigint)`.catch(() => {});
+    }
+  } finally {
+    conn.release();
+  }
+}
+
+export interface BatchLimits {
+  /** Rows per statement: small enough that each statement's locks last milliseconds. */
+  readonly batch: number;
+  /** Statements per run, so one run ends even behind a huge backlog; the next run continues. */
+  readonly maxBatches: number;
+}
+
+/** Repeats `deleteBatch` (one statement, one short transaction) until a batch comes back short. */
+export async function deleteInBatches(limits: BatchLimits, deleteBatch: () => Promise<number>): Promise<{ deleted: number; batches: number }> {
+  let deleted = 0;
+  let batches = 0;
+  while (batches < limits.maxBatches) {
+    const n = await deleteBatch();
+    batches++;
+    deleted += n;
+    if (n < limits.batch) break;
+  }
+  return { deleted, batches };
+}
