@@ -19,6 +19,7 @@ export interface Config {
   readonly outboxBatchSize: number;
   readonly outboxPollMs: number;
   readonly outboxRetentionSeconds: number;
+  readonly subscriberInboxRetentionSeconds: number;
   readonly mqttTopicPrefix: string;
   readonly logLevel: LogLevel;
   readonly otlpEndpoint: string | undefined;
@@ -72,6 +73,13 @@ function logLevel(env: Env): LogLevel {
 }
 
 const TEN_YEARS_S = 10 * 365 * 24 * 3600;
+// The reference subscriber's inbox must remember an event for longer than a redelivery can
+// come: the broker keeps an unacknowledged event in the session for up to its expiry (one
+// day, SESSION_EXPIRY_S in lib/subscriber/subscriber.ts), and a relay that published but
+// never saw the PUBACK publishes again when it is back, however long it was away. A week
+// covers the session and six days of relay outage; less than the session is refused.
+const INBOX_RETENTION_S = 7 * 86_400;
+const MIN_INBOX_RETENTION_S = 86_400;
 
 export function loadConfig(env: Env): Config {
   return Object.freeze({
@@ -83,6 +91,7 @@ export function loadConfig(env: Env): Config {
     outboxBatchSize: integer(env, "OUTBOX_BATCH_SIZE", 50, 1, 10_000),
     outboxPollMs: integer(env, "OUTBOX_POLL_MS", 1000, 1, 3_600_000),
     outboxRetentionSeconds: integer(env, "OUTBOX_RETENTION_SECONDS", 7 * 86_400, 1, TEN_YEARS_S),
+    subscriberInboxRetentionSeconds: integer(env, "SUBSCRIBER_INBOX_RETENTION_SECONDS", INBOX_RETENTION_S, MIN_INBOX_RETENTION_S, TEN_YEARS_S),
     mqttTopicPrefix: topicPrefix(env),
     logLevel: logLevel(env),
     otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || undefined,
