@@ -26,7 +26,7 @@ function raw(port: number, head: string[], body = ""): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
     const socket = net.connect(port, "127.0.0.1", () => socket.write(text));
     const chunks: Buffer[] = [];
-    socket.on("data", (chunk) => chunks.push(chunk));
+    socket.on("data", (chunk) => chunks.push(Buffer.from(chunk)));
     socket.on("error", reject);
     socket.on("close", () => {
       const all = Buffer.concat(chunks).toString("utf8");

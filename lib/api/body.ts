@@ -1,6 +1,7 @@
-// Reading the POST body: media type first (415), then size (413), then JSON (400).
+// Reading the POST body: media type first (415), then size (413), then strict JSON (400).
 // Everything here runs before the database is touched, so nothing is written on failure.
 import { ProblemError } from "./problem.ts";
+import { parseStrictJson } from "./strict-json.ts";
 
 // Far above any valid charge body (~30 bytes); small enough that nobody can make the
 // server buffer megabytes per request.
@@ -22,11 +23,10 @@ export async function readJsonBody(request: Request): Promise<unknown> {
   // A declared length within the limit lets the runtime read the body in one native call;
   // only a body of unknown length (chunked) is streamed and counted as it arrives.
   const text = Number.isFinite(declared) ? await readDeclared(request) : await readLimited(request);
-  try {
-    return JSON.parse(text) as unknown;
-  } catch {
-    throw new ProblemError("invalidBody", "the body is not valid JSON");
-  }
+  const parsed = parseStrictJson(text);
+  if (parsed.ok) return parsed.value;
+  const errors = parsed.faults;
+  throw new ProblemError("invalidBody", errors.map((e) => `${e.field}: ${e.message}`).join("; "), { errors });
 }
 
 function tooLarge(): ProblemError {

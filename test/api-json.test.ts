@@ -1,0 +1,120 @@
+// Strict JSON: duplicate member names and numbers that are not exact integers are 400s,
+// judged on the body's text; the scanner's own rules, then the same rules through POST.
+import { describe, expect, setDefaultTimeout, test } from "bun:test";
+import { apiTestContext, counts, postCharge } from "../testkit/api.ts";
+import { judgeNumber, parseStrictJson } from "../lib/api/strict-json.ts";
+
+setDefaultTimeout(30_000);
+
+const { db, api } = await apiTestContext("api_json");
+
+const zeros = (n: number) => "0".repeat(n);
+
+describe("judgeNumber: the token's exact value, not its double", () => {
+  test.each([
+    "0", "-0", "1", "-1", "2147483647", "2147483648", "9007199254740991", "-9007199254740991",
+    "1.0", "1e0", "1E+0", "4900.0", "49e2", "4.9e3", "4900e-0", "10e-1", "0.0", "0e999999999999999999999",
+    `2147483647.${zeros(400)}`, `0.${zeros(400)}`,
+  ])("%s is an integer", (token) => {
+    expect(judgeNumber(token)).toBe("integer");
+  });
+
+  test.each([
+    "2147483647.0000001", "4900.0000000000001", "1.5", "0.1", "1e-1", "4901e-2", "-0.5",
+    `0.${zeros(400)}1`, `1e-${"9".repeat(30)}`,
+  ])("%s is not an integer", (token) => {
+    expect(judgeNumber(token)).toBe("fraction");
+  });
+
+  test.each([
+    "9007199254740992", "-9007199254740992", "1e16", "1e400", `1${zeros(400)}`, "9".repeat(5000), `1e${"9".repeat(30)}`,
+  ])("%s is out of range", (token) => {
+    expect(judgeNumber(token)).toBe("out_of_range");
+  });
+});
+
+describe("parseStrictJson", () => {
+  test("a plain body is JSON.parse's value", () => {
+    expect(parseStrictJson('{"amountCents":4900.0,"a":[1,{"b":null}]}')).toEqual({ ok: true, value: { amountCents: 4900, a: [1, { b: null }] } });
+  });
+
+  test.each([
+    ["at the top", '{"amountCents":100,"amountCents":5000}', "amountCents"],
+    ["with the same value", '{"amountCents":100,"amountCents":100}', "amountCents"],
+    ["spelled with an escape", '{"amountCents":1,"amount\\u0043ents":2}', "amountCents"],
+    ["nested", '{"amountCents":1,"meta":{"a":1,"b":{"c":1,"c":2}}}', "meta.b.c"],
+    ["inside an array", '{"list":[{"x":1},{"y":1,"y":1}]}', "list.1.y"],
+  ])("a duplicate member name %s is refused and named", (_name, text, field) => {
+    expect(parseStrictJson(text)).toEqual({ ok: false, faults: [{ field, message: "duplicate member name" }] });
+  });
+
+  test("one name in sibling objects is no duplicate", () => {
+    expect(parseStrictJson('{"a":{"x":1},"b":{"x":1},"c":[{"x":1},{"x":1}]}').ok).toBe(true);
+  });
+
+  test("a bad number is named with its text; many faults are capped", () => {
+    expect(parseStrictJson('{"a":[1,2.5]}')).toEqual({ ok: false, faults: [{ field: "a.1", message: "must be an integer, got 2.5" }] });
+    const many = parseStrictJson(`[${Array.from({ length: 50 }, () => "0.5").join(",")}]`);
+    expect(many.ok === false && many.faults.length).toBe(10);
+  });
+
+  test("not JSON, trailing commas and comments stay syntax errors", () => {
+    for (const text of ['{"a":', "", '{"a":1,}', '{"a":1 /* c */}', "01"]) {
+      expect(parseStrictJson(text)).toEqual({ ok: false, faults: [{ field: "(body)", message: "not valid JSON" }] });
+    }
+  });
+});
+
+describe("POST /charges", () => {
+  const key = () => crypto.randomUUID();
+
+  async function expect400(text: string, field: string): Promise<void> {
+    const k = key();
+    const res = await postCharge(api, text, { key: k });
+    expect(res.status).toBe(400);
+    const problem = (await res.json()) as { type: string; detail: string; errors: { field: string; message: string }[] };
+    expect(problem.type).toBe("https://charges.example/problems/invalid-body");
+    expect(problem.errors.map((e) => e.field)).toContain(field);
+    expect(problem.detail).toContain(field);
+    expect(await counts(db.sql)).toEqual({ charges: 0, outbox: 0, keys: 0 });
+    // Nothing was written: the same key is free for a good body.
+    expect((await postCharge(api, '{"amountCents":1}', { key: k })).status).toBe(201);
+    await db.sql`truncate outbox, idempotency_keys, charges`;
+  }
+
+  test.each([
+    ["a duplicate amount", '{"amountCents":100,"amountCents":5000}', "amountCents"],
+    ["a nested duplicate", '{"amountCents":100,"meta":{"a":1,"a":2}}', "meta.a"],
+    ["2147483647.0000001", '{"amountCents":2147483647.0000001}', "amountCents"],
+    ["4900.0000000000001", '{"amountCents":4900.0000000000001}', "amountCents"],
+    ["2147483648", '{"amountCents":2147483648}', "amountCents"],
+    ["0", '{"amountCents":0}', "amountCents"],
+    ["-1", '{"amountCents":-1}', "amountCents"],
+    ["a 400-digit integer", `{"amountCents":1${zeros(400)}}`, "amountCents"],
+    ["a long fraction", `{"amountCents":1.${zeros(400)}1}`, "amountCents"],
+  ])("%s → 400 naming the field, nothing written", async (_name, text, field) => {
+    await expect400(text, field);
+  });
+
+  test.each([
+    ["1", "1", 1],
+    ["2147483647", "2147483647", 2147483647],
+    ["1.0", "1.0", 1],
+    ["1e0", "1e0", 1],
+    ["49e2", "49e2", 4900],
+    ["2147483647 with 400 zero decimals", `2147483647.${zeros(400)}`, 2147483647],
+  ])("%s → 201 charging exactly that integer", async (_name, token, amount) => {
+    const res = await postCharge(api, `{"amountCents":${token}}`, { key: key() });
+    expect(res.status).toBe(201);
+    expect(((await res.json()) as { amountCents: number }).amountCents).toBe(amount);
+    const [row] = await db.sql<{ amount_cents: number }[]>`select amount_cents from charges`;
+    expect(row!.amount_cents).toBe(amount);
+  });
+
+  test("a body nested as deep as the size limit allows → 400, not 500", async () => {
+    const depth = 8000;
+    const res = await postCharge(api, `${"[".repeat(depth)}${"]".repeat(depth)}`, { key: key() });
+    expect(res.status).toBe(400);
+    expect(await counts(db.sql)).toEqual({ charges: 0, outbox: 0, keys: 0 });
+  });
+});
