@@ -52,6 +52,8 @@ export interface BrokerOptions {
   /** Upper bound on unacknowledged publishes; the broker's Receive Maximum may lower it. */
   readonly maxInFlight?: number;
   readonly onError?: (description: string) => void;
+  /** The protocol tried first: 5 (the default, falling back to 3.1.1), or 4 to speak 3.1.1 only. */
+  readonly protocolVersion?: 4 | 5;
 }
 
 // Mosquitto accepts far more, but this is enough to keep a fast broker busy (its PUBACK
@@ -75,6 +77,7 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
   const maxInFlight = options.maxInFlight ?? MAX_IN_FLIGHT;
   const client: MqttClient = connectMqtt(url, {
     clientId: options.clientId ?? `charges-relay-${crypto.randomUUID().slice(0, 8)}`,
+    protocolVersion: options.protocolVersion ?? 5,
     // The relay's own state is the outbox; nothing needs to outlive a connection.
     clean: true,
     reconnectPeriod: RECONNECT_MIN_MS,
