@@ -2,7 +2,7 @@
 // thin and the same app runs on Bun and Deno.
 import { Elysia, ValidationError } from "elysia";
 import type { Sql } from "../shared/db.ts";
-import { isUnavailable, probeDatabase } from "../shared/db.ts";
+import { isTimeBound, isUnavailable, probeDatabase } from "../shared/db.ts";
 import type { ChargeOutcome, ChargeService } from "./charges.ts";
 import { parseIdempotencyKey } from "./keys.ts";
 import { isUuid } from "../shared/uuid.ts";
@@ -59,7 +59,11 @@ function errorResponse(error: unknown): Response {
   if (error instanceof ProblemError) return problemResponse(error.problem, error.detail, error.extensions);
   if (error instanceof ValidationError) return validationProblem(error);
   if (isUnavailable(error)) {
-    return problemResponse("unavailable", "the database is unavailable; retry later", {}, { "retry-after": RETRY_AFTER_S });
+    // Nothing was written either way: the statement was rolled back or never sent.
+    const detail = isTimeBound(error)
+      ? "the database did not answer within this request's time bounds; retry later"
+      : "the database is unavailable; retry later";
+    return problemResponse("unavailable", detail, {}, { "retry-after": RETRY_AFTER_S });
   }
   return problemResponse("internal", "an unexpected error occurred");
 }

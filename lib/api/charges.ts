@@ -6,6 +6,7 @@ import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../shared/db.ts";
 import { createCharge, findCharge, findKey, type StoredResponse } from "./charges-sql.ts";
 import { advisoryLockId, fingerprint, type ChargeFields } from "./fingerprint.ts";
 import { chargeJson, type Charge } from "./schemas.ts";
+import { UNBOUNDED, type Deadline, type PoolGate } from "../shared/pool-gate.ts";
 
 export const CHARGES_ENDPOINT = "POST /charges";
 
@@ -26,6 +27,8 @@ interface ChargeServiceOptions {
   readonly ttlSeconds: number;
   /** Called after a charge committed; the relay's wake-up hangs here. */
   readonly onCreated?: () => void;
+  /** The pool wait and request deadline; without it, statements are sent at once. */
+  readonly bounds?: PoolGate;
 }
 
 export interface ChargeService {
@@ -37,12 +40,13 @@ export interface ChargeService {
 export function createChargeService(sql: Sql, options: ChargeServiceOptions): ChargeService {
   return {
     async create(request) {
-      const outcome = await attemptWithResend(sql, options, request);
+      const deadline = options.bounds?.deadline() ?? UNBOUNDED;
+      const outcome = await attemptWithResend(sql, options, request, deadline);
       if (outcome.kind === "created") options.onCreated?.();
       return outcome;
     },
     async get(id) {
-      const row = await findCharge(sql, id);
+      const row = await (options.bounds?.deadline() ?? UNBOUNDED).run(() => findCharge(sql, id));
       if (!row) return { kind: "not_found" };
       const charge: Charge = { id: row.id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString() };
       return { kind: "found", body: chargeJson(charge) };
@@ -55,10 +59,16 @@ export function createChargeService(sql: Sql, options: ChargeServiceOptions): Ch
 // connection is safe: it is atomic and keyed, so if a try did commit, the next replays it.
 const MAX_RESENDS = 2;
 
-async function attemptWithResend(sql: Sql, options: ChargeServiceOptions, request: ChargeRequest): Promise<ChargeOutcome> {
+async function attemptWithResend(
+  sql: Sql,
+  options: ChargeServiceOptions,
+  request: ChargeRequest,
+  deadline: Deadline,
+): Promise<ChargeOutcome> {
   for (let resends = 0; ; resends++) {
     try {
-      return await attempt(sql, options, request);
+      // Each try waits for a slot of the pool and starts only within the request's deadline.
+      return await deadline.run(() => attempt(sql, options, request));
     } catch (error) {
       if (resends >= MAX_RESENDS || !isConnectionLost(error)) throw error;
     }

@@ -8,6 +8,7 @@ import { buildApp } from "./app.ts";
 import { createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { createOutboxNotifier } from "../shared/wakeup.ts";
+import { createPoolGate } from "../shared/pool-gate.ts";
 import { keyHash } from "./keys.ts";
 import { problemResponse } from "./problem.ts";
 
@@ -28,11 +29,20 @@ export interface ApiOptions {
   /** Where the API's instruments live; defaults to the global meter provider. */
   readonly meter?: Meter;
   readonly logger?: Logger;
+  /** Pool size; tests shrink it to saturate the pool with a few requests. */
+  readonly poolSize?: number;
 }
 
 /** Connects and migrates; an unreachable database is a StartupError with one clear line. */
 export async function startApi(config: Config, options: ApiOptions = {}): Promise<ApiProcess> {
-  const sql = createSql(config.databaseUrl, { max: API_POOL_SIZE, applicationName: "charges-api" });
+  const bounds = config.apiTimeBounds;
+  const poolSize = options.poolSize ?? API_POOL_SIZE;
+  const sql = createSql(config.databaseUrl, {
+    max: poolSize,
+    applicationName: "charges-api",
+    statementTimeoutMs: bounds.statementTimeoutMs,
+    lockTimeoutMs: bounds.lockTimeoutMs,
+  });
   try {
     await migrate(sql);
   } catch (error) {
@@ -45,7 +55,13 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   );
   const counters = createApiMetrics(options.meter);
   const outcomes = new WeakMap<Request, { outcome: ChargeOutcome["kind"]; keyHash: string }>();
-  const charges = createChargeService(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated: notifier.poke });
+  const gate = createPoolGate({
+    size: poolSize,
+    waitMs: bounds.poolWaitMs,
+    requestTimeoutMs: bounds.requestTimeoutMs,
+    statementTimeoutMs: bounds.statementTimeoutMs,
+  });
+  const charges = createChargeService(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated: notifier.poke, bounds: gate });
   const app = buildApp({
     sql,
     charges,

@@ -2,6 +2,7 @@
 import postgres from "postgres";
 import { createHash } from "node:crypto";
 import { readFile } from "node:fs/promises";
+import { POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "./pool-gate.ts";
 
 export type Sql = postgres.Sql<Record<string, never>>;
 export type Tx = postgres.TransactionSql<Record<string, never>>;
@@ -10,6 +11,13 @@ export interface DbOptions {
   /** Pool size. The API wants several (one per in-flight request); the relay a few. */
   readonly max?: number;
   readonly applicationName?: string;
+  /**
+   * Server-side bound on every statement of the pool (statement_timeout, SQLSTATE 57014 when
+   * it trips). Unset: the server's setting. Sent as a startup parameter: no cost per query.
+   */
+  readonly statementTimeoutMs?: number;
+  /** Server-side bound on every lock wait (lock_timeout, SQLSTATE 55P03). Unset: the server's setting. */
+  readonly lockTimeoutMs?: number;
 }
 
 // A connect that has not answered in this time is reported as "database unreachable"
@@ -26,12 +34,16 @@ export function createSql(url: string, options: DbOptions = {}): Sql {
     // Named prepared statements: the hot path parses each statement once per connection.
     prepare: true,
     onnotice: () => {},
-    connection: { application_name: options.applicationName ?? "charges" },
+    connection: {
+      application_name: options.applicationName ?? "charges",
+      ...(options.statementTimeoutMs !== undefined && { statement_timeout: options.statementTimeoutMs }),
+      ...(options.lockTimeoutMs !== undefined && { lock_timeout: options.lockTimeoutMs }),
+    },
   }) as unknown as Sql;
 }
 
 // Any fixed 64-bit number unique to this project; taken for the whole migration.
-const MIGRATION_LOCK_ID = 7_310_422_118_001n;
+export const MIGRATION_LOCK_ID = 7_310_422_118_001n;
 
 /** schema.sql, resolved when read: a module that touches import.meta.url at load fails on edge runtimes. */
 export async function readSchema(): Promise<string> {
@@ -49,6 +61,9 @@ export async function migrate(sql: Sql): Promise<boolean> {
   const schema = await readSchema();
   const hash = createHash("sha256").update(schema).digest("hex");
   return sql.begin(async (tx) => {
+    // The migration waits for another process's migration and runs DDL of any length:
+    // the pool's own statement and lock bounds are for requests, not for this.
+    await tx`select set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)`;
     await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_ID.toString()}::bigint)`;
     await tx`create table if not exists schema_migrations (
       hash text primary key,
@@ -70,8 +85,11 @@ export async function migrate(sql: Sql): Promise<boolean> {
 // retryable transaction failures.
 const UNAVAILABLE_CLASSES = ["08", "53", "57", "58"];
 const UNAVAILABLE_STATES = new Set(["40001", "40P01", "55P03", "25P03"]);
-// postgres.js's own codes for a connection it lost or could not open, and Node's socket codes.
+// postgres.js's own codes for a connection it lost or could not open, Node's socket codes,
+// and the pool gate's refusals (nothing was sent).
 const UNAVAILABLE_CLIENT_CODES = new Set([
+  POOL_WAIT_TIMEOUT,
+  REQUEST_DEADLINE,
   "CONNECTION_CLOSED",
   "CONNECTION_ENDED",
   "CONNECTION_DESTROYED",
@@ -94,6 +112,16 @@ export function isUnavailable(error: unknown): boolean {
   if (typeof code !== "string") return false;
   if (UNAVAILABLE_CLIENT_CODES.has(code) || UNAVAILABLE_STATES.has(code)) return true;
   return /^[0-9A-Z]{5}$/.test(code) && UNAVAILABLE_CLASSES.includes(code.slice(0, 2));
+}
+
+// A time bound tripped: statement_timeout (57014 query_canceled), lock_timeout (55P03
+// lock_not_available), or the pool gate refused before sending anything. All are also
+// isUnavailable; this only lets an answer say which kind of unavailable it was.
+const TIME_BOUND_CODES = new Set(["57014", "55P03", POOL_WAIT_TIMEOUT, REQUEST_DEADLINE]);
+
+export function isTimeBound(error: unknown): boolean {
+  const code = sqlState(error);
+  return code !== undefined && TIME_BOUND_CODES.has(code);
 }
 
 // The connection under a statement went away, not the statement failing: closed or ended

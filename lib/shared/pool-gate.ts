@@ -1,0 +1,125 @@
+// A bound on the wait for a pool connection, and a per-request deadline, in front of
+// postgres.js.
+//
+// postgres.js has no acquire timeout. With every connection busy it pipelines a query onto
+// a busy connection (sent at once, run whenever the statement ahead of it ends) and queues
+// the rest in memory without bound. A query handed to it cannot be taken back: answering 503
+// for it and letting it commit later would break "a charge is committed only behind a 201".
+// So the gate holds requests BEFORE postgres.js sees them: at most `size` (the pool's max)
+// units of work are handed over at once, so each finds a connection of its own, and a
+// request that cannot get a slot in time is refused with nothing sent. Work that was handed
+// over is always waited for; statement_timeout and lock_timeout bound it on the server.
+
+/** Error codes of the two refusals; isUnavailable (db.ts) counts both as "try again later". */
+export const POOL_WAIT_TIMEOUT = "POOL_WAIT_TIMEOUT";
+export const REQUEST_DEADLINE = "REQUEST_DEADLINE";
+
+/** Nothing was sent: no slot freed within the pool wait, or the request's deadline was too near. */
+export class TimeBoundError extends Error {
+  override name = "TimeBoundError";
+  constructor(
+    readonly code: typeof POOL_WAIT_TIMEOUT | typeof REQUEST_DEADLINE,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface PoolGateOptions {
+  /** Slots: the pool's max, so that every unit of work handed over has a connection. */
+  readonly size: number;
+  /** Longest wait for a slot. */
+  readonly waitMs: number;
+  /** A request's whole budget, from deadline() to its answer. */
+  readonly requestTimeoutMs: number;
+  /**
+   * The server's bound on one statement. Work starts only while it can still end within the
+   * request's budget, so the deadline never has to abandon a statement that might commit.
+   */
+  readonly statementTimeoutMs: number;
+}
+
+export interface Deadline {
+  /** Runs `work` holding one slot; a TimeBoundError, with nothing sent, when none frees in time. */
+  run<T>(work: () => Promise<T>): Promise<T>;
+}
+
+export interface PoolGate {
+  /** Starts one request's clock. */
+  deadline(): Deadline;
+  /** Slots held, and requests waiting for one. */
+  readonly inUse: number;
+  readonly waiting: number;
+}
+
+/** For callers without bounds (tools, tests of the service alone): runs work at once. */
+export const UNBOUNDED: Deadline = { run: (work) => work() };
+
+interface Waiter {
+  readonly grant: () => void;
+}
+
+export function createPoolGate(options: PoolGateOptions): PoolGate {
+  let inUse = 0;
+  // A Set keeps arrival order and lets a waiter that timed out leave from the middle.
+  const waiters = new Set<Waiter>();
+
+  const release = (): void => {
+    const next = waiters.values().next();
+    if (next.done) inUse--;
+    else {
+      waiters.delete(next.value);
+      next.value.grant(); // the slot passes straight to the next waiter
+    }
+  };
+
+  const acquire = (budgetMs: number, refusal: () => TimeBoundError): Promise<void> => {
+    if (inUse < options.size && waiters.size === 0) {
+      inUse++;
+      return Promise.resolve();
+    }
+    if (budgetMs <= 0) return Promise.reject(refusal());
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        waiters.delete(waiter);
+        reject(refusal());
+      }, budgetMs);
+      const waiter: Waiter = {
+        grant() {
+          clearTimeout(timer);
+          resolve();
+        },
+      };
+      waiters.add(waiter);
+    });
+  };
+
+  return {
+    deadline() {
+      const startBy = performance.now() + options.requestTimeoutMs - options.statementTimeoutMs;
+      return {
+        async run(work) {
+          const left = startBy - performance.now();
+          if (left < 0) throw new TimeBoundError(REQUEST_DEADLINE, "the request's deadline left no time for another statement");
+          const byPoolWait = options.waitMs <= left;
+          await acquire(Math.min(options.waitMs, left), () =>
+            byPoolWait
+              ? new TimeBoundError(POOL_WAIT_TIMEOUT, `no database connection freed within ${options.waitMs} ms`)
+              : new TimeBoundError(REQUEST_DEADLINE, "the request's deadline passed while waiting for a database connection"),
+          );
+          try {
+            return await work();
+          } finally {
+            release();
+          }
+        },
+      };
+    },
+    get inUse() {
+      return inUse;
+    },
+    get waiting() {
+      return waiters.size;
+    },
+  };
+}
