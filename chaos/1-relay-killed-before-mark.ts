@@ -5,7 +5,10 @@
 // orphaned backend is terminated (what a dead host's connection amounts to: the pipelined
 // COMMIT already sitting in the socket must not run), the lock is released and a new relay
 // starts. Proves at-least-once delivery plus the inbox's exactly-once processing.
-import { backends, hardKill, startApi, startRelay, terminate, until, waitingOnLock } from "./lib/harness.ts";
+import { backendsOf, terminateBackends, waitForBackendOnLock } from "../testkit/database.ts";
+import { RELAY_APP } from "../testkit/processes.ts";
+import { waitUntil } from "../testkit/wait.ts";
+import { hardKill, startApi, startRelay } from "./lib/harness.ts";
 import { postCharge } from "./lib/client.ts";
 import { deliveryInvariants, scenario } from "./lib/report.ts";
 import { startSubscriber } from "./lib/subscriber.ts";
@@ -27,22 +30,22 @@ await scenario("1", "relay killed between publish and published_at", async (ctx)
   try {
     await lock`begin`;
     await lock`lock table outbox in share mode`;
-    // Starts while the SHARE lock is held: its migrate() must skip the DDL (schema hash recorded).
+    // Starts while the SHARE lock is held: its migrate() must skip the DDL (schema hash
+    // recorded), or it never gets ready and the scenario aborts here.
     relay = await startRelay(ctx.db.url, ctx.prefix);
-    checks.check(true, "a relay starts against a migrated database while the outbox is SHARE-locked (no DDL lock taken)");
-    await until("the subscriber to receive the event", 15_000, () => sub.arrivals.has(event.id));
-    await until("the relay's UPDATE to wait on the lock", 10_000, () => waitingOnLock(sql, "charges-relay"));
+    await waitUntil(() => sub.arrivals.has(event.id), 15_000, "the subscriber to receive the event");
+    await waitForBackendOnLock(sql, RELAY_APP);
     const [row] = await sql<{ published: boolean }[]>`select published_at is not null as published from outbox`;
     checks.check(row?.published === false, "event delivered while published_at is still null (the window is open)");
-    const orphans = await backends(sql, "charges-relay");
+    const orphans = await backendsOf(sql, RELAY_APP);
     await hardKill(relay);
-    await terminate(sql, orphans);
+    await terminateBackends(sql, orphans);
   } finally {
     await lock`rollback`.catch(() => {});
     lock.release();
   }
   await startRelay(ctx.db.url, ctx.prefix);
-  const again = await until("the event to arrive again", 15_000, () => (sub.arrivals.get(event.id) ?? 0) >= 2).catch(() => false);
+  const again = await waitUntil(() => (sub.arrivals.get(event.id) ?? 0) >= 2, 15_000, "the event to arrive again").catch(() => false);
   checks.check(again === true, "the same event id arrives again after the restart (redelivery observed)",
     `seen ${sub.arrivals.get(event.id) ?? 0} time(s)`);
   checks.check(sub.droppedByInbox() >= 1, "the inbox dropped the redelivery", `${sub.droppedByInbox()} dropped`);

@@ -6,7 +6,9 @@
 //  (b) 50 concurrent requests, one key: one charge, one outbox row, exactly one fresh 201,
 //      every other answer a 409 or a byte-identical replay.
 //  (c) 50 keys × 5 concurrent retries: exactly 50 charges.
-import { holdKey, startApi, startRelay, until, waitingOnLock } from "./lib/harness.ts";
+import { backendWaitingOnLock, holdKey, waitForBackendOnLock } from "../testkit/database.ts";
+import { API_APP } from "../testkit/processes.ts";
+import { startApi, startRelay } from "./lib/harness.ts";
 import { postCharge, type Answer } from "./lib/client.ts";
 import { deliveryInvariants, scenario } from "./lib/report.ts";
 import { startSubscriber } from "./lib/subscriber.ts";
@@ -25,9 +27,10 @@ await scenario("2", "concurrent requests with the same key", async (ctx) => {
   let releasedAt = 0;
   try {
     winner = postCharge(api.base, keyA, 1000, tally);
-    await until("the winner to wait on the held key row", 10_000, () => waitingOnLock(sql, "charges-api"));
+    await waitForBackendOnLock(sql, API_APP);
     loser = await postCharge(api.base, keyA, 1000, tally, 5000);
-    checks.check(await waitingOnLock(sql, "charges-api"), "(a) the winner is still held when the second answer arrives");
+    const stillHeld = (await backendWaitingOnLock(sql, API_APP)) !== undefined;
+    checks.check(stillHeld, "(a) the winner is still held when the second answer arrives");
   } finally {
     releasedAt = Date.now();
     await hold.release();

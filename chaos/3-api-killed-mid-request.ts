@@ -3,7 +3,9 @@
 // terminated too (a dead host's connection), the hold is released, and the client retries
 // with the same key against a restarted API. Proves: nothing half-written survives, and the
 // retry creates exactly one charge.
-import { backends, hardKill, holdKey, startApi, startRelay, terminate, until, waitingOnLock } from "./lib/harness.ts";
+import { backendsOf, holdKey, terminateBackends, waitForBackendOnLock } from "../testkit/database.ts";
+import { API_APP } from "../testkit/processes.ts";
+import { hardKill, startApi, startRelay } from "./lib/harness.ts";
 import { postCharge, postUntilFinal } from "./lib/client.ts";
 import { deliveryInvariants, scenario } from "./lib/report.ts";
 import { startSubscriber } from "./lib/subscriber.ts";
@@ -18,10 +20,10 @@ await scenario("3", "API killed while a request is inside its statement", async 
   const hold = await holdKey(sql, key);
   try {
     const inFlight = postCharge(api.base, key, 7700, tally);
-    await until("the request to wait inside its statement", 10_000, () => waitingOnLock(sql, "charges-api"));
-    const orphans = await backends(sql, "charges-api");
+    await waitForBackendOnLock(sql, API_APP);
+    const orphans = await backendsOf(sql, API_APP);
     await hardKill(api.child);
-    await terminate(sql, orphans);
+    await terminateBackends(sql, orphans);
     const cut = await inFlight;
     checks.check(cut.status === 0, "the client saw the connection cut (no answer)", `status ${cut.status}`);
   } finally {

@@ -3,7 +3,9 @@
 // retry with the same key on 409, 503 or no answer. Proves: both processes recover on their
 // own, no request is answered 500, every key ends with one charge, every accepted charge is
 // delivered.
-import { sleep, startApi, startRelay } from "./lib/harness.ts";
+import { API_APP, RELAY_APP } from "../testkit/processes.ts";
+import { sleep } from "../testkit/wait.ts";
+import { startApi, startRelay } from "./lib/harness.ts";
 import { postCharge, postUntilFinal, type Answer } from "./lib/client.ts";
 import { deliveryInvariants, scenario } from "./lib/report.ts";
 import { startSubscriber } from "./lib/subscriber.ts";
@@ -36,14 +38,14 @@ await scenario("4", "database connections killed under load", async (ctx) => {
       const rows = await sql<{ n: number }[]>`
         select count(*)::int as n from (
           select pg_terminate_backend(pid) from pg_stat_activity
-           where datname = current_database() and application_name in ('charges-api', 'charges-relay')) t`;
+           where datname = current_database() and application_name in (${API_APP}, ${RELAY_APP})) t`;
       killed += rows[0]?.n ?? 0;
     }
   };
   await Promise.all([killer(), ...Array.from({ length: WORKERS }, (_, w) => worker(w))]);
   checks.check(killed >= KILLS * 2, `${KILLS} rounds terminated ${killed} API and relay backends`, `${killed} terminated`);
 
-  checks.check(!api.child.exited, "the API process survived the terminations", `exit code ${api.child.proc.exitCode}`);
+  checks.check(!api.child.exited, "the API process survived the terminations", `exit code ${api.child.exitCode}`);
   const after = await postCharge(api.base, crypto.randomUUID(), 4242, tally);
   checks.check(after.status === 201, "the API recovered: a new charge after the kills is a 201", `status ${after.status}`);
   const ready = await fetch(`${api.base}/readyz`).then((r) => r.status, () => 0);
@@ -54,7 +56,7 @@ await scenario("4", "database connections killed under load", async (ctx) => {
   const unsettled = [...finals.values()].filter((a) => a.status !== 201).length;
   checks.check(unsettled === 0, "every key ended with a 201 after the client's retries", `${unsettled} keys without one`);
   const relayAlive = !relay.exited;
-  checks.check(relayAlive, "the relay process survived the terminations", `relay exited with ${relay.proc.exitCode}`);
+  checks.check(relayAlive, "the relay process survived the terminations", `relay exited with ${relay.exitCode}`);
   // A crashed relay is replaced so the delivery checks below still say whether rows were lost.
   if (!relayAlive) await startRelay(ctx.db.url, ctx.prefix);
   // Relay recovery is proven by delivery: the rows written after the kills need a live relay.

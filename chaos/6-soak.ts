@@ -3,7 +3,9 @@
 // and restarted at random, sometimes two at once. Proves, over a long messy run: charges =
 // distinct keys that got a fresh 201; each charge has one outbox row; every row reaches the
 // subscriber at least once; the inbox holds each event once; nothing is lost.
-import { hardKill, sleep, startApi, startRelay, type Child } from "./lib/harness.ts";
+import type { Child } from "../testkit/processes.ts";
+import { sleep } from "../testkit/wait.ts";
+import { hardKill, startApi, startRelay } from "./lib/harness.ts";
 import { postCharge, postUntilFinal } from "./lib/client.ts";
 import { deliveryInvariants, scenario } from "./lib/report.ts";
 import { startSubscriber } from "./lib/subscriber.ts";
@@ -70,7 +72,7 @@ await scenario("6", `soak for ${SECONDS} s: mixed traffic, retries, changed bodi
   if (relays.length === 0) relays.push(await startRelay(ctx.db.url, ctx.prefix));
 
   checks.check(kills > 0, `relays SIGKILLed and restarted ${kills} times`);
-  checks.check(!api.child.exited, "the API process stayed up", `exit code ${api.child.proc.exitCode}`);
+  checks.check(!api.child.exited, "the API process stayed up", `exit code ${api.child.exitCode}`);
   checks.check(badReplays === 0, `same-body retries (${sameRetries}) were byte-identical replays`, `${badReplays} were not`);
   checks.check(not422 === 0 && changedRetries > 0, `changed-body retries (${changedRetries}) were 422`, `${not422} were not`);
   const s5 = tally.count((a) => a.status >= 500 || a.status === 0);

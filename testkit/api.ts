@@ -5,11 +5,10 @@ import type { Sql } from "../lib/shared/db.ts";
 import { afterAll, beforeEach } from "bun:test";
 import { freshDatabase, type TestDatabase } from "./services.ts";
 import { waitForBackendOnLock } from "./database.ts";
+import { API_APP } from "./processes.ts";
 
-/** The application_name of the API's pool (lib/api/start.ts), as pg_stat_activity shows it. */
-export const TEST_API_APP = "charges-api";
-/** The application_name of the relay process's pool (relay.ts). */
-export const RELAY_APP = "charges-relay";
+/** The application_name of the in-process API's pool. */
+export const TEST_API_APP = API_APP;
 
 export async function startTestApi(databaseUrl: string, env: Record<string, string> = {}, options: ApiOptions = {}): Promise<ApiProcess> {
   return startApi(loadConfig({ DATABASE_URL: databaseUrl, LOG_LEVEL: "warn", ...env }), options);

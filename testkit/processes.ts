@@ -8,6 +8,11 @@ import { waitUntil, within } from "./wait.ts";
 
 export const ROOT = new URL("..", import.meta.url).pathname;
 
+/** The application_name of the API's pool (lib/api/start.ts), as pg_stat_activity shows it. */
+export const API_APP = "charges-api";
+/** The application_name of the relay process's pool (relay.ts). */
+export const RELAY_APP = "charges-relay";
+
 // Enough of a child's output to say why it failed, not a log.
 const TAIL_CHARS = 4000;
 // A graceful stop that takes longer than this is finished with SIGKILL.

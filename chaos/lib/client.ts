@@ -1,5 +1,11 @@
 // The HTTP client side of a scenario: POST /charges with an Idempotency-Key, and a tally of
 // every answer (what the summary table counts).
+import { sleep } from "../../testkit/wait.ts";
+
+// A careful client's pause before it resends, with jitter so retries do not arrive in step.
+const RETRY_BACKOFF_MS = 50;
+const RETRY_JITTER_MS = 100;
+
 export interface Answer {
   readonly key: string;
   readonly amountCents: number;
@@ -69,6 +75,6 @@ export async function postUntilFinal(base: () => string, key: string, amountCent
   for (;;) {
     const a = await postCharge(base(), key, amountCents, tally);
     if (![0, 409, 503].includes(a.status) || Date.now() > deadline) return a;
-    await new Promise((r) => setTimeout(r, 50 + Math.random() * 100));
+    await sleep(RETRY_BACKOFF_MS + Math.random() * RETRY_JITTER_MS);
   }
 }

@@ -1,6 +1,11 @@
 // Invariant lines, the end-to-end delivery checks every scenario shares, the summary table,
 // and the scenario wrapper (fresh database, cleanup in finally, exit code).
-import { connect, freshDatabase, killAll, LOG_DIR, until, type FreshDb, type Sql } from "./harness.ts";
+import type { Sql } from "../../lib/shared/db.ts";
+import type { ScratchDatabase } from "../../testkit/database.ts";
+import { killAll } from "../../testkit/processes.ts";
+import { ServicesUnavailable } from "../../testkit/services.ts";
+import { waitUntil } from "../../testkit/wait.ts";
+import { freshDatabase, LOG_DIR } from "./harness.ts";
 import { Tally } from "./client.ts";
 import type { SubscriberView } from "./subscriber.ts";
 
@@ -16,7 +21,7 @@ export class Checks {
 }
 
 export interface Ctx {
-  readonly db: FreshDb;
+  readonly db: ScratchDatabase;
   readonly sql: Sql;
   /** Unique per run: the scenario's topics never mix with anyone else's. */
   readonly prefix: string;
@@ -50,10 +55,10 @@ async function counts(ctx: Ctx): Promise<Totals & { outboxIds: string[] }> {
 export async function settle(ctx: Ctx, timeoutMs = 15_000): Promise<Totals> {
   let last: Totals | undefined;
   try {
-    await until("every outbox row to be published and delivered", timeoutMs, async () => {
+    await waitUntil(async () => {
       last = await counts(ctx);
       return last.unpublished === 0 && last.lost === 0;
-    }, 100);
+    }, timeoutMs, "every outbox row to be published and delivered", 100);
   } catch {
     // Reported by the invariants below, with the numbers.
   }
@@ -119,8 +124,12 @@ export function summary(ctx: Ctx, t: Totals): void {
 export async function scenario(label: string, title: string, body: (ctx: Ctx) => Promise<Totals>): Promise<never> {
   const started = Date.now();
   console.log(`chaos ${label}: ${title}`);
-  const db = await freshDatabase(label);
-  const sql = connect(db.url, 4);
+  const db = await freshDatabase(label).catch((error: unknown) => {
+    if (!(error instanceof ServicesUnavailable)) throw error;
+    console.error(`chaos ${label}: ${error.message}`);
+    process.exit(1);
+  });
+  const sql = db.sql;
   const run = Math.random().toString(36).slice(2, 8);
   const ctx: Ctx = { db, sql, prefix: `chaos/${label}/${run}/`, consumer: `chaos-${label}-${run}`, tally: new Tally(), checks: new Checks() };
   let failed = false;
@@ -137,7 +146,6 @@ export async function scenario(label: string, title: string, body: (ctx: Ctx) =>
   } finally {
     await ctx.sub?.stop().catch(() => {});
     await killAll();
-    await sql.end({ timeout: 2 }).catch(() => {});
     await db.drop().catch((e: unknown) => console.log(`  (could not drop ${db.name}: ${String(e)})`));
   }
   const ok = !failed && ctx.checks.violated === 0;
