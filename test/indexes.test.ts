@@ -1,0 +1,145 @@
+// The claim and the ops jobs read through their indexes on realistic data: the statements are
+// captured as the code sends them (postgres.js's debug hook) and run under EXPLAIN ANALYZE.
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
+import postgres from "postgres";
+import { loadConfig } from "../lib/shared/config.ts";
+import type { Sql } from "../lib/shared/db.ts";
+import { silentLogger } from "../lib/shared/log.ts";
+import { claimBatch, claimInIndexOrder } from "../lib/relay/outbox-sql.ts";
+import { newGauges, runJob } from "../lib/ops/jobs.ts";
+import { freshDatabase } from "../testkit/services.ts";
+
+setDefaultTimeout(60_000);
+
+const PARKED = 5_000;
+const DUE = 5;
+const COMPLETED_KEYS = 20_000;
+const OLD_CHARGES = 20_000;
+
+const db = await freshDatabase("indexes");
+const config = loadConfig({ DATABASE_URL: db.url, OUTBOX_RETENTION_SECONDS: String(7 * 86_400) });
+afterAll(() => db.drop());
+
+interface Statement {
+  readonly query: string;
+  readonly params: unknown[];
+}
+
+/** A pool that records every statement it sends, with its parameters. */
+function recordingPool(): { sql: Sql; statements: Statement[] } {
+  const statements: Statement[] = [];
+  const sql = postgres(db.url, {
+    max: 2,
+    onnotice: () => {},
+    debug: (_connection, query, params) => statements.push({ query, params: [...params] }),
+  }) as unknown as Sql;
+  return { sql, statements };
+}
+
+interface PlanNode {
+  "Node Type": string;
+  "Relation Name"?: string;
+  "Index Name"?: string;
+  "Actual Rows"?: number;
+  "Rows Removed by Filter"?: number;
+  Plans?: PlanNode[];
+}
+
+function nodes(plan: PlanNode): PlanNode[] {
+  return [plan, ...(plan.Plans ?? []).flatMap(nodes)];
+}
+
+/** EXPLAIN (ANALYZE, FORMAT JSON) of a recorded statement; `prepare` runs first in the same transaction. */
+async function explain(statement: Statement, prepare?: (tx: Sql) => Promise<void>): Promise<PlanNode[]> {
+  return db.sql.begin(async (tx) => {
+    if (prepare) await prepare(tx as unknown as Sql);
+    // The statement text is the program's own, captured above; its values stay parameters.
+    const [row] = await tx.unsafe(`explain (analyze, format json) ${statement.query}`, statement.params as never[]);
+    const plan = (row as unknown as { "QUERY PLAN": { Plan: PlanNode }[] })["QUERY PLAN"][0]!.Plan;
+    return nodes(plan);
+  }) as Promise<PlanNode[]>;
+}
+
+function scansOf(plan: PlanNode[], relation: string): PlanNode[] {
+  return plan.filter((n) => n["Relation Name"] === relation);
+}
+
+beforeAll(async () => {
+  // Charges kept for ever: most are older than the outbox retention, with no outbox row left.
+  await db.sql`insert into charges (id, amount_cents, created_at)
+               select gen_random_uuid(), 100, now() - interval '30 days' - g * interval '1 minute'
+                 from generate_series(1, ${OLD_CHARGES}) g`;
+  const fresh = PARKED + DUE + 50;
+  await db.sql`with c as (
+                 insert into charges (id, amount_cents, created_at)
+                 select gen_random_uuid(), 100, now() - interval '1 hour' from generate_series(1, ${fresh}) returning id, created_at)
+               insert into outbox (id, aggregate_id, event_type, payload, created_at, published_at)
+               select gen_random_uuid(), id, 'ChargeCreated', '{}', created_at, created_at from c`;
+  // Parked rows are the oldest unpublished ones: every claim would meet them first.
+  await db.sql`update outbox set published_at = null, parked_at = now(), attempts = 10
+                 where id in (select id from outbox order by created_at, id limit ${PARKED})`;
+  await db.sql`update outbox set published_at = null, created_at = now()
+                 where id in (select id from outbox where parked_at is null order by id limit ${DUE})`;
+  await db.sql`insert into idempotency_keys (key, endpoint, request_hash, status, response_status, response_body, created_at, expires_at)
+               select gen_random_uuid()::text, 'POST /charges', 'h', 'COMPLETED', 201, '{}',
+                      now() - g * interval '1 second', now() + interval '1 day'
+                 from generate_series(1, ${COMPLETED_KEYS}) g`;
+  await db.sql`insert into idempotency_keys (key, endpoint, request_hash, status, created_at, expires_at)
+               select 'stuck-' || g, 'POST /charges', 'h', 'STARTED', now() - interval '10 minutes', now() + interval '1 day'
+                 from generate_series(1, 3) g`;
+  await db.sql`analyze`;
+});
+
+test(`the relay's claim walks outbox_due_idx: none of ${PARKED} parked rows is read and filtered`, async () => {
+  const { sql, statements } = recordingPool();
+  try {
+    const claimed = await sql.begin(async (tx) => {
+      await claimInIndexOrder(tx);
+      return claimBatch(tx, 50);
+    });
+    expect(claimed).toHaveLength(DUE);
+  } finally {
+    await sql.end();
+  }
+  const claim = statements.find((s) => /for update skip locked/i.test(s.query) && /from outbox/i.test(s.query));
+  expect(claim).toBeDefined();
+  const plan = await explain(claim!, claimInIndexOrder);
+  const scans = scansOf(plan, "outbox");
+  expect(scans).toHaveLength(1);
+  expect(scans[0]).toMatchObject({ "Node Type": "Index Scan", "Index Name": "outbox_due_idx", "Actual Rows": DUE });
+  for (const node of plan) expect(node["Rows Removed by Filter"] ?? 0).toBeLessThan(PARKED);
+});
+
+test("stale-keys reads only STARTED keys, through idempotency_keys_started_idx", async () => {
+  const { sql, statements } = recordingPool();
+  try {
+    expect(await runJob("stale-keys", sql, config, newGauges(), silentLogger)).toMatchObject({ count: 3 });
+  } finally {
+    await sql.end();
+  }
+  const queries = statements.filter((s) => /from idempotency_keys/i.test(s.query) && /'STARTED'/.test(s.query));
+  expect(queries).toHaveLength(2); // the summary and the sample
+  for (const query of queries) {
+    const scans = scansOf(await explain(query), "idempotency_keys");
+    expect(scans.length).toBeGreaterThan(0);
+    for (const scan of scans) {
+      expect(scan["Node Type"]).not.toBe("Seq Scan");
+      expect(scan["Index Name"]).toBe("idempotency_keys_started_idx");
+    }
+  }
+});
+
+test("reconcile reads the charges within the outbox retention through charges_created_idx, not all of them", async () => {
+  const { sql, statements } = recordingPool();
+  try {
+    expect(await runJob("reconcile", sql, config, newGauges(), silentLogger)).toMatchObject({ count: 0 });
+  } finally {
+    await sql.end();
+  }
+  const query = statements.find((s) => /from charges/i.test(s.query) && /not exists/i.test(s.query));
+  expect(query).toBeDefined();
+  const scans = scansOf(await explain(query!), "charges");
+  expect(scans).toHaveLength(1);
+  expect(scans[0]).toMatchObject({ "Index Name": "charges_created_idx", "Actual Rows": PARKED + DUE + 50 });
+  expect(scans[0]!["Node Type"]).toMatch(/Index/);
+});
