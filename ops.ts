@@ -1,18 +1,23 @@
 // `bun run ops <job>`: run one operations job now and print its result as one JSON line.
-//   key-retention | stale-keys | reconcile | outbox-retention | outbox-gauges | requeue <id|all>
+//   key-retention | stale-keys | reconcile | outbox-retention | outbox-gauges | inbox-retention
+//   | requeue <id|all>
+// A job another process is running right now is not run twice: it prints {"skipped":true}.
 import { configOrExit } from "./lib/shared/config.ts";
 import { describeDbError } from "./lib/shared/db.ts";
 import { exitOnStartupError, openDatabase } from "./lib/shared/startup.ts";
 import { createLogger } from "./lib/shared/log.ts";
 import { JOB_NAMES, newGauges, runJob, type JobName } from "./lib/ops/jobs.ts";
 import { requeue } from "./lib/ops/sql.ts";
+import { runInboxRetention } from "./lib/subscriber/inbox-retention.ts";
 import { notifyOutbox } from "./lib/shared/wakeup.ts";
 
-const USAGE = `usage: bun run ops <${JOB_NAMES.join("|")}> | bun run ops requeue <outbox-id|all>`;
+// The reference subscriber's job: its own process runs it too.
+const INBOX_RETENTION = "inbox-retention";
+const USAGE = `usage: bun run ops <${[...JOB_NAMES, INBOX_RETENTION].join("|")}> | bun run ops requeue <outbox-id|all>`;
 
 const [job, arg] = process.argv.slice(2);
 const isJob = (name: string | undefined): name is JobName => JOB_NAMES.some((j) => j === name);
-if (job !== "requeue" && !isJob(job)) {
+if (job !== "requeue" && job !== INBOX_RETENTION && !isJob(job)) {
   console.error(job ? `unknown job "${job}"; ${USAGE}` : USAGE);
   process.exit(2);
 }
@@ -23,13 +28,16 @@ if (job === "requeue" && !arg) {
 
 const config = configOrExit(process.env);
 const sql = await openDatabase(config.databaseUrl, { max: 2, applicationName: "charges-ops" }).catch(exitOnStartupError("ops"));
+const log = createLogger(config.logLevel, "ops", console.error);
 try {
-  if (job === "requeue") {
+  if (job === INBOX_RETENTION) {
+    console.log(JSON.stringify(await runInboxRetention(sql, config.subscriberInboxRetentionSeconds, log)));
+  } else if (job === "requeue") {
     const requeued = await requeue(sql, arg!);
     if (requeued > 0) await notifyOutbox(sql);
     console.log(JSON.stringify({ job, target: arg, requeued }));
   } else {
-    const result = await runJob(job, sql, config, newGauges(), createLogger(config.logLevel, "ops", console.error));
+    const result = await runJob(job, sql, config, newGauges(), log);
     console.log(JSON.stringify(result));
   }
   await sql.end({ timeout: 5 });

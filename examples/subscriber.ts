@@ -3,22 +3,30 @@
 //   {"event":"ready","consumer":"...","topic":"..."}
 //   {"event":"received","id":"...","type":"...","aggregateId":"...","topic":"...","duplicate":false,"redelivered":false,"processed":1,"duplicates":0}
 //   {"event":"rejected","topic":"...","reason":"..."}
+//   {"event":"dead-lettered","id":"...","topic":"...","error":"...","attempts":5}
 //   {"event":"stopped","processed":N,"duplicates":N,"rejected":N}
 // Problems go to stderr. Environment: DATABASE_URL, MQTT_URL, MQTT_TOPIC_PREFIX as for the
 // relay; SUBSCRIBER_CONSUMER (inbox consumer name and MQTT client id, default
-// "example-subscriber"); SUBSCRIBER_CLIENT_ID to use another client id.
+// "example-subscriber"); SUBSCRIBER_CLIENT_ID to use another client id;
+// SUBSCRIBER_INBOX_RETENTION_SECONDS (inbox rows older than this are deleted, default 7 days);
+// OTEL_EXPORTER_OTLP_ENDPOINT to push subscriber_dead_letters_total over OTLP.
 import { configOrExit } from "../lib/shared/config.ts";
 import { createLogger } from "../lib/shared/log.ts";
 import { exitOnStartupError, openDatabase, stopOnUnhandledRejection } from "../lib/shared/startup.ts";
 import { onShutdownSignal } from "../lib/shared/runtime.ts";
 import { startSubscriber } from "../lib/subscriber/subscriber.ts";
+import { startInboxRetention } from "../lib/subscriber/inbox-retention.ts";
+import { startTelemetry } from "../lib/shared/telemetry.ts";
 import { subscriptionFilter } from "../lib/events.ts";
 
 const config = configOrExit(process.env);
 const consumer = process.env.SUBSCRIBER_CONSUMER?.trim() || "example-subscriber";
 const topic = subscriptionFilter(config.mqttTopicPrefix);
 const print = (line: Record<string, unknown>): void => console.log(JSON.stringify(line));
-stopOnUnhandledRejection(createLogger(config.logLevel, "subscriber", console.error));
+const log = createLogger(config.logLevel, "subscriber", console.error);
+stopOnUnhandledRejection(log);
+// Registered before startSubscriber creates its counter, so the counter is the SDK's.
+const telemetry = startTelemetry("charges-subscriber", config.otlpEndpoint);
 
 // The inbox table comes with the schema.
 const sql = await openDatabase(config.databaseUrl, { max: 2, applicationName: `charges-subscriber-${consumer}` }).catch(
@@ -44,14 +52,19 @@ const subscriber = startSubscriber({
       duplicates: subscriber.duplicates,
     }),
   onRejected: (topic, reason) => print({ event: "rejected", topic, reason }),
+  onDeadLetter: (letter) =>
+    print({ event: "dead-lettered", id: letter.eventId, topic: letter.topic, error: letter.error, attempts: letter.attempts }),
   onError: (description) => console.error(`subscriber: ${description}`),
 });
 void subscriber.ready.then(() => print({ event: "ready", consumer, topic }));
+const retention = startInboxRetention(sql, config.subscriberInboxRetentionSeconds, log);
 
 onShutdownSignal(() => {
   void (async () => {
     await subscriber.close();
+    await retention.stop();
     await sql.end({ timeout: 5 });
+    await telemetry.shutdown();
     print({ event: "stopped", processed: subscriber.processed, duplicates: subscriber.duplicates, rejected: subscriber.rejected });
     process.exit(0);
   })();

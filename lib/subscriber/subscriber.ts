@@ -7,15 +7,19 @@
 //  - The PUBACK goes out only after that transaction committed (mqtt.js sends it when its
 //    handleMessage hook calls back), so a crash before the commit gets the event
 //    redelivered, and one after it is deduplicated.
+//  - A handler that keeps failing: after MAX_HANDLER_ATTEMPTS the event is written to
+//    subscriber_dead_letters (with its last error), and only then acknowledged; the stream
+//    goes on. Nothing is acknowledged that is neither processed nor kept there.
 // Works on MQTT 3.1.1 too (Clean Session 0), for brokers that do not speak 5.
+import { metrics, type Meter } from "@opentelemetry/api";
 import type { IPublishPacket, MqttClient } from "mqtt";
 import { isUnavailable, describeDbError, type Sql, type Tx } from "../shared/db.ts";
-import { recordInbox } from "./inbox-sql.ts";
+import { recordDeadLetter, recordInbox, type DeadLetter } from "./inbox-sql.ts";
 import { connectMqtt } from "../shared/mqtt-connect.ts";
 import { describeMqttError } from "../shared/mqtt-errors.ts";
 import { parseEnvelope, type EventEnvelope } from "../events.ts";
 
-export type OutboxEvent = EventEnvelope;
+type OutboxEvent = EventEnvelope;
 
 export interface Delivery {
   readonly event: OutboxEvent;
@@ -39,15 +43,21 @@ export interface SubscriberOptions {
   readonly handler?: (event: OutboxEvent, tx: Tx) => Promise<void> | void;
   /** After the commit, before the PUBACK. */
   readonly onDelivery?: (delivery: Delivery) => void;
-  /** A message acknowledged without processing: not an event, or the handler kept failing. */
+  /** A message acknowledged without processing because it is not an event. */
   readonly onRejected?: (topic: string, reason: string) => void;
+  /** An event the handler kept failing on, once kept in subscriber_dead_letters, before the PUBACK. */
+  readonly onDeadLetter?: (letter: DeadLetter) => void;
   readonly onError?: (description: string) => void;
+  /** Where subscriber_dead_letters_total is counted; the global meter by default. */
+  readonly meter?: Meter;
 }
 
 export interface Subscriber {
   readonly processed: number;
   readonly duplicates: number;
   readonly rejected: number;
+  /** Events kept in subscriber_dead_letters by this subscriber. */
+  readonly deadLettered: number;
   readonly connected: boolean;
   /** Resolves once subscribed. */
   readonly ready: Promise<void>;
@@ -58,9 +68,11 @@ export interface Subscriber {
 // The broker keeps the session (subscription + queued QoS 1 events) this long while the
 // subscriber is away: a day covers a deploy or an outage. Mosquitto also caps the queue
 // (max_queued_messages, 1000 by default).
-export const SESSION_EXPIRY_S = 86_400;
+// SUBSCRIBER_INBOX_RETENTION_SECONDS must stay above it (a redelivery must still find the inbox row).
+const SESSION_EXPIRY_S = 86_400;
 // A handler that keeps failing (not the database being away) is given up after this many
-// attempts, so one poison event cannot stall the stream; the event is then rejected.
+// attempts, so one poison event cannot stall the stream; the event then goes to the
+// dead-letter table.
 const MAX_HANDLER_ATTEMPTS = 5;
 // Retry pauses: the database away is retried for as long as it takes, doubling to the cap.
 const RETRY_MIN_MS = 100;
@@ -79,7 +91,11 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
   let processed = 0;
   let duplicates = 0;
   let rejected = 0;
+  let deadLettered = 0;
   let closing = false;
+  const deadLetters = (options.meter ?? metrics.getMeter("charges")).createCounter("subscriber_dead_letters_total", {
+    description: "Events the reference subscriber gave up on after its retry budget, kept in subscriber_dead_letters",
+  });
   let current: Promise<void> = Promise.resolve();
 
   /** The transaction, retried; resolves to "was a duplicate". */
@@ -99,6 +115,33 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
         await sleep(pause);
         pause = Math.min(RETRY_MAX_MS, pause * 2);
       }
+    }
+  }
+
+  /** Writes the dead letter, retried until it is written (or the subscriber closes): never acknowledged unwritten. */
+  async function keepDeadLetter(letter: DeadLetter): Promise<void> {
+    let pause = RETRY_MIN_MS;
+    for (;;) {
+      if (closing) throw new Closing();
+      try {
+        return await recordDeadLetter(sql, letter);
+      } catch (error) {
+        options.onError?.(`event ${letter.eventId}: dead letter not written yet: ${describeDbError(error)}`);
+        await sleep(pause);
+        pause = Math.min(RETRY_MAX_MS, pause * 2);
+      }
+    }
+  }
+
+  async function giveUp(letter: DeadLetter, ack: () => void): Promise<void> {
+    await keepDeadLetter(letter);
+    deadLettered += 1;
+    deadLetters.add(1, { consumer });
+    options.onError?.(`event ${letter.eventId}: handler failed ${letter.attempts} times, kept in subscriber_dead_letters: ${letter.error}`);
+    try {
+      options.onDeadLetter?.(letter);
+    } finally {
+      ack();
     }
   }
 
@@ -129,9 +172,13 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
       (error: unknown) => {
         // Closing: no PUBACK, the broker redelivers it to the next session.
         if (error instanceof Closing) return;
-        reject(topic, `handler failed ${MAX_HANDLER_ATTEMPTS} times: ${describeDbError(error)}`, ack);
+        const payload = typeof packet.payload === "string" ? packet.payload : Buffer.from(packet.payload).toString("utf8");
+        const letter = { eventId: event.id, consumer, topic, payload, error: describeDbError(error), attempts: MAX_HANDLER_ATTEMPTS };
+        return giveUp(letter, ack);
       },
-    ).catch((error: unknown) => options.onError?.(`onDelivery threw: ${String(error)}`));
+    ).catch((error: unknown) => {
+      if (!(error instanceof Closing)) options.onError?.(`onDelivery or onDeadLetter threw: ${String(error)}`);
+    });
   };
 
   const client: MqttClient = connectMqtt(options.mqttUrl, {
@@ -168,6 +215,9 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
     },
     get rejected() {
       return rejected;
+    },
+    get deadLettered() {
+      return deadLettered;
     },
     get connected() {
       return client.connected;
