@@ -1,7 +1,8 @@
 // The "embedded" test source: the same embedded Postgres and in-process aedes broker as
 // `bun run dev`, for a machine with neither the variables nor Docker. The cluster lives in
 // .data/test-postgres (apart from dev's .data/postgres), kept across runs so only the
-// first run pays for initdb. Whatever variable is set is used as is.
+// first run pays for initdb; as root in a directory the postgres user cannot reach, in the
+// temp dir's cache folder instead (dev/pg-place.ts). Whatever variable is set is used as is.
 import { DATA_DIR, startEmbeddedPostgres } from "../dev/embedded-postgres.ts";
 import { startLocalBroker } from "../dev/mqtt-broker.ts";
 
