@@ -1,0 +1,133 @@
+// One runner per ops job: with two relays on one database, one runs a job and the other skips
+// it for that round; the relay's loop and `bun run ops` skip a job another process is running.
+import { afterAll, afterEach, expect, setDefaultTimeout, test } from "bun:test";
+import { loadConfig } from "../lib/shared/config.ts";
+import { createSql, type Sql } from "../lib/shared/db.ts";
+import { createLogger, silentLogger } from "../lib/shared/log.ts";
+import { JOB_LOCK_IDS, JOB_NAMES, newGauges, registerOpsGauges, runJob, startOpsLoop, type JobName } from "../lib/ops/jobs.ts";
+import { startTelemetry } from "../lib/shared/telemetry.ts";
+import { waitForBackendOnLock } from "../testkit/database.ts";
+import { runToExit } from "../testkit/processes.ts";
+import { freshDatabase } from "../testkit/services.ts";
+import { waitUntil } from "../testkit/wait.ts";
+
+setDefaultTimeout(30_000);
+
+const db = await freshDatabase("ops_locks");
+const config = loadConfig({ DATABASE_URL: db.url });
+const cleanups: Array<() => Promise<unknown>> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
+});
+afterAll(() => db.drop());
+
+function relayPool(name: string): Sql {
+  const sql = createSql(db.url, { max: 3, applicationName: name });
+  cleanups.push(() => sql.end({ timeout: 1 }));
+  return sql;
+}
+
+/** Holds ACCESS EXCLUSIVE on `table` until the returned release is called. */
+async function lockTable(table: string): Promise<() => Promise<void>> {
+  const holder = await db.sql.reserve();
+  await holder`begin`;
+  // `table` comes from TABLE_OF below, never from input: an identifier cannot be a parameter.
+  await holder.unsafe(`lock table ${table} in access exclusive mode`);
+  let released = false;
+  const release = async () => {
+    if (released) return;
+    released = true;
+    await holder`rollback`;
+    holder.release();
+  };
+  cleanups.push(release);
+  return release;
+}
+
+/** Holds the job's advisory lock from a session of the test's own. */
+async function holdJobLock(job: JobName): Promise<() => Promise<void>> {
+  const holder = await db.sql.reserve();
+  await holder`select pg_advisory_lock(${JOB_LOCK_IDS[job].toString()}::bigint)`;
+  const release = async () => {
+    await holder`select pg_advisory_unlock(${JOB_LOCK_IDS[job].toString()}::bigint)`;
+    holder.release();
+  };
+  cleanups.push(release);
+  return release;
+}
+
+// A table each job reads or writes: locked, it holds the first runner inside its job.
+const TABLE_OF: Record<JobName, string> = {
+  "key-retention": "idempotency_keys",
+  "stale-keys": "idempotency_keys",
+  reconcile: "charges",
+  "outbox-retention": "outbox",
+  "outbox-gauges": "outbox",
+};
+
+test.each(JOB_NAMES.map((job) => [job]))("two relays, one database: while relay A runs %s, relay B skips it", async (job) => {
+  const a = relayPool("charges-relay-a");
+  const b = relayPool("charges-relay-b");
+  const release = await lockTable(TABLE_OF[job]);
+
+  // A takes the job's lock, then waits inside the job on the table: it is running the job.
+  const runA = runJob(job, a, config, newGauges(), silentLogger);
+  await waitForBackendOnLock(db.sql, "charges-relay-a");
+  expect(await runJob(job, b, config, newGauges(), silentLogger)).toEqual({ job, skipped: true });
+
+  await release();
+  const resultA = await runA;
+  expect(resultA.job).toBe(job);
+  expect(resultA).not.toHaveProperty("skipped");
+  // The lock went with A's run: B gets it on the next round.
+  expect(await runJob(job, b, config, newGauges(), silentLogger)).not.toHaveProperty("skipped");
+});
+
+test("the relay's loop skips a job whose lock another process holds (debug line) and runs the others", async () => {
+  const release = await holdJobLock("outbox-retention");
+  const lines: Array<{ msg: string; job?: string }> = [];
+  const log = createLogger("debug", "relay", (line) => lines.push(JSON.parse(line)));
+  const gauges = newGauges();
+  const loop = startOpsLoop(relayPool("charges-relay-loop"), config, gauges, log);
+  cleanups.push(() => loop.stop());
+  // outbox-gauges runs after outbox-retention in every round.
+  await waitUntil(() => gauges.computedAt["outbox-gauges"] !== undefined, 10_000, "the loop's first round");
+  await loop.stop();
+  await release();
+  const skipped = lines.filter((l) => l.msg.startsWith("ops job skipped")).map((l) => l.job);
+  expect(skipped).toEqual(["outbox-retention"]);
+  expect(gauges.computedAt["stale-keys"]).toBeDefined();
+  expect(gauges.computedAt.reconcile).toBeDefined();
+});
+
+test("bun run ops <job> while a relay runs it prints skipped and exits 0", async () => {
+  await holdJobLock("key-retention");
+  const run = await runToExit(["bun", "run", "--silent", "ops", "key-retention"], { DATABASE_URL: db.url, LOG_LEVEL: "warn" });
+  expect(run.code).toBe(0);
+  expect(JSON.parse(run.stdout)).toEqual({ job: "key-retention", skipped: true });
+});
+
+test("idempotency_stale_started_oldest_age_seconds on /metrics: the oldest stale STARTED key's age; a relay that skipped the job reports no value", async () => {
+  await db.sql`truncate idempotency_keys`;
+  await db.sql`insert into idempotency_keys (key, endpoint, request_hash, status, created_at, expires_at) values
+               ('stuck-old', 'POST /charges', 'h', 'STARTED', now() - interval '20 minutes', now() + interval '1 hour'),
+               ('stuck', 'POST /charges', 'h', 'STARTED', now() - interval '10 minutes', now() + interval '1 hour')`;
+  const telemetry = startTelemetry("ops-locks-test", undefined, false);
+  cleanups.push(() => telemetry.shutdown());
+  const gauges = newGauges();
+  registerOpsGauges(gauges, telemetry.provider.getMeter("charges"));
+  const scrape = async () => (await telemetry.scrape()).text();
+
+  // Never computed here (another relay holds the job): the series is absent, not a stale 0.
+  const release = await holdJobLock("stale-keys");
+  expect(await runJob("stale-keys", db.sql, config, gauges, silentLogger)).toEqual({ job: "stale-keys", skipped: true });
+  expect(await scrape()).not.toMatch(/^idempotency_stale_started_oldest_age_seconds /m);
+  await release();
+
+  await runJob("stale-keys", db.sql, config, gauges, silentLogger);
+  const text = await scrape();
+  expect(text).toMatch(/^idempotency_stale_started_keys 2$/m);
+  const age = Number(/^idempotency_stale_started_oldest_age_seconds ([\d.e+]+)$/m.exec(text)?.[1]);
+  expect(age).toBeGreaterThanOrEqual(20 * 60);
+  expect(age).toBeLessThan(30 * 60);
+});
