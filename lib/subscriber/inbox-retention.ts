@@ -16,7 +16,7 @@ const INBOX_RETENTION_INTERVAL_MS = 300_000;
 // The advisory lock id of this job, in the range of the relay's ops jobs (7_310_422_118_1xx).
 const INBOX_RETENTION_LOCK_ID = 7_310_422_118_106n;
 
-export type InboxRetentionResult =
+type InboxRetentionResult =
   | { readonly job: "inbox-retention"; readonly deleted: number; readonly batches: number }
   | { readonly job: "inbox-retention"; readonly skipped: true };
 
