@@ -91,15 +91,8 @@ async function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGaug
       if (r.deleted > 0) log.info("published outbox rows deleted", { job, ...r });
       return { job, ...r };
     }
-    case "stale-keys": {
-      const summary = await staleStartedSummary(sql, STALE_STARTED_SECONDS);
-      const sample = summary.count > 0 ? await staleStartedSample(sql, STALE_STARTED_SECONDS, SAMPLE_SIZE) : [];
-      gauges.staleStartedKeys = summary.count;
-      gauges.staleStartedOldestSeconds = summary.oldestAgeSeconds;
-      gauges.computedAt[job] = Date.now();
-      if (summary.count > 0) log.warn("stale STARTED idempotency keys", { job, ...summary, sample });
-      return { job, ...summary, sample };
-    }
+    case "stale-keys":
+      return reportStaleKeys(sql, gauges, log);
     case "reconcile": {
       const orphans = await chargesWithoutOutbox(sql, config.outboxRetentionSeconds, SAMPLE_SIZE);
       gauges.chargesWithoutOutbox = orphans.count;
@@ -120,6 +113,17 @@ async function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGaug
       throw new Error(`bug: unknown job ${String(unreachable)}`);
     }
   }
+}
+
+async function reportStaleKeys(sql: Sql, gauges: OpsGauges, log: Logger): Promise<JobResult> {
+  const job = "stale-keys";
+  const summary = await staleStartedSummary(sql, STALE_STARTED_SECONDS);
+  const sample = summary.count > 0 ? await staleStartedSample(sql, STALE_STARTED_SECONDS, SAMPLE_SIZE) : [];
+  gauges.staleStartedKeys = summary.count;
+  gauges.staleStartedOldestSeconds = summary.oldestAgeSeconds;
+  gauges.computedAt[job] = Date.now();
+  if (summary.count > 0) log.warn("stale STARTED idempotency keys", { job, ...summary, sample });
+  return { job, ...summary, sample };
 }
 
 // How often each job runs inside the relay. The gauges are cheap (partial indexes);

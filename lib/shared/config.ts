@@ -1,6 +1,7 @@
 // Configuration: read from the environment once, validated, frozen. A bad value is a
 // ConfigError naming the variable; the entrypoints print its message and exit 1.
 
+import { isIP } from "node:net";
 import { maskUrl } from "./redact.ts";
 
 export class ConfigError extends Error {
@@ -15,6 +16,9 @@ export interface Config {
   readonly mqttUrl: string;
   readonly port: number;
   readonly relayPort: number;
+  /** The address the relay's health/metrics listener binds to. */
+  readonly relayHost: string;
+  readonly relayTimeBounds: RelayTimeBounds;
   readonly idempotencyTtlSeconds: number;
   readonly outboxBatchSize: number;
   readonly outboxPollMs: number;
@@ -90,12 +94,50 @@ const TEN_YEARS_S = 10 * 365 * 24 * 3600;
 const INBOX_RETENTION_S = 7 * 86_400;
 const MIN_INBOX_RETENTION_S = 86_400;
 
+/** How long one relay statement may run or wait for a lock before it fails (and the relay backs off). */
+export interface RelayTimeBounds {
+  readonly statementTimeoutMs: number;
+  readonly lockTimeoutMs: number;
+}
+
+// The relay's bounds are longer than the API's: no client waits on it, so a slow statement that
+// would finish is worth waiting for, and a stalled one must still free its lane's connection.
+// Its statements (a claim, the marks, an ops job's 1,000-row delete or reconciliation scan)
+// take milliseconds on a healthy database: 30 s only trips on a stalled one.
+const RELAY_STATEMENT_TIMEOUT_MS = 30_000;
+// A claim queued behind DDL (a migration's ALTER TABLE, VACUUM FULL) waits this long, then fails
+// and the relay backs off and tries again: a short ALTER passes unnoticed, a lock held for
+// minutes shows in the logs as lock timeouts instead of a silent stall.
+const RELAY_LOCK_TIMEOUT_MS = 10_000;
+const MAX_RELAY_BOUND_MS = 3_600_000;
+
+function relayTimeBounds(env: Env): RelayTimeBounds {
+  return Object.freeze({
+    statementTimeoutMs: integer(env, "RELAY_STATEMENT_TIMEOUT_MS", RELAY_STATEMENT_TIMEOUT_MS, 1, MAX_RELAY_BOUND_MS),
+    lockTimeoutMs: integer(env, "RELAY_LOCK_TIMEOUT_MS", RELAY_LOCK_TIMEOUT_MS, 1, MAX_RELAY_BOUND_MS),
+  });
+}
+
+// An IPv4 or IPv6 address, or a host name made of DNS labels.
+const HOST_NAME = /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
+
+function host(env: Env, name: string, fallback: string): string {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === "") return fallback;
+  if (isIP(raw) === 0 && !HOST_NAME.test(raw)) {
+    throw new ConfigError(`${name} must be an IP address or a host name, got "${raw}"`);
+  }
+  return raw;
+}
+
 export function loadConfig(env: Env): Config {
   return Object.freeze({
     databaseUrl: url(env, "DATABASE_URL", "postgres://localhost:5432/postgres", ["postgres:", "postgresql:"]),
     mqttUrl: url(env, "MQTT_URL", "mqtt://localhost:1883", ["mqtt:", "mqtts:", "tcp:", "ws:", "wss:"]),
     port: integer(env, "PORT", 3000, 0, 65535),
     relayPort: integer(env, "RELAY_PORT", 9465, 0, 65535),
+    relayHost: host(env, "RELAY_HOST", "0.0.0.0"),
+    relayTimeBounds: relayTimeBounds(env),
     idempotencyTtlSeconds: integer(env, "IDEMPOTENCY_TTL_SECONDS", 86_400, 1, TEN_YEARS_S),
     outboxBatchSize: integer(env, "OUTBOX_BATCH_SIZE", 50, 1, 10_000),
     outboxPollMs: integer(env, "OUTBOX_POLL_MS", 1000, 1, 3_600_000),
