@@ -6,11 +6,12 @@
 //
 // The cluster lives in `dataDir` across runs, or in a cache folder under the temp dir when
 // the user Postgres runs as cannot reach it (see pg-place.ts). A postmaster still running
-// from another process is found through postmaster.pid: shared while that owner lives, else
-// stopped and started afresh (adopting it would race with the dead owner's watchdog, which
-// stops it). One run at a time goes through these steps for a data directory (a lock file).
+// from another process is found through postmaster.pid: shared while the process that
+// started it or a run sharing it lives (the starter's watchdog stops it once all are gone),
+// else stopped and started afresh (adopting it would race with that watchdog). One run at a
+// time goes through these steps for a data directory (a lock file).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, chmodSync, chownSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import postgres from "postgres";
@@ -18,7 +19,7 @@ import { EmbeddedPostgresError, permits, placeCluster, type Placement } from "./
 import { unprivilegedUser, type RunAs } from "./pg-user.ts";
 import { freePort } from "./ports.ts";
 import { alive, withLock } from "./start-lock.ts";
-import { stopWhenOwnerDies } from "./watchdog.ts";
+import { stopWhenUnused } from "./watchdog.ts";
 
 export { EmbeddedPostgresError };
 
@@ -58,7 +59,7 @@ export interface EmbeddedPostgres {
   readonly dataDir: string;
   /** The cache folder, when the user Postgres runs as cannot reach the data directory asked for. */
   readonly cache: string | undefined;
-  /** Fast shutdown, waited for. A shared server is left to its owner. */
+  /** Fast shutdown, waited for, even while others share it. A shared server is left to its owner. */
   stop(): Promise<void>;
 }
 
@@ -73,7 +74,7 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
 async function startOrShare(place: Placement, options: EmbeddedPostgresOptions, runAs: RunAs | undefined): Promise<EmbeddedPostgres> {
   const { binaries, dataDir, cache } = place;
   const running = livePostmaster(dataDir);
-  if (running && ownerAlive(dataDir)) return share(running, place, options.log);
+  if (running && inUse(dataDir)) return share(running, place, options.log);
   if (running) await stopLeftover(running, options.log);
   const created = initialise(binaries.initdb, dataDir, runAs);
   const port = await freePort();
@@ -82,7 +83,8 @@ async function startOrShare(place: Placement, options: EmbeddedPostgresOptions, 
   const tail = collectLog(child, options.log);
   await waitReady(url, () => child.exitCode !== null || child.signalCode !== null, () => tail.join("\n"));
   writeOwner(dataDir);
-  stopWhenOwnerDies(process.pid, child.pid!);
+  writeFileSync(sharersFile(dataDir), "");
+  stopWhenUnused(process.pid, child.pid!, sharersFile(dataDir));
   return handle({ url, port, pid: child.pid!, how: "started", created, dataDir, cache }, child);
 }
 
@@ -196,7 +198,8 @@ function livePostmaster(dataDir: string): Running | undefined {
 async function share(running: Running, place: Placement, log: (line: string) => void): Promise<EmbeddedPostgres> {
   const url = urlFor(running.port);
   await waitReady(url, () => !alive(running.pid), () => "");
-  log(`sharing the Postgres that process ${readOwner(place.dataDir)} runs on port ${running.port}`);
+  appendFileSync(sharersFile(place.dataDir), `${process.pid}\n`);
+  log(`sharing the Postgres that process ${readOwner(place.dataDir)} started on port ${running.port}`);
   return handle({ ...running, url, how: "shared", created: false, dataDir: place.dataDir, cache: place.cache });
 }
 
@@ -243,9 +246,12 @@ const readOwner = (dataDir: string): number | undefined => {
   const text = existsSync(ownerFile(dataDir)) ? readFileSync(ownerFile(dataDir), "utf8") : "";
   return Number.parseInt(text, 10) || undefined;
 };
-const ownerAlive = (dataDir: string): boolean => {
-  const owner = readOwner(dataDir);
-  return owner !== undefined && owner !== process.pid && alive(owner);
+// The sharers file lists the runs that shared the server since it started, one pid a line.
+const sharersFile = (dataDir: string): string => `${dataDir}.sharers`;
+const inUse = (dataDir: string): boolean => {
+  const text = existsSync(sharersFile(dataDir)) ? readFileSync(sharersFile(dataDir), "utf8") : "";
+  const users = [readOwner(dataDir), ...text.split("\n").map((line) => Number.parseInt(line, 10) || undefined)];
+  return users.some((pid) => pid !== undefined && pid !== process.pid && alive(pid));
 };
 const removeOwner = (dataDir: string): void => {
   if (readOwner(dataDir) === process.pid) unlinkSync(ownerFile(dataDir));
