@@ -5,6 +5,7 @@ import { startSubscriber, type Subscriber } from "../lib/subscriber/subscriber.t
 import { INBOX_DELETE_BATCH, runInboxRetention } from "../lib/subscriber/inbox-retention.ts";
 import type { DeadLetter } from "../lib/subscriber/inbox-sql.ts";
 import { buildEnvelope, CHARGE_CREATED, subscriptionFilter, topicOf } from "../lib/events.ts";
+import { ConfigError, loadConfig } from "../lib/shared/config.ts";
 import { silentLogger } from "../lib/shared/log.ts";
 import { startTelemetry, type Telemetry } from "../lib/shared/telemetry.ts";
 import { rawClient } from "../testkit/mqtt.ts";
@@ -135,4 +136,11 @@ test("inbox retention deletes only rows older than the retention, in bounded bat
   await db.sql`update inbox set received_at = now() - interval '8 days'`;
   const again = await runToExit(["bun", "run", "--silent", "ops", "inbox-retention"], { DATABASE_URL: db.url, LOG_LEVEL: "warn" });
   expect(JSON.parse(again.stdout)).toEqual({ job: "inbox-retention", deleted: 2, batches: 1 });
+});
+
+test("SUBSCRIBER_INBOX_RETENTION_SECONDS defaults to 7 days; less than the one-day MQTT session is refused by name", () => {
+  expect(loadConfig({}).subscriberInboxRetentionSeconds).toBe(7 * 86_400);
+  expect(loadConfig({ SUBSCRIBER_INBOX_RETENTION_SECONDS: "86400" }).subscriberInboxRetentionSeconds).toBe(86_400);
+  expect(() => loadConfig({ SUBSCRIBER_INBOX_RETENTION_SECONDS: "3600" })).toThrow(ConfigError);
+  expect(() => loadConfig({ SUBSCRIBER_INBOX_RETENTION_SECONDS: "3600" })).toThrow(/SUBSCRIBER_INBOX_RETENTION_SECONDS/);
 });
