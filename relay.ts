@@ -21,8 +21,8 @@ const relay = await startRelay(config, { metrics: telemetry.scrape, logger: log 
 const gauges = newGauges();
 registerOpsGauges(gauges);
 const ops = startOpsLoop(relay.sql, config, gauges, log);
-const server = serve(config.relayPort, relay.fetch);
-log.info("relay started", { port: server.port, mqttUrl: maskUrl(config.mqttUrl), batchSize: config.outboxBatchSize });
+const server = serve(config.relayPort, relay.fetch, config.relayHost);
+log.info("relay started", { host: config.relayHost, port: server.port, mqttUrl: maskUrl(config.mqttUrl), batchSize: config.outboxBatchSize });
 
 let shuttingDown = false;
 onShutdownSignal((signal) => {

@@ -42,6 +42,9 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   const sql = await openDatabase(config.databaseUrl, {
     max: laneCount(config.outboxBatchSize) + EXTRA_CONNECTIONS,
     applicationName: "charges-relay",
+    // A claim or a mark that trips these fails its batch: the loop backs off and drains again.
+    statementTimeoutMs: config.relayTimeBounds.statementTimeoutMs,
+    lockTimeoutMs: config.relayTimeBounds.lockTimeoutMs,
   });
   // Not awaited: a broker that is away at start is retried, and the relay waits for it.
   const broker = connectBroker(config.mqttUrl, { onError: (error) => log.warn("broker error", { error }) });
