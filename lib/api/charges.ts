@@ -56,8 +56,30 @@ export function createChargeService(sql: Sql, options: ChargeServiceOptions): Ch
 
 // A pooled connection whose backend was killed fails the statement sent on it (and, with
 // postgres.js, sometimes the next one too). Sending the statement again on a fresh
-// connection is safe: it is atomic and keyed, so if a try did commit, the next replays it.
+// connection is safe: it is atomic and keyed, and every try writes the same identity, so a
+// resend that finds a row of a try that did commit knows it as its own.
 const MAX_RESENDS = 2;
+
+/** What a request writes, fixed once before its first try so every resend writes the same. */
+interface ChargeIdentity {
+  readonly requestHash: string;
+  readonly chargeId: string;
+  readonly eventId: string;
+  readonly createdAt: string;
+  readonly responseBody: string;
+}
+
+function chargeIdentity(request: ChargeRequest): ChargeIdentity {
+  const chargeId = crypto.randomUUID();
+  const createdAt = new Date().toISOString();
+  return {
+    requestHash: fingerprint(request),
+    chargeId,
+    eventId: crypto.randomUUID(),
+    createdAt,
+    responseBody: chargeJson({ id: chargeId, amountCents: request.amountCents, createdAt }),
+  };
+}
 
 async function attemptWithResend(
   sql: Sql,
@@ -65,21 +87,19 @@ async function attemptWithResend(
   request: ChargeRequest,
   deadline: Deadline,
 ): Promise<ChargeOutcome> {
+  const identity = chargeIdentity(request);
   for (let resends = 0; ; resends++) {
     try {
       // Each try waits for a slot of the pool and starts only within the request's deadline.
-      return await deadline.run(() => attempt(sql, options, request));
+      return await deadline.run(() => attempt(sql, options, request, identity));
     } catch (error) {
       if (resends >= MAX_RESENDS || !isConnectionLost(error)) throw error;
     }
   }
 }
 
-async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeRequest): Promise<ChargeOutcome> {
-  const requestHash = fingerprint(request);
-  const chargeId = crypto.randomUUID();
-  const createdAt = new Date().toISOString();
-  const responseBody = chargeJson({ id: chargeId, amountCents: request.amountCents, createdAt });
+async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeRequest, identity: ChargeIdentity): Promise<ChargeOutcome> {
+  const { requestHash, chargeId, createdAt, responseBody } = identity;
   let row;
   try {
     row = await createCharge(sql, {
@@ -93,7 +113,7 @@ async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeR
       createdAt,
       responseStatus: 201,
       responseBody,
-      eventId: crypto.randomUUID(),
+      eventId: identity.eventId,
       eventType: CHARGE_CREATED,
       eventPayload: chargeCreatedPayload({ chargeId, amountCents: request.amountCents }),
       traceparent: request.traceparent ?? null,
@@ -105,25 +125,24 @@ async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeR
     throw error;
   }
   if (row.created === 1) return { kind: "created", status: 201, body: responseBody, chargeId };
-  if (row.request_hash !== null) return fromStored(row as StoredResponse, requestHash);
+  if (row.request_hash !== null) return fromStored(row as StoredResponse, identity);
   if (row.got === false) return { kind: "in_flight" };
   // Locked but not written: the key row was committed by another request between this
   // statement's snapshot and its insert. Read what it stored (rare; one more round trip).
   const stored = await findKey(sql, request.key, CHARGES_ENDPOINT);
-  return stored ? fromStored(stored, requestHash) : { kind: "in_flight" };
+  return stored ? fromStored(stored, identity) : { kind: "in_flight" };
 }
 
-function fromStored(stored: StoredResponse, requestHash: string): ChargeOutcome {
-  if (stored.request_hash !== requestHash) return { kind: "payload_conflict" };
+function fromStored(stored: StoredResponse, identity: ChargeIdentity): ChargeOutcome {
+  if (stored.request_hash !== identity.requestHash) return { kind: "payload_conflict" };
   if (stored.status !== "COMPLETED" || stored.response_status === null || stored.response_body === null) {
     return { kind: "in_flight" };
   }
-  return {
-    kind: "replayed",
-    status: stored.response_status,
-    body: stored.response_body,
-    chargeId: chargeIdOf(stored.response_body),
-  };
+  const chargeId = chargeIdOf(stored.response_body);
+  // This request's own earlier try committed before its connection was lost: still the
+  // creation, answered, counted and followed by a wake-up as one.
+  const kind = chargeId === identity.chargeId ? "created" : "replayed";
+  return { kind, status: stored.response_status, body: stored.response_body, chargeId };
 }
 
 function chargeIdOf(body: string): string {
