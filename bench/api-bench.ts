@@ -2,10 +2,13 @@
 // one key, and the latency of a 409 while the winner is held. Load comes from wrk (C, one
 // event loop per thread; a few % of a core at these rates), so the generator does not steal
 // the server's CPU the way a second Bun process would.
-import { freshDatabase, log, requireTool, run, startChild, type Child, type FreshDb } from "./support.ts";
-import { backendWaitingOnLock, holdKey } from "../testkit/database.ts";
+import { freshDatabase, log, requireTool, run, startProcess, type FreshDb } from "./support.ts";
+import { holdKey, waitForBackendOnLock } from "../testkit/database.ts";
+import { API_APP, type Service } from "../testkit/processes.ts";
 
 const SCRIPT = new URL("./wrk/charges.lua", import.meta.url).pathname;
+// The API's winner reaches the held key row within milliseconds of its request.
+const LOCK_WAIT_TIMEOUT_MS = 5000;
 
 export interface WrkResult {
   readonly requests: number;
@@ -16,6 +19,18 @@ export interface WrkResult {
   readonly p50Us: number;
   readonly p99Us: number;
   readonly maxUs: number;
+  /** Answers by HTTP status, counted by the wrk script from every response. */
+  readonly statuses: Readonly<Record<string, number>>;
+}
+
+/** How many answers had `status`. */
+function answered(r: WrkResult, status: number): number {
+  return r.statuses[String(status)] ?? 0;
+}
+
+/** Answers other than `status`. */
+function answeredOtherThan(r: WrkResult, status: number): number {
+  return Object.values(r.statuses).reduce((n, count) => n + count, 0) - answered(r, status);
 }
 
 export async function wrk(port: number, connections: number, seconds: number, key?: string): Promise<WrkResult> {
@@ -43,8 +58,31 @@ export interface ApiRun {
   readonly replayNon2xx?: number;
 }
 
-export async function startApi(db: FreshDb, logLevel: string): Promise<Child> {
-  return startChild("api.ts", { DATABASE_URL: db.url, LOG_LEVEL: logLevel }, "/readyz", "PORT");
+export function startApi(db: FreshDb, logLevel: string, env: Record<string, string> = {}): Promise<Service> {
+  return startProcess("api", db, { LOG_LEVEL: logLevel, ...env });
+}
+
+// The held winner waits on a lock for the whole wrk run: its bounds must outlast the hold
+// (the defaults answer it 503 after 2 s), with this margin for start-up and the release.
+const HOLD_MARGIN_MS = 30_000;
+// API_REQUEST_TIMEOUT_MS must cover the statement bound plus the default pool wait (2 s).
+const POOL_WAIT_ALLOWANCE_MS = 2_000;
+
+function boundsOutlasting(holdMs: number): Record<string, string> {
+  const bound = holdMs + HOLD_MARGIN_MS;
+  return {
+    API_LOCK_TIMEOUT_MS: String(bound),
+    API_STATEMENT_TIMEOUT_MS: String(bound),
+    API_REQUEST_TIMEOUT_MS: String(bound + POOL_WAIT_ALLOWANCE_MS),
+  };
+}
+
+// wrk abandons the requests in flight when its time is up: the API still commits those
+// charges, but their 201s are never counted, at most one per connection.
+function checkCreated(created: number, chargesInDb: number, connections: number): void {
+  if (chargesInDb < created || chargesInDb > created + connections) {
+    throw new Error(`${created} charges answered 201 but ${chargesInDb} in the database (at most ${connections} cut off by the end of the run)`);
+  }
 }
 
 /** Created charges/s at `connections` with unique keys; then replays/s of one key when asked. */
@@ -54,14 +92,15 @@ export async function apiRun(connections: number, seconds: number, logLevel: str
   try {
     const r = await wrk(api.port, connections, seconds);
     const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from charges`;
-    const created = r.requests - r.statusErrors;
+    const created = answered(r, 201);
+    checkCreated(created, row?.n ?? 0, connections);
     let replay: { replaysPerSec: number; replayNon2xx: number } | undefined;
     if (replaySeconds > 0) {
       const key = crypto.randomUUID();
       const first = await post(api.port, key);
       if (first !== 201) throw new Error(`replay setup: first POST answered ${first}`);
       const rr = await wrk(api.port, connections, replaySeconds, key);
-      replay = { replaysPerSec: (rr.requests - rr.statusErrors) / (rr.durationUs / 1e6), replayNon2xx: rr.statusErrors };
+      replay = { replaysPerSec: answered(rr, 201) / (rr.durationUs / 1e6), replayNon2xx: answeredOtherThan(rr, 201) };
     }
     return {
       logLevel,
@@ -69,13 +108,13 @@ export async function apiRun(connections: number, seconds: number, logLevel: str
       p50Ms: r.p50Us / 1000,
       p99Ms: r.p99Us / 1000,
       maxMs: r.maxUs / 1000,
-      non2xx: r.statusErrors,
+      non2xx: answeredOtherThan(r, 201),
       socketErrors: r.socketErrors + r.timeouts,
       chargesInDb: row?.n ?? 0,
       ...replay,
     };
   } finally {
-    await api.stop();
+    await api.child.stop();
     await db.drop();
   }
 }
@@ -93,6 +132,7 @@ async function post(port: number, key: string): Promise<number> {
 export interface ConflictRun {
   readonly requests: number;
   readonly non409: number;
+  readonly statuses: Readonly<Record<string, number>>;
   readonly p50Ms: number;
   readonly p99Ms: number;
   readonly maxMs: number;
@@ -106,18 +146,23 @@ export interface ConflictRun {
  */
 export async function conflictRun(connections: number, seconds: number): Promise<ConflictRun> {
   const db = await freshDatabase("conflict");
-  const api = await startApi(db, "info");
+  const api = await startApi(db, "info", boundsOutlasting(seconds * 1000));
   const key = crypto.randomUUID();
   const hold = await holdKey(db.sql, key);
   try {
     const winner = post(api.port, key);
-    await waitForLockWait(db);
+    await waitForBackendOnLock(db.sql, API_APP, LOCK_WAIT_TIMEOUT_MS);
     const r = await wrk(api.port, connections, seconds, key);
     await hold.release();
     const winnerStatus = await winner;
+    // Only the held winner may have created a charge: every other answer was a 409 or an error.
+    const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from charges`;
+    const created = answered(r, 201) + (winnerStatus === 201 ? 1 : 0);
+    if ((row?.n ?? 0) !== created) throw new Error(`409 run: ${created} charges answered 201 but ${row?.n} in the database`);
     return {
       requests: r.requests,
-      non409: r.requests - r.statusErrors,
+      non409: answeredOtherThan(r, 409) + r.socketErrors + r.timeouts,
+      statuses: r.statuses,
       p50Ms: r.p50Us / 1000,
       p99Ms: r.p99Us / 1000,
       maxMs: r.maxUs / 1000,
@@ -125,17 +170,8 @@ export async function conflictRun(connections: number, seconds: number): Promise
     };
   } finally {
     await hold.release();
-    await api.stop();
+    await api.child.stop();
     await db.drop();
-  }
-}
-
-async function waitForLockWait(db: FreshDb): Promise<void> {
-  const deadline = Date.now() + 5_000;
-  for (;;) {
-    if ((await backendWaitingOnLock(db.sql, "charges-api")) !== undefined) return;
-    if (Date.now() > deadline) throw new Error("the API's winner never queued behind the held key row");
-    await Bun.sleep(10);
   }
 }
 

@@ -3,9 +3,14 @@
 // event's createdAt (the outbox row's now(), i.e. its transaction start: at or before the
 // commit, so the figure errs on the slow side). Receipt minus the POST's response time is
 // kept too (after the commit, so it errs on the fast side).
-import mqtt from "mqtt";
+import type { ChargeCreatedData } from "../lib/events.ts";
+import { collect, type Received } from "../testkit/mqtt.ts";
+import { waitUntil } from "../testkit/wait.ts";
 import { startApi } from "./api-bench.ts";
-import { freshDatabase, latencyOf, MQTT_URL, startChild, type Latency } from "./support.ts";
+import { benchServices, freshDatabase, latencyOf, startProcess, type Latency } from "./support.ts";
+
+// Events still on their way when the last POST has been answered arrive within this.
+const DRAIN_TIMEOUT_MS = 10_000;
 
 export interface E2e {
   readonly rate: number;
@@ -17,28 +22,17 @@ export interface E2e {
   readonly fromResponse: Latency;
 }
 
-const now = (): number => performance.timeOrigin + performance.now();
-
 export async function e2eRun(rate: number, seconds: number): Promise<E2e> {
+  const { mqttUrl } = await benchServices();
   const db = await freshDatabase("e2e");
   const prefix = `bench/${db.name}/`;
   const api = await startApi(db, "info");
-  const relay = await startChild("relay.ts", { DATABASE_URL: db.url, MQTT_URL, MQTT_TOPIC_PREFIX: prefix }, "/readyz", "RELAY_PORT");
-  const sub = await mqtt.connectAsync(MQTT_URL, { protocolVersion: 5, clean: true, reconnectPeriod: 0 });
-  const fromCreatedAt: number[] = [];
-  const receivedAt = new Map<string, number>();
+  const relay = await startProcess("relay", db, { MQTT_TOPIC_PREFIX: prefix });
+  const sub = await collect(mqttUrl, prefix);
   const respondedAt = new Map<string, number>();
   try {
-    sub.on("message", (_topic, payload) => {
-      const t = now();
-      const event = JSON.parse(payload.toString()) as { createdAt: string; data: { chargeId: string } };
-      if (receivedAt.has(event.data.chargeId)) return; // a redelivery, not a new receipt
-      receivedAt.set(event.data.chargeId, t);
-      fromCreatedAt.push(t - Date.parse(event.createdAt));
-    });
-    await sub.subscribeAsync(`${prefix}charges/ChargeCreated`, { qos: 1 });
     const total = Math.round(rate * seconds);
-    const url = `http://127.0.0.1:${api.port}/charges`;
+    const url = `${api.base}/charges`;
     const inFlight: Promise<void>[] = [];
     const post = async (): Promise<void> => {
       const res = await fetch(url, {
@@ -46,7 +40,7 @@ export async function e2eRun(rate: number, seconds: number): Promise<E2e> {
         headers: { "Content-Type": "application/json", "Idempotency-Key": crypto.randomUUID() },
         body: '{"amountCents":4900}',
       });
-      const t = now();
+      const t = performance.now();
       const body = (await res.json()) as { id?: string };
       if (res.status === 201 && body.id) respondedAt.set(body.id, t);
     };
@@ -62,12 +56,15 @@ export async function e2eRun(rate: number, seconds: number): Promise<E2e> {
       await Bun.sleep(1);
     }
     await Promise.all(inFlight);
-    const deadline = Date.now() + 10_000;
-    while (receivedAt.size < respondedAt.size && Date.now() < deadline) await Bun.sleep(20);
+    // Bounded: a shortfall is reported (received < created), not thrown.
+    await waitUntil(() => firstReceipts(sub.messages).size >= respondedAt.size, DRAIN_TIMEOUT_MS, "every event").catch(() => {});
+    const receivedAt = firstReceipts(sub.messages);
+    const fromCreatedAt: number[] = [];
     const fromResponse: number[] = [];
-    for (const [id, t] of receivedAt) {
-      const r = respondedAt.get(id);
-      if (r !== undefined) fromResponse.push(t - r);
+    for (const [chargeId, { at, createdAt }] of receivedAt) {
+      fromCreatedAt.push(performance.timeOrigin + at - Date.parse(createdAt));
+      const r = respondedAt.get(chargeId);
+      if (r !== undefined) fromResponse.push(at - r);
     }
     return {
       rate,
@@ -79,9 +76,19 @@ export async function e2eRun(rate: number, seconds: number): Promise<E2e> {
       fromResponse: latencyOf(fromResponse),
     };
   } finally {
-    await sub.endAsync();
-    await relay.stop();
-    await api.stop();
+    await sub.close();
+    await relay.child.stop();
+    await api.child.stop();
     await db.drop();
   }
+}
+
+/** Charge id → its first receipt (a redelivery is not a new receipt). */
+function firstReceipts(messages: readonly Received[]): Map<string, { at: number; createdAt: string }> {
+  const first = new Map<string, { at: number; createdAt: string }>();
+  for (const m of messages) {
+    const chargeId = (m.envelope?.data as ChargeCreatedData | undefined)?.chargeId;
+    if (m.envelope && chargeId && !first.has(chargeId)) first.set(chargeId, { at: m.at, createdAt: m.envelope.createdAt });
+  }
+  return first;
 }

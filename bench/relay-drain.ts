@@ -2,27 +2,27 @@
 // publish and mark them all, next to what a bare mqtt.js client gets from the same broker in
 // the same run (QoS 1 PUBACKs/s), and to a naive relay (claim 500, publish all, one UPDATE).
 //   bun bench/relay-drain.ts [rows=50000] [batch sizes...=50]
-// Uses DATABASE_URL (a database it may CREATE DATABASE from) and MQTT_URL.
+// Uses the services testkit/services.ts decides on (DATABASE_URL and MQTT_URL, or Docker).
 import mqtt from "mqtt";
+import { CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from "../lib/events.ts";
 import { createSql, type Sql } from "../lib/shared/db.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
-import { createScratchDatabase, scratchName, withDatabase } from "../testkit/database.ts";
+import { countWhere, insertPending } from "../testkit/outbox.ts";
+import { waitUntil } from "../testkit/wait.ts";
+import { sampleEnvelope } from "./mqtt-bench.ts";
+import { benchServices, freshDatabase } from "./support.ts";
 
-const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
-const mqttUrl = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
+// Bounds a stuck drain; a healthy one of the default backlog takes seconds.
+const DRAIN_TIMEOUT_MS = 600_000;
+
+const { mqttUrl } = await benchServices();
 const rows = Number(process.argv[2] ?? 50_000);
 const batchSizes = process.argv.slice(3).map(Number);
 if (batchSizes.length === 0) batchSizes.push(50);
 
-const envelope = JSON.stringify({
-  id: crypto.randomUUID(),
-  type: "ChargeCreated",
-  aggregateId: crypto.randomUUID(),
-  createdAt: new Date().toISOString(),
-  data: { chargeId: crypto.randomUUID(), amountCents: 4900 },
-});
-const properties = { contentType: "application/json", userProperties: { "event-id": "x", "event-type": "ChargeCreated" } };
+const envelope = sampleEnvelope();
+const properties = { contentType: EVENT_CONTENT_TYPE, userProperties: userPropertiesOf(crypto.randomUUID(), CHARGE_CREATED, null) };
 
 async function bareClientRate(window: number): Promise<number> {
   const client = await mqtt.connectAsync(mqttUrl, { protocolVersion: 5 });
@@ -32,7 +32,7 @@ async function bareClientRate(window: number): Promise<number> {
     Array.from({ length: window }, async () => {
       while (next < rows) {
         next += 1;
-        await client.publishAsync("bench/bare/charges/ChargeCreated", envelope, { qos: 1, properties });
+        await client.publishAsync(topicOf("bench/bare/", CHARGE_CREATED), envelope, { qos: 1, properties });
       }
     }),
   );
@@ -41,34 +41,24 @@ async function bareClientRate(window: number): Promise<number> {
   return rate;
 }
 
-async function withBacklog<T>(run: (sql: Sql, name: string) => Promise<T>): Promise<T> {
-  const db = await createScratchDatabase(adminUrl, scratchName("bench", "drain"), { max: 10 });
-  const { name, sql } = db;
+async function withBacklog<T>(run: (sql: Sql, name: string, url: string) => Promise<T>): Promise<T> {
+  const db = await freshDatabase("drain", 10);
   try {
-    await sql`insert into charges (id, amount_cents, created_at)
-              select gen_random_uuid(), 4900, clock_timestamp() from generate_series(1, ${rows})`;
-    await sql`insert into outbox (id, aggregate_id, event_type, payload, created_at)
-              select gen_random_uuid(), id, 'ChargeCreated',
-                     json_build_object('chargeId', id, 'amountCents', amount_cents)::text, created_at
-              from charges`;
-    if (process.env.ANALYZE) await sql`vacuum analyze outbox`;
-    return await run(sql, name);
+    await insertPending(db.sql, rows);
+    if (process.env.ANALYZE) await db.sql`vacuum analyze outbox`;
+    return await run(db.sql, db.name, db.url);
   } finally {
     await db.drop();
   }
 }
 
-async function untilDrained(sql: Sql): Promise<void> {
-  for (;;) {
-    const [row] = await sql<{ n: number }[]>`select count(*)::int as n from outbox where published_at is null`;
-    if (row?.n === 0) return;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+function untilDrained(sql: Sql): Promise<boolean> {
+  return waitUntil(async () => (await countWhere(sql, "pending")) === 0, DRAIN_TIMEOUT_MS, "the backlog drained", 20);
 }
 
 function relayRate(batchSize: number): Promise<number> {
-  return withBacklog(async (_sql, name) => {
-    const sql = createSql(withDatabase(adminUrl, name), { max: laneCount(batchSize) + 1 });
+  return withBacklog(async (_sql, name, url) => {
+    const sql = createSql(url, { max: laneCount(batchSize) + 1 });
     const broker = connectBroker(mqttUrl);
     await new Promise<void>((resolve) => broker.onConnectionChange((up) => up && resolve()));
     const relay = createRelay({ sql, broker, batchSize, pollMs: 1000, topicPrefix: `bench/${name}/` });
@@ -93,7 +83,7 @@ function naiveRate(): Promise<number> {
         const batch = await tx<{ id: string; payload: string }[]>`
           select id, payload from outbox where published_at is null
           order by created_at limit 500 for update skip locked`;
-        await Promise.all(batch.map((r) => client.publishAsync(`bench/${name}/charges/ChargeCreated`, r.payload, { qos: 1 })));
+        await Promise.all(batch.map((r) => client.publishAsync(topicOf(`bench/${name}/`, CHARGE_CREATED), r.payload, { qos: 1 })));
         await tx`update outbox set published_at = now() where id = any(${batch.map((r) => r.id)}::uuid[])`;
         return batch.length === 0;
       });

@@ -3,58 +3,44 @@
 // one transaction, then notifier.poke()), and a plain MQTT subscriber in this process
 // records when each event arrives.
 //   bun bench/relay-latency.ts [rate=200] [seconds=10]
-import mqtt from "mqtt";
-import { freePort } from "../dev/ports.ts";
 import { createOutboxNotifier } from "../lib/shared/wakeup.ts";
-import { createScratchDatabase, scratchName } from "../testkit/database.ts";
+import { collect } from "../testkit/mqtt.ts";
+import { insertCharge } from "../testkit/outbox.ts";
+import { waitUntil } from "../testkit/wait.ts";
+import { benchServices, freshDatabase, startProcess } from "./support.ts";
 
-const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
-const mqttUrl = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
+// Events still on their way after the last commit arrive within this.
+const DRAIN_TIMEOUT_MS = 5000;
+
 const rate = Number(process.argv[2] ?? 200);
 const seconds = Number(process.argv[3] ?? 10);
 
-const db = await createScratchDatabase(adminUrl, scratchName("bench", "latency"), { max: 8 });
-const { name, url, sql } = db;
+const { mqttUrl } = await benchServices();
+const db = await freshDatabase("latency", 8);
+const { name, sql } = db;
 const prefix = `bench/${name}/`;
 
 const committedAt = new Map<string, number>();
-const latencies: number[] = [];
-const subscriber = await mqtt.connectAsync(mqttUrl, { protocolVersion: 5 });
-subscriber.on("message", (_topic, payload) => {
-  const id = (JSON.parse(payload.toString()) as { id: string }).id;
-  const committed = committedAt.get(id);
-  if (committed !== undefined) latencies.push(performance.now() - committed);
-});
-await subscriber.subscribeAsync(`${prefix}charges/#`, { qos: 1 });
-
-const port = await freePort();
-const relay = Bun.spawn(["bun", "relay.ts"], {
-  cwd: new URL("..", import.meta.url).pathname,
-  env: { ...process.env, DATABASE_URL: url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, RELAY_PORT: String(port), LOG_LEVEL: "warn" },
-});
-for (;;) {
-  const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false);
-  if (ready) break;
-  await Bun.sleep(50);
-}
-await Bun.sleep(200); // LISTEN in place
-
+const subscriber = await collect(mqttUrl, prefix);
+const relay = await startProcess("relay", db, { MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "warn" });
 const notifier = createOutboxNotifier(sql);
-async function charge(): Promise<void> {
-  const chargeId = crypto.randomUUID();
-  const id = crypto.randomUUID();
-  await sql.begin(async (tx) => {
-    await tx`insert into charges (id, amount_cents) values (${chargeId}, 4900)`;
-    await tx`insert into outbox (id, aggregate_id, event_type, payload)
-             values (${id}, ${chargeId}, 'ChargeCreated', ${JSON.stringify({ chargeId, amountCents: 4900 })})`;
-  });
+
+/** Commits a charge and its outbox row (one transaction), then pokes the relay, as the API does. */
+async function charge(): Promise<string> {
+  const { id } = await insertCharge(sql);
   committedAt.set(id, performance.now());
   notifier.poke();
+  return id;
 }
+
+// Warm-up: one event through the whole path, so the relay's LISTEN is in place before the clock starts.
+const warmUp = await charge();
+await subscriber.waitForMessage((m) => m.envelope?.id === warmUp, DRAIN_TIMEOUT_MS, "the warm-up event");
+committedAt.clear();
 
 const total = rate * seconds;
 const started = performance.now();
-const inflight: Promise<void>[] = [];
+const inflight: Promise<unknown>[] = [];
 for (let i = 0; i < total; i++) {
   const due = started + (i * 1000) / rate;
   const wait = due - performance.now();
@@ -62,20 +48,29 @@ for (let i = 0; i < total; i++) {
   inflight.push(charge());
 }
 await Promise.all(inflight);
-const deadline = performance.now() + 5000;
-while (latencies.length < total && performance.now() < deadline) await Bun.sleep(20);
-
-latencies.sort((a, b) => a - b);
-const at = (q: number): string => (latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? NaN).toFixed(1);
-console.log(`${rate}/s for ${seconds} s: ${latencies.length}/${total} received; commit → subscriber p50 ${at(0.5)} ms, p99 ${at(0.99)} ms, max ${at(1)} ms`);
+/** Commit → first receipt of each event committed during the run. */
+function latencies(): number[] {
+  const first = new Map<string, number>();
+  for (const m of subscriber.messages) {
+    const id = m.envelope?.id;
+    const committed = id === undefined ? undefined : committedAt.get(id);
+    if (id !== undefined && committed !== undefined && !first.has(id)) first.set(id, m.at - committed);
+  }
+  return [...first.values()];
+}
+// Bounded: a shortfall shows in the "received" count.
+await waitUntil(() => latencies().length >= total, DRAIN_TIMEOUT_MS, "every event").catch(() => {});
+const measured = latencies();
+measured.sort((a, b) => a - b);
+const at = (q: number): string => (measured[Math.min(measured.length - 1, Math.floor(q * measured.length))] ?? NaN).toFixed(1);
+console.log(`${rate}/s for ${seconds} s: ${measured.length}/${total} received; commit → subscriber p50 ${at(0.5)} ms, p99 ${at(0.99)} ms, max ${at(1)} ms`);
 
 const [marked] = await sql<{ p50: number; p99: number }[]>`
   select percentile_cont(0.5) within group (order by ms) as p50, percentile_cont(0.99) within group (order by ms) as p99
   from (select extract(epoch from published_at - created_at) * 1000 as ms from outbox) as lags`;
 console.log(`row created → published_at (relay side, includes the insert transaction): p50 ${marked?.p50.toFixed(1)} ms, p99 ${marked?.p99.toFixed(1)} ms`);
 
-relay.kill("SIGTERM");
-await relay.exited;
+await relay.child.stop();
 await notifier.close();
-await subscriber.endAsync();
+await subscriber.close();
 await db.drop();

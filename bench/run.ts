@@ -7,7 +7,8 @@ import { apiRun, conflictRun, describeApi, type ApiRun } from "./api-bench.ts";
 import { dbLimit, type DbLimit } from "./db-limit.ts";
 import { e2eRun } from "./e2e-bench.ts";
 import { brokerLimit, relayDrain, type BrokerLimit, type RelayDrain } from "./mqtt-bench.ts";
-import { log, median, MissingTool } from "./support.ts";
+import { benchServices, log, median, MissingTool } from "./support.ts";
+import { ServicesUnavailable } from "../testkit/services.ts";
 
 const quick = process.argv.includes("--quick");
 const P = quick
@@ -51,6 +52,12 @@ async function section(name: string, body: () => Promise<void>): Promise<void> {
   }
 }
 
+await benchServices().catch((error: unknown) => {
+  if (!(error instanceof ServicesUnavailable)) throw error;
+  console.error(`bench: ${error.message}`);
+  process.exit(1);
+});
+
 const started = Date.now();
 
 await section("API vs DB limit", async () => {
@@ -81,7 +88,7 @@ await section("API vs DB limit", async () => {
 await section("409 while the winner is held", async () => {
   const c = await conflictRun(1, P.conflictSeconds);
   raw.conflict = c;
-  log(`409: ${c.requests} requests, p50 ${c.p50Ms} p99 ${c.p99Ms} max ${c.maxMs} ms, winner ${c.winnerStatus}`);
+  log(`409: ${c.requests} requests (by status: ${JSON.stringify(c.statuses)}), p50 ${c.p50Ms} p99 ${c.p99Ms} max ${c.maxMs} ms, winner ${c.winnerStatus}`);
   row("409 latency while winner held, p99 (1 conn)", c.p99Ms, "ms", "<= 5 ms", (v) => v <= 5);
   if (c.non409 > 0) notes.push(`409 run: ${c.non409} answers were not 409`);
   if (c.winnerStatus !== 201) notes.push(`409 run: the held winner answered ${c.winnerStatus}, expected 201`);

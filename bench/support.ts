@@ -1,11 +1,12 @@
-// Shared helpers for the benchmarks: fresh databases, child processes, ports, statistics.
-import type { Subprocess } from "bun";
+// Shared helpers for the benchmarks: the services (decided by testkit/services.ts), fresh
+// databases, the real processes, external tools, statistics.
 import { createScratchDatabase, scratchName, type ScratchDatabase } from "../testkit/database.ts";
-import { freePort } from "../dev/ports.ts";
+import { runToExit, startEntrypoint, type Service } from "../testkit/processes.ts";
+import { processServices, type Services } from "../testkit/services.ts";
 
-export const ADMIN_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
-export const MQTT_URL = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
-const ROOT = new URL("..", import.meta.url).pathname;
+export function benchServices(): Promise<Services> {
+  return processServices("the bench");
+}
 
 /** A tool the bench shells out to is missing: reported as one line naming the package. */
 export class MissingTool extends Error {
@@ -22,69 +23,26 @@ export function requireTool(tool: string, pkg: string): string {
 
 export type FreshDb = ScratchDatabase;
 
-/** A new database on the server in DATABASE_URL, schema applied by lib/shared/db.ts migrate(). */
-export function freshDatabase(label: string, max = 4): Promise<FreshDb> {
-  return createScratchDatabase(ADMIN_URL, scratchName("bench", label), { max, applicationName: "bench" });
+/** A new database on the services' server, schema applied by lib/shared/db.ts migrate(). */
+export async function freshDatabase(label: string, max = 4): Promise<FreshDb> {
+  const { adminDatabaseUrl } = await benchServices();
+  return createScratchDatabase(adminDatabaseUrl, scratchName("bench", label), { max, applicationName: "bench" });
 }
 
-
-export interface Child {
-  readonly proc: Subprocess;
-  readonly port: number;
-  stop(): Promise<void>;
+/**
+ * `bun api.ts` or `bun relay.ts` on `db`, ready; stdout discarded (as a production log
+ * shipper would consume it).
+ */
+export async function startProcess(entry: "api" | "relay", db: FreshDb, env: Record<string, string> = {}, readyPath = "/readyz"): Promise<Service> {
+  const { mqttUrl } = await benchServices();
+  return startEntrypoint(entry, { env: { DATABASE_URL: db.url, MQTT_URL: mqttUrl, ...env }, readyPath });
 }
 
-/** `bun <entry>` with env; stdout discarded (as a production log shipper would consume it). */
-export async function startChild(entry: string, env: Record<string, string>, readyPath: string, portVar: string): Promise<Child> {
-  const port = await freePort();
-  const proc = Bun.spawn(["bun", entry], {
-    cwd: ROOT,
-    env: { ...process.env, ...env, [portVar]: String(port) },
-    stdout: "ignore",
-    stderr: "pipe",
-  });
-  // Drain stderr (a full pipe would stall the child) and keep its tail for error messages.
-  let tail = "";
-  void (async () => {
-    const decoder = new TextDecoder();
-    const reader = (proc.stderr as ReadableStream<Uint8Array>).getReader();
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) return;
-      tail = (tail + decoder.decode(value)).slice(-1000);
-    }
-  })();
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    if (proc.exitCode !== null) {
-      await Bun.sleep(50);
-      throw new Error(`${entry} exited with ${proc.exitCode}: ${tail.trim().slice(-500)}`);
-    }
-    const ok = await fetch(`http://127.0.0.1:${port}${readyPath}`).then((r) => r.ok, () => false);
-    if (ok) break;
-    if (Date.now() > deadline) throw new Error(`${entry} not ready on :${port} within 15 s`);
-    await Bun.sleep(50);
-  }
-  return {
-    proc,
-    port,
-    async stop() {
-      proc.kill("SIGTERM");
-      const exited = await Promise.race([proc.exited.then(() => true), Bun.sleep(8_000).then(() => false)]);
-      if (!exited) proc.kill("SIGKILL");
-    },
-  };
-}
-
+/** Runs an external tool to its end; its stdout, or an error with its stderr. */
 export async function run(cmd: string[], env: Record<string, string> = {}): Promise<string> {
-  const proc = Bun.spawn(cmd, { cwd: ROOT, env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe" });
-  const [out, err, code] = await Promise.all([
-    new Response(proc.stdout).text(),
-    new Response(proc.stderr).text(),
-    proc.exited,
-  ]);
-  if (code !== 0) throw new Error(`${cmd[0]} exited with ${code}: ${err.trim().slice(0, 800)}`);
-  return out;
+  const { code, stdout, stderr } = await runToExit(cmd, env);
+  if (code !== 0) throw new Error(`${cmd[0]} exited with ${code}: ${stderr.trim().slice(0, 800)}`);
+  return stdout;
 }
 
 export function percentile(sorted: readonly number[], p: number): number {

@@ -5,30 +5,40 @@
 //   poke          lib/shared/wakeup.ts: after the commit, at most one NOTIFY per 5 ms window
 // Modes alternate so drift hits all of them.  bun bench/wakeup-cost.ts [seconds per run=5]
 import type { Sql } from "../lib/shared/db.ts";
+import { CHARGE_CREATED, chargeCreatedPayload } from "../lib/events.ts";
 import { createOutboxNotifier, OUTBOX_CHANNEL } from "../lib/shared/wakeup.ts";
-import { createScratchDatabase, scratchName } from "../testkit/database.ts";
+import { waitUntil } from "../testkit/wait.ts";
+import { freshDatabase } from "./support.ts";
 
-const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const seconds = Number(process.argv[2] ?? 5);
 const CONNECTIONS = 16;
 type Mode = "none" | "notify-in-tx" | "poke";
 
-const db = await createScratchDatabase(adminUrl, scratchName("bench", "wakeup"), { max: CONNECTIONS + 1 });
+const db = await freshDatabase("wakeup", CONNECTIONS + 1);
 const { sql } = db;
 let notifies = 0;
-const listener = await sql.listen(OUTBOX_CHANNEL, () => (notifies += 1));
+// A marker this script sends after a run: notifications arrive in commit order, so once it
+// is here every notify of the run has been counted.
+const markers = new Set<string>();
+const listener = await sql.listen(OUTBOX_CHANNEL, (payload) => (payload ? markers.add(payload) : (notifies += 1)));
+
+async function allNotifiesCounted(): Promise<void> {
+  const marker = crypto.randomUUID();
+  await sql`select pg_notify(${OUTBOX_CHANNEL}, ${marker})`;
+  await waitUntil(() => markers.has(marker), 5000, "the marker notify");
+}
 
 function charge(db: Sql, notify: boolean): Promise<unknown> {
   const chargeId = crypto.randomUUID();
-  const payload = JSON.stringify({ chargeId, amountCents: 4900 });
+  const payload = chargeCreatedPayload({ chargeId, amountCents: 4900 });
   return notify
     ? db`with c as (insert into charges (id, amount_cents) values (${chargeId}, 4900) returning id)
          insert into outbox (id, aggregate_id, event_type, payload)
-         select ${crypto.randomUUID()}, id, 'ChargeCreated', ${payload} from c
+         select ${crypto.randomUUID()}, id, ${CHARGE_CREATED}, ${payload} from c
          returning pg_notify(${OUTBOX_CHANNEL}, '')`
     : db`with c as (insert into charges (id, amount_cents) values (${chargeId}, 4900) returning id)
          insert into outbox (id, aggregate_id, event_type, payload)
-         select ${crypto.randomUUID()}, id, 'ChargeCreated', ${payload} from c`;
+         select ${crypto.randomUUID()}, id, ${CHARGE_CREATED}, ${payload} from c`;
 }
 
 async function run(mode: Mode): Promise<{ rate: number; notifies: number }> {
@@ -46,7 +56,7 @@ async function run(mode: Mode): Promise<{ rate: number; notifies: number }> {
     }),
   );
   await notifier.close();
-  await new Promise((resolve) => setTimeout(resolve, 100));
+  await allNotifiesCounted();
   return { rate: commits / seconds, notifies: notifies / seconds };
 }
 

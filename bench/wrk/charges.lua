@@ -1,13 +1,16 @@
 -- wrk script for POST /charges. BENCH_KEY set: every request uses that key (replays, 409s);
 -- unset: every request gets a fresh random UUID key (thread id + counter keep them unique).
--- done() prints one line "BENCHJSON {...}" that bench/api-bench.ts parses (latencies in µs).
+-- Every answer's status is counted per thread; done() adds them up and prints one line
+-- "BENCHJSON {...}" that bench/api-bench.ts parses (latencies in µs, statuses by code).
 local fixed = os.getenv("BENCH_KEY")
 local body = '{"amountCents":4900}'
 local counter = 0
-local tid = 0
 local threads = {}
+-- Per thread (each thread has a Lua state of its own): status code -> answers.
+statuses = {}
 
 function setup(thread)
+  -- A global of the thread's state, read by init() and key() there.
   thread:set("tid", #threads + 1)
   table.insert(threads, thread)
 end
@@ -28,10 +31,24 @@ request = function()
   return wrk.format("POST", "/charges", { ["Content-Type"] = "application/json", ["Idempotency-Key"] = k }, body)
 end
 
+response = function(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+end
+
 function done(summary, latency, requests)
+  local total = {}
+  for _, thread in ipairs(threads) do
+    for status, n in pairs(thread:get("statuses")) do
+      total[status] = (total[status] or 0) + n
+    end
+  end
+  local parts = {}
+  for status, n in pairs(total) do
+    table.insert(parts, string.format('"%d":%d', status, n))
+  end
   local e = summary.errors
   io.write(string.format(
-    'BENCHJSON {"requests":%d,"durationUs":%d,"statusErrors":%d,"socketErrors":%d,"timeouts":%d,"p50Us":%d,"p99Us":%d,"maxUs":%d}\n',
+    'BENCHJSON {"requests":%d,"durationUs":%d,"statusErrors":%d,"socketErrors":%d,"timeouts":%d,"p50Us":%d,"p99Us":%d,"maxUs":%d,"statuses":{%s}}\n',
     summary.requests, summary.duration, e.status, e.connect + e.read + e.write, e.timeout,
-    latency:percentile(50), latency:percentile(99), latency.max))
+    latency:percentile(50), latency:percentile(99), latency.max, table.concat(parts, ",")))
 end
