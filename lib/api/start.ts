@@ -66,9 +66,14 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
     sql,
     charges,
     metrics: options.metrics,
+    // Runs after the charge committed: a failure here is logged, never turned into a 500.
     onOutcome(request, outcome, key) {
-      counters.countOutcome(CHARGES_ENDPOINT, outcome);
-      outcomes.set(request, { outcome, keyHash: keyHash(key) });
+      try {
+        counters.countOutcome(CHARGES_ENDPOINT, outcome);
+        outcomes.set(request, { outcome, keyHash: keyHash(key) });
+      } catch (error) {
+        log.error("outcome bookkeeping failed", { error: String(error) });
+      }
     },
   });
   // Whatever happens after the route answered (its log line) cannot change the answer: a
