@@ -4,7 +4,7 @@
 // commit, so the figure errs on the slow side). Receipt minus the POST's response time is
 // kept too (after the commit, so it errs on the fast side).
 import type { ChargeCreatedData } from "../lib/events.ts";
-import { collect, type Received } from "../testkit/mqtt.ts";
+import { collect } from "../testkit/mqtt.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { startApi } from "./api-bench.ts";
 import { benchServices, freshDatabase, latencyOf, startProcess, type Latency } from "./support.ts";
@@ -57,13 +57,14 @@ export async function e2eRun(rate: number, seconds: number): Promise<E2e> {
     }
     await Promise.all(inFlight);
     // Bounded: a shortfall is reported (received < created), not thrown.
-    await waitUntil(() => firstReceipts(sub.messages).size >= respondedAt.size, DRAIN_TIMEOUT_MS, "every event").catch(() => {});
-    const receivedAt = firstReceipts(sub.messages);
+    await waitUntil(() => sub.firstArrivals().size >= respondedAt.size, DRAIN_TIMEOUT_MS, "every event").catch(() => {});
+    const arrivals = sub.firstArrivals();
     const fromCreatedAt: number[] = [];
     const fromResponse: number[] = [];
-    for (const [chargeId, { at, createdAt }] of receivedAt) {
-      fromCreatedAt.push(performance.timeOrigin + at - Date.parse(createdAt));
-      const r = respondedAt.get(chargeId);
+    for (const { at, envelope } of arrivals.values()) {
+      if (!envelope) continue;
+      fromCreatedAt.push(performance.timeOrigin + at - Date.parse(envelope.createdAt));
+      const r = respondedAt.get((envelope.data as ChargeCreatedData).chargeId);
       if (r !== undefined) fromResponse.push(at - r);
     }
     return {
@@ -71,7 +72,7 @@ export async function e2eRun(rate: number, seconds: number): Promise<E2e> {
       seconds,
       posted: total,
       created: respondedAt.size,
-      received: receivedAt.size,
+      received: arrivals.size,
       fromCreatedAt: latencyOf(fromCreatedAt),
       fromResponse: latencyOf(fromResponse),
     };
@@ -81,14 +82,4 @@ export async function e2eRun(rate: number, seconds: number): Promise<E2e> {
     await api.child.stop();
     await db.drop();
   }
-}
-
-/** Charge id → its first receipt (a redelivery is not a new receipt). */
-function firstReceipts(messages: readonly Received[]): Map<string, { at: number; createdAt: string }> {
-  const first = new Map<string, { at: number; createdAt: string }>();
-  for (const m of messages) {
-    const chargeId = (m.envelope?.data as ChargeCreatedData | undefined)?.chargeId;
-    if (m.envelope && chargeId && !first.has(chargeId)) first.set(chargeId, { at: m.at, createdAt: m.envelope.createdAt });
-  }
-  return first;
 }

@@ -50,13 +50,12 @@ for (let i = 0; i < total; i++) {
 await Promise.all(inflight);
 /** Commit → first receipt of each event committed during the run. */
 function latencies(): number[] {
-  const first = new Map<string, number>();
-  for (const m of subscriber.messages) {
-    const id = m.envelope?.id;
-    const committed = id === undefined ? undefined : committedAt.get(id);
-    if (id !== undefined && committed !== undefined && !first.has(id)) first.set(id, m.at - committed);
+  const measured: number[] = [];
+  for (const [id, m] of subscriber.firstArrivals()) {
+    const committed = committedAt.get(id);
+    if (committed !== undefined) measured.push(m.at - committed);
   }
-  return [...first.values()];
+  return measured;
 }
 // Bounded: a shortfall shows in the "received" count.
 await waitUntil(() => latencies().length >= total, DRAIN_TIMEOUT_MS, "every event").catch(() => {});

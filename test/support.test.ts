@@ -1,6 +1,9 @@
 import { setDefaultTimeout } from "bun:test";
 import { afterAll, expect, test } from "bun:test";
-import { chooseSource, freshDatabase } from "../testkit/services.ts";
+import { CHARGE_CREATED, topicOf } from "../lib/events.ts";
+import { collect, rawClient } from "../testkit/mqtt.ts";
+import { chooseSource, freshDatabase, services } from "../testkit/services.ts";
+import { waitUntil } from "../testkit/wait.ts";
 
 test("services: both variables win, then Docker, else the embedded default", async () => {
   const yes = async () => true;
@@ -39,4 +42,28 @@ test("a fresh database has the schema, and migrating again changes nothing", asy
   expect(tables.map((t) => t.table_name)).toEqual(["charges", "idempotency_keys", "inbox", "outbox", "schema_migrations"]);
   const { migrate } = await import("../lib/shared/db.ts");
   expect(await migrate(db.sql)).toBe(false);
+});
+
+test("waitUntil answers the probe's first value, and names what it waited for at the deadline", async () => {
+  let calls = 0;
+  expect(await waitUntil(() => (++calls >= 3 ? `after ${calls}` : false), 1000, "three calls")).toBe("after 3");
+  await expect(waitUntil(() => undefined, 30, "a value that never comes")).rejects.toThrow(/timed out after 30 ms waiting for a value that never comes/);
+});
+
+test("the collector's barrier resolves after the messages published before it have arrived", async () => {
+  const { mqttUrl } = await services();
+  const prefix = `test/${crypto.randomUUID()}/`;
+  const collector = await collect(mqttUrl, prefix);
+  const publisher = await rawClient(mqttUrl);
+  try {
+    const id = crypto.randomUUID();
+    const envelope = { id, type: CHARGE_CREATED, aggregateId: id, createdAt: new Date().toISOString(), data: {} };
+    publisher.publish(topicOf(prefix, CHARGE_CREATED), JSON.stringify(envelope), { qos: 1 });
+    await collector.barrier();
+    expect(collector.ids()).toEqual([id]);
+    expect(collector.messages[0]?.envelope).toEqual(envelope);
+  } finally {
+    await publisher.endAsync();
+    await collector.close();
+  }
 });

@@ -2,6 +2,7 @@
 // engine answers. Testcontainers 11+ import paths; containers are reaped by Ryuk when the
 // test process exits.
 import { existsSync } from "node:fs";
+import { within } from "./wait.ts";
 
 const DOCKER_SOCKET = "/var/run/docker.sock";
 // A Docker engine that has not answered a ping in this time is treated as absent.
@@ -9,19 +10,11 @@ const DOCKER_PING_TIMEOUT_MS = 2000;
 
 export async function dockerAnswers(): Promise<boolean> {
   if (!process.env.DOCKER_HOST && !existsSync(DOCKER_SOCKET)) return false;
-  let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     const { getContainerRuntimeClient } = await import("testcontainers");
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error("docker ping timed out")), DOCKER_PING_TIMEOUT_MS);
-    });
-    await Promise.race([getContainerRuntimeClient(), timeout]);
-    return true;
+    return (await within(getContainerRuntimeClient(), DOCKER_PING_TIMEOUT_MS)) !== undefined;
   } catch {
     return false;
-  } finally {
-    // A pending timer would keep a test run alive for its duration.
-    clearTimeout(timer);
   }
 }
 

@@ -28,6 +28,8 @@ export interface Collector {
   readonly messages: Received[];
   /** The envelope ids, in arrival order. */
   ids(): string[];
+  /** Event id → its first arrival (a redelivery is not a new receipt), for envelopes only. */
+  firstArrivals(): Map<string, Received>;
   /** Resolves when at least `count` messages arrived; rejects after `timeoutMs`. */
   waitFor(count: number, timeoutMs?: number): Promise<Received[]>;
   /** Resolves with the first message (already received or to come) that `match` accepts. */
@@ -90,6 +92,11 @@ export async function collect(url: string, prefix: string, options: CollectOptio
   return {
     messages,
     ids: () => messages.map((m) => String(m.body.id)),
+    firstArrivals() {
+      const first = new Map<string, Received>();
+      for (const m of messages) if (m.envelope && !first.has(m.envelope.id)) first.set(m.envelope.id, m);
+      return first;
+    },
     waitFor: (count, timeoutMs = WAIT_TIMEOUT_MS) =>
       until(() => (messages.length >= count ? messages : undefined), timeoutMs, () => `expected ${count} messages, got ${messages.length}`),
     waitForMessage: (match, timeoutMs = WAIT_TIMEOUT_MS, what = "a matching message") =>
