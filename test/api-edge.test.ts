@@ -20,9 +20,17 @@ interface RawResponse {
   readonly body: string;
 }
 
-/** Sends `head` (and `body`) as written, reads until the server closes, parses the answer. */
-function raw(port: number, head: string[], body = ""): Promise<RawResponse> {
-  const text = `${head.join("\r\n")}\r\n${body ? `content-length: ${Buffer.byteLength(body)}\r\n` : ""}\r\n${body}`;
+/**
+ * Sends `head` as written and `body` with a content-length (or as one chunk), reads until the
+ * server closes, parses the answer.
+ */
+function raw(port: number, head: string[], body = "", framing: "length" | "chunked" = "length"): Promise<RawResponse> {
+  const size = Buffer.byteLength(body);
+  const framed =
+    framing === "chunked"
+      ? `transfer-encoding: chunked\r\n\r\n${size.toString(16)}\r\n${body}\r\n0\r\n\r\n`
+      : `${body ? `content-length: ${size}\r\n` : ""}\r\n${body}`;
+  const text = `${head.join("\r\n")}\r\n${framed}`;
   return new Promise((resolve, reject) => {
     const socket = net.connect(port, "127.0.0.1", () => socket.write(text));
     const chunks: Buffer[] = [];
@@ -87,6 +95,15 @@ describe.each(["api", "api:80", "a", "ab:3000"])("Host: %s", (host) => {
     expect(got.status).toBe(200);
     expect(JSON.parse(got.body)).toEqual(JSON.parse(created.body));
   });
+});
+
+test("a chunked POST with Host: api keeps its body through the re-addressing", async () => {
+  const head = http11("POST /charges", "host: api", ...chargeHeaders(crypto.randomUUID()));
+  const res = await raw(server.port, head, '{"amountCents":77}', "chunked");
+  expect(res.status).toBe(201);
+  const { id, amountCents } = JSON.parse(res.body) as { id: string; amountCents: number };
+  expect(amountCents).toBe(77);
+  expect(await chargeRows(id)).toBe(1);
 });
 
 describe("failures outside a route", () => {

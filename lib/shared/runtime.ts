@@ -71,11 +71,14 @@ const MIN_PATH_INDEX = 11;
  * (see MIN_PATH_INDEX). Both are re-addressed to FALLBACK_ORIGIN, path and query kept; any
  * other request passes untouched.
  */
-export function routableRequest(request: Request): Request {
+function routableRequest(request: Request): Request {
   const url = request.url;
   const slash = url.startsWith("/") ? 0 : url.indexOf("/", url.indexOf("://") + 3);
   if (slash >= MIN_PATH_INDEX) return request;
-  return new Request(FALLBACK_ORIGIN + (slash === -1 ? "/" : url.slice(slash)), request);
+  // Method, headers and body only: copying the whole request would read its signal, which
+  // Deno answers with a deprecation warning, and no handler uses it.
+  const init = { method: request.method, headers: request.headers, body: request.body, duplex: "half" };
+  return new Request(FALLBACK_ORIGIN + (slash === -1 ? "/" : url.slice(slash)), init as RequestInit);
 }
 
 // Only a bug gets here: the handlers answer their own errors. RFC 9457's "about:blank"
