@@ -15,8 +15,9 @@ export const RELAY_APP = "charges-relay";
 
 // Enough of a child's output to say why it failed, not a log.
 const TAIL_CHARS = 4000;
-// A graceful stop that takes longer than this is finished with SIGKILL.
-const STOP_TIMEOUT_MS = 8000;
+// A graceful stop that takes longer than this is finished with SIGKILL. The relay finishes
+// the batch in hand first, which takes seconds on a loaded 2-core machine.
+const STOP_TIMEOUT_MS = 15_000;
 // Bun and api.ts/relay.ts start in well under a second; a loaded 2-core machine needs margin.
 const READY_TIMEOUT_MS = 20_000;
 // After the exit, the rest of its output is read for at most this long.
