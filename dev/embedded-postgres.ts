@@ -46,6 +46,8 @@ export interface EmbeddedPostgresOptions {
   /** Own process group, so a terminal's Ctrl-C reaches only the supervisor, which stops Postgres last. */
   readonly detached: boolean;
   readonly log: (line: string) => void;
+  /** A port of its own (default: a free one); a fault test restarts a server on the port its clients know. */
+  readonly port?: number;
 }
 
 export interface EmbeddedPostgres {
@@ -77,7 +79,7 @@ async function startOrShare(place: Placement, options: EmbeddedPostgresOptions, 
   if (running && inUse(dataDir)) return share(running, place, options.log);
   if (running) await stopLeftover(running, options.log);
   const created = initialise(binaries.initdb, dataDir, runAs);
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const url = urlFor(port);
   const child = spawnPostgres(binaries.postgres, port, dataDir, options, runAs);
   const tail = collectLog(child, options.log);
