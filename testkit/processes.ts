@@ -3,6 +3,7 @@
 // answers, stopped with SIGTERM then SIGKILL. Every child is registered so a chaos scenario
 // or a benchmark can kill whatever it started, even after a failed check.
 import type { Subprocess } from "bun";
+import { readFileSync } from "node:fs";
 import { freePort } from "../dev/ports.ts";
 import { waitUntil, within } from "./wait.ts";
 
@@ -44,7 +45,7 @@ export interface Child {
   readonly exitCode: number | null;
   /** Resolves with the exit code, once its output has been read. */
   readonly done: Promise<number>;
-  /** The last few thousand characters of stderr (and stdout when "tail"). */
+  /** The last few thousand characters of stderr (from its file too) and of stdout when "tail". */
   output(): string;
   kill(signal?: NodeJS.Signals): void;
   /** SIGTERM, then SIGKILL after `timeoutMs`; resolves with the exit code. */
@@ -95,7 +96,7 @@ export function spawnChild(cmd: readonly string[], options: SpawnOptions = {}): 
       return proc.exitCode;
     },
     done,
-    output: () => tail.trim(),
+    output: () => (options.stderrFile ? `${fileTail(options.stderrFile)}\n${tail}` : tail).trim(),
     kill(signal = "SIGKILL") {
       if (exited) return;
       try {
@@ -195,6 +196,14 @@ export async function killAll(timeoutMs = 3000): Promise<void> {
   const list = [...running];
   for (const child of list) child.kill("SIGKILL");
   await within(Promise.all(list.map((c) => c.done)), timeoutMs);
+}
+
+function fileTail(path: string): string {
+  try {
+    return readFileSync(path, "utf8").slice(-TAIL_CHARS);
+  } catch {
+    return "";
+  }
 }
 
 async function readText(stream: ReadableStream<Uint8Array>, onText: (text: string) => void): Promise<void> {
