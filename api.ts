@@ -1,5 +1,5 @@
 // `bun api.ts`: the charges HTTP API on PORT.
-import { configOrExit } from "./lib/shared/config.ts";
+import { ConfigError, configOrExit } from "./lib/shared/config.ts";
 import { startApi, StartupError } from "./lib/api/start.ts";
 import { onShutdownSignal, serve } from "./lib/shared/runtime.ts";
 import { createLogger } from "./lib/shared/log.ts";
@@ -20,6 +20,11 @@ const telemetry = startTelemetry("charges-api", config.otlpEndpoint);
 const api = await startApi(config, { metrics: telemetry.scrape, logger: log }).catch((error: unknown) => {
   if (error instanceof StartupError) {
     console.error(`api: ${error.message}`);
+    process.exit(1);
+  }
+  // AUTH_MODE=jwt with no key source: the API alone needs one, so it alone checks.
+  if (error instanceof ConfigError) {
+    console.error(`configuration error: ${error.message}`);
     process.exit(1);
   }
   throw error;

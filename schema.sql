@@ -79,6 +79,23 @@ create index if not exists outbox_published_idx
     where published_at is not null;
 create index if not exists outbox_aggregate_idx on outbox (aggregate_id);
 
+-- Tenants: every key, charge and event belongs to the tenant whose token wrote it (the
+-- event carries it to subscribers). Rows written before tenants existed belong to 'default',
+-- which is also the one tenant of AUTH_MODE=none, so such a deployment keeps its keys.
+alter table idempotency_keys add column if not exists tenant text not null default 'default';
+alter table charges add column if not exists tenant text not null default 'default';
+alter table outbox add column if not exists tenant text not null default 'default';
+-- Keys are unique per tenant: the target of the API's ON CONFLICT, and the safety net under
+-- its advisory lock.
+create unique index if not exists idempotency_keys_tenant_key_endpoint_idx
+    on idempotency_keys (tenant, key, endpoint);
+-- The original unique (key, endpoint) has to go, or keys would stay global: a key one tenant
+-- used would make every other tenant's request with it fail on a row it cannot see (a 409
+-- for as long as the key lives), which both blocks them and tells them the key exists. It is
+-- an index, replaced by the one above; no column is renamed or dropped. An API of the
+-- previous version (ON CONFLICT (key, endpoint)) cannot write once it is gone: stop it first.
+alter table idempotency_keys drop constraint if exists idempotency_keys_key_endpoint_key;
+
 -- The reference subscriber's inbox: one row per event id it has processed.
 create table if not exists inbox (
     event_id uuid not null,

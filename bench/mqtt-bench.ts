@@ -18,6 +18,7 @@ export function sampleEnvelope(): string {
     id: crypto.randomUUID(),
     type: CHARGE_CREATED,
     aggregateId: chargeId,
+    tenantId: "bench-tenant",
     createdAt: new Date().toISOString(),
     data: { chargeId, amountCents: 4900 },
   });
@@ -46,7 +47,7 @@ export async function brokerLimit(messages: number, window: number = MAX_IN_FLIG
             qos: 1,
             properties: {
               contentType: EVENT_CONTENT_TYPE,
-              userProperties: userPropertiesOf(crypto.randomUUID(), CHARGE_CREATED, null),
+              userProperties: userPropertiesOf({ id: crypto.randomUUID(), type: CHARGE_CREATED, tenantId: "bench-tenant", traceparent: null }),
             },
           });
         }

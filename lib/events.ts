@@ -20,6 +20,11 @@ export interface EventEnvelope {
   readonly id: string;
   readonly type: string;
   readonly aggregateId: string;
+  /**
+   * The tenant whose request wrote the event (the token's tenant claim; "default" without
+   * authentication). Absent only from events published before tenants existed.
+   */
+  readonly tenantId?: string;
   /** The outbox row's created_at, ISO-8601 UTC with microseconds. */
   readonly createdAt: string;
   readonly data: unknown;
@@ -53,15 +58,24 @@ export function chargeCreatedPayload(data: ChargeCreatedData): string {
 }
 
 /** The wire payload: the envelope as JSON text. */
-export function buildEnvelope(envelope: EventEnvelope): string {
-  const { id, type, aggregateId, createdAt, data } = envelope;
-  return JSON.stringify({ id, type, aggregateId, createdAt, data });
+export function buildEnvelope(envelope: EventEnvelope & { readonly tenantId: string }): string {
+  const { id, type, aggregateId, tenantId, createdAt, data } = envelope;
+  return JSON.stringify({ id, type, aggregateId, tenantId, createdAt, data });
 }
 
-/** MQTT 5 user properties of an event: its id and type, and the request's W3C traceparent if any. */
-export function userPropertiesOf(id: string, type: string, traceparent: string | null): Record<string, string> {
-  const properties: Record<string, string> = { "event-id": id, "event-type": type };
-  if (traceparent) properties.traceparent = traceparent;
+/** What travels beside the payload as MQTT 5 user properties. */
+export interface EventProperties {
+  readonly id: string;
+  readonly type: string;
+  readonly tenantId: string;
+  /** The request's W3C traceparent, if it had one. */
+  readonly traceparent: string | null;
+}
+
+/** MQTT 5 user properties of an event: event-id, event-type, tenant-id, and traceparent if any. */
+export function userPropertiesOf(event: EventProperties): Record<string, string> {
+  const properties: Record<string, string> = { "event-id": event.id, "event-type": event.type, "tenant-id": event.tenantId };
+  if (event.traceparent) properties.traceparent = event.traceparent;
   return properties;
 }
 
@@ -75,9 +89,10 @@ export function parseEnvelope(payload: Uint8Array | string): EventEnvelope | und
   }
   if (typeof value !== "object" || value === null) return undefined;
   const v = value as Record<string, unknown>;
-  const { id, type, aggregateId, createdAt } = v;
+  const { id, type, aggregateId, tenantId, createdAt } = v;
   if (typeof id !== "string" || !isUuid(id)) return undefined;
   if (typeof type !== "string" || typeof aggregateId !== "string" || typeof createdAt !== "string") return undefined;
+  if (tenantId !== undefined && typeof tenantId !== "string") return undefined;
   if (!("data" in v)) return undefined;
-  return { id, type, aggregateId, createdAt, data: v.data };
+  return tenantId === undefined ? { id, type, aggregateId, createdAt, data: v.data } : { id, type, aggregateId, tenantId, createdAt, data: v.data };
 }

@@ -5,6 +5,7 @@ import { afterAll, expect, test } from "bun:test";
 import { startTelemetry } from "../lib/shared/telemetry.ts";
 import { freshDatabase } from "../testkit/services.ts";
 import { postCharge, startTestApi } from "../testkit/api.ts";
+import { mintTestToken, TEST_TENANT } from "../testkit/auth.ts";
 
 setDefaultTimeout(30_000);
 
@@ -40,7 +41,11 @@ test("idempotency_requests_total counts each outcome exactly, without keys or id
   expect((await postCharge(api, body, { key: a })).status).toBe(201); // replayed
   expect((await postCharge(api, body, { key: b })).status).toBe(201); // replayed
   expect((await postCharge(api, '{"amountCents":1}', { key: a })).status).toBe(422); // payload_conflict
-  expect((await postCharge(api, body, { key: "nope" })).status).toBe(400); // not counted: no key
+  expect((await postCharge(api, body, { key: '"nope' })).status).toBe(400); // not counted: no key
+  // Refused for their token: auth_failures_total, never an idempotency outcome.
+  expect((await postCharge(api, body, { key: crypto.randomUUID(), tenant: null })).status).toBe(401);
+  const expired = await mintTestToken({ ttlSeconds: -3600 });
+  expect((await postCharge(api, body, { key: a, headers: { authorization: `Bearer ${expired}` } })).status).toBe(401);
   expect((await postCharge(api, "{}", { key: crypto.randomUUID() })).status).toBe(400); // not counted: bad body
 
   // in_flight: the test holds the key's advisory lock, as a request in flight would.
@@ -49,7 +54,7 @@ test("idempotency_requests_total counts each outcome exactly, without keys or id
   try {
     await holder`begin`;
     const { advisoryLockId } = await import("../lib/api/fingerprint.ts");
-    await holder`select pg_advisory_xact_lock(${advisoryLockId(c, "POST /charges")}::bigint)`;
+    await holder`select pg_advisory_xact_lock(${advisoryLockId(TEST_TENANT, c, "POST /charges")}::bigint)`;
     expect((await postCharge(api, body, { key: c })).status).toBe(409);
   } finally {
     await holder`rollback`;
@@ -66,6 +71,9 @@ test("idempotency_requests_total counts each outcome exactly, without keys or id
   expect(at("replayed")).toBe(3);
   expect(at("payload_conflict")).toBe(1);
   expect(at("in_flight")).toBe(1);
+  expect(text).toContain("# TYPE auth_failures_total counter");
+  expect(sample(text, "auth_failures_total", { reason: "missing" })).toBe(1);
+  expect(sample(text, "auth_failures_total", { reason: "expired" })).toBe(1);
 
   const labelValues = [...text.matchAll(/="([^"]*)"/g)].map((m) => m[1]!);
   expect(labelValues.length).toBeGreaterThan(0);

@@ -2,7 +2,8 @@
 // as responses.
 import { setDefaultTimeout } from "bun:test";
 import { describe, expect, test } from "bun:test";
-import { apiTestContext, counts, postCharge, startTestApi } from "../testkit/api.ts";
+import { apiTestContext, counts, getCharge, postCharge, startTestApi } from "../testkit/api.ts";
+import { authHeaders, TEST_TENANT } from "../testkit/auth.ts";
 
 setDefaultTimeout(30_000);
 
@@ -48,13 +49,13 @@ describe("created", () => {
 
   test("GET /charges/:id returns what POST created; unknown → 404, not a UUID → 400", async () => {
     const created = (await (await postCharge(api, body(123), { key: key() })).json()) as { id: string };
-    const got = await api.fetch(new Request(`http://localhost/charges/${created.id}`));
+    const got = await getCharge(api, created.id);
     expect(got.status).toBe(200);
     expect(await got.json()).toEqual(created);
-    const missing = await api.fetch(new Request(`http://localhost/charges/${key()}`));
+    const missing = await getCharge(api, key());
     expect(missing.status).toBe(404);
     expect(missing.headers.get("content-type")).toBe("application/problem+json");
-    const bad = await api.fetch(new Request("http://localhost/charges/not-a-uuid"));
+    const bad = await getCharge(api, "not-a-uuid");
     expect(bad.status).toBe(400);
     expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
   });
@@ -89,14 +90,11 @@ describe("one key, many spellings", () => {
   test.each([
     ["missing", null],
     ["empty", ""],
-    ["not a UUID", "abc"],
-    ["a token, not a string", "abc-def"],
-    ["a UUID without hyphens", "8e03978e40d543e8bc936894a57f9324"],
-    ["a quoted non-UUID", '"hello"'],
+    ["an empty string", '""'],
     ["an unterminated string", '"8e03978e-40d5-43e8-bc93-6894a57f9324'],
     ["a string with parameters", '"8e03978e-40d5-43e8-bc93-6894a57f9324";a=1'],
     ["an inner list", '("8e03978e-40d5-43e8-bc93-6894a57f9324")'],
-    ["a byte sequence", ":jgOXjkDVQ+i8k2iUpX+TJA==:"],
+    ["a list", '"a", "b"'],
   ])("key %s → 400 problem, nothing written", async (_name, k) => {
     const res = await postCharge(api, body(), { key: k });
     expect(res.status).toBe(400);
@@ -138,8 +136,8 @@ describe("replays", () => {
 
   test("the same key on another endpoint is another key", async () => {
     const k = key();
-    await db.sql`insert into idempotency_keys (key, endpoint, request_hash, status, expires_at)
-                 values (${k}, 'POST /refunds', 'other', 'COMPLETED', now() + interval '1 hour')`;
+    await db.sql`insert into idempotency_keys (tenant, key, endpoint, request_hash, status, expires_at)
+                 values (${TEST_TENANT}, ${k}, 'POST /refunds', 'other', 'COMPLETED', now() + interval '1 hour')`;
     const res = await postCharge(api, body(), { key: k });
     expect(res.status).toBe(201);
     expect(res.headers.get("idempotent-replayed")).toBeNull();
@@ -238,7 +236,7 @@ describe("bad bodies write nothing and leave the key usable", () => {
     const streamed = await api.fetch(
       new Request("http://localhost/charges", {
         method: "POST",
-        headers: { "content-type": "application/json", "idempotency-key": key() },
+        headers: { "content-type": "application/json", "idempotency-key": key(), ...(await authHeaders()) },
         body: stream,
       }),
     );

@@ -6,24 +6,35 @@ import { afterAll, beforeEach } from "bun:test";
 import { freshDatabase, type TestDatabase } from "./services.ts";
 import { waitForBackendOnLock } from "./database.ts";
 import { API_APP } from "./processes.ts";
+import { authEnv, authHeaders, TEST_TENANT } from "./auth.ts";
 
 /** The application_name of the in-process API's pool. */
 export const TEST_API_APP = API_APP;
 
+/** An in-process API that accepts the kit's tokens (authEnv()); `env` may override. */
 export async function startTestApi(databaseUrl: string, env: Record<string, string> = {}, options: ApiOptions = {}): Promise<ApiProcess> {
-  return startApi(loadConfig({ DATABASE_URL: databaseUrl, LOG_LEVEL: "warn", ...env }), options);
+  return startApi(loadConfig({ DATABASE_URL: databaseUrl, LOG_LEVEL: "warn", ...authEnv(), ...env }), options);
 }
 
 export interface PostOptions {
   readonly key?: string | null;
   readonly contentType?: string;
   readonly headers?: Record<string, string>;
+  /** Whose token goes with the request (default TEST_TENANT); null sends none. */
+  readonly tenant?: string | null;
 }
 
-export function postCharge(api: ApiProcess, body: string, options: PostOptions = {}): Promise<Response> {
-  const headers: Record<string, string> = { "content-type": options.contentType ?? "application/json", ...options.headers };
+/** POST /charges with a token of `options.tenant` (headers may override Authorization). */
+export async function postCharge(api: ApiProcess, body: string, options: PostOptions = {}): Promise<Response> {
+  const auth = options.tenant === null ? {} : await authHeaders(options.tenant ?? TEST_TENANT);
+  const headers: Record<string, string> = { "content-type": options.contentType ?? "application/json", ...auth, ...options.headers };
   if (options.key !== null && options.key !== undefined) headers["idempotency-key"] = options.key;
-  return Promise.resolve(api.fetch(new Request("http://localhost/charges", { method: "POST", headers, body })));
+  return api.fetch(new Request("http://localhost/charges", { method: "POST", headers, body }));
+}
+
+/** GET /charges/:id with a token of `tenant`. */
+export async function getCharge(api: ApiProcess, id: string, tenant: string = TEST_TENANT): Promise<Response> {
+  return api.fetch(new Request(`http://localhost/charges/${id}`, { headers: await authHeaders(tenant) }));
 }
 
 export async function counts(sql: Sql): Promise<{ charges: number; outbox: number; keys: number }> {

@@ -2,6 +2,7 @@
 // caller names, schema applied, dropped (with any backend still on it) when done.
 import { createSql, migrate, type Sql } from "../lib/shared/db.ts";
 import { waitUntil } from "./wait.ts";
+import { TEST_TENANT } from "./auth.ts";
 
 export interface ScratchDatabase {
   readonly name: string;
@@ -65,16 +66,16 @@ export interface HeldKey {
 
 /**
  * Holds a POST /charges request for `key` inside its statement, deterministically: an
- * uncommitted key row with the same (key, endpoint) in our own open transaction. The API's
+ * uncommitted key row with the same (tenant, key, endpoint) in our own open transaction. The API's
  * statement takes the key's advisory lock, then its insert queues behind our row on the
  * unique index, so every other request for the key answers 409 while we hold.
  */
-export async function holdKey(sql: Sql, key: string, endpoint = "POST /charges"): Promise<HeldKey> {
+export async function holdKey(sql: Sql, key: string, tenant: string = TEST_TENANT, endpoint = "POST /charges"): Promise<HeldKey> {
   const holder = await sql.reserve();
   try {
     await holder`begin`;
-    await holder`insert into idempotency_keys (key, endpoint, request_hash, status, expires_at)
-                 values (${key}, ${endpoint}, 'held', 'STARTED', now() + interval '1 hour')`;
+    await holder`insert into idempotency_keys (tenant, key, endpoint, request_hash, status, expires_at)
+                 values (${tenant}, ${key}, ${endpoint}, 'held', 'STARTED', now() + interval '1 hour')`;
   } catch (error) {
     holder.release();
     throw error;

@@ -9,6 +9,7 @@ export interface StoredResponse {
 }
 
 interface CreateChargeParams {
+  readonly tenant: string;
   readonly key: string;
   readonly endpoint: string;
   readonly lockId: string;
@@ -40,21 +41,23 @@ interface CreateChargeRow {
  * transaction for every outcome:
  *  - existing: the live (unexpired) key row, if committed before this statement; then
  *    nothing is locked or written (a replay is a read-only transaction: no commit flush);
- *  - lock: otherwise try the (key, endpoint) advisory lock without waiting; a request in
+ *  - lock: otherwise try the (tenant, key, endpoint) advisory lock without waiting; a request in
  *    flight with the same key holds it, so we answer 409 at once instead of queueing on
  *    the unique index until it commits;
  *  - claimed: insert the key row already COMPLETED with the response to replay (no one
  *    else can ever see it half-done: the rows commit together or not at all); an expired
  *    row is overwritten in place, so an expired key is new again;
  *  - charge and event: the charge and its outbox row, only when the key row was written.
- * The unique (key, endpoint) constraint stays the safety net under the advisory lock.
+ * The unique (tenant, key, endpoint) index stays the safety net under the advisory lock.
+ * Every read and write is scoped to the tenant: another tenant's key is not seen, not
+ * replayed, not locked and does not conflict.
  */
 export async function createCharge(sql: Sql, p: CreateChargeParams): Promise<CreateChargeRow> {
   const rows = await sql<CreateChargeRow[]>`
     with existing as (
       select request_hash, status, response_status, response_body
         from idempotency_keys
-       where key = ${p.key} and endpoint = ${p.endpoint} and expires_at > now()
+       where tenant = ${p.tenant} and key = ${p.key} and endpoint = ${p.endpoint} and expires_at > now()
     ),
     lock as (
       select pg_try_advisory_xact_lock(${p.lockId}::bigint) as got
@@ -62,12 +65,12 @@ export async function createCharge(sql: Sql, p: CreateChargeParams): Promise<Cre
     ),
     claimed as (
       insert into idempotency_keys as k
-             (key, endpoint, request_hash, status, response_status, response_body, expires_at)
-      select ${p.key}, ${p.endpoint}, ${p.requestHash}, 'COMPLETED', ${p.responseStatus}::int,
+             (tenant, key, endpoint, request_hash, status, response_status, response_body, expires_at)
+      select ${p.tenant}, ${p.key}, ${p.endpoint}, ${p.requestHash}, 'COMPLETED', ${p.responseStatus}::int,
              ${p.responseBody}, now() + make_interval(secs => ${p.ttlSeconds}::int)
         from lock
        where lock.got
-      on conflict (key, endpoint) do update
+      on conflict (tenant, key, endpoint) do update
          set request_hash = excluded.request_hash, status = excluded.status,
              response_status = excluded.response_status, response_body = excluded.response_body,
              created_at = now(), expires_at = excluded.expires_at
@@ -75,13 +78,13 @@ export async function createCharge(sql: Sql, p: CreateChargeParams): Promise<Cre
       returning 1
     ),
     charge as (
-      insert into charges (id, amount_cents, created_at)
-      select ${p.chargeId}::uuid, ${p.amountCents}::int, ${p.createdAt}::timestamptz from claimed
+      insert into charges (id, tenant, amount_cents, created_at)
+      select ${p.chargeId}::uuid, ${p.tenant}, ${p.amountCents}::int, ${p.createdAt}::timestamptz from claimed
       returning id
     ),
     event as (
-      insert into outbox (id, aggregate_id, event_type, payload, traceparent)
-      select ${p.eventId}::uuid, charge.id, ${p.eventType}, ${p.eventPayload}, ${p.traceparent}::text from charge
+      insert into outbox (id, aggregate_id, tenant, event_type, payload, traceparent)
+      select ${p.eventId}::uuid, charge.id, ${p.tenant}, ${p.eventType}, ${p.eventPayload}, ${p.traceparent}::text from charge
       returning 1
     )
     select (select got from lock) as got,
@@ -95,11 +98,11 @@ export async function createCharge(sql: Sql, p: CreateChargeParams): Promise<Cre
 }
 
 /** The key row as committed now; used only after a lost race the statement above cannot see. */
-export async function findKey(sql: Sql, key: string, endpoint: string): Promise<StoredResponse | undefined> {
+export async function findKey(sql: Sql, tenant: string, key: string, endpoint: string): Promise<StoredResponse | undefined> {
   const rows = await sql<StoredResponse[]>`
     select request_hash, status, response_status, response_body
       from idempotency_keys
-     where key = ${key} and endpoint = ${endpoint} and expires_at > now()`;
+     where tenant = ${tenant} and key = ${key} and endpoint = ${endpoint} and expires_at > now()`;
   return rows[0];
 }
 
@@ -109,7 +112,9 @@ interface ChargeRow {
   readonly created_at: Date;
 }
 
-export async function findCharge(sql: Sql, id: string): Promise<ChargeRow | undefined> {
-  const rows = await sql<ChargeRow[]>`select id, amount_cents, created_at from charges where id = ${id}::uuid`;
+/** Another tenant's charge is not found, exactly like an unknown id. */
+export async function findCharge(sql: Sql, tenant: string, id: string): Promise<ChargeRow | undefined> {
+  const rows = await sql<ChargeRow[]>`
+    select id, amount_cents, created_at from charges where id = ${id}::uuid and tenant = ${tenant}`;
   return rows[0];
 }

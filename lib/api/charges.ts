@@ -19,6 +19,8 @@ export type ChargeOutcome =
 export type ChargeLookup = { readonly kind: "found"; readonly body: string } | { readonly kind: "not_found" };
 
 interface ChargeRequest extends ChargeFields {
+  /** Whose key and charge this is: every read and write is scoped to it. */
+  readonly tenant: string;
   readonly key: string;
   readonly traceparent?: string | null;
 }
@@ -33,8 +35,8 @@ interface ChargeServiceOptions {
 
 export interface ChargeService {
   create(request: ChargeRequest): Promise<ChargeOutcome>;
-  /** `id` must already be a UUID (the caller answers 400 otherwise). */
-  get(id: string): Promise<ChargeLookup>;
+  /** `id` must already be a UUID (the caller answers 400 otherwise); another tenant's charge is not found. */
+  get(tenant: string, id: string): Promise<ChargeLookup>;
 }
 
 export function createChargeService(sql: Sql, options: ChargeServiceOptions): ChargeService {
@@ -45,8 +47,8 @@ export function createChargeService(sql: Sql, options: ChargeServiceOptions): Ch
       if (outcome.kind === "created") options.onCreated?.();
       return outcome;
     },
-    async get(id) {
-      const row = await (options.bounds?.deadline() ?? UNBOUNDED).run(() => findCharge(sql, id));
+    async get(tenant, id) {
+      const row = await (options.bounds?.deadline() ?? UNBOUNDED).run(() => findCharge(sql, tenant, id));
       if (!row) return { kind: "not_found" };
       const charge: Charge = { id: row.id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString() };
       return { kind: "found", body: chargeJson(charge) };
@@ -103,9 +105,10 @@ async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeR
   let row;
   try {
     row = await createCharge(sql, {
+      tenant: request.tenant,
       key: request.key,
       endpoint: CHARGES_ENDPOINT,
-      lockId: advisoryLockId(request.key, CHARGES_ENDPOINT),
+      lockId: advisoryLockId(request.tenant, request.key, CHARGES_ENDPOINT),
       requestHash,
       ttlSeconds: options.ttlSeconds,
       chargeId,
@@ -129,7 +132,7 @@ async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeR
   if (row.got === false) return { kind: "in_flight" };
   // Locked but not written: the key row was committed by another request between this
   // statement's snapshot and its insert. Read what it stored (rare; one more round trip).
-  const stored = await findKey(sql, request.key, CHARGES_ENDPOINT);
+  const stored = await findKey(sql, request.tenant, request.key, CHARGES_ENDPOINT);
   return stored ? fromStored(stored, identity) : { kind: "in_flight" };
 }
 

@@ -15,10 +15,12 @@ export function fingerprint(fields: ChargeFields): string {
 }
 
 /**
- * The 64-bit advisory lock id of one (key, endpoint): the first 8 bytes of a SHA-256,
- * as the signed decimal Postgres's bigint expects. Collisions only cost a spurious 409.
+ * The 64-bit advisory lock id of one (tenant, key, endpoint): the first 8 bytes of a
+ * SHA-256, as the signed decimal Postgres's bigint expects. Each part is length-prefixed so
+ * no two triples hash the same input. Collisions only cost a spurious 409.
  */
-export function advisoryLockId(key: string, endpoint: string): string {
-  const digest = createHash("sha256").update(endpoint).update("\n").update(key).digest();
-  return digest.readBigInt64BE(0).toString();
+export function advisoryLockId(tenant: string, key: string, endpoint: string): string {
+  const hash = createHash("sha256");
+  for (const part of [tenant, endpoint, key]) hash.update(`${part.length}:`).update(part);
+  return hash.digest().readBigInt64BE(0).toString();
 }

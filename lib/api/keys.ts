@@ -1,9 +1,12 @@
 // Idempotency-Key parsing. Accepted, and nothing else:
-//   - an RFC 9651 (RFC 8941) Structured Field Item whose bare item is a String holding a
-//     UUID, without parameters:  Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"
-//   - a bare UUID, for the clients that send it so: Idempotency-Key: 8e03978e-40d5-...
-// The UUID is the hyphenated 8-4-4-4-12 hex form (any version); hex case does not matter.
-// The result is the lowercase canonical UUID, so every accepted spelling of one UUID is one key.
+//   - an RFC 9651 (RFC 8941) Structured Field Item whose bare item is a String, without
+//     parameters:  Idempotency-Key: "order-12345-payment"
+//   - the same value sent bare, for the clients that send it so: Idempotency-Key: order-12345-payment
+//     (bare, it cannot hold spaces, quotes, commas or semicolons: those would make it a list,
+//     a parameter or a broken String).
+// Either way the key is 1 to MAX_KEY_CHARS visible ASCII characters (0x21–0x7E). A UUID
+// (hyphenated 8-4-4-4-12 hex, any version) is normalized to lowercase, so every spelling of
+// one UUID is one key; any other key is compared exactly, case included.
 import { createHash } from "node:crypto";
 import { parseItem } from "structured-headers";
 import { isUuid } from "../shared/uuid.ts";
@@ -11,6 +14,12 @@ import { isUuid } from "../shared/uuid.ts";
 // Enough of a SHA-256 to tell one client's retries apart from another's in the logs
 // (48 bits), and no way back to the key, which is a bearer of the request's identity.
 const KEY_HASH_HEX_CHARS = 12;
+// What payment APIs accept (Stripe: 255): room for `<prefix>-retry-<uuid>` and the ids a
+// client derives its keys from, and a bound on what one key row stores.
+export const MAX_KEY_CHARS = 255;
+const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
+// Bare: visible ASCII without the characters that delimit structured fields.
+const BARE_FORBIDDEN = /[",;]/;
 
 /** What logs carry instead of an Idempotency-Key: the first hex digits of its SHA-256. */
 export function keyHash(key: string): string {
@@ -27,8 +36,10 @@ export function parseIdempotencyKey(header: string | null | undefined): KeyParse
   }
   const value = header.trim();
   if (value.startsWith('"')) return fromStructuredString(value);
-  if (isUuid(value)) return { ok: true, key: value.toLowerCase() };
-  return { ok: false, reason: "Idempotency-Key must be a UUID, bare or as a Structured Field String" };
+  if (BARE_FORBIDDEN.test(value) || !VISIBLE_ASCII.test(value)) {
+    return { ok: false, reason: 'Idempotency-Key sent bare must be visible ASCII without spaces, quotes, commas or semicolons; send it as a String ("…") otherwise' };
+  }
+  return checked(value);
 }
 
 function fromStructuredString(value: string): KeyParse {
@@ -36,7 +47,7 @@ function fromStructuredString(value: string): KeyParse {
   try {
     item = parseItem(value);
   } catch {
-    return { ok: false, reason: "Idempotency-Key is not a valid Structured Field String" };
+    return { ok: false, reason: "Idempotency-Key is not a valid Structured Field String (a list, or an unbalanced quote?)" };
   }
   const [bare, params] = item;
   if (typeof bare !== "string") {
@@ -45,6 +56,12 @@ function fromStructuredString(value: string): KeyParse {
   if (params.size > 0) {
     return { ok: false, reason: "Idempotency-Key must not carry parameters" };
   }
-  if (!isUuid(bare)) return { ok: false, reason: "Idempotency-Key must hold a UUID" };
-  return { ok: true, key: bare.toLowerCase() };
+  return checked(bare);
+}
+
+function checked(key: string): KeyParse {
+  if (key.length === 0) return { ok: false, reason: "Idempotency-Key must not be empty" };
+  if (key.length > MAX_KEY_CHARS) return { ok: false, reason: `Idempotency-Key must be at most ${MAX_KEY_CHARS} characters, got ${key.length}` };
+  if (!VISIBLE_ASCII.test(key)) return { ok: false, reason: "Idempotency-Key must be visible ASCII characters only (no spaces)" };
+  return { ok: true, key: isUuid(key) ? key.toLowerCase() : key };
 }

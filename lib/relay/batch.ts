@@ -46,8 +46,8 @@ function messageOf(prefix: string, row: OutboxRow): OutboundMessage | string {
   }
   return {
     topic: topicOf(prefix, row.eventType),
-    payload: buildEnvelope({ id: row.id, type: row.eventType, aggregateId: row.aggregateId, createdAt: row.createdAt, data }),
-    userProperties: userPropertiesOf(row.id, row.eventType, row.traceparent),
+    payload: buildEnvelope({ id: row.id, type: row.eventType, aggregateId: row.aggregateId, tenantId: row.tenant, createdAt: row.createdAt, data }),
+    userProperties: userPropertiesOf({ id: row.id, type: row.eventType, tenantId: row.tenant, traceparent: row.traceparent }),
   };
 }
 

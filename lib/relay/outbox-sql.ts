@@ -12,6 +12,8 @@ type Db = Sql | Tx;
 export interface OutboxRow {
   readonly id: string;
   readonly aggregateId: string;
+  /** The tenant whose request wrote the row. */
+  readonly tenant: string;
   readonly eventType: string;
   /** JSON text of the event's `data`. */
   readonly payload: string;
@@ -26,6 +28,7 @@ export interface OutboxRow {
 interface OutboxRecord {
   id: string;
   aggregate_id: string;
+  tenant: string;
   event_type: string;
   payload: string;
   created_iso: string;
@@ -52,7 +55,7 @@ export async function claimInIndexOrder(tx: Db): Promise<void> {
  */
 export async function claimBatch(tx: Db, limit: number): Promise<OutboxRow[]> {
   const records = await tx<OutboxRecord[]>`
-    select id, aggregate_id, event_type, payload, attempts, releases, traceparent,
+    select id, aggregate_id, tenant, event_type, payload, attempts, releases, traceparent,
            to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as created_iso
     from outbox
     where published_at is null
@@ -64,6 +67,7 @@ export async function claimBatch(tx: Db, limit: number): Promise<OutboxRow[]> {
   return records.map((r) => ({
     id: r.id,
     aggregateId: r.aggregate_id,
+    tenant: r.tenant,
     eventType: r.event_type,
     payload: r.payload,
     createdAt: r.created_iso,

@@ -12,7 +12,7 @@ export interface OutboundMessage {
   readonly topic: string;
   /** UTF-8 JSON envelope. */
   readonly payload: string;
-  /** MQTT 5 user properties (event-id, event-type, traceparent). */
+  /** MQTT 5 user properties (event-id, event-type, tenant-id, traceparent). */
   readonly userProperties: Readonly<Record<string, string>>;
 }
 

@@ -28,6 +28,23 @@ export interface Config {
   readonly logLevel: LogLevel;
   readonly otlpEndpoint: string | undefined;
   readonly apiTimeBounds: ApiTimeBounds;
+  readonly auth: AuthConfig;
+}
+
+export type AuthMode = "jwt" | "none";
+const AUTH_MODES: readonly AuthMode[] = ["jwt", "none"];
+
+/** How the API authenticates `/charges` requests; the API alone decides whether a key source is required. */
+export interface AuthConfig {
+  readonly mode: AuthMode;
+  /** HS256 shared secret (at least MIN_JWT_SECRET_BYTES bytes). */
+  readonly jwtSecret: string | undefined;
+  /** The identity provider's JWKS (RS256, ES256, EdDSA keys). */
+  readonly jwksUrl: string | undefined;
+  readonly issuer: string | undefined;
+  readonly audience: string | undefined;
+  /** The claim that names the tenant. */
+  readonly tenantClaim: string;
 }
 
 /** How long the API lets one request wait on the database before answering 503. */
@@ -147,6 +164,32 @@ export function loadConfig(env: Env): Config {
     logLevel: logLevel(env),
     otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || undefined,
     apiTimeBounds: apiTimeBounds(env),
+    auth: authConfig(env),
+  });
+}
+
+// RFC 7518 §3.2: an HS256 key must be at least as long as the hash output (256 bits); a
+// shorter secret can be brute-forced from one token.
+export const MIN_JWT_SECRET_BYTES = 32;
+
+function authConfig(env: Env): AuthConfig {
+  const rawMode = (env.AUTH_MODE ?? "").trim().toLowerCase() || "jwt";
+  const mode = AUTH_MODES.find((m) => m === rawMode);
+  if (!mode) throw new ConfigError(`AUTH_MODE must be one of ${AUTH_MODES.join(", ")}, got "${rawMode}"`);
+  const jwtSecret = env.AUTH_JWT_SECRET || undefined;
+  // The secret itself is never echoed, only its length.
+  if (jwtSecret !== undefined && new TextEncoder().encode(jwtSecret).byteLength < MIN_JWT_SECRET_BYTES) {
+    throw new ConfigError(`AUTH_JWT_SECRET must be at least ${MIN_JWT_SECRET_BYTES} bytes, got ${new TextEncoder().encode(jwtSecret).byteLength}`);
+  }
+  const jwksRaw = env.AUTH_JWKS_URL?.trim();
+  const tenantClaim = env.AUTH_TENANT_CLAIM?.trim() || "sub";
+  return Object.freeze({
+    mode,
+    jwtSecret,
+    jwksUrl: jwksRaw ? url(env, "AUTH_JWKS_URL", "", ["https:", "http:"]) : undefined,
+    issuer: env.AUTH_ISSUER?.trim() || undefined,
+    audience: env.AUTH_AUDIENCE?.trim() || undefined,
+    tenantClaim,
   });
 }
 

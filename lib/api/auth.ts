@@ -1,0 +1,163 @@
+// Bearer JWT authentication of the /charges routes, with jose (Web Crypto and fetch only, so
+// it runs the same on Bun, Deno and workerd). The tenant is one claim of a verified token.
+// Each key source has its own pinned algorithms, chosen from the token's header before
+// anything is verified: an HS256 token is checked against AUTH_JWT_SECRET only, and an
+// asymmetric one against the JWKS only, so neither `alg: none` nor a token "signed" with
+// HMAC over a public key (algorithm confusion) can pass.
+import { createRemoteJWKSet, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from "jose";
+import { ConfigError, type AuthConfig } from "../shared/config.ts";
+
+/** The tenant of every request when AUTH_MODE=none, and of the rows written before tenants existed. */
+export const IMPLICIT_TENANT = "default";
+
+// exp and nbf are compared with this much slack: clocks of an identity provider and of the
+// API drift by a few seconds, and a token refused for 2 s of skew is a retry for nothing.
+export const CLOCK_TOLERANCE_S = 30;
+// A tenant is stored with every key and charge; a claim longer than this is not an id.
+const MAX_TENANT_CHARS = 255;
+const HMAC_ALGORITHMS = ["HS256"];
+// What identity providers sign with; EdDSA under both of its JOSE names.
+const JWKS_ALGORITHMS = ["RS256", "ES256", "EdDSA", "Ed25519"];
+// After a token with an unknown kid has triggered a refresh, the next refresh waits this long,
+// so a flood of tokens with made-up kids cannot make the API hammer the identity provider.
+export const JWKS_COOLDOWN_MS = 30_000;
+
+/** Bounded: these are the label values of auth_failures_total. */
+export const AUTH_FAILURE_REASONS = [
+  "missing",
+  "malformed",
+  "algorithm",
+  "unknown_key",
+  "signature",
+  "expired",
+  "not_yet_valid",
+  "issuer",
+  "audience",
+  "claims",
+  "keys_unavailable",
+] as const;
+export type AuthFailureReason = (typeof AUTH_FAILURE_REASONS)[number];
+
+export type AuthResult =
+  | { readonly kind: "authenticated"; readonly tenant: string }
+  | { readonly kind: "refused"; readonly reason: Exclude<AuthFailureReason, "keys_unavailable">; readonly tokenSent: boolean }
+  /** The JWKS could not be fetched: not the client's fault, a 503. */
+  | { readonly kind: "unavailable"; readonly reason: "keys_unavailable" };
+
+export interface Authenticator {
+  readonly mode: AuthConfig["mode"];
+  /** `authorization` is the request's Authorization header, as sent. */
+  authenticate(authorization: string | null): Promise<AuthResult>;
+}
+
+export interface AuthOptions {
+  /** Tests shorten the refresh cool-down to rotate keys without waiting. */
+  readonly jwksCooldownMs?: number;
+}
+
+/** Throws a ConfigError when AUTH_MODE=jwt has no key source; nothing is fetched until a request. */
+export function createAuthenticator(config: AuthConfig, options: AuthOptions = {}): Authenticator {
+  if (config.mode === "none") {
+    const implicit: AuthResult = { kind: "authenticated", tenant: IMPLICIT_TENANT };
+    return { mode: "none", authenticate: async () => implicit };
+  }
+  if (!config.jwtSecret && !config.jwksUrl) {
+    throw new ConfigError(
+      "AUTH_MODE is jwt (the default) but neither AUTH_JWT_SECRET nor AUTH_JWKS_URL is set: set one of them, or AUTH_MODE=none to serve without authentication",
+    );
+  }
+  const secret = config.jwtSecret ? importHmacKey(config.jwtSecret) : undefined;
+  const jwks = config.jwksUrl
+    ? createRemoteJWKSet(new URL(config.jwksUrl), { cooldownDuration: options.jwksCooldownMs ?? JWKS_COOLDOWN_MS })
+    : undefined;
+  const claims = { issuer: config.issuer, audience: config.audience, clockTolerance: CLOCK_TOLERANCE_S, requiredClaims: ["exp"] };
+  return {
+    mode: "jwt",
+    async authenticate(authorization) {
+      const token = bearerToken(authorization);
+      if (token === undefined) return { kind: "refused", reason: "missing", tokenSent: false };
+      let alg: string | undefined;
+      try {
+        alg = decodeProtectedHeader(token).alg;
+      } catch {
+        return refused("malformed");
+      }
+      try {
+        let payload: JWTPayload;
+        if (alg !== undefined && secret && HMAC_ALGORITHMS.includes(alg)) {
+          payload = (await jwtVerify(token, await secret, { ...claims, algorithms: HMAC_ALGORITHMS })).payload;
+        } else if (alg !== undefined && jwks && JWKS_ALGORITHMS.includes(alg)) {
+          payload = (await jwtVerify(token, jwks as JWTVerifyGetKey, { ...claims, algorithms: JWKS_ALGORITHMS })).payload;
+        } else {
+          return refused("algorithm");
+        }
+        const tenant = payload[config.tenantClaim];
+        if (typeof tenant !== "string" || tenant.length === 0 || tenant.length > MAX_TENANT_CHARS) return refused("claims");
+        return { kind: "authenticated", tenant };
+      } catch (error) {
+        return failureOf(error, alg !== undefined && HMAC_ALGORITHMS.includes(alg));
+      }
+    },
+  };
+}
+
+function refused(reason: Exclude<AuthFailureReason, "keys_unavailable" | "missing">): AuthResult {
+  return { kind: "refused", reason, tokenSent: true };
+}
+
+// RFC 6750 §2.1 and RFC 9110 §11.1: the scheme is case-insensitive and followed by one or more spaces.
+const BEARER_RE = /^bearer(?: +|$)/i;
+
+/**
+ * The token of a Bearer Authorization header: "" when it is empty or more than one word
+ * (refused as malformed); undefined when no Bearer credentials were sent (another scheme, or none).
+ */
+function bearerToken(authorization: string | null): string | undefined {
+  const value = authorization?.trim();
+  if (!value || !BEARER_RE.test(value)) return undefined;
+  const token = value.slice("bearer".length).trim();
+  return /\s/.test(token) ? "" : token;
+}
+
+function importHmacKey(secret: string): Promise<CryptoKey> {
+  const bytes = new TextEncoder().encode(secret);
+  return crypto.subtle.importKey("raw", bytes, { name: "HMAC", hash: "SHA-256" }, false, ["verify"]);
+}
+
+/** jose's verdict as a reason; a key set that cannot be fetched or read is the identity provider's fault. */
+function failureOf(error: unknown, hmac: boolean): AuthResult {
+  if (error instanceof errors.JWTExpired) return refused("expired");
+  if (error instanceof errors.JWTClaimValidationFailed) {
+    if (error.claim === "nbf") return refused("not_yet_valid");
+    if (error.claim === "iss") return refused("issuer");
+    if (error.claim === "aud") return refused("audience");
+    return refused("claims");
+  }
+  if (error instanceof errors.JWSSignatureVerificationFailed) return refused("signature");
+  if (error instanceof errors.JOSEAlgNotAllowed || error instanceof errors.JOSENotSupported) return refused("algorithm");
+  if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWKSMultipleMatchingKeys) return refused("unknown_key");
+  if (error instanceof errors.JWSInvalid || error instanceof errors.JWTInvalid) return refused("malformed");
+  // With a shared secret nothing is fetched: anything else is a bug.
+  if (hmac) throw error;
+  // JWKSTimeout, JWKSInvalid, a non-200 answer, a refused connection.
+  return { kind: "unavailable", reason: "keys_unavailable" };
+}
+
+const DETAILS: Record<AuthFailureReason, string> = {
+  missing: "an Authorization: Bearer token is required",
+  malformed: "the bearer token is not a JWT",
+  algorithm: "the token's algorithm is not accepted",
+  unknown_key: "the token's key is not known",
+  signature: "the token's signature does not verify",
+  expired: "the token has expired",
+  not_yet_valid: "the token is not valid yet",
+  issuer: "the token's issuer is not accepted",
+  audience: "the token's audience is not accepted",
+  claims: "the token lacks a required claim",
+  keys_unavailable: "the keys to verify the token could not be fetched; retry later",
+};
+
+/** What the problem's detail says about a failure (never the token). */
+export function authFailureDetail(reason: AuthFailureReason): string {
+  return DETAILS[reason];
+}
