@@ -63,5 +63,6 @@ export const Problem = t.Object(
 );
 
 export const IdempotencyKeyHeader = t.String({
-  description: 'A UUID, as an RFC 9651 String ("8e03978e-...") or bare; hex case does not matter',
+  description:
+    'An RFC 9651 String of 1-255 visible ASCII characters ("order-12345-payment"), or the same bare (no spaces, quotes, commas or semicolons); a UUID is compared in lowercase, any other key exactly. Unique per tenant.',
 });
