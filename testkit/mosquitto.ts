@@ -16,10 +16,16 @@ const STOP_TIMEOUT_MS = 5000;
 export interface PrivateBroker {
   readonly url: string;
   readonly port: number;
+  /** Its config and persistence directory (mosquitto.db once it saved). */
+  readonly dir: string;
   /** Starts it again on the same port, with the sessions and messages it saved. */
   start(): Promise<void>;
   /** SIGTERM: Mosquitto saves its sessions and queued messages, then exits. */
   stop(): Promise<void>;
+  /** A signal to the running broker: SIGSTOP freezes it, SIGCONT thaws it, SIGUSR1 makes it save its persistence file. */
+  signal(signal: NodeJS.Signals): void;
+  /** SIGKILL (a frozen broker too): it exits without saving; resolves once it is gone. */
+  kill(): Promise<void>;
 }
 
 export function mosquittoInstalled(): boolean {
@@ -46,6 +52,7 @@ export async function privateMosquitto(extraConfig = "", dir = brokerDir()): Pro
   const broker: PrivateBroker = {
     url: `mqtt://127.0.0.1:${port}`,
     port,
+    dir,
     async start() {
       const started = spawnChild(["mosquitto", "-c", config], { name: `mosquitto :${port}` });
       child = started;
@@ -61,6 +68,14 @@ export async function privateMosquitto(extraConfig = "", dir = brokerDir()): Pro
     async stop() {
       if (!child || child.exited) return;
       await child.stop(STOP_TIMEOUT_MS);
+    },
+    signal(signal) {
+      if (child && !child.exited) child.kill(signal);
+    },
+    async kill() {
+      if (!child || child.exited) return;
+      child.kill("SIGKILL");
+      await child.done;
     },
   };
   await broker.start();
