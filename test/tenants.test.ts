@@ -69,7 +69,7 @@ describe("two tenants, one key", () => {
   test("A and B racing on one key → both 201 created: A held in flight does not hold B up", async () => {
     const key = crypto.randomUUID();
     // A's request is held inside its statement (an uncommitted key row of A's ahead of it).
-    const hold = await holdKey(db.sql, key, A);
+    const hold = await holdKey(db.sql, key, "POST /charges", A);
     try {
       const a = postCharge(api, body(), { key, tenant: A });
       await waitForApiBlockedOnLock(db.sql);

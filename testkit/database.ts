@@ -70,7 +70,7 @@ export interface HeldKey {
  * statement takes the key's advisory lock, then its insert queues behind our row on the
  * unique index, so every other request for the key answers 409 while we hold.
  */
-export async function holdKey(sql: Sql, key: string, tenant: string = TEST_TENANT, endpoint = "POST /charges"): Promise<HeldKey> {
+export async function holdKey(sql: Sql, key: string, endpoint = "POST /charges", tenant: string = TEST_TENANT): Promise<HeldKey> {
   const holder = await sql.reserve();
   try {
     await holder`begin`;
