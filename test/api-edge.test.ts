@@ -7,6 +7,7 @@ import { createHash } from "node:crypto";
 import { apiTestContext, postCharge, startTestApi } from "../testkit/api.ts";
 import { serve } from "../lib/shared/runtime.ts";
 import { createLogger } from "../lib/shared/log.ts";
+import { tokenFor } from "../testkit/auth.ts";
 
 setDefaultTimeout(30_000);
 
@@ -49,7 +50,8 @@ function raw(port: number, head: string[], body = "", framing: "length" | "chunk
 
 const http10 = (requestLine: string, ...headers: string[]) => [`${requestLine} HTTP/1.0`, ...headers];
 const http11 = (requestLine: string, ...headers: string[]) => [`${requestLine} HTTP/1.1`, ...headers, "connection: close"];
-const chargeHeaders = (key: string) => ["content-type: application/json", `idempotency-key: ${key}`];
+const bearer = `authorization: Bearer ${await tokenFor()}`;
+const chargeHeaders = (key: string) => ["content-type: application/json", `idempotency-key: ${key}`, bearer];
 
 async function chargeRows(id: string): Promise<number> {
   const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from charges where id = ${id}::uuid`;
@@ -77,7 +79,7 @@ describe("no Host header (HTTP/1.0)", () => {
     expect(res.status).toBe(404);
     expect(res.headers["content-type"]).toBe("application/problem+json");
     const id = crypto.randomUUID();
-    const missing = await raw(server.port, http10(`GET /charges/${id}?verbose=1`));
+    const missing = await raw(server.port, http10(`GET /charges/${id}?verbose=1`, bearer));
     expect(missing.status).toBe(404);
     expect(JSON.parse(missing.body).detail).toContain(id);
   });
@@ -91,7 +93,7 @@ describe.each(["api", "api:80", "a", "ab:3000"])("Host: %s", (host) => {
     expect(created.status).toBe(201);
     const { id } = JSON.parse(created.body) as { id: string };
     expect(await chargeRows(id)).toBe(1);
-    const got = await raw(server.port, http11(`GET /charges/${id}`, `host: ${host}`));
+    const got = await raw(server.port, http11(`GET /charges/${id}`, `host: ${host}`, bearer));
     expect(got.status).toBe(200);
     expect(JSON.parse(got.body)).toEqual(JSON.parse(created.body));
   });

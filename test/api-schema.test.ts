@@ -2,7 +2,7 @@
 // checks before answering, and what /openapi.json shows are the same thing.
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { Value } from "@sinclair/typebox/value";
-import { apiTestContext, postCharge } from "../testkit/api.ts";
+import { apiTestContext, getCharge, postCharge } from "../testkit/api.ts";
 import { Charge, chargeJson } from "../lib/api/schemas.ts";
 import { MAX_BODY_BYTES } from "../lib/api/body.ts";
 
@@ -24,7 +24,7 @@ describe("bodies follow Charge", () => {
     const created = await (await postCharge(api, '{"amountCents":4900}', { key: k })).text();
     const replayed = await (await postCharge(api, '{"amountCents":4900}', { key: k })).text();
     const { id } = JSON.parse(created) as { id: string };
-    const got = await (await api.fetch(new Request(`http://localhost/charges/${id}`))).text();
+    const got = await (await getCharge(api, id)).text();
     for (const text of [created, replayed, got]) expectCharge(text);
     expect(replayed).toBe(created);
     expect(JSON.parse(got)).toEqual(JSON.parse(created));

@@ -6,6 +6,7 @@ import { holdKey } from "../testkit/database.ts";
 import { waitForApiBlockedOnLock } from "../testkit/api.ts";
 import { acceptsTcp, startEntrypoint } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
+import { authEnv, authHeaders } from "../testkit/auth.ts";
 
 setDefaultTimeout(60_000);
 
@@ -13,13 +14,13 @@ const db = await freshDatabase("api_shutdown");
 afterAll(() => db.drop());
 
 test("a request held inside its statement when SIGTERM arrives completes with 201; the process exits 0", async () => {
-  const api = await startEntrypoint("api", { env: { DATABASE_URL: db.url, LOG_LEVEL: "warn" } });
+  const api = await startEntrypoint("api", { env: { DATABASE_URL: db.url, LOG_LEVEL: "warn", ...authEnv() } });
   const key = crypto.randomUUID();
   const hold = await holdKey(db.sql, key);
   try {
     const inFlight = fetch(`${api.base}/charges`, {
       method: "POST",
-      headers: { "content-type": "application/json", "idempotency-key": key },
+      headers: { "content-type": "application/json", "idempotency-key": key, ...(await authHeaders()) },
       body: '{"amountCents":4200}',
     });
     await waitForApiBlockedOnLock(db.sql);
