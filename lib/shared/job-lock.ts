@@ -1,6 +1,6 @@
 // One runner per periodic job across every process sharing the database, and the bounded
 // batch loop the retention jobs use.
-import type { Sql } from "./db.ts";
+import { isConnectionLost, type Sql } from "./db.ts";
 
 export type Locked<T> = { readonly ran: true; readonly value: T } | { readonly ran: false };
 
@@ -17,16 +17,25 @@ export type Locked<T> = { readonly ran: true; readonly value: T } | { readonly r
  */
 export async function withJobLock<T>(sql: Sql, lockId: bigint, work: (conn: Sql) => Promise<T>): Promise<Locked<T>> {
   const conn = await sql.reserve();
+  // postgres.js 3.4.9: a reserved connection that closes is already back among the pool's
+  // closed ones; release() would then list it as open, and the next query sent on it (any
+  // caller's) throws an uncatchable TypeError that ends the process. So once the connection
+  // is lost, neither unlock (the server dropped the lock with the session) nor release.
+  let lost = false;
+  const noteLost = (error: unknown): never => {
+    lost ||= isConnectionLost(error);
+    throw error;
+  };
   try {
-    const [row] = await conn<{ locked: boolean }[]>`select pg_try_advisory_lock(${lockId.toString()}::bigint) as locked`;
+    const [row] = await conn<{ locked: boolean }[]>`select pg_try_advisory_lock(${lockId.toString()}::bigint) as locked`.catch(noteLost);
     if (!row?.locked) return { ran: false };
     try {
-      return { ran: true, value: await work(conn as unknown as Sql) };
+      return { ran: true, value: await work(conn as unknown as Sql).catch(noteLost) };
     } finally {
-      await conn`select pg_advisory_unlock(${lockId.toString()}::bigint)`.catch(() => {});
+      if (!lost) await conn`select pg_advisory_unlock(${lockId.toString()}::bigint)`.catch((error: unknown) => void (lost ||= isConnectionLost(error)));
     }
   } finally {
-    conn.release();
+    if (!lost) conn.release();
   }
 }
 
