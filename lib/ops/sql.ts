@@ -90,10 +90,10 @@ export async function requeue(sql: Sql, target: string | "all"): Promise<number>
   const result =
     target === "all"
       ? await sql`
-          update outbox set parked_at = null, attempts = 0, next_attempt_at = null
+          update outbox set parked_at = null, attempts = 0, releases = 0, next_attempt_at = null
           where parked_at is not null and published_at is null`
       : await sql`
-          update outbox set parked_at = null, attempts = 0, next_attempt_at = null
+          update outbox set parked_at = null, attempts = 0, releases = 0, next_attempt_at = null
           where id = ${target}::uuid and parked_at is not null and published_at is null`;
   return result.count;
 }
