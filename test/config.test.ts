@@ -2,6 +2,7 @@
 import { expect, test } from "bun:test";
 import { ConfigError, loadConfig } from "../lib/shared/config.ts";
 import { runToExit } from "../testkit/processes.ts";
+import { authEnv } from "../testkit/auth.ts";
 
 test("defaults are SPEC's", () => {
   const config = loadConfig({});
@@ -20,6 +21,12 @@ test("defaults are SPEC's", () => {
   expect(Object.isFrozen(config)).toBe(true);
 });
 
+test("auth defaults: jwt mode, the tenant in sub, no key source (the API refuses to start without one)", () => {
+  expect(loadConfig({}).auth).toEqual({ mode: "jwt", jwtSecret: undefined, jwksUrl: undefined, issuer: undefined, audience: undefined, tenantClaim: "sub" });
+  const set = loadConfig({ AUTH_MODE: "NONE", AUTH_TENANT_CLAIM: "org_id", AUTH_ISSUER: "https://idp/", AUTH_AUDIENCE: "charges", AUTH_JWKS_URL: "https://idp/jwks.json" }).auth;
+  expect(set).toMatchObject({ mode: "none", tenantClaim: "org_id", issuer: "https://idp/", audience: "charges", jwksUrl: "https://idp/jwks.json" });
+});
+
 test.each([
   ["PORT", "abc"],
   ["PORT", "70000"],
@@ -34,6 +41,9 @@ test.each([
   ["MQTT_URL", "http://localhost:1883"],
   ["MQTT_TOPIC_PREFIX", "a/#/"],
   ["LOG_LEVEL", "loud"],
+  ["AUTH_MODE", "basic"],
+  ["AUTH_JWT_SECRET", "x".repeat(31)],
+  ["AUTH_JWKS_URL", "file:///etc/jwks.json"],
 ])("%s=%p is refused with a message naming it", (name, value) => {
   let error: unknown;
   try {
@@ -59,7 +69,7 @@ test.each([["api.ts"], ["relay.ts"]])("bun %s with a bad value: one line on stde
 });
 
 test.each([["api.ts"], ["relay.ts"]])("bun %s with an unreachable database: one line on stderr, exit 1", async (entry) => {
-  const { code, lines } = await runEntry(entry, { DATABASE_URL: "postgres://postgres@127.0.0.1:1/none", PORT: "0", RELAY_PORT: "0" });
+  const { code, lines } = await runEntry(entry, { DATABASE_URL: "postgres://postgres@127.0.0.1:1/none", PORT: "0", RELAY_PORT: "0", ...authEnv() });
   expect(code).toBe(1);
   expect(lines).toHaveLength(1);
   expect(lines[0]).toContain("DATABASE_URL");

@@ -138,8 +138,12 @@ test("reconcile reads the charges within the outbox retention through charges_cr
   }
   const query = statements.find((s) => /from charges/i.test(s.query) && /not exists/i.test(s.query));
   expect(query).toBeDefined();
-  const scans = scansOf(await explain(query!), "charges");
+  const plan = await explain(query!);
+  const scans = scansOf(plan, "charges");
   expect(scans).toHaveLength(1);
-  expect(scans[0]).toMatchObject({ "Index Name": "charges_created_idx", "Actual Rows": PARKED + DUE + 50 });
-  expect(scans[0]!["Node Type"]).toMatch(/Index/);
+  expect(scans[0]).toMatchObject({ "Actual Rows": PARKED + DUE + 50 });
+  // An index scan, or a bitmap heap scan fed by one (the planner's pick depends on row width).
+  expect(scans[0]!["Node Type"]).toMatch(/^(Index Scan|Index Only Scan|Bitmap Heap Scan)$/);
+  const index = scans[0]!["Node Type"] === "Bitmap Heap Scan" ? plan.find((n) => n["Node Type"] === "Bitmap Index Scan") : scans[0];
+  expect(index?.["Index Name"]).toBe("charges_created_idx");
 });

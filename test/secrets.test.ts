@@ -1,7 +1,8 @@
-// Passwords in DATABASE_URL / MQTT_URL never reach an error message or stderr.
+// Passwords in DATABASE_URL / MQTT_URL / AUTH_JWKS_URL, and AUTH_JWT_SECRET, never reach an error message or stderr.
 import { expect, test } from "bun:test";
 import { ConfigError, loadConfig } from "../lib/shared/config.ts";
 import { maskUrl } from "../lib/shared/redact.ts";
+import { authEnv } from "../testkit/auth.ts";
 
 const SECRET = "s3cret";
 
@@ -37,6 +38,8 @@ test.each([
   ["DATABASE_URL", "u:s3cret@h:5432/db"],
   ["MQTT_URL", "mqtt://u:s3cret@h:99999"],
   ["MQTT_URL", "http://u:s3cret@h:1883"],
+  ["AUTH_JWKS_URL", "ftp://u:s3cret@idp/jwks"],
+  ["AUTH_JWT_SECRET", "s3cret-but-shorter-than-32"],
 ])("a bad %s names the variable and never echoes the password (%p)", (name, value) => {
   const message = configError({ [name]: value });
   expect(message).toContain(name);
@@ -68,7 +71,8 @@ test.each([["api.ts"], ["relay.ts"], ["migrate.ts"], ["ops.ts reconcile"]])(
 );
 
 test("bun api.ts with an unreachable database whose URL has a password: one line without it, exit 1", async () => {
-  const { code, stdout, stderr } = await runEntry(["api.ts"], { DATABASE_URL: "postgres://u:s3cret@127.0.0.1:1/none" });
+  const { code, stdout, stderr } = await runEntry(["api.ts"], { DATABASE_URL: "postgres://u:s3cret@127.0.0.1:1/none", ...authEnv() });
+  expect(stderr).toContain("DATABASE_URL");
   expect(code).toBe(1);
   expect(stderr.trim().split("\n")).toHaveLength(1);
   expect(stdout + stderr).not.toContain(SECRET);
