@@ -6,7 +6,11 @@ import { expect, test } from "bun:test";
 import { StartupError } from "../lib/api/start.ts";
 import { CHARGES_ENDPOINT, createChargeService } from "../lib/api/charges.ts";
 import { createSql } from "../lib/shared/db.ts";
-import { buildApp } from "../lib/api/app.ts";
+import { createApiHandler } from "../lib/api/handler.ts";
+import { createAuthenticator } from "../lib/api/auth.ts";
+import { createApiMetrics } from "../lib/api/metrics.ts";
+import { loadConfig } from "../lib/shared/config.ts";
+import { silentLogger } from "../lib/shared/log.ts";
 import { holdKey as holdHeldKey } from "../testkit/database.ts";
 import { apiTestContext, counts, postCharge, startTestApi, waitForApiBlockedOnLock } from "../testkit/api.ts";
 
@@ -94,9 +98,17 @@ test("a database that does not answer at start-up is one clear error", async () 
 });
 
 test("a database that stops answering after start-up: 503 + Retry-After and /readyz not ready", async () => {
-  // The app built by hand around a pool whose server is gone (nothing listens on port 1).
+  // The handler built by hand around a pool whose server is gone (nothing listens on port 1).
   const sql = createSql("postgres://postgres@127.0.0.1:1/gone", { max: 2 });
-  const app = buildApp({ sql, charges: createChargeService(sql, { ttlSeconds: 60 }) });
+  const deps = {
+    sql,
+    charges: createChargeService(sql, { ttlSeconds: 60 }),
+    auth: createAuthenticator(loadConfig({ AUTH_MODE: "none" }).auth),
+    log: silentLogger,
+    counters: createApiMetrics(),
+  };
+  const handle = createApiHandler(() => deps);
+  const app = { handle };
   try {
     const res = await app.handle(
       new Request("http://localhost/charges", {

@@ -1,8 +1,8 @@
 // The HTTP API as an Elysia app exposed as a plain fetch handler, so the entrypoint stays
 // thin and the same app runs on Bun and Deno.
 import { Elysia, ValidationError } from "elysia";
-import type { Sql } from "../shared/db.ts";
-import { isTimeBound, isUnavailable, probeDatabase } from "../shared/db.ts";
+import { CloudflareAdapter } from "elysia/adapter/cloudflare-worker";
+import { isTimeBound, isUnavailable } from "../shared/db.ts";
 import type { ChargeOutcome, ChargeService } from "./charges.ts";
 import { parseIdempotencyKey } from "./keys.ts";
 import { isUuid } from "../shared/uuid.ts";
@@ -10,21 +10,30 @@ import { ProblemError, problemResponse } from "./problem.ts";
 import { readJsonBody } from "./body.ts";
 import { ChargeBody, ChargeParams } from "./schemas.ts";
 import { openApiDocument } from "./openapi.ts";
+import { authFailureDetail, type AuthResult, type Authenticator } from "./auth.ts";
 
 interface AppDeps {
-  readonly sql: Sql;
+  /** Whether the database answers, for GET /readyz; bounded in time by the caller. */
+  readonly ready: () => Promise<boolean>;
   readonly charges: ChargeService;
+  /** Verifies the bearer token of every /charges request and names its tenant. */
+  readonly auth: Authenticator;
+  /** Hears the verdict on every /charges request (metrics, logs); never the token. */
+  readonly onAuth?: (request: Request, result: AuthResult) => void;
   /** Prometheus exposition for GET /metrics, wired by the entrypoint. */
   readonly metrics?: () => Promise<Response>;
   /** Hears the outcome of every POST /charges that reached the service (metrics, logs). */
   readonly onOutcome?: (request: Request, outcome: ChargeOutcome["kind"], key: string) => void;
+  /**
+   * Compile every route when the app is built, not on its first request: edge runtimes
+   * (workerd) allow code generation only while a module loads.
+   */
+  readonly aheadOfTime?: boolean;
 }
 
 // How long a client should wait before retrying a 409 (the first request is a single
 // statement, normally done in milliseconds) or a 503 (the pool reconnects within a second).
 const RETRY_AFTER_S = "1";
-// /readyz answers "not ready" rather than hang when the database does not answer.
-const READY_TIMEOUT_MS = 2000;
 
 function toResponse(outcome: ChargeOutcome): Response {
   switch (outcome.kind) {
@@ -68,6 +77,23 @@ function errorResponse(error: unknown): Response {
   return problemResponse("internal", "an unexpected error occurred");
 }
 
+// RFC 6750 §3: a request without credentials gets the bare challenge; one whose token was
+// refused also learns that the token is the problem.
+function authProblem(result: Exclude<AuthResult, { kind: "authenticated" }>): Response {
+  if (result.kind === "unavailable") {
+    return problemResponse("unavailable", authFailureDetail(result.reason), {}, { "retry-after": RETRY_AFTER_S });
+  }
+  const challenge = result.tokenSent ? 'Bearer error="invalid_token"' : "Bearer";
+  return problemResponse("unauthorized", authFailureDetail(result.reason), {}, { "www-authenticate": challenge });
+}
+
+/** The routes behind a bearer token; the operator endpoints stay open. */
+function needsToken(url: string): boolean {
+  // A base, so a url without an origin still yields its path.
+  const path = new URL(url, "http://localhost").pathname;
+  return path === "/charges" || path.startsWith("/charges/");
+}
+
 function validationProblem(error: ValidationError): Response {
   const errors = error.all.map((e) => {
     const path = "path" in e && typeof e.path === "string" ? e.path : "";
@@ -80,8 +106,24 @@ function validationProblem(error: ValidationError): Response {
 }
 
 export function buildApp(deps: AppDeps) {
+  // Set by the request hook for every /charges request that got past it.
+  const tenants = new WeakMap<Request, string>();
+  const tenantOf = (request: Request): string => {
+    const tenant = tenants.get(request);
+    if (tenant === undefined) throw new Error("bug: a /charges route ran without an authenticated tenant");
+    return tenant;
+  };
   // normalize: false, so an unknown field is a 400, not silently dropped.
-  return new Elysia({ normalize: false })
+  const app = new Elysia({ normalize: false, ...(deps.aheadOfTime && { adapter: CloudflareAdapter }) })
+    // Before routing and before the body is read: an unauthenticated request learns nothing
+    // about the body, the key or the charge it names, and nothing is written.
+    .onRequest(async ({ request }) => {
+      if (!needsToken(request.url)) return;
+      const result = await deps.auth.authenticate(request.headers.get("authorization"));
+      deps.onAuth?.(request, result);
+      if (result.kind !== "authenticated") return authProblem(result);
+      tenants.set(request, result.tenant);
+    })
     .onError(({ error, code }) => {
       if (code === "NOT_FOUND") return problemResponse("notFound", "no such route");
       // Elysia wraps whatever the body parser threw; ours are ProblemErrors (415, 413, 400).
@@ -97,6 +139,7 @@ export function buildApp(deps: AppDeps) {
         const parsed = parseIdempotencyKey(request.headers.get("idempotency-key"));
         if (!parsed.ok) return problemResponse("invalidKey", parsed.reason);
         const outcome = await deps.charges.create({
+          tenant: tenantOf(request),
           key: parsed.key,
           amountCents: body.amountCents,
           traceparent: traceparentOf(request),
@@ -108,9 +151,9 @@ export function buildApp(deps: AppDeps) {
     )
     .get(
       "/charges/:id",
-      async ({ params }) => {
+      async ({ params, request }) => {
         if (!isUuid(params.id)) return problemResponse("invalidId", "the charge id must be a UUID");
-        const found = await deps.charges.get(params.id);
+        const found = await deps.charges.get(tenantOf(request), params.id);
         switch (found.kind) {
           case "found":
             return new Response(found.body, { headers: { "content-type": "application/json;charset=utf-8" } });
@@ -126,13 +169,13 @@ export function buildApp(deps: AppDeps) {
     )
     .get("/healthz", () => Response.json({ status: "ok" }))
     .get("/readyz", async () => {
-      const { up } = await probeDatabase(deps.sql, READY_TIMEOUT_MS);
-      return up
+      return (await deps.ready())
         ? Response.json({ status: "ready" })
         : problemResponse("unavailable", "the database does not answer", {}, { "retry-after": RETRY_AFTER_S });
     })
     .get("/openapi.json", () => Response.json(openApiDocument()))
     .get("/metrics", () => (deps.metrics ? deps.metrics() : problemResponse("notFound", "metrics are not enabled")));
+  return deps.aheadOfTime ? app.compile() : app;
 }
 
 // W3C Trace Context version 00: only a well-formed traceparent is carried into the outbox;

@@ -35,6 +35,11 @@ function compileChargeCheck(): TypeCheck<typeof Charge> {
   return TypeCompiler.Compile(Charge);
 }
 
+/** Generates the charge check now: a runtime that forbids code generation after load (workerd) calls it at load. */
+export function prepareSchemas(): void {
+  chargeCheck ??= compileChargeCheck();
+}
+
 /**
  * The JSON of a charge, checked against `Charge` first: a body that would disagree with
  * the documented schema is a bug, and it throws before anything is written or answered.

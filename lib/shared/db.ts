@@ -18,6 +18,12 @@ export interface DbOptions {
   readonly statementTimeoutMs?: number;
   /** Server-side bound on every lock wait (lock_timeout, SQLSTATE 55P03). Unset: the server's setting. */
   readonly lockTimeoutMs?: number;
+  /**
+   * A client that lives for one request (the edge worker): no named prepared statements (each
+   * would be parsed on a connection used once) and no type lookup when it connects (a round
+   * trip that only array columns need, and the API has none).
+   */
+  readonly singleUse?: boolean;
 }
 
 // A connect that has not answered in this time is reported as "database unreachable"
@@ -32,7 +38,8 @@ export function createSql(url: string, options: DbOptions = {}): Sql {
     connect_timeout: CONNECT_TIMEOUT_S,
     idle_timeout: IDLE_TIMEOUT_S,
     // Named prepared statements: the hot path parses each statement once per connection.
-    prepare: true,
+    prepare: !options.singleUse,
+    fetch_types: !options.singleUse,
     onnotice: () => {},
     connection: {
       application_name: options.applicationName ?? "charges",

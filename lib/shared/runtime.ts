@@ -71,7 +71,7 @@ const MIN_PATH_INDEX = 11;
  * (see MIN_PATH_INDEX). Both are re-addressed to FALLBACK_ORIGIN, path and query kept; any
  * other request passes untouched.
  */
-function routableRequest(request: Request): Request {
+export function routableRequest(request: Request): Request {
   const url = request.url;
   const slash = url.startsWith("/") ? 0 : url.indexOf("/", url.indexOf("://") + 3);
   if (slash >= MIN_PATH_INDEX) return request;

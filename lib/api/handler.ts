@@ -1,0 +1,124 @@
+// The API's fetch handler, built from what one request needs. The long-lived server
+// (start.ts: one pool for every request) and the edge worker (worker.ts: a client of its own
+// per request) both build it here, so they serve the same routes, authentication, logs and
+// metrics. The Elysia app is built once; each request finds its dependencies through
+// `current`, which the server answers with one fixed set and the worker with the request's own.
+import type { ChargeOutcome, ChargeService } from "./charges.ts";
+import { CHARGES_ENDPOINT } from "./charges.ts";
+import { buildApp } from "./app.ts";
+import type { ApiMetrics } from "./metrics.ts";
+import type { Logger } from "../shared/log.ts";
+import { probeDatabase, type Sql } from "../shared/db.ts";
+import { keyHash } from "./keys.ts";
+import { problemResponse } from "./problem.ts";
+import type { Authenticator } from "./auth.ts";
+import { prepareSchemas } from "./schemas.ts";
+
+// /readyz answers "not ready" rather than hang when the database does not answer.
+const READY_TIMEOUT_MS = 2000;
+
+/** What serving one request takes. */
+export interface RequestDeps {
+  readonly sql: Sql;
+  readonly charges: ChargeService;
+  readonly auth: Authenticator;
+  readonly log: Logger;
+  readonly counters: ApiMetrics;
+}
+
+export interface HandlerOptions {
+  /** Prometheus exposition for GET /metrics (the entrypoint owns the SDK). */
+  readonly metrics?: () => Promise<Response>;
+  /**
+   * Generate every route's code and every schema check now, not on first use: workerd allows
+   * code generation only while the module loads, so the worker builds its handler at module scope.
+   */
+  readonly aheadOfTime?: boolean;
+}
+
+export type ApiHandler = (request: Request) => Promise<Response>;
+
+/** `current()` is called while a request is served, and must name that request's dependencies. */
+export function createApiHandler(current: () => RequestDeps, options: HandlerOptions = {}): ApiHandler {
+  if (options.aheadOfTime) prepareSchemas();
+  const outcomes = new WeakMap<Request, LogFields>();
+  const app = buildApp({
+    ready: async () => (await probeDatabase(current().sql, READY_TIMEOUT_MS)).up,
+    charges: {
+      create: (request) => current().charges.create(request),
+      get: (tenant, id) => current().charges.get(tenant, id),
+    },
+    auth: {
+      get mode() {
+        return current().auth.mode;
+      },
+      authenticate: (authorization) => current().auth.authenticate(authorization),
+    },
+    metrics: options.metrics,
+    aheadOfTime: options.aheadOfTime,
+    onAuth(request, result) {
+      if (result.kind === "authenticated") {
+        outcomes.set(request, { tenant: result.tenant });
+        return;
+      }
+      current().counters.countAuthFailure(result.reason);
+      outcomes.set(request, { authFailure: result.reason });
+    },
+    // Runs after the charge committed: a failure here is logged, never turned into a 500.
+    onOutcome(request, outcome, key) {
+      try {
+        current().counters.countOutcome(CHARGES_ENDPOINT, outcome);
+        outcomes.set(request, { ...outcomes.get(request), outcome, keyHash: keyHash(key) });
+      } catch (error) {
+        current().log.error("outcome bookkeeping failed", { error: String(error) });
+      }
+    },
+  });
+  // Whatever happens after the route answered (its log line) cannot change the answer: a
+  // committed charge always goes out as its 201.
+  return async (request) => {
+    const started = performance.now();
+    const { log } = current();
+    let response: Response;
+    try {
+      response = await app.handle(request);
+    } catch (error) {
+      log.error("unhandled error", { error: String(error) });
+      response = problemResponse("internal", "an unexpected error occurred");
+    }
+    try {
+      logRequest(log, request, response, performance.now() - started, outcomes.get(request));
+    } catch (error) {
+      log.error("request log failed", { error: String(error) });
+    }
+    return response;
+  };
+}
+
+/** What a request's log line adds: never the token or the raw key. */
+interface LogFields {
+  readonly tenant?: string;
+  readonly authFailure?: string;
+  readonly outcome?: ChargeOutcome["kind"];
+  readonly keyHash?: string;
+}
+
+function logRequest(log: Logger, request: Request, response: Response, durationMs: number, extra: LogFields | undefined): void {
+  // A base, so a url without an origin still yields its path.
+  const path = new URL(request.url, "http://localhost").pathname;
+  const fields = {
+    method: request.method,
+    route: routeOf(path),
+    status: response.status,
+    durationMs: Math.round(durationMs * 100) / 100,
+    ...extra,
+  };
+  if (response.status >= 500) log.error("request", fields);
+  else log.info("request", fields);
+}
+
+// The route template, so a log line never mixes ids into the route field.
+function routeOf(path: string): string {
+  if (/^\/charges\/[^/]+$/.test(path)) return "/charges/:id";
+  return ["/charges", "/healthz", "/readyz", "/metrics", "/openapi.json"].includes(path) ? path : "(unmatched)";
+}
