@@ -119,3 +119,7 @@ create table if not exists subscriber_dead_letters (
     dead_at timestamptz not null default now(),
     primary key (event_id, consumer)
 );
+
+-- Times the row was the oldest publish in flight when the broker closed the connection
+-- without an answer; the relay counts a failed attempt from the third such release on.
+alter table outbox add column if not exists releases integer not null default 0;
