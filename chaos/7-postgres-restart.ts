@@ -18,7 +18,7 @@ import { killAll } from "../testkit/processes.ts";
 import { privatePostgres } from "../testkit/private-postgres.ts";
 import { sleep, waitUntil } from "../testkit/wait.ts";
 import { LOG_DIR, startApi, startRelay } from "./lib/harness.ts";
-import { Tally } from "./lib/client.ts";
+import { chargeHeaders, Tally } from "./lib/client.ts";
 import { deliveryInvariants, scenario, type Ctx } from "./lib/report.ts";
 import { startSubscriber } from "./lib/subscriber.ts";
 
@@ -61,7 +61,7 @@ async function post(base: string, key: string, amountCents: number, tally: Tally
   try {
     const r = await fetch(`${base}/charges`, {
       method: "POST",
-      headers: { "content-type": "application/json", "idempotency-key": `"${key}"` },
+      headers: await chargeHeaders(key),
       body: JSON.stringify({ amountCents }),
       signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
     });

@@ -14,6 +14,7 @@ import { waitForBackendOnLock } from "../testkit/database.ts";
 import { API_APP, type Service } from "../testkit/processes.ts";
 import { sleep, waitUntil } from "../testkit/wait.ts";
 import { startApi, startRelay } from "./lib/harness.ts";
+import { chargeHeaders } from "./lib/client.ts";
 import { deliveryInvariants, scenario, type Checks, type Ctx } from "./lib/report.ts";
 import { startSubscriber } from "./lib/subscriber.ts";
 
@@ -84,7 +85,7 @@ async function send(ctx: Ctx, api: Service, key: string, amountCents: number, ki
   try {
     const r = await fetch(`${api.base}/charges`, {
       method: "POST",
-      headers: { "content-type": "application/json", "idempotency-key": `"${key}"` },
+      headers: await chargeHeaders(key),
       body: JSON.stringify({ amountCents }),
       signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
     });

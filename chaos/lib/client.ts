@@ -1,6 +1,7 @@
 // The HTTP client side of a scenario: POST /charges with an Idempotency-Key, and a tally of
 // every answer (what the summary table counts).
 import { sleep } from "../../testkit/wait.ts";
+import { authHeaders } from "../../testkit/auth.ts";
 
 // A careful client's pause before it resends, with jitter so retries do not arrive in step.
 const RETRY_BACKOFF_MS = 50;
@@ -49,12 +50,20 @@ export class Tally {
   }
 }
 
+/**
+ * The headers of every scenario's POST /charges: JSON, the key as an RFC 9651 String, and a
+ * bearer token the API started by the harness accepts (the test kit's tenant).
+ */
+export async function chargeHeaders(key: string): Promise<Record<string, string>> {
+  return { "content-type": "application/json", "idempotency-key": `"${key}"`, ...(await authHeaders()) };
+}
+
 export async function postCharge(base: string, key: string, amountCents: number, tally?: Tally, timeoutMs = 15_000): Promise<Answer> {
   let answer: Answer;
   try {
     const r = await fetch(`${base}/charges`, {
       method: "POST",
-      headers: { "content-type": "application/json", "idempotency-key": `"${key}"` },
+      headers: await chargeHeaders(key),
       body: JSON.stringify({ amountCents }),
       signal: AbortSignal.timeout(timeoutMs),
     });

@@ -8,6 +8,7 @@ import { createScratchDatabase, scratchName, type ScratchDatabase } from "../../
 import { startEntrypoint, type Child, type Service, type SpawnOptions } from "../../testkit/processes.ts";
 import { processServices, type Services } from "../../testkit/services.ts";
 import { within } from "../../testkit/wait.ts";
+import { authEnv } from "../../testkit/auth.ts";
 
 /** One directory per scenario run for the children's stderr. */
 export const LOG_DIR = mkdtempSync(join(tmpdir(), "chaos-"));
@@ -34,7 +35,8 @@ export function chaosChild(name: string, env: Record<string, string>): SpawnOpti
 
 export async function startApi(dbUrl: string, prefix: string, port?: number): Promise<Service> {
   const { mqttUrl } = await chaosServices();
-  return startEntrypoint("api", { ...chaosChild("api", { DATABASE_URL: dbUrl, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix }), port });
+  // Authentication on, as deployed: the API accepts the test kit's tokens (chaos/lib/client.ts).
+  return startEntrypoint("api", { ...chaosChild("api", { DATABASE_URL: dbUrl, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, ...authEnv() }), port });
 }
 
 export async function startRelay(dbUrl: string, prefix: string, mqttUrl?: string): Promise<Child> {
