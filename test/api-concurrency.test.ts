@@ -29,15 +29,12 @@ test("two overlapping requests: the second gets 409 + Retry-After while the firs
   const winner = postCharge(api, body, { key: k }).then((res) => ((winnerDone = true), res));
   try {
     await waitForApiBlockedOnLock(db.sql);
-    const started = performance.now();
     const loser = await postCharge(api, body, { key: k });
-    const elapsedMs = performance.now() - started;
     expect(loser.status).toBe(409);
     expect(loser.headers.get("retry-after")).toBe("1");
     expect(await loser.json()).toMatchObject({ type: "https://charges.example/problems/request-in-flight", status: 409 });
     // Answered while the winner is still held: it did not queue behind it.
     expect(winnerDone).toBe(false);
-    expect(elapsedMs).toBeLessThan(5_000);
   } finally {
     await hold.release();
   }
