@@ -5,6 +5,7 @@
 import { freshDatabase, log, requireTool, run, startProcess, type FreshDb } from "./support.ts";
 import { holdKey, waitForBackendOnLock } from "../testkit/database.ts";
 import { API_APP, type Service } from "../testkit/processes.ts";
+import { authEnv, tokenFor } from "../testkit/auth.ts";
 
 const SCRIPT = new URL("./wrk/charges.lua", import.meta.url).pathname;
 // The API's winner reaches the held key row within milliseconds of its request.
@@ -33,20 +34,25 @@ function answeredOtherThan(r: WrkResult, status: number): number {
   return Object.values(r.statuses).reduce((n, count) => n + count, 0) - answered(r, status);
 }
 
-export async function wrk(port: number, connections: number, seconds: number, key?: string): Promise<WrkResult> {
+/** `token`: sent as a Bearer token with every request (AUTH_MODE=jwt); none with AUTH_MODE=none. */
+export async function wrk(port: number, connections: number, seconds: number, key?: string, token?: string): Promise<WrkResult> {
   const bin = requireTool("wrk", "wrk");
   const threads = Math.min(2, connections);
   const out = await run(
     [bin, "-t", String(threads), "-c", String(connections), "-d", `${seconds}s`, "--timeout", "5s", "-s", SCRIPT, `http://127.0.0.1:${port}`],
-    key ? { BENCH_KEY: key } : {},
+    { ...(key ? { BENCH_KEY: key } : {}), ...(token ? { BENCH_TOKEN: token } : {}) },
   );
   const line = out.split("\n").find((l) => l.startsWith("BENCHJSON "));
   if (!line) throw new Error(`cannot parse wrk output: ${out.slice(0, 400)}`);
   return JSON.parse(line.slice("BENCHJSON ".length)) as WrkResult;
 }
 
+/** jwt: the default, every request's HS256 token verified; none: no verification at all. */
+export type AuthSetting = "jwt" | "none";
+
 export interface ApiRun {
   readonly logLevel: string;
+  readonly auth: AuthSetting;
   readonly createdPerSec: number;
   readonly p50Ms: number;
   readonly p99Ms: number;
@@ -58,8 +64,13 @@ export interface ApiRun {
   readonly replayNon2xx?: number;
 }
 
-export function startApi(db: FreshDb, logLevel: string, env: Record<string, string> = {}): Promise<Service> {
-  return startProcess("api", db, { LOG_LEVEL: logLevel, ...env });
+/** What the API is started with and the token its clients send, for one auth setting. */
+async function authFor(auth: AuthSetting): Promise<{ env: Record<string, string>; token: string | undefined }> {
+  return auth === "jwt" ? { env: authEnv(), token: await tokenFor() } : { env: { AUTH_MODE: "none" }, token: undefined };
+}
+
+export async function startApi(db: FreshDb, logLevel: string, env: Record<string, string> = {}, auth: AuthSetting = "jwt"): Promise<Service> {
+  return startProcess("api", db, { LOG_LEVEL: logLevel, ...(await authFor(auth)).env, ...env });
 }
 
 // The held winner waits on a lock for the whole wrk run: its bounds must outlast the hold
@@ -86,24 +97,26 @@ function checkCreated(created: number, chargesInDb: number, connections: number)
 }
 
 /** Created charges/s at `connections` with unique keys; then replays/s of one key when asked. */
-export async function apiRun(connections: number, seconds: number, logLevel: string, replaySeconds: number): Promise<ApiRun> {
+export async function apiRun(connections: number, seconds: number, logLevel: string, replaySeconds: number, auth: AuthSetting = "jwt"): Promise<ApiRun> {
   const db = await freshDatabase("api");
-  const api = await startApi(db, logLevel);
+  const api = await startApi(db, logLevel, {}, auth);
+  const { token } = await authFor(auth);
   try {
-    const r = await wrk(api.port, connections, seconds);
+    const r = await wrk(api.port, connections, seconds, undefined, token);
     const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from charges`;
     const created = answered(r, 201);
     checkCreated(created, row?.n ?? 0, connections);
     let replay: { replaysPerSec: number; replayNon2xx: number } | undefined;
     if (replaySeconds > 0) {
       const key = crypto.randomUUID();
-      const first = await post(api.port, key);
+      const first = await post(api.port, key, token);
       if (first !== 201) throw new Error(`replay setup: first POST answered ${first}`);
-      const rr = await wrk(api.port, connections, replaySeconds, key);
+      const rr = await wrk(api.port, connections, replaySeconds, key, token);
       replay = { replaysPerSec: answered(rr, 201) / (rr.durationUs / 1e6), replayNon2xx: answeredOtherThan(rr, 201) };
     }
     return {
       logLevel,
+      auth,
       createdPerSec: created / (r.durationUs / 1e6),
       p50Ms: r.p50Us / 1000,
       p99Ms: r.p99Us / 1000,
@@ -119,10 +132,10 @@ export async function apiRun(connections: number, seconds: number, logLevel: str
   }
 }
 
-async function post(port: number, key: string): Promise<number> {
+async function post(port: number, key: string, token: string | undefined): Promise<number> {
   const res = await fetch(`http://127.0.0.1:${port}/charges`, {
     method: "POST",
-    headers: { "Content-Type": "application/json", "Idempotency-Key": key },
+    headers: { "Content-Type": "application/json", "Idempotency-Key": key, ...(token ? { Authorization: `Bearer ${token}` } : {}) },
     body: '{"amountCents":4900}',
   });
   await res.arrayBuffer();
@@ -148,11 +161,13 @@ export async function conflictRun(connections: number, seconds: number): Promise
   const db = await freshDatabase("conflict");
   const api = await startApi(db, "info", boundsOutlasting(seconds * 1000));
   const key = crypto.randomUUID();
+  // The held row is the test kit's tenant's, whose token every request carries.
   const hold = await holdKey(db.sql, key);
+  const token = await tokenFor();
   try {
-    const winner = post(api.port, key);
+    const winner = post(api.port, key, token);
     await waitForBackendOnLock(db.sql, API_APP, LOCK_WAIT_TIMEOUT_MS);
-    const r = await wrk(api.port, connections, seconds, key);
+    const r = await wrk(api.port, connections, seconds, key, token);
     await hold.release();
     const winnerStatus = await winner;
     // Only the held winner may have created a charge: every other answer was a 409 or an error.
@@ -176,7 +191,7 @@ export async function conflictRun(connections: number, seconds: number): Promise
 }
 
 export function describeApi(r: ApiRun): string {
-  return `api(${r.logLevel}): ${Math.round(r.createdPerSec)} created/s p50 ${r.p50Ms.toFixed(1)} p99 ${r.p99Ms.toFixed(1)} max ${r.maxMs.toFixed(1)} ms` +
+  return `api(${r.logLevel}, auth ${r.auth}): ${Math.round(r.createdPerSec)} created/s p50 ${r.p50Ms.toFixed(1)} p99 ${r.p99Ms.toFixed(1)} max ${r.maxMs.toFixed(1)} ms` +
     (r.replaysPerSec ? `, ${Math.round(r.replaysPerSec)} replays/s` : "");
 }
 

@@ -7,6 +7,7 @@ import type { ChargeCreatedData } from "../lib/events.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { startApi } from "./api-bench.ts";
+import { tokenFor } from "../testkit/auth.ts";
 import { benchServices, freshDatabase, latencyOf, startProcess, type Latency } from "./support.ts";
 
 // Events still on their way when the last POST has been answered arrive within this.
@@ -33,11 +34,12 @@ export async function e2eRun(rate: number, seconds: number): Promise<E2e> {
   try {
     const total = Math.round(rate * seconds);
     const url = `${api.base}/charges`;
+    const authorization = `Bearer ${await tokenFor()}`;
     const inFlight: Promise<void>[] = [];
     const post = async (): Promise<void> => {
       const res = await fetch(url, {
         method: "POST",
-        headers: { "Content-Type": "application/json", "Idempotency-Key": crypto.randomUUID() },
+        headers: { "Content-Type": "application/json", "Idempotency-Key": crypto.randomUUID(), Authorization: authorization },
         body: '{"amountCents":4900}',
       });
       const t = performance.now();

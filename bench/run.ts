@@ -1,4 +1,4 @@
-// `bun run bench [--quick]`: each figure beside the limit measured in the same run on the same
+// `bun run bench [--quick] [--only <section>]`: each figure beside the limit measured in the same run on the same
 // machine, limit/ours pairs alternated, the median of the per-pair ratios reported. Prints a
 // table, writes bench/results/<date>.json. Exit 0 whatever the ratios; 1 only if a
 // measurement crashed. See bench/README.md.
@@ -11,6 +11,9 @@ import { benchServices, log, median, MissingTool } from "./support.ts";
 import { ServicesUnavailable } from "../testkit/services.ts";
 
 const quick = process.argv.includes("--quick");
+// `--only auth` runs the sections whose name contains "auth", and nothing else.
+const onlyAt = process.argv.indexOf("--only");
+const only = onlyAt >= 0 ? process.argv[onlyAt + 1] : undefined;
 const P = quick
   ? { pairs: 1, seconds: 4, replaySeconds: 2, conflictSeconds: 2, brokerMessages: 10_000, drainRows: 10_000, e2eSeconds: 5, logCompare: false }
   : { pairs: 3, seconds: 10, replaySeconds: 5, conflictSeconds: 5, brokerMessages: 50_000, drainRows: 50_000, e2eSeconds: 20, logCompare: true };
@@ -37,6 +40,7 @@ function row(figure: string, ours: number | null, unit: string, target: string, 
 }
 
 async function section(name: string, body: () => Promise<void>): Promise<void> {
+  if (only !== undefined && !name.includes(only)) return;
   try {
     await body();
   } catch (error) {
@@ -103,6 +107,23 @@ if (P.logCompare) {
     row("API created/s LOG_LEVEL=info vs =warn (info only)", info.createdPerSec, "/s", "-", null, warn.createdPerSec, info.createdPerSec / warn.createdPerSec);
   });
 }
+
+await section("auth cost (AUTH_MODE=jwt vs none)", async () => {
+  const jwt: ApiRun[] = [];
+  const none: ApiRun[] = [];
+  for (let i = 0; i < P.pairs; i++) {
+    const open = await apiRun(CONNECTIONS, P.seconds, "info", 0, "none");
+    const verified = await apiRun(CONNECTIONS, P.seconds, "info", 0, "jwt");
+    log(`pair ${i + 1}: ${describeApi(verified)} | ${describeApi(open)}`);
+    none.push(open);
+    jwt.push(verified);
+  }
+  raw.authCost = { jwt, none };
+  const ratios = jwt.map((j, i) => j.createdPerSec / (none[i]?.createdPerSec ?? Number.NaN));
+  row("API created/s AUTH_MODE=jwt vs =none (HS256)", median(jwt.map((a) => a.createdPerSec)), "/s", "-", null, median(none.map((a) => a.createdPerSec)), median(ratios));
+  const errors = [...jwt, ...none].reduce((n, a) => n + a.non2xx + a.socketErrors, 0);
+  if (errors > 0) notes.push(`auth cost: ${errors} non-2xx or socket errors`);
+});
 
 await section("relay drain vs broker limit", async () => {
   const limits: BrokerLimit[] = [];

@@ -1,7 +1,7 @@
 // Keys are scoped to the tenant: one client can never read, replay or block another's charge.
 // Also: the event carries its tenant (envelope and MQTT 5 user property, at a real broker),
 // and the schema change leaves rows written before tenants existed with the 'default' tenant.
-import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { createSql, migrate, type Sql } from "../lib/shared/db.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay } from "../lib/relay/loop.ts";
@@ -35,9 +35,9 @@ describe("two tenants, one key", () => {
     const [idA, idB] = [((await a.json()) as Charge).id, ((await b.json()) as Charge).id];
     expect(idA).not.toBe(idB);
     const rows = await db.sql<{ id: string; tenant: string }[]>`select id, tenant from charges order by tenant`;
-    expect(rows).toEqual([{ id: idA, tenant: A }, { id: idB, tenant: B }]);
+    expect([...rows]).toEqual([{ id: idA, tenant: A }, { id: idB, tenant: B }]);
     const keys = await db.sql<{ tenant: string; key: string }[]>`select tenant, key from idempotency_keys order by tenant`;
-    expect(keys).toEqual([{ tenant: A, key }, { tenant: B, key }]);
+    expect([...keys]).toEqual([{ tenant: A, key }, { tenant: B, key }]);
     // Each tenant's retry replays its own charge.
     const againA = await postCharge(api, body(), { key, tenant: A });
     expect(againA.headers.get("idempotent-replayed")).toBe("true");

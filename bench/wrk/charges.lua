@@ -1,8 +1,10 @@
 -- wrk script for POST /charges. BENCH_KEY set: every request uses that key (replays, 409s);
 -- unset: every request gets a fresh random UUID key (thread id + counter keep them unique).
+-- BENCH_TOKEN set: every request carries "Authorization: Bearer <token>" (AUTH_MODE=jwt).
 -- Every answer's status is counted per thread; done() adds them up and prints one line
 -- "BENCHJSON {...}" that bench/api-bench.ts parses (latencies in µs, statuses by code).
 local fixed = os.getenv("BENCH_KEY")
+local token = os.getenv("BENCH_TOKEN")
 local body = '{"amountCents":4900}'
 local counter = 0
 local threads = {}
@@ -28,7 +30,9 @@ end
 
 request = function()
   local k = fixed or key()
-  return wrk.format("POST", "/charges", { ["Content-Type"] = "application/json", ["Idempotency-Key"] = k }, body)
+  local headers = { ["Content-Type"] = "application/json", ["Idempotency-Key"] = k }
+  if token then headers["Authorization"] = "Bearer " .. token end
+  return wrk.format("POST", "/charges", headers, body)
 end
 
 response = function(status, headers, body)
