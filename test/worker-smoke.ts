@@ -149,7 +149,7 @@ async function checkApi(runtime: Runtime, base: string, db: ScratchDatabase, col
 /** 20 concurrent requests over 5 keys: exactly 5 charges, every answer a 201 or a 409; the 5 ids. */
 async function concurrentKeys(base: string, auth: Record<string, string>, db: ScratchDatabase, check: (c: boolean, m: string) => void): Promise<string[]> {
   const keys = Array.from({ length: CONCURRENT_KEYS }, () => crypto.randomUUID());
-  const [{ before }] = await db.sql<{ before: number }[]>`select count(*)::int as before from charges`;
+  const before = (await db.sql<{ n: number }[]>`select count(*)::int as n from charges`)[0]!.n;
   const answers = await Promise.all(
     Array.from({ length: CONCURRENT_REQUESTS }, async (_, i) => {
       const res = await fetch(`${base}/charges`, {
@@ -163,8 +163,8 @@ async function concurrentKeys(base: string, auth: Record<string, string>, db: Sc
   const statuses = answers.map((a) => a.status);
   check(statuses.every((s) => s === 201 || s === 409), `concurrent answers were ${statuses.join(",")}: only 201 and 409 expected`);
   const ids = new Set(answers.filter((a) => a.status === 201).map((a) => (JSON.parse(a.body) as { id: string }).id));
-  const [{ after }] = await db.sql<{ after: number }[]>`select count(*)::int as after from charges`;
-  check(after - before! === CONCURRENT_KEYS, `${CONCURRENT_REQUESTS} requests over ${CONCURRENT_KEYS} keys made ${after! - before!} charges`);
+  const after = (await db.sql<{ n: number }[]>`select count(*)::int as n from charges`)[0]!.n;
+  check(after - before === CONCURRENT_KEYS, `${CONCURRENT_REQUESTS} requests over ${CONCURRENT_KEYS} keys made ${after - before} charges`);
   check(ids.size <= CONCURRENT_KEYS, `the 201s name ${ids.size} distinct charges for ${CONCURRENT_KEYS} keys`);
   // A key all of whose requests met 409 still committed its charge: its replay names it.
   for (const key of keys) {
