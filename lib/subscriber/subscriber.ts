@@ -14,6 +14,7 @@
 import { metrics, type Meter } from "@opentelemetry/api";
 import type { IPublishPacket, MqttClient } from "mqtt";
 import { isUnavailable, describeDbError, type Sql, type Tx } from "../shared/db.ts";
+import { transaction } from "../shared/tx.ts";
 import { recordDeadLetter, recordInbox, type DeadLetter } from "./inbox-sql.ts";
 import { connectMqtt } from "../shared/mqtt-connect.ts";
 import { describeMqttError } from "../shared/mqtt-errors.ts";
@@ -39,7 +40,11 @@ export interface SubscriberOptions {
   readonly consumer: string;
   readonly clientId?: string;
   readonly sessionExpirySeconds?: number;
-  /** The consumer's own work; its writes through `tx` commit together with the inbox row. */
+  /**
+   * The consumer's own work; its writes through `tx` commit together with the inbox row. If the
+   * database connection is lost meanwhile, a statement on `tx` never settles: that attempt is
+   * abandoned and the event is tried again in a new transaction.
+   */
   readonly handler?: (event: OutboxEvent, tx: Tx) => Promise<void> | void;
   /** After the commit, before the PUBACK. */
   readonly onDelivery?: (delivery: Delivery) => void;
@@ -104,7 +109,8 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
     for (let attempt = 1; ; attempt += 1) {
       if (closing) throw new Closing();
       try {
-        return await sql.begin(async (tx) => {
+        // Postgres may go away mid-transaction: the attempt fails, the retry finds a new connection.
+        return await transaction(sql, async (tx) => {
           const fresh = await recordInbox(tx, event.id, consumer);
           if (fresh) await options.handler?.(event, tx);
           return !fresh;

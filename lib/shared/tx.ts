@@ -1,0 +1,73 @@
+// A transaction that never touches a connection that has closed under it.
+//
+// postgres.js 3.4.9 (issues #1154, #1208) throws an uncatchable TypeError, which ends the
+// process, when a statement is sent on a connection whose socket has closed: the callback's
+// next statement, or the ROLLBACK/COMMIT sql.begin() itself sends once the callback settles.
+// sql.begin() rejects as soon as its connection closes; from then on the callback here never
+// sends or settles again (it is left pending and collected), so postgres.js never touches the
+// dead connection, and the pool opens a fresh one for whoever asks next.
+import { isConnectionLost, type Sql, type Tx } from "./db.ts";
+
+// How long a statement that failed with a connection-level error waits for postgres.js to
+// confirm the connection closed (that follows the error within milliseconds); unconfirmed, the
+// connection is alive and the error is thrown. It happens: postgres.js 3.4.9 keeps a FATAL
+// 57P01 from a killed connection and hands it to the first query after the reconnect.
+const CLOSE_CONFIRM_MS = 1000;
+
+/** Never settles; what awaits it is dropped with it (nothing else references it). */
+export const forever = (): Promise<never> => new Promise<never>(() => {});
+
+/**
+ * sql.begin(work), safe when the connection closes mid-transaction: the promise rejects with
+ * the connection's error, and `work` is never resumed past its next statement.
+ *
+ * `work` gets a `tx` whose statements (tagged templates and unsafe()) are never sent once the
+ * connection is lost: they stay pending for good, so code that is not ours (a handler) cannot
+ * send on it either. `lost()` says so, for work that must not park while holding something
+ * (a lock other callers wait on). Savepoints are not guarded: nothing here uses them.
+ */
+export function transaction<T>(sql: Sql, work: (tx: Tx, lost: () => boolean) => Promise<T>): Promise<T> {
+  let lost = false;
+  let confirmLost: () => void = () => {};
+  const closed = new Promise<void>((resolve) => (confirmLost = resolve));
+  const isLost = (): boolean => lost;
+  const result = sql.begin(async (tx) => {
+    try {
+      const value = await work(guarded(tx, isLost), isLost);
+      if (lost) await forever(); // no COMMIT on a dead connection
+      return value;
+    } catch (error) {
+      if (isConnectionLost(error)) await within(closed, CLOSE_CONFIRM_MS);
+      if (lost) await forever(); // no ROLLBACK on a dead connection
+      throw error; // the connection is alive: postgres.js rolls back
+    }
+  }) as Promise<T>;
+  result.catch(() => {
+    lost = true;
+    confirmLost();
+  });
+  return result;
+}
+
+/** `tx`, except that a statement made once `lost()` is never sent and never settles. */
+function guarded(tx: Tx, lost: () => boolean): Tx {
+  const unsafe = new Proxy(tx.unsafe, {
+    apply: (target, self, args: unknown[]) => (lost() ? forever() : Reflect.apply(target, self, args)),
+  });
+  return new Proxy(tx, {
+    apply(target, self, args: unknown[]) {
+      const template = Array.isArray((args[0] as { raw?: unknown } | undefined)?.raw);
+      return template && lost() ? forever() : Reflect.apply(target, self, args);
+    },
+    get(target, key, receiver) {
+      return key === "unsafe" ? unsafe : Reflect.get(target, key, receiver);
+    },
+  });
+}
+
+/** Resolves when `promise` does or after `ms`, whichever comes first. */
+async function within(promise: Promise<void>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([promise, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}
