@@ -29,8 +29,8 @@ const api = await startApi(config, { metrics: telemetry.scrape, logger: log }).c
   }
   throw error;
 });
-const server = serve(config.port, api.fetch);
-log.info("api listening", { port: server.port });
+const server = serve(config.port, api.fetch, undefined, { reusePort: config.apiReusePort });
+log.info("api listening", { port: server.port, reusePort: config.apiReusePort, poolSize: config.apiPoolSize });
 
 // On SIGTERM, requests in flight get this long to finish before their connections are cut:
 // far above a request's own time bounds, and well inside the 30 s an orchestrator usually

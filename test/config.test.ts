@@ -27,6 +27,12 @@ test("auth defaults: jwt mode, the tenant in sub, no key source (the API refuses
   expect(set).toMatchObject({ mode: "none", tenantClaim: "org_id", issuer: "https://idp/", audience: "charges", jwksUrl: "https://idp/jwks.json" });
 });
 
+test("API pool size 32 and no SO_REUSEPORT by default; both settable for running several APIs on one port", () => {
+  expect(loadConfig({})).toMatchObject({ apiPoolSize: 32, apiReusePort: false });
+  expect(loadConfig({ API_POOL_SIZE: "16", API_REUSE_PORT: "1" })).toMatchObject({ apiPoolSize: 16, apiReusePort: true });
+  expect(loadConfig({ API_REUSE_PORT: "false" }).apiReusePort).toBe(false);
+});
+
 test.each([
   ["PORT", "abc"],
   ["PORT", "70000"],
@@ -44,6 +50,8 @@ test.each([
   ["AUTH_MODE", "basic"],
   ["AUTH_JWT_SECRET", "x".repeat(31)],
   ["AUTH_JWKS_URL", "file:///etc/jwks.json"],
+  ["API_POOL_SIZE", "0"],
+  ["API_REUSE_PORT", "yes"],
 ])("%s=%p is refused with a message naming it", (name, value) => {
   let error: unknown;
   try {

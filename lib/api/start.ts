@@ -12,11 +12,6 @@ import { createOutboxNotifier } from "../shared/wakeup.ts";
 import { createPoolGate } from "../shared/pool-gate.ts";
 import { createAuthenticator, IMPLICIT_TENANT, type AuthOptions } from "./auth.ts";
 
-// One connection per concurrent request at the load we benchmark (32 clients): every
-// charge is one statement ending in a commit flush, and more concurrent commits let group
-// commit share the flushes (the measured effect of pool size is in bench/README.md).
-const API_POOL_SIZE = 32;
-
 export interface ApiProcess {
   readonly sql: Sql;
   readonly fetch: (request: Request) => Promise<Response>;
@@ -29,7 +24,7 @@ export interface ApiOptions {
   /** Where the API's instruments live; defaults to the global meter provider. */
   readonly meter?: Meter;
   readonly logger?: Logger;
-  /** Pool size; tests shrink it to saturate the pool with a few requests. */
+  /** Pool size (default API_POOL_SIZE); tests shrink it to saturate the pool with a few requests. */
   readonly poolSize?: number;
   readonly auth?: AuthOptions;
 }
@@ -41,7 +36,7 @@ export interface ApiOptions {
 export async function startApi(config: Config, options: ApiOptions = {}): Promise<ApiProcess> {
   const auth = createAuthenticator(config.auth, options.auth);
   const bounds = config.apiTimeBounds;
-  const poolSize = options.poolSize ?? API_POOL_SIZE;
+  const poolSize = options.poolSize ?? config.apiPoolSize;
   const sql = createSql(config.databaseUrl, {
     max: poolSize,
     applicationName: "charges-api",

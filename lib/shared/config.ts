@@ -28,6 +28,10 @@ export interface Config {
   readonly logLevel: LogLevel;
   readonly otlpEndpoint: string | undefined;
   readonly apiTimeBounds: ApiTimeBounds;
+  /** Connections in the API process's pool; N processes hold N times this many. */
+  readonly apiPoolSize: number;
+  /** Listen with SO_REUSEPORT, so several API processes can share PORT. */
+  readonly apiReusePort: boolean;
   readonly auth: AuthConfig;
 }
 
@@ -94,6 +98,20 @@ function topicPrefix(env: Env): string {
   }
   return raw;
 }
+
+function flag(env: Env, name: string): boolean {
+  const raw = (env[name] ?? "").trim().toLowerCase();
+  if (raw === "" || raw === "0" || raw === "false") return false;
+  if (raw === "1" || raw === "true") return true;
+  throw new ConfigError(`${name} must be 1, true, 0 or false, got "${raw}"`);
+}
+
+// One connection per concurrent request at the load we benchmark (32 clients): every charge
+// is one statement ending in a commit flush, and more concurrent commits let group commit
+// share the flushes (the measured effect of pool size is in bench/README.md).
+const API_POOL_SIZE = 32;
+// A sanity bound: each connection is a Postgres backend process, and a pool this large is a typo.
+const MAX_API_POOL_SIZE = 1000;
 
 function logLevel(env: Env): LogLevel {
   const raw = (env.LOG_LEVEL ?? "info").trim().toLowerCase();
@@ -164,6 +182,8 @@ export function loadConfig(env: Env): Config {
     logLevel: logLevel(env),
     otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || undefined,
     apiTimeBounds: apiTimeBounds(env),
+    apiPoolSize: integer(env, "API_POOL_SIZE", API_POOL_SIZE, 1, MAX_API_POOL_SIZE),
+    apiReusePort: flag(env, "API_REUSE_PORT"),
     auth: authConfig(env),
   });
 }
@@ -225,7 +245,6 @@ function apiTimeBounds(env: Env): ApiTimeBounds {
   }
   return Object.freeze(bounds);
 }
-
 
 /** For entrypoints: load or print the one clear line and exit. */
 export function configOrExit(env: Env): Config {

@@ -16,13 +16,13 @@ type ErrorHandler = (error: unknown) => Response;
 
 interface DenoLike {
   serve(
-    options: { port: number; hostname?: string; onListen?: (addr: { port: number }) => void; onError?: ErrorHandler },
+    options: { port: number; hostname?: string; reusePort?: boolean; onListen?: (addr: { port: number }) => void; onError?: ErrorHandler },
     handler: FetchHandler,
   ): { addr: { port: number }; shutdown(): Promise<void> };
 }
 
 interface BunLike {
-  serve(options: { port: number; hostname?: string; development: boolean; fetch: FetchHandler; error: ErrorHandler }): {
+  serve(options: { port: number; hostname?: string; reusePort?: boolean; development: boolean; fetch: FetchHandler; error: ErrorHandler }): {
     port: number;
     stop(closeActive?: boolean): Promise<void> | void;
   };
@@ -30,15 +30,24 @@ interface BunLike {
 
 const g = globalThis as unknown as { Bun?: BunLike; Deno?: DenoLike };
 
+export interface ServeOptions {
+  /**
+   * SO_REUSEPORT: several processes listen on the same port and the kernel spreads new
+   * connections over them (Linux). Without it a second process on a taken port fails to start.
+   */
+  readonly reusePort?: boolean;
+}
+
 /**
  * Serve a fetch handler on a port (0 = any free port), in production mode: a handler that
  * throws is answered with a bare RFC 9457 problem, never the runtime's HTML or stack trace.
  * Every request reaches `fetch` through routableRequest.
  */
-export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0"): Server {
+export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0", options: ServeOptions = {}): Server {
   const handler: FetchHandler = (request) => fetch(routableRequest(request));
+  const reusePort = options.reusePort ?? false;
   if (g.Bun) {
-    const server = g.Bun.serve({ port, hostname, development: false, fetch: handler, error: internalError });
+    const server = g.Bun.serve({ port, hostname, reusePort, development: false, fetch: handler, error: internalError });
     return {
       port: server.port,
       async stop(graceMs = 0) {
@@ -48,7 +57,7 @@ export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0"): 
     };
   }
   if (g.Deno) {
-    const server = g.Deno.serve({ port, hostname, onListen: () => {}, onError: internalError }, handler);
+    const server = g.Deno.serve({ port, hostname, reusePort, onListen: () => {}, onError: internalError }, handler);
     // Deno's shutdown is always graceful; past the grace the process exits around it.
     return { port: server.addr.port, stop: async (graceMs = 0) => void (await within(server.shutdown(), graceMs)) };
   }
