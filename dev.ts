@@ -3,12 +3,14 @@
 // temp dir when Postgres's user cannot reach the project: dev/pg-place.ts), an in-process
 // MQTT broker unless MQTT_URL is set, then api, relay and a printing subscriber.
 // Ctrl-C stops the three processes first and the services they use last.
+import { relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { killChildrenNow, startChild, stopChildren, type Child } from "./dev/children.ts";
 import { DATA_DIR, startEmbeddedPostgres } from "./dev/embedded-postgres.ts";
 import { startLocalBroker } from "./dev/mqtt-broker.ts";
 import { banner, dataPlace, embeddedPostgresLine, print, printPostgres } from "./dev/output.ts";
 import { freePort } from "./dev/ports.ts";
+import { DEMO_TENANT, devSecret, DEV_SECRET_FILE, mintToken } from "./dev/token.ts";
 
 const ROOT = fileURLToPath(new URL("./", import.meta.url));
 const DEFAULT_API_PORT = 3000;
@@ -35,7 +37,8 @@ async function main(): Promise<void> {
   services.push(broker);
   const apiPort = await portFor("PORT", DEFAULT_API_PORT);
   const relayPort = await portFor("RELAY_PORT", DEFAULT_RELAY_PORT);
-  const env = { ...process.env, DATABASE_URL: database.url, MQTT_URL: broker.url, PORT: String(apiPort), RELAY_PORT: String(relayPort) };
+  const auth = authSetup();
+  const env = { ...process.env, ...auth.env, DATABASE_URL: database.url, MQTT_URL: broker.url, PORT: String(apiPort), RELAY_PORT: String(relayPort) };
   children.push(startChild("api", [`${ROOT}api.ts`], env, print));
   children.push(startChild("relay", [`${ROOT}relay.ts`], env, print));
   children.push(startChild("subscriber", [subscriberScript()], env, print));
@@ -44,7 +47,16 @@ async function main(): Promise<void> {
   const relay = `http://127.0.0.1:${relayPort}`;
   // The relay's /healthz, not /readyz: a relay waiting for its broker is running, and says why in its lines.
   await Promise.all([waitReady(`${api}/readyz`), waitReady(`${relay}/healthz`)]);
-  const endpoints = { api, relay, databaseUrl: database.url, databaseNote: database.note, mqttUrl: broker.url, mqttNote: broker.note };
+  const endpoints = {
+    api,
+    relay,
+    databaseUrl: database.url,
+    databaseNote: database.note,
+    mqttUrl: broker.url,
+    mqttNote: broker.note,
+    authorization: await auth.authorization(),
+    authNote: auth.note,
+  };
   for (const line of banner(endpoints)) log(line);
 }
 
@@ -61,6 +73,34 @@ async function brokerService(): Promise<Service> {
   const broker = await startLocalBroker();
   print("mqtt", `in-process MQTT broker (aedes, MQTT 3.1.1) on port ${broker.port}`);
   return { url: broker.url, note: "(in-process aedes)", stop: () => broker.close() };
+}
+
+interface AuthSetup {
+  readonly env: Record<string, string>;
+  /** The Authorization header value the printed curl carries, if dev mode can mint one. */
+  authorization(): Promise<string | undefined>;
+  readonly note: string;
+}
+
+/**
+ * Authentication stays on in dev mode: with no key source configured, the API gets the dev
+ * secret (created once in .data/) and the banner a token for the demo tenant.
+ */
+function authSetup(): AuthSetup {
+  const mode = (process.env.AUTH_MODE ?? "").trim().toLowerCase();
+  if (mode === "none") return { env: {}, authorization: async () => undefined, note: "AUTH_MODE=none: no token needed" };
+  const configured = process.env.AUTH_JWT_SECRET;
+  if (!configured && process.env.AUTH_JWKS_URL) {
+    return { env: {}, authorization: async () => "Bearer <a token from your identity provider>", note: "tokens from AUTH_JWKS_URL" };
+  }
+  const secret = configured || devSecret();
+  const note = configured ? "a token signed with AUTH_JWT_SECRET" : `a token signed with the dev secret in ${relative(ROOT, DEV_SECRET_FILE)}`;
+  const claims = { tenant: DEMO_TENANT, tenantClaim: process.env.AUTH_TENANT_CLAIM?.trim() || undefined, issuer: process.env.AUTH_ISSUER?.trim() || undefined, audience: process.env.AUTH_AUDIENCE?.trim() || undefined };
+  return {
+    env: { AUTH_JWT_SECRET: secret },
+    authorization: async () => `Bearer ${await mintToken(secret, claims)}`,
+    note: `${note}, for the tenant "${DEMO_TENANT}" (bun run token <tenant> mints others)`,
+  };
 }
 
 /** The variable when set; otherwise the usual port, or any free one when it is taken. */

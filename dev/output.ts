@@ -48,17 +48,22 @@ export interface Endpoints {
   readonly databaseNote: string;
   readonly mqttUrl: string;
   readonly mqttNote: string;
+  /** The Authorization header value of the printed curl (none with AUTH_MODE=none). */
+  readonly authorization: string | undefined;
+  readonly authNote: string;
 }
 
 export function banner(endpoints: Endpoints): string[] {
   const key = crypto.randomUUID();
+  const auth = endpoints.authorization ? ` -H 'Authorization: ${endpoints.authorization}'` : "";
   return [
     "ready: api, relay and subscriber are running. Ctrl-C stops everything.",
     `  API        ${endpoints.api}   (${endpoints.api}/openapi.json, /metrics, /readyz)`,
     `  relay      ${endpoints.relay}/readyz   (/metrics)`,
     `  Postgres   ${endpoints.databaseUrl}   ${endpoints.databaseNote}`,
     `  MQTT       ${endpoints.mqttUrl}   ${endpoints.mqttNote}`,
+    `  auth       ${endpoints.authNote}`,
     "create a charge (paste it twice: the second answer is the stored one, with Idempotent-Replayed: true):",
-    `  curl -i -X POST ${endpoints.api}/charges -H 'Content-Type: application/json' -H 'Idempotency-Key: ${key}' -d '{"amountCents": 4900}'`,
+    `  curl -i -X POST ${endpoints.api}/charges -H 'Content-Type: application/json'${auth} -H 'Idempotency-Key: ${key}' -d '{"amountCents": 4900}'`,
   ];
 }
