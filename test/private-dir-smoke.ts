@@ -105,9 +105,9 @@ async function runTestFile(clone: string): Promise<number> {
 
 async function runDevTwice(clone: string): Promise<string> {
   const key = crypto.randomUUID();
-  const first = await withDev(clone, (api) => postCharge(api, key));
+  const first = await withDev(clone, (api, authorization) => postCharge(api, key, authorization));
   if (first.status !== 201) throw new SmokeFailure(`POST /charges answered ${first.status}, not 201`, [first.body]);
-  const again = await withDev(clone, (api) => postCharge(api, key));
+  const again = await withDev(clone, (api, authorization) => postCharge(api, key, authorization));
   if (again.replayed !== "true" || again.body !== first.body) {
     throw new SmokeFailure(`after a restart the same key answered ${again.status} (replayed: ${again.replayed}), not the stored charge`, [first.body, again.body]);
   }
@@ -122,7 +122,7 @@ interface Answer {
 }
 
 /** Starts `bun run dev` in the clone, checks its Postgres line, runs `use`, stops it with SIGTERM. */
-async function withDev(clone: string, use: (api: string) => Promise<Omit<Answer, "dataDir">>): Promise<Answer> {
+async function withDev(clone: string, use: (api: string, authorization: string) => Promise<Omit<Answer, "dataDir">>): Promise<Answer> {
   const port = await freePort();
   const env = bareEnv({ PORT: String(port), RELAY_PORT: String(await freePort()), NO_COLOR: "1" });
   const dev = Bun.spawn([process.execPath, "run", "dev"], { cwd: clone, env, stdout: "pipe", stderr: "pipe", detached: true });
@@ -137,7 +137,10 @@ async function withDev(clone: string, use: (api: string) => Promise<Omit<Answer,
     throw error instanceof SmokeFailure ? error : new SmokeFailure(String(error), lines);
   });
   const dataDir = cacheDataDir(lines);
-  const answer = await use(`http://127.0.0.1:${port}`);
+  // The token of the curl dev mode prints, as a user would paste it.
+  const authorization = lines.map((line) => /-H 'Authorization: ([^']+)'/.exec(line)?.[1]).find(Boolean);
+  if (!authorization) throw new SmokeFailure("the curl bun run dev printed carries no Authorization header", lines);
+  const answer = await use(`http://127.0.0.1:${port}`, authorization);
   // To the group, as a terminal's Ctrl-C would reach `bun run` and the script it runs.
   killPid(-dev.pid, "SIGTERM");
   const code = await within(dev.exited, DEV_STOP_TIMEOUT_MS);
@@ -157,10 +160,10 @@ function cacheDataDir(lines: string[]): string {
   return match[1];
 }
 
-async function postCharge(api: string, key: string): Promise<Omit<Answer, "dataDir">> {
+async function postCharge(api: string, key: string, authorization: string): Promise<Omit<Answer, "dataDir">> {
   const response = await fetch(`${api}/charges`, {
     method: "POST",
-    headers: { "Content-Type": "application/json", "Idempotency-Key": key },
+    headers: { "Content-Type": "application/json", "Idempotency-Key": key, Authorization: authorization },
     body: JSON.stringify({ amountCents: 4900 }),
   });
   return { status: response.status, replayed: response.headers.get("Idempotent-Replayed"), body: await response.text() };
