@@ -23,8 +23,15 @@ async function signingKey(kid: string, alg: "RS256" | "ES256" | "EdDSA"): Promis
   return { kid, alg, privateKey, publicKey, jwk: { ...(await exportJWK(publicKey)), kid, alg, use: "sig" } };
 }
 
+/** A fresh token each call (its own jti): no verdict on an earlier token can answer for it. */
 function sign(key: SigningKey, tenant: string, kid = key.kid): Promise<string> {
-  return new SignJWT({}).setProtectedHeader({ alg: key.alg, kid }).setSubject(tenant).setIssuedAt().setExpirationTime("10m").sign(key.privateKey);
+  return new SignJWT({})
+    .setProtectedHeader({ alg: key.alg, kid })
+    .setSubject(tenant)
+    .setJti(crypto.randomUUID())
+    .setIssuedAt()
+    .setExpirationTime("10m")
+    .sign(key.privateKey);
 }
 
 // The identity provider: its published keys can be swapped, and it counts the fetches.
