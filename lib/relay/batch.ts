@@ -12,7 +12,6 @@ import { classify, EMPTY_RESULT, tally, type BatchResult, type Outcome } from ".
 
 export interface BatchContext {
   readonly sql: Sql;
-  readonly batchSize: number;
   readonly topicPrefix: string;
   readonly publish: PublishFn;
   readonly broker: { readonly connected: boolean };
@@ -113,7 +112,7 @@ const forever = (): Promise<never> => new Promise<never>(() => {});
  * on the callback never sends or settles again (it is left pending and collected), so
  * postgres.js never touches the dead connection, and the pool opens a fresh one.
  */
-export function startBatch(ctx: BatchContext, turn: BatchTurn): BatchRun {
+export function startBatch(ctx: BatchContext, turn: BatchTurn, limit: number): BatchRun {
   let lost = false;
   let confirmLost: () => void = () => {};
   const closed = new Promise<void>((resolve) => (confirmLost = resolve));
@@ -121,7 +120,7 @@ export function startBatch(ctx: BatchContext, turn: BatchTurn): BatchRun {
   const claimed = new Promise<number>((resolve) => (handOff = resolve));
   const result = ctx.sql.begin(async (tx) => {
     try {
-      return await batchInTx(ctx, turn, tx, handOff, () => lost);
+      return await batchInTx(ctx, turn, limit, tx, handOff, () => lost);
     } catch (error) {
       if (isConnectionLost(error)) await within(closed, CLOSE_CONFIRM_MS);
       if (lost) await forever();
@@ -150,6 +149,7 @@ async function within(promise: Promise<void>, ms: number): Promise<void> {
 async function batchInTx(
   ctx: BatchContext,
   turn: BatchTurn,
+  limit: number,
   tx: Tx,
   handOff: (count: number) => void,
   lost: () => boolean,
@@ -162,11 +162,11 @@ async function batchInTx(
     // (Never parked while holding the lock: the other lanes wait on it.)
     if (turn.stop.aborted || !ctx.broker.connected || lost()) return undefined;
     // Both statements leave in one write (pipelined): one round trip.
-    const [, rows] = await Promise.all([claimInIndexOrder(tx), claimBatch(tx, ctx.batchSize)]);
+    const [, rows] = await Promise.all([claimInIndexOrder(tx), claimBatch(tx, limit)]);
     // Either way every row is handed to the broker before the next claim, so the publish
     // order follows created_at. A full claim goes out at once (throughput); a short one in
     // turn (latency, see publishInTurn), still under the lock.
-    if (rows.length === ctx.batchSize) return { rows, outcomes: settle(ctx, rows.map((row) => publishRow(ctx, row))) };
+    if (rows.length === limit) return { rows, outcomes: settle(ctx, rows.map((row) => publishRow(ctx, row))) };
     return { rows, outcomes: Promise.resolve(await publishInTurn(ctx, rows)) };
   });
   handOff(claimed?.rows.length ?? 0);

@@ -14,7 +14,7 @@ import type { Broker, PublishFn } from "./publisher.ts";
 import { startBatch, type BatchContext, type BatchRun, type BatchTurn } from "./batch.ts";
 import type { BatchResult } from "./outcome.ts";
 import { createClaimLock } from "./claim-lock.ts";
-import { drain, laneCount } from "./lanes.ts";
+import { createClaimSizer, drain, laneCount } from "./lanes.ts";
 import { createWaker } from "./wake.ts";
 import { listenForOutbox, type OutboxListener } from "../shared/wakeup.ts";
 
@@ -31,6 +31,7 @@ export interface RelayEvents {
 export interface RelayOptions {
   readonly sql: Sql;
   readonly broker: Broker;
+  /** The largest claim (OUTBOX_BATCH_SIZE); a drain starts smaller and grows while claims come back full. */
   readonly batchSize: number;
   readonly pollMs: number;
   readonly topicPrefix: string;
@@ -48,7 +49,7 @@ export interface Relay {
   readonly state: RelayState;
   /** LISTEN is in place: a NOTIFY now wakes the relay. */
   readonly listening: boolean;
-  /** Claims one batch, publishes it, marks it; returns the rows published. */
+  /** Claims one batch of up to batchSize rows, publishes it, marks it; returns the rows published. */
   runOnce(): Promise<number>;
   /** The loop; resolves after stop(). */
   run(): Promise<void>;
@@ -94,7 +95,6 @@ export function createRelay(options: RelayOptions): Relay {
 
   const ctx: BatchContext = {
     sql,
-    batchSize,
     topicPrefix: options.topicPrefix,
     publish: options.publish ?? broker.publish,
     broker,
@@ -102,6 +102,7 @@ export function createRelay(options: RelayOptions): Relay {
     retry: { ...DEFAULT_RETRY, ...options.retry },
   };
   const turn: BatchTurn = { lock: createClaimLock(), stop: stopping.signal };
+  const sizer = createClaimSizer(batchSize);
 
   const setState = (next: RelayState): void => {
     if (next === state) return;
@@ -110,9 +111,9 @@ export function createRelay(options: RelayOptions): Relay {
   };
 
   /** One batch, reported (metrics, log line) once committed and tracked until then, for stop(). */
-  function batch(): BatchRun {
+  function batch(limit: number): BatchRun {
     const started = performance.now();
-    const run = startBatch(ctx, turn);
+    const run = startBatch(ctx, turn, limit);
     const result = run.result.then((r) => {
       for (const [topic, lags] of r.lags) events.onPublished?.(topic, lags);
       for (const [topic, count] of r.errors) events.onPublishError?.(topic, count);
@@ -152,7 +153,7 @@ export function createRelay(options: RelayOptions): Relay {
       setState("draining");
       waker.take();
       try {
-        await drain({ batchSize, maxLanes, stop: stopping.signal, startBatch: batch });
+        await drain({ maxLanes, sizer, stop: stopping.signal, startBatch: batch });
         backoff = DB_BACKOFF_MIN_MS;
       } catch (error) {
         setState("backing-off");
@@ -179,7 +180,7 @@ export function createRelay(options: RelayOptions): Relay {
       return listening;
     },
     async runOnce() {
-      return (await batch().result).published;
+      return (await batch(batchSize).result).published;
     },
     run() {
       loop ??= loopUntilStopped();
