@@ -12,7 +12,7 @@ const { db, api } = await apiTestContext("api");
 const key = () => crypto.randomUUID();
 const body = (amount: unknown = 4900) => JSON.stringify({ amountCents: amount });
 
-describe("the seed's test", () => {
+describe("a retried POST never charges twice", () => {
   test("two identical requests: 201 twice, identical bodies, one row in each table", async () => {
     const k = key();
     const first = await postCharge(api, body(), { key: k });

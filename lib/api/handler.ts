@@ -9,7 +9,7 @@ import { buildApp } from "./app.ts";
 import type { ApiMetrics } from "./metrics.ts";
 import type { Logger } from "../shared/log.ts";
 import { probeDatabase, type Sql } from "../shared/db.ts";
-import { keyHash } from "./keys.ts";
+import { keyHash } from "../shared/redact.ts";
 import { problemResponse } from "./problem.ts";
 import type { Authenticator } from "./auth.ts";
 import { prepareSchemas } from "./schemas.ts";

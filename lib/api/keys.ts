@@ -7,24 +7,15 @@
 // Either way the key is 1 to MAX_KEY_CHARS visible ASCII characters (0x21–0x7E). A UUID
 // (hyphenated 8-4-4-4-12 hex, any version) is normalized to lowercase, so every spelling of
 // one UUID is one key; any other key is compared exactly, case included.
-import { createHash } from "node:crypto";
 import { parseItem } from "structured-headers";
 import { isUuid } from "../shared/uuid.ts";
 
-// Enough of a SHA-256 to tell one client's retries apart from another's in the logs
-// (48 bits), and no way back to the key, which is a bearer of the request's identity.
-const KEY_HASH_HEX_CHARS = 12;
 // What payment APIs accept (Stripe: 255): room for `<prefix>-retry-<uuid>` and the ids a
 // client derives its keys from, and a bound on what one key row stores.
 export const MAX_KEY_CHARS = 255;
 const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
 // Bare: visible ASCII without the characters that delimit structured fields.
 const BARE_FORBIDDEN = /[",;]/;
-
-/** What logs carry instead of an Idempotency-Key: the first hex digits of its SHA-256. */
-export function keyHash(key: string): string {
-  return createHash("sha256").update(key).digest("hex").slice(0, KEY_HASH_HEX_CHARS);
-}
 
 export type KeyParse =
   | { readonly ok: true; readonly key: string }

@@ -6,6 +6,7 @@ import type { Config } from "../shared/config.ts";
 import { describeDbError, type Sql } from "../shared/db.ts";
 import { deleteInBatches, withJobLock } from "../shared/job-lock.ts";
 import type { Logger } from "../shared/log.ts";
+import { keyHash } from "../shared/redact.ts";
 import {
   chargesWithoutOutbox,
   deleteExpiredKeys,
@@ -118,7 +119,9 @@ async function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGaug
 async function reportStaleKeys(sql: Sql, gauges: OpsGauges, log: Logger): Promise<JobResult> {
   const job = "stale-keys";
   const summary = await staleStartedSummary(sql, STALE_STARTED_SECONDS);
-  const sample = summary.count > 0 ? await staleStartedSample(sql, STALE_STARTED_SECONDS, SAMPLE_SIZE) : [];
+  const stale = summary.count > 0 ? await staleStartedSample(sql, STALE_STARTED_SECONDS, SAMPLE_SIZE) : [];
+  // A key is a bearer of its request's identity: logs and results name it by its hash.
+  const sample = stale.map(({ key, ...rest }) => ({ keyHash: keyHash(key), ...rest }));
   gauges.staleStartedKeys = summary.count;
   gauges.staleStartedOldestSeconds = summary.oldestAgeSeconds;
   gauges.computedAt[job] = Date.now();

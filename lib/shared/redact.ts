@@ -1,4 +1,5 @@
 // Masking of secrets before they reach a log line or an error message.
+import { createHash } from "node:crypto";
 
 const MASK = "***";
 
@@ -31,4 +32,13 @@ function maskUserinfo(text: string): string {
   const colon = text.indexOf(":", slashes < 0 ? 0 : slashes + 2);
   if (colon < 0 || colon > at) return text;
   return `${text.slice(0, colon + 1)}${MASK}${text.slice(at)}`;
+}
+
+// Enough of a SHA-256 to tell one client's retries apart from another's in the logs
+// (48 bits), and no way back to the key, which is a bearer of the request's identity.
+const KEY_HASH_HEX_CHARS = 12;
+
+/** What logs carry instead of an Idempotency-Key: the first hex digits of its SHA-256. */
+export function keyHash(key: string): string {
+  return createHash("sha256").update(key).digest("hex").slice(0, KEY_HASH_HEX_CHARS);
 }
