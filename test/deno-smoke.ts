@@ -10,6 +10,7 @@ import { createScratchDatabase, scratchName } from "../testkit/database.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { killAll, spawnScript, waitForHttp, type Child } from "../testkit/processes.ts";
 import { processServices } from "../testkit/services.ts";
+import { authEnv, authHeaders, TEST_TENANT } from "../testkit/auth.ts";
 
 // Deno's first run resolves the npm packages and compiles: allow for a cold cache.
 const READY_TIMEOUT_MS = 60_000;
@@ -42,7 +43,8 @@ async function main(): Promise<void> {
 
 async function run(databaseUrl: string, mqttUrl: string, prefix: string): Promise<void> {
   const [apiPort, relayPort] = [await freePort(), await freePort()];
-  const env = { DATABASE_URL: databaseUrl, MQTT_URL: mqttUrl, PORT: String(apiPort), RELAY_PORT: String(relayPort), MQTT_TOPIC_PREFIX: prefix };
+  // Authentication on, as deployed: jose verifies the test kit's tokens on Deno too.
+  const env = { DATABASE_URL: databaseUrl, MQTT_URL: mqttUrl, PORT: String(apiPort), RELAY_PORT: String(relayPort), MQTT_TOPIC_PREFIX: prefix, ...authEnv() };
   // Listening before the charge exists: the relay publishes within milliseconds of the commit.
   const subscriber = await collect(mqttUrl, prefix).catch((error: Error) => {
     throw new SmokeFailure(`cannot connect to MQTT_URL: ${error.message}`);
@@ -54,9 +56,9 @@ async function run(databaseUrl: string, mqttUrl: string, prefix: string): Promis
     const chargeId = await createAndReplay(api);
     await subscriber
       .waitForMessage(
-        (m) => m.envelope?.type === CHARGE_CREATED && (m.envelope.data as ChargeCreatedData).chargeId === chargeId,
+        (m) => m.envelope?.type === CHARGE_CREATED && (m.envelope.data as ChargeCreatedData).chargeId === chargeId && m.envelope.tenantId === TEST_TENANT,
         EVENT_TIMEOUT_MS,
-        `${CHARGE_CREATED} event for charge ${chargeId}`,
+        `${CHARGE_CREATED} event for ${TEST_TENANT}'s charge ${chargeId}`,
       )
       .catch((error: Error) => {
         throw new SmokeFailure(error.message);
@@ -83,9 +85,12 @@ async function ready(child: Child, url: string): Promise<void> {
 async function createAndReplay(api: string): Promise<string> {
   const init = {
     method: "POST",
-    headers: { "content-type": "application/json", "idempotency-key": crypto.randomUUID() },
+    headers: { "content-type": "application/json", "idempotency-key": crypto.randomUUID(), ...(await authHeaders()) },
     body: JSON.stringify({ amountCents: 4900 }),
   };
+  const anonymous = await fetch(`${api}/charges`, { ...init, headers: { ...init.headers, authorization: "" } });
+  await anonymous.body?.cancel();
+  check(anonymous.status === 401, `POST /charges without a token answered ${anonymous.status}, not 401`);
   const first = await fetch(`${api}/charges`, init);
   const firstBody = await first.text();
   check(first.status === 201, `POST /charges answered ${first.status}, not 201: ${firstBody.slice(0, 200)}`);
