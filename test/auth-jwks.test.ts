@@ -94,6 +94,21 @@ describe("JWKS", () => {
     await expectRefusedAfter(post(await sign(rsa, "acme")), 2);
   });
 
+  test("a verified token is remembered only while its key set is current: the very same token is refused once its key is withdrawn", async () => {
+    const withdrawn = await signingKey("rsa-w", "RS256");
+    published = [withdrawn.jwk];
+    const token = await sign(withdrawn, "acme");
+    expect((await post(token)).status).toBe(201);
+    expect((await post(token)).status).toBe(201);
+    // The provider withdraws the key; a token with a kid jose has not seen makes it fetch the set again.
+    const successor = await signingKey("rsa-s", "RS256");
+    published = [successor.jwk];
+    const before = fetches;
+    expect((await post(await sign(successor, "acme"))).status).toBe(201);
+    expect(fetches).toBeGreaterThan(before);
+    await expectRefusedAfter(post(token), 3);
+  });
+
   test("a kid the provider does not publish, even after a refresh → 401", async () => {
     published = [rsa.jwk];
     const stranger = await signingKey("nobody", "RS256");

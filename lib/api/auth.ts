@@ -4,8 +4,9 @@
 // anything is verified: an HS256 token is checked against AUTH_JWT_SECRET only, and an
 // asymmetric one against the JWKS only, so neither `alg: none` nor a token "signed" with
 // HMAC over a public key (algorithm confusion) can pass.
-import { createRemoteJWKSet, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from "jose";
+import { createRemoteJWKSet, customFetch, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from "jose";
 import { ConfigError, type AuthConfig } from "../shared/config.ts";
+import { createTokenCache } from "./token-cache.ts";
 
 /** The tenant of every request when AUTH_MODE=none, and of the rows written before tenants existed. */
 export const IMPLICIT_TENANT = "default";
@@ -21,6 +22,8 @@ const JWKS_ALGORITHMS = ["RS256", "ES256", "EdDSA", "Ed25519"];
 // After a token with an unknown kid has triggered a refresh, the next refresh waits this long,
 // so a flood of tokens with made-up kids cannot make the API hammer the identity provider.
 export const JWKS_COOLDOWN_MS = 30_000;
+// The stamp of verdicts made with AUTH_JWT_SECRET (key set stamps count fetches from 0).
+const SECRET_STAMP = -1;
 
 /** Bounded: these are the label values of auth_failures_total. */
 export const AUTH_FAILURE_REASONS = [
@@ -67,15 +70,25 @@ export function createAuthenticator(config: AuthConfig, options: AuthOptions = {
     );
   }
   const secret = config.jwtSecret ? importHmacKey(config.jwtSecret) : undefined;
+  // Counts the key set's fetches: a verdict made with one set is not reused once another was fetched.
+  let keySet = 0;
   const jwks = config.jwksUrl
-    ? createRemoteJWKSet(new URL(config.jwksUrl), { cooldownDuration: options.jwksCooldownMs ?? JWKS_COOLDOWN_MS })
+    ? createRemoteJWKSet(new URL(config.jwksUrl), {
+        cooldownDuration: options.jwksCooldownMs ?? JWKS_COOLDOWN_MS,
+        [customFetch]: (url: string, init: RequestInit) => (keySet++, fetch(url, init)),
+      })
     : undefined;
   const claims = { issuer: config.issuer, audience: config.audience, clockTolerance: CLOCK_TOLERANCE_S, requiredClaims: ["exp"] };
+  const verified = createTokenCache(CLOCK_TOLERANCE_S);
+  // The secret never changes; a key set verdict holds while its set is the fresh one jose uses.
+  const isCurrent = (stamp: number): boolean => stamp === SECRET_STAMP || (jwks !== undefined && jwks.fresh && stamp === keySet);
   return {
     mode: "jwt",
     async authenticate(authorization) {
       const token = bearerToken(authorization);
       if (token === undefined) return { kind: "refused", reason: "missing", tokenSent: false };
+      const known = verified.get(token, isCurrent);
+      if (known !== undefined) return { kind: "authenticated", tenant: known };
       let alg: string | undefined;
       try {
         alg = decodeProtectedHeader(token).alg;
@@ -84,15 +97,21 @@ export function createAuthenticator(config: AuthConfig, options: AuthOptions = {
       }
       try {
         let payload: JWTPayload;
+        let stamp: number;
         if (alg !== undefined && secret && HMAC_ALGORITHMS.includes(alg)) {
+          stamp = SECRET_STAMP;
           payload = (await jwtVerify(token, await secret, { ...claims, algorithms: HMAC_ALGORITHMS })).payload;
         } else if (alg !== undefined && jwks && JWKS_ALGORITHMS.includes(alg)) {
+          // Read before: a fetch during the verification makes this verdict one of the old set.
+          stamp = keySet;
           payload = (await jwtVerify(token, jwks as JWTVerifyGetKey, { ...claims, algorithms: JWKS_ALGORITHMS })).payload;
         } else {
           return refused("algorithm");
         }
         const tenant = payload[config.tenantClaim];
         if (typeof tenant !== "string" || tenant.length === 0 || tenant.length > MAX_TENANT_CHARS) return refused("claims");
+        // exp is a required claim: jose refused the token above if it was missing or not a number.
+        if (payload.exp !== undefined) verified.remember(token, tenant, payload.exp, stamp);
         return { kind: "authenticated", tenant };
       } catch (error) {
         return failureOf(error, alg !== undefined && HMAC_ALGORITHMS.includes(alg));
