@@ -58,6 +58,18 @@ describe("parseStrictJson", () => {
     expect(many.ok === false && many.faults.length).toBe(10);
   });
 
+  test("the one-integer-member shape (read without the scan) gives the same verdicts at its edges", () => {
+    expect(parseStrictJson('{"amountCents":4900}')).toEqual({ ok: true, value: { amountCents: 4900 } });
+    expect(parseStrictJson(' \n{ "amountCents" :\t-0 }\r\n')).toEqual({ ok: true, value: { amountCents: -0 } });
+    expect(parseStrictJson(`{"amountCents":${"9".repeat(15)}}`)).toEqual({ ok: true, value: { amountCents: 999_999_999_999_999 } });
+    // 16 digits: only the scan can tell a safe one from an unsafe one.
+    expect(parseStrictJson('{"amountCents":9007199254740991}')).toEqual({ ok: true, value: { amountCents: 9007199254740991 } });
+    expect(parseStrictJson('{"amountCents":9007199254740993}')).toEqual({ ok: false, faults: [{ field: "amountCents", message: "is out of range, got 9007199254740993" }] });
+    expect(parseStrictJson('{"amountCents":49e2}')).toEqual({ ok: true, value: { amountCents: 4900 } });
+    expect(parseStrictJson('{"amountCents":4900.5}')).toEqual({ ok: false, faults: [{ field: "amountCents", message: "must be an integer, got 4900.5" }] });
+    expect(parseStrictJson('{"amount\\"Cents":1}')).toEqual({ ok: true, value: { 'amount"Cents': 1 } });
+  });
+
   test("not JSON, trailing commas and comments stay syntax errors", () => {
     for (const text of ['{"a":', "", '{"a":1,}', '{"a":1 /* c */}', "01"]) {
       expect(parseStrictJson(text)).toEqual({ ok: false, faults: [{ field: "(body)", message: "not valid JSON" }] });

@@ -26,6 +26,10 @@ const MAX_QUOTED_CHARS = 32;
 const NUMBER_RE = /^-?(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/;
 // Decimal digits of Number.MAX_SAFE_INTEGER (9007199254740991).
 const SAFE_DIGITS = 16;
+// The shape of nearly every charge body: one member holding an integer of at most 15 digits
+// (always a safe integer). Such a text has no name twice and no number the scan would refuse,
+// so, once JSON.parse has accepted it, the scan (most of the cost of reading a body) is skipped.
+const ONE_SMALL_INTEGER_MEMBER = /^[ \t\n\r]*\{[ \t\n\r]*"[^"\\]*"[ \t\n\r]*:[ \t\n\r]*-?(?:0|[1-9]\d{0,14})[ \t\n\r]*\}[ \t\n\r]*$/;
 
 export function parseStrictJson(text: string): StrictJson {
   let value: unknown;
@@ -34,6 +38,7 @@ export function parseStrictJson(text: string): StrictJson {
   } catch {
     return { ok: false, faults: [{ field: "(body)", message: "not valid JSON" }] };
   }
+  if (ONE_SMALL_INTEGER_MEMBER.test(text)) return { ok: true, value };
   const faults = scan(text);
   return faults.length === 0 ? { ok: true, value } : { ok: false, faults };
 }
