@@ -115,6 +115,44 @@ test("a handler that always throws: after its budget the event is in subscriber_
   expect(second.poisonCalls()).toBe(0);
 });
 
+test("the handler's budget counts its own failures only: after more database refusals than the budget, one failure is retried, not dead-lettered", async () => {
+  const telemetry = startTelemetry("dead-letter-test", undefined, false);
+  cleanups.push(() => telemetry.shutdown());
+  const id = crypto.randomUUID();
+  let calls = 0;
+  const log: string[] = [];
+  const sub = startSubscriber({
+    sql: db.sql,
+    mqttUrl,
+    topic: subscriptionFilter(prefix),
+    consumer,
+    meter: telemetry.provider.getMeter("charges"),
+    handler: async (event, tx) => {
+      calls += 1;
+      // A real statement_timeout (57014, the database not serving now), once more than the budget.
+      if (calls <= 5) {
+        await tx`set local statement_timeout = 1`;
+        await tx`select pg_sleep(1)`;
+      }
+      if (calls === 6) throw new Error("amount refused by the ledger");
+      await tx`insert into handled (event_id) values (${event.id})`;
+    },
+    onDelivery: ({ event }) => log.push(`delivered ${event.id}`),
+    onDeadLetter: (letter: DeadLetter) => log.push(`dead ${letter.eventId}`),
+  });
+  cleanups.push(() => sub.close());
+  await sub.ready;
+  const mqtt = await publisher();
+  await mqtt.publishAsync(topicOf(prefix, CHARGE_CREATED), envelope(id), { qos: 1 });
+
+  await waitUntil(() => log.length === 1, 20_000, "the event settled");
+  expect(log).toEqual([`delivered ${id}`]);
+  expect(calls).toBe(7);
+  const handled = await db.sql<{ event_id: string }[]>`select event_id from handled`;
+  expect(handled.map((r) => r.event_id)).toEqual([id]);
+  expect(await db.sql`select 1 from subscriber_dead_letters`).toHaveLength(0);
+});
+
 test("inbox retention deletes only rows older than the retention, in bounded batches", async () => {
   const old = INBOX_DELETE_BATCH * 2 + 500;
   await db.sql`insert into inbox (event_id, consumer, received_at)

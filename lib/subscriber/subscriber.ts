@@ -106,6 +106,8 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
   /** The transaction, retried; resolves to "was a duplicate". */
   async function processEvent(event: OutboxEvent): Promise<boolean> {
     let pause = RETRY_MIN_MS;
+    // Only the handler's own failures spend its budget, not the database being away.
+    let failures = 0;
     for (let attempt = 1; ; attempt += 1) {
       if (closing) throw new Closing();
       try {
@@ -116,7 +118,7 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
           return !fresh;
         });
       } catch (error) {
-        if (!isUnavailable(error) && attempt >= MAX_HANDLER_ATTEMPTS) throw error;
+        if (!isUnavailable(error) && ++failures >= MAX_HANDLER_ATTEMPTS) throw error;
         options.onError?.(`event ${event.id}: attempt ${attempt} failed: ${describeDbError(error)}`);
         await sleep(pause);
         pause = Math.min(RETRY_MAX_MS, pause * 2);
