@@ -45,6 +45,7 @@ const subscriber = startSubscriber({
       id: event.id,
       type: event.type,
       aggregateId: event.aggregateId,
+      tenantId: event.tenantId,
       topic,
       duplicate,
       redelivered,
