@@ -2,7 +2,7 @@
 // change the charge. Whitespace and property order in the client's JSON never reach it,
 // because it is computed from the validated value, not from the raw body.
 import canonicalize from "canonicalize";
-import { createHash } from "node:crypto";
+import { sha256Bytes, sha256Hex } from "../shared/sha256.ts";
 
 export interface ChargeFields {
   readonly amountCents: number;
@@ -11,7 +11,7 @@ export interface ChargeFields {
 export function fingerprint(fields: ChargeFields): string {
   const canonical = canonicalize({ amountCents: fields.amountCents });
   if (canonical === undefined) throw new Error("bug: charge fields are not serializable");
-  return createHash("sha256").update(canonical).digest("hex");
+  return sha256Hex(canonical);
 }
 
 /**
@@ -20,7 +20,6 @@ export function fingerprint(fields: ChargeFields): string {
  * no two triples hash the same input. Collisions only cost a spurious 409.
  */
 export function advisoryLockId(tenant: string, key: string, endpoint: string): string {
-  const hash = createHash("sha256");
-  for (const part of [tenant, endpoint, key]) hash.update(`${part.length}:`).update(part);
-  return hash.digest().readBigInt64BE(0).toString();
+  const input = `${tenant.length}:${tenant}${endpoint.length}:${endpoint}${key.length}:${key}`;
+  return sha256Bytes(input).readBigInt64BE(0).toString();
 }
