@@ -3,7 +3,8 @@
 // UPDATE each for the acknowledged, the failed and the suspect rows, and commit. The row
 // locks keep every other relay off the batch until it is settled; a crash anywhere before
 // the commit leaves every row pending, so the worst case is a second delivery, never a loss.
-import { isConnectionLost, type Sql, type Tx } from "../shared/db.ts";
+import type { Sql, Tx } from "../shared/db.ts";
+import { transaction } from "../shared/tx.ts";
 import { claimBatch, claimInIndexOrder, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { OutboundMessage, PublishFn } from "./publisher.ts";
 import { buildEnvelope, isPublishableType, topicOf, userPropertiesOf } from "../events.ts";
@@ -94,43 +95,19 @@ async function publishInTurn(ctx: BatchContext, rows: OutboxRow[]): Promise<Outc
   return outcomes;
 }
 
-// How long a statement that failed with a connection-level error waits for postgres.js to
-// confirm the connection closed (that follows the error within milliseconds); unconfirmed, the
-// connection is alive and the error is thrown. It happens: postgres.js 3.4.9 keeps a FATAL
-// 57P01 from a killed connection and hands it to the first query after the reconnect.
-const CLOSE_CONFIRM_MS = 1000;
-
 /** Never settles; what awaits it is dropped with it (nothing else references it). */
 const forever = (): Promise<never> => new Promise<never>(() => {});
 
 /**
  * Starts one batch in a transaction. Round trips: BEGIN, claim, the updates (pipelined), COMMIT.
- *
- * postgres.js 3.4.9 (issues #1154, #1208) throws an uncatchable TypeError when a statement
- * is sent on a connection that has closed: our next statement, or its own ROLLBACK/COMMIT
- * after the callback ends. sql.begin() rejects as soon as its connection closes; from then
- * on the callback never sends or settles again (it is left pending and collected), so
- * postgres.js never touches the dead connection, and the pool opens a fresh one.
+ * The transaction never touches a connection that closed under it (lib/shared/tx.ts): once
+ * lost, the batch stops before its next statement and is left pending, and the pool opens a
+ * fresh connection for the next one.
  */
 export function startBatch(ctx: BatchContext, turn: BatchTurn, limit: number): BatchRun {
-  let lost = false;
-  let confirmLost: () => void = () => {};
-  const closed = new Promise<void>((resolve) => (confirmLost = resolve));
   let handOff: (count: number) => void = () => {};
   const claimed = new Promise<number>((resolve) => (handOff = resolve));
-  const result = ctx.sql.begin(async (tx) => {
-    try {
-      return await batchInTx(ctx, turn, limit, tx, handOff, () => lost);
-    } catch (error) {
-      if (isConnectionLost(error)) await within(closed, CLOSE_CONFIRM_MS);
-      if (lost) await forever();
-      throw error; // the connection is alive: postgres.js rolls back
-    }
-  });
-  result.catch(() => {
-    lost = true;
-    confirmLost();
-  });
+  const result = transaction(ctx.sql, (tx, lost) => batchInTx(ctx, turn, limit, tx, handOff, lost));
   // A batch that failed before its claim claimed nothing.
   result.then(
     () => handOff(0),
