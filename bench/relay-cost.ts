@@ -91,12 +91,13 @@ export async function relayCost(rows: number, relays = 1, profileDir?: string): 
   try {
     const pgPids = postgresPids();
     const backendsBefore = await relayBackends(db.sql, db.name);
-    const before = { relay: sum(relayChildren.map((c) => c.pid)), backends: sum(backendsBefore), all: sum(pgPids) };
+    const backendCpuBefore = new Map(backendsBefore.map((pid) => [pid, cpuSeconds(pid)]));
+    const before = { relay: sum(relayChildren.map((c) => c.pid)), all: sum(pgPids) };
     await insertPending(db.sql, rows);
     await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, DRAIN_TIMEOUT_MS, "the relays to drain the backlog", 20);
     const backends = await relayBackends(db.sql, db.name);
     // A backend that was there before counts only its CPU since; a new one from its start.
-    const backendCpu = sum(backends) - sum(backendsBefore.filter((pid) => backends.includes(pid)));
+    const backendCpu = backends.reduce((total, pid) => total + cpuSeconds(pid) - (backendCpuBefore.get(pid) ?? 0), 0);
     const after = { relay: sum(relayChildren.map((c) => c.pid)), all: sum(postgresPids()) };
     const [span] = await db.sql<{ s: number }[]>`
       select extract(epoch from max(published_at) - min(published_at))::float8 as s from outbox`;
