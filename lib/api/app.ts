@@ -3,6 +3,7 @@
 import { Elysia, ValidationError } from "elysia";
 import { CloudflareAdapter } from "elysia/adapter/cloudflare-worker";
 import { isTimeBound, isUnavailable } from "../shared/db.ts";
+import { pathOf } from "../shared/runtime.ts";
 import type { ChargeOutcome, ChargeService } from "./charges.ts";
 import { parseIdempotencyKey } from "./keys.ts";
 import { isUuid } from "../shared/uuid.ts";
@@ -89,8 +90,7 @@ function authProblem(result: Exclude<AuthResult, { kind: "authenticated" }>): Re
 
 /** The routes behind a bearer token; the operator endpoints stay open. */
 function needsToken(url: string): boolean {
-  // A base, so a url without an origin still yields its path.
-  const path = new URL(url, "http://localhost").pathname;
+  const path = pathOf(url);
   return path === "/charges" || path.startsWith("/charges/");
 }
 

@@ -10,6 +10,7 @@ import type { ApiMetrics } from "./metrics.ts";
 import type { Logger } from "../shared/log.ts";
 import { probeDatabase, type Sql } from "../shared/db.ts";
 import { keyHash } from "../shared/redact.ts";
+import { pathOf } from "../shared/runtime.ts";
 import { problemResponse } from "./problem.ts";
 import type { Authenticator } from "./auth.ts";
 import { prepareSchemas } from "./schemas.ts";
@@ -104,8 +105,7 @@ interface LogFields {
 }
 
 function logRequest(log: Logger, request: Request, response: Response, durationMs: number, extra: LogFields | undefined): void {
-  // A base, so a url without an origin still yields its path.
-  const path = new URL(request.url, "http://localhost").pathname;
+  const path = pathOf(request.url);
   const fields = {
     method: request.method,
     route: routeOf(path),

@@ -1,5 +1,5 @@
 // Masking of secrets before they reach a log line or an error message.
-import { createHash } from "node:crypto";
+import { sha256Hex } from "./sha256.ts";
 
 const MASK = "***";
 
@@ -40,5 +40,5 @@ const KEY_HASH_HEX_CHARS = 12;
 
 /** What logs carry instead of an Idempotency-Key: the first hex digits of its SHA-256. */
 export function keyHash(key: string): string {
-  return createHash("sha256").update(key).digest("hex").slice(0, KEY_HASH_HEX_CHARS);
+  return sha256Hex(key).slice(0, KEY_HASH_HEX_CHARS);
 }

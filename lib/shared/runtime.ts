@@ -90,6 +90,31 @@ export function routableRequest(request: Request): Request {
   return new Request(FALLBACK_ORIGIN + (slash === -1 ? "/" : url.slice(slash)), init as RequestInit);
 }
 
+// A path WHATWG URL parsing leaves as it is: no dot segment to resolve, nothing to
+// percent-encode, no backslash to turn around, not "//" (a host, relative to a base).
+const PLAIN_PATH = /^\/(?!\/)[A-Za-z0-9\-_~!$&'()*+,;=:@/]*$/;
+// An http(s) origin with a plain host and port (what the Host header gave): no userinfo, no
+// character that would end the authority early.
+const PLAIN_ORIGIN = /^https?:\/\/[A-Za-z0-9.\-:[\]]*$/;
+
+/**
+ * `new URL(url, FALLBACK_ORIGIN).pathname`, without building a URL for the common case (an
+ * absolute URL or a bare path whose path is plain): per request, the parse cost as much as
+ * the rest of the routing.
+ */
+export function pathOf(url: string): string {
+  const scheme = url.indexOf("://");
+  const start = url.startsWith("/") ? 0 : scheme >= 0 ? url.indexOf("/", scheme + 3) : -1;
+  if (start === 0 || (start > 0 && PLAIN_ORIGIN.test(url.slice(0, start)))) {
+    const query = url.indexOf("?", start);
+    const fragment = url.indexOf("#", start);
+    const end = Math.min(query < 0 ? url.length : query, fragment < 0 ? url.length : fragment);
+    const path = url.slice(start, end);
+    if (PLAIN_PATH.test(path)) return path;
+  }
+  return new URL(url, FALLBACK_ORIGIN).pathname;
+}
+
 // Only a bug gets here: the handlers answer their own errors. RFC 9457's "about:blank"
 // type, as nothing more is known than the status.
 function internalError(error: unknown): Response {
