@@ -74,11 +74,13 @@ test("pending rows are each published once, oldest first, with the exact envelop
     expect(message.topic).toBe(`${prefix}charges/ChargeCreated`);
     expect(message.packet.qos).toBe(1);
     expect(message.packet.retain).toBe(false);
-    expect(Object.keys(message.body)).toEqual(["id", "type", "aggregateId", "createdAt", "data"]);
+    expect(Object.keys(message.body)).toEqual(["id", "type", "aggregateId", "tenantId", "createdAt", "data"]);
+    // The rows are inserted without a tenant: the column's default, as for rows from before tenants.
     expect(message.body).toEqual({
       id: row.id,
       type: "ChargeCreated",
       aggregateId: row.aggregateId,
+      tenantId: "default",
       createdAt: row.createdAt,
       data: { chargeId: row.aggregateId, amountCents: row.amountCents },
     });
@@ -87,6 +89,7 @@ test("pending rows are each published once, oldest first, with the exact envelop
     expect(message.packet.properties?.userProperties).toEqual({
       "event-id": row.id,
       "event-type": "ChargeCreated",
+      "tenant-id": "default",
       ...(i === 0 ? { traceparent: TRACEPARENT } : {}),
     });
   });
