@@ -9,6 +9,9 @@
 // relay; SUBSCRIBER_CONSUMER (inbox consumer name and MQTT client id, default
 // "example-subscriber"); SUBSCRIBER_CLIENT_ID to use another client id;
 // SUBSCRIBER_INBOX_RETENTION_SECONDS (inbox rows older than this are deleted, default 7 days);
+// SUBSCRIBER_SHARE_GROUP to join an MQTT 5 shared subscription ($share/<group>/...): the
+// processes of one group split the stream, each needing its own stable SUBSCRIBER_CLIENT_ID,
+// and share the inbox through one SUBSCRIBER_CONSUMER;
 // OTEL_EXPORTER_OTLP_ENDPOINT to push subscriber_dead_letters_total over OTLP.
 import { configOrExit } from "../lib/shared/config.ts";
 import { createLogger } from "../lib/shared/log.ts";
@@ -17,11 +20,23 @@ import { onShutdownSignal } from "../lib/shared/runtime.ts";
 import { startSubscriber } from "../lib/subscriber/subscriber.ts";
 import { startInboxRetention } from "../lib/subscriber/inbox-retention.ts";
 import { startTelemetry } from "../lib/shared/telemetry.ts";
-import { subscriptionFilter } from "../lib/events.ts";
+import { isShareGroup, sharedSubscriptionFilter, subscriptionFilter } from "../lib/events.ts";
 
 const config = configOrExit(process.env);
 const consumer = process.env.SUBSCRIBER_CONSUMER?.trim() || "example-subscriber";
-const topic = subscriptionFilter(config.mqttTopicPrefix);
+const shareGroup = process.env.SUBSCRIBER_SHARE_GROUP?.trim() || undefined;
+const clientId = process.env.SUBSCRIBER_CLIENT_ID?.trim() || undefined;
+if (shareGroup !== undefined && !isShareGroup(shareGroup)) {
+  console.error("subscriber: SUBSCRIBER_SHARE_GROUP must be one topic level without '/', '+' or '#'");
+  process.exit(1);
+}
+// The broker keeps events it gave a member in that member's session while it is away: a
+// member must come back under the same client id, and two members must never share one.
+if (shareGroup !== undefined && clientId === undefined) {
+  console.error("subscriber: SUBSCRIBER_SHARE_GROUP needs SUBSCRIBER_CLIENT_ID, one stable id per member of the group");
+  process.exit(1);
+}
+const topic = shareGroup === undefined ? subscriptionFilter(config.mqttTopicPrefix) : sharedSubscriptionFilter(shareGroup, config.mqttTopicPrefix);
 const print = (line: Record<string, unknown>): void => console.log(JSON.stringify(line));
 const log = createLogger(config.logLevel, "subscriber", console.error);
 stopOnUnhandledRejection(log);
@@ -38,7 +53,7 @@ const subscriber = startSubscriber({
   mqttUrl: config.mqttUrl,
   topic,
   consumer,
-  clientId: process.env.SUBSCRIBER_CLIENT_ID?.trim() || undefined,
+  clientId,
   onDelivery: ({ event, topic, duplicate, redelivered }) =>
     print({
       event: "received",

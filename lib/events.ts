@@ -43,6 +43,24 @@ export function subscriptionFilter(prefix: string): string {
   return `${prefix}charges/#`;
 }
 
+// A share name is one topic level without wildcards (MQTT 5 §4.8.2).
+const BAD_SHARE_GROUP = /^$|[#+/\u0000]/;
+
+/** Whether `group` can name an MQTT 5 shared subscription. */
+export function isShareGroup(group: string): boolean {
+  return !BAD_SHARE_GROUP.test(group);
+}
+
+/**
+ * `$share/<group>/<prefix>charges/#`: an MQTT 5 shared subscription to every event type. The
+ * broker hands each event to one session of the group, so the subscribers of one group split
+ * the stream. `group` must satisfy isShareGroup.
+ */
+export function sharedSubscriptionFilter(group: string, prefix: string): string {
+  if (!isShareGroup(group)) throw new Error(`bug: invalid share group ${JSON.stringify(group)}`);
+  return `$share/${group}/${subscriptionFilter(prefix)}`;
+}
+
 // An event type that would make the topic invalid (wildcards, a level separator, NUL):
 // the broker would refuse it or drop the connection, so it is never sent.
 const BAD_EVENT_TYPE = /^$|[#+/\u0000]/;
