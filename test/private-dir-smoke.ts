@@ -132,7 +132,8 @@ async function withDev(clone: string, use: (api: string, authorization: string) 
   void collect(dev.stderr, lines);
   await waitUntil(() => {
     if (dev.exitCode !== null) throw new SmokeFailure(`bun run dev exited ${dev.exitCode} before it was ready`, lines);
-    return lines.some((line) => line.includes("ready: api, relay and subscriber are running"));
+    // The banner's last line, the curl to paste: the whole banner is in by then.
+    return lines.some((line) => line.includes("ready: api, relay and subscriber are running")) && lines.some((line) => line.includes("curl -i -X POST"));
   }, DEV_READY_TIMEOUT_MS, "bun run dev to be ready").catch((error: unknown) => {
     throw error instanceof SmokeFailure ? error : new SmokeFailure(String(error), lines);
   });
