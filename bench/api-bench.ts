@@ -6,6 +6,7 @@ import { freshDatabase, log, requireTool, run, startProcess, type FreshDb } from
 import { holdKey, waitForBackendOnLock } from "../testkit/database.ts";
 import { API_APP, type Service } from "../testkit/processes.ts";
 import { authEnv, tokenFor } from "../testkit/auth.ts";
+import { microsPer, sampleCpu } from "./cpu.ts";
 
 const SCRIPT = new URL("./wrk/charges.lua", import.meta.url).pathname;
 // The API's winner reaches the held key row within milliseconds of its request.
@@ -62,6 +63,9 @@ export interface ApiRun {
   readonly chargesInDb: number;
   readonly replaysPerSec?: number;
   readonly replayNon2xx?: number;
+  /** µs of CPU per charge in the API process and in the Postgres processes serving it (null: not measurable here). */
+  readonly apiUsPerCharge: number | null;
+  readonly postgresUsPerCharge: number | null;
 }
 
 /** What the API is started with and the token its clients send, for one auth setting. */
@@ -102,7 +106,9 @@ export async function apiRun(connections: number, seconds: number, logLevel: str
   const api = await startApi(db, logLevel, {}, auth);
   const { token } = await authFor(auth);
   try {
+    const cpu = await sampleCpu(db.sql, API_APP, [api.child.pid]);
     const r = await wrk(api.port, connections, seconds, undefined, token);
+    const cost = await cpu.stop();
     const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from charges`;
     const created = answered(r, 201);
     checkCreated(created, row?.n ?? 0, connections);
@@ -124,6 +130,8 @@ export async function apiRun(connections: number, seconds: number, logLevel: str
       non2xx: answeredOtherThan(r, 201),
       socketErrors: r.socketErrors + r.timeouts,
       chargesInDb: row?.n ?? 0,
+      apiUsPerCharge: microsPer(cost.processS, row?.n ?? 0),
+      postgresUsPerCharge: microsPer(cost.postgresS, row?.n ?? 0),
       ...replay,
     };
   } finally {

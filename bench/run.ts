@@ -5,6 +5,7 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { apiRun, conflictRun, describeApi, type ApiRun } from "./api-bench.ts";
 import { dbLimit, type DbLimit } from "./db-limit.ts";
+import { bareRun, describeThroughput, scaledRun, type Throughput } from "./api-limits.ts";
 import { e2eRun } from "./e2e-bench.ts";
 import { brokerLimit, relayDrain, type BrokerLimit, type RelayDrain } from "./mqtt-bench.ts";
 import { benchServices, log, median, MissingTool } from "./support.ts";
@@ -64,29 +65,60 @@ await benchServices().catch((error: unknown) => {
 
 const started = Date.now();
 
-await section("API vs DB limit", async () => {
+// Triples (pgbench, bare stack, ours) in turn, so each ratio compares runs minutes apart.
+await section("API vs bare stack and DB limit", async () => {
   const limits: DbLimit[] = [];
+  const bares: Throughput[] = [];
   const ours: ApiRun[] = [];
   for (let i = 0; i < P.pairs; i++) {
     const limit = await dbLimit(CONNECTIONS, P.seconds);
     log(`pair ${i + 1}: pgbench ${Math.round(limit.tps)} tps`);
     limits.push(limit);
+    const bare = await bareRun(CONNECTIONS, P.seconds);
+    log(`pair ${i + 1}: ${describeThroughput(bare)}`);
+    bares.push(bare);
     const api = await apiRun(CONNECTIONS, P.seconds, "info", P.replaySeconds);
     log(`pair ${i + 1}: ${describeApi(api)}`);
     ours.push(api);
   }
   raw.dbLimit = limits;
+  raw.bare = bares;
   raw.api = ours;
   const ratios = ours.map((a, i) => a.createdPerSec / (limits[i]?.tps ?? Number.NaN));
+  const bareRatios = ours.map((a, i) => a.createdPerSec / (bares[i]?.createdPerSec ?? Number.NaN));
   const replayRatios = ours.map((a) => (a.replaysPerSec ?? Number.NaN) / a.createdPerSec);
   const createdMedian = median(ours.map((a) => a.createdPerSec));
-  row("API created/s vs DB limit (pgbench tps)", createdMedian, "/s", ">= 0.85", (r) => r >= 0.85, median(limits.map((l) => l.tps)), median(ratios));
+  const per = (values: (number | null)[]) => median(values.map((v) => v ?? Number.NaN));
+  row("API created/s vs bare Bun.serve + postgres.js", createdMedian, "/s", ">= 0.85", (r) => r >= 0.85, median(bares.map((b) => b.createdPerSec)), median(bareRatios));
+  row("API created/s vs DB limit (pgbench tps)", createdMedian, "/s", "-", null, median(limits.map((l) => l.tps)), median(ratios));
+  row("API CPU per charge, API process vs bare", per(ours.map((a) => a.apiUsPerCharge)), "µs", "-", null, per(bares.map((b) => b.serverUsPerCharge)), per(ours.map((a, i) => (a.apiUsPerCharge ?? Number.NaN) / (bares[i]?.serverUsPerCharge ?? Number.NaN))));
+  row("API CPU per charge, Postgres vs bare's", per(ours.map((a) => a.postgresUsPerCharge)), "µs", "-", null, per(bares.map((b) => b.postgresUsPerCharge)), per(ours.map((a, i) => (a.postgresUsPerCharge ?? Number.NaN) / (bares[i]?.postgresUsPerCharge ?? Number.NaN))));
+  row("bare stack p99 at 32 conns", median(bares.map((b) => b.p99Ms)), "ms", "-", null);
   row("API p50 at 32 conns", median(ours.map((a) => a.p50Ms)), "ms", "-", null);
   row("API p99 at 32 conns", median(ours.map((a) => a.p99Ms)), "ms", "<= 25 ms", (v) => v <= 25);
   row("API max at 32 conns", median(ours.map((a) => a.maxMs)), "ms", "-", null);
   row("replays/s (one key) vs created/s", median(ours.map((a) => a.replaysPerSec ?? Number.NaN)), "/s", ">= 1.5", (r) => r >= 1.5, createdMedian, median(replayRatios));
   const errors = ours.reduce((n, a) => n + a.non2xx + a.socketErrors + (a.replayNon2xx ?? 0), 0);
   if (errors > 0) notes.push(`API: ${errors} non-2xx or socket errors during created/replay runs`);
+  const bareErrors = bares.reduce((n, b) => n + b.errors, 0);
+  if (bareErrors > 0) notes.push(`bare stack: ${bareErrors} non-201 or socket errors`);
+});
+
+// N API processes on one port (API_REUSE_PORT), the 32 connections shared out between them.
+await section("API scale-out (1 vs 2 processes)", async () => {
+  const one: Throughput[] = [];
+  const two: Throughput[] = [];
+  for (let i = 0; i < P.pairs; i++) {
+    one.push(await scaledRun(1, CONNECTIONS, P.seconds));
+    two.push(await scaledRun(2, CONNECTIONS, P.seconds));
+    log(`pair ${i + 1}: ${describeThroughput(one[i]!)} | ${describeThroughput(two[i]!)}`);
+  }
+  raw.apiScaleOut = { one, two };
+  const ratios = two.map((t, i) => t.createdPerSec / (one[i]?.createdPerSec ?? Number.NaN));
+  row("API created/s, 2 processes vs 1 (one port)", median(two.map((t) => t.createdPerSec)), "/s", "-", null, median(one.map((t) => t.createdPerSec)), median(ratios));
+  row("API p99, 2 processes (one port)", median(two.map((t) => t.p99Ms)), "ms", "-", null);
+  const errors = [...one, ...two].reduce((n, t) => n + t.errors, 0);
+  if (errors > 0) notes.push(`API scale-out: ${errors} non-201 or socket errors`);
 });
 
 await section("409 while the winner is held", async () => {
