@@ -38,14 +38,19 @@ interface OutboxRecord {
 }
 
 /**
- * For the rest of the transaction, keeps the planner from sorting: the claim must walk the
- * pending index in created_at order and stop after `limit` rows. Without statistics (a fresh
- * table, or a backlog that grew faster than autovacuum's next ANALYZE) Postgres estimates one
- * pending row and plans a bitmap scan of EVERY pending row plus a sort: each claim then costs
- * O(backlog), 15 ms instead of 0.05 ms with 50,000 pending.
+ * For the rest of the transaction, keeps the planner on the indexes. Without statistics (a
+ * fresh table, or a backlog that grew faster than autovacuum's next ANALYZE) Postgres
+ * estimates one pending row, and then:
+ *  - the claim (enable_sort = off) would bitmap-scan EVERY pending row and sort them instead
+ *    of walking the pending index in created_at order and stopping after `limit` rows: 15 ms
+ *    instead of 0.05 ms per claim with 50,000 pending;
+ *  - the UPDATEs by `id = any(...)` (enable_seqscan = off) would scan the whole table instead
+ *    of probing the primary key: 8 ms instead of 3 ms to mark 200 rows of 20,000, growing
+ *    with the table.
+ * One statement, sent with the claim.
  */
 export async function claimInIndexOrder(tx: Db): Promise<void> {
-  await tx`set local enable_sort = off`.execute();
+  await tx`select set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true)`.execute();
 }
 
 /**
