@@ -3,7 +3,7 @@
 // behind on the unique index) and polls pg_stat_activity until the winner is blocked.
 import { setDefaultTimeout } from "bun:test";
 import { expect, test } from "bun:test";
-import { StartupError } from "../lib/api/start.ts";
+import { StartupError } from "../lib/shared/startup.ts";
 import { CHARGES_ENDPOINT, createChargeService } from "../lib/api/charges.ts";
 import { createSql } from "../lib/shared/db.ts";
 import { createApiHandler } from "../lib/api/handler.ts";

@@ -3,7 +3,8 @@
 // shared with the edge worker (worker.ts).
 import type { Meter } from "@opentelemetry/api";
 import type { Config } from "../shared/config.ts";
-import { createSql, describeDbError, migrate, type Sql } from "../shared/db.ts";
+import { createSql, describeDbError, type Sql } from "../shared/db.ts";
+import { applySchema } from "../shared/startup.ts";
 import { createChargeService } from "./charges.ts";
 import { createApiHandler, type RequestDeps } from "./handler.ts";
 import { createApiMetrics } from "./metrics.ts";
@@ -43,12 +44,7 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
     statementTimeoutMs: bounds.statementTimeoutMs,
     lockTimeoutMs: bounds.lockTimeoutMs,
   });
-  try {
-    await migrate(sql);
-  } catch (error) {
-    await sql.end({ timeout: 1 }).catch(() => {});
-    throw new StartupError(`cannot reach or migrate the database at DATABASE_URL: ${describeDbError(error)}`);
-  }
+  await applySchema(sql);
   const log = options.logger ?? createLogger(config.logLevel, "api");
   if (auth.mode === "none") {
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
@@ -74,8 +70,4 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
       await sql.end({ timeout: 5 });
     },
   };
-}
-
-export class StartupError extends Error {
-  override name = "StartupError";
 }

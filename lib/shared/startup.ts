@@ -1,6 +1,7 @@
 // What every process does the same way at start: open its pool and bring the schema up to
 // date (or fail with one line), and one policy for rejections nobody handled.
 import { createSql, describeDbError, isUnavailable, migrate, type DbOptions, type Sql } from "./db.ts";
+import { ConfigError } from "./config.ts";
 import type { Logger } from "./log.ts";
 
 /** The database could not be reached or migrated: the message is the one line to print. */
@@ -25,11 +26,19 @@ export async function openDatabase(url: string, options: DbOptions): Promise<Sql
   return sql;
 }
 
-/** For entrypoints: a StartupError is printed as `<component>: <line>` and exits 1; anything else is rethrown. */
+/**
+ * For entrypoints: a StartupError is printed as `<component>: <line>`, a ConfigError found
+ * while assembling (a setting that needs another) as `configuration error: <line>`, and the
+ * process exits 1; anything else is rethrown.
+ */
 export function exitOnStartupError(component: string): (error: unknown) => never {
   return (error) => {
     if (error instanceof StartupError) {
       console.error(`${component}: ${error.message}`);
+      process.exit(1);
+    }
+    if (error instanceof ConfigError) {
+      console.error(`configuration error: ${error.message}`);
       process.exit(1);
     }
     throw error;
