@@ -72,7 +72,7 @@ async function startRelays(db: FreshDb, count: number, prefix: string, profileDi
       const cmd = profileDir ? ["bun", "--cpu-prof", "--cpu-prof-dir", profileDir, "relay.ts"] : ["bun", "relay.ts"];
       const child = spawnChild(cmd, {
         name: `relay ${i + 1}`,
-        env: { DATABASE_URL: db.url, MQTT_URL: mqttUrl, RELAY_PORT: String(port), MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "warn" },
+        env: { DATABASE_URL: db.url, MQTT_URL: mqttUrl, RELAY_PORT: String(port), MQTT_TOPIC_PREFIX: prefix },
       });
       await waitForHttp(child, `http://127.0.0.1:${port}/readyz`);
       return child;
