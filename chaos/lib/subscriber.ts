@@ -16,6 +16,8 @@ export interface SubscriberView {
   readonly arrivals: Map<string, number>;
   /** Deliveries the inbox recognised as already processed. */
   readonly droppedByInbox: () => number;
+  /** Event ids whose handler ran more than once (a delivery not recognised as a duplicate, twice). */
+  readonly processedTwice: () => string[];
   readonly deliveries: () => number;
   readonly rejected: () => number;
   stop(): Promise<void>;
@@ -30,6 +32,9 @@ interface Line {
 export async function startSubscriber(dbUrl: string, prefix: string, consumer: string, mqttUrl?: string): Promise<SubscriberView> {
   const broker = mqttUrl ?? (await chaosServices()).mqttUrl;
   const arrivals = new Map<string, number>();
+  // Event id → deliveries the subscriber processed (not dropped by its inbox). A commit whose
+  // answer was lost with the connection is processed once and then seen as a duplicate only.
+  const processed = new Map<string, number>();
   let dropped = 0;
   let deliveries = 0;
   let rejected = 0;
@@ -48,6 +53,7 @@ export async function startSubscriber(dbUrl: string, prefix: string, consumer: s
       deliveries += 1;
       arrivals.set(line.id, (arrivals.get(line.id) ?? 0) + 1);
       if (line.duplicate) dropped += 1;
+      else processed.set(line.id, (processed.get(line.id) ?? 0) + 1);
     }
   };
   const env = { DATABASE_URL: dbUrl, MQTT_URL: broker, MQTT_TOPIC_PREFIX: prefix, SUBSCRIBER_CONSUMER: consumer };
@@ -65,6 +71,7 @@ export async function startSubscriber(dbUrl: string, prefix: string, consumer: s
     consumer,
     arrivals,
     droppedByInbox: () => dropped,
+    processedTwice: () => [...processed].filter(([, n]) => n > 1).map(([id]) => id),
     deliveries: () => deliveries,
     rejected: () => rejected,
     async stop() {
