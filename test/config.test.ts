@@ -52,6 +52,15 @@ test.each([
   ["AUTH_JWKS_URL", "file:///etc/jwks.json"],
   ["API_POOL_SIZE", "0"],
   ["API_REUSE_PORT", "yes"],
+  ["API_STATEMENT_TIMEOUT_MS", "0"],
+  ["API_STATEMENT_TIMEOUT_MS", "5s"],
+  ["API_LOCK_TIMEOUT_MS", "1.5"],
+  ["API_LOCK_TIMEOUT_MS", "-1"],
+  ["API_POOL_WAIT_MS", "soon"],
+  ["API_POOL_WAIT_MS", "99999999999"],
+  ["API_REQUEST_TIMEOUT_MS", "0"],
+  // Less than one pool wait plus one statement (2 s + 5 s by default).
+  ["API_REQUEST_TIMEOUT_MS", "6999"],
 ])("%s=%p is refused with a message naming it", (name, value) => {
   let error: unknown;
   try {
