@@ -95,6 +95,7 @@ export function createRelay(options: RelayOptions): Relay {
 
   const ctx: BatchContext = {
     sql,
+    maxClaim: batchSize,
     topicPrefix: options.topicPrefix,
     publish: options.publish ?? broker.publish,
     broker,
