@@ -4,9 +4,8 @@
 import mqtt from "mqtt";
 import { buildEnvelope, CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from "../lib/events.ts";
 import { MAX_IN_FLIGHT } from "../lib/relay/publisher.ts";
-import { countWhere, insertPending } from "../testkit/outbox.ts";
-import { waitUntil } from "../testkit/wait.ts";
-import { benchServices, freshDatabase, startProcess } from "./support.ts";
+import { insertPending } from "../testkit/outbox.ts";
+import { benchServices, freshDatabase, startProcess, untilDrained } from "./support.ts";
 
 // A drain of the quick or full run's backlog takes seconds; this only bounds a stuck relay.
 const DRAIN_TIMEOUT_MS = 180_000;
@@ -74,7 +73,7 @@ export async function relayDrain(rows: number): Promise<RelayDrain> {
     const started = performance.now();
     const relay = await startProcess("relay", db, { MQTT_TOPIC_PREFIX: `bench/${db.name}/` }, "/healthz");
     try {
-      await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, DRAIN_TIMEOUT_MS, "the relay to drain the backlog", 20);
+      await untilDrained(db.sql, DRAIN_TIMEOUT_MS);
     } finally {
       await relay.child.stop();
     }

@@ -9,10 +9,9 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { freePort } from "../dev/ports.ts";
 import type { Sql } from "../lib/shared/db.ts";
-import { insertPending, countWhere } from "../testkit/outbox.ts";
+import { insertPending } from "../testkit/outbox.ts";
 import { RELAY_APP, spawnChild, waitForHttp, type Child } from "../testkit/processes.ts";
-import { waitUntil } from "../testkit/wait.ts";
-import { benchServices, freshDatabase, type FreshDb } from "./support.ts";
+import { benchServices, freshDatabase, untilDrained, type FreshDb } from "./support.ts";
 
 // Bounds a stuck drain; a healthy one of the default backlog takes seconds.
 const DRAIN_TIMEOUT_MS = 600_000;
@@ -94,7 +93,7 @@ export async function relayCost(rows: number, relays = 1, profileDir?: string): 
     const backendCpuBefore = new Map(backendsBefore.map((pid) => [pid, cpuSeconds(pid)]));
     const before = { relay: sum(relayChildren.map((c) => c.pid)), all: sum(pgPids) };
     await insertPending(db.sql, rows);
-    await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, DRAIN_TIMEOUT_MS, "the relays to drain the backlog", 20);
+    await untilDrained(db.sql, DRAIN_TIMEOUT_MS);
     const backends = await relayBackends(db.sql, db.name);
     // A backend that was there before counts only its CPU since; a new one from its start.
     const backendCpu = backends.reduce((total, pid) => total + cpuSeconds(pid) - (backendCpuBefore.get(pid) ?? 0), 0);

@@ -8,10 +8,9 @@ import { CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from ".
 import { createSql, type Sql } from "../lib/shared/db.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
-import { countWhere, insertPending } from "../testkit/outbox.ts";
-import { waitUntil } from "../testkit/wait.ts";
+import { insertPending } from "../testkit/outbox.ts";
 import { sampleEnvelope } from "./mqtt-bench.ts";
-import { benchServices, freshDatabase } from "./support.ts";
+import { benchServices, freshDatabase, untilDrained } from "./support.ts";
 
 // Bounds a stuck drain; a healthy one of the default backlog takes seconds.
 const DRAIN_TIMEOUT_MS = 600_000;
@@ -53,10 +52,6 @@ async function withBacklog<T>(run: (sql: Sql, name: string, url: string) => Prom
   }
 }
 
-function untilDrained(sql: Sql): Promise<boolean> {
-  return waitUntil(async () => (await countWhere(sql, "pending")) === 0, DRAIN_TIMEOUT_MS, "the backlog drained", 20);
-}
-
 function relayRate(batchSize: number): Promise<number> {
   return withBacklog(async (_sql, name, url) => {
     const sql = createSql(url, { max: laneCount(batchSize) + 1 });
@@ -65,7 +60,7 @@ function relayRate(batchSize: number): Promise<number> {
     const relay = createRelay({ sql, broker, batchSize, pollMs: 1000, topicPrefix: `bench/${name}/` });
     const started = performance.now();
     void relay.run();
-    await untilDrained(_sql);
+    await untilDrained(_sql, DRAIN_TIMEOUT_MS);
     const rate = rows / ((performance.now() - started) / 1000);
     await relay.stop();
     await broker.close();

@@ -3,6 +3,8 @@
 import { createScratchDatabase, scratchName, type ScratchDatabase } from "../testkit/database.ts";
 import { runToExit, startEntrypoint, type Service } from "../testkit/processes.ts";
 import { processServices, type Services } from "../testkit/services.ts";
+import { waitUntil } from "../testkit/wait.ts";
+import type { Sql } from "../lib/shared/db.ts";
 
 export function benchServices(): Promise<Services> {
   return processServices("the bench");
@@ -72,4 +74,21 @@ export function latencyOf(samplesMs: readonly number[]): Latency {
 
 export function log(message: string): void {
   console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${message}`);
+}
+
+// How often a drain benchmark asks whether the backlog is gone.
+const DRAIN_POLL_MS = 20;
+
+/**
+ * Resolves once no row is left to publish. The question walks the pending index and stops at
+ * the first row (a count over the whole outbox 50 times a second would cost Postgres a
+ * measurable share of the CPU the drain being measured needs).
+ */
+export function untilDrained(sql: Sql, timeoutMs: number): Promise<boolean> {
+  return waitUntil(
+    async () => (await sql`select 1 from outbox where published_at is null and parked_at is null order by created_at limit 1`).length === 0,
+    timeoutMs,
+    "the backlog to drain",
+    DRAIN_POLL_MS,
+  );
 }
