@@ -174,7 +174,7 @@ export function loadConfig(env: Env): Config {
     relayHost: host(env, "RELAY_HOST", "0.0.0.0"),
     relayTimeBounds: relayTimeBounds(env),
     idempotencyTtlSeconds: integer(env, "IDEMPOTENCY_TTL_SECONDS", 86_400, 1, TEN_YEARS_S),
-    outboxBatchSize: integer(env, "OUTBOX_BATCH_SIZE", 200, 1, 10_000),
+    outboxBatchSize: integer(env, "OUTBOX_BATCH_SIZE", 500, 1, 10_000),
     outboxPollMs: integer(env, "OUTBOX_POLL_MS", 1000, 1, 3_600_000),
     outboxRetentionSeconds: integer(env, "OUTBOX_RETENTION_SECONDS", 7 * 86_400, 1, TEN_YEARS_S),
     subscriberInboxRetentionSeconds: integer(env, "SUBSCRIBER_INBOX_RETENTION_SECONDS", INBOX_RETENTION_S, MIN_INBOX_RETENTION_S, TEN_YEARS_S),
