@@ -79,17 +79,17 @@ async function settle(ctx: BatchContext, pending: Promise<Outcome>[]): Promise<O
  * One publish at a time, each awaiting its PUBACK. For a small claim (the backlog is drained):
  * Mosquitto, by default without TCP_NODELAY, answers a burst of PUBLISHes with one PUBACK
  * segment and holds the next until ours is acknowledged, and a client that has nothing more
- * to send acknowledges only after its delayed-ACK timer: 40 ms per burst, which is most of the
- * commit → subscriber latency at low rates. One at a time, each PUBLISH acknowledges the
- * previous PUBACK; it costs a local round trip (~0.1 ms) per row, only when few rows are due.
+ * to send acknowledges only after its delayed-ACK timer (40 ms on Linux) per burst, which would
+ * be most of the commit → subscriber latency at low rates. One at a time, each PUBLISH
+ * acknowledges the previous PUBACK; it costs a local round trip per row, only when few rows are due.
  * After a timeout or a lost connection the rest of the batch is released without an attempt.
  */
 // Claims of up to this many rows are published in turn. Whether the claim came back full does
 // not matter: an adaptive claim of 10 or 20 rows is full as soon as the relay falls a little
 // behind (a loaded machine), and a burst would then add the 40 ms stall to every claim, which
 // makes it fall further behind (a claim of the whole OUTBOX_BATCH_SIZE, when that is 50 or
-// less, still goes out at once: the backlog is not drained). Past about 50 rows, a local round trip per row (0.1 ms idle,
-// about 1 ms on a loaded machine) costs more than the one stall of a burst.
+// less, still goes out at once: the backlog is not drained). Past about 50 rows, a local round
+// trip per row costs more than the one stall of a burst (bench/README.md has the figures).
 const IN_TURN_MAX = 50;
 
 async function publishInTurn(ctx: BatchContext, rows: OutboxRow[]): Promise<Outcome[]> {
