@@ -4,6 +4,7 @@
 // held), never by measuring time.
 import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
 import { loadConfig } from "../lib/shared/config.ts";
+import { createLogger } from "../lib/shared/log.ts";
 import { MIGRATION_LOCK_ID, type Sql } from "../lib/shared/db.ts";
 import { createPoolGate, POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "../lib/shared/pool-gate.ts";
 import { counts, postCharge, startTestApi, TEST_API_APP } from "../testkit/api.ts";
@@ -247,4 +248,22 @@ test("bun api.ts with a bad time bound: one line naming it on stderr, exit 1", a
   const lines = stderr.trim().split("\n");
   expect(lines).toHaveLength(1);
   expect(lines[0]).toMatch(/^configuration error: API_LOCK_TIMEOUT_MS /);
+});
+
+test("a 503's request log line names its cause: the SQLSTATE of the tripped bound, never SQL text", async () => {
+  const lines: string[] = [];
+  const logger = createLogger("info", "api", (line) => lines.push(line));
+  const api = await startTestApi(db.url, { API_LOCK_TIMEOUT_MS: "200" }, { logger });
+  const lock = await lockKeysTable(db.sql);
+  try {
+    await expectTimeBound503(await postCharge(api, body(4900), { key: crypto.randomUUID() }));
+  } finally {
+    await lock.release();
+    await api.close();
+  }
+  const requestLines = lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((l) => l.msg === "request");
+  expect(requestLines).toHaveLength(1);
+  expect(requestLines[0]).toMatchObject({ level: "error", status: 503 });
+  expect(String(requestLines[0]!.error)).toStartWith("55P03:");
+  expect(String(requestLines[0]!.error)).not.toMatch(/insert|select|idempotency_keys/i);
 });

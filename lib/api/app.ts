@@ -25,6 +25,8 @@ interface AppDeps {
   readonly metrics?: () => Promise<Response>;
   /** Hears the outcome of every POST /charges that reached the service (metrics, logs). */
   readonly onOutcome?: (request: Request, outcome: ChargeOutcome["kind"], key: string) => void;
+  /** Hears what made a request fail with a 5xx (the database away, a time bound, a bug), for its log line. */
+  readonly onFailure?: (request: Request, error: unknown) => void;
   /**
    * Compile every route when the app is built, not on its first request: edge runtimes
    * (workerd) allow code generation only while a module loads.
@@ -124,13 +126,11 @@ export function buildApp(deps: AppDeps) {
       if (result.kind !== "authenticated") return authProblem(result);
       tenants.set(request, result.tenant);
     })
-    .onError(({ error, code }) => {
+    .onError(({ error, code, request }) => {
       if (code === "NOT_FOUND") return problemResponse("notFound", "no such route");
       // Elysia wraps whatever the body parser threw; ours are ProblemErrors (415, 413, 400).
       if (code === "PARSE") return errorResponse(error.cause instanceof ProblemError ? error.cause : new ProblemError("invalidBody", "the body is not valid JSON"));
-      if (!(error instanceof ProblemError) && !(error instanceof ValidationError) && !isUnavailable(error)) {
-        console.error(JSON.stringify({ level: "error", msg: "unhandled error", error: String(error) }));
-      }
+      if (!(error instanceof ProblemError) && !(error instanceof ValidationError)) deps.onFailure?.(request, error);
       return errorResponse(error);
     })
     .post(

@@ -8,7 +8,7 @@ import { CHARGES_ENDPOINT } from "./charges.ts";
 import { buildApp } from "./app.ts";
 import type { ApiMetrics } from "./metrics.ts";
 import type { Logger } from "../shared/log.ts";
-import { probeDatabase, type Sql } from "../shared/db.ts";
+import { describeDbError, probeDatabase, type Sql } from "../shared/db.ts";
 import { keyHash } from "../shared/redact.ts";
 import { pathOf } from "../shared/runtime.ts";
 import { problemResponse } from "./problem.ts";
@@ -65,6 +65,10 @@ export function createApiHandler(current: () => RequestDeps, options: HandlerOpt
       current().counters.countAuthFailure(result.reason);
       outcomes.set(request, { authFailure: result.reason });
     },
+    onFailure(request, error) {
+      // The request line carries the cause: an SQLSTATE and the database's words, never SQL text.
+      outcomes.set(request, { ...outcomes.get(request), error: describeDbError(error) });
+    },
     // Runs after the charge committed: a failure here is logged, never turned into a 500.
     onOutcome(request, outcome, key) {
       try {
@@ -102,6 +106,8 @@ interface LogFields {
   readonly authFailure?: string;
   readonly outcome?: ChargeOutcome["kind"];
   readonly keyHash?: string;
+  /** What made a 5xx: the database away, a time bound tripped, or a bug. */
+  readonly error?: string;
 }
 
 function logRequest(log: Logger, request: Request, response: Response, durationMs: number, extra: LogFields | undefined): void {
