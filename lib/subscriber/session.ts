@@ -1,0 +1,71 @@
+// The subscriber's MQTT side: a persistent session (MQTT 5 Clean Start 0 + Session Expiry,
+// stable client id; Clean Session 0 on 3.1.1), so QoS 1 events published while it is offline
+// are kept by the broker and arrive when it returns; the subscription; a bounded close.
+import type { IPublishPacket, MqttClient } from "mqtt";
+import { connectMqtt } from "../shared/mqtt-connect.ts";
+import { describeMqttError } from "../shared/mqtt-errors.ts";
+
+// The broker keeps the session (subscription + queued QoS 1 events) this long while the
+// subscriber is away: a day covers a deploy or an outage. Mosquitto also caps the queue
+// (max_queued_messages, 1000 by default).
+// SUBSCRIBER_INBOX_RETENTION_SECONDS must stay above it (a redelivery must still find the inbox row).
+const SESSION_EXPIRY_S = 86_400;
+const RECONNECT_MS = 1000;
+// A graceful DISCONNECT that has not completed in this time is cut.
+const CLOSE_TIMEOUT_MS = 2000;
+
+export interface SessionOptions {
+  readonly mqttUrl: string;
+  readonly topic: string;
+  readonly consumer: string;
+  readonly clientId?: string;
+  readonly sessionExpirySeconds?: number;
+  readonly onError?: (description: string) => void;
+}
+
+export interface Session {
+  readonly client: MqttClient;
+  /** Resolves once subscribed. */
+  readonly ready: Promise<void>;
+}
+
+/** Connects and subscribes; each received PUBLISH goes to `onMessage`, whose `ack` sends its PUBACK. */
+export function openSession(options: SessionOptions, onMessage: (packet: IPublishPacket, ack: () => void) => void): Session {
+  const client: MqttClient = connectMqtt(options.mqttUrl, {
+    clientId: options.clientId ?? options.consumer,
+    clean: false,
+    properties: { sessionExpiryInterval: options.sessionExpirySeconds ?? SESSION_EXPIRY_S },
+    reconnectPeriod: RECONNECT_MS,
+    onError: (error) => options.onError?.(describeMqttError(error)),
+  });
+  // mqtt.js calls handleMessage for each received PUBLISH and sends the PUBACK when `ack` is
+  // called; it handles one received packet at a time, so events are processed in arrival order.
+  client.handleMessage = (packet, callback) => onMessage(packet, () => callback());
+  return { client, ready: subscribed(client, options) };
+}
+
+/** Subscribes on every connect until a SUBACK comes back; resolves then. */
+function subscribed(client: MqttClient, options: SessionOptions): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const subscribe = (): void => {
+      // A resumed session still holds the subscription; subscribing again is harmless and
+      // covers a session the broker has expired meanwhile.
+      client.subscribe(options.topic, { qos: 1 }, (error) => {
+        if (error) {
+          options.onError?.(`subscribe failed: ${describeMqttError(error)}`);
+          return;
+        }
+        client.off("connect", subscribe);
+        resolve();
+      });
+    };
+    client.on("connect", subscribe);
+  });
+}
+
+/** Disconnects, keeping the session; a DISCONNECT that hangs is cut after CLOSE_TIMEOUT_MS. */
+export async function closeSession(client: MqttClient): Promise<void> {
+  const timer = setTimeout(() => client.end(true), CLOSE_TIMEOUT_MS);
+  await client.endAsync().catch(() => {});
+  clearTimeout(timer);
+}
