@@ -123,7 +123,7 @@ function logLevel(env: Env): LogLevel {
 const TEN_YEARS_S = 10 * 365 * 24 * 3600;
 // The reference subscriber's inbox must remember an event for longer than a redelivery can
 // come: the broker keeps an unacknowledged event in the session for up to its expiry (one
-// day, SESSION_EXPIRY_S in lib/subscriber/subscriber.ts), and a relay that published but
+// day, SESSION_EXPIRY_S in lib/subscriber/session.ts), and a relay that published but
 // never saw the PUBACK publishes again when it is back, however long it was away. A week
 // covers the session and six days of relay outage; less than the session is refused.
 const INBOX_RETENTION_S = 7 * 86_400;
