@@ -14,8 +14,8 @@ import type { Broker, PublishFn } from "./publisher.ts";
 import { startBatch, type BatchContext, type BatchRun, type BatchTurn } from "./batch.ts";
 import type { BatchResult } from "./outcome.ts";
 import { createClaimLock } from "./claim-lock.ts";
-import { createClaimSizer, drain, laneCount, type ClaimSizer } from "./lanes.ts";
-import { createWaker, type Waker } from "./wake.ts";
+import { createClaimSizer, drain, laneCount } from "./lanes.ts";
+import { createWaker } from "./wake.ts";
 import { listenForOutbox, type OutboxListener } from "../shared/wakeup.ts";
 
 export { laneCount } from "./lanes.ts";
@@ -84,184 +84,117 @@ function logBatch(logger: Logger, result: BatchResult, ms: number): void {
 }
 
 export function createRelay(options: RelayOptions): Relay {
-  const { batchSize, logger = silentLogger } = options;
+  const { sql, broker, batchSize, pollMs, events = {}, logger = silentLogger } = options;
+  const maxLanes = options.lanes ?? laneCount(batchSize);
   const stopping = new AbortController();
   const waker = createWaker();
-  const status = new RelayStatus(logger);
-  const turn: BatchTurn = { lock: createClaimLock(), stop: stopping.signal };
-  const batches = new BatchTracker(batchContext(options), turn, options.events ?? {}, logger);
-  const deps: LoopDeps = {
-    sql: options.sql,
-    broker: options.broker,
-    pollMs: options.pollMs,
-    logger,
-    maxLanes: options.lanes ?? laneCount(batchSize),
-    sizer: createClaimSizer(batchSize),
-    stop: stopping.signal,
-    waker,
-    status,
-    batches,
-  };
+  const batches = new Set<Promise<unknown>>();
+  let state: RelayState = "idle";
+  let listening = false;
   let loop: Promise<void> | undefined;
+
+  const ctx: BatchContext = {
+    sql,
+    maxClaim: batchSize,
+    topicPrefix: options.topicPrefix,
+    publish: options.publish ?? broker.publish,
+    broker,
+    publishTimeoutMs: options.publishTimeoutMs ?? PUBLISH_TIMEOUT_MS,
+    retry: { ...DEFAULT_RETRY, ...options.retry },
+  };
+  const turn: BatchTurn = { lock: createClaimLock(), stop: stopping.signal };
+  const sizer = createClaimSizer(batchSize);
+
+  const setState = (next: RelayState): void => {
+    if (next === state) return;
+    state = next;
+    logger.debug("relay state", { state: next });
+  };
+
+  /** One batch, reported (metrics, log line) once committed and tracked until then, for stop(). */
+  function batch(limit: number): BatchRun {
+    const started = performance.now();
+    const run = startBatch(ctx, turn, limit);
+    const result = run.result.then((r) => {
+      for (const [topic, lags] of r.lags) events.onPublished?.(topic, lags);
+      for (const [topic, count] of r.errors) events.onPublishError?.(topic, count);
+      logBatch(logger, r, performance.now() - started);
+      return r;
+    });
+    const forget = (): void => void batches.delete(result);
+    batches.add(result);
+    result.then(forget, forget);
+    return { claimed: run.claimed, result };
+  }
+
+  async function startListening(): Promise<OutboxListener | undefined> {
+    while (!stopping.signal.aborted) {
+      try {
+        const listener = await listenForOutbox(sql, waker.wake);
+        listening = true;
+        return listener;
+      } catch (error) {
+        logger.warn("LISTEN failed; polling meanwhile", { error: describeDbError(error) });
+        await waker.pause(LISTEN_RETRY_MS);
+      }
+    }
+    return undefined;
+  }
+
+  async function loopUntilStopped(): Promise<void> {
+    const listenerReady = startListening();
+    const unsubscribe = broker.onConnectionChange((connected) => connected && waker.wake());
+    let backoff = DB_BACKOFF_MIN_MS;
+    while (!stopping.signal.aborted) {
+      if (!broker.connected) {
+        setState("waiting-for-broker");
+        await waker.pause(pollMs);
+        continue;
+      }
+      setState("draining");
+      waker.take();
+      try {
+        await drain({ maxLanes, sizer, stop: stopping.signal, startBatch: batch });
+        backoff = DB_BACKOFF_MIN_MS;
+      } catch (error) {
+        setState("backing-off");
+        logger.warn("batch failed; backing off", { retryInMs: backoff, error: describeDbError(error) });
+        await waker.pause(backoff);
+        backoff = Math.min(DB_BACKOFF_MAX_MS, backoff * 2);
+        continue;
+      }
+      if (waker.take() || stopping.signal.aborted) continue;
+      setState("idle");
+      await waker.pause(pollMs);
+    }
+    unsubscribe();
+    const listener = await listenerReady;
+    listening = false;
+    await listener?.unlisten().catch(() => {});
+  }
 
   return {
     get state() {
-      return status.state;
+      return state;
     },
     get listening() {
-      return status.listening;
+      return listening;
     },
     async runOnce() {
-      return (await batches.start(batchSize).result).published;
+      return (await batch(batchSize).result).published;
     },
     run() {
-      loop ??= loopUntilStopped(deps);
+      loop ??= loopUntilStopped();
       return loop;
     },
     async stop() {
       stopping.abort();
-      status.set("stopping");
+      setState("stopping");
       waker.close();
       await loop;
-      await batches.settled();
-      status.set("stopped");
+      await Promise.allSettled([...batches]);
+      setState("stopped");
     },
     wake: waker.wake,
   };
-}
-
-function batchContext(options: RelayOptions): BatchContext {
-  return {
-    sql: options.sql,
-    maxClaim: options.batchSize,
-    topicPrefix: options.topicPrefix,
-    publish: options.publish ?? options.broker.publish,
-    broker: options.broker,
-    publishTimeoutMs: options.publishTimeoutMs ?? PUBLISH_TIMEOUT_MS,
-    retry: { ...DEFAULT_RETRY, ...options.retry },
-  };
-}
-
-/** The relay's state (logged on every change) and whether LISTEN is in place. */
-class RelayStatus {
-  state: RelayState = "idle";
-  listening = false;
-
-  constructor(private readonly logger: Logger) {}
-
-  set(next: RelayState): void {
-    if (next === this.state) return;
-    this.state = next;
-    this.logger.debug("relay state", { state: next });
-  }
-}
-
-/** Starts batches, reports each (metrics, log line) once committed and tracks it until then, for stop(). */
-class BatchTracker {
-  private readonly running = new Set<Promise<unknown>>();
-
-  constructor(
-    private readonly ctx: BatchContext,
-    private readonly turn: BatchTurn,
-    private readonly events: RelayEvents,
-    private readonly logger: Logger,
-  ) {}
-
-  readonly start = (limit: number): BatchRun => {
-    const started = performance.now();
-    const run = startBatch(this.ctx, this.turn, limit);
-    const result = run.result.then((r) => {
-      for (const [topic, lags] of r.lags) this.events.onPublished?.(topic, lags);
-      for (const [topic, count] of r.errors) this.events.onPublishError?.(topic, count);
-      logBatch(this.logger, r, performance.now() - started);
-      return r;
-    });
-    const forget = (): void => void this.running.delete(result);
-    this.running.add(result);
-    result.then(forget, forget);
-    return { claimed: run.claimed, result };
-  };
-
-  /** Resolves once every batch started so far has settled. */
-  async settled(): Promise<void> {
-    await Promise.allSettled([...this.running]);
-  }
-}
-
-/** What the loop works with: the options plus the pieces createRelay assembled. */
-interface LoopDeps {
-  readonly sql: Sql;
-  readonly broker: Broker;
-  readonly pollMs: number;
-  readonly logger: Logger;
-  readonly maxLanes: number;
-  readonly sizer: ClaimSizer;
-  readonly stop: AbortSignal;
-  readonly waker: Waker;
-  readonly status: RelayStatus;
-  readonly batches: BatchTracker;
-}
-
-async function loopUntilStopped(deps: LoopDeps): Promise<void> {
-  const listenerReady = listenWithRetry(deps);
-  const unsubscribe = deps.broker.onConnectionChange((connected) => connected && deps.waker.wake());
-  const backoff = new DbBackoff();
-  while (!deps.stop.aborted) await step(deps, backoff);
-  unsubscribe();
-  const listener = await listenerReady;
-  deps.status.listening = false;
-  await listener?.unlisten().catch(() => {});
-}
-
-/** One turn of the loop: wait for the broker, or drain, then back off after a failure or idle. */
-async function step(deps: LoopDeps, backoff: DbBackoff): Promise<void> {
-  const { waker, status } = deps;
-  if (!deps.broker.connected) {
-    status.set("waiting-for-broker");
-    await waker.pause(deps.pollMs);
-    return;
-  }
-  status.set("draining");
-  waker.take();
-  try {
-    await drain({ maxLanes: deps.maxLanes, sizer: deps.sizer, stop: deps.stop, startBatch: deps.batches.start });
-    backoff.reset();
-  } catch (error) {
-    status.set("backing-off");
-    deps.logger.warn("batch failed; backing off", { retryInMs: backoff.ms, error: describeDbError(error) });
-    await waker.pause(backoff.ms);
-    backoff.grow();
-    return;
-  }
-  if (waker.take() || deps.stop.aborted) return;
-  status.set("idle");
-  await waker.pause(deps.pollMs);
-}
-
-/** The pause after a database error: DB_BACKOFF_MIN_MS, doubling up to DB_BACKOFF_MAX_MS. */
-class DbBackoff {
-  ms = DB_BACKOFF_MIN_MS;
-
-  grow(): void {
-    this.ms = Math.min(DB_BACKOFF_MAX_MS, this.ms * 2);
-  }
-
-  reset(): void {
-    this.ms = DB_BACKOFF_MIN_MS;
-  }
-}
-
-/** LISTEN, retried until it is in place or the relay stops; the fallback poll covers the gap. */
-async function listenWithRetry(deps: LoopDeps): Promise<OutboxListener | undefined> {
-  while (!deps.stop.aborted) {
-    try {
-      const listener = await listenForOutbox(deps.sql, deps.waker.wake);
-      deps.status.listening = true;
-      return listener;
-    } catch (error) {
-      deps.logger.warn("LISTEN failed; polling meanwhile", { error: describeDbError(error) });
-      await deps.waker.pause(LISTEN_RETRY_MS);
-    }
-  }
-  return undefined;
 }

@@ -3,10 +3,10 @@
 // and a publish that resolves on the PUBACK with at most the broker's Receive Maximum
 // unacknowledged at once.
 import type { IClientPublishOptions, IConnackPacket, IDisconnectPacket, MqttClient } from "mqtt";
+import { setImmediate } from "node:timers";
 import { connectMqtt } from "../shared/mqtt-connect.ts";
 import { describeMqttError } from "../shared/mqtt-errors.ts";
 import { EVENT_CONTENT_TYPE } from "../events.ts";
-import { InFlightWindow } from "./in-flight.ts";
 
 export interface OutboundMessage {
   readonly topic: string;
@@ -16,7 +16,25 @@ export interface OutboundMessage {
   readonly userProperties: Readonly<Record<string, string>>;
 }
 
-export { ConnectionLost } from "./in-flight.ts";
+/**
+ * A publish that ended because the connection closed before its PUBACK. The oldest publish in
+ * flight is the one the broker was reading when it closed (it answers in order), so it alone
+ * carries the DISCONNECT's reason code, when the broker sent one (MQTT 5).
+ */
+export class ConnectionLost extends Error {
+  override name = "ConnectionLost";
+  constructor(
+    /** The DISCONNECT reason code; only on the oldest publish in flight. */
+    readonly code: number | undefined,
+    readonly oldestInFlight: boolean,
+  ) {
+    super(
+      oldestInFlight
+        ? `the broker closed the connection${code === undefined ? " without a reason code" : ""} while this publish was the oldest in flight`
+        : "connection to the broker lost",
+    );
+  }
+}
 
 /** Resolves when the broker acknowledged the message; rejects with its reason code otherwise. */
 export type PublishFn = (message: OutboundMessage) => Promise<void>;
@@ -50,29 +68,14 @@ const RECONNECT_MAX_MS = 5000;
 const CONNECT_TIMEOUT_MS = 5000;
 // Keep-alive: a silently dead connection is noticed within 1.5× this.
 const KEEPALIVE_S = 15;
+// MQTT 5: a Receive Maximum absent from the CONNACK means 65,535.
+const PROTOCOL_RECEIVE_MAXIMUM = 65_535;
 // A graceful DISCONNECT that has not completed in this time is cut.
 const CLOSE_TIMEOUT_MS = 2000;
 
 export function connectBroker(url: string, options: BrokerOptions = {}): Broker {
-  const client = openClient(url, options);
-  const inFlight = new InFlightWindow(options.maxInFlight ?? MAX_IN_FLIGHT);
-  const listeners = new ConnectionListeners();
-  trackConnection(client, inFlight, listeners);
-  return {
-    get connected() {
-      return client.connected;
-    },
-    publish: (message) => publishThrough(client, inFlight, message),
-    onConnectionChange: (listener) => listeners.add(listener),
-    async close() {
-      listeners.clear();
-      await closeClient(client);
-    },
-  };
-}
-
-function openClient(url: string, options: BrokerOptions): MqttClient {
-  return connectMqtt(url, {
+  const maxInFlight = options.maxInFlight ?? MAX_IN_FLIGHT;
+  const client: MqttClient = connectMqtt(url, {
     clientId: options.clientId ?? `charges-relay-${crypto.randomUUID().slice(0, 8)}`,
     protocolVersion: options.protocolVersion ?? 5,
     // The relay's own state is the outbox; nothing needs to outlive a connection.
@@ -85,39 +88,27 @@ function openClient(url: string, options: BrokerOptions): MqttClient {
     resubscribe: false,
     onError: (error) => options.onError?.(describeMqttError(error)),
   });
-}
-
-/** The onConnectionChange listeners: told true on every CONNACK, false on every lost connection. */
-class ConnectionListeners {
-  private readonly listeners = new Set<(connected: boolean) => void>();
-
-  add(listener: (connected: boolean) => void): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
-  }
-
-  notify(connected: boolean): void {
-    for (const listener of this.listeners) listener(connected);
-  }
-
-  clear(): void {
-    this.listeners.clear();
-  }
-}
-
-/**
- * Follows the connection: the in-flight window opens on each CONNACK and is abandoned on each close, the
- * reconnect period doubles per failed attempt, and the DISCONNECT's reason code is kept for the
- * publish it is blamed on.
- */
-function trackConnection(client: MqttClient, inFlight: InFlightWindow, listeners: ConnectionListeners): void {
+  const listeners = new Set<(connected: boolean) => void>();
+  let limit = maxInFlight;
+  // Publishes sent and not yet answered, in the order they left (a Map keeps insertion order).
+  const unanswered = new Map<number, (error: Error) => void>();
+  let sent = 0;
   // The reason code of the DISCONNECT the broker sent on this connection, if it sent one.
   let disconnectReason: number | undefined;
+  // Publishes waiting for an in-flight slot, in hand-off (= created_at) order.
+  const waiting: Array<{ send: () => void; fail: (error: Error) => void }> = [];
+
+  const notify = (connected: boolean): void => {
+    for (const listener of listeners) listener(connected);
+  };
   client.on("connect", (connack: IConnackPacket) => {
     client.options.reconnectPeriod = RECONNECT_MIN_MS;
     disconnectReason = undefined;
-    inFlight.open(connack.properties?.receiveMaximum);
-    listeners.notify(true);
+    // MQTT 5 §3.3.4: never more unacknowledged QoS 1 publishes than the server's Receive
+    // Maximum (Mosquitto's max_inflight_messages, 20 by default). mqtt.js does not enforce it.
+    limit = Math.min(maxInFlight, connack.properties?.receiveMaximum ?? PROTOCOL_RECEIVE_MAXIMUM);
+    refill();
+    notify(true);
   });
   client.on("reconnect", () => {
     const period = client.options.reconnectPeriod ?? RECONNECT_MIN_MS;
@@ -127,45 +118,79 @@ function trackConnection(client: MqttClient, inFlight: InFlightWindow, listeners
     disconnectReason = packet.reasonCode;
   });
   client.on("close", () => {
-    abandonInFlight(client, inFlight, disconnectReason);
+    abandonInFlight();
+    notify(false);
+  });
+
+  // On a lost connection every unacknowledged publish fails at once (the relay releases
+  // those rows and claims them again after reconnecting) instead of waiting out its
+  // timeout. They are also dropped from mqtt.js's store, which would otherwise resend them
+  // after the reconnect: a second copy of rows that will be published again anyway.
+  function abandonInFlight(): void {
+    let oldest = true;
+    for (const reject of unanswered.values()) {
+      reject(new ConnectionLost(oldest ? disconnectReason : undefined, oldest));
+      oldest = false;
+    }
+    unanswered.clear();
     disconnectReason = undefined;
-    listeners.notify(false);
-  });
-}
+    for (const messageId of Object.keys(client.outgoing)) client.removeOutgoingMessage(Number(messageId));
+    const lost = new ConnectionLost(undefined, false);
+    for (const entry of waiting.splice(0)) entry.fail(lost);
+  }
 
-// On a lost connection every unacknowledged publish fails at once (the relay releases
-// those rows and claims them again after reconnecting) instead of waiting out its
-// timeout. They are also dropped from mqtt.js's store, which would otherwise resend them
-// after the reconnect: a second copy of rows that will be published again anyway.
-function abandonInFlight(client: MqttClient, inFlight: InFlightWindow, disconnectReason: number | undefined): void {
-  inFlight.abandonUnanswered(disconnectReason);
-  for (const messageId of Object.keys(client.outgoing)) client.removeOutgoingMessage(Number(messageId));
-  inFlight.failWaiting();
-}
+  // Refills after PUBACKs are deferred to one setImmediate: mqtt.js handles each received
+  // packet in its own tick, and a publish per PUBACK would cost a socket write each; sent
+  // together, the publishes of one refill leave in one write.
+  let refillScheduled = false;
+  function refill(): void {
+    refillScheduled = false;
+    while (unanswered.size < limit && waiting.length > 0) waiting.shift()?.send();
+  }
+  function scheduleRefill(): void {
+    if (refillScheduled || waiting.length === 0) return;
+    refillScheduled = true;
+    setImmediate(refill);
+  }
 
-function publishThrough(client: MqttClient, inFlight: InFlightWindow, message: OutboundMessage): Promise<void> {
-  return new Promise((resolve, reject) => {
-    // Not stored for later: the relay releases the row and claims it again once connected.
-    if (!client.connected) return reject(new Error("not connected to the broker"));
-    const send = (): void => {
-      const seq = inFlight.onSent(reject);
-      const opts: IClientPublishOptions = {
-        qos: 1,
-        retain: false,
-        properties: { contentType: EVENT_CONTENT_TYPE, userProperties: { ...message.userProperties } },
+  function publish(message: OutboundMessage): Promise<void> {
+    return new Promise((resolve, reject) => {
+      // Not stored for later: the relay releases the row and claims it again once connected.
+      if (!client.connected) return reject(new Error("not connected to the broker"));
+      const send = (): void => {
+        const seq = sent++;
+        unanswered.set(seq, reject);
+        const opts: IClientPublishOptions = {
+          qos: 1,
+          retain: false,
+          properties: { contentType: EVENT_CONTENT_TYPE, userProperties: { ...message.userProperties } },
+        };
+        client.publish(message.topic, message.payload, opts, (error) => {
+          unanswered.delete(seq);
+          scheduleRefill();
+          if (error) reject(error);
+          else resolve();
+        });
       };
-      client.publish(message.topic, message.payload, opts, (error) => {
-        inFlight.answered(seq);
-        if (error) reject(error);
-        else resolve();
-      });
-    };
-    inFlight.submit({ send, fail: reject });
-  });
-}
+      if (unanswered.size < limit && waiting.length === 0) send();
+      else waiting.push({ send, fail: reject });
+    });
+  }
 
-async function closeClient(client: MqttClient): Promise<void> {
-  const timer = setTimeout(() => client.end(true), CLOSE_TIMEOUT_MS);
-  await client.endAsync(!client.connected).catch(() => {});
-  clearTimeout(timer);
+  return {
+    get connected() {
+      return client.connected;
+    },
+    publish,
+    onConnectionChange(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+    async close() {
+      listeners.clear();
+      const timer = setTimeout(() => client.end(true), CLOSE_TIMEOUT_MS);
+      await client.endAsync(!client.connected).catch(() => {});
+      clearTimeout(timer);
+    },
+  };
 }
