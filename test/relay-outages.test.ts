@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { notifyOutbox } from "../lib/shared/wakeup.ts";
 import { countWhere, insertPending } from "../testkit/outbox.ts";
 import { collect } from "../testkit/mqtt.ts";
-import { brokerDir, mosquittoInstalled, privateMosquitto } from "../testkit/mosquitto.ts";
+import { brokerDir, mosquittoInstalled, privateMosquitto, unboundedBroker } from "../testkit/mosquitto.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
 import { waitUntil } from "../testkit/wait.ts";
@@ -86,13 +86,15 @@ test.skipIf(!mosquittoInstalled())("a PUBACK 'not authorized' from a real Mosqui
 });
 
 test("the relay's database connections killed mid-drain: the process survives, reconnects and delivers every row", async () => {
-  const collector = await collect(mqttUrl, prefix);
+  const broker = await unboundedBroker(mqttUrl);
+  cleanups.push(() => broker.stop());
+  const collector = await collect(broker.url, prefix);
   cleanups.push(() => collector.close());
   const rows = await insertPending(db.sql, 5000);
   // A process of its own: postgres.js leaves some rejections of dying connections unhandled,
   // which relay.ts logs instead of crashing on (and which would fail this test file).
   const { child: relay } = await startEntrypoint("relay", {
-    env: { DATABASE_URL: db.url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "error" },
+    env: { DATABASE_URL: db.url, MQTT_URL: broker.url, MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "error" },
   });
   cleanups.push(async () => relay.kill("SIGKILL"));
   await waitUntil(async () => (await countWhere(db.sql, "published")) > 0, 10_000, "the drain to start");

@@ -3,6 +3,7 @@
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
 import { countWhere, insertPending } from "../testkit/outbox.ts";
 import { collect } from "../testkit/mqtt.ts";
+import { unboundedBroker } from "../testkit/mosquitto.ts";
 import { runToExit, startEntrypoint } from "../testkit/processes.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
 import { waitUntil } from "../testkit/wait.ts";
@@ -36,9 +37,10 @@ test("healthz answers while the broker is away; readyz says which dependency is 
 
 test("SIGTERM mid-drain: exit 0, and no row both delivered and left unpublished", async () => {
   const prefix = `test/${crypto.randomUUID()}/`;
-  const collector = await collect(mqttUrl, prefix);
+  const broker = await unboundedBroker(mqttUrl);
+  const collector = await collect(broker.url, prefix);
   const rows = await insertPending(db.sql, 30_000);
-  const relay = await startEntrypoint("relay", { env: relayEnv({ MQTT_TOPIC_PREFIX: prefix }) });
+  const relay = await startEntrypoint("relay", { env: relayEnv({ MQTT_TOPIC_PREFIX: prefix, MQTT_URL: broker.url }) });
   await waitUntil(async () => (await countWhere(db.sql, "published")) >= 1000, 10_000, "the drain under way");
   expect(await relay.child.stop()).toBe(0);
   // Whatever the relay handed the broker before it exited reaches the collector before this.
@@ -53,4 +55,5 @@ test("SIGTERM mid-drain: exit 0, and no row both delivered and left unpublished"
   expect(published.every((r) => delivered.has(r.id))).toBe(true);
   expect(await countWhere(db.sql, "attempted")).toBe(0);
   await collector.close();
+  await broker.stop();
 });

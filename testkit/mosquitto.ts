@@ -81,3 +81,14 @@ export async function privateMosquitto(extraConfig = "", dir = brokerDir()): Pro
   await broker.start();
   return broker;
 }
+
+/**
+ * A broker that never drops a slow subscriber's messages, for tests that drain thousands of
+ * rows at full speed into one collector: Mosquitto keeps at most 1000 messages queued per
+ * client by default and drops the rest, which is the broker's limit, not the relay's. A
+ * private Mosquitto with no queue limit when one is installed, else `fallbackUrl` as it is.
+ */
+export async function unboundedBroker(fallbackUrl: string): Promise<{ readonly url: string; stop(): Promise<void> }> {
+  if (!mosquittoInstalled()) return { url: fallbackUrl, stop: async () => {} };
+  return privateMosquitto("max_queued_messages 0");
+}
