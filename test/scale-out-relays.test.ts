@@ -4,6 +4,7 @@
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
 import { createOutboxNotifier } from "../lib/shared/wakeup.ts";
 import { collect } from "../testkit/mqtt.ts";
+import { unboundedBroker } from "../testkit/mosquitto.ts";
 import { countWhere, insertCharge, insertPending } from "../testkit/outbox.ts";
 import { startEntrypoint, type Service } from "../testkit/processes.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
@@ -32,9 +33,10 @@ test("two relay processes on one database: a backlog and live commits each deliv
     for each row when (old.published_at is distinct from new.published_at) execute function log_published()`;
 
   const prefix = `test/${crypto.randomUUID()}/`;
-  const collector = await collect(mqttUrl, prefix);
+  const broker = await unboundedBroker(mqttUrl);
+  const collector = await collect(broker.url, prefix);
   const backlog = await insertPending(db.sql, BACKLOG);
-  const env = { DATABASE_URL: db.url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "warn" };
+  const env = { DATABASE_URL: db.url, MQTT_URL: broker.url, MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "warn" };
   const relays: Service[] = await Promise.all([startEntrypoint("relay", { env }), startEntrypoint("relay", { env })]);
   const notifier = createOutboxNotifier(db.sql);
   try {
@@ -65,4 +67,5 @@ test("two relay processes on one database: a backlog and live commits each deliv
   expect(log).toEqual({ changes: all.length, rows: all.length, unpublished: 0 });
   expect(await countWhere(db.sql, "attempted")).toBe(0);
   await collector.close();
+  await broker.stop();
 });
