@@ -14,7 +14,7 @@ setDefaultTimeout(60_000);
 const EVENTS = 100;
 
 const db = await freshDatabase("subscriber_shared");
-const { mqttUrl } = await services();
+const { mqttUrl, mqtt5 } = await services();
 afterAll(() => db.drop());
 
 type Line = Record<string, unknown>;
@@ -37,7 +37,8 @@ test("SUBSCRIBER_SHARE_GROUP without SUBSCRIBER_CLIENT_ID, or with a '/', is one
   }
 });
 
-test("two subscribers in one share group split the stream: each event received once in total, the inbox holds each once", async () => {
+// Shared subscriptions are MQTT 5; the embedded broker (aedes) speaks 3.1.1 only.
+test.skipIf(!mqtt5)("two subscribers in one share group split the stream: each event received once in total, the inbox holds each once", async () => {
   const prefix = `test/${crypto.randomUUID()}/`;
   const consumer = `shared-${crypto.randomUUID().slice(0, 8)}`;
   const group = `g${crypto.randomUUID().slice(0, 8)}`;
