@@ -10,13 +10,11 @@
 // - metrics are pushed over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; /metrics is off.
 import { AsyncLocalStorage } from "node:async_hooks";
 import { ConfigError, loadConfig, type Config, type Env } from "./lib/shared/config.ts";
-import { createSql, describeDbError } from "./lib/shared/db.ts";
-import { createPoolGate } from "./lib/shared/pool-gate.ts";
 import { routableRequest } from "./lib/shared/runtime.ts";
 import { createLogger } from "./lib/shared/log.ts";
 import { notifyOutbox } from "./lib/shared/wakeup.ts";
 import { startPushTelemetry, type PushTelemetry } from "./lib/shared/telemetry-push.ts";
-import { createChargeService } from "./lib/api/charges.ts";
+import { apiSql, boundedChargeService, logNotifyFailure } from "./lib/api/services.ts";
 import { createApiHandler, type RequestDeps } from "./lib/api/handler.ts";
 import { createApiMetrics } from "./lib/api/metrics.ts";
 import { createAuthenticator } from "./lib/api/auth.ts";
@@ -58,20 +56,10 @@ export default {
       return problemResponse("internal", "the service is misconfigured");
     }
     const { config, shared, telemetry } = isolate;
-    const bounds = config.apiTimeBounds;
-    const sql = createSql(config.databaseUrl, {
-      max: CONNECTIONS_PER_REQUEST,
-      applicationName: "charges-worker",
-      statementTimeoutMs: bounds.statementTimeoutMs,
-      lockTimeoutMs: bounds.lockTimeoutMs,
-      singleUse: true,
-    });
+    const sql = apiSql(config, CONNECTIONS_PER_REQUEST, "charges-worker", true);
     const after: Promise<unknown>[] = [];
-    const gate = createPoolGate({ size: CONNECTIONS_PER_REQUEST, waitMs: bounds.poolWaitMs, requestTimeoutMs: bounds.requestTimeoutMs, statementTimeoutMs: bounds.statementTimeoutMs });
-    const wake = (): void => {
-      after.push(notifyOutbox(sql).catch((error: unknown) => shared.log.warn("outbox notify failed; the relay's poll will find the row", { error: describeDbError(error) })));
-    };
-    const charges = createChargeService(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated: wake, bounds: gate });
+    const wake = (): void => void after.push(notifyOutbox(sql).catch(logNotifyFailure(shared.log)));
+    const charges = boundedChargeService(config, sql, CONNECTIONS_PER_REQUEST, wake);
     try {
       return await scope.run({ ...shared, sql, charges }, () => handle(routableRequest(request)));
     } finally {

@@ -3,14 +3,13 @@
 // shared with the edge worker (worker.ts).
 import type { Meter } from "@opentelemetry/api";
 import type { Config } from "../shared/config.ts";
-import { createSql, describeDbError, type Sql } from "../shared/db.ts";
+import type { Sql } from "../shared/db.ts";
 import { applySchema } from "../shared/startup.ts";
-import { createChargeService } from "./charges.ts";
+import { apiSql, boundedChargeService, logNotifyFailure } from "./services.ts";
 import { createApiHandler, type RequestDeps } from "./handler.ts";
 import { createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { createOutboxNotifier } from "../shared/wakeup.ts";
-import { createPoolGate } from "../shared/pool-gate.ts";
 import { createAuthenticator, IMPLICIT_TENANT, type AuthOptions } from "./auth.ts";
 
 export interface ApiProcess {
@@ -36,30 +35,16 @@ export interface ApiOptions {
  */
 export async function startApi(config: Config, options: ApiOptions = {}): Promise<ApiProcess> {
   const auth = createAuthenticator(config.auth, options.auth);
-  const bounds = config.apiTimeBounds;
   const poolSize = options.poolSize ?? config.apiPoolSize;
-  const sql = createSql(config.databaseUrl, {
-    max: poolSize,
-    applicationName: "charges-api",
-    statementTimeoutMs: bounds.statementTimeoutMs,
-    lockTimeoutMs: bounds.lockTimeoutMs,
-  });
+  const sql = apiSql(config, poolSize, "charges-api");
   await applySchema(sql);
   const log = options.logger ?? createLogger(config.logLevel, "api");
   if (auth.mode === "none") {
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
   }
-  const notifier = createOutboxNotifier(sql, undefined, (error) =>
-    log.warn("outbox notify failed; the relay's poll will find the row", { error: describeDbError(error) }),
-  );
+  const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log));
   const counters = createApiMetrics(options.meter);
-  const gate = createPoolGate({
-    size: poolSize,
-    waitMs: bounds.poolWaitMs,
-    requestTimeoutMs: bounds.requestTimeoutMs,
-    statementTimeoutMs: bounds.statementTimeoutMs,
-  });
-  const charges = createChargeService(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated: notifier.poke, bounds: gate });
+  const charges = boundedChargeService(config, sql, poolSize, notifier.poke);
   const deps: RequestDeps = { sql, charges, auth, log, counters };
   const fetch = createApiHandler(() => deps, { metrics: options.metrics });
   return {

@@ -1,6 +1,6 @@
 // The postgres.js client, schema migration, and the classification of database errors.
 import postgres from "postgres";
-import { createHash } from "node:crypto";
+import { sha256Hex } from "./sha256.ts";
 import { readFile } from "node:fs/promises";
 import { POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "./pool-gate.ts";
 
@@ -66,7 +66,7 @@ export async function readSchema(): Promise<string> {
  */
 export async function migrate(sql: Sql): Promise<boolean> {
   const schema = await readSchema();
-  const hash = createHash("sha256").update(schema).digest("hex");
+  const hash = sha256Hex(schema);
   return sql.begin(async (tx) => {
     // The migration waits for another process's migration and runs DDL of any length:
     // the pool's own statement and lock bounds are for requests, not for this.

@@ -1,0 +1,37 @@
+// What the long-lived server (start.ts) and the edge worker (worker.ts) build the same way:
+// a pool carrying the API's time bounds, the charge service behind the pool gate, and the
+// line a failed relay wake-up logs. They differ only in how long these live.
+import type { Config } from "../shared/config.ts";
+import { createSql, describeDbError, type Sql } from "../shared/db.ts";
+import type { Logger } from "../shared/log.ts";
+import { createPoolGate } from "../shared/pool-gate.ts";
+import { createChargeService, type ChargeService } from "./charges.ts";
+
+/** A pool of `max` connections, each with the API's statement and lock bounds. */
+export function apiSql(config: Config, max: number, applicationName: string, singleUse = false): Sql {
+  const bounds = config.apiTimeBounds;
+  return createSql(config.databaseUrl, {
+    max,
+    applicationName,
+    statementTimeoutMs: bounds.statementTimeoutMs,
+    lockTimeoutMs: bounds.lockTimeoutMs,
+    singleUse,
+  });
+}
+
+/** The charge service, admitting at most `poolSize` statements at once within the request's bounds. */
+export function boundedChargeService(config: Config, sql: Sql, poolSize: number, onCreated: () => void): ChargeService {
+  const bounds = config.apiTimeBounds;
+  const gate = createPoolGate({
+    size: poolSize,
+    waitMs: bounds.poolWaitMs,
+    requestTimeoutMs: bounds.requestTimeoutMs,
+    statementTimeoutMs: bounds.statementTimeoutMs,
+  });
+  return createChargeService(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated, bounds: gate });
+}
+
+/** A failed wake-up loses nothing: the relay's poll finds the row. */
+export function logNotifyFailure(log: Logger): (error: unknown) => void {
+  return (error) => log.warn("outbox notify failed; the relay's poll will find the row", { error: describeDbError(error) });
+}
