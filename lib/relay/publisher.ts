@@ -1,9 +1,13 @@
 // The relay's MQTT connection: one mqtt.js client (MQTT 5, or 3.1.1 when the broker only
-// speaks that), reconnecting with back-off,
-// and a publish that resolves on the PUBACK with at most the broker's Receive Maximum
-// unacknowledged at once.
-import type { IClientPublishOptions, IConnackPacket, IDisconnectPacket, MqttClient } from "mqtt";
+// speaks that) keeps the session, reconnecting with back-off; the publishes bypass it. Each is
+// encoded once by mqtt-packet, the publishes of one tick leave in one write, and their PUBACKs
+// are taken off the connection by ack-tap.ts: a publish resolves on its PUBACK, with at most the
+// broker's Receive Maximum unacknowledged at once.
+import type { IConnackPacket, IDisconnectPacket, IStream, MqttClient } from "mqtt";
+import mqttPacket, { type IPublishPacket } from "mqtt-packet";
+import type { Duplex } from "node:stream";
 import { setImmediate } from "node:timers";
+import { AckTap } from "./ack-tap.ts";
 import { connectMqtt } from "../shared/mqtt-connect.ts";
 import { describeMqttError } from "../shared/mqtt-errors.ts";
 import { EVENT_CONTENT_TYPE } from "../events.ts";
@@ -73,6 +77,25 @@ const PROTOCOL_RECEIVE_MAXIMUM = 65_535;
 // A graceful DISCONNECT that has not completed in this time is cut.
 const CLOSE_TIMEOUT_MS = 2000;
 
+/** A PUBACK with a failure reason code (0x80 and above). */
+export class PublishRefused extends Error {
+  override name = "PublishRefused";
+  constructor(readonly code: number) {
+    super(`the broker refused the publish (PUBACK reason code 0x${code.toString(16).padStart(2, "0")})`);
+  }
+}
+
+// PUBACK reason codes from here up are failures (MQTT 5 §3.4.2.1); below (0x00 success, 0x10
+// no matching subscribers) the broker accepted the message.
+const FIRST_FAILURE_CODE = 0x80;
+// Packet identifiers are 1..65535 (MQTT 5 §2.2.1); 0 is not one.
+const MAX_PACKET_ID = 0xffff;
+
+interface InFlight {
+  readonly resolve: () => void;
+  readonly reject: (error: Error) => void;
+}
+
 export function connectBroker(url: string, options: BrokerOptions = {}): Broker {
   const maxInFlight = options.maxInFlight ?? MAX_IN_FLIGHT;
   const client: MqttClient = connectMqtt(url, {
@@ -87,16 +110,20 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
     queueQoSZero: false,
     resubscribe: false,
     onError: (error) => options.onError?.(describeMqttError(error)),
+    tap: (stream: IStream) => new AckTap(stream as Duplex, acked) as unknown as IStream,
   });
   const listeners = new Set<(connected: boolean) => void>();
   let limit = maxInFlight;
-  // Publishes sent and not yet answered, in the order they left (a Map keeps insertion order).
-  const unanswered = new Map<number, (error: Error) => void>();
-  let sent = 0;
+  // Publishes sent and not yet answered, by packet identifier, in the order they left (a Map
+  // keeps insertion order, and an identifier is only reused once its PUBACK is back).
+  const inFlight = new Map<number, InFlight>();
+  let lastId = 0;
   // The reason code of the DISCONNECT the broker sent on this connection, if it sent one.
   let disconnectReason: number | undefined;
   // Publishes waiting for an in-flight slot, in hand-off (= created_at) order.
   const waiting: Array<{ send: () => void; fail: (error: Error) => void }> = [];
+  // Encoded publishes not yet written: those of one tick leave in one write.
+  let unwritten: Buffer[] = [];
 
   const notify = (connected: boolean): void => {
     for (const listener of listeners) listener(connected);
@@ -105,7 +132,7 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
     client.options.reconnectPeriod = RECONNECT_MIN_MS;
     disconnectReason = undefined;
     // MQTT 5 §3.3.4: never more unacknowledged QoS 1 publishes than the server's Receive
-    // Maximum (Mosquitto's max_inflight_messages, 20 by default). mqtt.js does not enforce it.
+    // Maximum (Mosquitto's max_inflight_messages, 20 by default).
     limit = Math.min(maxInFlight, connack.properties?.receiveMaximum ?? PROTOCOL_RECEIVE_MAXIMUM);
     refill();
     notify(true);
@@ -122,30 +149,37 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
     notify(false);
   });
 
+  function acked(messageId: number, reasonCode: number): void {
+    const entry = inFlight.get(messageId);
+    // Not one of ours on this connection: answered after its connection was given up.
+    if (!entry) return;
+    inFlight.delete(messageId);
+    scheduleRefill();
+    if (reasonCode >= FIRST_FAILURE_CODE) entry.reject(new PublishRefused(reasonCode));
+    else entry.resolve();
+  }
+
   // On a lost connection every unacknowledged publish fails at once (the relay releases
-  // those rows and claims them again after reconnecting) instead of waiting out its
-  // timeout. They are also dropped from mqtt.js's store, which would otherwise resend them
-  // after the reconnect: a second copy of rows that will be published again anyway.
+  // those rows and claims them again after reconnecting) instead of waiting out its timeout.
   function abandonInFlight(): void {
     let oldest = true;
-    for (const reject of unanswered.values()) {
-      reject(new ConnectionLost(oldest ? disconnectReason : undefined, oldest));
+    for (const entry of inFlight.values()) {
+      entry.reject(new ConnectionLost(oldest ? disconnectReason : undefined, oldest));
       oldest = false;
     }
-    unanswered.clear();
+    inFlight.clear();
+    unwritten = [];
     disconnectReason = undefined;
-    for (const messageId of Object.keys(client.outgoing)) client.removeOutgoingMessage(Number(messageId));
     const lost = new ConnectionLost(undefined, false);
     for (const entry of waiting.splice(0)) entry.fail(lost);
   }
 
-  // Refills after PUBACKs are deferred to one setImmediate: mqtt.js handles each received
-  // packet in its own tick, and a publish per PUBACK would cost a socket write each; sent
-  // together, the publishes of one refill leave in one write.
+  // Refills after PUBACKs are deferred to one setImmediate: the PUBACKs of one read arrive
+  // together, and the publishes they make room for then leave in one write.
   let refillScheduled = false;
   function refill(): void {
     refillScheduled = false;
-    while (unanswered.size < limit && waiting.length > 0) waiting.shift()?.send();
+    while (inFlight.size < limit && waiting.length > 0) waiting.shift()?.send();
   }
   function scheduleRefill(): void {
     if (refillScheduled || waiting.length === 0) return;
@@ -153,27 +187,37 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
     setImmediate(refill);
   }
 
+  function flush(): void {
+    const chunks = unwritten;
+    unwritten = [];
+    // Dropped when the connection closed meanwhile: their publishes were failed with it.
+    if (chunks.length === 0 || !client.connected) return;
+    client.stream.write(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks));
+  }
+
+  function nextId(): number {
+    do lastId = lastId === MAX_PACKET_ID ? 1 : lastId + 1;
+    while (inFlight.has(lastId));
+    return lastId;
+  }
+
+  function write(message: OutboundMessage, entry: InFlight): void {
+    const messageId = nextId();
+    const packet: IPublishPacket = { cmd: "publish", topic: message.topic, payload: message.payload, qos: 1, dup: false, retain: false, messageId };
+    // MQTT 3.1.1 has no properties; the envelope carries the same information.
+    if (client.options.protocolVersion === 5) packet.properties = { contentType: EVENT_CONTENT_TYPE, userProperties: message.userProperties };
+    inFlight.set(messageId, entry);
+    if (unwritten.length === 0) process.nextTick(flush);
+    unwritten.push(mqttPacket.generate(packet, { protocolVersion: client.options.protocolVersion }));
+  }
+
   function publish(message: OutboundMessage): Promise<void> {
     return new Promise((resolve, reject) => {
       // Not stored for later: the relay releases the row and claims it again once connected.
       if (!client.connected) return reject(new Error("not connected to the broker"));
-      const send = (): void => {
-        const seq = sent++;
-        unanswered.set(seq, reject);
-        const opts: IClientPublishOptions = {
-          qos: 1,
-          retain: false,
-          properties: { contentType: EVENT_CONTENT_TYPE, userProperties: { ...message.userProperties } },
-        };
-        client.publish(message.topic, message.payload, opts, (error) => {
-          unanswered.delete(seq);
-          scheduleRefill();
-          if (error) reject(error);
-          else resolve();
-        });
-      };
-      if (unanswered.size < limit && waiting.length === 0) send();
-      else waiting.push({ send, fail: reject });
+      const entry: InFlight = { resolve, reject };
+      if (inFlight.size < limit && waiting.length === 0) write(message, entry);
+      else waiting.push({ send: () => write(message, entry), fail: reject });
     });
   }
 

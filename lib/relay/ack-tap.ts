@@ -1,0 +1,103 @@
+// The relay's PUBACKs, taken off the connection before mqtt.js parses them.
+//
+// mqtt.js keeps the session (CONNECT, keep-alive, reconnect, DISCONNECT reason codes) and
+// parses every other packet; the relay's QoS 1 publishes and their PUBACKs bypass it. Through
+// mqtt.js a publish and its PUBACK cost the relay about 17 µs of CPU (an outgoing store, a
+// callback table, a parsed packet object and a tick per packet received); encoded once with
+// mqtt-packet and matched here, about 6 µs, on a drain where the whole row's budget is ~24 µs
+// (bench/README.md, "relay drain"). What passes through is byte-for-byte what arrived.
+import { Duplex } from "node:stream";
+
+/** A PUBACK: its packet identifier and reason code (0 = success; MQTT 3.1.1 has none). */
+export type AckListener = (messageId: number, reasonCode: number) => void;
+
+// The control packet type in the fixed header's high nibble (MQTT 5 §2.1.2): 4 = PUBACK.
+const PUBACK = 4;
+// The Remaining Length is a variable byte integer of at most four bytes (MQTT 5 §1.5.5).
+const MAX_LENGTH_BYTES = 4;
+
+/** Where the body of the packet at `at` starts and where it ends; undefined while `buf` holds only part of it. */
+function packetEnd(buf: Buffer, at: number): { body: number; end: number } | undefined {
+  let length = 0;
+  let multiplier = 1;
+  for (let i = at + 1; i < at + 1 + MAX_LENGTH_BYTES; i++) {
+    if (i >= buf.length) return undefined;
+    const byte = buf[i] as number;
+    length += (byte & 0x7f) * multiplier;
+    multiplier *= 0x80;
+    if ((byte & 0x80) === 0) return buf.length >= i + 1 + length ? { body: i + 1, end: i + 1 + length } : undefined;
+  }
+  throw new Error("malformed packet from the broker: its remaining length runs past four bytes");
+}
+
+/**
+ * Wraps the stream mqtt.js opened (TCP, TLS or WebSocket): writes go through unchanged; of the
+ * bytes read, every PUBACK goes to `onAck` and the rest to mqtt.js, in order.
+ */
+export class AckTap extends Duplex {
+  private partial: Buffer | undefined;
+
+  constructor(
+    private readonly inner: Duplex,
+    private readonly onAck: AckListener,
+  ) {
+    // Half-open like a TCP socket: when the broker ends the connection, so does the tap.
+    super({ allowHalfOpen: false });
+    inner.on("data", (chunk: Buffer) => this.received(chunk));
+    inner.on("end", () => this.push(null));
+    inner.on("error", (error: Error) => this.destroy(error));
+    inner.on("close", () => this.destroy());
+  }
+
+  private received(chunk: Buffer): void {
+    let buf = chunk;
+    if (this.partial) buf = Buffer.concat([this.partial, chunk]);
+    this.partial = undefined;
+    let passFrom = 0;
+    let at = 0;
+    while (at < buf.length) {
+      let packet: { body: number; end: number } | undefined;
+      try {
+        packet = packetEnd(buf, at);
+      } catch (error) {
+        this.destroy(error as Error);
+        return;
+      }
+      if (!packet) break;
+      if ((buf[at] as number) >> 4 === PUBACK) {
+        if (passFrom < at) this.pass(buf.subarray(passFrom, at));
+        const reasonCode = packet.end - packet.body > 2 ? (buf[packet.body + 2] as number) : 0;
+        this.onAck(buf.readUInt16BE(packet.body), reasonCode);
+        passFrom = packet.end;
+      }
+      at = packet.end;
+    }
+    if (passFrom < at) this.pass(buf.subarray(passFrom, at));
+    if (at < buf.length) this.partial = buf.subarray(at);
+  }
+
+  private pass(bytes: Buffer): void {
+    if (!this.push(bytes)) this.inner.pause();
+  }
+
+  override _read(): void {
+    this.inner.resume();
+  }
+
+  override _write(chunk: Buffer, encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
+    this.inner.write(chunk, encoding, callback);
+  }
+
+  override _writev(chunks: Array<{ chunk: Buffer }>, callback: (error?: Error | null) => void): void {
+    this.inner.write(Buffer.concat(chunks.map((c) => c.chunk)), callback);
+  }
+
+  override _final(callback: (error?: Error | null) => void): void {
+    this.inner.end(callback);
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    this.inner.destroy(error ?? undefined);
+    callback(error);
+  }
+}
