@@ -3,6 +3,7 @@ import { describeMqttError, reasonCodeOf } from "../shared/mqtt-errors.ts";
 import { topicOf } from "../events.ts";
 import type { Failure, OutboxRow, Release } from "./outbox-sql.ts";
 import { ConnectionLost } from "./publisher.ts";
+import { UnencodableMessage } from "./publish-packet.ts";
 
 // Reason codes (a PUBACK's, or the DISCONNECT the broker sent while handling the row) that
 // will fail the same way however often the row is retried; such a row is parked at once for
@@ -45,6 +46,8 @@ export const EMPTY_RESULT: BatchResult = { claimed: 0, published: 0, lags: new M
 export function classify(error: unknown, brokerConnected: boolean): Outcome {
   const description = describeMqttError(error);
   if (error instanceof ConnectionLost) return lostOutcome(error, description);
+  // Too large for MQTT itself: no broker will ever take it.
+  if (error instanceof UnencodableMessage) return { kind: "failed", error: description, park: true };
   const code = reasonCodeOf(error);
   if (code !== undefined && NEVER_SUCCEEDS.has(code)) return { kind: "failed", error: description, park: true };
   if (!brokerConnected) return { kind: "released", error: description };

@@ -1,13 +1,13 @@
 // The relay's MQTT connection: one mqtt.js client (MQTT 5, or 3.1.1 when the broker only
 // speaks that) keeps the session, reconnecting with back-off; the publishes bypass it. Each is
-// encoded once by mqtt-packet, the publishes of one tick leave in one write, and their PUBACKs
+// encoded once (publish-packet.ts), the publishes of one tick leave in one write, and their PUBACKs
 // are taken off the connection by ack-tap.ts: a publish resolves on its PUBACK, with at most the
 // broker's Receive Maximum unacknowledged at once.
 import type { IConnackPacket, IDisconnectPacket, IStream, MqttClient } from "mqtt";
-import mqttPacket, { type IPublishPacket } from "mqtt-packet";
 import type { Duplex } from "node:stream";
 import { setImmediate } from "node:timers";
 import { AckTap } from "./ack-tap.ts";
+import { encodePublish } from "./publish-packet.ts";
 import { connectMqtt } from "../shared/mqtt-connect.ts";
 import { describeMqttError } from "../shared/mqtt-errors.ts";
 import { EVENT_CONTENT_TYPE } from "../events.ts";
@@ -202,13 +202,19 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
   }
 
   function write(message: OutboundMessage, entry: InFlight): void {
-    const messageId = nextId();
-    const packet: IPublishPacket = { cmd: "publish", topic: message.topic, payload: message.payload, qos: 1, dup: false, retain: false, messageId };
-    // MQTT 3.1.1 has no properties; the envelope carries the same information.
-    if (client.options.protocolVersion === 5) packet.properties = { contentType: EVENT_CONTENT_TYPE, userProperties: message.userProperties };
-    inFlight.set(messageId, entry);
+    const fields = { messageId: nextId(), topic: message.topic, payload: message.payload, contentType: EVENT_CONTENT_TYPE, userProperties: message.userProperties };
+    let bytes: Buffer;
+    try {
+      // MQTT 3.1.1 has no properties; the envelope carries the same information.
+      bytes = encodePublish(fields, client.options.protocolVersion ?? 5);
+    } catch (error) {
+      // A row too large for the protocol fails (and is parked in time) without reaching the broker.
+      entry.reject(error as Error);
+      return;
+    }
+    inFlight.set(fields.messageId, entry);
     if (unwritten.length === 0) process.nextTick(flush);
-    unwritten.push(mqttPacket.generate(packet, { protocolVersion: client.options.protocolVersion }));
+    unwritten.push(bytes);
   }
 
   function publish(message: OutboundMessage): Promise<void> {
