@@ -8,8 +8,13 @@
 // (bench/README.md, "relay drain"). What passes through is byte-for-byte what arrived.
 import { Duplex } from "node:stream";
 
-/** A PUBACK: its packet identifier and reason code (0 = success; MQTT 3.1.1 has none). */
-export type AckListener = (messageId: number, reasonCode: number) => void;
+/** What the tap reports to the publisher. */
+export interface AckListener {
+  /** A PUBACK: its packet identifier and reason code (0 = success; MQTT 3.1.1 has none). */
+  ack(messageId: number, reasonCode: number): void;
+  /** The PUBACKs of one read have all been reported: room for the next publishes at once. */
+  acksRead(): void;
+}
 
 // The control packet type in the fixed header's high nibble (MQTT 5 §2.1.2): 4 = PUBACK.
 const PUBACK = 4;
@@ -32,14 +37,14 @@ function packetEnd(buf: Buffer, at: number): { body: number; end: number } | und
 
 /**
  * Wraps the stream mqtt.js opened (TCP, TLS or WebSocket): writes go through unchanged; of the
- * bytes read, every PUBACK goes to `onAck` and the rest to mqtt.js, in order.
+ * bytes read, every PUBACK goes to the listener and the rest to mqtt.js, in order.
  */
 export class AckTap extends Duplex {
   private partial: Buffer | undefined;
 
   constructor(
     private readonly inner: Duplex,
-    private readonly onAck: AckListener,
+    private readonly listener: AckListener,
   ) {
     // Half-open like a TCP socket: when the broker ends the connection, so does the tap.
     super({ allowHalfOpen: false });
@@ -55,6 +60,7 @@ export class AckTap extends Duplex {
     this.partial = undefined;
     let passFrom = 0;
     let at = 0;
+    let acks = 0;
     while (at < buf.length) {
       let packet: { body: number; end: number } | undefined;
       try {
@@ -67,13 +73,15 @@ export class AckTap extends Duplex {
       if ((buf[at] as number) >> 4 === PUBACK) {
         if (passFrom < at) this.pass(buf.subarray(passFrom, at));
         const reasonCode = packet.end - packet.body > 2 ? (buf[packet.body + 2] as number) : 0;
-        this.onAck(buf.readUInt16BE(packet.body), reasonCode);
+        this.listener.ack(buf.readUInt16BE(packet.body), reasonCode);
+        acks += 1;
         passFrom = packet.end;
       }
       at = packet.end;
     }
     if (passFrom < at) this.pass(buf.subarray(passFrom, at));
     if (at < buf.length) this.partial = buf.subarray(at);
+    if (acks > 0) this.listener.acksRead();
   }
 
   private pass(bytes: Buffer): void {

@@ -5,7 +5,6 @@
 // broker's Receive Maximum unacknowledged at once.
 import type { IConnackPacket, IDisconnectPacket, IStream, MqttClient } from "mqtt";
 import type { Duplex } from "node:stream";
-import { setImmediate } from "node:timers";
 import { AckTap } from "./ack-tap.ts";
 import { encodePublish } from "./publish-packet.ts";
 import { connectMqtt } from "../shared/mqtt-connect.ts";
@@ -110,7 +109,11 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
     queueQoSZero: false,
     resubscribe: false,
     onError: (error) => options.onError?.(describeMqttError(error)),
-    tap: (stream: IStream) => new AckTap(stream as Duplex, acked) as unknown as IStream,
+    tap: (stream: IStream) => {
+      // mqtt.js leaves Nagle on: a write of a few publishes would wait for the ACK of the last.
+      (stream as { setNoDelay?: (noDelay: boolean) => void }).setNoDelay?.(true);
+      return new AckTap(stream as Duplex, { ack: acked, acksRead: refill }) as unknown as IStream;
+    },
   });
   const listeners = new Set<(connected: boolean) => void>();
   let limit = maxInFlight;
@@ -154,7 +157,6 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
     // Not one of ours on this connection: answered after its connection was given up.
     if (!entry) return;
     inFlight.delete(messageId);
-    scheduleRefill();
     if (reasonCode >= FIRST_FAILURE_CODE) entry.reject(new PublishRefused(reasonCode));
     else entry.resolve();
   }
@@ -174,17 +176,10 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
     for (const entry of waiting.splice(0)) entry.fail(lost);
   }
 
-  // Refills after PUBACKs are deferred to one setImmediate: the PUBACKs of one read arrive
-  // together, and the publishes they make room for then leave in one write.
-  let refillScheduled = false;
+  // Called after every PUBACK of one read has been handled, so the publishes they make room
+  // for leave together, in one write, without waiting for another turn of the event loop.
   function refill(): void {
-    refillScheduled = false;
     while (inFlight.size < limit && waiting.length > 0) waiting.shift()?.send();
-  }
-  function scheduleRefill(): void {
-    if (refillScheduled || waiting.length === 0) return;
-    refillScheduled = true;
-    setImmediate(refill);
   }
 
   function flush(): void {
