@@ -69,8 +69,19 @@ function publishRow(ctx: BatchContext, row: OutboxRow): Promise<Outcome> {
 /** Waits for every outcome, or until the timeout; a row still unanswered then has timed out. */
 async function settle(ctx: BatchContext, pending: Promise<Outcome>[]): Promise<Outcome[]> {
   const outcomes: (Outcome | undefined)[] = new Array(pending.length);
-  pending.forEach((p, i) => void p.then((o) => (outcomes[i] = o)));
-  await within(Promise.all(pending).then(() => {}), ctx.publishTimeoutMs);
+  // One counter instead of Promise.all: a reaction less per row on the drain's hot path.
+  let left = pending.length;
+  let allIn: () => void = () => {};
+  const all = new Promise<void>((resolve) => (allIn = resolve));
+  pending.forEach(
+    (p, i) =>
+      void p.then((o) => {
+        outcomes[i] = o;
+        if (--left === 0) allIn();
+      }),
+  );
+  if (left === 0) allIn();
+  await within(all, ctx.publishTimeoutMs);
   const timeout = `no PUBACK within ${ctx.publishTimeoutMs} ms`;
   return outcomes.map((o) => o ?? classify(new Error(timeout), ctx.broker.connected));
 }

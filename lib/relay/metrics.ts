@@ -29,8 +29,9 @@ export function otelRelayEvents(knownDestinations: readonly string[] = [], meter
   }
   return {
     onPublished(destination, lagSeconds) {
-      published.add(lagSeconds.length, { destination });
-      for (const seconds of lagSeconds) lag.record(seconds, { destination });
+      const attributes = { destination };
+      published.add(lagSeconds.length, attributes);
+      for (const seconds of lagSeconds) lag.record(seconds, attributes);
     },
     onPublishError(destination, count) {
       errors.add(count, { destination });

@@ -25,18 +25,6 @@ export interface OutboxRow {
   readonly traceparent: string | null;
 }
 
-interface OutboxRecord {
-  id: string;
-  aggregate_id: string;
-  tenant: string;
-  event_type: string;
-  payload: string;
-  created_iso: string;
-  attempts: number;
-  releases: number;
-  traceparent: string | null;
-}
-
 /**
  * For the rest of the transaction, keeps the planner on the indexes. Without statistics (a
  * fresh table, or a backlog that grew faster than autovacuum's next ANALYZE) Postgres
@@ -58,9 +46,11 @@ export async function claimInIndexOrder(tx: Db): Promise<void> {
  * on pending rows; parked rows and rows still backing off are filtered out.
  */
 export async function claimBatch(tx: Db, limit: number): Promise<OutboxRow[]> {
-  const records = await tx<OutboxRecord[]>`
-    select id, aggregate_id, tenant, event_type, payload, attempts, releases, traceparent,
-           to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as created_iso
+  // Named as OutboxRow's fields in SQL: the rows come back in their final shape, with no
+  // per-row copy on the drain's hot path.
+  return await tx<OutboxRow[]>`
+    select id, aggregate_id as "aggregateId", tenant, event_type as "eventType", payload, attempts, releases, traceparent,
+           to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"
     from outbox
     where published_at is null
       and parked_at is null
@@ -68,17 +58,6 @@ export async function claimBatch(tx: Db, limit: number): Promise<OutboxRow[]> {
     order by created_at
     limit ${limit}
     for update skip locked`.execute();
-  return records.map((r) => ({
-    id: r.id,
-    aggregateId: r.aggregate_id,
-    tenant: r.tenant,
-    eventType: r.event_type,
-    payload: r.payload,
-    createdAt: r.created_iso,
-    attempts: r.attempts,
-    releases: r.releases,
-    traceparent: r.traceparent,
-  }));
 }
 
 /** The rows the broker acknowledged, in one statement. */

@@ -81,9 +81,15 @@ export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes:
   const releases: Release[] = [];
   const lags = new Map<string, number[]>();
   const errors = new Map<string, number>();
+  // A batch is almost always of one event type: its topic is built once, not per row.
+  let lastType: string | undefined;
+  let topic = "";
   rows.forEach((row, i) => {
     const outcome = outcomes[i] ?? { kind: "released", error: "no outcome" };
-    const topic = topicOf(topicPrefix, row.eventType);
+    if (row.eventType !== lastType) {
+      lastType = row.eventType;
+      topic = topicOf(topicPrefix, row.eventType);
+    }
     if (outcome.kind === "acked") {
       acked.push(row.id);
       add(lags, topic, Math.max(0, (outcome.at - Date.parse(row.createdAt)) / 1000));
