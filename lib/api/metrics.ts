@@ -1,6 +1,6 @@
 // The API's metrics through the OpenTelemetry API only; the entrypoint registers the SDK.
 // Labels hold the endpoint and the outcome, never a key or an id.
-import { metrics, type Meter } from "@opentelemetry/api";
+import { metrics, type Attributes, type Meter } from "@opentelemetry/api";
 import type { ChargeOutcome } from "./charges.ts";
 import type { AuthFailureReason } from "./auth.ts";
 
@@ -10,16 +10,33 @@ export interface ApiMetrics {
   countAuthFailure(reason: AuthFailureReason): void;
 }
 
+/** One label set's running total, with the attributes object it is reported under. */
+interface Tally {
+  readonly attributes: Attributes;
+  count: number;
+}
+
 export function createApiMetrics(meter: Meter = metrics.getMeter("charges")): ApiMetrics {
-  const requests = meter.createCounter("idempotency_requests_total", {
+  // Counted here and reported when metrics are collected: a synchronous counter's add()
+  // hashes its attribute set on every call (sorting and joining the labels), once per POST;
+  // an observable counter reports the same monotonic sums at each scrape or push.
+  const requests = meter.createObservableCounter("idempotency_requests_total", {
     description: "POST requests with an Idempotency-Key, by endpoint and outcome",
+  });
+  const tallies = new Map<string, Map<string, Tally>>();
+  requests.addCallback((result) => {
+    for (const byOutcome of tallies.values()) for (const tally of byOutcome.values()) result.observe(tally.count, tally.attributes);
   });
   const authFailures = meter.createCounter("auth_failures_total", {
     description: "Requests to /charges refused for their bearer token (or left unverified: keys_unavailable), by reason",
   });
   return {
     countOutcome(endpoint, outcome) {
-      requests.add(1, { endpoint, outcome });
+      let byOutcome = tallies.get(endpoint);
+      if (byOutcome === undefined) tallies.set(endpoint, (byOutcome = new Map()));
+      const tally = byOutcome.get(outcome);
+      if (tally !== undefined) tally.count++;
+      else byOutcome.set(outcome, { attributes: { endpoint, outcome }, count: 1 });
     },
     countAuthFailure(reason) {
       authFailures.add(1, { reason });
