@@ -26,6 +26,7 @@ export type Charge = Static<typeof Charge>;
 // What toISOString() writes: the only createdAt spelling the API produces.
 const ISO_INSTANT_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 let chargeCheck: TypeCheck<typeof Charge> | undefined;
+let chargeBodyCheck: TypeCheck<typeof ChargeBody> | undefined;
 
 function compileChargeCheck(): TypeCheck<typeof Charge> {
   // TypeBox checks formats through one process-wide registry, which Elysia also fills;
@@ -35,9 +36,15 @@ function compileChargeCheck(): TypeCheck<typeof Charge> {
   return TypeCompiler.Compile(Charge);
 }
 
-/** Generates the charge check now: a runtime that forbids code generation after load (workerd) calls it at load. */
+/** Generates the checks now: a runtime that forbids code generation after load (workerd) calls it at load. */
 export function prepareSchemas(): void {
   chargeCheck ??= compileChargeCheck();
+  chargeBodyCheck ??= TypeCompiler.Compile(ChargeBody);
+}
+
+/** The compiled check of a POST /charges body (ChargeBody has no formats to register). */
+export function chargeBodyValidator(): TypeCheck<typeof ChargeBody> {
+  return (chargeBodyCheck ??= TypeCompiler.Compile(ChargeBody));
 }
 
 /**
