@@ -6,7 +6,8 @@
 import type { Sql, Tx } from "../shared/db.ts";
 import { transaction } from "../shared/tx.ts";
 import { claimBatch, claimInIndexOrder, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
-import type { OutboundMessage, PublishFn } from "./publisher.ts";
+import type { PublishFn } from "./publisher.ts";
+import type { OutboundMessage } from "./window.ts";
 import { buildEnvelope, isPublishableType, topicOf, userPropertiesOf } from "../events.ts";
 import type { ClaimLock } from "./claim-lock.ts";
 import { classify, EMPTY_RESULT, tally, type BatchResult, type Outcome } from "./outcome.ts";

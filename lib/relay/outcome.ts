@@ -2,7 +2,7 @@
 import { describeMqttError, reasonCodeOf } from "../shared/mqtt-errors.ts";
 import { topicOf } from "../events.ts";
 import type { Failure, OutboxRow, Release } from "./outbox-sql.ts";
-import { ConnectionLost } from "./publisher.ts";
+import { ConnectionLost } from "./window.ts";
 import { UnencodableMessage } from "./publish-packet.ts";
 
 // Reason codes (a PUBACK's, or the DISCONNECT the broker sent while handling the row) that

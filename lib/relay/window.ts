@@ -1,0 +1,176 @@
+// The relay's publishes on one MQTT connection: each encoded once, those of one event-loop
+// turn written together, at most `limit` unacknowledged (the broker's Receive Maximum), the
+// rest waiting their turn in hand-off (= created_at) order, and each settled by its PUBACK
+// or by the loss of the connection. Independent of mqtt.js, which only keeps the session
+// (publisher.ts); the PUBACKs come from ack-tap.ts.
+import { EVENT_CONTENT_TYPE } from "../events.ts";
+import { encodePublish } from "./publish-packet.ts";
+
+export interface OutboundMessage {
+  readonly topic: string;
+  /** UTF-8 JSON envelope. */
+  readonly payload: string;
+  /** MQTT 5 user properties (event-id, event-type, tenant-id, traceparent). */
+  readonly userProperties: Readonly<Record<string, string>>;
+}
+
+/**
+ * A publish that ended because the connection closed before its PUBACK. The oldest publish in
+ * flight is the one the broker was reading when it closed (it answers in order), so it alone
+ * carries the DISCONNECT's reason code, when the broker sent one (MQTT 5).
+ */
+export class ConnectionLost extends Error {
+  override name = "ConnectionLost";
+  constructor(
+    /** The DISCONNECT reason code; only on the oldest publish in flight. */
+    readonly code: number | undefined,
+    readonly oldestInFlight: boolean,
+  ) {
+    super(
+      oldestInFlight
+        ? `the broker closed the connection${code === undefined ? " without a reason code" : ""} while this publish was the oldest in flight`
+        : "connection to the broker lost",
+    );
+  }
+}
+
+/** A PUBACK with a failure reason code (0x80 and above). */
+export class PublishRefused extends Error {
+  override name = "PublishRefused";
+  constructor(readonly code: number) {
+    super(`the broker refused the publish (PUBACK reason code 0x${code.toString(16).padStart(2, "0")})`);
+  }
+}
+
+/** The connection the window writes to. */
+export interface WindowConnection {
+  readonly connected: boolean;
+  /** 5, or 4 for MQTT 3.1.1 (no properties). */
+  readonly protocolVersion: number;
+  write(bytes: Buffer): void;
+}
+
+// PUBACK reason codes from here up are failures (MQTT 5 §3.4.2.1); below (0x00 success, 0x10
+// no matching subscribers) the broker accepted the message.
+const FIRST_FAILURE_CODE = 0x80;
+// Packet identifiers are 1..65535 (MQTT 5 §2.2.1); 0 is not one.
+const MAX_PACKET_ID = 0xffff;
+// The waiting queue drops the entries already sent once this many have piled up at its head
+// (an index instead of Array.shift, which moves every entry behind it).
+const QUEUE_COMPACT_AT = 1024;
+
+interface Pending {
+  readonly message: OutboundMessage;
+  readonly resolve: () => void;
+  readonly reject: (error: Error) => void;
+}
+
+export class PublishWindow {
+  private limit: number;
+  // Sent and not yet answered, by packet identifier, in the order they left (a Map keeps
+  // insertion order, and an identifier is only reused once its PUBACK is back).
+  private readonly inFlight = new Map<number, Pending>();
+  private waiting: Pending[] = [];
+  private waitingHead = 0;
+  private lastId = 0;
+  // Encoded and not yet written: those of one turn leave in one write.
+  private unwritten: Buffer[] = [];
+  private readonly flush = (): void => this.writeOut();
+
+  constructor(
+    private readonly connection: WindowConnection,
+    private readonly maxInFlight: number,
+  ) {
+    this.limit = maxInFlight;
+  }
+
+  /** A new connection: at most `receiveMaximum` unacknowledged on it (MQTT 5 §3.3.4). */
+  opened(receiveMaximum: number): void {
+    this.limit = Math.min(this.maxInFlight, receiveMaximum);
+    this.refill();
+  }
+
+  publish(message: OutboundMessage): Promise<void> {
+    return new Promise((resolve, reject) => {
+      // Not stored for later: the relay releases the row and claims it again once connected.
+      if (!this.connection.connected) return reject(new Error("not connected to the broker"));
+      const pending: Pending = { message, resolve, reject };
+      if (this.inFlight.size < this.limit && this.waitingHead === this.waiting.length) this.send(pending);
+      else this.waiting.push(pending);
+    });
+  }
+
+  /** A PUBACK; one for an identifier not in flight (a connection given up) is ignored. */
+  acked(messageId: number, reasonCode: number): void {
+    const pending = this.inFlight.get(messageId);
+    if (!pending) return;
+    this.inFlight.delete(messageId);
+    if (reasonCode >= FIRST_FAILURE_CODE) pending.reject(new PublishRefused(reasonCode));
+    else pending.resolve();
+  }
+
+  /** Sends what the freed slots allow; called once a read's PUBACKs are all handled, so they leave in one write. */
+  refill(): void {
+    while (this.inFlight.size < this.limit && this.waitingHead < this.waiting.length) {
+      const next = this.waiting[this.waitingHead++] as Pending;
+      this.send(next);
+    }
+    if (this.waitingHead === this.waiting.length) {
+      this.waiting = [];
+      this.waitingHead = 0;
+    } else if (this.waitingHead >= QUEUE_COMPACT_AT) {
+      this.waiting = this.waiting.slice(this.waitingHead);
+      this.waitingHead = 0;
+    }
+  }
+
+  /**
+   * The connection closed: every publish in flight or waiting fails at once (the relay releases
+   * those rows and claims them again after reconnecting) instead of waiting out its timeout.
+   */
+  closed(disconnectReason: number | undefined): void {
+    let oldest = true;
+    for (const pending of this.inFlight.values()) {
+      pending.reject(new ConnectionLost(oldest ? disconnectReason : undefined, oldest));
+      oldest = false;
+    }
+    this.inFlight.clear();
+    this.unwritten = [];
+    const waiting = this.waiting.slice(this.waitingHead);
+    this.waiting = [];
+    this.waitingHead = 0;
+    const lost = new ConnectionLost(undefined, false);
+    for (const pending of waiting) pending.reject(lost);
+  }
+
+  private nextId(): number {
+    do this.lastId = this.lastId === MAX_PACKET_ID ? 1 : this.lastId + 1;
+    while (this.inFlight.has(this.lastId));
+    return this.lastId;
+  }
+
+  private send(pending: Pending): void {
+    const { topic, payload, userProperties } = pending.message;
+    const messageId = this.nextId();
+    let bytes: Buffer;
+    try {
+      // MQTT 3.1.1 has no properties; the envelope carries the same information.
+      bytes = encodePublish({ messageId, topic, payload, contentType: EVENT_CONTENT_TYPE, userProperties }, this.connection.protocolVersion);
+    } catch (error) {
+      // A message MQTT cannot carry fails (its row is parked) without reaching the broker.
+      pending.reject(error as Error);
+      return;
+    }
+    this.inFlight.set(messageId, pending);
+    if (this.unwritten.length === 0) process.nextTick(this.flush);
+    this.unwritten.push(bytes);
+  }
+
+  private writeOut(): void {
+    const chunks = this.unwritten;
+    this.unwritten = [];
+    // Dropped when the connection closed meanwhile: their publishes were failed with it.
+    if (chunks.length === 0 || !this.connection.connected) return;
+    this.connection.write(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks));
+  }
+}
