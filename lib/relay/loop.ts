@@ -15,7 +15,7 @@ import { startBatch, type BatchContext, type BatchRun, type BatchTurn } from "./
 import type { BatchResult } from "./outcome.ts";
 import { createClaimLock } from "./claim-lock.ts";
 import { createClaimSizer, drain, laneCount } from "./lanes.ts";
-import { createWaker } from "./wake.ts";
+import { createWaker, type Waker } from "./wake.ts";
 import { listenForOutbox, type OutboxListener } from "../shared/wakeup.ts";
 
 export { laneCount } from "./lanes.ts";
@@ -83,118 +83,141 @@ function logBatch(logger: Logger, result: BatchResult, ms: number): void {
   else logger.info("batch", fields);
 }
 
-export function createRelay(options: RelayOptions): Relay {
-  const { sql, broker, batchSize, pollMs, events = {}, logger = silentLogger } = options;
-  const maxLanes = options.lanes ?? laneCount(batchSize);
-  const stopping = new AbortController();
-  const waker = createWaker();
-  const batches = new Set<Promise<unknown>>();
-  let state: RelayState = "idle";
-  let listening = false;
-  let loop: Promise<void> | undefined;
+/** What the relay's parts share while it runs. */
+interface RelayRun {
+  readonly options: RelayOptions;
+  readonly logger: Logger;
+  readonly stopping: AbortController;
+  readonly waker: Waker;
+  /** Batches started and not yet settled, for stop(). */
+  readonly batches: Set<Promise<unknown>>;
+  state: RelayState;
+  listening: boolean;
+}
 
-  const ctx: BatchContext = {
-    sql,
-    maxClaim: batchSize,
+function setState(run: RelayRun, next: RelayState): void {
+  if (next === run.state) return;
+  run.state = next;
+  run.logger.debug("relay state", { state: next });
+}
+
+function batchContext(options: RelayOptions): BatchContext {
+  return {
+    sql: options.sql,
+    maxClaim: options.batchSize,
     topicPrefix: options.topicPrefix,
-    publish: options.publish ?? broker.publish,
-    broker,
+    publish: options.publish ?? options.broker.publish,
+    broker: options.broker,
     publishTimeoutMs: options.publishTimeoutMs ?? PUBLISH_TIMEOUT_MS,
     retry: { ...DEFAULT_RETRY, ...options.retry },
   };
-  const turn: BatchTurn = { lock: createClaimLock(), stop: stopping.signal };
-  const sizer = createClaimSizer(batchSize);
+}
 
-  const setState = (next: RelayState): void => {
-    if (next === state) return;
-    state = next;
-    logger.debug("relay state", { state: next });
-  };
+/** One batch, reported (metrics, log line) once committed and tracked until then, for stop(). */
+function trackedBatch(run: RelayRun, ctx: BatchContext, turn: BatchTurn, limit: number): BatchRun {
+  const { events = {} } = run.options;
+  const started = performance.now();
+  const batch = startBatch(ctx, turn, limit);
+  const result = batch.result.then((r) => {
+    for (const [topic, lags] of r.lags) events.onPublished?.(topic, lags);
+    for (const [topic, count] of r.errors) events.onPublishError?.(topic, count);
+    logBatch(run.logger, r, performance.now() - started);
+    return r;
+  });
+  const forget = (): void => void run.batches.delete(result);
+  run.batches.add(result);
+  result.then(forget, forget);
+  return { claimed: batch.claimed, result };
+}
 
-  /** One batch, reported (metrics, log line) once committed and tracked until then, for stop(). */
-  function batch(limit: number): BatchRun {
-    const started = performance.now();
-    const run = startBatch(ctx, turn, limit);
-    const result = run.result.then((r) => {
-      for (const [topic, lags] of r.lags) events.onPublished?.(topic, lags);
-      for (const [topic, count] of r.errors) events.onPublishError?.(topic, count);
-      logBatch(logger, r, performance.now() - started);
-      return r;
-    });
-    const forget = (): void => void batches.delete(result);
-    batches.add(result);
-    result.then(forget, forget);
-    return { claimed: run.claimed, result };
-  }
-
-  async function startListening(): Promise<OutboxListener | undefined> {
-    while (!stopping.signal.aborted) {
-      try {
-        const listener = await listenForOutbox(sql, waker.wake);
-        listening = true;
-        return listener;
-      } catch (error) {
-        logger.warn("LISTEN failed; polling meanwhile", { error: describeDbError(error) });
-        await waker.pause(LISTEN_RETRY_MS);
-      }
+/** LISTEN, retried until it is in place or the relay stops; the fallback poll covers the gap. */
+async function listenUntilStopped(run: RelayRun): Promise<OutboxListener | undefined> {
+  while (!run.stopping.signal.aborted) {
+    try {
+      const listener = await listenForOutbox(run.options.sql, run.waker.wake);
+      run.listening = true;
+      return listener;
+    } catch (error) {
+      run.logger.warn("LISTEN failed; polling meanwhile", { error: describeDbError(error) });
+      await run.waker.pause(LISTEN_RETRY_MS);
     }
-    return undefined;
   }
+  return undefined;
+}
 
-  async function loopUntilStopped(): Promise<void> {
-    const listenerReady = startListening();
-    const unsubscribe = broker.onConnectionChange((connected) => connected && waker.wake());
-    let backoff = DB_BACKOFF_MIN_MS;
-    while (!stopping.signal.aborted) {
-      if (!broker.connected) {
-        setState("waiting-for-broker");
-        await waker.pause(pollMs);
-        continue;
-      }
-      setState("draining");
-      waker.take();
-      try {
-        await drain({ maxLanes, sizer, stop: stopping.signal, startBatch: batch });
-        backoff = DB_BACKOFF_MIN_MS;
-      } catch (error) {
-        setState("backing-off");
-        logger.warn("batch failed; backing off", { retryInMs: backoff, error: describeDbError(error) });
-        await waker.pause(backoff);
-        backoff = Math.min(DB_BACKOFF_MAX_MS, backoff * 2);
-        continue;
-      }
-      if (waker.take() || stopping.signal.aborted) continue;
-      setState("idle");
+/** The loop of the states above, until stop(). */
+async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<void>): Promise<void> {
+  const { broker, pollMs } = run.options;
+  const { waker, stopping } = run;
+  const listenerReady = listenUntilStopped(run);
+  const unsubscribe = broker.onConnectionChange((connected) => connected && waker.wake());
+  let backoff = DB_BACKOFF_MIN_MS;
+  while (!stopping.signal.aborted) {
+    if (!broker.connected) {
+      setState(run, "waiting-for-broker");
       await waker.pause(pollMs);
+      continue;
     }
-    unsubscribe();
-    const listener = await listenerReady;
-    listening = false;
-    await listener?.unlisten().catch(() => {});
+    setState(run, "draining");
+    waker.take();
+    try {
+      await drainOnce();
+      backoff = DB_BACKOFF_MIN_MS;
+    } catch (error) {
+      setState(run, "backing-off");
+      run.logger.warn("batch failed; backing off", { retryInMs: backoff, error: describeDbError(error) });
+      await waker.pause(backoff);
+      backoff = Math.min(DB_BACKOFF_MAX_MS, backoff * 2);
+      continue;
+    }
+    if (waker.take() || stopping.signal.aborted) continue;
+    setState(run, "idle");
+    await waker.pause(pollMs);
   }
+  unsubscribe();
+  const listener = await listenerReady;
+  run.listening = false;
+  await listener?.unlisten().catch(() => {});
+}
 
+export function createRelay(options: RelayOptions): Relay {
+  const run: RelayRun = {
+    options,
+    logger: options.logger ?? silentLogger,
+    stopping: new AbortController(),
+    waker: createWaker(),
+    batches: new Set(),
+    state: "idle",
+    listening: false,
+  };
+  const ctx = batchContext(options);
+  const turn: BatchTurn = { lock: createClaimLock(), stop: run.stopping.signal };
+  const sizer = createClaimSizer(options.batchSize);
+  const maxLanes = options.lanes ?? laneCount(options.batchSize);
+  const batch = (limit: number): BatchRun => trackedBatch(run, ctx, turn, limit);
+  let loop: Promise<void> | undefined;
   return {
     get state() {
-      return state;
+      return run.state;
     },
     get listening() {
-      return listening;
+      return run.listening;
     },
     async runOnce() {
-      return (await batch(batchSize).result).published;
+      return (await batch(options.batchSize).result).published;
     },
     run() {
-      loop ??= loopUntilStopped();
+      loop ??= loopUntilStopped(run, () => drain({ maxLanes, sizer, stop: run.stopping.signal, startBatch: batch }));
       return loop;
     },
     async stop() {
-      stopping.abort();
-      setState("stopping");
-      waker.close();
+      run.stopping.abort();
+      setState(run, "stopping");
+      run.waker.close();
       await loop;
-      await Promise.allSettled([...batches]);
-      setState("stopped");
+      await Promise.allSettled([...run.batches]);
+      setState(run, "stopped");
     },
-    wake: waker.wake,
+    wake: run.waker.wake,
   };
 }
