@@ -4,6 +4,7 @@
 import { metrics, type Meter } from "@opentelemetry/api";
 import type { Config } from "../shared/config.ts";
 import { describeDbError, type Sql } from "../shared/db.ts";
+import { every, type Every } from "../shared/every.ts";
 import { deleteInBatches, withJobLock } from "../shared/job-lock.ts";
 import type { Logger } from "../shared/log.ts";
 import { keyHash } from "../shared/redact.ts";
@@ -168,23 +169,15 @@ export function registerOpsGauges(gauges: OpsGauges, meter: Meter = metrics.getM
   );
 }
 
-interface OpsLoop {
-  stop(): Promise<void>;
-}
-
 /**
  * Runs every job on its interval until stop(), one job at a time, so the loop never holds
  * more than one of the pool's connections; a failing job is logged and tried again later.
  */
-export function startOpsLoop(sql: Sql, config: Config, gauges: OpsGauges, log: Logger): OpsLoop {
+export function startOpsLoop(sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Every {
   const nextRun = new Map<JobName, number>(JOB_NAMES.map((job) => [job, 0]));
-  let stopped = false;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let round: Promise<void> = Promise.resolve();
-
-  const runDue = async (): Promise<void> => {
+  const runDue = async (stopping: AbortSignal): Promise<void> => {
     for (const job of JOB_NAMES) {
-      if (stopped) return;
+      if (stopping.aborted) return;
       if ((nextRun.get(job) ?? 0) > Date.now()) continue;
       await runJob(job, sql, config, gauges, log).catch((error: unknown) =>
         log.warn("ops job failed", { job, error: describeDbError(error) }),
@@ -192,19 +185,12 @@ export function startOpsLoop(sql: Sql, config: Config, gauges: OpsGauges, log: L
       nextRun.set(job, Date.now() + JOB_INTERVAL_MS[job]);
     }
   };
-  const schedule = (): void => {
-    if (stopped) return;
-    const delay = Math.max(0, Math.min(...nextRun.values()) - Date.now());
-    timer = setTimeout(() => {
-      round = runDue().finally(schedule);
-    }, delay);
-  };
-  schedule();
-  return {
-    async stop() {
-      stopped = true;
-      clearTimeout(timer);
-      await round;
-    },
-  };
+  return every({
+    // Until the job that is due soonest; every job is due at start, so the first round comes at once.
+    delayMs: () => Math.max(0, Math.min(...nextRun.values()) - Date.now()),
+    runAtOnce: false,
+    job: runDue,
+    // Each job's failure is caught above; this is a bug in the round itself.
+    onError: (error) => log.error("ops round failed", { error: describeDbError(error) }),
+  });
 }

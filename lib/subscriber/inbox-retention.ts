@@ -3,6 +3,7 @@
 // batches, by one subscriber process at a time.
 import type { Sql } from "../shared/db.ts";
 import { describeDbError } from "../shared/db.ts";
+import { every, type Every } from "../shared/every.ts";
 import { deleteInBatches, withJobLock } from "../shared/job-lock.ts";
 import type { Logger } from "../shared/log.ts";
 import { deleteOldInbox } from "./inbox-sql.ts";
@@ -35,23 +36,11 @@ export async function runInboxRetention(sql: Sql, retentionSeconds: number, log:
 }
 
 /** Runs the retention now and then on its interval until stop(); a failed run is logged and tried again later. */
-export function startInboxRetention(sql: Sql, retentionSeconds: number, log: Logger): { stop(): Promise<void> } {
-  let stopped = false;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let run: Promise<unknown> = Promise.resolve();
-  const tick = (): void => {
-    run = runInboxRetention(sql, retentionSeconds, log)
-      .catch((error: unknown) => log.warn("inbox retention failed", { error: describeDbError(error) }))
-      .finally(() => {
-        if (!stopped) timer = setTimeout(tick, INBOX_RETENTION_INTERVAL_MS);
-      });
-  };
-  tick();
-  return {
-    async stop() {
-      stopped = true;
-      clearTimeout(timer);
-      await run;
-    },
-  };
+export function startInboxRetention(sql: Sql, retentionSeconds: number, log: Logger): Every {
+  return every({
+    delayMs: INBOX_RETENTION_INTERVAL_MS,
+    runAtOnce: true,
+    job: () => runInboxRetention(sql, retentionSeconds, log),
+    onError: (error) => log.warn("inbox retention failed", { error: describeDbError(error) }),
+  });
 }
