@@ -1,7 +1,7 @@
 // The reference subscriber's dead letters and inbox retention, on real Postgres and a real broker.
 import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
 import type { MqttClient } from "mqtt";
-import { startSubscriber, type Subscriber } from "../lib/subscriber/subscriber.ts";
+import { startSubscriber, type Subscriber, type SubscriberOptions } from "../lib/subscriber/subscriber.ts";
 import { INBOX_DELETE_BATCH, runInboxRetention } from "../lib/subscriber/inbox-retention.ts";
 import type { DeadLetter } from "../lib/subscriber/inbox-sql.ts";
 import { buildEnvelope, CHARGE_CREATED, subscriptionFilter, topicOf } from "../lib/events.ts";
@@ -42,36 +42,45 @@ async function publisher(): Promise<MqttClient> {
   return client;
 }
 
-interface Run {
+interface Recorded {
   readonly sub: Subscriber;
   /** What happened, in order: "delivered <id>" or "dead <id>". */
   readonly log: string[];
-  readonly poisonCalls: () => number;
 }
 
-/** A subscriber whose handler always throws for `poison` and records every other event. */
-async function subscriber(poison: string, telemetry: Telemetry): Promise<Run> {
+/** A ready subscriber on this test's prefix and consumer, running `handler` and recording what happened. */
+async function recordingSubscriber(telemetry: Telemetry, handler: SubscriberOptions["handler"]): Promise<Recorded> {
   const log: string[] = [];
-  let poisonCalls = 0;
   const sub = startSubscriber({
     sql: db.sql,
     mqttUrl,
     topic: subscriptionFilter(prefix),
     consumer,
     meter: telemetry.provider.getMeter("charges"),
-    handler: async (event, tx) => {
-      if (event.id === poison) {
-        poisonCalls += 1;
-        throw new Error("amount refused by the ledger");
-      }
-      await tx`insert into handled (event_id) values (${event.id})`;
-    },
+    handler,
     onDelivery: ({ event }) => log.push(`delivered ${event.id}`),
     onDeadLetter: (letter: DeadLetter) => log.push(`dead ${letter.eventId}`),
   });
   cleanups.push(() => sub.close());
   await sub.ready;
-  return { sub, log, poisonCalls: () => poisonCalls };
+  return { sub, log };
+}
+
+interface Run extends Recorded {
+  readonly poisonCalls: () => number;
+}
+
+/** A subscriber whose handler always throws for `poison` and records every other event. */
+async function subscriber(poison: string, telemetry: Telemetry): Promise<Run> {
+  let poisonCalls = 0;
+  const recorded = await recordingSubscriber(telemetry, async (event, tx) => {
+    if (event.id === poison) {
+      poisonCalls += 1;
+      throw new Error("amount refused by the ledger");
+    }
+    await tx`insert into handled (event_id) values (${event.id})`;
+  });
+  return { ...recorded, poisonCalls: () => poisonCalls };
 }
 
 test("a handler that always throws: after its budget the event is in subscriber_dead_letters with the error, counted, acknowledged; the stream goes on", async () => {
@@ -120,28 +129,16 @@ test("the handler's budget counts its own failures only: after more database ref
   cleanups.push(() => telemetry.shutdown());
   const id = crypto.randomUUID();
   let calls = 0;
-  const log: string[] = [];
-  const sub = startSubscriber({
-    sql: db.sql,
-    mqttUrl,
-    topic: subscriptionFilter(prefix),
-    consumer,
-    meter: telemetry.provider.getMeter("charges"),
-    handler: async (event, tx) => {
-      calls += 1;
-      // A real statement_timeout (57014, the database not serving now), once more than the budget.
-      if (calls <= 5) {
-        await tx`set local statement_timeout = 1`;
-        await tx`select pg_sleep(1)`;
-      }
-      if (calls === 6) throw new Error("amount refused by the ledger");
-      await tx`insert into handled (event_id) values (${event.id})`;
-    },
-    onDelivery: ({ event }) => log.push(`delivered ${event.id}`),
-    onDeadLetter: (letter: DeadLetter) => log.push(`dead ${letter.eventId}`),
+  const { log } = await recordingSubscriber(telemetry, async (event, tx) => {
+    calls += 1;
+    // A real statement_timeout (57014, the database not serving now), once more than the budget.
+    if (calls <= 5) {
+      await tx`set local statement_timeout = 1`;
+      await tx`select pg_sleep(1)`;
+    }
+    if (calls === 6) throw new Error("amount refused by the ledger");
+    await tx`insert into handled (event_id) values (${event.id})`;
   });
-  cleanups.push(() => sub.close());
-  await sub.ready;
   const mqtt = await publisher();
   await mqtt.publishAsync(topicOf(prefix, CHARGE_CREATED), envelope(id), { qos: 1 });
 
