@@ -3,7 +3,8 @@
 // a payload conflict, and a lock id that changed would let an old and a new API process run
 // one key at once during a rolling deploy. Both are pinned to the values every version wrote.
 import { expect, test } from "bun:test";
-import { advisoryLockId, fingerprint } from "../lib/api/fingerprint.ts";
+import canonicalize from "canonicalize";
+import { advisoryLockId, canonicalCharge, fingerprint } from "../lib/api/fingerprint.ts";
 import { sha256Hex } from "../lib/shared/sha256.ts";
 
 test("SHA-256 of a string is the standard one (FIPS 180-2 test vector)", () => {
@@ -25,4 +26,10 @@ test.each([
   ["", "x", "-6250192210748889885"],
 ])("the lock id of tenant %p and key %p is pinned", (tenant, key, id) => {
   expect(advisoryLockId(tenant, key, "POST /charges")).toBe(id);
+});
+
+test("the canonical JSON of a charge is the canonicalize package's (RFC 8785) for any finite amount", () => {
+  const amounts = [1, 4900, 2_147_483_647, 0, -0, -1, 1.5, 0.1, 1e21, 1e-7, 123456789012345680000, Number.MAX_SAFE_INTEGER, Number.MIN_VALUE, Number.MAX_VALUE];
+  for (let i = 0; i < 10_000; i++) amounts.push(Math.floor(Math.random() * 2_147_483_647) + 1, (Math.random() - 0.5) * 10 ** Math.floor(Math.random() * 40 - 20));
+  for (const amountCents of amounts) expect(canonicalCharge(amountCents)).toBe(canonicalize({ amountCents }) as string);
 });

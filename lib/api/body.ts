@@ -12,6 +12,8 @@ const UTF8 = new TextDecoder("utf-8", { fatal: false });
 
 export function isJsonMediaType(contentType: string | null): boolean {
   if (!contentType) return false;
+  // What nearly every client sends, answered without splitting and lowercasing a copy.
+  if (contentType === "application/json") return true;
   const essence = contentType.split(";")[0]!.trim().toLowerCase();
   return essence === "application/json" || /^application\/[a-z0-9.+-]+\+json$/.test(essence);
 }

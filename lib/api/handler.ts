@@ -67,13 +67,15 @@ export function createApiHandler(current: () => RequestDeps, options: HandlerOpt
     },
     onFailure(request, error) {
       // The request line carries the cause: an SQLSTATE and the database's words, never SQL text.
-      outcomes.set(request, { ...outcomes.get(request), error: describeDbError(error) });
+      fieldsOf(outcomes, request).error = describeDbError(error);
     },
     // Runs after the charge committed: a failure here is logged, never turned into a 500.
     onOutcome(request, outcome, key) {
       try {
         current().counters.countOutcome(CHARGES_ENDPOINT, outcome);
-        outcomes.set(request, { ...outcomes.get(request), outcome, keyHash: keyHash(key) });
+        const fields = fieldsOf(outcomes, request);
+        fields.outcome = outcome;
+        fields.keyHash = keyHash(key);
       } catch (error) {
         current().log.error("outcome bookkeeping failed", { error: String(error) });
       }
@@ -100,14 +102,23 @@ export function createApiHandler(current: () => RequestDeps, options: HandlerOpt
   };
 }
 
-/** What a request's log line adds: never the token or the raw key. */
+/**
+ * What a request's log line adds: never the token or the raw key. Filled in place as the
+ * request goes (its fields, and so the line's, in the order they were learnt).
+ */
 interface LogFields {
-  readonly tenant?: string;
-  readonly authFailure?: string;
-  readonly outcome?: ChargeOutcome["kind"];
-  readonly keyHash?: string;
+  tenant?: string;
+  authFailure?: string;
+  outcome?: ChargeOutcome["kind"];
+  keyHash?: string;
   /** What made a 5xx: the database away, a time bound tripped, or a bug. */
-  readonly error?: string;
+  error?: string;
+}
+
+function fieldsOf(outcomes: WeakMap<Request, LogFields>, request: Request): LogFields {
+  let fields = outcomes.get(request);
+  if (fields === undefined) outcomes.set(request, (fields = {}));
+  return fields;
 }
 
 function logRequest(log: Logger, request: Request, response: Response, durationMs: number, extra: LogFields | undefined): void {
@@ -123,8 +134,11 @@ function logRequest(log: Logger, request: Request, response: Response, durationM
   else log.info("request", fields);
 }
 
+const ROUTES = new Set(["/charges", "/healthz", "/readyz", "/metrics", "/openapi.json"]);
+const CHARGE_PATH_RE = /^\/charges\/[^/]+$/;
+
 // The route template, so a log line never mixes ids into the route field.
 function routeOf(path: string): string {
-  if (/^\/charges\/[^/]+$/.test(path)) return "/charges/:id";
-  return ["/charges", "/healthz", "/readyz", "/metrics", "/openapi.json"].includes(path) ? path : "(unmatched)";
+  if (CHARGE_PATH_RE.test(path)) return "/charges/:id";
+  return ROUTES.has(path) ? path : "(unmatched)";
 }

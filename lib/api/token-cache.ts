@@ -42,6 +42,9 @@ export interface TokenCache {
 export function createTokenCache(toleranceS: number, maxTokens = MAX_TOKENS, now: () => number = Date.now): TokenCache {
   // A Map iterates in insertion order: re-inserting on use keeps the least recent first.
   const entries = new Map<string, Entry>();
+  // The entry last (re-)inserted, so the last in the Map's order: a client sending one token
+  // with every request finds it here and the order is already right, without a re-insertion.
+  let newest: Entry | undefined;
   return {
     get(token, isCurrent) {
       const entry = entries.get(token);
@@ -52,13 +55,17 @@ export function createTokenCache(toleranceS: number, maxTokens = MAX_TOKENS, now
         entries.delete(token);
         return undefined;
       }
-      entries.delete(token);
-      entries.set(token, entry);
+      if (entry !== newest) {
+        entries.delete(token);
+        entries.set(token, entry);
+        newest = entry;
+      }
       return entry.tenant;
     },
     remember(token, tenant, exp, stamp) {
       entries.delete(token);
-      entries.set(token, { tenant, exp, reuseUntil: now() + MAX_REUSE_MS, stamp });
+      newest = { tenant, exp, reuseUntil: now() + MAX_REUSE_MS, stamp };
+      entries.set(token, newest);
       if (entries.size > maxTokens) entries.delete(entries.keys().next().value as string);
     },
     get size() {
