@@ -9,6 +9,7 @@ import { killChildrenNow, startChild, stopChildren, type Child } from "./dev/chi
 import { DATA_DIR, startEmbeddedPostgres } from "./dev/embedded-postgres.ts";
 import { startLocalBroker } from "./dev/mqtt-broker.ts";
 import { banner, dataPlace, embeddedPostgresLine, print, printPostgres } from "./dev/output.ts";
+import { stopWithSupervisor } from "./dev/watchdog.ts";
 import { freePort } from "./dev/ports.ts";
 import { DEMO_TENANT, devSecret, DEV_SECRET_FILE, mintToken } from "./dev/token.ts";
 
@@ -43,6 +44,8 @@ async function main(): Promise<void> {
   children.push(startChild("relay", [`${ROOT}relay.ts`], env, print));
   children.push(startChild("subscriber", [subscriberScript()], env, print));
   for (const child of children) void child.exited.then((code) => onChildExit(child, code));
+  // In their own process groups, they would outlive a SIGKILLed supervisor without this.
+  stopWithSupervisor(process.pid, children.flatMap((child) => (child.process.pid === undefined ? [] : [child.process.pid])));
   const api = `http://127.0.0.1:${apiPort}`;
   const relay = `http://127.0.0.1:${relayPort}`;
   // The relay's /healthz, not /readyz: a relay waiting for its broker is running, and says why in its lines.
