@@ -11,7 +11,8 @@
 //       postgres/, test-postgres/             the clusters of `bun run dev` and of `bun test`
 //
 // Keyed by path, a second run from the same checkout finds its cluster again; keyed by
-// version, a package upgrade gets fresh binaries instead of running stale ones.
+// version, a package upgrade gets fresh binaries instead of running stale ones. A checkout's
+// folder goes once its origin path is gone and no Postgres runs on its clusters (pruneGone).
 import { createHash } from "node:crypto";
 import { chmodSync, chownSync, cpSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -47,6 +48,7 @@ export async function placeCluster(dataDir: string, runAs: RunAs | undefined): P
   const binaries = await packageBinaries();
   if (!runAs || (binariesReachable(binaries, runAs) && dataDirReachable(dataDir, runAs))) return { binaries, dataDir };
   const cache = cacheFolder(runAs);
+  pruneGone(cache);
   const copied = await cachedBinaries(binaries, cache, runAs);
   return { binaries: copied, dataDir: cachedDataDir(dataDir, cache, runAs), cache };
 }
@@ -164,4 +166,46 @@ function cachedDataDir(dataDir: string, cache: string, user: RunAs): string {
 function canonical(path: string): string {
   const existing = nearestExisting(path);
   return join(realpathSync(existing), path.slice(existing.length));
+}
+
+/** Whether a cluster's postmaster.pid names a live process (a server running, or starting). */
+function serverRunning(cluster: string): boolean {
+  let pid: number;
+  try {
+    pid = Number(readFileSync(join(cluster, "postmaster.pid"), "utf8").split("\n")[0]);
+  } catch {
+    return false;
+  }
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: alive, owned by another user.
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/**
+ * Removes the folders of checkouts that no longer exist (their `origin` path is gone) and on
+ * whose clusters no Postgres runs: each holds a cluster or two of tens of megabytes, and the
+ * temp dir would otherwise keep one per clone ever run as root. Returns what it removed.
+ */
+export function pruneGone(cache: string): string[] {
+  const removed: string[] = [];
+  for (const entry of readdirSync(cache)) {
+    const home = join(cache, entry);
+    let origin: string;
+    try {
+      origin = readFileSync(join(home, "origin"), "utf8").trim();
+    } catch {
+      continue; // the binaries, a lock, or a folder being set up
+    }
+    if (!origin || existsSync(origin)) continue;
+    const clusters = readdirSync(home).map((name) => join(home, name));
+    if (clusters.some(serverRunning)) continue;
+    rmSync(home, { recursive: true, force: true });
+    removed.push(home);
+  }
+  return removed;
 }

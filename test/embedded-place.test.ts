@@ -7,7 +7,7 @@ import { spawnSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CACHE_NAME, cacheFolder, dataDirReachable, EmbeddedPostgresError, permits, traversable } from "../dev/pg-place.ts";
+import { CACHE_NAME, cacheFolder, dataDirReachable, EmbeddedPostgresError, permits, pruneGone, traversable } from "../dev/pg-place.ts";
 import type { RunAs } from "../dev/pg-user.ts";
 import { LockTimeoutError, withLock } from "../dev/start-lock.ts";
 
@@ -133,4 +133,26 @@ test("a lock left by a process that is gone is taken over at once; a live holder
   writeFileSync(lock, "1"); // pid 1 lives as long as the machine does
   expect(await withLock(lock, 0, async () => "ran").catch((error: unknown) => error)).toBeInstanceOf(LockTimeoutError);
   rmSync(lock);
+});
+
+test("the cache keeps the folders of checkouts that exist or whose Postgres runs, and removes the rest", () => {
+  const cache = dir("prune-cache", 0o700);
+  const checkout = dir("prune-checkout/.data", 0o755);
+  const home = (key: string, origin: string, postmasterPid?: number): string => {
+    const path = join(cache, key);
+    mkdirSync(join(path, "postgres"), { recursive: true });
+    writeFileSync(join(path, "origin"), `${origin}\n`);
+    if (postmasterPid !== undefined) writeFileSync(join(path, "postgres", "postmaster.pid"), `${postmasterPid}\n${path}\n`);
+    return path;
+  };
+  const existing = home("a1", checkout);
+  const goneAndRunning = home("b2", join(scratch, "deleted-clone-1/.data"), process.pid);
+  const goneAndStopped = home("c3", join(scratch, "deleted-clone-2/.data"));
+  // A pid no process has: a server that was SIGKILLed with its clone.
+  const goneStalePid = home("d4", join(scratch, "deleted-clone-3/.data"), 2 ** 22 + 12345);
+  const binaries = dir("prune-cache/linux-x64-18.0.0/bin", 0o755);
+
+  expect(pruneGone(cache).sort()).toEqual([goneAndStopped, goneStalePid].sort());
+  for (const kept of [existing, goneAndRunning, binaries]) expect(existsSync(kept)).toBe(true);
+  for (const gone of [goneAndStopped, goneStalePid]) expect(existsSync(gone)).toBe(false);
 });
