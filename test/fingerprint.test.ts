@@ -5,10 +5,21 @@
 import { expect, test } from "bun:test";
 import canonicalize from "canonicalize";
 import { advisoryLockId, canonicalCharge, fingerprint } from "../lib/api/fingerprint.ts";
-import { sha256Hex } from "../lib/shared/sha256.ts";
+import { createHash } from "node:crypto";
+import { sha256Hex, sha256Int64 } from "../lib/shared/sha256.ts";
 
 test("SHA-256 of a string is the standard one (FIPS 180-2 test vector)", () => {
   expect(sha256Hex("abc")).toBe("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+});
+
+test("sha256Hex and sha256Int64 agree with node:crypto's createHash on any text", () => {
+  const texts = ["", "abc", "ténant-ü", "🙂", "\u0000", "x".repeat(1000), "\ud800", "a\udc00b", "x\ud83d\ude42y\udfff"];
+  for (let i = 0; i < 2000; i++) texts.push(crypto.randomUUID() + String.fromCharCode(Math.floor(Math.random() * 0xd800)));
+  for (const text of texts) {
+    const digest = createHash("sha256").update(text).digest();
+    expect(sha256Hex(text)).toBe(digest.toString("hex"));
+    expect(sha256Int64(text)).toBe(digest.readBigInt64BE(0));
+  }
 });
 
 test.each([

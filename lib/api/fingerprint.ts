@@ -1,7 +1,7 @@
 // The request fingerprint: SHA-256 over the RFC 8785 canonical JSON of the fields that
 // change the charge. Whitespace and property order in the client's JSON never reach it,
 // because it is computed from the validated value, not from the raw body.
-import { sha256Bytes, sha256Hex } from "../shared/sha256.ts";
+import { sha256Hex, sha256Int64 } from "../shared/sha256.ts";
 
 export interface ChargeFields {
   readonly amountCents: number;
@@ -28,5 +28,5 @@ export function canonicalCharge(amountCents: number): string {
  */
 export function advisoryLockId(tenant: string, key: string, endpoint: string): string {
   const input = `${tenant.length}:${tenant}${endpoint.length}:${endpoint}${key.length}:${key}`;
-  return sha256Bytes(input).readBigInt64BE(0).toString();
+  return sha256Int64(input).toString();
 }
