@@ -6,7 +6,7 @@ import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../shared/db.ts";
 import { createCharge, findCharge, findKey, type StoredResponse } from "./charges-sql.ts";
 import { advisoryLockId, fingerprint, type ChargeFields } from "./fingerprint.ts";
 import { chargeJson, type Charge } from "./schemas.ts";
-import { UNBOUNDED, type Deadline, type PoolGate } from "../shared/pool-gate.ts";
+import { UNBOUNDED, type PoolGate } from "../shared/pool-gate.ts";
 
 export const CHARGES_ENDPOINT = "POST /charges";
 
@@ -43,7 +43,16 @@ export function createChargeService(sql: Sql, options: ChargeServiceOptions): Ch
   return {
     async create(request) {
       const deadline = options.bounds?.deadline() ?? UNBOUNDED;
-      const outcome = await attemptWithResend(sql, options, request, deadline);
+      const identity = chargeIdentity(request);
+      let outcome: ChargeOutcome | undefined;
+      for (let resends = 0; outcome === undefined; resends++) {
+        try {
+          // Each try waits for a slot of the pool and starts only within the request's deadline.
+          outcome = await deadline.run(() => attempt(sql, options, request, identity));
+        } catch (error) {
+          if (resends >= MAX_RESENDS || !isConnectionLost(error)) throw error;
+        }
+      }
       if (outcome.kind === "created") options.onCreated?.();
       return outcome;
     },
@@ -60,6 +69,7 @@ export function createChargeService(sql: Sql, options: ChargeServiceOptions): Ch
 // postgres.js, sometimes the next one too). Sending the statement again on a fresh
 // connection is safe: it is atomic and keyed, and every try writes the same identity, so a
 // resend that finds a row of a try that did commit knows it as its own.
+// (The loop is in create(): a function of its own would add an async frame to every charge.)
 const MAX_RESENDS = 2;
 
 /** What a request writes, fixed once before its first try so every resend writes the same. */
@@ -81,23 +91,6 @@ function chargeIdentity(request: ChargeRequest): ChargeIdentity {
     createdAt,
     responseBody: chargeJson({ id: chargeId, amountCents: request.amountCents, createdAt }),
   };
-}
-
-async function attemptWithResend(
-  sql: Sql,
-  options: ChargeServiceOptions,
-  request: ChargeRequest,
-  deadline: Deadline,
-): Promise<ChargeOutcome> {
-  const identity = chargeIdentity(request);
-  for (let resends = 0; ; resends++) {
-    try {
-      // Each try waits for a slot of the pool and starts only within the request's deadline.
-      return await deadline.run(() => attempt(sql, options, request, identity));
-    } catch (error) {
-      if (resends >= MAX_RESENDS || !isConnectionLost(error)) throw error;
-    }
-  }
 }
 
 async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeRequest, identity: ChargeIdentity): Promise<ChargeOutcome> {
