@@ -12,8 +12,8 @@ import { Duplex } from "node:stream";
 export interface AckListener {
   /** A PUBACK: its packet identifier and reason code (0 = success; MQTT 3.1.1 has none). */
   ack(messageId: number, reasonCode: number): void;
-  /** The PUBACKs of one read have all been reported: room for the next publishes at once. */
-  acksRead(): void;
+  /** A read has been handled (its PUBACKs reported): room for the next publishes, or an ACK owed. */
+  readDone(): void;
 }
 
 // The control packet type in the fixed header's high nibble (MQTT 5 §2.1.2): 4 = PUBACK.
@@ -60,7 +60,6 @@ export class AckTap extends Duplex {
     this.partial = undefined;
     let passFrom = 0;
     let at = 0;
-    let acks = 0;
     while (at < buf.length) {
       let packet: { body: number; end: number } | undefined;
       try {
@@ -74,14 +73,13 @@ export class AckTap extends Duplex {
         if (passFrom < at) this.pass(buf.subarray(passFrom, at));
         const reasonCode = packet.end - packet.body > 2 ? (buf[packet.body + 2] as number) : 0;
         this.listener.ack(buf.readUInt16BE(packet.body), reasonCode);
-        acks += 1;
         passFrom = packet.end;
       }
       at = packet.end;
     }
     if (passFrom < at) this.pass(buf.subarray(passFrom, at));
     if (at < buf.length) this.partial = buf.subarray(at);
-    if (acks > 0) this.listener.acksRead();
+    this.listener.readDone();
   }
 
   private pass(bytes: Buffer): void {

@@ -124,7 +124,7 @@ function openClient(url: string, options: BrokerOptions, publishes: PublishWindo
     tap: (stream: IStream) => {
       // mqtt.js leaves Nagle on: a write of a few publishes would wait for the ACK of the last.
       (stream as { setNoDelay?: (noDelay: boolean) => void }).setNoDelay?.(true);
-      const listener = { ack: (id: number, code: number) => publishes.acked(id, code), acksRead: () => publishes.refill() };
+      const listener = { ack: (id: number, code: number) => publishes.acked(id, code), readDone: () => publishes.readDone() };
       return new AckTap(stream as Duplex, listener) as unknown as IStream;
     },
   });

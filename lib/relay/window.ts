@@ -55,6 +55,8 @@ export interface WindowConnection {
 const FIRST_FAILURE_CODE = 0x80;
 // Packet identifiers are 1..65535 (MQTT 5 §2.2.1); 0 is not one.
 const MAX_PACKET_ID = 0xffff;
+// PINGREQ (MQTT 5 §3.12): sent only to carry a TCP ACK, see readDone().
+const PINGREQ = Buffer.from([0xc0, 0x00]);
 // The waiting queue drops the entries already sent once this many have piled up at its head
 // (an index instead of Array.shift, which moves every entry behind it).
 const QUEUE_COMPACT_AT = 1024;
@@ -76,6 +78,9 @@ export class PublishWindow {
   // Encoded and not yet written: those of one turn leave in one write.
   private unwritten: Buffer[] = [];
   private readonly flush = (): void => this.writeOut();
+  // Whether a PUBACK came since the last PINGREQ of readDone(): one PINGREQ per PUBACK at most,
+  // so a broker that answers pings but holds PUBACKs back is not pinged in a loop.
+  private ackedSinceNudge = true;
 
   constructor(
     private readonly connection: WindowConnection,
@@ -105,11 +110,12 @@ export class PublishWindow {
     const pending = this.inFlight.get(messageId);
     if (!pending) return;
     this.inFlight.delete(messageId);
+    this.ackedSinceNudge = true;
     if (reasonCode >= FIRST_FAILURE_CODE) pending.reject(new PublishRefused(reasonCode));
     else pending.resolve();
   }
 
-  /** Sends what the freed slots allow; called once a read's PUBACKs are all handled, so they leave in one write. */
+  /** Sends what the freed slots allow, in one write (called on a new connection and after each read). */
   refill(): void {
     while (this.inFlight.size < this.limit && this.waitingHead < this.waiting.length) {
       const next = this.waiting[this.waitingHead++] as Pending;
@@ -125,6 +131,22 @@ export class PublishWindow {
   }
 
   /**
+   * After each read from the broker: the slots its PUBACKs freed are filled at once. With
+   * nothing to send and PUBACKs still to come, a PINGREQ goes instead, to carry the TCP ACK of
+   * what was just read: Mosquitto (without TCP_NODELAY, its default) holds its next PUBACKs
+   * until what it sent last is ACKed, and a client with nothing to send ACKs only when its
+   * delayed-ACK timer fires, 40 ms later on Linux. Each time the relay ran out of rows to
+   * publish, its last PUBACKs waited that long, and their batch could not commit meanwhile.
+   */
+  readDone(): void {
+    const before = this.unwritten.length;
+    this.refill();
+    if (this.unwritten.length > before || this.inFlight.size === 0 || !this.ackedSinceNudge) return;
+    this.ackedSinceNudge = false;
+    this.queue(PINGREQ);
+  }
+
+  /**
    * The connection closed: every publish in flight or waiting fails at once (the relay releases
    * those rows and claims them again after reconnecting) instead of waiting out its timeout.
    */
@@ -136,6 +158,7 @@ export class PublishWindow {
     }
     this.inFlight.clear();
     this.unwritten = [];
+    this.ackedSinceNudge = true;
     const waiting = this.waiting.slice(this.waitingHead);
     this.waiting = [];
     this.waitingHead = 0;
@@ -162,6 +185,11 @@ export class PublishWindow {
       return;
     }
     this.inFlight.set(messageId, pending);
+    this.queue(bytes);
+  }
+
+  /** Written with the rest of this turn's packets. */
+  private queue(bytes: Buffer): void {
     if (this.unwritten.length === 0) process.nextTick(this.flush);
     this.unwritten.push(bytes);
   }
