@@ -5,7 +5,7 @@ import postgres from "postgres";
 import { loadConfig } from "../lib/shared/config.ts";
 import type { Sql } from "../lib/shared/db.ts";
 import { silentLogger } from "../lib/shared/log.ts";
-import { claimBatch, claimInIndexOrder } from "../lib/relay/outbox-sql.ts";
+import { claimBatch, claimInIndexOrder, markPublished } from "../lib/relay/outbox-sql.ts";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import { freshDatabase } from "../testkit/services.ts";
 
@@ -108,6 +108,34 @@ test(`the relay's claim walks outbox_due_idx: none of ${PARKED} parked rows is r
   expect(scans).toHaveLength(1);
   expect(scans[0]).toMatchObject({ "Node Type": "Index Scan", "Index Name": "outbox_due_idx", "Actual Rows": DUE });
   for (const node of plan) expect(node["Rows Removed by Filter"] ?? 0).toBeLessThan(PARKED);
+});
+
+class RolledBack extends Error {}
+
+test("the relay's mark finds the claimed rows by their place (a TID scan), not through an index", async () => {
+  const { sql, statements } = recordingPool();
+  try {
+    // Claimed and marked as the relay does, then rolled back: the rows stay due for the other tests.
+    await sql
+      .begin(async (tx) => {
+        await claimInIndexOrder(tx);
+        const rows = await claimBatch(tx, 50);
+        expect(await markPublished(tx, rows.map((row) => row.tid))).toBe(DUE);
+        throw new RolledBack();
+      })
+      .catch((error: unknown) => {
+        if (!(error instanceof RolledBack)) throw error;
+      });
+  } finally {
+    await sql.end();
+  }
+  const mark = statements.find((s) => /update outbox set published_at/i.test(s.query));
+  expect(mark).toBeDefined();
+  // Planned only (no ANALYZE): nothing is marked.
+  const [row] = await db.sql.unsafe(`explain (format json) ${mark!.query}`, mark!.params as never[]);
+  const plan = nodes((row as unknown as { "QUERY PLAN": { Plan: PlanNode }[] })["QUERY PLAN"][0]!.Plan);
+  expect(scansOf(plan, "outbox").map((n) => n["Node Type"])).toEqual(["ModifyTable", "Tid Scan"]);
+  expect(await db.sql`select count(*)::int as n from outbox where published_at is null and parked_at is null`).toEqual([{ n: DUE }]);
 });
 
 test("stale-keys reads only STARTED keys, through idempotency_keys_started_idx", async () => {

@@ -69,6 +69,7 @@ function add<V>(map: Map<string, V[]>, key: string, value: V): void {
 
 export interface Tally {
   readonly result: BatchResult;
+  /** The `tid`s of the rows the broker acknowledged (markPublished). */
   readonly acked: string[];
   readonly failures: Failure[];
   readonly releases: Release[];
@@ -91,7 +92,7 @@ export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes:
       topic = topicOf(topicPrefix, row.eventType);
     }
     if (outcome.kind === "acked") {
-      acked.push(row.id);
+      acked.push(row.tid);
       add(lags, topic, Math.max(0, (outcome.at - Date.parse(row.createdAt)) / 1000));
       return;
     }
