@@ -5,7 +5,7 @@ import postgres from "postgres";
 import { loadConfig } from "../lib/shared/config.ts";
 import type { Sql } from "../lib/shared/db.ts";
 import { silentLogger } from "../lib/shared/log.ts";
-import { claimBatch, claimInIndexOrder, markPublished } from "../lib/relay/outbox-sql.ts";
+import { claimBatch, batchSettings, markPublished } from "../lib/relay/outbox-sql.ts";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import { freshDatabase } from "../testkit/services.ts";
 
@@ -94,7 +94,7 @@ test(`the relay's claim walks outbox_due_idx: none of ${PARKED} parked rows is r
   const { sql, statements } = recordingPool();
   try {
     const claimed = await sql.begin(async (tx) => {
-      await claimInIndexOrder(tx);
+      await batchSettings(tx);
       return claimBatch(tx, 50);
     });
     expect(claimed).toHaveLength(DUE);
@@ -103,11 +103,24 @@ test(`the relay's claim walks outbox_due_idx: none of ${PARKED} parked rows is r
   }
   const claim = statements.find((s) => /for update skip locked/i.test(s.query) && /from outbox/i.test(s.query));
   expect(claim).toBeDefined();
-  const plan = await explain(claim!, claimInIndexOrder);
+  const plan = await explain(claim!, batchSettings);
   const scans = scansOf(plan, "outbox");
   expect(scans).toHaveLength(1);
   expect(scans[0]).toMatchObject({ "Node Type": "Index Scan", "Index Name": "outbox_due_idx", "Actual Rows": DUE });
   for (const node of plan) expect(node["Rows Removed by Filter"] ?? 0).toBeLessThan(PARKED);
+});
+
+test("a batch's transaction plans on the indexes and commits without waiting for its WAL flush", async () => {
+  const settings = await db.sql.begin(async (tx) => {
+    await batchSettings(tx as unknown as Sql);
+    return tx<{ sort: string; seqscan: string; commit: string }[]>`
+      select current_setting('enable_sort') as sort, current_setting('enable_seqscan') as seqscan,
+             current_setting('synchronous_commit') as commit`;
+  });
+  expect(settings[0]).toEqual({ sort: "off", seqscan: "off", commit: "off" });
+  // Local to the transaction: the next one on the same server is back to the defaults.
+  const [after] = await db.sql<{ commit: string }[]>`select current_setting('synchronous_commit') as commit`;
+  expect(after?.commit).toBe("on");
 });
 
 class RolledBack extends Error {}
@@ -118,7 +131,7 @@ test("the relay's mark finds the claimed rows by their place (a TID scan), not t
     // Claimed and marked as the relay does, then rolled back: the rows stay due for the other tests.
     await sql
       .begin(async (tx) => {
-        await claimInIndexOrder(tx);
+        await batchSettings(tx);
         const rows = await claimBatch(tx, 50);
         expect(await markPublished(tx, rows.map((row) => row.tid))).toBe(DUE);
         throw new RolledBack();
@@ -135,7 +148,8 @@ test("the relay's mark finds the claimed rows by their place (a TID scan), not t
   const [row] = await db.sql.unsafe(`explain (format json) ${mark!.query}`, mark!.params as never[]);
   const plan = nodes((row as unknown as { "QUERY PLAN": { Plan: PlanNode }[] })["QUERY PLAN"][0]!.Plan);
   expect(scansOf(plan, "outbox").map((n) => n["Node Type"])).toEqual(["ModifyTable", "Tid Scan"]);
-  expect(await db.sql`select count(*)::int as n from outbox where published_at is null and parked_at is null`).toEqual([{ n: DUE }]);
+  const [due] = await db.sql<{ n: number }[]>`select count(*)::int as n from outbox where published_at is null and parked_at is null`;
+  expect(due?.n).toBe(DUE);
 });
 
 test("stale-keys reads only STARTED keys, through idempotency_keys_started_idx", async () => {

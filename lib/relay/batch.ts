@@ -5,7 +5,7 @@
 // the commit leaves every row pending, so the worst case is a second delivery, never a loss.
 import type { Sql, Tx } from "../shared/db.ts";
 import { transaction } from "../shared/tx.ts";
-import { claimBatch, claimInIndexOrder, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
+import { claimBatch, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { PublishFn } from "./publisher.ts";
 import type { OutboundMessage } from "./window.ts";
 import { buildEnvelope, isPublishableType, topicOf, userPropertiesOf } from "../events.ts";
@@ -161,7 +161,7 @@ async function batchInTx(
     // (Never parked while holding the lock: the other lanes wait on it.)
     if (turn.stop.aborted || !ctx.broker.connected || lost()) return undefined;
     // Both statements leave in one write (pipelined): one round trip.
-    const [, rows] = await Promise.all([claimInIndexOrder(tx), claimBatch(tx, limit)]);
+    const [, rows] = await Promise.all([batchSettings(tx), claimBatch(tx, limit)]);
     // Either way every row is handed to the broker before the next claim, so the publish
     // order follows created_at. A large claim goes out at once (throughput); a small one in
     // turn (latency, see publishInTurn), still under the lock.

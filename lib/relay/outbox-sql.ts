@@ -32,18 +32,24 @@ export interface OutboxRow {
 }
 
 /**
- * For the rest of the transaction, keeps the planner on the indexes. Without statistics (a
- * fresh table, or a backlog that grew faster than autovacuum's next ANALYZE) Postgres
- * estimates one pending row, and then:
+ * The batch transaction's settings, sent with the claim (one statement, no round trip).
+ *
+ * The planner stays on the indexes. Without statistics (a fresh table, or a backlog that grew
+ * faster than autovacuum's next ANALYZE) Postgres estimates one pending row, and then:
  *  - the claim (enable_sort = off) would bitmap-scan EVERY pending row and sort them instead
  *    of walking the pending index in created_at order and stopping after `limit` rows: each
  *    claim would cost in proportion to the backlog instead of the batch;
- *  - the UPDATEs by `id = any(...)` (enable_seqscan = off) would scan the whole table instead
- *    of probing the primary key: each mark would cost in proportion to the table.
- * One statement, sent with the claim.
+ *  - the UPDATEs of failed rows by `id = any(...)` (enable_seqscan = off) would scan the whole
+ *    table instead of probing the primary key: each would cost in proportion to the table.
+ *
+ * The COMMIT does not wait for its WAL flush (synchronous_commit = off): what a batch commits
+ * is bookkeeping of rows already delivered. A Postgres crash can lose the last few hundred
+ * milliseconds of it; those rows are then published again, which at-least-once delivery
+ * already allows and the subscriber's inbox absorbs; no event is lost, since the rows
+ * themselves were committed durably by the API. Measured: +5% drain rate (bench/README.md).
  */
-export async function claimInIndexOrder(tx: Db): Promise<void> {
-  await tx`select set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true)`.execute();
+export async function batchSettings(tx: Db): Promise<void> {
+  await tx`select set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('synchronous_commit', 'off', true)`.execute();
 }
 
 /**
