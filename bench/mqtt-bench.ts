@@ -36,9 +36,26 @@ export interface BrokerLimit {
   readonly payloadBytes: number;
 }
 
-export async function brokerLimit(messages: number, window: number = MAX_IN_FLIGHT): Promise<BrokerLimit> {
+// MQTT 5: a Receive Maximum absent from the CONNACK means 65,535.
+const PROTOCOL_RECEIVE_MAXIMUM = 65_535;
+
+/**
+ * `window`: publishes unacknowledged at once; "receive-maximum" takes the broker's CONNACK
+ * Receive Maximum (Mosquitto's max_inflight_messages, 20 by default), which MQTT 5 forbids a
+ * client to exceed and the relay honours; a bare mqtt.js client does not enforce it.
+ */
+export async function brokerLimit(messages: number, window: number | "receive-maximum" = MAX_IN_FLIGHT): Promise<BrokerLimit> {
   const { mqttUrl } = await benchServices();
-  const client = await mqtt.connectAsync(mqttUrl, { protocolVersion: 5, clean: true, reconnectPeriod: 0 });
+  const client = mqtt.connect(mqttUrl, { protocolVersion: 5, clean: true, reconnectPeriod: 0 });
+  const connack = await new Promise<mqtt.IConnackPacket>((resolve, reject) => {
+    client.once("connect", resolve);
+    client.once("error", reject);
+  });
+  const inFlight = window === "receive-maximum" ? (connack.properties?.receiveMaximum ?? PROTOCOL_RECEIVE_MAXIMUM) : window;
+  return publishWindow(client, messages, inFlight);
+}
+
+async function publishWindow(client: mqtt.MqttClient, messages: number, window: number): Promise<BrokerLimit> {
   const payload = sampleEnvelope();
   const topic = topicOf(`bench/limit-${crypto.randomUUID().slice(0, 8)}/`, CHARGE_CREATED);
   try {
