@@ -136,15 +136,14 @@ function buildRoutes(deps: AppDeps) {
     // about the body, the key or the charge it names, and nothing is written.
     .onRequest(async ({ request }) => {
       if (!needsToken(request.url)) return;
-      const result = await deps.auth.authenticate(request.headers.get("authorization"));
-      deps.onAuth?.(request, result);
-      if (result.kind !== "authenticated") return authProblem(result);
-      tenants.set(request, result.tenant);
+      const tenant = tenantOrProblem(deps, request, await deps.auth.authenticate(request.headers.get("authorization")));
+      if (typeof tenant !== "string") return tenant;
+      tenants.set(request, tenant);
     })
     .onError(({ error, code, request }) => {
       if (code === "NOT_FOUND") return problemResponse("notFound", "no such route");
       // Elysia wraps whatever the body parser threw; ours are ProblemErrors (415, 413, 400).
-      if (code === "PARSE") return errorResponse(error.cause instanceof ProblemError ? error.cause : new ProblemError("invalidBody", "the body is not valid JSON"));
+      if (code === "PARSE") return bodyProblem(error.cause);
       return failure(deps, request, error);
     })
     .get(
@@ -197,20 +196,18 @@ function isChargeCreation(request: Request): boolean {
  */
 function chargeCreation(deps: AppDeps): (request: Request) => Promise<Response> {
   return async (request) => {
-    let tenant: string;
+    let tenant: string | Response;
     try {
-      const result = await deps.auth.authenticate(request.headers.get("authorization"));
-      deps.onAuth?.(request, result);
-      if (result.kind !== "authenticated") return authProblem(result);
-      tenant = result.tenant;
+      tenant = tenantOrProblem(deps, request, await deps.auth.authenticate(request.headers.get("authorization")));
     } catch (error) {
       return failure(deps, request, error);
     }
+    if (typeof tenant !== "string") return tenant;
     let body: unknown;
     try {
       body = await readJsonBody(request);
     } catch (error) {
-      return errorResponse(error instanceof ProblemError ? error : new ProblemError("invalidBody", "the body is not valid JSON"));
+      return bodyProblem(error);
     }
     const validator = chargeBodyValidator();
     if (!validator.Check(body)) return validationProblem(new ValidationError("body", validator, body));
@@ -226,6 +223,17 @@ function chargeCreation(deps: AppDeps): (request: Request) => Promise<Response> 
       return failure(deps, request, error);
     }
   };
+}
+
+/** The request's tenant, or the 401 problem to answer; onAuth hears the verdict either way. */
+function tenantOrProblem(deps: AppDeps, request: Request, result: AuthResult): string | Response {
+  deps.onAuth?.(request, result);
+  return result.kind === "authenticated" ? result.tenant : authProblem(result);
+}
+
+/** What reading the body threw: our 415, 413 or 400, or anything else as "not valid JSON". */
+function bodyProblem(cause: unknown): Response {
+  return errorResponse(cause instanceof ProblemError ? cause : new ProblemError("invalidBody", "the body is not valid JSON"));
 }
 
 /** A failure past the checks (the database away, a time bound, a bug): heard by onFailure, answered 503 or 500. */
