@@ -3,7 +3,7 @@
 // rows committed at once into a fresh database. Both warmed up first (WARMUP).
 import mqtt from "mqtt";
 import { buildEnvelope, CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from "../lib/events.ts";
-import { MAX_IN_FLIGHT } from "../lib/relay/publisher.ts";
+import { MAX_IN_FLIGHT, PROTOCOL_RECEIVE_MAXIMUM } from "../lib/relay/publisher.ts";
 import { insertPending } from "../testkit/outbox.ts";
 import { benchServices, freshDatabase, startProcess, untilDrained } from "./support.ts";
 
@@ -35,9 +35,6 @@ export interface BrokerLimit {
   readonly window: number;
   readonly payloadBytes: number;
 }
-
-// MQTT 5: a Receive Maximum absent from the CONNACK means 65,535.
-const PROTOCOL_RECEIVE_MAXIMUM = 65_535;
 
 /**
  * `window`: publishes unacknowledged at once; "receive-maximum" takes the broker's CONNACK

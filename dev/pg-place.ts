@@ -18,7 +18,7 @@ import { chmodSync, chownSync, cpSync, existsSync, lchownSync, lstatSync, mkdirS
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import type { RunAs } from "./pg-user.ts";
-import { withLock } from "./start-lock.ts";
+import { alive, withLock } from "./start-lock.ts";
 
 export const CACHE_NAME = "charges-outbox-embedded-postgres";
 const PRIVATE = 0o700;
@@ -176,14 +176,7 @@ function serverRunning(cluster: string): boolean {
   } catch {
     return false;
   }
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    // EPERM: alive, owned by another user.
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
+  return Number.isInteger(pid) && pid > 0 && alive(pid);
 }
 
 /**

@@ -4,6 +4,7 @@
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { freePort } from "../dev/ports.ts";
+import { alive } from "../dev/start-lock.ts";
 import { spawnChild } from "../testkit/processes.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
 import { waitUntil } from "../testkit/wait.ts";
@@ -34,15 +35,6 @@ function childrenOf(pid: number): number[] {
   }
   return found;
 }
-
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 test.skipIf(process.platform === "win32")("SIGKILL of bun run dev: its api, relay and subscriber exit too", async () => {
   const apiPort = await freePort();

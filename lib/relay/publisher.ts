@@ -44,12 +44,13 @@ const CONNECT_TIMEOUT_MS = 5000;
 // Keep-alive: a silently dead connection is noticed within 1.5× this.
 const KEEPALIVE_S = 15;
 // MQTT 5: a Receive Maximum absent from the CONNACK means 65,535.
-const PROTOCOL_RECEIVE_MAXIMUM = 65_535;
+export const PROTOCOL_RECEIVE_MAXIMUM = 65_535;
 // A graceful DISCONNECT that has not completed in this time is cut.
 const CLOSE_TIMEOUT_MS = 2000;
 
 export function connectBroker(url: string, options: BrokerOptions = {}): Broker {
   const listeners = new Set<(connected: boolean) => void>();
+  // Read only once the client below exists (on publish, on its events).
   const connection = {
     get connected() {
       return client.connected;

@@ -116,7 +116,7 @@ export class PublishWindow {
   }
 
   /** Sends what the freed slots allow, in one write (called on a new connection and after each read). */
-  refill(): void {
+  private refill(): void {
     while (this.inFlight.size < this.limit && this.waitingHead < this.waiting.length) {
       const next = this.waiting[this.waitingHead++] as Pending;
       this.send(next);
