@@ -89,14 +89,14 @@ export interface RelayDrain {
   readonly rowsPerSec: number;
   readonly rows: number;
   readonly wallSeconds: number;
-  readonly markedSpanSeconds: number;
+  /** From the first claim of the rows to the moment none was left pending (drainRate). */
+  readonly drainSeconds: number;
 }
 
 /**
  * `bun relay.ts` started on an empty outbox drains a warm-up backlog, then `rows` committed at
- * once; the rate is those rows over the span of their marks (first to last `published_at`,
- * each batch's transaction start), so neither the start-up nor the wait for the relay's next
- * poll counts.
+ * once; the rate is those rows over the span from their first claim to the end of the drain
+ * (support.ts drainRate), so neither the start-up nor the wait for the relay's next poll counts.
  */
 export async function relayDrain(rows: number): Promise<RelayDrain> {
   const db = await freshDatabase("drain");
@@ -104,19 +104,18 @@ export async function relayDrain(rows: number): Promise<RelayDrain> {
     const started = performance.now();
     const relay = await startProcess("relay", db, { MQTT_TOPIC_PREFIX: `bench/${db.name}/` }, "/healthz");
     let ids: string[];
+    let drainedAt: number;
     try {
       await insertPending(db.sql, Math.min(WARMUP, rows));
       await untilDrained(db.sql, DRAIN_TIMEOUT_MS);
       ids = (await insertPending(db.sql, rows)).map((row) => row.id);
-      await untilDrained(db.sql, DRAIN_TIMEOUT_MS);
+      drainedAt = await untilDrained(db.sql, DRAIN_TIMEOUT_MS);
     } finally {
       await relay.child.stop();
     }
     const wallSeconds = (performance.now() - started) / 1000;
-    const [span] = await db.sql<{ s: number }[]>`
-      select extract(epoch from max(published_at) - min(published_at))::float8 as s from outbox where id = any(${ids}::uuid[])`;
-    const markedSpanSeconds = span?.s ?? wallSeconds;
-    return { rowsPerSec: rows / Math.max(markedSpanSeconds, 0.001), rows, wallSeconds, markedSpanSeconds };
+    const { rowsPerSec, seconds } = await drainRate(db.sql, ids, drainedAt);
+    return { rowsPerSec, rows, wallSeconds, drainSeconds: seconds };
   } finally {
     await db.drop();
   }

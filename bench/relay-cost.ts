@@ -1,9 +1,9 @@
 // The relay's cost per row, measured: CPU time (utime + stime from /proc) of the `bun relay.ts`
 // processes and of the Postgres backends serving them (application_name charges-relay), taken
 // before and after a drain of N rows, with 1 or more relays on one database. Also prints the
-// drain rate (rows / (last − first published_at)) and, for comparison, the CPU of every
-// postgres process over the same span (an upper bound: it includes other clients and the
-// WAL writer, checkpointer and autovacuum).
+// drain rate (support.ts drainRate: from the rows' first claim to the end of the drain) and,
+// for comparison, the CPU of every postgres process over the same span (an upper bound: it
+// includes other clients and the WAL writer, checkpointer and autovacuum).
 //   bun bench/relay-cost.ts [rows=50000] [relays=1] [--cpu-prof <dir>]
 // With --cpu-prof the relays run under `bun --cpu-prof` and write their profiles to <dir>.
 import { readdirSync, readFileSync } from "node:fs";
@@ -11,7 +11,7 @@ import { freePort } from "../dev/ports.ts";
 import type { Sql } from "../lib/shared/db.ts";
 import { insertPending } from "../testkit/outbox.ts";
 import { RELAY_APP, spawnChild, waitForHttp, type Child } from "../testkit/processes.ts";
-import { benchServices, freshDatabase, untilDrained, type FreshDb } from "./support.ts";
+import { benchServices, drainRate, freshDatabase, untilDrained, type FreshDb } from "./support.ts";
 
 // Bounds a stuck drain; a healthy one of the default backlog takes seconds.
 const DRAIN_TIMEOUT_MS = 600_000;
@@ -92,19 +92,18 @@ export async function relayCost(rows: number, relays = 1, profileDir?: string): 
     const backendsBefore = await relayBackends(db.sql, db.name);
     const backendCpuBefore = new Map(backendsBefore.map((pid) => [pid, cpuSeconds(pid)]));
     const before = { relay: sum(relayChildren.map((c) => c.pid)), all: sum(pgPids) };
-    await insertPending(db.sql, rows);
-    await untilDrained(db.sql, DRAIN_TIMEOUT_MS);
+    const ids = (await insertPending(db.sql, rows)).map((row) => row.id);
+    const drainedAt = await untilDrained(db.sql, DRAIN_TIMEOUT_MS);
     const backends = await relayBackends(db.sql, db.name);
     // A backend that was there before counts only its CPU since; a new one from its start.
     const backendCpu = backends.reduce((total, pid) => total + cpuSeconds(pid) - (backendCpuBefore.get(pid) ?? 0), 0);
     const after = { relay: sum(relayChildren.map((c) => c.pid)), all: sum(postgresPids()) };
-    const [span] = await db.sql<{ s: number }[]>`
-      select extract(epoch from max(published_at) - min(published_at))::float8 as s from outbox`;
+    const { rowsPerSec } = await drainRate(db.sql, ids, drainedAt);
     const us = (seconds: number): number => (seconds * 1e6) / rows;
     return {
       relays,
       rows,
-      rowsPerSec: rows / Math.max(span?.s ?? 0, 0.001),
+      rowsPerSec,
       relayUsPerRow: us(after.relay - before.relay),
       postgresUsPerRow: us(backendCpu),
       allPostgresUsPerRow: us(after.all - before.all),
