@@ -5,7 +5,7 @@ import mqtt from "mqtt";
 import { buildEnvelope, CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from "../lib/events.ts";
 import { MAX_IN_FLIGHT, PROTOCOL_RECEIVE_MAXIMUM } from "../lib/relay/publisher.ts";
 import { insertPending } from "../testkit/outbox.ts";
-import { benchServices, freshDatabase, startProcess, untilDrained } from "./support.ts";
+import { benchServices, drainRate, freshDatabase, startProcess, untilDrained } from "./support.ts";
 
 // A drain of the quick or full run's backlog takes seconds; this only bounds a stuck relay.
 const DRAIN_TIMEOUT_MS = 180_000;
