@@ -1,11 +1,12 @@
 // Drain benchmark: N pending outbox rows inserted directly, then the time for the relay to
 // publish and mark them all, next to what a bare mqtt.js client gets from the same broker in
 // the same run (QoS 1 PUBACKs/s), and to a naive relay (claim 500, publish all, one UPDATE).
-//   bun bench/relay-drain.ts [rows=50000] [OUTBOX_BATCH_SIZE caps...=500]
+//   bun bench/relay-drain.ts [rows=50000] [OUTBOX_BATCH_SIZE caps...=2000]
 // Uses the services testkit/services.ts decides on (DATABASE_URL and MQTT_URL, or Docker).
 import mqtt from "mqtt";
 import { CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from "../lib/events.ts";
 import { createSql, type Sql } from "../lib/shared/db.ts";
+import { DEFAULT_OUTBOX_BATCH_SIZE } from "../lib/shared/config.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
 import { insertPending } from "../testkit/outbox.ts";
@@ -19,7 +20,7 @@ const { mqttUrl } = await benchServices();
 const rows = Number(process.argv[2] ?? 50_000);
 const batchSizes = process.argv.slice(3).map(Number);
 // The default cap (OUTBOX_BATCH_SIZE) when none is given.
-if (batchSizes.length === 0) batchSizes.push(500);
+if (batchSizes.length === 0) batchSizes.push(DEFAULT_OUTBOX_BATCH_SIZE);
 
 const envelope = sampleEnvelope();
 const properties = { contentType: EVENT_CONTENT_TYPE, userProperties: userPropertiesOf({ id: crypto.randomUUID(), type: CHARGE_CREATED, tenantId: "bench-tenant", traceparent: null }) };

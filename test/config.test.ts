@@ -12,7 +12,7 @@ test("defaults are SPEC's", () => {
     port: 3000,
     relayPort: 9465,
     idempotencyTtlSeconds: 86_400,
-    outboxBatchSize: 500,
+    outboxBatchSize: 2000,
     outboxPollMs: 1000,
     outboxRetentionSeconds: 604_800,
     mqttTopicPrefix: "",

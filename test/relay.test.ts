@@ -8,7 +8,7 @@ import { createRelay, laneCount, type Relay, type RelayOptions } from "../lib/re
 import { createOutboxNotifier } from "../lib/shared/wakeup.ts";
 import { countWhere, insertCharge, insertPending } from "../testkit/outbox.ts";
 import { collect, type Collector } from "../testkit/mqtt.ts";
-import { waitUntil } from "../testkit/wait.ts";
+import { sleep, waitUntil } from "../testkit/wait.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
 
 setDefaultTimeout(30_000);
@@ -275,4 +275,33 @@ test("stop() lets the batch in flight finish: its rows are published and marked"
   expect(await countWhere(db.sql, "published")).toBe(rows.length);
   await collector.waitFor(rows.length);
   expect(collector.ids()).toEqual(rows.map((r) => r.id));
+});
+
+test("against a slow broker the claims stay small enough that no row times out or is delivered twice", async () => {
+  // A broker that acknowledges 400 publishes a second (remote, or with a small Receive
+  // Maximum), and a publish timeout of 1 s: claims growing to the cap would reach 320 rows,
+  // 0.8 s of the broker's time, queued behind the other lanes' rows.
+  const ACKS_PER_SECOND = 400;
+  const publishTimeoutMs = 1000;
+  const rows = await insertPending(db.sql, 1000);
+  const broker = await connectedBroker();
+  let nextSlot = 0;
+  const slow: PublishFn = async (message) => {
+    const slot = Math.max(performance.now(), nextSlot);
+    nextSlot = slot + 1000 / ACKS_PER_SECOND;
+    await sleep(slot - performance.now()); // pacing the simulated broker, not synchronizing
+    return broker.publish(message);
+  };
+  const claims: number[] = [];
+  const relay = await startRelay({ broker, publish: slow, batchSize: 500, publishTimeoutMs, events: { onPublished: (_topic, lags) => claims.push(lags.length) } });
+  void relay.run();
+  await collector.waitFor(rows.length, 15_000);
+  await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, 5000, "every row marked");
+  await relay.stop();
+
+  expect(await countWhere(db.sql, "attempted")).toBe(0);
+  expect(collector.ids()).toEqual(rows.map((r) => r.id));
+  // The claims did grow past the first one, and stopped well short of the cap.
+  expect(Math.max(...claims)).toBeGreaterThan(10);
+  expect(Math.max(...claims)).toBeLessThanOrEqual(80);
 });

@@ -162,18 +162,20 @@ async function batchInTx(
     if (turn.stop.aborted || !ctx.broker.connected || lost()) return undefined;
     // Both statements leave in one write (pipelined): one round trip.
     const [, rows] = await Promise.all([batchSettings(tx), claimBatch(tx, limit)]);
+    const since = performance.now();
     // Either way every row is handed to the broker before the next claim, so the publish
     // order follows created_at. A large claim goes out at once (throughput); a small one in
     // turn (latency, see publishInTurn), still under the lock.
-    if (rows.length > IN_TURN_MAX || rows.length === ctx.maxClaim) return { rows, outcomes: settle(ctx, rows.map((row) => publishRow(ctx, row))) };
-    return { rows, outcomes: Promise.resolve(await publishInTurn(ctx, rows)) };
+    if (rows.length > IN_TURN_MAX || rows.length === ctx.maxClaim) return { rows, since, outcomes: settle(ctx, rows.map((row) => publishRow(ctx, row))) };
+    return { rows, since, outcomes: Promise.resolve(await publishInTurn(ctx, rows)) };
   });
   handOff(claimed?.rows.length ?? 0);
   if (!claimed || claimed.rows.length === 0) {
     await stopIfLost();
     return EMPTY_RESULT;
   }
-  const { result, acked, failures, releases } = tally(ctx.topicPrefix, claimed.rows, await claimed.outcomes);
+  const outcomes = await claimed.outcomes;
+  const { result, acked, failures, releases } = tally(ctx.topicPrefix, claimed.rows, outcomes, performance.now() - claimed.since);
   await stopIfLost();
   // The updates leave in one write (pipelined); postgres.js sends COMMIT after them.
   await Promise.all([markPublished(tx, acked), recordFailures(tx, failures, ctx.retry), recordReleases(tx, releases)]);

@@ -29,19 +29,41 @@ export function laneCount(batchSize: number): number {
   return Math.min(MAX_LANES, Math.max(MIN_LANES, Math.floor(MAX_CLAIMED_ROWS / batchSize)));
 }
 
-/** The size of the next claim: doubles after a full claim, halves after a short one, within [min, cap]. */
+/**
+ * The size of the next claim: doubles after a full claim, halves after a short one, within
+ * [min, cap], and never past what the broker is seen to acknowledge in good time.
+ */
 export interface ClaimSizer {
   next(): number;
   /** A claim of `limit` rows came back with `claimed`. */
   record(limit: number, claimed: number): void;
+  /** A batch of `rows` was all answered `ms` after its claim (BatchResult.answeredMs). */
+  answered(rows: number, ms: number): void;
 }
 
-export function createClaimSizer(cap: number, min: number = Math.min(MIN_CLAIM, cap)): ClaimSizer {
+// Every row of a batch must be answered within the publish timeout, counted from its claim,
+// and it waits behind the rows the other lanes handed over first: against a slow broker
+// (remote, or with a small Receive Maximum) a large claim would time out and be delivered a
+// second time. So the rows all lanes hold are kept to what the broker answers in this share
+// of the timeout, at the pace the last batch saw.
+const TIMEOUT_SHARE_FOR_CLAIMED_ROWS = 1 / 4;
+
+export function createClaimSizer(cap: number, publishTimeoutMs: number, lanes: number, min: number = Math.min(MIN_CLAIM, cap)): ClaimSizer {
   let size = min;
+  // No growth before a batch has shown the broker's pace.
+  let budget = min;
   return {
     next: () => size,
     record(limit, claimed) {
-      size = claimed >= limit ? Math.min(cap, Math.max(size, limit * 2)) : Math.max(min, Math.floor(size / 2));
+      size = claimed < limit ? Math.max(min, Math.floor(size / 2)) : Math.min(cap, budget, Math.max(size, limit * 2));
+    },
+    answered(rows, ms) {
+      if (rows === 0) return;
+      // Rows per ms. The batch's time includes its wait behind the other lanes' rows, so this
+      // understates the broker's pace: the budget errs on the small side.
+      const pace = rows / Math.max(ms, 1);
+      budget = Math.max(min, Math.floor((pace * publishTimeoutMs * TIMEOUT_SHARE_FOR_CLAIMED_ROWS) / lanes));
+      size = Math.min(size, budget);
     },
   };
 }
@@ -72,7 +94,9 @@ export function drain(options: DrainOptions): Promise<void> {
         sizer.record(limit, claimed);
         // A full claim means more may be due: another lane starts while this one awaits its PUBACKs.
         if (claimed === limit && lanes < maxLanes && going()) spawn();
-        if ((await run.result).claimed < limit) return;
+        const result = await run.result;
+        sizer.answered(result.claimed, result.answeredMs);
+        if (result.claimed < limit) return;
       }
     };
     const spawn = (): void => {

@@ -192,8 +192,8 @@ export function createRelay(options: RelayOptions): Relay {
   };
   const ctx = batchContext(options);
   const turn: BatchTurn = { lock: createClaimLock(), stop: run.stopping.signal };
-  const sizer = createClaimSizer(options.batchSize);
   const maxLanes = options.lanes ?? laneCount(options.batchSize);
+  const sizer = createClaimSizer(options.batchSize, ctx.publishTimeoutMs, maxLanes);
   const batch = (limit: number): BatchRun => trackedBatch(run, ctx, turn, limit);
   let loop: Promise<void> | undefined;
   return {

@@ -35,12 +35,14 @@ export type Outcome =
 export interface BatchResult {
   readonly claimed: number;
   readonly published: number;
+  /** From the claim's rows in hand to the last of their answers, in ms (0 when none). */
+  readonly answeredMs: number;
   /** Per destination topic: delivery lags (seconds, row created → PUBACK) and failures. */
   readonly lags: Map<string, number[]>;
   readonly errors: Map<string, number>;
 }
 
-export const EMPTY_RESULT: BatchResult = { claimed: 0, published: 0, lags: new Map(), errors: new Map() };
+export const EMPTY_RESULT: BatchResult = { claimed: 0, published: 0, answeredMs: 0, lags: new Map(), errors: new Map() };
 
 /** The outcome of a publish that rejected with `error`. */
 export function classify(error: unknown, brokerConnected: boolean): Outcome {
@@ -76,7 +78,7 @@ export interface Tally {
 }
 
 /** Sorts the outcomes into the batch's result and the three updates (not yet sent). */
-export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes: readonly Outcome[]): Tally {
+export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes: readonly Outcome[], answeredMs: number): Tally {
   const acked: string[] = [];
   const failures: Failure[] = [];
   const releases: Release[] = [];
@@ -116,5 +118,5 @@ export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes:
       }
     }
   });
-  return { result: { claimed: rows.length, published: acked.length, lags, errors }, acked, failures, releases };
+  return { result: { claimed: rows.length, published: acked.length, answeredMs, lags, errors }, acked, failures, releases };
 }
