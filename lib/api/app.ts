@@ -13,7 +13,7 @@ import { ChargeParams, chargeBodyValidator } from "./schemas.ts";
 import { openApiDocument } from "./openapi.ts";
 import { authFailureDetail, type AuthResult, type Authenticator } from "./auth.ts";
 
-interface AppDeps {
+export interface AppDeps {
   /** Whether the database answers, for GET /readyz; bounded in time by the caller. */
   readonly ready: () => Promise<boolean>;
   readonly charges: ChargeService;
@@ -146,24 +146,7 @@ function buildRoutes(deps: AppDeps) {
       if (code === "PARSE") return bodyProblem(error.cause);
       return failure(deps, request, error);
     })
-    .get(
-      "/charges/:id",
-      async ({ params, request }) => {
-        if (!isUuid(params.id)) return problemResponse("invalidId", "the charge id must be a UUID");
-        const found = await deps.charges.get(tenantOf(request), params.id);
-        switch (found.kind) {
-          case "found":
-            return new Response(found.body, { headers: { "content-type": "application/json;charset=utf-8" } });
-          case "not_found":
-            return problemResponse("notFound", `no charge with id ${params.id.toLowerCase()}`);
-          default: {
-            const unreachable: never = found;
-            throw new Error(`bug: unhandled lookup ${JSON.stringify(unreachable)}`);
-          }
-        }
-      },
-      { params: ChargeParams },
-    )
+    .get("/charges/:id", ({ params, request }) => chargeLookup(deps, tenantOf(request), params.id), { params: ChargeParams })
     .get("/healthz", () => Response.json({ status: "ok" }))
     .get("/readyz", async () => {
       return (await deps.ready())
@@ -173,6 +156,22 @@ function buildRoutes(deps: AppDeps) {
     .get("/openapi.json", () => Response.json(openApiDocument()))
     .get("/metrics", () => (deps.metrics ? deps.metrics() : problemResponse("notFound", "metrics are not enabled")));
   return deps.aheadOfTime ? app.compile() : app;
+}
+
+/** GET /charges/:id, within the tenant's own charges. */
+async function chargeLookup(deps: AppDeps, tenant: string, id: string): Promise<Response> {
+  if (!isUuid(id)) return problemResponse("invalidId", "the charge id must be a UUID");
+  const found = await deps.charges.get(tenant, id);
+  switch (found.kind) {
+    case "found":
+      return new Response(found.body, { headers: { "content-type": "application/json;charset=utf-8" } });
+    case "not_found":
+      return problemResponse("notFound", `no charge with id ${id.toLowerCase()}`);
+    default: {
+      const unreachable: never = found;
+      throw new Error(`bug: unhandled lookup ${JSON.stringify(unreachable)}`);
+    }
+  }
 }
 
 // Where Elysia (1.4.30) looks for the path: the first "/" from this index (runtime.ts

@@ -4,7 +4,7 @@
 // anything is verified: an HS256 token is checked against AUTH_JWT_SECRET only, and an
 // asymmetric one against the JWKS only, so neither `alg: none` nor a token "signed" with
 // HMAC over a public key (algorithm confusion) can pass.
-import { createRemoteJWKSet, customFetch, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from "jose";
+import { createRemoteJWKSet, customFetch, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions } from "jose";
 import { ConfigError, type AuthConfig } from "../shared/config.ts";
 import { createTokenCache } from "./token-cache.ts";
 
@@ -58,66 +58,96 @@ export interface AuthOptions {
   readonly jwksCooldownMs?: number;
 }
 
+const NO_AUTHENTICATION: Authenticator = {
+  mode: "none",
+  authenticate: async () => ({ kind: "authenticated", tenant: IMPLICIT_TENANT }),
+};
+
 /** Throws a ConfigError when AUTH_MODE=jwt has no key source; nothing is fetched until a request. */
 export function createAuthenticator(config: AuthConfig, options: AuthOptions = {}): Authenticator {
-  if (config.mode === "none") {
-    const implicit: AuthResult = { kind: "authenticated", tenant: IMPLICIT_TENANT };
-    return { mode: "none", authenticate: async () => implicit };
-  }
+  if (config.mode === "none") return NO_AUTHENTICATION;
   if (!config.jwtSecret && !config.jwksUrl) {
     throw new ConfigError(
       "AUTH_MODE is jwt (the default) but neither AUTH_JWT_SECRET nor AUTH_JWKS_URL is set: set one of them, or AUTH_MODE=none to serve without authentication",
     );
   }
-  const secret = config.jwtSecret ? importHmacKey(config.jwtSecret) : undefined;
+  return new JwtAuthenticator(config, options);
+}
+
+/** A verified token's claims, and the stamp of the key source that verified it. */
+interface Verified {
+  readonly payload: JWTPayload;
+  readonly stamp: number;
+}
+
+class JwtAuthenticator implements Authenticator {
+  readonly mode = "jwt";
+  private readonly secret: Promise<CryptoKey> | undefined;
+  private readonly jwks: ReturnType<typeof createRemoteJWKSet> | undefined;
   // Counts the key set's fetches: a verdict made with one set is not reused once another was fetched.
-  let keySet = 0;
-  const jwks = config.jwksUrl
-    ? createRemoteJWKSet(new URL(config.jwksUrl), {
-        cooldownDuration: options.jwksCooldownMs ?? JWKS_COOLDOWN_MS,
-        [customFetch]: (url: string, init: RequestInit) => (keySet++, fetch(url, init)),
-      })
-    : undefined;
-  const claims = { issuer: config.issuer, audience: config.audience, clockTolerance: CLOCK_TOLERANCE_S, requiredClaims: ["exp"] };
-  const verified = createTokenCache(CLOCK_TOLERANCE_S);
+  private keySet = 0;
+  private readonly claims: JWTVerifyOptions;
+  private readonly verified = createTokenCache(CLOCK_TOLERANCE_S);
+
+  constructor(
+    private readonly config: AuthConfig,
+    options: AuthOptions,
+  ) {
+    this.secret = config.jwtSecret ? importHmacKey(config.jwtSecret) : undefined;
+    this.jwks = config.jwksUrl
+      ? createRemoteJWKSet(new URL(config.jwksUrl), {
+          cooldownDuration: options.jwksCooldownMs ?? JWKS_COOLDOWN_MS,
+          [customFetch]: (url: string, init: RequestInit) => (this.keySet++, fetch(url, init)),
+        })
+      : undefined;
+    this.claims = { issuer: config.issuer, audience: config.audience, clockTolerance: CLOCK_TOLERANCE_S, requiredClaims: ["exp"] };
+  }
+
   // The secret never changes; a key set verdict holds while its set is the fresh one jose uses.
-  const isCurrent = (stamp: number): boolean => stamp === SECRET_STAMP || (jwks !== undefined && jwks.fresh && stamp === keySet);
-  return {
-    mode: "jwt",
-    async authenticate(authorization) {
-      const token = bearerToken(authorization);
-      if (token === undefined) return { kind: "refused", reason: "missing", tokenSent: false };
-      const known = verified.get(token, isCurrent);
-      if (known !== undefined) return { kind: "authenticated", tenant: known };
-      let alg: string | undefined;
-      try {
-        alg = decodeProtectedHeader(token).alg;
-      } catch {
-        return refused("malformed");
-      }
-      try {
-        let payload: JWTPayload;
-        let stamp: number;
-        if (alg !== undefined && secret && HMAC_ALGORITHMS.includes(alg)) {
-          stamp = SECRET_STAMP;
-          payload = (await jwtVerify(token, await secret, { ...claims, algorithms: HMAC_ALGORITHMS })).payload;
-        } else if (alg !== undefined && jwks && JWKS_ALGORITHMS.includes(alg)) {
-          // Read before: a fetch during the verification makes this verdict one of the old set.
-          stamp = keySet;
-          payload = (await jwtVerify(token, jwks as JWTVerifyGetKey, { ...claims, algorithms: JWKS_ALGORITHMS })).payload;
-        } else {
-          return refused("algorithm");
-        }
-        const tenant = payload[config.tenantClaim];
-        if (typeof tenant !== "string" || tenant.length === 0 || tenant.length > MAX_TENANT_CHARS) return refused("claims");
-        // exp is a required claim: jose refused the token above if it was missing or not a number.
-        if (payload.exp !== undefined) verified.remember(token, tenant, payload.exp, stamp);
-        return { kind: "authenticated", tenant };
-      } catch (error) {
-        return failureOf(error, alg !== undefined && HMAC_ALGORITHMS.includes(alg));
-      }
-    },
-  };
+  private readonly isCurrent = (stamp: number): boolean => stamp === SECRET_STAMP || (this.jwks !== undefined && this.jwks.fresh && stamp === this.keySet);
+
+  async authenticate(authorization: string | null): Promise<AuthResult> {
+    const token = bearerToken(authorization);
+    if (token === undefined) return { kind: "refused", reason: "missing", tokenSent: false };
+    const known = this.verified.get(token, this.isCurrent);
+    if (known !== undefined) return { kind: "authenticated", tenant: known };
+    let alg: string | undefined;
+    try {
+      alg = decodeProtectedHeader(token).alg;
+    } catch {
+      return refused("malformed");
+    }
+    try {
+      const verified = await this.verify(token, alg);
+      return verified ? this.admit(token, verified) : refused("algorithm");
+    } catch (error) {
+      return failureOf(error, alg !== undefined && HMAC_ALGORITHMS.includes(alg));
+    }
+  }
+
+  /** Verified by the one key source that accepts `alg`; undefined when none does. */
+  private async verify(token: string, alg: string | undefined): Promise<Verified | undefined> {
+    if (alg !== undefined && this.secret && HMAC_ALGORITHMS.includes(alg)) {
+      const { payload } = await jwtVerify(token, await this.secret, { ...this.claims, algorithms: HMAC_ALGORITHMS });
+      return { payload, stamp: SECRET_STAMP };
+    }
+    if (alg !== undefined && this.jwks && JWKS_ALGORITHMS.includes(alg)) {
+      // Read before: a fetch during the verification makes this verdict one of the old set.
+      const stamp = this.keySet;
+      const { payload } = await jwtVerify(token, this.jwks as JWTVerifyGetKey, { ...this.claims, algorithms: JWKS_ALGORITHMS });
+      return { payload, stamp };
+    }
+    return undefined;
+  }
+
+  /** The tenant of a verified token, remembered for its next use. */
+  private admit(token: string, { payload, stamp }: Verified): AuthResult {
+    const tenant = payload[this.config.tenantClaim];
+    if (typeof tenant !== "string" || tenant.length === 0 || tenant.length > MAX_TENANT_CHARS) return refused("claims");
+    // exp is a required claim: jose refused the token above if it was missing or not a number.
+    if (payload.exp !== undefined) this.verified.remember(token, tenant, payload.exp, stamp);
+    return { kind: "authenticated", tenant };
+  }
 }
 
 function refused(reason: Exclude<AuthFailureReason, "keys_unavailable" | "missing">): AuthResult {

@@ -5,7 +5,7 @@
 // `current`, which the server answers with one fixed set and the worker with the request's own.
 import type { ChargeOutcome, ChargeService } from "./charges.ts";
 import { CHARGES_ENDPOINT } from "./charges.ts";
-import { buildApp } from "./app.ts";
+import { buildApp, type ApiApp, type AppDeps } from "./app.ts";
 import type { ApiMetrics } from "./metrics.ts";
 import type { Logger } from "../shared/log.ts";
 import { describeDbError, probeDatabase, type Sql } from "../shared/db.ts";
@@ -57,6 +57,14 @@ export function createApiHandler(current: () => RequestDeps, options: HandlerOpt
     },
     metrics: options.metrics,
     aheadOfTime: options.aheadOfTime,
+    ...requestHooks(current, outcomes),
+  });
+  return loggedHandler(app, current, outcomes);
+}
+
+/** What the routes tell about each request: its log line's fields, and the metrics. */
+function requestHooks(current: () => RequestDeps, outcomes: WeakMap<Request, LogFields>): Pick<AppDeps, "onAuth" | "onFailure" | "onOutcome"> {
+  return {
     onAuth(request, result) {
       if (result.kind === "authenticated") {
         outcomes.set(request, { tenant: result.tenant });
@@ -80,9 +88,14 @@ export function createApiHandler(current: () => RequestDeps, options: HandlerOpt
         current().log.error("outcome bookkeeping failed", { error: String(error) });
       }
     },
-  });
-  // Whatever happens after the route answered (its log line) cannot change the answer: a
-  // committed charge always goes out as its 201.
+  };
+}
+
+/**
+ * The app's answer, then its log line. Whatever happens after the route answered (the log
+ * line) cannot change the answer: a committed charge always goes out as its 201.
+ */
+function loggedHandler(app: ApiApp, current: () => RequestDeps, outcomes: WeakMap<Request, LogFields>): ApiHandler {
   return async (request) => {
     const started = performance.now();
     const { log } = current();

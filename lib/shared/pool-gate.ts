@@ -60,32 +60,59 @@ interface Waiter {
 }
 
 export function createPoolGate(options: PoolGateOptions): PoolGate {
-  let inUse = 0;
-  // A Set keeps arrival order and lets a waiter that timed out leave from the middle.
-  const waiters = new Set<Waiter>();
+  return new SlotGate(options);
+}
 
-  const release = (): void => {
-    if (waiters.size === 0) {
-      inUse--;
-      return;
+class SlotGate implements PoolGate {
+  private held = 0;
+  // A Set keeps arrival order and lets a waiter that timed out leave from the middle.
+  private readonly waiters = new Set<Waiter>();
+
+  constructor(private readonly options: PoolGateOptions) {}
+
+  get inUse(): number {
+    return this.held;
+  }
+
+  get waiting(): number {
+    return this.waiters.size;
+  }
+
+  deadline(): Deadline {
+    const startBy = performance.now() + this.options.requestTimeoutMs - this.options.statementTimeoutMs;
+    return { run: (work) => this.run(startBy, work) };
+  }
+
+  private async run<T>(startBy: number, work: () => Promise<T>): Promise<T> {
+    const left = startBy - performance.now();
+    if (left < 0) throw new TimeBoundError(REQUEST_DEADLINE, "the request's deadline left no time for another statement");
+    if (!this.tryAcquire()) await this.acquire(left);
+    try {
+      return await work();
+    } finally {
+      this.release();
     }
-    const next = waiters.values().next().value as Waiter;
-    waiters.delete(next);
-    next.grant(); // the slot passes straight to the next waiter
-  };
+  }
 
   // A free slot with nobody ahead: taken at once, so the common case waits for nothing.
-  const tryAcquire = (): boolean => {
-    if (inUse >= options.size || waiters.size > 0) return false;
-    inUse++;
+  private tryAcquire(): boolean {
+    if (this.held >= this.options.size || this.waiters.size > 0) return false;
+    this.held++;
     return true;
-  };
+  }
 
-  const acquire = (budgetMs: number, refusal: () => TimeBoundError): Promise<void> => {
+  /** Waits for a slot until the pool wait or the request's deadline, whichever is nearer. */
+  private acquire(left: number): Promise<void> {
+    const { waitMs } = this.options;
+    const refusal = (): TimeBoundError =>
+      waitMs <= left
+        ? new TimeBoundError(POOL_WAIT_TIMEOUT, `no database connection freed within ${waitMs} ms`)
+        : new TimeBoundError(REQUEST_DEADLINE, "the request's deadline passed while waiting for a database connection");
+    const budgetMs = Math.min(waitMs, left);
     if (budgetMs <= 0) return Promise.reject(refusal());
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
-        waiters.delete(waiter);
+        this.waiters.delete(waiter);
         reject(refusal());
       }, budgetMs);
       const waiter: Waiter = {
@@ -94,38 +121,17 @@ export function createPoolGate(options: PoolGateOptions): PoolGate {
           resolve();
         },
       };
-      waiters.add(waiter);
+      this.waiters.add(waiter);
     });
-  };
+  }
 
-  return {
-    deadline() {
-      const startBy = performance.now() + options.requestTimeoutMs - options.statementTimeoutMs;
-      return {
-        async run(work) {
-          const left = startBy - performance.now();
-          if (left < 0) throw new TimeBoundError(REQUEST_DEADLINE, "the request's deadline left no time for another statement");
-          if (!tryAcquire()) {
-            const byPoolWait = options.waitMs <= left;
-            await acquire(Math.min(options.waitMs, left), () =>
-              byPoolWait
-                ? new TimeBoundError(POOL_WAIT_TIMEOUT, `no database connection freed within ${options.waitMs} ms`)
-                : new TimeBoundError(REQUEST_DEADLINE, "the request's deadline passed while waiting for a database connection"),
-            );
-          }
-          try {
-            return await work();
-          } finally {
-            release();
-          }
-        },
-      };
-    },
-    get inUse() {
-      return inUse;
-    },
-    get waiting() {
-      return waiters.size;
-    },
-  };
+  private release(): void {
+    const next = this.waiters.values().next().value;
+    if (next === undefined) {
+      this.held--;
+      return;
+    }
+    this.waiters.delete(next);
+    next.grant(); // the slot passes straight to the next waiter
+  }
 }
