@@ -73,8 +73,8 @@ export function newGauges(): OpsGauges {
  * Runs the job if no other process is running it: `{ job, skipped: true }` when another
  * holds its lock. The job's statements run on the connection that holds the lock.
  */
-export async function runJob(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Promise<JobResult> {
-  const outcome = await withJobLock(sql, JOB_LOCK_IDS[job], (conn) => runLocked(job, conn, config, gauges, log));
+export async function runJob(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger, signal?: AbortSignal): Promise<JobResult> {
+  const outcome = await withJobLock(sql, JOB_LOCK_IDS[job], (conn) => runLocked(job, conn, config, gauges, log), signal);
   if (outcome.ran) return outcome.value;
   log.debug("ops job skipped: another process is running it", { job });
   return { job, skipped: true };
@@ -179,7 +179,7 @@ export function startOpsLoop(sql: Sql, config: Config, gauges: OpsGauges, log: L
     for (const job of JOB_NAMES) {
       if (stopping.aborted) return;
       if ((nextRun.get(job) ?? 0) > Date.now()) continue;
-      await runJob(job, sql, config, gauges, log).catch((error: unknown) =>
+      await runJob(job, sql, config, gauges, log, stopping).catch((error: unknown) =>
         log.warn("ops job failed", { job, error: describeDbError(error) }),
       );
       nextRun.set(job, Date.now() + JOB_INTERVAL_MS[job]);

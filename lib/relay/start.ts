@@ -15,6 +15,10 @@ import { otelRelayEvents } from "./metrics.ts";
 // one for /readyz and one for the operations jobs the entrypoint runs beside the loop.
 // LISTEN has a connection of its own.
 const EXTRA_CONNECTIONS = 2;
+// close() comes after stop() (every batch settled) and the ops loop's stop: nothing of ours is
+// left running. postgres.js still waits this long on a pool whose connections were killed
+// under it (it keeps one it never finishes with), so the grace is short.
+const POOL_CLOSE_GRACE_S = 1;
 
 export interface RelayProcess {
   readonly sql: Sql;
@@ -68,7 +72,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     stop: () => relay.stop(),
     async close() {
       await broker.close();
-      await sql.end({ timeout: 5 });
+      await sql.end({ timeout: POOL_CLOSE_GRACE_S });
     },
   };
 }

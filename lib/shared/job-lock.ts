@@ -4,6 +4,34 @@ import { isConnectionLost, type Sql } from "./db.ts";
 
 export type Locked<T> = { readonly ran: true; readonly value: T } | { readonly ran: false };
 
+// postgres.js 3.4.9 can leave reserve() waiting for good once connections of its pool were
+// killed (the relay's ops loop then never ended, nor did SIGTERM: test/relay-outages.test.ts).
+// The wait is bounded, and given up at once when the caller stops.
+const RESERVE_TIMEOUT_MS = 5000;
+
+/** A reserved connection, unless the wait for one ran out or `signal` aborted it. */
+async function reserveWithin(sql: Sql, ms: number, signal: AbortSignal | undefined): Promise<Awaited<ReturnType<Sql["reserve"]>>> {
+  const reserving = sql.reserve();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let onAbort: () => void = () => {};
+  const givenUp = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no database connection could be reserved within ${ms} ms`)), ms);
+    onAbort = () => reject(new Error("stopping: the job did not start"));
+    if (signal?.aborted) onAbort();
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([reserving, givenUp]);
+  } catch (error) {
+    // A connection granted after all goes straight back to the pool.
+    reserving.then((conn) => conn.release(), () => {});
+    throw error;
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener("abort", onAbort);
+  }
+}
+
 /**
  * Runs `work` while holding the session-level advisory lock `lockId`, on a connection reserved
  * for it; when another session holds the lock, returns `{ ran: false }` at once, never waits.
@@ -13,10 +41,11 @@ export type Locked<T> = { readonly ran: true; readonly value: T } | { readonly r
  * transaction-scoped lock would force. The lock belongs to the reserved connection, and
  * `work` runs its statements on that same connection: if the connection dies, the lock is
  * released by the server and the job's statements fail with it, so a second runner can never
- * overlap a first one that still writes.
+ * overlap a first one that still writes. `signal` (the caller stopping) gives up the wait for
+ * a connection; a job that has started runs to its end.
  */
-export async function withJobLock<T>(sql: Sql, lockId: bigint, work: (conn: Sql) => Promise<T>): Promise<Locked<T>> {
-  const conn = await sql.reserve();
+export async function withJobLock<T>(sql: Sql, lockId: bigint, work: (conn: Sql) => Promise<T>, signal?: AbortSignal): Promise<Locked<T>> {
+  const conn = await reserveWithin(sql, RESERVE_TIMEOUT_MS, signal);
   // postgres.js 3.4.9: a reserved connection that closes is already back among the pool's
   // closed ones; release() would then list it as open, and the next query sent on it (any
   // caller's) throws an uncatchable TypeError that ends the process. So once the connection

@@ -22,10 +22,13 @@ type InboxRetentionResult =
   | { readonly job: "inbox-retention"; readonly skipped: true };
 
 /** One run: `skipped` when another process is running it right now. */
-export async function runInboxRetention(sql: Sql, retentionSeconds: number, log: Logger): Promise<InboxRetentionResult> {
+export async function runInboxRetention(sql: Sql, retentionSeconds: number, log: Logger, signal?: AbortSignal): Promise<InboxRetentionResult> {
   const limits = { batch: INBOX_DELETE_BATCH, maxBatches: MAX_BATCHES_PER_RUN };
-  const outcome = await withJobLock(sql, INBOX_RETENTION_LOCK_ID, (conn) =>
-    deleteInBatches(limits, () => deleteOldInbox(conn, retentionSeconds, INBOX_DELETE_BATCH)),
+  const outcome = await withJobLock(
+    sql,
+    INBOX_RETENTION_LOCK_ID,
+    (conn) => deleteInBatches(limits, () => deleteOldInbox(conn, retentionSeconds, INBOX_DELETE_BATCH)),
+    signal,
   );
   if (!outcome.ran) {
     log.debug("inbox retention skipped: another process is running it");
@@ -40,7 +43,7 @@ export function startInboxRetention(sql: Sql, retentionSeconds: number, log: Log
   return every({
     delayMs: INBOX_RETENTION_INTERVAL_MS,
     runAtOnce: true,
-    job: () => runInboxRetention(sql, retentionSeconds, log),
+    job: (signal) => runInboxRetention(sql, retentionSeconds, log, signal),
     onError: (error) => log.warn("inbox retention failed", { error: describeDbError(error) }),
   });
 }
