@@ -42,6 +42,7 @@ interface PlanNode {
   "Index Name"?: string;
   "Actual Rows"?: number;
   "Rows Removed by Filter"?: number;
+  "Index Cond"?: string;
   Plans?: PlanNode[];
 }
 
@@ -108,6 +109,29 @@ test(`the relay's claim walks outbox_due_idx: none of ${PARKED} parked rows is r
   expect(scans).toHaveLength(1);
   expect(scans[0]).toMatchObject({ "Node Type": "Index Scan", "Index Name": "outbox_due_idx", "Actual Rows": DUE });
   for (const node of plan) expect(node["Rows Removed by Filter"] ?? 0).toBeLessThan(PARKED);
+});
+
+test("a claim from the frontier starts its index scan there: no row before it is read", async () => {
+  // The due rows were created when the data was set up: a frontier a minute later is past them all.
+  const [{ frontier } = { frontier: "" }] = await db.sql<{ frontier: string }[]>`
+    select to_char((now() + interval '1 minute') at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as frontier`;
+  const { sql, statements } = recordingPool();
+  try {
+    const claimed = await sql.begin(async (tx) => {
+      await batchSettings(tx);
+      return claimBatch(tx, 50, frontier);
+    });
+    expect(claimed).toHaveLength(0);
+  } finally {
+    await sql.end();
+  }
+  const claim = statements.find((s) => /for update skip locked/i.test(s.query) && /created_at >=/i.test(s.query));
+  expect(claim).toBeDefined();
+  const plan = await explain(claim!, batchSettings);
+  const scans = scansOf(plan, "outbox");
+  expect(scans).toHaveLength(1);
+  expect(scans[0]).toMatchObject({ "Node Type": "Index Scan", "Index Name": "outbox_due_idx", "Actual Rows": 0 });
+  expect(scans[0]?.["Index Cond"]).toContain("created_at >=");
 });
 
 test("a batch's transaction plans on the indexes and commits without waiting for its WAL flush", async () => {

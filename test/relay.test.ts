@@ -6,6 +6,7 @@ import { requeue } from "../lib/ops/sql.ts";
 import { connectBroker, type Broker, type PublishFn } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount, type Relay, type RelayOptions } from "../lib/relay/loop.ts";
 import { createOutboxNotifier } from "../lib/shared/wakeup.ts";
+import { CHARGE_CREATED } from "../lib/events.ts";
 import { countWhere, insertCharge, insertPending } from "../testkit/outbox.ts";
 import { collect, type Collector } from "../testkit/mqtt.ts";
 import { sleep, waitUntil } from "../testkit/wait.ts";
@@ -305,3 +306,45 @@ test("against a slow broker the claims stay small enough that no row times out o
   expect(Math.max(...claims)).toBeGreaterThan(10);
   expect(Math.max(...claims)).toBeLessThanOrEqual(80);
 });
+
+test("a row that commits behind a drain's claims (an older created_at) is published in that drain", async () => {
+  const broker = await connectedBroker();
+  let handedOver = 0;
+  let straggler: string | undefined;
+  // Mid-drain, once the claims have grown to the cap and each starts where the last ended:
+  // a row created an hour ago commits now (its transaction ran long), behind all of them.
+  const publish: PublishFn = async (message) => {
+    handedOver += 1;
+    if (handedOver === 1500) straggler = await insertCreatedAnHourAgo();
+    return broker.publish(message);
+  };
+  // No poll and no NOTIFY during the drain: only its own claims can find the row. One lane,
+  // so that no other lane's claim from the top finds it by chance.
+  const relay = await startRelay({ broker, publish, batchSize: 500, lanes: 1, pollMs: 600_000 });
+  void relay.run();
+  // LISTEN wakes the relay once in place (for rows committed before it): let that pass first.
+  await waitUntil(() => relay.listening && relay.state === "idle", 5000, "the relay listening and idle");
+  const rows = await insertPending(db.sql, 3000);
+  relay.wake();
+  await collector.waitFor(rows.length + 1, 15_000);
+  await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, 5000, "every row marked");
+  await relay.stop();
+  await collector.barrier();
+
+  expect(straggler).toBeDefined();
+  expect(collector.ids().sort()).toEqual([...rows.map((r) => r.id), straggler as string].sort());
+});
+
+async function insertCreatedAnHourAgo(): Promise<string> {
+  const [row] = await db.sql<{ id: string }[]>`
+    with c as (
+      insert into charges (id, amount_cents, created_at) values (gen_random_uuid(), 100, now() - interval '1 hour')
+      returning id, amount_cents, created_at
+    )
+    insert into outbox (id, aggregate_id, event_type, payload, created_at)
+    select gen_random_uuid(), c.id, ${CHARGE_CREATED}, json_build_object('chargeId', c.id, 'amountCents', c.amount_cents)::text, c.created_at
+    from c
+    returning id`;
+  if (!row) throw new Error("the row was not inserted");
+  return row.id;
+}

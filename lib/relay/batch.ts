@@ -9,7 +9,7 @@ import { claimBatch, batchSettings, markPublished, recordFailures, recordRelease
 import type { PublishFn } from "./publisher.ts";
 import type { OutboundMessage } from "./window.ts";
 import { buildEnvelope, isPublishableType, topicOf, userPropertiesOf } from "../events.ts";
-import type { ClaimLock } from "./claim-lock.ts";
+import type { ClaimFrontier, ClaimLock } from "./claim-lock.ts";
 import { classify, EMPTY_RESULT, tally, type BatchResult, type Outcome } from "./outcome.ts";
 
 export interface BatchContext {
@@ -27,6 +27,8 @@ export interface BatchContext {
 export interface BatchTurn {
   /** Serializes claim + hand-off across the relay's lanes, so publish order follows created_at. */
   readonly lock: ClaimLock;
+  /** Where the next claim starts. */
+  readonly frontier: ClaimFrontier;
   /** Aborted once the relay is stopping: no new claim. */
   readonly stop: AbortSignal;
 }
@@ -161,21 +163,24 @@ async function batchInTx(
     // (Never parked while holding the lock: the other lanes wait on it.)
     if (turn.stop.aborted || !ctx.broker.connected || lost()) return undefined;
     // Both statements leave in one write (pipelined): one round trip.
-    const [, rows] = await Promise.all([batchSettings(tx), claimBatch(tx, limit)]);
+    const from = turn.frontier.from(performance.now());
+    const [, rows] = await Promise.all([batchSettings(tx), claimBatch(tx, limit, from)]);
+    turn.frontier.claimed(limit, rows.length, rows.at(-1)?.createdAt);
     const since = performance.now();
+    const fromTop = from === undefined;
     // Either way every row is handed to the broker before the next claim, so the publish
     // order follows created_at. A large claim goes out at once (throughput); a small one in
     // turn (latency, see publishInTurn), still under the lock.
-    if (rows.length > IN_TURN_MAX || rows.length === ctx.maxClaim) return { rows, since, outcomes: settle(ctx, rows.map((row) => publishRow(ctx, row))) };
-    return { rows, since, outcomes: Promise.resolve(await publishInTurn(ctx, rows)) };
+    if (rows.length > IN_TURN_MAX || rows.length === ctx.maxClaim) return { rows, since, fromTop, outcomes: settle(ctx, rows.map((row) => publishRow(ctx, row))) };
+    return { rows, since, fromTop, outcomes: Promise.resolve(await publishInTurn(ctx, rows)) };
   });
   handOff(claimed?.rows.length ?? 0);
   if (!claimed || claimed.rows.length === 0) {
     await stopIfLost();
-    return EMPTY_RESULT;
+    return claimed?.fromTop === false ? { ...EMPTY_RESULT, fromTop: false } : EMPTY_RESULT;
   }
   const outcomes = await claimed.outcomes;
-  const { result, acked, failures, releases } = tally(ctx.topicPrefix, claimed.rows, outcomes, performance.now() - claimed.since);
+  const { result, acked, failures, releases } = tally(ctx.topicPrefix, claimed.rows, outcomes, performance.now() - claimed.since, claimed.fromTop);
   await stopIfLost();
   // The updates leave in one write (pipelined); postgres.js sends COMMIT after them.
   await Promise.all([markPublished(tx, acked), recordFailures(tx, failures, ctx.retry), recordReleases(tx, releases)]);

@@ -96,7 +96,9 @@ export function drain(options: DrainOptions): Promise<void> {
         if (claimed === limit && lanes < maxLanes && going()) spawn();
         const result = await run.result;
         sizer.answered(result.claimed, result.answeredMs);
-        if (result.claimed < limit) return;
+        // Short from the top of the pending index: nothing due is left. Short from the
+        // frontier: the next claim starts at the top (claim-lock.ts) and looks again.
+        if (result.claimed < limit && result.fromTop) return;
       }
     };
     const spawn = (): void => {

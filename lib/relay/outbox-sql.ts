@@ -53,11 +53,12 @@ export async function batchSettings(tx: Db): Promise<void> {
 }
 
 /**
- * Locks up to `limit` rows that are due, oldest first. SKIP LOCKED: rows another relay
- * (or lane) holds are passed over, never waited for. The scan follows the partial index
- * on pending rows; parked rows and rows still backing off are filtered out.
+ * Locks up to `limit` rows that are due, oldest first, from `from` (a created_at as the claim
+ * returns it) or from the oldest. SKIP LOCKED: rows another relay (or lane) holds are passed
+ * over, never waited for. The scan follows the partial index on pending rows; parked rows and
+ * rows still backing off are filtered out.
  */
-export async function claimBatch(tx: Db, limit: number): Promise<OutboxRow[]> {
+export async function claimBatch(tx: Db, limit: number, from?: string): Promise<OutboxRow[]> {
   // Named as OutboxRow's fields in SQL: the rows come back in their final shape, with no
   // per-row copy on the drain's hot path.
   return await tx<OutboxRow[]>`
@@ -67,6 +68,7 @@ export async function claimBatch(tx: Db, limit: number): Promise<OutboxRow[]> {
     where published_at is null
       and parked_at is null
       and (next_attempt_at is null or next_attempt_at <= now())
+      ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
     order by created_at
     limit ${limit}
     for update skip locked`.execute();

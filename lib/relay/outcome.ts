@@ -37,12 +37,17 @@ export interface BatchResult {
   readonly published: number;
   /** From the claim's rows in hand to the last of their answers, in ms (0 when none). */
   readonly answeredMs: number;
+  /**
+   * The claim started at the top of the pending index (claim-lock.ts ClaimFrontier): when it
+   * came back short, nothing due was left. A short claim from the frontier proves nothing.
+   */
+  readonly fromTop: boolean;
   /** Per destination topic: delivery lags (seconds, row created → PUBACK) and failures. */
   readonly lags: Map<string, number[]>;
   readonly errors: Map<string, number>;
 }
 
-export const EMPTY_RESULT: BatchResult = { claimed: 0, published: 0, answeredMs: 0, lags: new Map(), errors: new Map() };
+export const EMPTY_RESULT: BatchResult = { claimed: 0, published: 0, answeredMs: 0, fromTop: true, lags: new Map(), errors: new Map() };
 
 /** The outcome of a publish that rejected with `error`. */
 export function classify(error: unknown, brokerConnected: boolean): Outcome {
@@ -78,7 +83,7 @@ export interface Tally {
 }
 
 /** Sorts the outcomes into the batch's result and the three updates (not yet sent). */
-export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes: readonly Outcome[], answeredMs: number): Tally {
+export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes: readonly Outcome[], answeredMs: number, fromTop: boolean): Tally {
   const acked: string[] = [];
   const failures: Failure[] = [];
   const releases: Release[] = [];
@@ -118,5 +123,5 @@ export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes:
       }
     }
   });
-  return { result: { claimed: rows.length, published: acked.length, answeredMs, lags, errors }, acked, failures, releases };
+  return { result: { claimed: rows.length, published: acked.length, answeredMs, fromTop, lags, errors }, acked, failures, releases };
 }
