@@ -10,7 +10,7 @@ import type { Sql } from "../shared/db.ts";
 import { describeDbError } from "../shared/db.ts";
 import { silentLogger, type Logger } from "../shared/log.ts";
 import type { RetryPolicy } from "./outbox-sql.ts";
-import type { Broker, PublishFn } from "./publisher.ts";
+import { deliverVia, type Broker, type PublishFn } from "./publisher.ts";
 import { startBatch, type BatchContext, type BatchRun, type BatchTurn } from "./batch.ts";
 import type { BatchResult } from "./outcome.ts";
 import { createClaimFrontier, createClaimLock } from "./claim-lock.ts";
@@ -106,7 +106,7 @@ function batchContext(options: RelayOptions): BatchContext {
     sql: options.sql,
     maxClaim: options.batchSize,
     topicPrefix: options.topicPrefix,
-    publish: options.publish ?? options.broker.publish,
+    deliver: options.publish ? deliverVia(options.publish) : options.broker.deliver,
     broker: options.broker,
     publishTimeoutMs: options.publishTimeoutMs ?? PUBLISH_TIMEOUT_MS,
     retry: { ...DEFAULT_RETRY, ...options.retry },

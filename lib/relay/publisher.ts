@@ -8,15 +8,18 @@ import type { Duplex } from "node:stream";
 import { connectMqtt } from "../shared/mqtt-connect.ts";
 import { describeMqttError } from "../shared/mqtt-errors.ts";
 import { AckTap } from "./ack-tap.ts";
-import { PublishWindow, type OutboundMessage } from "./window.ts";
+import { PublishWindow, type Delivered, type OutboundMessage } from "./window.ts";
 
 
 /** Resolves when the broker acknowledged the message; rejects with its reason code otherwise. */
 export type PublishFn = (message: OutboundMessage) => Promise<void>;
+/** As PublishFn, answering through a callback (PublishWindow.deliver). */
+export type DeliverFn = (message: OutboundMessage, done: Delivered) => void;
 
 export interface Broker {
   readonly connected: boolean;
   publish: PublishFn;
+  deliver: DeliverFn;
   /** Called with true on every CONNACK and false on every lost connection. Returns an unsubscribe. */
   onConnectionChange(listener: (connected: boolean) => void): () => void;
   close(): Promise<void>;
@@ -48,6 +51,22 @@ export const PROTOCOL_RECEIVE_MAXIMUM = 65_535;
 // A graceful DISCONNECT that has not completed in this time is cut.
 const CLOSE_TIMEOUT_MS = 2000;
 
+/** A PublishFn (a test's stand-in for the broker) answering as a DeliverFn. */
+export function deliverVia(publish: PublishFn): DeliverFn {
+  // A rejection without a reason still failed.
+  const failed = (error: unknown): unknown => error ?? new Error("the publish failed without a reason");
+  return (message, done) => {
+    try {
+      publish(message).then(
+        () => done(),
+        (error: unknown) => done(failed(error)),
+      );
+    } catch (error) {
+      done(failed(error));
+    }
+  };
+}
+
 export function connectBroker(url: string, options: BrokerOptions = {}): Broker {
   const listeners = new Set<(connected: boolean) => void>();
   // Read only once the client below exists (on publish, on its events).
@@ -70,6 +89,7 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
       return client.connected;
     },
     publish: (message) => publishes.publish(message),
+    deliver: (message, done) => publishes.deliver(message, done),
     onConnectionChange(listener) {
       listeners.add(listener);
       return () => listeners.delete(listener);

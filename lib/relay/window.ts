@@ -61,10 +61,12 @@ const PINGREQ = Buffer.from([0xc0, 0x00]);
 // (an index instead of Array.shift, which moves every entry behind it).
 const QUEUE_COMPACT_AT = 1024;
 
+/** Called once per message: with no argument on its PUBACK, with the error (never undefined) otherwise. */
+export type Delivered = (error?: unknown) => void;
+
 interface Pending {
   readonly message: OutboundMessage;
-  readonly resolve: () => void;
-  readonly reject: (error: Error) => void;
+  readonly done: Delivered;
 }
 
 export class PublishWindow {
@@ -96,13 +98,16 @@ export class PublishWindow {
   }
 
   publish(message: OutboundMessage): Promise<void> {
-    return new Promise((resolve, reject) => {
-      // Not stored for later: the relay releases the row and claims it again once connected.
-      if (!this.connection.connected) return reject(new Error("not connected to the broker"));
-      const pending: Pending = { message, resolve, reject };
-      if (this.inFlight.size < this.limit && this.waitingHead === this.waiting.length) this.send(pending);
-      else this.waiting.push(pending);
-    });
+    return new Promise((resolve, reject) => this.deliver(message, (error) => (error ? reject(error) : resolve())));
+  }
+
+  /** As publish(), answering through a callback: no promise per message on a drain's hot path. */
+  deliver(message: OutboundMessage, done: Delivered): void {
+    // Not stored for later: the relay releases the row and claims it again once connected.
+    if (!this.connection.connected) return done(new Error("not connected to the broker"));
+    const pending: Pending = { message, done };
+    if (this.inFlight.size < this.limit && this.waitingHead === this.waiting.length) this.send(pending);
+    else this.waiting.push(pending);
   }
 
   /** A PUBACK; one for an identifier not in flight (a connection given up) is ignored. */
@@ -111,8 +116,8 @@ export class PublishWindow {
     if (!pending) return;
     this.inFlight.delete(messageId);
     this.ackedSinceNudge = true;
-    if (reasonCode >= FIRST_FAILURE_CODE) pending.reject(new PublishRefused(reasonCode));
-    else pending.resolve();
+    if (reasonCode >= FIRST_FAILURE_CODE) pending.done(new PublishRefused(reasonCode));
+    else pending.done();
   }
 
   /** Sends what the freed slots allow, in one write (called on a new connection and after each read). */
@@ -153,7 +158,7 @@ export class PublishWindow {
   closed(disconnectReason: number | undefined): void {
     let oldest = true;
     for (const pending of this.inFlight.values()) {
-      pending.reject(new ConnectionLost(oldest ? disconnectReason : undefined, oldest));
+      pending.done(new ConnectionLost(oldest ? disconnectReason : undefined, oldest));
       oldest = false;
     }
     this.inFlight.clear();
@@ -163,7 +168,7 @@ export class PublishWindow {
     this.waiting = [];
     this.waitingHead = 0;
     const lost = new ConnectionLost(undefined, false);
-    for (const pending of waiting) pending.reject(lost);
+    for (const pending of waiting) pending.done(lost);
   }
 
   private nextId(): number {
@@ -181,7 +186,7 @@ export class PublishWindow {
       bytes = encodePublish({ messageId, topic, payload, contentType: EVENT_CONTENT_TYPE, userProperties }, this.connection.protocolVersion);
     } catch (error) {
       // A message MQTT cannot carry fails (its row is parked) without reaching the broker.
-      pending.reject(error as Error);
+      pending.done(error as Error);
       return;
     }
     this.inFlight.set(messageId, pending);
