@@ -25,7 +25,6 @@ export interface OutboxRow {
   readonly payload: string;
   /** created_at as ISO-8601 UTC with the microseconds Postgres keeps (a JS Date would cut them). */
   readonly createdAt: string;
-  readonly attempts: number;
   /** Times the row was the oldest publish in flight when the broker closed the connection. */
   readonly releases: number;
   readonly traceparent: string | null;
@@ -62,7 +61,7 @@ export async function claimBatch(tx: Db, limit: number, from?: string): Promise<
   // Named as OutboxRow's fields in SQL: the rows come back in their final shape, with no
   // per-row copy on the drain's hot path.
   return await tx<OutboxRow[]>`
-    select id, ctid::text as tid, aggregate_id as "aggregateId", tenant, event_type as "eventType", payload, attempts, releases, traceparent,
+    select id, ctid::text as tid, aggregate_id as "aggregateId", tenant, event_type as "eventType", payload, releases, traceparent,
            to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"
     from outbox
     where published_at is null
