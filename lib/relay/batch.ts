@@ -60,7 +60,11 @@ function messageOf(prefix: string, row: OutboxRow): OutboundMessage | string {
 function publishRow(ctx: BatchContext, row: OutboxRow, answer: (outcome: Outcome) => void): void {
   const message = messageOf(ctx.topicPrefix, row);
   if (typeof message === "string") return answer({ kind: "failed", error: message, park: true });
-  ctx.deliver(message, (error) => answer(error === undefined ? { kind: "acked", at: Date.now() } : classify(error, ctx.broker.connected)));
+  try {
+    ctx.deliver(message, (error) => answer(error === undefined ? { kind: "acked", at: Date.now() } : classify(error, ctx.broker.connected)));
+  } catch (error) {
+    answer(classify(error, ctx.broker.connected));
+  }
 }
 
 /**
@@ -75,6 +79,8 @@ async function publishAll(ctx: BatchContext, rows: readonly OutboxRow[]): Promis
   const all = new Promise<void>((resolve) => (allIn = resolve));
   rows.forEach((row, i) =>
     publishRow(ctx, row, (outcome) => {
+      // Once per row, whatever a stand-in publish function does.
+      if (outcomes[i] !== undefined) return;
       outcomes[i] = outcome;
       if (--left === 0) allIn();
     }),
