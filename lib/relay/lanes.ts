@@ -1,12 +1,14 @@
-// A drain: lanes claiming and publishing batches until a claim comes back short. It starts
-// with one lane; every full claim starts another, up to the lane limit, so a single row costs
-// one transaction while a backlog gets several batches in flight at once, each in its own
-// transaction (one lane awaits its PUBACKs while the next claims).
+// A drain: lanes claiming and publishing batches until a claim from the top of the pending
+// index comes back short. It starts with one lane; every full claim starts another, up to the
+// lane limit, so a single row costs one transaction while a backlog gets several batches in
+// flight at once, each in its own transaction (one lane awaits its PUBACKs while the next
+// claims).
 //
 // Claims are adaptive: a drain starts with small claims and doubles the claim while claims
-// come back full, up to the cap (OUTBOX_BATCH_SIZE); a short claim halves it. A nearly empty
-// outbox is served by small claims published one at a time (latency, see batch.ts), a backlog
-// by large ones (fewer transactions, claims and marks per row).
+// come back full, up to the cap (OUTBOX_BATCH_SIZE) and to what the broker answers in good
+// time; a short claim halves it. A nearly empty outbox is served by small claims published
+// one at a time (latency, see batch.ts), a backlog by large ones (fewer transactions, claims
+// and marks per row).
 import type { BatchRun } from "./batch.ts";
 
 // Rows claimed and not yet settled over all lanes. Measured with bench/relay-drain.ts on 2
