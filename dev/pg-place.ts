@@ -48,9 +48,11 @@ export async function placeCluster(dataDir: string, runAs: RunAs | undefined): P
   const binaries = await packageBinaries();
   if (!runAs || (binariesReachable(binaries, runAs) && dataDirReachable(dataDir, runAs))) return { binaries, dataDir };
   const cache = cacheFolder(runAs);
+  // Placed first, its origin recorded: the pruning then keeps it, and so does another run's.
+  const placed = cachedDataDir(dataDir, cache, runAs);
   pruneGone(cache);
   const copied = await cachedBinaries(binaries, cache, runAs);
-  return { binaries: copied, dataDir: cachedDataDir(dataDir, cache, runAs), cache };
+  return { binaries: copied, dataDir: placed, cache };
 }
 
 async function packageBinaries(): Promise<Binaries> {
@@ -152,7 +154,11 @@ function chownTree(path: string, user: RunAs): void {
 }
 
 /** `<cache>/<key>/<name>`, the key a hash of the real path of the directory that would hold it. */
-function cachedDataDir(dataDir: string, cache: string, user: RunAs): string {
+export function cachedDataDir(dataDir: string, cache: string, user: RunAs): string {
+  // The origin must exist for as long as the checkout does: pruneGone removes a folder whose
+  // origin is gone. With the cluster in the cache nothing else creates it, and a second run
+  // starting beside a first one pruned the folder the first was running initdb in.
+  mkdirSync(dirname(dataDir), { recursive: true });
   const origin = canonical(dirname(dataDir));
   const key = createHash("sha256").update(origin).digest("hex").slice(0, KEY_HEX_DIGITS);
   const home = join(cache, key);

@@ -7,7 +7,7 @@ import { spawnSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CACHE_NAME, cacheFolder, dataDirReachable, EmbeddedPostgresError, permits, pruneGone, traversable } from "../dev/pg-place.ts";
+import { CACHE_NAME, cachedDataDir, cacheFolder, dataDirReachable, EmbeddedPostgresError, permits, pruneGone, traversable } from "../dev/pg-place.ts";
 import type { RunAs } from "../dev/pg-user.ts";
 import { LockTimeoutError, withLock } from "../dev/start-lock.ts";
 
@@ -155,4 +155,18 @@ test("the cache keeps the folders of checkouts that exist or whose Postgres runs
   expect(pruneGone(cache).sort()).toEqual([goneAndStopped, goneStalePid].sort());
   for (const kept of [existing, goneAndRunning, binaries]) expect(existsSync(kept)).toBe(true);
   for (const gone of [goneAndStopped, goneStalePid]) expect(existsSync(gone)).toBe(false);
+});
+
+test("a checkout's folder in the cache is kept from the moment it is placed, before its .data exists", () => {
+  const cache = dir("place-cache", 0o700);
+  // A fresh clone: nothing has created .data in it, the cluster is to live in the cache.
+  const clone = dir("fresh-clone", 0o755);
+  const placed = cachedDataDir(join(clone, ".data", "test-postgres"), cache, me);
+  // Another run starting now (initdb has not written postmaster.pid yet) prunes the cache.
+  mkdirSync(`${placed}.initdb`, { recursive: true });
+  expect(pruneGone(cache)).toEqual([]);
+  expect(existsSync(`${placed}.initdb`)).toBe(true);
+  // Once the clone is deleted, its folder goes.
+  rmSync(clone, { recursive: true, force: true });
+  expect(pruneGone(cache)).toHaveLength(1);
 });
