@@ -32,10 +32,4 @@ export function sleep(ms: number): Promise<void> {
 }
 
 /** `promise`, or undefined once `ms` have passed: bounds a wait whose outcome is checked later. */
-export function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<undefined>((resolve) => {
-    timer = setTimeout(() => resolve(undefined), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
+export { within } from "../lib/shared/within.ts";

@@ -5,6 +5,7 @@
 // the commit leaves every row pending, so the worst case is a second delivery, never a loss.
 import type { Sql, Tx } from "../shared/db.ts";
 import { transaction } from "../shared/tx.ts";
+import { within } from "../shared/within.ts";
 import { claimBatch, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
 import type { OutboundMessage } from "./window.ts";
@@ -140,13 +141,6 @@ export function startBatch(ctx: BatchContext, turn: BatchTurn, limit: number): B
     () => handOff(0),
   );
   return { claimed, result };
-}
-
-/** Resolves when `promise` does or after `ms`, whichever comes first. */
-async function within(promise: Promise<void>, ms: number): Promise<void> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  await Promise.race([promise, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
-  clearTimeout(timer);
 }
 
 async function batchInTx(

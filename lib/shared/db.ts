@@ -1,6 +1,7 @@
 // The postgres.js client, schema migration, and the classification of database errors.
 import postgres from "postgres";
 import { sha256Hex } from "./sha256.ts";
+import { within } from "./within.ts";
 import { readFile } from "node:fs/promises";
 import { POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "./pool-gate.ts";
 
@@ -159,17 +160,9 @@ export function describeDbError(error: unknown): string {
 
 /** For readiness probes: whether the database answers `select 1` within `timeoutMs`. */
 export async function probeDatabase(sql: Sql, timeoutMs: number): Promise<{ up: boolean; error?: string }> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<{ up: boolean; error: string }>((resolve) => {
-    timer = setTimeout(() => resolve({ up: false, error: `no answer within ${timeoutMs} ms` }), timeoutMs);
-  });
   const probe = sql`select 1`.then(
     () => ({ up: true }),
     (error: unknown) => ({ up: false, error: describeDbError(error) }),
   );
-  try {
-    return await Promise.race([probe, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
+  return (await within(probe, timeoutMs)) ?? { up: false, error: `no answer within ${timeoutMs} ms` };
 }

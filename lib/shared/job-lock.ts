@@ -1,6 +1,7 @@
 // One runner per periodic job across every process sharing the database, and the bounded
 // batch loop the retention jobs use.
 import { isConnectionLost, type Sql } from "./db.ts";
+import { within } from "./within.ts";
 
 export type Locked<T> = { readonly ran: true; readonly value: T } | { readonly ran: false };
 
@@ -9,27 +10,14 @@ export type Locked<T> = { readonly ran: true; readonly value: T } | { readonly r
 // The wait is bounded, and given up at once when the caller stops.
 const RESERVE_TIMEOUT_MS = 5000;
 
-/** A reserved connection, unless the wait for one ran out or `signal` aborted it. */
+/** A reserved connection; throws when the wait for one ran out or `signal` aborted it. */
 async function reserveWithin(sql: Sql, ms: number, signal: AbortSignal | undefined): Promise<Awaited<ReturnType<Sql["reserve"]>>> {
   const reserving = sql.reserve();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let onAbort: () => void = () => {};
-  const givenUp = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no database connection could be reserved within ${ms} ms`)), ms);
-    onAbort = () => reject(new Error("stopping: the job did not start"));
-    if (signal?.aborted) onAbort();
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-  try {
-    return await Promise.race([reserving, givenUp]);
-  } catch (error) {
-    // A connection granted after all goes straight back to the pool.
-    reserving.then((conn) => conn.release(), () => {});
-    throw error;
-  } finally {
-    clearTimeout(timer);
-    signal?.removeEventListener("abort", onAbort);
-  }
+  const conn = await within(reserving, ms, signal);
+  if (conn) return conn;
+  // A connection granted after all goes straight back to the pool.
+  reserving.then((late) => late.release(), () => {});
+  throw new Error(signal?.aborted ? "stopping: the job did not start" : `no database connection could be reserved within ${ms} ms`);
 }
 
 /**

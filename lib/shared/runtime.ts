@@ -1,6 +1,7 @@
 // The one place that knows which runtime we are on. Everything else in lib/ uses web
 // standard APIs (fetch handlers, Request/Response, crypto) plus node: built-ins that Bun
 // and Deno both provide.
+import { within } from "./within.ts";
 
 export interface Server {
   readonly port: number;
@@ -51,8 +52,8 @@ export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0", o
     return {
       port: server.port,
       async stop(graceMs = 0) {
-        const drained = await within(Promise.resolve(server.stop(false)), graceMs);
-        if (!drained) await server.stop(true);
+        const drained = await within(Promise.resolve(server.stop(false)).then(() => true), graceMs);
+        if (drained !== true) await server.stop(true);
       },
     };
   }
@@ -121,17 +122,6 @@ function internalError(error: unknown): Response {
   console.error(JSON.stringify({ time: new Date().toISOString(), level: "error", msg: "request handler failed", error: String(error) }));
   const body = { type: "about:blank", title: "Internal Server Error", status: 500, detail: "an unexpected error occurred" };
   return new Response(JSON.stringify(body), { status: 500, headers: { "content-type": "application/problem+json" } });
-}
-
-/** true when `promise` settled within `ms`. */
-async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
-  try {
-    return await Promise.race([promise.then(() => true), timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** Register a handler for SIGTERM and SIGINT. */

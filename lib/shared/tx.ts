@@ -7,6 +7,7 @@
 // sends or settles again (it is left pending and collected), so postgres.js never touches the
 // dead connection, and the pool opens a fresh one for whoever asks next.
 import { isConnectionLost, type Sql, type Tx } from "./db.ts";
+import { within } from "./within.ts";
 
 // How long a statement that failed with a connection-level error waits for postgres.js to
 // confirm the connection closed (that follows the error within milliseconds); unconfirmed, the
@@ -63,11 +64,4 @@ function guarded(tx: Tx, lost: () => boolean): Tx {
       return key === "unsafe" ? unsafe : Reflect.get(target, key, receiver);
     },
   });
-}
-
-/** Resolves when `promise` does or after `ms`, whichever comes first. */
-async function within(promise: Promise<void>, ms: number): Promise<void> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  await Promise.race([promise, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
-  clearTimeout(timer);
 }
