@@ -80,8 +80,6 @@ async function publishAll(ctx: BatchContext, rows: readonly OutboxRow[]): Promis
   const all = new Promise<void>((resolve) => (allIn = resolve));
   rows.forEach((row, i) =>
     publishRow(ctx, row, (outcome) => {
-      // Once per row, whatever a stand-in publish function does.
-      if (outcomes[i] !== undefined) return;
       outcomes[i] = outcome;
       if (--left === 0) allIn();
     }),
@@ -176,10 +174,11 @@ async function batchInTx(
     return claimed?.fromTop === false ? { ...EMPTY_RESULT, fromTop: false } : EMPTY_RESULT;
   }
   const outcomes = await claimed.outcomes;
-  const { result, acked, failures, releases } = tally(ctx.topicPrefix, claimed.rows, outcomes, performance.now() - claimed.since, claimed.fromTop);
+  const answeredMs = performance.now() - claimed.since;
+  const { result, acked, failures, releases } = tally(ctx.topicPrefix, claimed.rows, outcomes);
   await stopIfLost();
   // The updates leave in one write (pipelined); postgres.js sends COMMIT after them.
   await Promise.all([markPublished(tx, acked), recordFailures(tx, failures, ctx.retry), recordReleases(tx, releases)]);
   await stopIfLost();
-  return result;
+  return { ...result, answeredMs, fromTop: claimed.fromTop };
 }

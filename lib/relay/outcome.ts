@@ -75,7 +75,8 @@ function add<V>(map: Map<string, V[]>, key: string, value: V): void {
 }
 
 export interface Tally {
-  readonly result: BatchResult;
+  /** The batch's result, but for what only the batch knows (answeredMs, fromTop). */
+  readonly result: Omit<BatchResult, "answeredMs" | "fromTop">;
   /** The `tid`s of the rows the broker acknowledged (markPublished). */
   readonly acked: string[];
   readonly failures: Failure[];
@@ -83,7 +84,7 @@ export interface Tally {
 }
 
 /** Sorts the outcomes into the batch's result and the three updates (not yet sent). */
-export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes: readonly Outcome[], answeredMs: number, fromTop: boolean): Tally {
+export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes: readonly Outcome[]): Tally {
   const acked: string[] = [];
   const failures: Failure[] = [];
   const releases: Release[] = [];
@@ -123,5 +124,5 @@ export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes:
       }
     }
   });
-  return { result: { claimed: rows.length, published: acked.length, answeredMs, fromTop, lags, errors }, acked, failures, releases };
+  return { result: { claimed: rows.length, published: acked.length, lags, errors }, acked, failures, releases };
 }
