@@ -159,19 +159,13 @@ export function cachedDataDir(dataDir: string, cache: string, user: RunAs): stri
   // origin is gone. With the cluster in the cache nothing else creates it, and a second run
   // starting beside a first one pruned the folder the first was running initdb in.
   mkdirSync(dirname(dataDir), { recursive: true });
-  const origin = canonical(dirname(dataDir));
+  const origin = realpathSync(dirname(dataDir));
   const key = createHash("sha256").update(origin).digest("hex").slice(0, KEY_HEX_DIGITS);
   const home = join(cache, key);
   mkdirSync(home, { recursive: true, mode: PRIVATE });
   chownSync(home, user.uid, user.gid);
   writeFileSync(join(home, "origin"), `${origin}\n`);
   return join(home, basename(dataDir));
-}
-
-/** The real path, for a directory that may not exist yet: its nearest existing ancestor resolved. */
-function canonical(path: string): string {
-  const existing = nearestExisting(path);
-  return join(realpathSync(existing), path.slice(existing.length));
 }
 
 /** Whether a cluster's postmaster.pid names a live process (a server running, or starting). */
