@@ -22,7 +22,7 @@ const gauges = newGauges();
 registerOpsGauges(gauges);
 const ops = startOpsLoop(relay.sql, config, gauges, log);
 const server = serve(config.relayPort, relay.fetch, config.relayHost);
-log.info("relay started", { host: config.relayHost, port: server.port, mqttUrl: maskUrl(config.mqttUrl), batchSize: config.outboxBatchSize });
+log.info("relay started", { host: config.relayHost, port: server.port, mqttUrl: maskUrl(config.mqttUrl), batchSize: config.outboxBatchSize, mqttConnections: config.relayMqttConnections });
 
 let shuttingDown = false;
 onShutdownSignal((signal) => {

@@ -36,7 +36,7 @@ function recorded(receiveMaximum = 2): { window: PublishWindow; writes: Buffer[]
   return { window, writes, packets };
 }
 
-const message = (n: number): OutboundMessage => ({ topic: "t/ChargeCreated", payload: `{"n":${n}}`, userProperties: { "event-id": String(n) } });
+const message = (n: number): OutboundMessage => ({ key: `aggregate-${n}`, topic: "t/ChargeCreated", payload: `{"n":${n}}`, userProperties: { "event-id": String(n) } });
 const turn = (): Promise<void> => new Promise((resolve) => process.nextTick(resolve));
 
 test("publishes of one turn leave in one write, at most the Receive Maximum unacknowledged", async () => {

@@ -51,6 +51,7 @@ function messageOf(prefix: string, row: OutboxRow): OutboundMessage | string {
     return "payload is not valid JSON";
   }
   return {
+    key: row.aggregateId,
     topic: topicOf(prefix, row.eventType),
     payload: buildEnvelope({ id: row.id, type: row.eventType, aggregateId: row.aggregateId, tenantId: row.tenant, createdAt: row.createdAt, data }),
     userProperties: userPropertiesOf({ id: row.id, type: row.eventType, tenantId: row.tenant, traceparent: row.traceparent }),

@@ -1,8 +1,9 @@
-// The relay's MQTT connection: one mqtt.js client (MQTT 5, or 3.1.1 when the broker only
-// speaks that) keeps the session, reconnecting with back-off; the publishes bypass it. They go
-// through a PublishWindow (window.ts: encoded once, one write per turn, at most the broker's
-// Receive Maximum unacknowledged), and their PUBACKs are taken off each connection by
-// ack-tap.ts: a publish resolves on its PUBACK.
+// The relay's MQTT connections: each an mqtt.js client (MQTT 5, or 3.1.1 when the broker only
+// speaks that) keeping its session, reconnecting with back-off; the publishes bypass it. They
+// go through a PublishWindow (window.ts: encoded once, one write per turn, at most the
+// broker's Receive Maximum unacknowledged), and their PUBACKs are taken off each connection by
+// ack-tap.ts: a publish resolves on its PUBACK. With several connections, a message goes over
+// the one its key (the aggregate id) hashes to, so the events of one aggregate keep their order.
 import type { IConnackPacket, IDisconnectPacket, IStream, MqttClient } from "mqtt";
 import type { Duplex } from "node:stream";
 import { connectMqtt } from "../shared/mqtt-connect.ts";
@@ -17,17 +18,21 @@ export type PublishFn = (message: OutboundMessage) => Promise<void>;
 export type DeliverFn = (message: OutboundMessage, done: Delivered) => void;
 
 export interface Broker {
+  /** Every connection has its CONNACK. */
   readonly connected: boolean;
   publish: PublishFn;
   deliver: DeliverFn;
-  /** Called with true on every CONNACK and false on every lost connection. Returns an unsubscribe. */
+  /** Called with true when the last connection is up and false when the first is lost. Returns an unsubscribe. */
   onConnectionChange(listener: (connected: boolean) => void): () => void;
   close(): Promise<void>;
 }
 
 export interface BrokerOptions {
+  /** The first connection's client id; the others get "-2", "-3"... appended. */
   readonly clientId?: string;
-  /** Upper bound on unacknowledged publishes; the broker's Receive Maximum may lower it. */
+  /** MQTT connections to open (1 by default), each with its own Receive Maximum. */
+  readonly connections?: number;
+  /** Upper bound on unacknowledged publishes per connection; the broker's Receive Maximum may lower it. */
   readonly maxInFlight?: number;
   readonly onError?: (description: string) => void;
   /** The protocol tried first: 5 (the default, falling back to 3.1.1), or 4 to speak 3.1.1 only. */
@@ -62,8 +67,53 @@ export function deliverVia(publish: PublishFn): DeliverFn {
     );
 }
 
+/** The connection a key's messages take: FNV-1a over its UTF-16 code units, modulo `count`. */
+export function connectionOf(key: string, count: number): number {
+  if (count === 1) return 0;
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) hash = Math.imul(hash ^ key.charCodeAt(i), 0x01000193);
+  return (hash >>> 0) % count;
+}
+
+interface Connection {
+  readonly client: MqttClient;
+  readonly window: PublishWindow;
+}
+
 export function connectBroker(url: string, options: BrokerOptions = {}): Broker {
   const listeners = new Set<(connected: boolean) => void>();
+  const base = options.clientId ?? `charges-relay-${crypto.randomUUID().slice(0, 8)}`;
+  let allUp = false;
+  // Listeners hear the state of the whole: a batch needs whichever connection its rows hash to.
+  const changed = (): void => {
+    const now = connections.every((c) => c.client.connected);
+    if (now === allUp) return;
+    allUp = now;
+    for (const listener of listeners) listener(now);
+  };
+  const connections = Array.from({ length: options.connections ?? 1 }, (_, i) =>
+    openConnection(url, { ...options, clientId: i === 0 ? base : `${base}-${i + 1}` }, changed),
+  );
+  const count = connections.length;
+  const windowOf = (message: OutboundMessage): PublishWindow => (connections[connectionOf(message.key, count)] as Connection).window;
+  return {
+    get connected() {
+      return connections.every((c) => c.client.connected);
+    },
+    publish: (message) => windowOf(message).publish(message),
+    deliver: (message, done) => windowOf(message).deliver(message, done),
+    onConnectionChange(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+    async close() {
+      listeners.clear();
+      await Promise.all(connections.map((c) => closeClient(c.client)));
+    },
+  };
+}
+
+function openConnection(url: string, options: BrokerOptions & { clientId: string }, notify: () => void): Connection {
   // Read only once the client below exists (on publish, on its events).
   const connection = {
     get connected() {
@@ -74,32 +124,20 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
     },
     write: (bytes: Buffer) => void client.stream.write(bytes),
   };
-  const publishes = new PublishWindow(connection, options.maxInFlight ?? MAX_IN_FLIGHT);
-  const client = openClient(url, options, publishes);
-  followSession(client, publishes, (connected) => {
-    for (const listener of listeners) listener(connected);
-  });
-  return {
-    get connected() {
-      return client.connected;
-    },
-    publish: (message) => publishes.publish(message),
-    deliver: (message, done) => publishes.deliver(message, done),
-    onConnectionChange(listener) {
-      listeners.add(listener);
-      return () => listeners.delete(listener);
-    },
-    async close() {
-      listeners.clear();
-      const timer = setTimeout(() => client.end(true), CLOSE_TIMEOUT_MS);
-      await client.endAsync(!client.connected).catch(() => {});
-      clearTimeout(timer);
-    },
-  };
+  const window = new PublishWindow(connection, options.maxInFlight ?? MAX_IN_FLIGHT);
+  const client = openClient(url, options, window);
+  followSession(client, window, notify);
+  return { client, window };
+}
+
+async function closeClient(client: MqttClient): Promise<void> {
+  const timer = setTimeout(() => client.end(true), CLOSE_TIMEOUT_MS);
+  await client.endAsync(!client.connected).catch(() => {});
+  clearTimeout(timer);
 }
 
 /** Opens and closes the window with each connection, and backs off between reconnects. */
-function followSession(client: MqttClient, publishes: PublishWindow, notify: (connected: boolean) => void): void {
+function followSession(client: MqttClient, publishes: PublishWindow, notify: () => void): void {
   // The reason code of the DISCONNECT the broker sent on this connection, if it sent one.
   let disconnectReason: number | undefined;
   client.on("connect", (connack: IConnackPacket) => {
@@ -107,7 +145,7 @@ function followSession(client: MqttClient, publishes: PublishWindow, notify: (co
     disconnectReason = undefined;
     // Mosquitto's max_inflight_messages, 20 by default; absent means 65,535.
     publishes.opened(connack.properties?.receiveMaximum ?? PROTOCOL_RECEIVE_MAXIMUM);
-    notify(true);
+    notify();
   });
   client.on("reconnect", () => {
     const period = client.options.reconnectPeriod ?? RECONNECT_MIN_MS;
@@ -119,14 +157,14 @@ function followSession(client: MqttClient, publishes: PublishWindow, notify: (co
   client.on("close", () => {
     publishes.closed(disconnectReason);
     disconnectReason = undefined;
-    notify(false);
+    notify();
   });
 }
 
 /** The mqtt.js client keeping the session; each connection it opens goes through a PUBACK tap feeding `publishes`. */
-function openClient(url: string, options: BrokerOptions, publishes: PublishWindow): MqttClient {
+function openClient(url: string, options: BrokerOptions & { clientId: string }, publishes: PublishWindow): MqttClient {
   return connectMqtt(url, {
-    clientId: options.clientId ?? `charges-relay-${crypto.randomUUID().slice(0, 8)}`,
+    clientId: options.clientId,
     protocolVersion: options.protocolVersion ?? 5,
     // The relay's own state is the outbox; nothing needs to outlive a connection.
     clean: true,

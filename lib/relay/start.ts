@@ -51,7 +51,10 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     lockTimeoutMs: config.relayTimeBounds.lockTimeoutMs,
   });
   // Not awaited: a broker that is away at start is retried, and the relay waits for it.
-  const broker = connectBroker(config.mqttUrl, { onError: (error) => log.warn("broker error", { error }) });
+  const broker = connectBroker(config.mqttUrl, {
+    connections: config.relayMqttConnections,
+    onError: (error) => log.warn("broker error", { error }),
+  });
   broker.onConnectionChange((connected) => log.info(connected ? "broker connected" : "broker connection lost"));
   const relay = createRelay({
     sql,

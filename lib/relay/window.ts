@@ -7,6 +7,8 @@ import { EVENT_CONTENT_TYPE } from "../events.ts";
 import { encodePublish } from "./publish-packet.ts";
 
 export interface OutboundMessage {
+  /** The aggregate id: with several connections, a key's messages all take the same one (publisher.ts). */
+  readonly key: string;
   readonly topic: string;
   /** UTF-8 JSON envelope. */
   readonly payload: string;
