@@ -97,12 +97,13 @@ export interface RelayDrain {
  * `bun relay.ts` started on an empty outbox drains a warm-up backlog, then `rows` committed at
  * once; the rate is those rows over the span from their first claim to the end of the drain
  * (support.ts drainRate), so neither the start-up nor the wait for the relay's next poll counts.
+ * `env` is added to the relay's (the defaults otherwise).
  */
-export async function relayDrain(rows: number): Promise<RelayDrain> {
+export async function relayDrain(rows: number, env: Record<string, string> = {}): Promise<RelayDrain> {
   const db = await freshDatabase("drain");
   try {
     const started = performance.now();
-    const relay = await startProcess("relay", db, { MQTT_TOPIC_PREFIX: `bench/${db.name}/` }, "/healthz");
+    const relay = await startProcess("relay", db, { MQTT_TOPIC_PREFIX: `bench/${db.name}/`, ...env }, "/healthz");
     let ids: string[];
     let drainedAt: number;
     try {

@@ -162,6 +162,7 @@ await section("relay drain vs broker limit", async () => {
   const limits: BrokerLimit[] = [];
   const legal: BrokerLimit[] = [];
   const ours: RelayDrain[] = [];
+  const oneConnection: RelayDrain[] = [];
   for (let i = 0; i < P.pairs; i++) {
     const limit = await brokerLimit(P.brokerMessages);
     const atReceiveMaximum = await brokerLimit(P.brokerMessages, "receive-maximum");
@@ -171,8 +172,12 @@ await section("relay drain vs broker limit", async () => {
     const drain = await relayDrain(P.drainRows);
     log(`pair ${i + 1}: relay drained ${drain.rows} rows at ${Math.round(drain.rowsPerSec)} rows/s (wall ${drain.wallSeconds.toFixed(1)} s)`);
     ours.push(drain);
+    const single = await relayDrain(P.drainRows, { RELAY_MQTT_CONNECTIONS: "1" });
+    log(`pair ${i + 1}: relay on one MQTT connection drained ${single.rows} rows at ${Math.round(single.rowsPerSec)} rows/s`);
+    oneConnection.push(single);
   }
   raw.brokerLimit = limits;
+  raw.relayDrainOneConnection = oneConnection;
   raw.brokerLimitAtReceiveMaximum = legal;
   raw.relayDrain = ours;
   const rates = ours.map((d) => d.rowsPerSec);
@@ -180,6 +185,8 @@ await section("relay drain vs broker limit", async () => {
   row(`relay drain rows/s (${P.drainRows} rows) vs broker PUBACKs/s`, median(rates), "/s", ">= 0.6", (r) => r >= 0.6, median(limits.map((l) => l.acksPerSec)), median(ratios));
   const legalRatios = ours.map((d, i) => d.rowsPerSec / (legal[i]?.acksPerSec ?? Number.NaN));
   row(`relay drain vs the bare client at the broker's Receive Maximum (${legal[0]?.window ?? "?"} in flight)`, median(rates), "/s", "-", null, median(legal.map((l) => l.acksPerSec)), median(legalRatios));
+  const connectionRatios = ours.map((d, i) => d.rowsPerSec / (oneConnection[i]?.rowsPerSec ?? Number.NaN));
+  row("relay drain, RELAY_MQTT_CONNECTIONS default (3) vs 1", median(rates), "/s", "-", null, median(oneConnection.map((d) => d.rowsPerSec)), median(connectionRatios));
 });
 
 await section("relay cost and scale-out", async () => {
