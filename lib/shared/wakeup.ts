@@ -16,8 +16,11 @@ import type { Sql } from "./db.ts";
 export const OUTBOX_CHANNEL = "outbox_pending";
 
 // Bounds the extra commit → relay latency a trailing notify adds, and the notify rate of
-// a busy API process (200/s), far below the rate at which notifying commits start to queue.
-export const NOTIFY_WINDOW_MS = 5;
+// a busy API process (500/s), far below the rate at which notifying commits start to queue.
+// At 200 charges/s a 5 ms window delayed every other event by up to 5 ms: commit →
+// subscriber p50 5.1-5.4 ms against 3.0-4.1 at 2 ms, with no cost seen in the API's
+// created/s (bench/README.md).
+export const NOTIFY_WINDOW_MS = 2;
 
 export interface OutboxNotifier {
   /** Call after a transaction that wrote outbox rows has committed. Never throws. */
