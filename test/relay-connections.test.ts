@@ -7,7 +7,7 @@ import type { IPublishPacket } from "mqtt-packet";
 import { CHARGE_CREATED } from "../lib/events.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { unboundedBroker } from "../testkit/mosquitto.ts";
-import { mqttProxy, type MqttProxy } from "../testkit/mqtt-proxy.ts";
+import { mqttProxy, type MqttProxy, type ProxiedConnection } from "../testkit/mqtt-proxy.ts";
 import { countWhere, insertPending } from "../testkit/outbox.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
@@ -72,11 +72,11 @@ test("three connections by default: rows spread over all of them, each aggregate
   await relayThrough(proxy, prefix);
   await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, 30_000, "every row published");
 
-  const connections = proxy.connections;
-  expect(connections).toHaveLength(3);
-  const base = connections.find((c) => !/-\d$/.test(c.clientId ?? ""))?.clientId;
-  expect(new Set(connections.map((c) => c.clientId))).toEqual(new Set([base, `${base}-2`, `${base}-3`]));
-  for (const connection of connections) expect(connection.publishes.length).toBeGreaterThan(0);
+  // Against the embedded broker (MQTT 3.1.1 only) each client's MQTT 5 CONNECT is refused
+  // first: those connections carry nothing.
+  const connections = proxy.connections.filter((c) => c.publishes.length > 0);
+  const base = proxy.connections.find((c) => !/-\d$/.test(c.clientId ?? ""))?.clientId;
+  expect(connections.map((c) => c.clientId).sort()).toEqual([base, `${base}-2`, `${base}-3`]);
 
   const byConnection = connections.map((c) => c.publishes.map(sentOf));
   const ids = byConnection.flat().map((s) => s.id);
@@ -104,19 +104,24 @@ test("one connection cut mid-drain: it reconnects, and every row reaches the sub
   cleanups.push(() => collector.close());
   const proxy = await proxied(broker.url);
   const CUT_AFTER = 300;
+  let cut: ProxiedConnection | undefined;
+  let openedBeforeCut = 0;
   proxy.onPublish = (connection) => {
-    if (connection.index === 1 && connection.publishes.length === CUT_AFTER) connection.cut();
+    if (cut || !connection.clientId?.endsWith("-2") || connection.publishes.length < CUT_AFTER) return;
+    cut = connection;
+    openedBeforeCut = proxy.connections.length;
+    connection.cut();
   };
   const rows = await insertPending(db.sql, 3000);
   await relayThrough(proxy, prefix);
   await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, 30_000, "every row published");
   await collector.barrier();
 
-  const cut = proxy.connections[1];
   expect(cut?.publishes).toHaveLength(CUT_AFTER);
   // The cut connection's client came back under its own id; the other two stayed up.
-  const reopened = proxy.connections.slice(3);
-  expect(reopened.map((c) => c.clientId)).toEqual([cut?.clientId]);
+  const after = proxy.connections.slice(openedBeforeCut);
+  expect(after.length).toBeGreaterThan(0);
+  expect(after.map((c) => c.clientId)).toEqual(after.map(() => cut?.clientId));
   const received = new Set(collector.ids());
   expect(rows.filter((r) => !received.has(r.id))).toEqual([]);
 });

@@ -1,6 +1,8 @@
 // A TCP proxy in front of a broker that reads what each client connection sends: its CONNECT
-// and, in order, its PUBLISHes, decoded by mqtt-packet (the reference encoder). A test sees
-// which connection carried which message, and can cut one connection as a network would.
+// and, in order, its PUBLISHes, decoded by mqtt-packet (the reference encoder), in the MQTT
+// version the CONNECT names. A test sees which connection carried which message, and can cut
+// one connection as a network would. A client that falls back from MQTT 5 to 3.1.1 (against
+// the embedded broker) shows as one refused connection, then another.
 import mqttPacket, { type IConnectPacket, type IPublishPacket, type Packet } from "mqtt-packet";
 import { connect, createServer, type AddressInfo } from "node:net";
 
@@ -41,10 +43,13 @@ export async function mqttProxy(brokerUrl: string): Promise<MqttProxy> {
       },
     };
     connections.push(connection);
-    // The CONNECT says which version the PUBLISHes that follow are in.
     const parser = mqttPacket.parser({ protocolVersion: 5 });
     parser.on("packet", (packet: Packet) => {
-      if (packet.cmd === "connect") connection.clientId = (packet as IConnectPacket).clientId;
+      if (packet.cmd === "connect") {
+        connection.clientId = (packet as IConnectPacket).clientId;
+        // The CONNECT's version is that of the packets after it (the parser does not follow it).
+        (parser as unknown as { settings: { protocolVersion: number } }).settings.protocolVersion = (packet as IConnectPacket).protocolVersion ?? 4;
+      }
       // What followed the cut in the same read was never forwarded.
       if (packet.cmd !== "publish" || !open) return;
       publishes.push(packet);
