@@ -91,7 +91,7 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
     allUp = now;
     for (const listener of listeners) listener(now);
   };
-  const connections = Array.from({ length: options.connections ?? 1 }, (_, i) =>
+  const connections = Array.from({ length: Math.max(1, options.connections ?? 1) }, (_, i) =>
     openConnection(url, { ...options, clientId: i === 0 ? base : `${base}-${i + 1}` }, changed),
   );
   const count = connections.length;
