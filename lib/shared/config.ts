@@ -135,8 +135,9 @@ export const DEFAULT_OUTBOX_BATCH_SIZE = 2000;
 const MAX_OUTBOX_BATCH_SIZE = 10_000;
 // Mosquitto lets a connection have 20 publishes unacknowledged (its max_inflight_messages, sent
 // as the CONNACK's Receive Maximum, which MQTT 5 forbids a client to exceed): one connection's
-// drain waits on that window's round trips. Three windows drained 20-25% faster than one on 2
-// cores, four no faster (bench/README.md). The events of one aggregate share a connection.
+// drain waits on that window's round trips. Three windows drained 10-26% faster than one on 2
+// cores; four, five and eight not beyond the spread (bench/README.md). The events of one
+// aggregate share a connection.
 export const DEFAULT_RELAY_MQTT_CONNECTIONS = 3;
 const MAX_RELAY_MQTT_CONNECTIONS = 16;
 const INBOX_RETENTION_S = 7 * 86_400;
