@@ -7,8 +7,6 @@ import mqttPacket, { type IConnectPacket, type IPublishPacket, type Packet } fro
 import { connect, createServer, type AddressInfo } from "node:net";
 
 export interface ProxiedConnection {
-  /** 0 for the first connection the proxy accepted, and so on. */
-  readonly index: number;
   /** From its CONNECT. */
   readonly clientId: string | undefined;
   /** Every PUBLISH the client sent on this connection, in the order it sent them. */
@@ -19,6 +17,7 @@ export interface ProxiedConnection {
 
 export interface MqttProxy {
   readonly url: string;
+  /** In the order the proxy accepted them. */
   readonly connections: readonly ProxiedConnection[];
   /** Called on every PUBLISH a client sends, once it is recorded. */
   onPublish: (connection: ProxiedConnection, packet: IPublishPacket) => void;
@@ -33,7 +32,6 @@ export async function mqttProxy(brokerUrl: string): Promise<MqttProxy> {
     const publishes: IPublishPacket[] = [];
     let open = true;
     const connection = {
-      index: connections.length,
       clientId: undefined as string | undefined,
       publishes,
       cut: () => {

@@ -83,10 +83,11 @@ interface Connection {
 export function connectBroker(url: string, options: BrokerOptions = {}): Broker {
   const listeners = new Set<(connected: boolean) => void>();
   const base = options.clientId ?? `charges-relay-${crypto.randomUUID().slice(0, 8)}`;
+  const allConnected = (): boolean => connections.every((c) => c.client.connected);
   let allUp = false;
   // Listeners hear the state of the whole: a batch needs whichever connection its rows hash to.
   const changed = (): void => {
-    const now = connections.every((c) => c.client.connected);
+    const now = allConnected();
     if (now === allUp) return;
     allUp = now;
     for (const listener of listeners) listener(now);
@@ -98,7 +99,7 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
   const windowOf = (message: OutboundMessage): PublishWindow => (connections[connectionOf(message.key, count)] as Connection).window;
   return {
     get connected() {
-      return connections.every((c) => c.client.connected);
+      return allConnected();
     },
     publish: (message) => windowOf(message).publish(message),
     deliver: (message, done) => windowOf(message).deliver(message, done),
