@@ -134,7 +134,7 @@ test("RELAY_HOST: the listener binds to that address only", async () => {
   expect(await raw(port, "GET /healthz HTTP/1.0\r\n\r\n", "127.0.0.1").then(() => "answered", (e: { code?: string }) => e.code)).toBe("ECONNREFUSED");
 });
 
-test("the start line names MQTT_URL with its password masked", async () => {
+test("the start line names MQTT_URL with its password masked, the MQTT connections and the collection pacing", async () => {
   const url = new URL(mqttUrl);
   url.username = "relay";
   url.password = "s3cret-broker-pw";
@@ -142,6 +142,8 @@ test("the start line names MQTT_URL with its password masked", async () => {
   await relay({ MQTT_URL: url.toString(), LOG_LEVEL: "info" }, (line) => lines.push(line));
   const startLine = await waitUntil(() => lines.find((l) => l.includes("relay started")), 5000, "the start line");
   expect(JSON.parse(startLine).mqttUrl).toBe(`mqtt://relay:***@${url.host}`);
+  // The relay paces young collections on Bun (lib/shared/gc-pacer.ts) and says so.
+  expect(JSON.parse(startLine)).toMatchObject({ mqttConnections: 3, gcEveryRows: 1000 });
   expect(lines.join("\n")).not.toContain("s3cret-broker-pw");
 });
 

@@ -213,6 +213,18 @@ test("a row whose payload is not JSON is parked and does not hold up the others"
   expect(collector.ids()).toEqual([rows[0]!.id, rows[2]!.id]);
 });
 
+test("the collection pacer hears of every row answered, published or parked, once", async () => {
+  const rows = await insertPending(db.sql, 130);
+  await db.sql`update outbox set payload = 'not json' where id = ${rows[7]!.id}`;
+  let answered = 0;
+  const relay = await startRelay({ pacer: { count: (units) => void (answered += units) } });
+  void relay.run();
+  await collector.waitFor(rows.length - 1);
+  await waitUntil(async () => (await outboxRow(rows[7]!.id)).parked, 5000, "the bad row parked");
+  await relay.stop();
+  expect(answered).toBe(rows.length);
+});
+
 test("two relays draining the same 1,000 rows publish every row exactly once and share the work", async () => {
   const rows = await insertPending(db.sql, 1000);
   const published = [0, 0];

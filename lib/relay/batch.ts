@@ -8,6 +8,7 @@ import { transaction } from "../shared/tx.ts";
 import { within } from "../shared/within.ts";
 import { claimBatch, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
+import type { GcPacer } from "../shared/gc-pacer.ts";
 import type { OutboundMessage } from "./window.ts";
 import { buildEnvelope, isPublishableType, topicOf, userPropertiesOf } from "../events.ts";
 import type { ClaimFrontier, ClaimLock } from "./claim-lock.ts";
@@ -22,6 +23,8 @@ export interface BatchContext {
   readonly broker: { readonly connected: boolean };
   readonly publishTimeoutMs: number;
   readonly retry: RetryPolicy;
+  /** Told of each row answered. */
+  readonly pacer: GcPacer;
 }
 
 /** What a lane holds while its batch runs. */
@@ -82,6 +85,7 @@ async function publishAll(ctx: BatchContext, rows: readonly OutboxRow[]): Promis
   rows.forEach((row, i) =>
     publishRow(ctx, row, (outcome) => {
       outcomes[i] = outcome;
+      ctx.pacer.count(1);
       if (--left === 0) allIn();
     }),
   );

@@ -17,6 +17,7 @@ import { createClaimFrontier, createClaimLock } from "./claim-lock.ts";
 import { createClaimSizer, drain, laneCount } from "./lanes.ts";
 import { createWaker, type Waker } from "./wake.ts";
 import { listenForOutbox, type OutboxListener } from "../shared/wakeup.ts";
+import { UNPACED, type GcPacer } from "../shared/gc-pacer.ts";
 
 export { laneCount } from "./lanes.ts";
 
@@ -43,6 +44,8 @@ export interface RelayOptions {
   readonly retry?: Partial<RetryPolicy>;
   /** Concurrent batches; default laneCount(batchSize). */
   readonly lanes?: number;
+  /** Counts every row answered (PUBACK, failure, timeout): young collections paced by the drain. */
+  readonly pacer?: GcPacer;
 }
 
 export interface Relay {
@@ -110,6 +113,7 @@ function batchContext(options: RelayOptions): BatchContext {
     broker: options.broker,
     publishTimeoutMs: options.publishTimeoutMs ?? PUBLISH_TIMEOUT_MS,
     retry: { ...DEFAULT_RETRY, ...options.retry },
+    pacer: options.pacer ?? UNPACED,
   };
 }
 

@@ -128,3 +128,17 @@ function internalError(error: unknown): Response {
 export function onShutdownSignal(handler: (signal: string) => void): void {
   for (const signal of ["SIGTERM", "SIGINT"] as const) process.on(signal, () => handler(signal));
 }
+
+// Not written as a literal in import(): Deno and the workerd bundler would try to resolve it.
+const BUN_JSC = "bun:jsc";
+
+/**
+ * A synchronous young-generation (eden) collection where the runtime offers one (Bun's
+ * `bun:jsc` edenGC), for gc-pacer.ts; undefined elsewhere (Deno), where nothing is paced.
+ */
+export async function youngCollection(): Promise<(() => void) | undefined> {
+  if (!g.Bun) return undefined;
+  const jsc = (await import(BUN_JSC)) as { edenGC?: () => number };
+  const edenGC = jsc.edenGC;
+  return edenGC ? () => void edenGC() : undefined;
+}
