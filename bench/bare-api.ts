@@ -1,12 +1,13 @@
 // The bare-stack limit of the API: `Bun.serve` + postgres.js running the API's one
 // statement (lib/api/charges-sql.ts createCharge, imported so the two never drift) with the
-// same parameter shapes (a SHA-256 hex fingerprint, a 64-bit lock id from a SHA-256, random
-// UUIDs, the stored 201 body, the event payload) and nothing else: no framework, no
+// same parameter shapes (a SHA-256 hex fingerprint, a 64-bit lock id from a SHA-256, a random
+// charge id and a time-ordered event id, the stored 201 body, the event payload) and nothing else: no framework, no
 // validation, no authentication, no metrics, no logs, no pool gate, no relay wake-up.
 // `DATABASE_URL=… PORT=… bun bench/bare-api.ts`; GET answers 200 (the bench's ready check).
 import { createHash } from "node:crypto";
 import postgres from "postgres";
 import { createCharge } from "../lib/api/charges-sql.ts";
+import { newEventId } from "../lib/events.ts";
 import type { Sql } from "../lib/shared/db.ts";
 
 // The API's pool size (lib/api/start.ts API_POOL_SIZE), so both hold as many connections.
@@ -41,7 +42,7 @@ async function charge(sql: Sql, request: Request): Promise<Response> {
     createdAt,
     responseStatus: 201,
     responseBody,
-    eventId: crypto.randomUUID(),
+    eventId: newEventId(),
     eventType: "ChargeCreated",
     eventPayload: JSON.stringify({ chargeId, amountCents }),
     traceparent: null,

@@ -2,6 +2,7 @@
 // topic each is published on, the JSON envelope, and the MQTT 5 properties that travel
 // with it. The relay builds with it, the reference subscriber and dev mode parse with it,
 // and tests, chaos and the bench use it instead of writing topics by hand.
+import { v7 as uuidV7 } from "uuid";
 import { isUuid } from "./shared/uuid.ts";
 
 /** A charge committed: written in the charge's own transaction, published by the relay. */
@@ -28,6 +29,19 @@ export interface EventEnvelope {
   /** The outbox row's created_at, ISO-8601 UTC with microseconds. */
   readonly createdAt: string;
   readonly data: unknown;
+}
+
+/**
+ * A new event id (the outbox row's primary key): a time-ordered UUID (version 7, RFC 9562),
+ * increasing within this process. Each write lands at the right-hand edge of the outbox's
+ * primary key instead of on a random leaf, and so does the relay's mark, which adds a second
+ * entry for every row it publishes (the update is not HOT): measured, 2,000-row marks cost
+ * 7.6-8.2 µs of Postgres per row against 10.6-10.9 with random ids (bench/README.md). The
+ * time it carries is the event's own creation, which the envelope's createdAt states anyway.
+ * Charge ids stay random (version 4): they are handed to API clients.
+ */
+export function newEventId(): string {
+  return uuidV7();
 }
 
 /** The MQTT 5 content type of every event. */

@@ -61,6 +61,26 @@ describe("created", () => {
   });
 });
 
+describe("ids", () => {
+  test("the charge id is random (version 4); the event id is time-ordered (version 7) and grows request by request", async () => {
+    const made: { charge: string; event: string; createdAt: string }[] = [];
+    for (let i = 0; i < 5; i++) {
+      const charge = (await (await postCharge(api, body(), { key: key() })).json()) as { id: string; createdAt: string };
+      const [event] = await db.sql<{ id: string }[]>`select id from outbox where aggregate_id = ${charge.id}`;
+      made.push({ charge: charge.id, event: event!.id, createdAt: charge.createdAt });
+    }
+    for (const { charge, event, createdAt } of made) {
+      expect(charge[14]).toBe("4");
+      expect(event[14]).toBe("7");
+      // The first 48 bits are the Unix time in ms: the request's own, give or take the clock's tick.
+      const ms = Number.parseInt(event.replaceAll("-", "").slice(0, 12), 16);
+      expect(Math.abs(ms - Date.parse(createdAt))).toBeLessThan(1000);
+    }
+    const events = made.map((m) => m.event);
+    expect([...events].sort()).toEqual(events);
+  });
+});
+
 describe("trace context", () => {
   test("a valid W3C traceparent is stored on the outbox row; a malformed one is dropped", async () => {
     const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";

@@ -1,6 +1,6 @@
 // Outbox rows for the relay and subscriber tests, written the way the API writes them,
 // and what the outbox says afterwards.
-import { CHARGE_CREATED, chargeCreatedPayload } from "../lib/events.ts";
+import { CHARGE_CREATED, chargeCreatedPayload, newEventId } from "../lib/events.ts";
 import type { Sql } from "../lib/shared/db.ts";
 
 export interface PendingRow {
@@ -16,6 +16,8 @@ export interface PendingRow {
  * first), all in one transaction as of `start`. Returns them oldest first.
  */
 export async function insertPending(sql: Sql, count: number, options: { traceparent?: string } = {}): Promise<PendingRow[]> {
+  // Event ids as the API makes them (time-ordered), increasing with created_at.
+  const eventIds = Array.from({ length: count }, newEventId);
   const rows = await sql<PendingRow[]>`
     with c as (
       insert into charges (id, amount_cents, created_at)
@@ -24,10 +26,11 @@ export async function insertPending(sql: Sql, count: number, options: { tracepar
       returning id, amount_cents, created_at
     )
     insert into outbox (id, aggregate_id, event_type, payload, created_at, traceparent)
-    select gen_random_uuid(), c.id, ${CHARGE_CREATED},
+    select e.id, c.id, ${CHARGE_CREATED},
            json_build_object('chargeId', c.id, 'amountCents', c.amount_cents)::text, c.created_at,
            ${options.traceparent ?? null}::text
-    from c
+    from (select c.*, row_number() over (order by c.created_at) as n from c) as c
+    join unnest(${eventIds}::uuid[]) with ordinality as e(id, n) using (n)
     returning id, aggregate_id as "aggregateId", (payload::json->>'amountCents')::int as "amountCents",
               to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"`;
   return [...rows].sort((a, b) => a.createdAt.localeCompare(b.createdAt));
@@ -36,7 +39,7 @@ export async function insertPending(sql: Sql, count: number, options: { tracepar
 /** One charge and its outbox row in one transaction, as the API writes them. */
 export async function insertCharge(sql: Sql): Promise<PendingRow> {
   const chargeId = crypto.randomUUID();
-  const id = crypto.randomUUID();
+  const id = newEventId();
   const amountCents = 4900;
   const [row] = await sql.begin(async (tx) => {
     await tx`insert into charges (id, amount_cents) values (${chargeId}, ${amountCents})`;

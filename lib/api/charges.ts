@@ -1,7 +1,7 @@
 // The charge service: the Idempotency-Key contract as values. Expected outcomes are a
 // discriminated union; only bugs and infrastructure faults throw.
 import type { Sql } from "../shared/db.ts";
-import { CHARGE_CREATED, chargeCreatedPayload } from "../events.ts";
+import { CHARGE_CREATED, chargeCreatedPayload, newEventId } from "../events.ts";
 import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../shared/db.ts";
 import { createCharge, findCharge, findKey, type StoredResponse } from "./charges-sql.ts";
 import { advisoryLockId, fingerprint, type ChargeFields } from "./fingerprint.ts";
@@ -87,7 +87,7 @@ function chargeIdentity(request: ChargeRequest): ChargeIdentity {
   return {
     requestHash: fingerprint(request),
     chargeId,
-    eventId: crypto.randomUUID(),
+    eventId: newEventId(),
     createdAt,
     responseBody: chargeJson({ id: chargeId, amountCents: request.amountCents, createdAt }),
   };
