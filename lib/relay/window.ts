@@ -6,7 +6,11 @@
 import { EVENT_CONTENT_TYPE } from "../events.ts";
 import { encodePublish } from "./publish-packet.ts";
 
-/** Read once, when the PUBLISH is encoded: the relay's messages build their fields then (batch.ts RowMessage). */
+/**
+ * `key` is read when the message is handed over (publisher.ts picks the connection by it); the
+ * other fields once, when the PUBLISH is encoded: the relay's messages build them then
+ * (batch.ts RowMessage).
+ */
 export interface OutboundMessage {
   /** The aggregate id: with several connections, a key's messages all take the same one (publisher.ts). */
   readonly key: string;
