@@ -13,7 +13,9 @@ export const TEST_API_APP = API_APP;
 
 /** An in-process API that accepts the kit's tokens (authEnv()); `env` may override. */
 export async function startTestApi(databaseUrl: string, env: Record<string, string> = {}, options: ApiOptions = {}): Promise<ApiProcess> {
-  return startApi(loadConfig({ DATABASE_URL: databaseUrl, LOG_LEVEL: "warn", ...authEnv(), ...env }), options);
+  // The pool opens on demand here: a file may hold several of these APIs on one server
+  // (max_connections 100); test/api-pool-open.test.ts checks the opening of the real process.
+  return startApi(loadConfig({ DATABASE_URL: databaseUrl, LOG_LEVEL: "warn", ...authEnv(), ...env }), { openPool: false, ...options });
 }
 
 export interface PostOptions {

@@ -11,6 +11,7 @@ import { createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { createOutboxNotifier } from "../shared/wakeup.ts";
 import { createAuthenticator, IMPLICIT_TENANT, type AuthOptions } from "./auth.ts";
+import { openPool } from "./pool-open.ts";
 
 export interface ApiProcess {
   readonly sql: Sql;
@@ -27,6 +28,12 @@ export interface ApiOptions {
   /** Pool size (default API_POOL_SIZE); tests shrink it to saturate the pool with a few requests. */
   readonly poolSize?: number;
   readonly auth?: AuthOptions;
+  /**
+   * Open every pool connection before returning, so the first requests do not wait for
+   * backends to start (default true; pool-open.ts). The test kit's in-process APIs leave
+   * it off: a test file holds several at once on one server.
+   */
+  readonly openPool?: boolean;
 }
 
 /**
@@ -39,6 +46,12 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const sql = apiSql(config, poolSize, "charges-api");
   await applySchema(sql);
   const log = options.logger ?? createLogger(config.logLevel, "api");
+  if (options.openPool ?? true) {
+    const opening = await openPool(sql, poolSize);
+    if (opening.failure !== undefined) {
+      log.warn("the pool did not open in full at start; the rest opens on demand", { ...opening });
+    }
+  }
   if (auth.mode === "none") {
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
   }
