@@ -3,8 +3,8 @@
 // (API_REUSE_PORT), each with its own pool. Both with their CPU per charge from /proc.
 import { BARE_APP } from "./bare-api.ts";
 import { microsPer, sampleCpu, type CpuCost } from "./cpu.ts";
-import { wrk, type WrkResult } from "./api-bench.ts";
-import { benchServices, freshDatabase, type FreshDb } from "./support.ts";
+import { checkCreated, countCharges, WARM_UP_SECONDS, wrk, type WrkResult } from "./api-bench.ts";
+import { benchServices, freshDatabase } from "./support.ts";
 import { API_APP, spawnScript, startEntrypoint, waitForHttp, type Child } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { freePort } from "../dev/ports.ts";
@@ -27,27 +27,32 @@ export interface Throughput {
   /** µs of CPU per charge created, in the server process(es) and in Postgres. */
   readonly serverUsPerCharge: number | null;
   readonly postgresUsPerCharge: number | null;
+  /** p99 and max of the warm-up (api-bench.ts WARM_UP_SECONDS), the first seconds under load. */
+  readonly startP99Ms: number;
+  readonly startMaxMs: number;
 }
 
-function throughput(label: string, r: WrkResult, chargesInDb: number, cost: CpuCost): Throughput {
-  const created = r.statuses["201"] ?? 0;
+function errorsOf(r: WrkResult): number {
   const answers = Object.values(r.statuses).reduce((n, c) => n + c, 0);
+  return answers - (r.statuses["201"] ?? 0) + r.socketErrors + r.timeouts;
+}
+
+function throughput(label: string, start: WrkResult, r: WrkResult, chargesInDb: number, cost: CpuCost, connections: number): Throughput {
+  const created = r.statuses["201"] ?? 0;
+  checkCreated(created, chargesInDb, connections);
   return {
     label,
     createdPerSec: created / (r.durationUs / 1e6),
     p50Ms: r.p50Us / 1000,
     p99Ms: r.p99Us / 1000,
     maxMs: r.maxUs / 1000,
-    errors: answers - created + r.socketErrors + r.timeouts,
+    startP99Ms: start.p99Us / 1000,
+    startMaxMs: start.maxUs / 1000,
+    errors: errorsOf(start) + errorsOf(r),
     chargesInDb,
     serverUsPerCharge: microsPer(cost.processS, chargesInDb),
     postgresUsPerCharge: microsPer(cost.postgresS, chargesInDb),
   };
-}
-
-async function countCharges(db: FreshDb): Promise<number> {
-  const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from charges`;
-  return row?.n ?? 0;
 }
 
 /** The bare stack: created charges/s at `connections`, and its CPU per charge. */
@@ -57,10 +62,12 @@ export async function bareRun(connections: number, seconds: number): Promise<Thr
   const child = spawnScript("bench/bare-api.ts", { name: "bare-api", env: { DATABASE_URL: db.url, PORT: String(port) } });
   try {
     await waitForHttp(child, `http://127.0.0.1:${port}/`);
+    const start = await wrk(port, connections, WARM_UP_SECONDS);
+    const before = await countCharges(db);
     const cpu = await sampleCpu(db.sql, BARE_APP, [child.pid]);
     const r = await wrk(port, connections, seconds);
     const cost = await cpu.stop();
-    return throughput("bare", r, await countCharges(db), cost);
+    return throughput("bare", start, r, (await countCharges(db)) - before, cost, connections);
   } finally {
     await child.stop();
     await db.drop();
@@ -93,10 +100,12 @@ export async function scaledRun(processes: number, connections: number, seconds:
         return listening;
       }, READY_TIMEOUT_MS, `api ${i + 1} to listen`);
     }
+    const start = await wrk(port, connections, WARM_UP_SECONDS, undefined, token);
+    const before = await countCharges(db);
     const cpu = await sampleCpu(db.sql, API_APP, children.map((c) => c.pid));
     const r = await wrk(port, connections, seconds, undefined, token);
     const cost = await cpu.stop();
-    return throughput(processes === 1 ? "ours" : `ours x${processes}`, r, await countCharges(db), cost);
+    return throughput(processes === 1 ? "ours" : `ours x${processes}`, start, r, (await countCharges(db)) - before, cost, connections);
   } finally {
     await Promise.all(children.map((c) => c.stop()));
     await db.drop();
@@ -106,6 +115,7 @@ export async function scaledRun(processes: number, connections: number, seconds:
 export function describeThroughput(t: Throughput): string {
   const us = (v: number | null) => (v === null ? "-" : Math.round(v).toString());
   return `${t.label}: ${Math.round(t.createdPerSec)} created/s p50 ${t.p50Ms.toFixed(1)} p99 ${t.p99Ms.toFixed(1)} ms, ` +
-    `CPU/charge ${us(t.serverUsPerCharge)} µs server + ${us(t.postgresUsPerCharge)} µs postgres` +
+    `CPU/charge ${us(t.serverUsPerCharge)} µs server + ${us(t.postgresUsPerCharge)} µs postgres ` +
+    `(first ${WARM_UP_SECONDS} s: p99 ${t.startP99Ms.toFixed(1)} ms)` +
     (t.errors > 0 ? `, ${t.errors} errors` : "");
 }

@@ -3,7 +3,7 @@
 // table, writes bench/results/<date>.json. Exit 0 whatever the ratios; 1 only if a
 // measurement crashed. See bench/README.md.
 import { mkdir, writeFile } from "node:fs/promises";
-import { apiRun, conflictRun, describeApi, type ApiRun } from "./api-bench.ts";
+import { apiRun, conflictRun, describeApi, WARM_UP_SECONDS, type ApiRun } from "./api-bench.ts";
 import { dbLimit, type DbLimit } from "./db-limit.ts";
 import { bareRun, describeThroughput, scaledRun, type Throughput } from "./api-limits.ts";
 import { e2eRun } from "./e2e-bench.ts";
@@ -98,6 +98,8 @@ await section("API vs bare stack and DB limit", async () => {
   row("API p50 at 32 conns", median(ours.map((a) => a.p50Ms)), "ms", "-", null);
   row("API p99 at 32 conns", median(ours.map((a) => a.p99Ms)), "ms", "<= 25 ms", (v) => v <= 25);
   row("API max at 32 conns", median(ours.map((a) => a.maxMs)), "ms", "-", null);
+  row(`API p99 in a new process's first ${WARM_UP_SECONDS} s (start-up)`, median(ours.map((a) => a.startP99Ms)), "ms", "-", null);
+  row(`bare stack p99 in its first ${WARM_UP_SECONDS} s`, median(bares.map((b) => b.startP99Ms)), "ms", "-", null);
   row("replays/s (one key) vs created/s", median(ours.map((a) => a.replaysPerSec ?? Number.NaN)), "/s", ">= 1.5", (r) => r >= 1.5, createdMedian, median(replayRatios));
   const errors = ours.reduce((n, a) => n + a.non2xx + a.socketErrors + (a.replayNon2xx ?? 0), 0);
   if (errors > 0) notes.push(`API: ${errors} non-2xx or socket errors during created/replay runs`);
