@@ -22,9 +22,10 @@ export const POOL_OPEN_TIMEOUT_MS = 6_000;
 /**
  * Sends `size` queries at once: postgres.js gives each a connection of its own while the pool
  * has unopened ones, so the pool opens in full. Not reserve(): in postgres.js 3.4.9 a
- * reservation whose connection is refused stays queued, and the next connection handed back
- * goes to it and is lost to the pool (seen with a role's connection limit: the pool ended
- * with no usable connection). Never throws: a server that refuses some (max_connections
+ * reservation whose connection is refused can be handed to the reconnect and dropped there,
+ * and connections handed back afterwards are lost to the pool (seen with a role's connection
+ * limit: 5 pools in 20 ended with no usable connection; upstream porsager/postgres#1195 and
+ * #1199 describe the same queue). Never throws: a server that refuses some (max_connections
  * reached, say) leaves the rest to open on demand, and the caller logs what happened.
  */
 export async function openPool(sql: Sql, size: number, timeoutMs = POOL_OPEN_TIMEOUT_MS): Promise<PoolOpening> {
