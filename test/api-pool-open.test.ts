@@ -2,7 +2,7 @@
 // requests after a start do not wait for backends to be started; a server that refuses part
 // of the pool leaves a warning and a process that serves all the same.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
-import { createScratchDatabase, scratchName, withDatabase } from "../testkit/database.ts";
+import { createRoleDatabase } from "../testkit/database.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
 import { createSql, type Sql } from "../lib/shared/db.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
@@ -50,21 +50,13 @@ test("a new api.ts holds all API_POOL_SIZE connections when it first answers /re
 });
 
 test("a server that refuses part of the pool: one warning naming the SQLSTATE, and the API serves", async () => {
-  // A role limited to 3 connections, owning a database of its own (the API applies the
-  // schema as that role). Superusers are not held to a role's limit, hence a plain role.
-  const role = scratchName("t", "pool_role");
-  await admin.unsafe(`create role ${role} login connection limit 3`);
-  cleanups.push(() => admin.unsafe(`drop role if exists ${role}`));
-  const limited = await createScratchDatabase((await services()).adminDatabaseUrl, scratchName("t", "pool_limited"), { migrate: false, max: 1 });
+  const limited = await createRoleDatabase((await services()).adminDatabaseUrl, "pool_limited");
   cleanups.push(() => limited.drop());
-  await admin.unsafe(`alter database ${limited.name} owner to ${role}`);
-  const url = new URL(withDatabase((await services()).adminDatabaseUrl, limited.name));
-  url.username = role;
-  url.password = "";
+  await admin.unsafe(`alter role ${limited.role} connection limit 3`);
 
   const lines: string[] = [];
   const api = await startEntrypoint("api", {
-    env: { DATABASE_URL: url.toString(), LOG_LEVEL: "info", API_POOL_SIZE: "6", ...authEnv() },
+    env: { DATABASE_URL: limited.url, LOG_LEVEL: "info", API_POOL_SIZE: "6", ...authEnv() },
     stdout: (line) => lines.push(line),
   });
   try {
@@ -84,6 +76,6 @@ test("a server that refuses part of the pool: one warning naming the SQLSTATE, a
     api.child.kill("SIGTERM");
     await api.child.done;
     // The role's backends end with the process; only then can the role be dropped.
-    await waitUntil(async () => (await apiBackends(limited.sql)) === 0, 10_000, "the API's backends to end");
+    await waitUntil(async () => (await limited.backends()) === 0, 10_000, "the API's backends to end");
   }
 });

@@ -12,7 +12,7 @@ import { collect } from "../testkit/mqtt.ts";
 import { brokerDir, mosquittoInstalled, privateMosquitto, unboundedBroker } from "../testkit/mosquitto.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
-import { createScratchDatabase, scratchName, withDatabase } from "../testkit/database.ts";
+import { createRoleDatabase } from "../testkit/database.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
@@ -111,37 +111,26 @@ test("the relay's database connections killed mid-drain: the process survives, r
   expect(await relay.stop()).toBe(0);
 });
 
-// What a full server looks like to the relay (max_connections reached by others: 53300 on
-// every connect), made with a role's connection limit: a role of its own, owning a database
-// of its own, since superusers are not held to the limit.
+// What a full server looks like to the relay: 53300 on every connect, as at max_connections.
 test("the server refuses the relay's connections for a while (53300): it survives and delivers every row once they are accepted", async () => {
-  const { adminDatabaseUrl } = await services();
-  const role = scratchName("t", "relay_refused");
-  await db.sql.unsafe(`create role ${role} login`);
-  cleanups.push(() => db.sql.unsafe(`drop role if exists ${role}`));
-  const own = await createScratchDatabase(adminDatabaseUrl, scratchName("t", "relay_refused"), { migrate: false, max: 2 });
+  const own = await createRoleDatabase((await services()).adminDatabaseUrl, "relay_refused");
   cleanups.push(() => own.drop());
-  await db.sql.unsafe(`alter database ${own.name} owner to ${role}`);
-  const url = new URL(withDatabase(adminDatabaseUrl, own.name));
-  url.username = role;
-  url.password = "";
   const broker = await unboundedBroker(mqttUrl);
   cleanups.push(() => broker.stop());
   const collector = await collect(broker.url, prefix);
   cleanups.push(() => collector.close());
   const relay = await startEntrypoint("relay", {
-    env: { DATABASE_URL: url.toString(), MQTT_URL: broker.url, MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "error" },
+    env: { DATABASE_URL: own.url, MQTT_URL: broker.url, MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "error" },
   });
   cleanups.push(async () => relay.child.kill("SIGKILL"));
   const before = await insertPending(own.sql, 2000);
   await waitUntil(async () => (await countWhere(own.sql, "published")) > 0, 10_000, "the drain to start");
 
-  await db.sql.unsafe(`alter role ${role} connection limit 0`);
-  await db.sql`select pg_terminate_backend(pid) from pg_stat_activity where usename = ${role}`;
+  await own.refuse();
   const during = await insertPending(own.sql, 200);
   // Refused, not merely slow: the relay's own probe says the database is away.
   await waitUntil(async () => (await fetch(`${relay.base}/readyz`)).status === 503, 10_000, "the relay to find the database refusing it");
-  await db.sql.unsafe(`alter role ${role} connection limit -1`);
+  await own.accept();
 
   await waitUntil(async () => (await countWhere(own.sql, "pending")) === 0, 20_000, "every row marked");
   const rows = [...before, ...during];

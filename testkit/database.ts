@@ -118,3 +118,52 @@ export async function terminateBackends(sql: Sql, pids: readonly number[]): Prom
     select pid from unnest(${pids as number[]}::int[]) as pid where pg_terminate_backend(pid)`;
   return rows.length;
 }
+
+/**
+ * An empty database owned by a login role of its own, for the faults a server's refusals
+ * make: the processes under test connect as the role (`url`) and apply the schema, and
+ * `refuse()` makes the server answer each of the role's connects with 53300, as a server
+ * at max_connections does (a role's limit, since superusers are held to none). `sql` is the
+ * admin's pool on that database.
+ */
+export interface RoleDatabase extends ScratchDatabase {
+  readonly role: string;
+  /** New connections refused (53300) and the role's backends terminated. */
+  refuse(): Promise<void>;
+  /** New connections accepted again. */
+  accept(): Promise<void>;
+  /** The role's backends on the server now. */
+  backends(): Promise<number>;
+}
+
+export async function createRoleDatabase(adminUrl: string, label: string): Promise<RoleDatabase> {
+  const role = scratchName("t", label);
+  const admin = createSql(adminUrl, { max: 1, applicationName: "charges-scratch-admin" });
+  await admin.unsafe(`create role ${role} login`);
+  const db = await createScratchDatabase(adminUrl, scratchName("t", label), { migrate: false, max: 2 });
+  await admin.unsafe(`alter database ${db.name} owner to ${role}`);
+  const url = new URL(db.url);
+  url.username = role;
+  url.password = "";
+  return {
+    ...db,
+    role,
+    url: url.toString(),
+    async refuse() {
+      await admin.unsafe(`alter role ${role} connection limit 0`);
+      await admin`select pg_terminate_backend(pid) from pg_stat_activity where usename = ${role}`;
+    },
+    async accept() {
+      await admin.unsafe(`alter role ${role} connection limit -1`);
+    },
+    async backends() {
+      const [row] = await admin<{ n: number }[]>`select count(*)::int as n from pg_stat_activity where usename = ${role}`;
+      return row?.n ?? 0;
+    },
+    async drop() {
+      await db.drop();
+      await admin.unsafe(`drop role if exists ${role}`);
+      await admin.end({ timeout: 2 });
+    },
+  };
+}
