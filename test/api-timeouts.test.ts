@@ -8,8 +8,10 @@ import { createLogger } from "../lib/shared/log.ts";
 import { MIGRATION_LOCK_ID, type Sql } from "../lib/shared/db.ts";
 import { createPoolGate, POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "../lib/shared/pool-gate.ts";
 import { counts, postCharge, startTestApi, TEST_API_APP } from "../testkit/api.ts";
-import { freshDatabase } from "../testkit/services.ts";
-import { runToExit } from "../testkit/processes.ts";
+import { freshDatabase, services } from "../testkit/services.ts";
+import { runToExit, startEntrypoint } from "../testkit/processes.ts";
+import { createRoleDatabase } from "../testkit/database.ts";
+import { authEnv, authHeaders } from "../testkit/auth.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
@@ -267,3 +269,55 @@ test("a 503's request log line names its cause: the SQLSTATE of the tripped boun
   expect(String(requestLines[0]!.error)).toStartWith("55P03:");
   expect(String(requestLines[0]!.error)).not.toMatch(/insert|select|idempotency_keys/i);
 });
+
+// A full server (53300 on every connect, as at max_connections) and the API's own connections
+// killed: postgres.js holds each statement while it reconnects, with back-offs of up to 20 s
+// per try, and before settleBy() some requests had no answer a minute later. Shown by order:
+// every answer comes while the server still refuses (it accepts again only after).
+test("a server refusing every connection: each request is answered 503 within its deadline, nothing written; each key then creates its charge", async () => {
+  const own = await createRoleDatabase((await services()).adminDatabaseUrl, "api_refused");
+  const api = await startEntrypoint("api", {
+    env: {
+      DATABASE_URL: own.url,
+      LOG_LEVEL: "error",
+      // The default bounds: with 1 s statements and a 3 s request the test passed without
+      // settleBy(); the hang showed with these.
+      API_POOL_SIZE: "8",
+      ...authEnv(),
+    },
+  });
+  try {
+    const headers = await authHeaders();
+    const post = async (key: string) => {
+      const res = await fetch(`${api.base}/charges`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "idempotency-key": key, ...headers },
+        body: '{"amountCents":700}',
+      });
+      return { status: res.status, retryAfter: res.headers.get("retry-after"), type: ((await res.json()) as { type?: string }).type };
+    };
+    // Served first, as a running API is: its connections open and in use.
+    const served = await Promise.all(Array.from({ length: 12 }, () => post(crypto.randomUUID())));
+    expect(served.map((a) => a.status)).toEqual(served.map(() => 201));
+    const keys = Array.from({ length: 12 }, () => crypto.randomUUID());
+    await own.refuse();
+    const answers = await Promise.all(keys.map(post));
+    expect(answers.map((a) => a.status)).toEqual(keys.map(() => 503));
+    expect(answers.every((a) => a.type === UNAVAILABLE_TYPE && a.retryAfter !== null)).toBe(true);
+    const [none] = await own.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where key in ${own.sql(keys)}`;
+    expect(none!.n).toBe(0);
+
+    await own.accept();
+    for (const key of keys) {
+      await waitUntil(async () => (await post(key)).status === 201, 20_000, `key ${key} to create its charge`);
+    }
+    const [charges] = await own.sql<{ n: number }[]>`select count(*)::int as n from charges`;
+    expect(charges!.n).toBe(24);
+    const stored = await own.sql<{ key: string }[]>`select key from idempotency_keys where key in ${own.sql(keys)}`;
+    expect(new Set(stored.map((r) => r.key))).toEqual(new Set(keys));
+  } finally {
+    api.child.kill("SIGKILL");
+    await api.child.done;
+    await own.drop();
+  }
+}, 60_000);

@@ -1,5 +1,6 @@
 // The statements of the charges API. One exported function per statement, `sql` first.
 import type { Sql } from "../shared/db.ts";
+import { settleBy } from "../shared/pool-gate.ts";
 
 export interface StoredResponse {
   readonly request_hash: string;
@@ -52,8 +53,8 @@ interface CreateChargeRow {
  * Every read and write is scoped to the tenant: another tenant's key is not seen, not
  * replayed, not locked and does not conflict.
  */
-export async function createCharge(sql: Sql, p: CreateChargeParams): Promise<CreateChargeRow> {
-  const rows = await sql<CreateChargeRow[]>`
+export async function createCharge(sql: Sql, p: CreateChargeParams, endsAt = Number.POSITIVE_INFINITY): Promise<CreateChargeRow> {
+  const rows = await settleBy(sql<CreateChargeRow[]>`
     with existing as (
       select request_hash, status, response_status, response_body
         from idempotency_keys
@@ -91,18 +92,18 @@ export async function createCharge(sql: Sql, p: CreateChargeParams): Promise<Cre
            (select count(*) from event)::int as created,
            e.request_hash, e.status, e.response_status, e.response_body
       from (select 1) as one
-      left join existing as e on true`;
+      left join existing as e on true`, endsAt);
   const row = rows[0];
   if (!row) throw new Error("bug: createCharge returned no row");
   return row;
 }
 
 /** The key row as committed now; used only after a lost race the statement above cannot see. */
-export async function findKey(sql: Sql, tenant: string, key: string, endpoint: string): Promise<StoredResponse | undefined> {
-  const rows = await sql<StoredResponse[]>`
+export async function findKey(sql: Sql, tenant: string, key: string, endpoint: string, endsAt = Number.POSITIVE_INFINITY): Promise<StoredResponse | undefined> {
+  const rows = await settleBy(sql<StoredResponse[]>`
     select request_hash, status, response_status, response_body
       from idempotency_keys
-     where tenant = ${tenant} and key = ${key} and endpoint = ${endpoint} and expires_at > now()`;
+     where tenant = ${tenant} and key = ${key} and endpoint = ${endpoint} and expires_at > now()`, endsAt);
   return rows[0];
 }
 
@@ -113,8 +114,8 @@ interface ChargeRow {
 }
 
 /** Another tenant's charge is not found, exactly like an unknown id. */
-export async function findCharge(sql: Sql, tenant: string, id: string): Promise<ChargeRow | undefined> {
-  const rows = await sql<ChargeRow[]>`
-    select id, amount_cents, created_at from charges where id = ${id}::uuid and tenant = ${tenant}`;
+export async function findCharge(sql: Sql, tenant: string, id: string, endsAt = Number.POSITIVE_INFINITY): Promise<ChargeRow | undefined> {
+  const rows = await settleBy(sql<ChargeRow[]>`
+    select id, amount_cents, created_at from charges where id = ${id}::uuid and tenant = ${tenant}`, endsAt);
   return rows[0];
 }

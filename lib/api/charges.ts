@@ -48,7 +48,7 @@ export function createChargeService(sql: Sql, options: ChargeServiceOptions): Ch
       for (let resends = 0; outcome === undefined; resends++) {
         try {
           // Each try waits for a slot of the pool and starts only within the request's deadline.
-          outcome = await deadline.run(() => attempt(sql, options, request, identity));
+          outcome = await deadline.run((endsAt) => attempt(sql, options, request, identity, endsAt));
         } catch (error) {
           if (resends >= MAX_RESENDS || !isConnectionLost(error)) throw error;
         }
@@ -57,7 +57,7 @@ export function createChargeService(sql: Sql, options: ChargeServiceOptions): Ch
       return outcome;
     },
     async get(tenant, id) {
-      const row = await (options.bounds?.deadline() ?? UNBOUNDED).run(() => findCharge(sql, tenant, id));
+      const row = await (options.bounds?.deadline() ?? UNBOUNDED).run((endsAt) => findCharge(sql, tenant, id, endsAt));
       if (!row) return { kind: "not_found" };
       const charge: Charge = { id: row.id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString() };
       return { kind: "found", body: chargeJson(charge) };
@@ -93,7 +93,7 @@ function chargeIdentity(request: ChargeRequest): ChargeIdentity {
   };
 }
 
-async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeRequest, identity: ChargeIdentity): Promise<ChargeOutcome> {
+async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeRequest, identity: ChargeIdentity, endsAt: number): Promise<ChargeOutcome> {
   const { requestHash, chargeId, createdAt, responseBody } = identity;
   let row;
   try {
@@ -113,7 +113,7 @@ async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeR
       eventType: CHARGE_CREATED,
       eventPayload: chargeCreatedPayload({ chargeId, amountCents: request.amountCents }),
       traceparent: request.traceparent ?? null,
-    });
+    }, endsAt);
   } catch (error) {
     // The unique constraint is the safety net under the advisory lock: whoever hits it
     // lost a race with a request for the same key, which is by definition in flight.
@@ -125,7 +125,7 @@ async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeR
   if (row.got === false) return { kind: "in_flight" };
   // Locked but not written: the key row was committed by another request between this
   // statement's snapshot and its insert. Read what it stored (rare; one more round trip).
-  const stored = await findKey(sql, request.tenant, request.key, CHARGES_ENDPOINT);
+  const stored = await findKey(sql, request.tenant, request.key, CHARGES_ENDPOINT, endsAt);
   return stored ? fromStored(stored, identity) : { kind: "in_flight" };
 }
 

@@ -8,7 +8,10 @@
 // So the gate holds requests BEFORE postgres.js sees them: at most `size` (the pool's max)
 // units of work are handed over at once, so each finds a connection of its own, and a
 // request that cannot get a slot in time is refused with nothing sent. Work that was handed
-// over is always waited for; statement_timeout and lock_timeout bound it on the server.
+// over is waited for: statement_timeout and lock_timeout bound it on the server, and
+// settleBy() cancels at the request's deadline a statement the client never got to send
+// (postgres.js holds statements while it reconnects, with a back-off of up to 20 s per try
+// when the server refuses connections: 53300 at max_connections).
 
 /** Error codes of the two refusals; isUnavailable (db.ts) counts both as "try again later". */
 export const POOL_WAIT_TIMEOUT = "POOL_WAIT_TIMEOUT";
@@ -40,8 +43,11 @@ export interface PoolGateOptions {
 }
 
 export interface Deadline {
-  /** Runs `work` holding one slot; a TimeBoundError, with nothing sent, when none frees in time. */
-  run<T>(work: () => Promise<T>): Promise<T>;
+  /**
+   * Runs `work` holding one slot; a TimeBoundError, with nothing sent, when none frees in time.
+   * `work` gets the request's end (a performance.now() time) for settleBy().
+   */
+  run<T>(work: (endsAt: number) => Promise<T>): Promise<T>;
 }
 
 export interface PoolGate {
@@ -53,7 +59,46 @@ export interface PoolGate {
 }
 
 /** For callers without bounds (tools, tests of the service alone): runs work at once. */
-export const UNBOUNDED: Deadline = { run: (work) => work() };
+export const UNBOUNDED: Deadline = { run: (work) => work(Number.POSITIVE_INFINITY) };
+
+// After the cancel at the deadline, how long a statement may take to answer it: one the
+// client never sent is rejected at once, and a server answers a cancel within a round trip.
+// Past this only a connection that stopped answering is left, and the request is answered
+// without its statement's outcome (a retry with the same key finds what, if anything,
+// committed: the statement is atomic and keyed).
+export const CANCEL_GRACE_MS = 2_000;
+
+/** What settleBy() needs of a postgres.js query. */
+export interface Cancellable<T> extends PromiseLike<T> {
+  cancel(): unknown;
+}
+
+/**
+ * `query`'s result, cancelled at `endsAt` (performance.now() time) if it has not settled:
+ * a statement postgres.js has not sent is dropped with nothing sent, one the server runs is
+ * cancelled there and rolled back (57014 either way, a time bound), and one that finished
+ * first keeps its result. A TimeBoundError if even the cancel goes unanswered.
+ */
+export function settleBy<T>(query: Cancellable<T>, endsAt: number): Promise<T> {
+  const ms = endsAt - performance.now();
+  if (ms === Number.POSITIVE_INFINITY) return Promise.resolve(query);
+  // One timer per statement on the hot path; the grace's only once the cancel went out.
+  return new Promise<T>((resolve, reject) => {
+    let grace: ReturnType<typeof setTimeout> | undefined;
+    const cancel = setTimeout(() => {
+      void Promise.resolve(query.cancel()).catch(() => {});
+      grace = setTimeout(() => reject(new TimeBoundError(REQUEST_DEADLINE, "the database did not answer within the request's deadline")), CANCEL_GRACE_MS);
+    }, Math.max(0, ms));
+    const settle = (): void => {
+      clearTimeout(cancel);
+      clearTimeout(grace);
+    };
+    query.then(
+      (value) => (settle(), resolve(value)),
+      (error: unknown) => (settle(), reject(error)),
+    );
+  });
+}
 
 interface Waiter {
   readonly grant: () => void;
@@ -83,12 +128,12 @@ class SlotGate implements PoolGate {
     return { run: (work) => this.run(startBy, work) };
   }
 
-  private async run<T>(startBy: number, work: () => Promise<T>): Promise<T> {
+  private async run<T>(startBy: number, work: (endsAt: number) => Promise<T>): Promise<T> {
     const left = startBy - performance.now();
     if (left < 0) throw new TimeBoundError(REQUEST_DEADLINE, "the request's deadline left no time for another statement");
     if (!this.tryAcquire()) await this.acquire(left);
     try {
-      return await work();
+      return await work(startBy + this.options.statementTimeoutMs);
     } finally {
       this.release();
     }
