@@ -6,7 +6,7 @@ import { freshDatabase, log, requireTool, run, startProcess, type FreshDb } from
 import { holdKey, waitForBackendOnLock } from "../testkit/database.ts";
 import { API_APP, type Service } from "../testkit/processes.ts";
 import { authEnv, tokenFor } from "../testkit/auth.ts";
-import { microsPer, sampleCpu } from "./cpu.ts";
+import { microsPer, sampleCpu, type CpuCost } from "./cpu.ts";
 
 const SCRIPT = new URL("./wrk/charges.lua", import.meta.url).pathname;
 // Every created/s and latency figure is a server's steady state: a new process first runs
@@ -103,10 +103,32 @@ function boundsOutlasting(holdMs: number): Record<string, string> {
 // wrk abandons the requests in flight when its time is up: the API still commits those
 // charges, but their 201s are never counted, at most one per connection at the end of the
 // warm-up (it may commit after the count in between) and one at the end of the run.
-export function checkCreated(created: number, chargesInDb: number, connections: number): void {
+function checkCreated(created: number, chargesInDb: number, connections: number): void {
   if (chargesInDb < created || chargesInDb > created + 2 * connections) {
     throw new Error(`${created} charges answered 201 but ${chargesInDb} in the database (at most ${2 * connections} cut off by the ends of the warm-up and the run)`);
   }
+}
+
+export interface MeasuredRun {
+  /** The warm-up: the process's first WARM_UP_SECONDS under load. */
+  readonly start: WrkResult;
+  readonly run: WrkResult;
+  /** CPU of `pids` and of the Postgres processes serving `app`, over `run` only. */
+  readonly cost: CpuCost;
+  /** Charges committed by `run`, checked against its 201s. */
+  readonly chargesInRun: number;
+}
+
+/** The warm-up, then the measured wrk run on the same server, with its CPU and its charges. */
+export async function warmThenMeasure(db: FreshDb, port: number, connections: number, seconds: number, token: string | undefined, app: string, pids: readonly number[]): Promise<MeasuredRun> {
+  const start = await wrk(port, connections, WARM_UP_SECONDS, undefined, token);
+  const before = await countCharges(db);
+  const cpu = await sampleCpu(db.sql, app, pids);
+  const run = await wrk(port, connections, seconds, undefined, token);
+  const cost = await cpu.stop();
+  const chargesInRun = (await countCharges(db)) - before;
+  checkCreated(answered(run, 201), chargesInRun, connections);
+  return { start, run, cost, chargesInRun };
 }
 
 /** Created charges/s at `connections` with unique keys; then replays/s of one key when asked. */
@@ -115,14 +137,8 @@ export async function apiRun(connections: number, seconds: number, logLevel: str
   const api = await startApi(db, logLevel, {}, auth);
   const { token } = await authFor(auth);
   try {
-    const start = await wrk(api.port, connections, WARM_UP_SECONDS, undefined, token);
-    const before = await countCharges(db);
-    const cpu = await sampleCpu(db.sql, API_APP, [api.child.pid]);
-    const r = await wrk(api.port, connections, seconds, undefined, token);
-    const cost = await cpu.stop();
-    const inRun = (await countCharges(db)) - before;
+    const { start, run: r, cost, chargesInRun: inRun } = await warmThenMeasure(db, api.port, connections, seconds, token, API_APP, [api.child.pid]);
     const created = answered(r, 201);
-    checkCreated(created, inRun, connections);
     let replay: { replaysPerSec: number; replayNon2xx: number } | undefined;
     if (replaySeconds > 0) {
       const key = crypto.randomUUID();
@@ -154,7 +170,7 @@ export async function apiRun(connections: number, seconds: number, logLevel: str
 }
 
 /** Charges in the database now. */
-export async function countCharges(db: FreshDb): Promise<number> {
+async function countCharges(db: FreshDb): Promise<number> {
   const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from charges`;
   return row?.n ?? 0;
 }

@@ -2,8 +2,8 @@
 // `bun api.ts`), and the API scaled out: N `bun api.ts` processes sharing one port
 // (API_REUSE_PORT), each with its own pool. Both with their CPU per charge from /proc.
 import { BARE_APP } from "./bare-api.ts";
-import { microsPer, sampleCpu, type CpuCost } from "./cpu.ts";
-import { checkCreated, countCharges, WARM_UP_SECONDS, wrk, type WrkResult } from "./api-bench.ts";
+import { microsPer } from "./cpu.ts";
+import { warmThenMeasure, WARM_UP_SECONDS, type MeasuredRun, type WrkResult } from "./api-bench.ts";
 import { benchServices, freshDatabase } from "./support.ts";
 import { API_APP, spawnScript, startEntrypoint, waitForHttp, type Child } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
@@ -37,9 +37,8 @@ function errorsOf(r: WrkResult): number {
   return answers - (r.statuses["201"] ?? 0) + r.socketErrors + r.timeouts;
 }
 
-function throughput(label: string, start: WrkResult, r: WrkResult, chargesInDb: number, cost: CpuCost, connections: number): Throughput {
+function throughput(label: string, { start, run: r, cost, chargesInRun: chargesInDb }: MeasuredRun): Throughput {
   const created = r.statuses["201"] ?? 0;
-  checkCreated(created, chargesInDb, connections);
   return {
     label,
     createdPerSec: created / (r.durationUs / 1e6),
@@ -62,12 +61,7 @@ export async function bareRun(connections: number, seconds: number): Promise<Thr
   const child = spawnScript("bench/bare-api.ts", { name: "bare-api", env: { DATABASE_URL: db.url, PORT: String(port) } });
   try {
     await waitForHttp(child, `http://127.0.0.1:${port}/`);
-    const start = await wrk(port, connections, WARM_UP_SECONDS);
-    const before = await countCharges(db);
-    const cpu = await sampleCpu(db.sql, BARE_APP, [child.pid]);
-    const r = await wrk(port, connections, seconds);
-    const cost = await cpu.stop();
-    return throughput("bare", start, r, (await countCharges(db)) - before, cost, connections);
+    return throughput("bare", await warmThenMeasure(db, port, connections, seconds, undefined, BARE_APP, [child.pid]));
   } finally {
     await child.stop();
     await db.drop();
@@ -100,12 +94,8 @@ export async function scaledRun(processes: number, connections: number, seconds:
         return listening;
       }, READY_TIMEOUT_MS, `api ${i + 1} to listen`);
     }
-    const start = await wrk(port, connections, WARM_UP_SECONDS, undefined, token);
-    const before = await countCharges(db);
-    const cpu = await sampleCpu(db.sql, API_APP, children.map((c) => c.pid));
-    const r = await wrk(port, connections, seconds, undefined, token);
-    const cost = await cpu.stop();
-    return throughput(processes === 1 ? "ours" : `ours x${processes}`, start, r, (await countCharges(db)) - before, cost, connections);
+    const measured = await warmThenMeasure(db, port, connections, seconds, token, API_APP, children.map((c) => c.pid));
+    return throughput(processes === 1 ? "ours" : `ours x${processes}`, measured);
   } finally {
     await Promise.all(children.map((c) => c.stop()));
     await db.drop();
