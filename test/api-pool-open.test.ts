@@ -4,7 +4,7 @@
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
 import { createRoleDatabase } from "../testkit/database.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
-import { createSql, type Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/shared/db.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
 import { authEnv, authHeaders } from "../testkit/auth.ts";
 import { waitUntil } from "../testkit/wait.ts";
@@ -12,11 +12,9 @@ import { waitUntil } from "../testkit/wait.ts";
 setDefaultTimeout(60_000);
 
 const db = await freshDatabase("pool_open");
-const admin = createSql((await services()).adminDatabaseUrl, { max: 1, applicationName: "charges-test" });
 const cleanups: (() => Promise<unknown>)[] = [];
 afterAll(async () => {
   for (const cleanup of cleanups.reverse()) await cleanup();
-  await admin.end({ timeout: 2 });
   await db.drop();
 });
 
@@ -52,7 +50,7 @@ test("a new api.ts holds all API_POOL_SIZE connections when it first answers /re
 test("a server that refuses part of the pool: one warning naming the SQLSTATE, and the API serves", async () => {
   const limited = await createRoleDatabase((await services()).adminDatabaseUrl, "pool_limited");
   cleanups.push(() => limited.drop());
-  await admin.unsafe(`alter role ${limited.role} connection limit 3`);
+  await limited.limitConnections(3);
 
   const lines: string[] = [];
   const api = await startEntrypoint("api", {

@@ -128,6 +128,8 @@ export async function terminateBackends(sql: Sql, pids: readonly number[]): Prom
  */
 export interface RoleDatabase extends ScratchDatabase {
   readonly role: string;
+  /** At most `limit` connections of the role at once, or no limit (null). */
+  limitConnections(limit: number | null): Promise<void>;
   /** New connections refused (53300) and the role's backends terminated. */
   refuse(): Promise<void>;
   /** New connections accepted again. */
@@ -145,17 +147,21 @@ export async function createRoleDatabase(adminUrl: string, label: string): Promi
   const url = new URL(db.url);
   url.username = role;
   url.password = "";
+  const limitConnections = async (limit: number | null): Promise<void> => {
+    // A role name and an integer: neither can be a parameter of ALTER ROLE.
+    if (limit !== null && !Number.isSafeInteger(limit)) throw new Error(`bug: connection limit ${limit}`);
+    await admin.unsafe(`alter role ${role} connection limit ${limit ?? -1}`);
+  };
   return {
     ...db,
     role,
     url: url.toString(),
+    limitConnections,
     async refuse() {
-      await admin.unsafe(`alter role ${role} connection limit 0`);
+      await limitConnections(0);
       await admin`select pg_terminate_backend(pid) from pg_stat_activity where usename = ${role}`;
     },
-    async accept() {
-      await admin.unsafe(`alter role ${role} connection limit -1`);
-    },
+    accept: () => limitConnections(null),
     async backends() {
       const [row] = await admin<{ n: number }[]>`select count(*)::int as n from pg_stat_activity where usename = ${role}`;
       return row?.n ?? 0;
