@@ -34,6 +34,11 @@ test("API pool size 32 and no SO_REUSEPORT by default; both settable for running
   expect(loadConfig({ API_REUSE_PORT: "false" }).apiReusePort).toBe(false);
 });
 
+test("4 charge statements at once per API by default (group commit beyond them), settable", () => {
+  expect(loadConfig({}).apiChargeStatements).toBe(4);
+  expect(loadConfig({ API_CHARGE_STATEMENTS: "32" }).apiChargeStatements).toBe(32);
+});
+
 test.each([
   ["PORT", "abc"],
   ["PORT", "70000"],
@@ -43,6 +48,7 @@ test.each([
   ["OUTBOX_BATCH_SIZE", "0"],
   ["OUTBOX_POLL_MS", "soon"],
   ["RELAY_MQTT_CONNECTIONS", "0"],
+  ["API_CHARGE_STATEMENTS", "0"],
   ["RELAY_MQTT_CONNECTIONS", "17"],
   ["OUTBOX_RETENTION_SECONDS", "1e3"],
   ["DATABASE_URL", "not a url"],

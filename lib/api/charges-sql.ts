@@ -9,7 +9,7 @@ export interface StoredResponse {
   readonly response_body: string | null;
 }
 
-interface CreateChargeParams {
+export interface CreateChargeParams {
   readonly tenant: string;
   readonly key: string;
   readonly endpoint: string;
@@ -27,7 +27,7 @@ interface CreateChargeParams {
   readonly traceparent: string | null;
 }
 
-interface CreateChargeRow {
+export interface CreateChargeRow {
   /** null: a live key row exists, so the lock was not even tried. */
   readonly got: boolean | null;
   readonly created: number;
@@ -96,6 +96,90 @@ export async function createCharge(sql: Sql, p: CreateChargeParams, endsAt = Num
   const row = rows[0];
   if (!row) throw new Error("bug: createCharge returned no row");
   return row;
+}
+
+/** One request of a batch: what createCharge takes, without the fields every request shares. */
+export type BatchedCharge = Omit<CreateChargeParams, "endpoint" | "ttlSeconds" | "responseStatus" | "eventType">;
+
+/** What every request of a batch shares. */
+export interface BatchShared {
+  readonly endpoint: string;
+  readonly ttlSeconds: number;
+  readonly responseStatus: number;
+  readonly eventType: string;
+}
+
+/**
+ * createCharge for several requests in ONE statement and one transaction: the same reads,
+ * lock, writes and answer, row by row, each scoped to its own tenant and key. Rows come back
+ * in the order of `charges`. Two requests for the same (tenant, key) must never share a
+ * batch: the advisory lock is re-entrant within a transaction and ON CONFLICT may not touch
+ * one row twice (the caller keeps them apart). The key lookup is a lateral subquery kept
+ * from being flattened (offset 0), so each request reads the unique index, whatever the
+ * planner guesses of the array's length.
+ */
+export async function createCharges(sql: Sql, shared: BatchShared, charges: readonly BatchedCharge[], endsAt = Number.POSITIVE_INFINITY): Promise<CreateChargeRow[]> {
+  const column = <K extends keyof BatchedCharge>(name: K): BatchedCharge[K][] => charges.map((c) => c[name]);
+  const rows = await settleBy(sql<CreateChargeRow[]>`
+    with req as (
+      select * from unnest(
+        ${column("tenant")}::text[], ${column("key")}::text[], ${column("lockId")}::bigint[],
+        ${column("requestHash")}::text[], ${column("chargeId")}::uuid[], ${column("amountCents")}::int[],
+        ${column("createdAt")}::timestamptz[], ${column("responseBody")}::text[], ${column("eventId")}::uuid[],
+        ${column("eventPayload")}::text[], ${column("traceparent")}::text[]
+      ) with ordinality as r(tenant, key, lock_id, request_hash, charge_id, amount_cents, created_at,
+                             response_body, event_id, payload, traceparent, n)
+    ),
+    existing as (
+      select r.n, e.request_hash, e.status, e.response_status, e.response_body
+        from req r
+       cross join lateral (
+         select request_hash, status, response_status, response_body
+           from idempotency_keys
+          where tenant = r.tenant and key = r.key and endpoint = ${shared.endpoint} and expires_at > now()
+         offset 0
+       ) as e
+    ),
+    lock as (
+      select r.n, pg_try_advisory_xact_lock(r.lock_id) as got
+        from req r
+       where not exists (select 1 from existing x where x.n = r.n)
+    ),
+    claimed as (
+      insert into idempotency_keys as k
+             (tenant, key, endpoint, request_hash, status, response_status, response_body, expires_at)
+      select r.tenant, r.key, ${shared.endpoint}, r.request_hash, 'COMPLETED', ${shared.responseStatus}::int,
+             r.response_body, now() + make_interval(secs => ${shared.ttlSeconds}::int)
+        from req r join lock l on l.n = r.n
+       where l.got
+      on conflict (tenant, key, endpoint) do update
+         set request_hash = excluded.request_hash, status = excluded.status,
+             response_status = excluded.response_status, response_body = excluded.response_body,
+             created_at = now(), expires_at = excluded.expires_at
+       where k.expires_at <= now()
+      returning k.tenant, k.key
+    ),
+    charge as (
+      insert into charges (id, tenant, amount_cents, created_at)
+      select r.charge_id, r.tenant, r.amount_cents, r.created_at
+        from req r join claimed c on c.tenant = r.tenant and c.key = r.key
+      returning id
+    ),
+    event as (
+      insert into outbox (id, aggregate_id, tenant, event_type, payload, traceparent)
+      select r.event_id, c.id, r.tenant, ${shared.eventType}, r.payload, r.traceparent
+        from charge c join req r on r.charge_id = c.id
+      returning aggregate_id
+    )
+    select l.got,
+           (exists (select 1 from event v where v.aggregate_id = r.charge_id))::int as created,
+           e.request_hash, e.status, e.response_status, e.response_body
+      from req r
+      left join lock l on l.n = r.n
+      left join existing e on e.n = r.n
+     order by r.n`, endsAt);
+  if (rows.length !== charges.length) throw new Error(`bug: createCharges returned ${rows.length} rows for ${charges.length} charges`);
+  return rows;
 }
 
 /** The key row as committed now; used only after a lost race the statement above cannot see. */

@@ -3,7 +3,8 @@
 import type { Sql } from "../shared/db.ts";
 import { CHARGE_CREATED, chargeCreatedPayload, newEventId } from "../events.ts";
 import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../shared/db.ts";
-import { createCharge, findCharge, findKey, type StoredResponse } from "./charges-sql.ts";
+import { createCharge, findCharge, findKey, type CreateChargeParams, type StoredResponse } from "./charges-sql.ts";
+import type { ChargeBatcher } from "./charge-batcher.ts";
 import { advisoryLockId, fingerprint, type ChargeFields } from "./fingerprint.ts";
 import { chargeJson, type Charge } from "./schemas.ts";
 import { UNBOUNDED, type PoolGate } from "../shared/pool-gate.ts";
@@ -31,6 +32,8 @@ interface ChargeServiceOptions {
   readonly onCreated?: () => void;
   /** The pool wait and request deadline; without it, statements are sent at once. */
   readonly bounds?: PoolGate;
+  /** Group commit under load (charge-batcher.ts); without it, each request is its own statement. */
+  readonly batcher?: ChargeBatcher;
 }
 
 export interface ChargeService {
@@ -97,7 +100,7 @@ async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeR
   const { requestHash, chargeId, createdAt, responseBody } = identity;
   let row;
   try {
-    row = await createCharge(sql, {
+    const params: CreateChargeParams = {
       tenant: request.tenant,
       key: request.key,
       endpoint: CHARGES_ENDPOINT,
@@ -113,7 +116,8 @@ async function attempt(sql: Sql, options: ChargeServiceOptions, request: ChargeR
       eventType: CHARGE_CREATED,
       eventPayload: chargeCreatedPayload({ chargeId, amountCents: request.amountCents }),
       traceparent: request.traceparent ?? null,
-    }, endsAt);
+    };
+    row = await (options.batcher ? options.batcher.create(params, endsAt) : createCharge(sql, params, endsAt));
   } catch (error) {
     // The unique constraint is the safety net under the advisory lock: whoever hits it
     // lost a race with a request for the same key, which is by definition in flight.

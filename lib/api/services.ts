@@ -5,6 +5,7 @@ import type { Config } from "../shared/config.ts";
 import { createSql, describeDbError, type Sql } from "../shared/db.ts";
 import type { Logger } from "../shared/log.ts";
 import { createPoolGate } from "../shared/pool-gate.ts";
+import { createChargeBatcher } from "./charge-batcher.ts";
 import { createChargeService, type ChargeService } from "./charges.ts";
 
 /** A pool of `max` connections, each with the API's statement and lock bounds. */
@@ -19,7 +20,10 @@ export function apiSql(config: Config, max: number, applicationName: string, sin
   });
 }
 
-/** The charge service, admitting at most `poolSize` statements at once within the request's bounds. */
+/**
+ * The charge service, admitting at most `poolSize` requests at once within their bounds, and
+ * batching their charges beyond API_CHARGE_STATEMENTS statements (charge-batcher.ts).
+ */
 export function boundedChargeService(config: Config, sql: Sql, poolSize: number, onCreated: () => void): ChargeService {
   const bounds = config.apiTimeBounds;
   const gate = createPoolGate({
@@ -28,7 +32,12 @@ export function boundedChargeService(config: Config, sql: Sql, poolSize: number,
     requestTimeoutMs: bounds.requestTimeoutMs,
     statementTimeoutMs: bounds.statementTimeoutMs,
   });
-  return createChargeService(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated, bounds: gate });
+  // With as many statements allowed as connections, every request has its own: nothing to batch.
+  const batcher =
+    config.apiChargeStatements < poolSize
+      ? createChargeBatcher(sql, { maxInFlight: config.apiChargeStatements, maxBatch: poolSize, statementTimeoutMs: bounds.statementTimeoutMs })
+      : undefined;
+  return createChargeService(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated, bounds: gate, batcher });
 }
 
 /** A failed wake-up loses nothing: the relay's poll finds the row. */

@@ -32,6 +32,8 @@ export interface Config {
   readonly apiTimeBounds: ApiTimeBounds;
   /** Connections in the API process's pool; N processes hold N times this many. */
   readonly apiPoolSize: number;
+  /** Charge statements one API process runs at once; requests beyond them wait and go in batches. */
+  readonly apiChargeStatements: number;
   /** Listen with SO_REUSEPORT, so several API processes can share PORT. */
   readonly apiReusePort: boolean;
   readonly auth: AuthConfig;
@@ -112,6 +114,11 @@ function flag(env: Env, name: string): boolean {
 // is one statement ending in a commit flush, and more concurrent commits let group commit
 // share the flushes (the measured effect of pool size is in bench/README.md).
 const API_POOL_SIZE = 32;
+// Charge statements one API process keeps running at once (lib/api/charge-batcher.ts); the
+// requests beyond them are sent together, several charges to a statement and a commit. On
+// the 2-core bench machine 2 to 4 gave the highest created/s, and 8 gave back much of the
+// gain (bench/README.md, "Group commit"); a larger database server can use more.
+const API_CHARGE_STATEMENTS = 4;
 // A sanity bound: each connection is a Postgres backend process, and a pool this large is a typo.
 const MAX_API_POOL_SIZE = 1000;
 
@@ -198,6 +205,7 @@ export function loadConfig(env: Env): Config {
     otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || undefined,
     apiTimeBounds: apiTimeBounds(env),
     apiPoolSize: integer(env, "API_POOL_SIZE", API_POOL_SIZE, 1, MAX_API_POOL_SIZE),
+    apiChargeStatements: integer(env, "API_CHARGE_STATEMENTS", API_CHARGE_STATEMENTS, 1, MAX_API_POOL_SIZE),
     apiReusePort: flag(env, "API_REUSE_PORT"),
     auth: authConfig(env),
   });
