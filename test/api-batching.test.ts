@@ -113,25 +113,31 @@ async function heldBatcher() {
   return { batcher, hold, first };
 }
 
-test("requests queued behind a running statement go as one batch, a repeated key in a batch of its own", async () => {
+test("requests queued behind a running statement go as one batch; a repeated key is answered from its first request", async () => {
   const { batcher, hold, first } = await heldBatcher();
   const distinct = Array.from({ length: 10 }, (_, i) => params("tenant-a", `key-${i}`));
-  const repeated = Array.from({ length: 3 }, () => params("tenant-a", "repeated"));
+  // The same key three times with one body, once with another.
+  const repeated = [...Array.from({ length: 3 }, () => params("tenant-a", "repeated")), params("tenant-a", "repeated", { amountCents: 100, requestHash: "hash-100" })];
   const answers = [...distinct, ...repeated].map((p) => batcher.create(p, Number.POSITIVE_INFINITY));
-  await waitUntil(() => batcher.queued === 13, 5000, "13 queued requests");
+  await waitUntil(() => batcher.queued === 14, 5000, "14 queued requests");
   await hold.release();
   expect((await first).created).toBe(1);
   const rows = await Promise.all(answers);
   rows.slice(0, 10).forEach((row) => expect(row.created).toBe(1));
-  // The repeated key: one creation, then the stored answer (never two charges, never an error).
-  expect(rows.slice(10).map((row) => row.created)).toEqual([1, 0, 0]);
-  expect(rows.slice(11).every((row) => row.request_hash === repeated[0]!.requestHash)).toBe(true);
+  // One creation; the others read the key row it stored, as a request right after its
+  // commit would: the same body is a replay of its answer, the other body a conflict.
+  const [created, ...followers] = rows.slice(10);
+  expect(created!.created).toBe(1);
+  for (const row of followers) {
+    expect(row).toMatchObject({ created: 0, request_hash: "hash-4900", status: "COMPLETED", response_status: 201, response_body: repeated[0]!.responseBody });
+  }
   const charges = await written();
   expect(charges).toHaveLength(12);
   expect(charges.every((c) => c.events === 1)).toBe(true);
-  // The ten distinct keys (and the first of the repeated one) committed in one transaction.
-  const xmins = new Set(charges.filter((c) => distinct.some((p) => p.chargeId === c.id)).map((c) => c.xmin));
-  expect(xmins.size).toBe(1);
+  // The ten distinct keys and the repeated one committed in one transaction, one statement.
+  const batched = charges.filter((c) => [...distinct, repeated[0]!].some((p) => p.chargeId === c.id));
+  expect(batched).toHaveLength(11);
+  expect(new Set(batched.map((c) => c.xmin)).size).toBe(1);
 });
 
 test("a batch one request of which the database refuses: the others are created, that one gets its error", async () => {

@@ -42,6 +42,12 @@ interface Pending {
   readonly reject: (error: unknown) => void;
 }
 
+/** One row of a batch: a request, and the requests for the same (tenant, key) queued with it. */
+interface Entry {
+  readonly leader: Pending;
+  readonly followers: Pending[];
+}
+
 export function createChargeBatcher(sql: Sql, options: BatcherOptions): ChargeBatcher {
   let inFlight = 0;
   let queue: Pending[] = [];
@@ -56,7 +62,10 @@ export function createChargeBatcher(sql: Sql, options: BatcherOptions): ChargeBa
       queue = rest;
       if (batch.length === 0) continue;
       inFlight++;
-      void send(sql, batch).finally(finished);
+      // send() settles every request itself; a bug that escapes it still answers them.
+      void send(sql, batch)
+        .catch((error: unknown) => batch.forEach((entry) => fail(entry, error)))
+        .finally(finished);
     }
   };
 
@@ -84,27 +93,33 @@ export function createChargeBatcher(sql: Sql, options: BatcherOptions): ChargeBa
 }
 
 /**
- * The next batch from the front of the queue: in arrival order, one request per
- * (tenant, key), with the same shared fields, at most maxBatch. A request whose deadline
- * left no room for a statement is refused here; the others stay queued in order.
+ * The next batch from the front of the queue, in arrival order, with the same shared fields,
+ * at most maxBatch rows. Requests for a (tenant, key) already in the batch follow its first
+ * request instead of taking a row (see settle()). A request whose deadline left no room for
+ * a statement is refused here; the others stay queued in order.
  */
-function takeBatch(queue: readonly Pending[], options: BatcherOptions): { batch: Pending[]; rest: Pending[] } {
-  const batch: Pending[] = [];
+function takeBatch(queue: readonly Pending[], options: BatcherOptions): { batch: Entry[]; rest: Pending[] } {
+  const batch: Entry[] = [];
   const rest: Pending[] = [];
-  const keys = new Set<string>();
+  const byKey = new Map<string, Entry>();
   const now = performance.now();
   for (const item of queue) {
     if (item.endsAt - now < options.statementTimeoutMs) {
       item.reject(new TimeBoundError(REQUEST_DEADLINE, "the request's deadline passed while waiting for a charge statement"));
       continue;
     }
-    const key = `${item.params.tenant.length}:${item.params.tenant}${item.params.key}`;
-    if (batch.length >= options.maxBatch || keys.has(key) || (batch.length > 0 && !sameShared(batch[0]!.params, item.params))) {
+    if (batch.length > 0 && !sameShared(batch[0]!.leader.params, item.params)) {
       rest.push(item);
       continue;
     }
-    keys.add(key);
-    batch.push(item);
+    const key = `${item.params.tenant.length}:${item.params.tenant}${item.params.key}`;
+    const entry = byKey.get(key);
+    if (entry !== undefined) entry.followers.push(item);
+    else if (batch.length < options.maxBatch) {
+      const added: Entry = { leader: item, followers: [] };
+      byKey.set(key, added);
+      batch.push(added);
+    } else rest.push(item);
   }
   return { batch, rest };
 }
@@ -113,26 +128,48 @@ function sameShared(a: CreateChargeParams, b: CreateChargeParams): boolean {
   return a.endpoint === b.endpoint && a.ttlSeconds === b.ttlSeconds && a.responseStatus === b.responseStatus && a.eventType === b.eventType;
 }
 
-async function send(sql: Sql, batch: readonly Pending[]): Promise<void> {
+async function send(sql: Sql, batch: readonly Entry[]): Promise<void> {
+  // Cancelled at the earliest deadline of its requests: none is answered late.
+  const endsAt = Math.min(...batch.flatMap((entry) => [entry.leader.endsAt, ...entry.followers.map((f) => f.endsAt)]));
   if (batch.length === 1) {
-    const [only] = batch as [Pending];
-    await createCharge(sql, only.params, only.endsAt).then(only.resolve, only.reject);
+    const [only] = batch as [Entry];
+    await createCharge(sql, only.leader.params, endsAt).then((row) => settle(only, row), (error: unknown) => fail(only, error));
     return;
   }
-  const first = batch[0]!.params;
   let rows: CreateChargeRow[];
   try {
-    // Cancelled at the earliest deadline of its requests: none is answered late.
-    const endsAt = Math.min(...batch.map((item) => item.endsAt));
-    rows = await createCharges(sql, first, batch.map((item) => item.params), endsAt);
+    rows = await createCharges(sql, batch[0]!.leader.params, batch.map((entry) => entry.leader.params), endsAt);
   } catch (error) {
     if (isUnavailable(error) || isConnectionLost(error)) {
-      for (const item of batch) item.reject(error);
+      for (const entry of batch) fail(entry, error);
       return;
     }
-    // Rolled back whole; each request is sent again alone and answered by its own statement.
-    await Promise.all(batch.map((item) => createCharge(sql, item.params, item.endsAt).then(item.resolve, item.reject)));
+    // Rolled back whole; each row is sent again alone and answered by its own statement.
+    await Promise.all(batch.map((entry) => createCharge(sql, entry.leader.params, entry.leader.endsAt).then((row) => settle(entry, row), (error: unknown) => fail(entry, error))));
     return;
   }
-  batch.forEach((item, i) => item.resolve(rows[i]!));
+  batch.forEach((entry, i) => settle(entry, rows[i]!));
+}
+
+/**
+ * The leader gets its row. Its followers, requests for the same key that were in flight
+ * at the same time, get what a request arriving right after the leader's commit would
+ * read: the key row the leader stored when it created the charge (a replay, or a 422 for
+ * another body), and otherwise the same row as the leader (the stored answer it found, or
+ * the lock another request holds: a 409).
+ */
+function settle(entry: Entry, row: CreateChargeRow): void {
+  entry.leader.resolve(row);
+  if (entry.followers.length === 0) return;
+  const { params } = entry.leader;
+  const seen: CreateChargeRow =
+    row.created === 1
+      ? { got: null, created: 0, request_hash: params.requestHash, status: "COMPLETED", response_status: params.responseStatus, response_body: params.responseBody }
+      : row;
+  for (const follower of entry.followers) follower.resolve(seen);
+}
+
+function fail(entry: Entry, error: unknown): void {
+  entry.leader.reject(error);
+  for (const follower of entry.followers) follower.reject(error);
 }
