@@ -132,9 +132,9 @@ export async function warmThenMeasure(db: FreshDb, port: number, connections: nu
 }
 
 /** Created charges/s at `connections` with unique keys; then replays/s of one key when asked. */
-export async function apiRun(connections: number, seconds: number, logLevel: string, replaySeconds: number, auth: AuthSetting = "jwt"): Promise<ApiRun> {
+export async function apiRun(connections: number, seconds: number, logLevel: string, replaySeconds: number, auth: AuthSetting = "jwt", env: Record<string, string> = {}): Promise<ApiRun> {
   const db = await freshDatabase("api");
-  const api = await startApi(db, logLevel, {}, auth);
+  const api = await startApi(db, logLevel, env, auth);
   const { token } = await authFor(auth);
   try {
     const { start, run: r, cost, chargesInRun: inRun } = await warmThenMeasure(db, api.port, connections, seconds, token, API_APP, [api.child.pid]);

@@ -107,6 +107,29 @@ await section("API vs bare stack and DB limit", async () => {
   if (bareErrors > 0) notes.push(`bare stack: ${bareErrors} non-201 or socket errors`);
 });
 
+// What group commit buys: the default (API_CHARGE_STATEMENTS=4, requests queued behind the
+// running statements go several to one) against one statement per request (as many
+// statements as connections), pairs alternated.
+await section("group commit (API_CHARGE_STATEMENTS default vs one statement per request)", async () => {
+  const batched: ApiRun[] = [];
+  const single: ApiRun[] = [];
+  for (let i = 0; i < P.pairs; i++) {
+    const off = await apiRun(CONNECTIONS, P.seconds, "info", 0, "jwt", { API_CHARGE_STATEMENTS: String(CONNECTIONS) });
+    const on = await apiRun(CONNECTIONS, P.seconds, "info", 0);
+    log(`pair ${i + 1}: ${describeApi(on)} | one statement per request: ${describeApi(off)}`);
+    batched.push(on);
+    single.push(off);
+  }
+  raw.groupCommit = { batched, single };
+  const per = (values: (number | null)[]) => median(values.map((v) => v ?? Number.NaN));
+  const ratios = batched.map((b, i) => b.createdPerSec / (single[i]?.createdPerSec ?? Number.NaN));
+  row("API created/s, group commit vs one statement per request", median(batched.map((a) => a.createdPerSec)), "/s", "-", null, median(single.map((a) => a.createdPerSec)), median(ratios));
+  row("API p99, one statement per request", median(single.map((a) => a.p99Ms)), "ms", "-", null);
+  row("Postgres CPU per charge, group commit vs one statement per request", per(batched.map((a) => a.postgresUsPerCharge)), "µs", "-", null, per(single.map((a) => a.postgresUsPerCharge)), per(batched.map((a, i) => (a.postgresUsPerCharge ?? Number.NaN) / (single[i]?.postgresUsPerCharge ?? Number.NaN))));
+  const errors = [...batched, ...single].reduce((n, a) => n + a.non2xx + a.socketErrors, 0);
+  if (errors > 0) notes.push(`group commit: ${errors} non-2xx or socket errors`);
+});
+
 // N API processes on one port (API_REUSE_PORT), the 32 connections shared out between them.
 await section("API scale-out (1 vs 2 processes)", async () => {
   const one: Throughput[] = [];

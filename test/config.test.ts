@@ -34,8 +34,8 @@ test("API pool size 32 and no SO_REUSEPORT by default; both settable for running
   expect(loadConfig({ API_REUSE_PORT: "false" }).apiReusePort).toBe(false);
 });
 
-test("4 charge statements at once per API by default (group commit beyond them), settable", () => {
-  expect(loadConfig({}).apiChargeStatements).toBe(4);
+test("2 charge statements at once per API by default (group commit beyond them), settable", () => {
+  expect(loadConfig({}).apiChargeStatements).toBe(2);
   expect(loadConfig({ API_CHARGE_STATEMENTS: "32" }).apiChargeStatements).toBe(32);
 });
 

@@ -116,9 +116,11 @@ function flag(env: Env, name: string): boolean {
 const API_POOL_SIZE = 32;
 // Charge statements one API process keeps running at once (lib/api/charge-batcher.ts); the
 // requests beyond them are sent together, several charges to a statement and a commit. On
-// the 2-core bench machine 2 to 4 gave the highest created/s, and 8 gave back much of the
-// gain (bench/README.md, "Group commit"); a larger database server can use more.
-const API_CHARGE_STATEMENTS = 4;
+// the 2-core bench machine 2, 3 and 4 gave the same created/s and p99 rose with each one
+// more (21-24 ms at 2, 25-28 at 4, 33-36 at 6: bench/README.md, "Group commit"). Two keep a
+// single API process's charges near its own CPU limit even on a large database server,
+// where each process runs two at once; several processes run two each.
+const API_CHARGE_STATEMENTS = 2;
 // A sanity bound: each connection is a Postgres backend process, and a pool this large is a typo.
 const MAX_API_POOL_SIZE = 1000;
 
