@@ -82,3 +82,26 @@ test("idempotency_requests_total counts each outcome exactly, without keys or id
   const [rows] = await db.sql<{ n: number }[]>`select count(*)::int as n from charges`;
   expect(rows?.n).toBe(2);
 });
+
+test("group commit's totals: charge statements sent, the requests they answered, and none queued when idle", async () => {
+  const read = async () => {
+    const text = await (await api.fetch(new Request("http://localhost:3000/metrics"))).text();
+    return {
+      statements: sampleBare(text, "api_charge_statements_total"),
+      requests: sampleBare(text, "api_charge_statement_requests_total"),
+      queued: sampleBare(text, "api_charge_requests_queued"),
+    };
+  };
+  const before = await read();
+  // One at a time: each request finds a statement free and goes alone.
+  for (let i = 0; i < 3; i++) expect((await postCharge(api, '{"amountCents":4900}', { key: crypto.randomUUID() })).status).toBe(201);
+  const after = await read();
+  expect(after.statements! - before.statements!).toBe(3);
+  expect(after.requests! - before.requests!).toBe(3);
+  expect(after.queued).toBe(0);
+});
+
+function sampleBare(text: string, name: string): number | undefined {
+  const line = text.split("\n").find((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{}`));
+  return line === undefined ? undefined : Number(line.split(" ").pop());
+}

@@ -27,12 +27,21 @@ export interface BatcherOptions {
   readonly statementTimeoutMs: number;
 }
 
-export interface ChargeBatcher {
+/** Running totals for the API's metrics (metrics.ts observeChargeStatements). */
+export interface ChargeStatementStats {
+  /** Charge statements sent (a batch is one). */
+  readonly statements: number;
+  /** Requests those statements answered (a batch answers several). */
+  readonly requests: number;
+  /** Requests waiting now for a statement to end. */
+  readonly queued: number;
+}
+
+export interface ChargeBatcher extends ChargeStatementStats {
   /** createCharge's row for `params`, sent alone or in a batch; `endsAt` as for settleBy(). */
   create(params: CreateChargeParams, endsAt: number): Promise<CreateChargeRow>;
-  /** Statements running, and requests waiting for one. */
+  /** Statements running now. */
   readonly inFlight: number;
-  readonly queued: number;
 }
 
 interface Pending {
@@ -51,6 +60,8 @@ interface Entry {
 export function createChargeBatcher(sql: Sql, options: BatcherOptions): ChargeBatcher {
   let inFlight = 0;
   let queue: Pending[] = [];
+  let statements = 0;
+  let requests = 0;
 
   const finished = (): void => {
     inFlight--;
@@ -62,6 +73,8 @@ export function createChargeBatcher(sql: Sql, options: BatcherOptions): ChargeBa
       queue = rest;
       if (batch.length === 0) continue;
       inFlight++;
+      statements++;
+      for (const entry of batch) requests += 1 + entry.followers.length;
       // send() settles every request itself; a bug that escapes it still answers them.
       void send(sql, batch)
         .catch((error: unknown) => batch.forEach((entry) => fail(entry, error)))
@@ -74,6 +87,8 @@ export function createChargeBatcher(sql: Sql, options: BatcherOptions): ChargeBa
       if (inFlight < options.maxInFlight && queue.length === 0) {
         // Nobody waiting and a statement free: sent alone, at once (the quiet path).
         inFlight++;
+        statements++;
+        requests++;
         const sent = createCharge(sql, params, endsAt);
         void sent.then(finished, finished);
         return sent;
@@ -88,6 +103,12 @@ export function createChargeBatcher(sql: Sql, options: BatcherOptions): ChargeBa
     },
     get queued() {
       return queue.length;
+    },
+    get statements() {
+      return statements;
+    },
+    get requests() {
+      return requests;
     },
   };
 }

@@ -7,6 +7,7 @@ import type { Logger } from "../shared/log.ts";
 import { createPoolGate } from "../shared/pool-gate.ts";
 import { createChargeBatcher } from "./charge-batcher.ts";
 import { createChargeService, type ChargeService } from "./charges.ts";
+import type { ApiMetrics } from "./metrics.ts";
 
 /** A pool of `max` connections, each with the API's statement and lock bounds. */
 export function apiSql(config: Config, max: number, applicationName: string, singleUse = false): Sql {
@@ -24,7 +25,7 @@ export function apiSql(config: Config, max: number, applicationName: string, sin
  * The charge service, admitting at most `poolSize` requests at once within their bounds, and
  * batching their charges beyond API_CHARGE_STATEMENTS statements (charge-batcher.ts).
  */
-export function boundedChargeService(config: Config, sql: Sql, poolSize: number, onCreated: () => void): ChargeService {
+export function boundedChargeService(config: Config, sql: Sql, poolSize: number, onCreated: () => void, metrics?: ApiMetrics): ChargeService {
   const bounds = config.apiTimeBounds;
   const gate = createPoolGate({
     size: poolSize,
@@ -37,6 +38,7 @@ export function boundedChargeService(config: Config, sql: Sql, poolSize: number,
     config.apiChargeStatements < poolSize
       ? createChargeBatcher(sql, { maxInFlight: config.apiChargeStatements, maxBatch: poolSize, statementTimeoutMs: bounds.statementTimeoutMs })
       : undefined;
+  if (batcher) metrics?.observeChargeStatements(batcher);
   return createChargeService(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated, bounds: gate, batcher });
 }
 

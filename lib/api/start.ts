@@ -57,7 +57,7 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   }
   const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log));
   const counters = createApiMetrics(options.meter);
-  const charges = boundedChargeService(config, sql, poolSize, notifier.poke);
+  const charges = boundedChargeService(config, sql, poolSize, notifier.poke, counters);
   const deps: RequestDeps = { sql, charges, auth, log, counters };
   const fetch = createApiHandler(() => deps, { metrics: options.metrics });
   return {
