@@ -10,13 +10,13 @@ import { transaction } from "../lib/shared/tx.ts";
 import { createScratchDatabase, scratchName, waitForBackendOnLock } from "../testkit/database.ts";
 import { rawClient } from "../testkit/mqtt.ts";
 import { privatePostgres, type PrivatePostgres } from "../testkit/private-postgres.ts";
-import { spawnScript, type Child } from "../testkit/processes.ts";
+import { spawnSubscriber } from "../testkit/subscriber.ts";
 import { services } from "../testkit/services.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 // initdb, two server starts (one with crash recovery) and a subscriber start, on a loaded machine.
 setDefaultTimeout(120_000);
-// Bun, the schema and the broker subscription.
+// Steps that take a moment on a loaded machine (a transaction beginning, resuming).
 const READY_TIMEOUT_MS = 20_000;
 // The subscriber retries a database that is away with pauses doubling up to 5 s.
 const RECOVERY_TIMEOUT_MS = 30_000;
@@ -47,35 +47,12 @@ function answering(sql: Sql): Promise<boolean> {
   return waitUntil(() => sql`select 1`.then(() => true, () => false), RECOVERY_TIMEOUT_MS, "the restarted server to answer", 100);
 }
 
-interface Line {
-  readonly event?: string;
-  readonly id?: string;
-  readonly duplicate?: boolean;
-}
-
-/** examples/subscriber.ts on `db`, with the JSON lines it printed. */
-async function spawnSubscriber(prefix: string, consumer: string): Promise<{ child: Child; lines: Line[] }> {
-  const lines: Line[] = [];
-  const child = spawnScript("examples/subscriber.ts", {
-    name: "subscriber",
-    env: { DATABASE_URL: db.url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, SUBSCRIBER_CONSUMER: consumer, LOG_LEVEL: "warn" },
-    stdout: (text) => {
-      if (text.startsWith("{")) lines.push(JSON.parse(text) as Line);
-    },
-  });
-  cleanups.push(() => child.stop());
-  await waitUntil(() => {
-    if (child.exited) throw new Error(`the subscriber exited with ${child.exitCode}: ${child.output()}`);
-    return lines.some((l) => l.event === "ready");
-  }, READY_TIMEOUT_MS, "the subscriber to subscribe");
-  return { child, lines };
-}
-
 test("Postgres stopped in immediate mode under the subscriber's open inbox transaction and started again: the process stays up and processes the event once", async () => {
   const prefix = `test/${crypto.randomUUID()}/`;
   const consumer = `test-restart-${crypto.randomUUID().slice(0, 8)}`;
   const eventId = crypto.randomUUID();
-  const { child, lines } = await spawnSubscriber(prefix, consumer);
+  const { child, lines } = await spawnSubscriber({ databaseUrl: db.url, mqttUrl, prefix, consumer });
+  cleanups.push(() => child.stop());
 
   // Our uncommitted inbox row for the event: the subscriber's insert of the same row waits on
   // it, inside the subscriber's transaction, until the server goes away.

@@ -6,13 +6,12 @@ import { afterEach, expect, setDefaultTimeout, test } from "bun:test";
 import { buildEnvelope, CHARGE_CREATED, topicOf } from "../lib/events.ts";
 import { createRoleDatabase } from "../testkit/database.ts";
 import { rawClient } from "../testkit/mqtt.ts";
-import { spawnScript } from "../testkit/processes.ts";
+import { spawnSubscriber } from "../testkit/subscriber.ts";
 import { services } from "../testkit/services.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 // A subscriber start, a refusal and the retries' pauses (doubling up to 5 s) on a loaded machine.
 setDefaultTimeout(90_000);
-const READY_TIMEOUT_MS = 20_000;
 const RECOVERY_TIMEOUT_MS = 30_000;
 
 const { mqttUrl, adminDatabaseUrl } = await services();
@@ -21,31 +20,17 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
 });
 
-interface Line {
-  readonly event?: string;
-  readonly id?: string;
-  readonly duplicate?: boolean;
-}
-
 test("the server refuses the subscriber's connections for a while (53300): it stays up and processes each event of the outage once", async () => {
   const own = await createRoleDatabase(adminDatabaseUrl, "subscriber_refused");
   cleanups.push(() => own.drop());
   const prefix = `test/${crypto.randomUUID()}/`;
   const consumer = `test-refused-${crypto.randomUUID().slice(0, 8)}`;
-  const lines: Line[] = [];
-  const child = spawnScript("examples/subscriber.ts", {
-    name: "subscriber",
-    env: { DATABASE_URL: own.url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, SUBSCRIBER_CONSUMER: consumer, LOG_LEVEL: "warn" },
-    stdout: (text) => {
-      if (text.startsWith("{")) lines.push(JSON.parse(text) as Line);
-    },
-  });
+  const { child, lines } = await spawnSubscriber({ databaseUrl: own.url, mqttUrl, prefix, consumer });
   cleanups.push(() => child.stop());
   const alive = (): void => {
     if (child.exited) throw new Error(`the subscriber exited with ${child.exitCode}: ${child.output()}`);
   };
   const received = (id: string) => lines.filter((l) => l.event === "received" && l.id === id);
-  await waitUntil(() => (alive(), lines.some((l) => l.event === "ready")), READY_TIMEOUT_MS, "the subscriber to subscribe");
 
   const publisher = await rawClient(mqttUrl);
   cleanups.push(() => publisher.endAsync());
