@@ -41,6 +41,11 @@ function row(figure: string, ours: number | null, unit: string, target: string, 
   rows.push({ figure, ours, limit, ratio, unit, target, met: check && judged !== null && Number.isFinite(judged) ? check(judged) : null });
 }
 
+/** The median of per-run values, a run without one (null) counting as NaN. */
+function per(values: (number | null)[]): number {
+  return median(values.map((v) => v ?? Number.NaN));
+}
+
 async function section(name: string, body: () => Promise<void>): Promise<void> {
   if (only !== undefined && !name.includes(only)) return;
   try {
@@ -89,7 +94,6 @@ await section("API vs bare stack and DB limit", async () => {
   const bareRatios = ours.map((a, i) => a.createdPerSec / (bares[i]?.createdPerSec ?? Number.NaN));
   const replayRatios = ours.map((a) => (a.replaysPerSec ?? Number.NaN) / a.createdPerSec);
   const createdMedian = median(ours.map((a) => a.createdPerSec));
-  const per = (values: (number | null)[]) => median(values.map((v) => v ?? Number.NaN));
   row("API created/s vs bare Bun.serve + postgres.js", createdMedian, "/s", ">= 0.85", (r) => r >= 0.85, median(bares.map((b) => b.createdPerSec)), median(bareRatios));
   row("API created/s vs DB limit (pgbench tps)", createdMedian, "/s", "-", null, median(limits.map((l) => l.tps)), median(ratios));
   row("API CPU per charge, API process vs bare", per(ours.map((a) => a.apiUsPerCharge)), "µs", "-", null, per(bares.map((b) => b.serverUsPerCharge)), per(ours.map((a, i) => (a.apiUsPerCharge ?? Number.NaN) / (bares[i]?.serverUsPerCharge ?? Number.NaN))));
@@ -107,7 +111,7 @@ await section("API vs bare stack and DB limit", async () => {
   if (bareErrors > 0) notes.push(`bare stack: ${bareErrors} non-201 or socket errors`);
 });
 
-// What group commit buys: the default (API_CHARGE_STATEMENTS=4, requests queued behind the
+// What group commit buys: the default (API_CHARGE_STATEMENTS=2, requests queued behind the
 // running statements go several to one) against one statement per request (as many
 // statements as connections), pairs alternated.
 await section("group commit (API_CHARGE_STATEMENTS default vs one statement per request)", async () => {
@@ -121,7 +125,6 @@ await section("group commit (API_CHARGE_STATEMENTS default vs one statement per 
     single.push(off);
   }
   raw.groupCommit = { batched, single };
-  const per = (values: (number | null)[]) => median(values.map((v) => v ?? Number.NaN));
   const ratios = batched.map((b, i) => b.createdPerSec / (single[i]?.createdPerSec ?? Number.NaN));
   row("API created/s, group commit vs one statement per request", median(batched.map((a) => a.createdPerSec)), "/s", "-", null, median(single.map((a) => a.createdPerSec)), median(ratios));
   row("API p99, one statement per request", median(single.map((a) => a.p99Ms)), "ms", "-", null);

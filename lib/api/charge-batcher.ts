@@ -149,14 +149,19 @@ function sameShared(a: CreateChargeParams, b: CreateChargeParams): boolean {
   return a.endpoint === b.endpoint && a.ttlSeconds === b.ttlSeconds && a.responseStatus === b.responseStatus && a.eventType === b.eventType;
 }
 
+/** The earliest deadline among a row's requests: its statement is cancelled then, so none is answered late. */
+function deadlineOf(entry: Entry): number {
+  return entry.followers.reduce((earliest, follower) => Math.min(earliest, follower.endsAt), entry.leader.endsAt);
+}
+
+/** One row sent alone (createCharge), answering its leader and followers. */
+function sendAlone(sql: Sql, entry: Entry): Promise<void> {
+  return createCharge(sql, entry.leader.params, deadlineOf(entry)).then((row) => settle(entry, row), (error: unknown) => fail(entry, error));
+}
+
 async function send(sql: Sql, batch: readonly Entry[]): Promise<void> {
-  // Cancelled at the earliest deadline of its requests: none is answered late.
-  const endsAt = Math.min(...batch.flatMap((entry) => [entry.leader.endsAt, ...entry.followers.map((f) => f.endsAt)]));
-  if (batch.length === 1) {
-    const [only] = batch as [Entry];
-    await createCharge(sql, only.leader.params, endsAt).then((row) => settle(only, row), (error: unknown) => fail(only, error));
-    return;
-  }
+  if (batch.length === 1) return sendAlone(sql, batch[0]!);
+  const endsAt = Math.min(...batch.map(deadlineOf));
   let rows: CreateChargeRow[];
   try {
     rows = await createCharges(sql, batch[0]!.leader.params, batch.map((entry) => entry.leader.params), endsAt);
@@ -166,7 +171,7 @@ async function send(sql: Sql, batch: readonly Entry[]): Promise<void> {
       return;
     }
     // Rolled back whole; each row is sent again alone and answered by its own statement.
-    await Promise.all(batch.map((entry) => createCharge(sql, entry.leader.params, entry.leader.endsAt).then((row) => settle(entry, row), (error: unknown) => fail(entry, error))));
+    await Promise.all(batch.map((entry) => sendAlone(sql, entry)));
     return;
   }
   batch.forEach((entry, i) => settle(entry, rows[i]!));
