@@ -131,3 +131,20 @@ create table if not exists subscriber_dead_letters (
 -- Times the row was the oldest publish in flight when the broker closed the connection
 -- without an answer; the relay counts a failed attempt from the third such release on.
 alter table outbox add column if not exists releases integer not null default 0;
+
+-- TEMPORARY (replaced by migrations/0002 when versioned migrations land).
+alter table charges add column if not exists refunded_cents integer not null default 0;
+do $$ begin
+  alter table charges add constraint charges_refunded_within_amount check (refunded_cents between 0 and amount_cents);
+exception when duplicate_object then null; end $$;
+alter table charges add column if not exists last_sequence integer not null default 1;
+alter table outbox add column if not exists aggregate_type text not null default 'charge';
+alter table outbox add column if not exists sequence integer not null default 1;
+alter table outbox drop constraint if exists outbox_aggregate_id_fkey;
+create table if not exists refunds (
+    id uuid primary key,
+    charge_id uuid not null references charges(id),
+    tenant text not null,
+    amount_cents integer not null check (amount_cents > 0),
+    created_at timestamptz not null default now()
+);

@@ -1,8 +1,8 @@
 // The API as a fetch module for edge runtimes: workerd (Cloudflare Workers; `bun run worker:dev`
-// runs it locally) and `deno serve` (Deno Deploy). The same routes, authentication and charge
-// service as `bun api.ts` (lib/api/handler.ts), with what an isolate allows:
-// - the handler is built here, at module scope: workerd allows code generation (Elysia's and
-//   TypeBox's compiled checks) only while the module loads;
+// runs it locally) and `deno serve` (Deno Deploy). The same routes, authentication and
+// idempotency core as `bun api.ts` (lib/api/http/pipeline.ts), with what an isolate allows:
+// - the handler is built here, at module scope: workerd allows code generation (TypeBox's
+//   compiled checks) only while the module loads;
 // - one database client per request, ended through waitUntil: workerd forbids a socket opened
 //   for one request to serve another (Hyperdrive pools connections in front of the database);
 // - no migrations: run `bun run migrate` once per deploy;
@@ -14,13 +14,15 @@ import { routableRequest } from "./lib/shared/runtime.ts";
 import { createLogger } from "./lib/shared/log.ts";
 import { notifyOutbox } from "./lib/shared/wakeup.ts";
 import { startPushTelemetry, type PushTelemetry } from "./lib/shared/telemetry-push.ts";
-import { apiSql, boundedChargeService, logNotifyFailure } from "./lib/api/services.ts";
-import { createApiHandler, type RequestDeps } from "./lib/api/handler.ts";
+import { apiSql, boundedCore, logNotifyFailure } from "./lib/api/services.ts";
+import { createApiHandler } from "./lib/api/http/pipeline.ts";
+import type { RequestDeps } from "./lib/api/http/router.ts";
+import { ROUTES, SCHEMAS } from "./lib/api/routes.ts";
 import { createApiMetrics } from "./lib/api/metrics.ts";
 import { createAuthenticator } from "./lib/api/auth.ts";
 import { problemResponse } from "./lib/api/problem.ts";
 
-// A request runs one statement at a time (a charge is one statement; a resend follows the
+// A request runs one statement at a time (an operation is one statement; a resend follows the
 // failed try), so one connection is all it can use.
 const CONNECTIONS_PER_REQUEST = 1;
 // After the response: the notify and a clean Terminate get this long before the socket is cut.
@@ -33,11 +35,13 @@ interface WaitUntil {
 
 /** Built once per isolate from its bindings: everything that outlives a request. */
 type Isolate =
-  | { readonly ok: true; readonly config: Config; readonly shared: Omit<RequestDeps, "sql" | "charges">; readonly telemetry?: PushTelemetry }
+  | { readonly ok: true; readonly config: Config; readonly shared: Omit<RequestDeps, "sql" | "core">; readonly telemetry?: PushTelemetry }
   | { readonly ok: false; readonly message: string };
 
 const scope = new AsyncLocalStorage<RequestDeps>();
 const handle = createApiHandler(
+  ROUTES,
+  SCHEMAS,
   () => {
     const deps = scope.getStore();
     if (!deps) throw new Error("bug: a request ran outside its scope");
@@ -59,9 +63,9 @@ export default {
     const sql = apiSql(config, CONNECTIONS_PER_REQUEST, "charges-worker", true);
     const after: Promise<unknown>[] = [];
     const wake = (): void => void after.push(notifyOutbox(sql).catch(logNotifyFailure(shared.log)));
-    const charges = boundedChargeService(config, sql, CONNECTIONS_PER_REQUEST, wake);
+    const core = boundedCore(config, sql, CONNECTIONS_PER_REQUEST, wake);
     try {
-      return await scope.run({ ...shared, sql, charges }, () => handle(routableRequest(request)));
+      return await scope.run({ ...shared, sql, core }, () => handle(routableRequest(request)));
     } finally {
       const push = telemetry?.pushDue()?.catch((error: unknown) => shared.log.warn("metrics push failed", { error: String(error) }));
       const done = Promise.all(after).then(() => sql.end({ timeout: END_TIMEOUT_S }));

@@ -1,12 +1,15 @@
 // The bare-stack limit of the API: `Bun.serve` + postgres.js running the API's one
-// statement (lib/api/charges-sql.ts createCharge, imported so the two never drift) with the
-// same parameter shapes (a SHA-256 hex fingerprint, a 64-bit lock id from a SHA-256, a random
-// charge id and a time-ordered event id, the stored 201 body, the event payload) and nothing else: no framework, no
-// validation, no authentication, no metrics, no logs, no pool gate, no relay wake-up.
+// statement for POST /charges (lib/api/core/statement.ts with the charges operation, imported
+// so the two never drift), one request per statement, with the same parameter shapes (a
+// SHA-256 hex fingerprint, a 64-bit lock id from a SHA-256, a random charge id and a
+// time-ordered event id, the stored 201 body, the event payload) and nothing else: no
+// validation, no authentication, no metrics, no logs, no pool gate, no group commit, no relay
+// wake-up.
 // `DATABASE_URL=… PORT=… bun bench/bare-api.ts`; GET answers 200 (the bench's ready check).
 import { createHash } from "node:crypto";
 import postgres from "postgres";
-import { createCharge } from "../lib/api/charges-sql.ts";
+import { compileOperation, runOperation, type CompiledOperation } from "../lib/api/core/statement.ts";
+import { createCharge } from "../lib/api/operations/charges.ts";
 import { newEventId } from "../lib/events.ts";
 import type { Sql } from "../lib/shared/db.ts";
 
@@ -15,7 +18,6 @@ const POOL_SIZE = 32;
 // The API's idempotency TTL default (24 h); the value only fills the column.
 const TTL_SECONDS = 86_400;
 const TENANT = "default";
-const ENDPOINT = "POST /charges";
 /** The application_name the bench finds this server's backends by. */
 export const BARE_APP = "bench-bare-api";
 
@@ -23,31 +25,26 @@ function lockIdOf(key: string): string {
   return createHash("sha256").update(key).digest().readBigInt64BE(0).toString();
 }
 
-async function charge(sql: Sql, request: Request): Promise<Response> {
+async function charge(sql: Sql, statement: CompiledOperation, request: Request): Promise<Response> {
   const key = request.headers.get("idempotency-key") ?? "";
   const text = await request.text();
   const amountCents = (JSON.parse(text) as { amountCents: number }).amountCents;
   const chargeId = crypto.randomUUID();
   const createdAt = new Date().toISOString();
   const responseBody = JSON.stringify({ id: chargeId, amountCents, createdAt });
-  const row = await createCharge(sql, {
-    tenant: TENANT,
-    key,
-    endpoint: ENDPOINT,
-    lockId: lockIdOf(key),
-    requestHash: createHash("sha256").update(text).digest("hex"),
-    ttlSeconds: TTL_SECONDS,
-    chargeId,
-    amountCents,
-    createdAt,
-    responseStatus: 201,
-    responseBody,
-    eventId: newEventId(),
-    eventType: "ChargeCreated",
-    eventPayload: JSON.stringify({ chargeId, amountCents }),
-    traceparent: null,
-  });
-  const body = row.created === 1 ? responseBody : (row.response_body ?? "{}");
+  const [row] = await runOperation(sql, statement, TTL_SECONDS, [
+    {
+      tenant: TENANT,
+      key,
+      lockId: lockIdOf(key),
+      requestHash: createHash("sha256").update(text).digest("hex"),
+      responseBody,
+      eventId: newEventId(),
+      traceparent: null,
+      columns: { charge_id: chargeId, amount_cents: amountCents, created_at: createdAt, payload: JSON.stringify({ chargeId, amountCents }) },
+    },
+  ]);
+  const body = row!.created === 1 ? responseBody : (row!.response_body ?? "{}");
   return new Response(body, { status: 201, headers: { "content-type": "application/json", location: `/charges/${chargeId}` } });
 }
 
@@ -55,10 +52,11 @@ if (import.meta.main) {
   const url = process.env.DATABASE_URL;
   if (!url) throw new Error("DATABASE_URL is required");
   const sql = postgres(url, { max: POOL_SIZE, prepare: true, connection: { application_name: BARE_APP } }) as unknown as Sql;
+  const statement = compileOperation(sql, createCharge);
   const server = Bun.serve({
     port: Number(process.env.PORT ?? 0),
     hostname: "127.0.0.1",
-    fetch: (request) => (request.method === "POST" ? charge(sql, request) : new Response("ok")),
+    fetch: (request) => (request.method === "POST" ? charge(sql, statement, request) : new Response("ok")),
   });
   console.error(`bare api on ${server.port}`);
   process.on("SIGTERM", () => {

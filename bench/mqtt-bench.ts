@@ -25,6 +25,7 @@ export function sampleEnvelope(): string {
     aggregateId: chargeId,
     tenantId: "bench-tenant",
     createdAt: new Date().toISOString(),
+    sequence: 1,
     data: { chargeId, amountCents: 4900 },
   });
 }
@@ -77,7 +78,7 @@ async function publishAll(client: mqtt.MqttClient, topic: string, payload: strin
           qos: 1,
           properties: {
             contentType: EVENT_CONTENT_TYPE,
-            userProperties: userPropertiesOf({ id: crypto.randomUUID(), type: CHARGE_CREATED, tenantId: "bench-tenant", traceparent: null }),
+            userProperties: userPropertiesOf({ id: crypto.randomUUID(), type: CHARGE_CREATED, tenantId: "bench-tenant", sequence: 1, traceparent: null }),
           },
         });
       }

@@ -23,7 +23,7 @@ const batchSizes = process.argv.slice(3).map(Number);
 if (batchSizes.length === 0) batchSizes.push(DEFAULT_OUTBOX_BATCH_SIZE);
 
 const envelope = sampleEnvelope();
-const properties = { contentType: EVENT_CONTENT_TYPE, userProperties: userPropertiesOf({ id: crypto.randomUUID(), type: CHARGE_CREATED, tenantId: "bench-tenant", traceparent: null }) };
+const properties = { contentType: EVENT_CONTENT_TYPE, userProperties: userPropertiesOf({ id: crypto.randomUUID(), type: CHARGE_CREATED, tenantId: "bench-tenant", sequence: 1, traceparent: null }) };
 
 async function bareClientRate(window: number): Promise<number> {
   const client = await mqtt.connectAsync(mqttUrl, { protocolVersion: 5 });

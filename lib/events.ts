@@ -5,15 +5,28 @@
 import { v7 as uuidV7 } from "uuid";
 import { isUuid } from "./shared/uuid.ts";
 
+/** The aggregate type of every event so far: a charge (the outbox's aggregate_type). */
+export const CHARGE = "charge";
 /** A charge committed: written in the charge's own transaction, published by the relay. */
 export const CHARGE_CREATED = "ChargeCreated";
-export type EventType = typeof CHARGE_CREATED;
-export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED];
+/** A refund of a charge committed, in the refund's own transaction; its aggregate is the charge. */
+export const CHARGE_REFUNDED = "ChargeRefunded";
+export type EventType = typeof CHARGE_CREATED | typeof CHARGE_REFUNDED;
+export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED, CHARGE_REFUNDED];
 
 /** The `data` of a ChargeCreated event. */
 export interface ChargeCreatedData {
   readonly chargeId: string;
   readonly amountCents: number;
+}
+
+/** The `data` of a ChargeRefunded event. */
+export interface ChargeRefundedData {
+  readonly chargeId: string;
+  readonly refundId: string;
+  readonly amountCents: number;
+  /** The charge's refunded total after this refund. */
+  readonly refundedCents: number;
 }
 
 /** What a subscriber receives as the MQTT payload (UTF-8 JSON). */
@@ -28,6 +41,12 @@ export interface EventEnvelope {
   readonly tenantId?: string;
   /** The outbox row's created_at, ISO-8601 UTC with microseconds. */
   readonly createdAt: string;
+  /**
+   * The event's place among its aggregate's events: 1, 2, 3, … in the order their
+   * transactions committed (a charge's ChargeCreated is 1, each refund the next). Absent only
+   * from events published before sequences existed.
+   */
+  readonly sequence?: number;
   readonly data: unknown;
 }
 
@@ -47,12 +66,18 @@ export function newEventId(): string {
 /** The MQTT 5 content type of every event. */
 export const EVENT_CONTENT_TYPE = "application/json";
 
-/** `<prefix>charges/<EventType>`: one topic per event type under the deployment's prefix. */
-export function topicOf(prefix: string, eventType: string): string {
-  return `${prefix}charges/${eventType}`;
+// The topic level of each aggregate type's events.
+const AGGREGATE_TOPICS: Readonly<Record<string, string>> = { [CHARGE]: "charges" };
+
+/**
+ * `<prefix><aggregate level>/<EventType>` (`charges/ChargeCreated`): one topic per event type
+ * under the deployment's prefix. An aggregate type without a level of its own is its own level.
+ */
+export function topicOf(prefix: string, eventType: string, aggregateType: string = CHARGE): string {
+  return `${prefix}${AGGREGATE_TOPICS[aggregateType] ?? aggregateType}/${eventType}`;
 }
 
-/** The filter that receives every event type under `prefix`. */
+/** The filter that receives every event type of charges under `prefix`. */
 export function subscriptionFilter(prefix: string): string {
   return `${prefix}charges/#`;
 }
@@ -90,9 +115,9 @@ export function chargeCreatedPayload(data: ChargeCreatedData): string {
 }
 
 /** The wire payload: the envelope as JSON text. */
-export function buildEnvelope(envelope: EventEnvelope & { readonly tenantId: string }): string {
-  const { id, type, aggregateId, tenantId, createdAt, data } = envelope;
-  return JSON.stringify({ id, type, aggregateId, tenantId, createdAt, data });
+export function buildEnvelope(envelope: EventEnvelope & { readonly tenantId: string; readonly sequence: number }): string {
+  const { id, type, aggregateId, tenantId, createdAt, sequence, data } = envelope;
+  return JSON.stringify({ id, type, aggregateId, tenantId, createdAt, sequence, data });
 }
 
 /** What travels beside the payload as MQTT 5 user properties. */
@@ -100,13 +125,19 @@ export interface EventProperties {
   readonly id: string;
   readonly type: string;
   readonly tenantId: string;
+  readonly sequence: number;
   /** The request's W3C traceparent, if it had one. */
   readonly traceparent: string | null;
 }
 
-/** MQTT 5 user properties of an event: event-id, event-type, tenant-id, and traceparent if any. */
+/** MQTT 5 user properties of an event: event-id, event-type, tenant-id, aggregate-sequence, and traceparent if any. */
 export function userPropertiesOf(event: EventProperties): Record<string, string> {
-  const properties: Record<string, string> = { "event-id": event.id, "event-type": event.type, "tenant-id": event.tenantId };
+  const properties: Record<string, string> = {
+    "event-id": event.id,
+    "event-type": event.type,
+    "tenant-id": event.tenantId,
+    "aggregate-sequence": String(event.sequence),
+  };
   if (event.traceparent) properties.traceparent = event.traceparent;
   return properties;
 }
@@ -121,10 +152,19 @@ export function parseEnvelope(payload: Uint8Array | string): EventEnvelope | und
   }
   if (typeof value !== "object" || value === null) return undefined;
   const v = value as Record<string, unknown>;
-  const { id, type, aggregateId, tenantId, createdAt } = v;
+  const { id, type, aggregateId, tenantId, createdAt, sequence } = v;
   if (typeof id !== "string" || !isUuid(id)) return undefined;
   if (typeof type !== "string" || typeof aggregateId !== "string" || typeof createdAt !== "string") return undefined;
   if (tenantId !== undefined && typeof tenantId !== "string") return undefined;
+  if (sequence !== undefined && !(Number.isInteger(sequence) && (sequence as number) >= 1)) return undefined;
   if (!("data" in v)) return undefined;
-  return tenantId === undefined ? { id, type, aggregateId, createdAt, data: v.data } : { id, type, aggregateId, tenantId, createdAt, data: v.data };
+  return {
+    id,
+    type,
+    aggregateId,
+    ...(tenantId !== undefined && { tenantId }),
+    createdAt,
+    ...(sequence !== undefined && { sequence: sequence as number }),
+    data: v.data,
+  };
 }

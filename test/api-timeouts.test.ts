@@ -19,7 +19,7 @@ setDefaultTimeout(30_000);
 const db = await freshDatabase("api_timeouts");
 afterAll(() => db.drop());
 beforeEach(async () => {
-  await db.sql`truncate outbox, idempotency_keys, charges`;
+  await db.sql`truncate refunds, outbox, idempotency_keys, charges`;
 });
 
 const UNAVAILABLE_TYPE = "https://charges.example/problems/service-unavailable";

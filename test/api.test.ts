@@ -47,11 +47,11 @@ describe("created", () => {
     expect(stored).toMatchObject({ status: "COMPLETED", response_status: 201, response_body: text, ttl: 86_400 });
   });
 
-  test("GET /charges/:id returns what POST created; unknown → 404, not a UUID → 400", async () => {
+  test("GET /charges/:id returns what POST created, with its refunded total; unknown → 404, not a UUID → 400", async () => {
     const created = (await (await postCharge(api, body(123), { key: key() })).json()) as { id: string };
     const got = await getCharge(api, created.id);
     expect(got.status).toBe(200);
-    expect(await got.json()).toEqual(created);
+    expect(await got.json()).toEqual({ ...created, refundedCents: 0 });
     const missing = await getCharge(api, key());
     expect(missing.status).toBe(404);
     expect(missing.headers.get("content-type")).toBe("application/problem+json");

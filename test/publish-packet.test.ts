@@ -29,7 +29,7 @@ function message(payloadChars: number, traceparent: string | null, tenantId = "t
     topic: topicOf(prefix, CHARGE_CREATED),
     payload: JSON.stringify({ id, pad: "é".repeat(Math.floor(payloadChars / 2)) + "x".repeat(payloadChars % 2) }),
     contentType: EVENT_CONTENT_TYPE,
-    userProperties: userPropertiesOf({ id, type: CHARGE_CREATED, tenantId, traceparent }),
+    userProperties: userPropertiesOf({ id, type: CHARGE_CREATED, tenantId, sequence: 1, traceparent }),
   };
 }
 

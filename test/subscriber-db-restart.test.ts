@@ -61,7 +61,7 @@ test("Postgres stopped in immediate mode under the subscriber's open inbox trans
   await holder`insert into inbox (event_id, consumer) values (${eventId}::uuid, ${consumer})`;
   const publisher = await rawClient(mqttUrl);
   cleanups.push(() => publisher.endAsync());
-  const envelope = buildEnvelope({ id: eventId, type: CHARGE_CREATED, aggregateId: crypto.randomUUID(), tenantId: "tenant-a", createdAt: new Date().toISOString(), data: { amountCents: 100 } });
+  const envelope = buildEnvelope({ id: eventId, type: CHARGE_CREATED, aggregateId: crypto.randomUUID(), tenantId: "tenant-a", createdAt: new Date().toISOString(), sequence: 1, data: { amountCents: 100 } });
   await publisher.publishAsync(topicOf(prefix, CHARGE_CREATED), envelope, { qos: 1 });
   await waitForBackendOnLock(db.sql, `charges-subscriber-${consumer}`);
 

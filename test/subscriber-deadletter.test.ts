@@ -33,7 +33,7 @@ afterEach(async () => {
 afterAll(() => db.drop());
 
 function envelope(id: string): string {
-  return buildEnvelope({ id, type: CHARGE_CREATED, aggregateId: crypto.randomUUID(), tenantId: "tenant-a", createdAt: new Date().toISOString(), data: { amountCents: 100 } });
+  return buildEnvelope({ id, type: CHARGE_CREATED, aggregateId: crypto.randomUUID(), tenantId: "tenant-a", createdAt: new Date().toISOString(), sequence: 1, data: { amountCents: 100 } });
 }
 
 async function publisher(): Promise<MqttClient> {

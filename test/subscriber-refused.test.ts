@@ -35,7 +35,7 @@ test("the server refuses the subscriber's connections for a while (53300): it st
   const publisher = await rawClient(mqttUrl);
   cleanups.push(() => publisher.endAsync());
   const publish = async (id: string): Promise<void> => {
-    const envelope = buildEnvelope({ id, type: CHARGE_CREATED, aggregateId: crypto.randomUUID(), tenantId: "tenant-a", createdAt: new Date().toISOString(), data: { amountCents: 100 } });
+    const envelope = buildEnvelope({ id, type: CHARGE_CREATED, aggregateId: crypto.randomUUID(), tenantId: "tenant-a", createdAt: new Date().toISOString(), sequence: 1, data: { amountCents: 100 } });
     await publisher.publishAsync(topicOf(prefix, CHARGE_CREATED), envelope, { qos: 1 });
   };
   const before = crypto.randomUUID();

@@ -1,14 +1,14 @@
 // The API's metrics through the OpenTelemetry API only; the entrypoint registers the SDK.
 // Labels hold the endpoint and the outcome, never a key or an id.
 import { metrics, type Attributes, type Meter } from "@opentelemetry/api";
-import type { ChargeOutcome } from "./charges.ts";
+import type { OutcomeKind } from "./core/service.ts";
 import type { AuthFailureReason } from "./auth.ts";
-import type { ChargeStatementStats } from "./charge-batcher.ts";
+import type { StatementStats } from "./core/batcher.ts";
 
 export interface ApiMetrics {
-  /** Reports the group commit's totals (charge-batcher.ts) at each collection. */
-  observeChargeStatements(stats: ChargeStatementStats): void;
-  countOutcome(endpoint: string, outcome: ChargeOutcome["kind"]): void;
+  /** Reports the group commit's totals (core/batcher.ts) at each collection. */
+  observeStatements(stats: StatementStats): void;
+  countOutcome(endpoint: string, outcome: OutcomeKind): void;
   /** A /charges request refused before the charge service saw it: no idempotency outcome. */
   countAuthFailure(reason: AuthFailureReason): void;
 }
@@ -34,16 +34,16 @@ export function createApiMetrics(meter: Meter = metrics.getMeter("charges")): Ap
     description: "Requests to /charges refused for their bearer token (or left unverified: keys_unavailable), by reason",
   });
   return {
-    observeChargeStatements(stats) {
+    observeStatements(stats) {
       // Read at collection: the hot path only bumps the batcher's own integers.
       meter
-        .createObservableCounter("api_charge_statements_total", { description: "Charge statements sent; requests_total over this is the mean batch size" })
+        .createObservableCounter("api_charge_statements_total", { description: "Statements of the idempotent operations sent; requests_total over this is the mean batch size" })
         .addCallback((result) => result.observe(stats.statements));
       meter
-        .createObservableCounter("api_charge_statement_requests_total", { description: "POST /charges requests those statements answered (several per batch)" })
+        .createObservableCounter("api_charge_statement_requests_total", { description: "Requests of the idempotent operations those statements answered (several per batch)" })
         .addCallback((result) => result.observe(stats.requests));
       meter
-        .createObservableGauge("api_charge_requests_queued", { description: "Requests waiting for a running charge statement to end (API_CHARGE_STATEMENTS)" })
+        .createObservableGauge("api_charge_requests_queued", { description: "Requests waiting for a running statement to end (API_CHARGE_STATEMENTS)" })
         .addCallback((result) => result.observe(stats.queued));
     },
     countOutcome(endpoint, outcome) {

@@ -13,13 +13,14 @@ export interface ProblemSpec {
 export const PROBLEMS = {
   invalidKey: { slug: "invalid-idempotency-key", title: "Invalid Idempotency-Key", status: 400 },
   invalidBody: { slug: "invalid-body", title: "Invalid request body", status: 400 },
-  invalidId: { slug: "invalid-id", title: "Invalid charge id", status: 400 },
+  invalidId: { slug: "invalid-id", title: "Invalid id", status: 400 },
   unauthorized: { slug: "unauthorized", title: "Unauthorized", status: 401 },
   notFound: { slug: "not-found", title: "Not found", status: 404 },
   inFlight: { slug: "request-in-flight", title: "Request in flight", status: 409 },
   bodyTooLarge: { slug: "body-too-large", title: "Request body too large", status: 413 },
   unsupportedMediaType: { slug: "unsupported-media-type", title: "Unsupported media type", status: 415 },
   payloadConflict: { slug: "idempotency-key-reused", title: "Idempotency-Key reused with another request", status: 422 },
+  refundExceedsCharge: { slug: "refund-exceeds-charge", title: "Refund exceeds what is left of the charge", status: 422 },
   internal: { slug: "internal-error", title: "Internal server error", status: 500 },
   unavailable: { slug: "service-unavailable", title: "Service unavailable", status: 503 },
 } as const satisfies Record<string, ProblemSpec>;
@@ -34,7 +35,7 @@ export interface ProblemBody {
   readonly [extension: string]: unknown;
 }
 
-/** Thrown only from request parsing, where Elysia's lifecycle wants an exception. */
+/** Thrown only from reading the body (body.ts), and answered by the request pipeline. */
 export class ProblemError extends Error {
   constructor(
     readonly problem: ProblemName,

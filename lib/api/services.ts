@@ -1,12 +1,12 @@
 // What the long-lived server (start.ts) and the edge worker (worker.ts) build the same way:
-// a pool carrying the API's time bounds, the charge service behind the pool gate, and the
+// a pool carrying the API's time bounds, the idempotency core behind one pool gate, and the
 // line a failed relay wake-up logs. They differ only in how long these live.
 import type { Config } from "../shared/config.ts";
 import { createSql, describeDbError, type Sql } from "../shared/db.ts";
 import type { Logger } from "../shared/log.ts";
 import { createPoolGate } from "../shared/pool-gate.ts";
-import { createChargeBatcher } from "./charge-batcher.ts";
-import { createChargeService, type ChargeService } from "./charges.ts";
+import { createBatcher } from "./core/batcher.ts";
+import { createIdempotencyCore, type IdempotencyCore } from "./core/service.ts";
 import type { ApiMetrics } from "./metrics.ts";
 
 /** A pool of `max` connections, each with the API's statement and lock bounds. */
@@ -22,10 +22,11 @@ export function apiSql(config: Config, max: number, applicationName: string, sin
 }
 
 /**
- * The charge service, admitting at most `poolSize` requests at once within their bounds, and
- * batching their charges beyond API_CHARGE_STATEMENTS statements (charge-batcher.ts).
+ * The idempotency core of every operation, admitting at most `poolSize` requests at once (one
+ * pool gate for the process) within their bounds, and batching them beyond
+ * API_CHARGE_STATEMENTS statements (core/batcher.ts).
  */
-export function boundedChargeService(config: Config, sql: Sql, poolSize: number, onCreated: () => void, metrics?: ApiMetrics): ChargeService {
+export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreated: () => void, metrics?: ApiMetrics): IdempotencyCore {
   const bounds = config.apiTimeBounds;
   const gate = createPoolGate({
     size: poolSize,
@@ -36,10 +37,15 @@ export function boundedChargeService(config: Config, sql: Sql, poolSize: number,
   // With as many statements allowed as connections, every request has its own: nothing to batch.
   const batcher =
     config.apiChargeStatements < poolSize
-      ? createChargeBatcher(sql, { maxInFlight: config.apiChargeStatements, maxBatch: poolSize, statementTimeoutMs: bounds.statementTimeoutMs })
+      ? createBatcher(sql, {
+          maxInFlight: config.apiChargeStatements,
+          maxBatch: poolSize,
+          ttlSeconds: config.idempotencyTtlSeconds,
+          statementTimeoutMs: bounds.statementTimeoutMs,
+        })
       : undefined;
-  if (batcher) metrics?.observeChargeStatements(batcher);
-  return createChargeService(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated, bounds: gate, batcher });
+  if (batcher) metrics?.observeStatements(batcher);
+  return createIdempotencyCore(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated, bounds: gate, batcher });
 }
 
 /** A failed wake-up loses nothing: the relay's poll finds the row. */

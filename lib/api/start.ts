@@ -1,12 +1,14 @@
-// Assembles the API process from config: the pool, the schema, the service, the relay's
-// wake-up and metrics; the handler (routes, authentication, request logs) is handler.ts's,
-// shared with the edge worker (worker.ts).
+// Assembles the API process from config: the pool, the schema, the idempotency core, the
+// relay's wake-up and metrics; the request pipeline (routes, authentication, request logs) is
+// http/pipeline.ts's, shared with the edge worker (worker.ts).
 import type { Meter } from "@opentelemetry/api";
 import type { Config } from "../shared/config.ts";
 import type { Sql } from "../shared/db.ts";
 import { applySchema } from "../shared/startup.ts";
-import { apiSql, boundedChargeService, logNotifyFailure } from "./services.ts";
-import { createApiHandler, type RequestDeps } from "./handler.ts";
+import { apiSql, boundedCore, logNotifyFailure } from "./services.ts";
+import { createApiHandler } from "./http/pipeline.ts";
+import type { RequestDeps } from "./http/router.ts";
+import { ROUTES, SCHEMAS } from "./routes.ts";
 import { createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { createOutboxNotifier } from "../shared/wakeup.ts";
@@ -57,9 +59,9 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   }
   const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log));
   const counters = createApiMetrics(options.meter);
-  const charges = boundedChargeService(config, sql, poolSize, notifier.poke, counters);
-  const deps: RequestDeps = { sql, charges, auth, log, counters };
-  const fetch = createApiHandler(() => deps, { metrics: options.metrics });
+  const core = boundedCore(config, sql, poolSize, notifier.poke, counters);
+  const deps: RequestDeps = { sql, core, auth, log, counters };
+  const fetch = createApiHandler(ROUTES, SCHEMAS, () => deps, { metrics: options.metrics });
   return {
     sql,
     fetch,

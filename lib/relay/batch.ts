@@ -64,15 +64,15 @@ class RowMessage implements OutboundMessage {
     return this.row.aggregateId;
   }
   get topic(): string {
-    return topicOf(this.prefix, this.row.eventType);
+    return topicOf(this.prefix, this.row.eventType, this.row.aggregateType);
   }
   get payload(): string {
-    const { id, eventType: type, aggregateId, tenant: tenantId, createdAt } = this.row;
-    return buildEnvelope({ id, type, aggregateId, tenantId, createdAt, data: this.data });
+    const { id, eventType: type, aggregateId, tenant: tenantId, createdAt, sequence } = this.row;
+    return buildEnvelope({ id, type, aggregateId, tenantId, createdAt, sequence, data: this.data });
   }
   get userProperties(): Record<string, string> {
-    const { id, eventType: type, tenant: tenantId, traceparent } = this.row;
-    return userPropertiesOf({ id, type, tenantId, traceparent });
+    const { id, eventType: type, tenant: tenantId, sequence, traceparent } = this.row;
+    return userPropertiesOf({ id, type, tenantId, sequence, traceparent });
   }
 }
 

@@ -18,6 +18,10 @@ export interface OutboxRow {
    */
   readonly tid: string;
   readonly aggregateId: string;
+  /** The aggregate's type (`charge`): the event's topic level. */
+  readonly aggregateType: string;
+  /** The event's place among its aggregate's events, 1, 2, 3, … */
+  readonly sequence: number;
   /** The tenant whose request wrote the row. */
   readonly tenant: string;
   readonly eventType: string;
@@ -61,7 +65,8 @@ export async function claimBatch(tx: Db, limit: number, from?: string): Promise<
   // Named as OutboxRow's fields in SQL: the rows come back in their final shape, with no
   // per-row copy on the drain's hot path.
   return await tx<OutboxRow[]>`
-    select id, ctid::text as tid, aggregate_id as "aggregateId", tenant, event_type as "eventType", payload, releases, traceparent,
+    select id, ctid::text as tid, aggregate_id as "aggregateId", aggregate_type as "aggregateType", sequence,
+           tenant, event_type as "eventType", payload, releases, traceparent,
            to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"
     from outbox
     where published_at is null

@@ -90,14 +90,16 @@ export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes:
   const releases: Release[] = [];
   const lags = new Map<string, number[]>();
   const errors = new Map<string, number>();
-  // A batch is almost always of one event type: its topic is built once, not per row.
+  // A batch is mostly of one event type: its topic is built once per run of that type, not per row.
   let lastType: string | undefined;
+  let lastAggregate: string | undefined;
   let topic = "";
   rows.forEach((row, i) => {
     const outcome = outcomes[i] ?? { kind: "released", error: "no outcome" };
-    if (row.eventType !== lastType) {
+    if (row.eventType !== lastType || row.aggregateType !== lastAggregate) {
       lastType = row.eventType;
-      topic = topicOf(topicPrefix, row.eventType);
+      lastAggregate = row.aggregateType;
+      topic = topicOf(topicPrefix, row.eventType, row.aggregateType);
     }
     if (outcome.kind === "acked") {
       acked.push(row.tid);

@@ -6,7 +6,7 @@ import { createLogger, type Logger } from "../shared/log.ts";
 import { openDatabase } from "../shared/startup.ts";
 import { youngCollection, type FetchHandler } from "../shared/runtime.ts";
 import { createGcPacer, UNPACED } from "../shared/gc-pacer.ts";
-import { CHARGE_CREATED, topicOf } from "../events.ts";
+import { EVENT_TYPES, topicOf } from "../events.ts";
 import { connectBroker, type Broker } from "./publisher.ts";
 import { createRelay, laneCount, type Relay } from "./loop.ts";
 import { createRelayFetch } from "./http.ts";
@@ -71,7 +71,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     batchSize: config.outboxBatchSize,
     pollMs: config.outboxPollMs,
     topicPrefix: config.mqttTopicPrefix,
-    events: otelRelayEvents([topicOf(config.mqttTopicPrefix, CHARGE_CREATED)]),
+    events: otelRelayEvents(EVENT_TYPES.map((type) => topicOf(config.mqttTopicPrefix, type))),
     logger: log,
   });
   const routes = options.metrics ? { "/metrics": options.metrics } : undefined;

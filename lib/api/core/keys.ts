@@ -8,7 +8,7 @@
 // (hyphenated 8-4-4-4-12 hex, any version) is normalized to lowercase, so every spelling of
 // one UUID is one key; any other key is compared exactly, case included.
 import { parseItem } from "structured-headers";
-import { isUuid } from "../shared/uuid.ts";
+import { isUuid } from "../../shared/uuid.ts";
 
 // What payment APIs accept (Stripe: 255): room for `<prefix>-retry-<uuid>` and the ids a
 // client derives its keys from, and a bound on what one key row stores.

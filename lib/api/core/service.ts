@@ -1,0 +1,134 @@
+// The Idempotency-Key contract for every operation, as values: expected outcomes are a
+// discriminated union; only bugs and infrastructure faults throw.
+import type { Static } from "@sinclair/typebox";
+import type { Sql } from "../../shared/db.ts";
+import { newEventId } from "../../events.ts";
+import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../../shared/db.ts";
+import { UNBOUNDED, type PoolGate } from "../../shared/pool-gate.ts";
+import type { Batcher } from "./batcher.ts";
+import { advisoryLockId, fingerprint } from "./fingerprint.ts";
+import type { Operation, OperationInput, Refusal } from "./operation.ts";
+import { compileOperation, findKey, runOperation, type CompiledOperation, type KeyRow, type RequestRow } from "./statement.ts";
+
+export type Outcome =
+  | { readonly kind: "created"; readonly status: number; readonly body: string; readonly location: string }
+  | { readonly kind: "replayed"; readonly status: number; readonly body: string; readonly location: string }
+  | { readonly kind: "payload_conflict" }
+  | { readonly kind: "in_flight" }
+  | { readonly kind: "refused"; readonly refusal: Refusal };
+
+export type OutcomeKind = Outcome["kind"];
+
+export interface OperationRequest<Body> {
+  /** Whose key and rows these are: every read and write is scoped to it. */
+  readonly tenant: string;
+  readonly key: string;
+  readonly input: OperationInput<Body>;
+  readonly traceparent: string | null;
+}
+
+export interface CoreOptions {
+  readonly ttlSeconds: number;
+  /** Called after an operation committed its event; the relay's wake-up hangs here. */
+  readonly onCreated?: () => void;
+  /** The pool wait and request deadline; without it, statements are sent at once. */
+  readonly bounds?: PoolGate;
+  /** Group commit under load (batcher.ts); without it, each request is its own statement. */
+  readonly batcher?: Batcher;
+}
+
+export interface IdempotencyCore {
+  run<Op extends Operation>(op: Op, request: OperationRequest<Static<Op["body"]>>): Promise<Outcome>;
+  /** A read of the routes (GET), within the same pool gate and deadline as the writes. */
+  read<T>(work: (sql: Sql, endsAt: number) => Promise<T>): Promise<T>;
+}
+
+// A pooled connection whose backend was killed fails the statement sent on it (and, with
+// postgres.js, sometimes the next one too). Sending the statement again on a fresh
+// connection is safe: it is atomic and keyed, and every try writes the same row, so a
+// resend that finds a key row of a try that did commit knows it as its own.
+const MAX_RESENDS = 2;
+
+export function createIdempotencyCore(sql: Sql, options: CoreOptions): IdempotencyCore {
+  const compiled = new Map<Operation, CompiledOperation>();
+  const compiledOf = (op: Operation): CompiledOperation => {
+    let c = compiled.get(op);
+    if (c === undefined) compiled.set(op, (c = compileOperation(sql, op)));
+    return c;
+  };
+  return {
+    async run(op, request) {
+      const deadline = options.bounds?.deadline() ?? UNBOUNDED;
+      const c = compiledOf(op);
+      const prepared = op.prepare(request.input);
+      const row: RequestRow = {
+        tenant: request.tenant,
+        key: request.key,
+        lockId: advisoryLockId(request.tenant, request.key, c.endpoint),
+        requestHash: fingerprint(op.fingerprint(request.input)),
+        responseBody: prepared.body,
+        eventId: newEventId(),
+        traceparent: request.traceparent,
+        columns: prepared.columns,
+      };
+      let outcome: Outcome | undefined;
+      // The loop is here rather than in a function of its own: an async frame costs a promise per request.
+      for (let resends = 0; outcome === undefined; resends++) {
+        try {
+          // Each try waits for a slot of the pool and starts only within the request's deadline.
+          outcome = await deadline.run((endsAt) => attempt(sql, options, c, row, prepared.exclusive, request.input, endsAt));
+        } catch (error) {
+          if (resends >= MAX_RESENDS || !isConnectionLost(error)) throw error;
+        }
+      }
+      if (outcome.kind === "created") options.onCreated?.();
+      return outcome;
+    },
+    read(work) {
+      return (options.bounds?.deadline() ?? UNBOUNDED).run((endsAt) => work(sql, endsAt));
+    },
+  };
+}
+
+async function attempt(
+  sql: Sql,
+  options: CoreOptions,
+  c: CompiledOperation,
+  row: RequestRow,
+  exclusive: string | undefined,
+  input: OperationInput<unknown>,
+  endsAt: number,
+): Promise<Outcome> {
+  let answer: KeyRow;
+  try {
+    answer = options.batcher
+      ? await options.batcher.run({ operation: c, row, exclusive }, endsAt)
+      : (await runOperation(sql, c, options.ttlSeconds, [row], endsAt))[0]!;
+  } catch (error) {
+    // The unique constraint is the safety net under the advisory lock: whoever hits it
+    // lost a race with a request for the same key, which is by definition in flight.
+    if (sqlState(error) === UNIQUE_VIOLATION) return { kind: "in_flight" };
+    throw error;
+  }
+  if (answer.created === 1) return { kind: "created", status: c.op.status, body: row.responseBody, location: c.op.locationOf(row.responseBody) };
+  if (answer.request_hash !== null) return fromStored(c, answer, row);
+  if (answer.got === false) return { kind: "in_flight" };
+  if (answer.refusal !== null) return { kind: "refused", refusal: c.op.refuse(answer.refusal, answer.detail, input as never) };
+  // Locked but not written: the key row was committed by another request between this
+  // statement's snapshot and its insert. Read what it stored (rare; one more round trip).
+  const stored = await findKey(sql, row.tenant, row.key, c.endpoint, endsAt);
+  return stored ? fromStored(c, stored, row) : { kind: "in_flight" };
+}
+
+function fromStored(c: CompiledOperation, stored: KeyRow, row: RequestRow): Outcome {
+  if (stored.request_hash !== row.requestHash) return { kind: "payload_conflict" };
+  if (stored.status !== "COMPLETED" || stored.response_status === null || stored.response_body === null) {
+    return { kind: "in_flight" };
+  }
+  const body = stored.response_body;
+  // This request's own earlier try committed before its connection was lost (its body holds
+  // the ids this request drew): still the creation, answered, counted and followed by a
+  // wake-up as one.
+  const kind = body === row.responseBody ? "created" : "replayed";
+  return { kind, status: stored.response_status, body, location: c.op.locationOf(body) };
+}

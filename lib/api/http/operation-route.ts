@@ -1,0 +1,109 @@
+// The route of an idempotent operation, the same for every one: the path's ids (400), the body
+// (415, 413, 400), its schema (400), the key (400), then the core, whose outcome is answered by
+// one exhaustive switch.
+import type { TypeCheck } from "@sinclair/typebox/compiler";
+import type { TObject } from "@sinclair/typebox";
+import { isUuid } from "../../shared/uuid.ts";
+import { keyHash } from "../../shared/redact.ts";
+import { readJsonBody } from "../body.ts";
+import { parseIdempotencyKey } from "../core/keys.ts";
+import { endpointOf, type Operation } from "../core/operation.ts";
+import type { Outcome } from "../core/service.ts";
+import { ProblemError, problemResponse } from "../problem.ts";
+import { checkOf } from "../schemas.ts";
+import { describeOperation } from "./openapi.ts";
+import type { RequestContext, Route } from "./router.ts";
+
+// How long a client should wait before retrying a 409 (the first request is a single
+// statement, normally done in milliseconds) or a 503 (the pool reconnects within a second).
+export const RETRY_AFTER_S = "1";
+
+export function operationRoute(op: Operation): Route {
+  const endpoint = endpointOf(op);
+  return {
+    method: op.method,
+    path: op.path,
+    openapi: describeOperation(op),
+    async handle(ctx) {
+      for (const name of op.uuidParams) {
+        if (!isUuid(ctx.params[name] ?? "")) return problemResponse("invalidId", `the ${name} in the path must be a UUID`);
+      }
+      let body: unknown;
+      try {
+        body = await readJsonBody(ctx.request);
+      } catch (error) {
+        return bodyProblem(error);
+      }
+      const check = checkOf(op.body);
+      if (!check.Check(body)) return validationProblem(check, body);
+      const parsed = parseIdempotencyKey(ctx.request.headers.get("idempotency-key"));
+      if (!parsed.ok) return problemResponse("invalidKey", parsed.reason);
+      const outcome = await ctx.deps.core.run(op, {
+        tenant: ctx.tenant,
+        key: parsed.key,
+        input: { params: ctx.params, body },
+        traceparent: traceparentOf(ctx.request),
+      });
+      heard(ctx, endpoint, outcome, parsed.key);
+      return outcomeResponse(outcome);
+    },
+  };
+}
+
+/** Runs after the operation committed: a failure here is logged, never turned into a 500. */
+function heard(ctx: RequestContext, endpoint: string, outcome: Outcome, key: string): void {
+  try {
+    ctx.deps.counters.countOutcome(endpoint, outcome.kind);
+    ctx.fields.outcome = outcome.kind;
+    ctx.fields.keyHash = keyHash(key);
+  } catch (error) {
+    ctx.deps.log.error("outcome bookkeeping failed", { error: String(error) });
+  }
+}
+
+export function outcomeResponse(outcome: Outcome): Response {
+  switch (outcome.kind) {
+    case "created":
+      return stored(outcome.status, outcome.body, outcome.location, false);
+    case "replayed":
+      return stored(outcome.status, outcome.body, outcome.location, true);
+    case "payload_conflict":
+      return problemResponse("payloadConflict", "this Idempotency-Key was already used with a different request");
+    case "in_flight":
+      return problemResponse("inFlight", "a request with this Idempotency-Key is still being processed; retry later", {}, { "retry-after": RETRY_AFTER_S });
+    case "refused":
+      return problemResponse(outcome.refusal.problem, outcome.refusal.detail, outcome.refusal.extensions);
+    default: {
+      const unreachable: never = outcome;
+      throw new Error(`bug: unhandled outcome ${JSON.stringify(unreachable)}`);
+    }
+  }
+}
+
+function stored(status: number, body: string, location: string, replayed: boolean): Response {
+  const headers: Record<string, string> = { "content-type": "application/json", location };
+  if (replayed) headers["idempotent-replayed"] = "true";
+  return new Response(body, { status, headers });
+}
+
+/** What reading the body threw: our 415, 413 or 400, or anything else as "not valid JSON". */
+function bodyProblem(cause: unknown): Response {
+  const error = cause instanceof ProblemError ? cause : new ProblemError("invalidBody", "the body is not valid JSON");
+  return problemResponse(error.problem, error.detail, error.extensions);
+}
+
+/** A 400 naming every field that fails the schema. */
+export function validationProblem(check: TypeCheck<TObject>, value: unknown): Response {
+  const errors = [...check.Errors(value)].map((e) => ({ field: e.path.replace(/^\//, "").replace(/\//g, ".") || "(body)", message: e.message }));
+  const detail = errors.map((e) => `${e.field}: ${e.message}`).join("; ") || "the body does not match the schema";
+  return problemResponse("invalidBody", detail, { errors });
+}
+
+// W3C Trace Context version 00: only a well-formed traceparent is carried into the outbox;
+// anything else is dropped rather than stored and forwarded to subscribers.
+const TRACEPARENT_RE = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+
+function traceparentOf(request: Request): string | null {
+  const value = request.headers.get("traceparent")?.trim().toLowerCase();
+  return value && TRACEPARENT_RE.test(value) && !/^00-0{32}-|-0{16}-/.test(value) ? value : null;
+}

@@ -1,0 +1,136 @@
+// POST /charges/:id/refunds on the idempotency core, and GET /charges/:id/refunds/:refundId.
+import { Type as t } from "@sinclair/typebox";
+import { CHARGE, CHARGE_REFUNDED } from "../../events.ts";
+import type { Sql } from "../../shared/db.ts";
+import { settleBy } from "../../shared/pool-gate.ts";
+import type { Operation } from "../core/operation.ts";
+import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
+import { idOf } from "./charges.ts";
+
+export const RefundBody = t.Object({ amountCents: AmountCents("Amount to refund, in cents") }, { additionalProperties: false });
+
+// The body of POST /charges/:id/refunds (201) and GET /charges/:id/refunds/:refundId (200).
+export const Refund = t.Object(
+  {
+    id: t.String({ format: "uuid" }),
+    chargeId: t.String({ format: "uuid" }),
+    amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
+    createdAt: t.String({ format: "date-time" }),
+  },
+  { additionalProperties: false },
+);
+
+type RefundColumns = { refund_id: string; charge_id: string; amount_cents: number; created_at: string };
+
+// admit's refusals.
+const CHARGE_NOT_FOUND = "charge_not_found";
+const EXCEEDS_CHARGE = "refund_exceeds_charge";
+
+export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
+  name: "createRefund",
+  method: "POST",
+  path: "/charges/:id/refunds",
+  uuidParams: ["id"],
+  body: RefundBody,
+  response: Refund,
+  status: 201,
+  columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", created_at: "timestamptz" },
+  // The key's scope is the route template, so the charge must be part of "the same request".
+  fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), amountCents: body.amountCents }),
+  prepare({ params, body }) {
+    const id = crypto.randomUUID();
+    const chargeId = chargeIdOf(params);
+    const createdAt = new Date().toISOString();
+    return {
+      columns: { refund_id: id, charge_id: chargeId, amount_cents: body.amountCents, created_at: createdAt },
+      body: checkedJson(Refund, { id, chargeId, amountCents: body.amountCents, createdAt }),
+      exclusive: chargeId,
+    };
+  },
+  // The charge row is locked (in id order, so that two statements locking several charges
+  // cannot deadlock) and read as committed now, not as of the statement's snapshot: SELECT …
+  // FOR UPDATE waits for a refund in flight and then sees its total. So what is left to refund
+  // is exact until the commit, whatever runs beside it (another API process, another batch,
+  // a resend), and the update below cannot take the total past the amount; the check
+  // constraint on charges is the last guard. The charge's last_sequence numbers its events
+  // under the same lock, so sequences follow commit order.
+  sql: (sql) => ({
+    admit: sql`
+      target as (
+        select c.id, c.tenant, c.amount_cents - c.refunded_cents as left_cents
+          from charges c
+         where (c.id, c.tenant) in (select r.charge_id, r.tenant from req r join lock l on l.n = r.n where l.got)
+         order by c.id
+           for update
+      ),
+      admit as (
+        select l.n,
+               case when t.id is null then ${CHARGE_NOT_FOUND}::text
+                    when r.amount_cents > t.left_cents then ${EXCEEDS_CHARGE}::text end as refusal,
+               t.left_cents::text as detail
+          from lock l
+          join req r on r.n = l.n
+          left join target t on t.id = r.charge_id and t.tenant = r.tenant
+         where l.got
+      )`,
+    write: sql`
+      debit as (
+        update charges c
+           set refunded_cents = c.refunded_cents + w.amount_cents, last_sequence = c.last_sequence + 1
+          from won w
+         where c.id = w.charge_id
+        returning w.n, c.id, c.refunded_cents, c.last_sequence
+      ),
+      refund as (
+        insert into refunds (id, charge_id, tenant, amount_cents, created_at)
+        select w.refund_id, w.charge_id, w.tenant, w.amount_cents, w.created_at from won w join debit d on d.n = w.n
+        returning id
+      ),
+      events as (
+        select d.n, ${CHARGE}::text as aggregate_type, d.id as aggregate_id, d.last_sequence as sequence,
+               ${CHARGE_REFUNDED}::text as event_type,
+               json_build_object('chargeId', w.charge_id, 'refundId', w.refund_id,
+                                 'amountCents', w.amount_cents, 'refundedCents', d.refunded_cents)::text as payload
+          from debit d join won w on w.n = d.n join refund f on f.id = w.refund_id
+      )`,
+  }),
+  refuse(reason, detail, { params }) {
+    const chargeId = chargeIdOf(params);
+    if (reason === CHARGE_NOT_FOUND) return { problem: "notFound", detail: `no charge with id ${chargeId}` };
+    if (reason === EXCEEDS_CHARGE) {
+      const leftCents = Number(detail);
+      return { problem: "refundExceedsCharge", detail: `charge ${chargeId} has ${leftCents} cents left to refund`, extensions: { leftCents } };
+    }
+    throw new Error(`bug: createRefund refused with ${reason}`);
+  },
+  locationOf: (body) => `/charges/${idOf(body, "chargeId")}/refunds/${idOf(body, "id")}`,
+  refusals: {
+    "404": "Unknown charge, or another tenant's; the key stays unused",
+    "422": "The key was used with another request (idempotency-key-reused), or the refund is more than the charge has left (refund-exceeds-charge, with leftCents); the key stays unused for the latter",
+  },
+};
+
+/** The charge id of the route, lowercased: a UUID's case never makes another charge or another fingerprint. */
+function chargeIdOf(params: Readonly<Record<string, string>>): string {
+  const id = params.id;
+  if (id === undefined) throw new Error("bug: a refund route without a charge id");
+  return id.toLowerCase();
+}
+
+interface RefundRow {
+  readonly id: string;
+  readonly charge_id: string;
+  readonly amount_cents: number;
+  readonly created_at: Date;
+}
+
+/** A refund of the tenant's charge; another tenant's, or another charge's, is not found. */
+export async function refundView(sql: Sql, tenant: string, chargeId: string, refundId: string, endsAt: number): Promise<string | undefined> {
+  const rows = await settleBy(sql<RefundRow[]>`
+    select id, charge_id, amount_cents, created_at
+      from refunds
+     where id = ${refundId}::uuid and charge_id = ${chargeId}::uuid and tenant = ${tenant}`, endsAt);
+  const row = rows[0];
+  if (!row) return undefined;
+  return checkedJson(Refund, { id: row.id, chargeId: row.charge_id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString() });
+}
