@@ -65,30 +65,23 @@ export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0", o
   throw new Error("unsupported runtime: run with bun or deno");
 }
 
-// A fixed origin for requests whose own cannot be routed; no handler uses the host (a
+// A fixed origin for requests whose own cannot be parsed; no handler uses the host (a
 // Location is a path), and the Host header itself is left as the client sent it.
 const FALLBACK_ORIGIN = "http://localhost";
-// Elysia 1.4.30 finds the path with url.indexOf("/", 11): it assumes an origin longer than
-// "http://abc", so with `Host: a`, `Host: api` or `Host: api:80` (Bun drops the default
-// port, leaving "http://api/...") it finds no path, or the wrong one, and every route is
-// a 404.
-const MIN_PATH_INDEX = 11;
 
 /**
- * The request with an absolute URL whose origin any router can step over. Bun hands a
- * request without a Host header (HTTP/1.0 health checkers send exactly that) over with a
- * bare path as its url, on which `new URL(request.url)` throws; a short Host trips Elysia
- * (see MIN_PATH_INDEX). Both are re-addressed to FALLBACK_ORIGIN, path and query kept; any
- * other request passes untouched.
+ * The request with an absolute URL. Bun hands a request without a Host header (HTTP/1.0
+ * health checkers send exactly that) over with a bare path as its url, on which
+ * `new URL(request.url)` throws in any code that parses it; such a request is re-addressed to
+ * FALLBACK_ORIGIN, path and query kept. Any other request passes untouched.
  */
 export function routableRequest(request: Request): Request {
   const url = request.url;
-  const slash = url.startsWith("/") ? 0 : url.indexOf("/", url.indexOf("://") + 3);
-  if (slash >= MIN_PATH_INDEX) return request;
+  if (!url.startsWith("/")) return request;
   // Method, headers and body only: copying the whole request would read its signal, which
   // Deno answers with a deprecation warning, and no handler uses it.
   const init = { method: request.method, headers: request.headers, body: request.body, duplex: "half" };
-  return new Request(FALLBACK_ORIGIN + (slash === -1 ? "/" : url.slice(slash)), init as RequestInit);
+  return new Request(FALLBACK_ORIGIN + url, init as RequestInit);
 }
 
 // A path WHATWG URL parsing leaves as it is: no dot segment to resolve, nothing to
