@@ -1,13 +1,16 @@
-// Group commit: several requests' charges in one statement (charges-sql.ts createCharges) and
-// the batcher that forms them under load (charge-batcher.ts). Each request must get exactly
-// what it would get alone; the batch is held deterministically behind a key row the test
-// keeps uncommitted, and the queue is watched through the batcher's own counters.
+// Group commit: several requests in one statement (core/statement.ts runOperation, the same
+// statement a request alone runs with one row) and the batcher that forms them under load
+// (core/batcher.ts), here for the charges operation. Each request must get exactly what it
+// would get alone; the batch is held deterministically behind a key row the test keeps
+// uncommitted, and the queue is watched through the batcher's own counters.
 import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
 import { createSql, sqlState } from "../lib/shared/db.ts";
-import { createCharge, createCharges, type CreateChargeParams, type CreateChargeRow } from "../lib/api/charges-sql.ts";
-import { createChargeBatcher } from "../lib/api/charge-batcher.ts";
-import { CHARGES_ENDPOINT } from "../lib/api/charges.ts";
-import { advisoryLockId } from "../lib/api/fingerprint.ts";
+import { compileOperation, runOperation, type KeyRow, type RequestRow } from "../lib/api/core/statement.ts";
+import { createBatcher } from "../lib/api/core/batcher.ts";
+import { endpointOf } from "../lib/api/core/operation.ts";
+import { advisoryLockId, fingerprint } from "../lib/api/core/fingerprint.ts";
+import { createCharge } from "../lib/api/operations/charges.ts";
+import { chargeCreatedPayload } from "../lib/events.ts";
 import { REQUEST_DEADLINE } from "../lib/shared/pool-gate.ts";
 import { freshDatabase } from "../testkit/services.ts";
 import { holdKey } from "../testkit/database.ts";
@@ -27,29 +30,34 @@ beforeEach(async () => {
 });
 
 const STATEMENT_TIMEOUT_MS = 5_000;
+const TTL_SECONDS = 3600;
+const compiledCharge = compileOperation(sql, createCharge);
+const CHARGES_ENDPOINT = endpointOf(createCharge);
 
-function params(tenant: string, key: string, overrides: Partial<CreateChargeParams> = {}): CreateChargeParams {
+/** A charge request's row, with the charge id it would create. */
+interface ChargeRequest extends RequestRow {
+  readonly chargeId: string;
+}
+
+// Built by hand rather than by createCharge.prepare, so that a row the API would never send
+// (a negative amount) can still reach the database.
+function chargeRow(tenant: string, key: string, amountCents = 4900): ChargeRequest {
   const chargeId = crypto.randomUUID();
-  const amountCents = overrides.amountCents ?? 4900;
+  const createdAt = new Date().toISOString();
   return {
+    chargeId,
     tenant,
     key,
-    endpoint: CHARGES_ENDPOINT,
     lockId: advisoryLockId(tenant, key, CHARGES_ENDPOINT),
-    requestHash: `hash-${amountCents}`,
-    ttlSeconds: 3600,
-    chargeId,
-    amountCents,
-    createdAt: new Date().toISOString(),
-    responseStatus: 201,
-    responseBody: JSON.stringify({ id: chargeId, amountCents }),
+    requestHash: fingerprint(createCharge.fingerprint({ params: {}, body: { amountCents } })),
+    responseBody: JSON.stringify({ id: chargeId, amountCents, createdAt }),
     eventId: crypto.randomUUID(),
-    eventType: "ChargeCreated",
-    eventPayload: JSON.stringify({ chargeId, amountCents }),
     traceparent: null,
-    ...overrides,
+    columns: { charge_id: chargeId, amount_cents: amountCents, created_at: createdAt, payload: chargeCreatedPayload({ chargeId, amountCents }) },
   };
 }
+
+const runAlone = async (row: RequestRow): Promise<KeyRow> => (await runOperation(sql, compiledCharge, TTL_SECONDS, [row]))[0]!;
 
 /** The charges (with their tenant and transaction) and events in the database. */
 async function written(): Promise<{ id: string; tenant: string; xmin: string; events: number }[]> {
@@ -62,26 +70,27 @@ async function written(): Promise<{ id: string; tenant: string; xmin: string; ev
 test("one statement for six requests answers each as it would be answered alone, in one transaction", async () => {
   // What the one-request statement left behind: a live key (same body, then another body)
   // and an expired one.
-  const replay = params("tenant-a", "replayed");
-  const other = params("tenant-a", "other-body");
-  const expired = params("tenant-a", "expired");
-  for (const p of [replay, other, expired]) expect((await createCharge(sql, p)).created).toBe(1);
+  const replay = chargeRow("tenant-a", "replayed");
+  const other = chargeRow("tenant-a", "other-body");
+  const expired = chargeRow("tenant-a", "expired");
+  for (const p of [replay, other, expired]) expect((await runAlone(p)).created).toBe(1);
   await db.sql`update idempotency_keys set expires_at = now() - interval '1 second' where key = 'expired'`;
   // Another session holds the advisory lock of one key: a request in flight.
-  const busy = params("tenant-b", "in-flight");
+  const busy = chargeRow("tenant-b", "in-flight");
   const holder = await db.sql.reserve();
   await holder`select pg_advisory_lock(${busy.lockId}::bigint)`;
   try {
     const batch = [
-      params("tenant-a", "new"),
-      params("tenant-b", "new"), // the same key string, another tenant: its own charge
-      params("tenant-a", "replayed"),
-      params("tenant-a", "other-body", { amountCents: 100, requestHash: "hash-100" }),
-      params("tenant-a", "expired"),
+      chargeRow("tenant-a", "new"),
+      chargeRow("tenant-b", "new"), // the same key string, another tenant: its own charge
+      chargeRow("tenant-a", "replayed"),
+      chargeRow("tenant-a", "other-body", 100),
+      chargeRow("tenant-a", "expired"),
       busy,
     ];
-    const rows = await createCharges(sql, batch[0]!, batch);
-    const alone: Partial<CreateChargeRow>[] = [
+    const rows = await runOperation(sql, compiledCharge, TTL_SECONDS, batch);
+    expect(rows).toHaveLength(batch.length);
+    const alone: Partial<KeyRow>[] = [
       { got: true, created: 1, request_hash: null },
       { got: true, created: 1, request_hash: null },
       { got: null, created: 0, request_hash: replay.requestHash, status: "COMPLETED", response_status: 201, response_body: replay.responseBody },
@@ -90,12 +99,14 @@ test("one statement for six requests answers each as it would be answered alone,
       { got: false, created: 0, request_hash: null },
     ];
     rows.forEach((row, i) => expect(row).toMatchObject(alone[i]!));
-    const charges = await written();
+    // The other body is a conflict: its stored fingerprint is not this request's.
+    expect(rows[3]!.request_hash).not.toBe(batch[3]!.requestHash);
+    const stored = await written();
     const created = [batch[0]!, batch[1]!, batch[4]!];
-    for (const p of created) expect(charges).toContainEqual(expect.objectContaining({ id: p.chargeId, tenant: p.tenant, events: 1 }));
-    expect(charges).toHaveLength(3 + created.length);
+    for (const p of created) expect(stored).toContainEqual(expect.objectContaining({ id: p.chargeId, tenant: p.tenant, events: 1 }));
+    expect(stored).toHaveLength(3 + created.length);
     // The three new charges committed together.
-    expect(new Set(charges.filter((c) => created.some((p) => p.chargeId === c.id)).map((c) => c.xmin)).size).toBe(1);
+    expect(new Set(stored.filter((c) => created.some((p) => p.chargeId === c.id)).map((c) => c.xmin)).size).toBe(1);
     const [expiredKey] = await db.sql<{ body: string }[]>`select response_body as body from idempotency_keys where key = 'expired'`;
     expect(expiredKey!.body).toBe(batch[4]!.responseBody);
   } finally {
@@ -106,19 +117,20 @@ test("one statement for six requests answers each as it would be answered alone,
 
 /** A batcher of one statement at a time, its one statement held on a key row we keep uncommitted. */
 async function heldBatcher() {
-  const batcher = createChargeBatcher(sql, { maxInFlight: 1, maxBatch: 32, statementTimeoutMs: STATEMENT_TIMEOUT_MS });
+  const batcher = createBatcher(sql, { maxInFlight: 1, maxBatch: 32, ttlSeconds: TTL_SECONDS, statementTimeoutMs: STATEMENT_TIMEOUT_MS });
   const hold = await holdKey(db.sql, "held", CHARGES_ENDPOINT, "tenant-a");
-  const first = batcher.create(params("tenant-a", "held"), Number.POSITIVE_INFINITY);
+  const submit = (row: RequestRow, endsAt = Number.POSITIVE_INFINITY) => batcher.run({ operation: compiledCharge, row, exclusive: undefined }, endsAt);
+  const first = submit(chargeRow("tenant-a", "held"));
   await waitForApiBlockedOnLock(db.sql);
-  return { batcher, hold, first };
+  return { batcher, hold, first, submit };
 }
 
 test("requests queued behind a running statement go as one batch; a repeated key is answered from its first request", async () => {
-  const { batcher, hold, first } = await heldBatcher();
-  const distinct = Array.from({ length: 10 }, (_, i) => params("tenant-a", `key-${i}`));
+  const { batcher, hold, first, submit } = await heldBatcher();
+  const distinct = Array.from({ length: 10 }, (_, i) => chargeRow("tenant-a", `key-${i}`));
   // The same key three times with one body, once with another.
-  const repeated = [...Array.from({ length: 3 }, () => params("tenant-a", "repeated")), params("tenant-a", "repeated", { amountCents: 100, requestHash: "hash-100" })];
-  const answers = [...distinct, ...repeated].map((p) => batcher.create(p, Number.POSITIVE_INFINITY));
+  const repeated = [...Array.from({ length: 3 }, () => chargeRow("tenant-a", "repeated")), chargeRow("tenant-a", "repeated", 100)];
+  const answers = [...distinct, ...repeated].map((p) => submit(p));
   await waitUntil(() => batcher.queued === 14, 5000, "14 queued requests");
   await hold.release();
   expect((await first).created).toBe(1);
@@ -129,41 +141,43 @@ test("requests queued behind a running statement go as one batch; a repeated key
   const [created, ...followers] = rows.slice(10);
   expect(created!.created).toBe(1);
   for (const row of followers) {
-    expect(row).toMatchObject({ created: 0, request_hash: "hash-4900", status: "COMPLETED", response_status: 201, response_body: repeated[0]!.responseBody });
+    expect(row).toMatchObject({ created: 0, request_hash: repeated[0]!.requestHash, status: "COMPLETED", response_status: 201, response_body: repeated[0]!.responseBody });
   }
-  const charges = await written();
-  expect(charges).toHaveLength(12);
-  expect(charges.every((c) => c.events === 1)).toBe(true);
+  // The last one's body differs: the stored fingerprint is not its own (a 422).
+  expect(repeated[3]!.requestHash).not.toBe(repeated[0]!.requestHash);
+  const stored = await written();
+  expect(stored).toHaveLength(12);
+  expect(stored.every((c) => c.events === 1)).toBe(true);
   // The ten distinct keys and the repeated one committed in one transaction, one statement.
-  const batched = charges.filter((c) => [...distinct, repeated[0]!].some((p) => p.chargeId === c.id));
+  const batched = stored.filter((c) => [...distinct, repeated[0]!].some((p) => p.chargeId === c.id));
   expect(batched).toHaveLength(11);
   expect(new Set(batched.map((c) => c.xmin)).size).toBe(1);
 });
 
 test("a batch one request of which the database refuses: the others are created, that one gets its error", async () => {
-  const { batcher, hold, first } = await heldBatcher();
-  const good = [params("tenant-a", "good-1"), params("tenant-a", "good-2")];
+  const { batcher, hold, first, submit } = await heldBatcher();
+  const good = [chargeRow("tenant-a", "good-1"), chargeRow("tenant-a", "good-2")];
   // amount_cents > 0 is a check of the table (23514); the API validates it before, so only a bug sends this.
-  const bad = params("tenant-a", "bad", { amountCents: -5 });
-  const answers = [good[0]!, bad, good[1]!].map((p) => batcher.create(p, Number.POSITIVE_INFINITY).then((row) => row, (error: unknown) => error));
+  const bad = chargeRow("tenant-a", "bad", -5);
+  const answers = [good[0]!, bad, good[1]!].map((p) => submit(p).then((row) => row, (error: unknown) => error));
   await waitUntil(() => batcher.queued === 3, 5000, "3 queued requests");
   await hold.release();
   await first;
   const [a, refused, b] = await Promise.all(answers);
-  expect((a as CreateChargeRow).created).toBe(1);
-  expect((b as CreateChargeRow).created).toBe(1);
+  expect((a as KeyRow).created).toBe(1);
+  expect((b as KeyRow).created).toBe(1);
   expect(sqlState(refused)).toBe("23514");
-  const charges = await written();
+  const stored = await written();
   // The held request's charge and the two good ones.
-  expect(charges).toHaveLength(3);
-  for (const p of good) expect(charges).toContainEqual(expect.objectContaining({ id: p.chargeId, events: 1 }));
+  expect(stored).toHaveLength(3);
+  for (const p of good) expect(stored).toContainEqual(expect.objectContaining({ id: p.chargeId, events: 1 }));
   expect(await db.sql`select 1 from idempotency_keys where key = 'bad'`).toHaveLength(0);
 });
 
 test("a queued request whose deadline leaves no room for a statement is refused, with nothing sent", async () => {
-  const { batcher, hold, first } = await heldBatcher();
+  const { batcher, hold, first, submit } = await heldBatcher();
   // Its deadline is already nearer than one statement's bound when it is taken from the queue.
-  const late = batcher.create(params("tenant-a", "late"), performance.now() + STATEMENT_TIMEOUT_MS - 1).then(
+  const late = submit(chargeRow("tenant-a", "late"), performance.now() + STATEMENT_TIMEOUT_MS - 1).then(
     () => "sent",
     (error: unknown) => sqlState(error),
   );
@@ -181,9 +195,9 @@ test("through HTTP with one charge statement at a time, 24 concurrent POSTs: eac
     const answers = await Promise.all(keys.map((key) => postCharge(api, '{"amountCents":4900}', { key })));
     const bodies = (await Promise.all(answers.map((res) => res.json()))) as { id: string }[];
     expect(answers.map((res) => res.status)).toEqual(keys.map(() => 201));
-    const charges = await written();
-    expect(charges.map((c) => c.id).sort()).toEqual(bodies.map((b) => b.id).sort());
-    expect(charges.every((c) => c.events === 1 && c.tenant === "tenant-a")).toBe(true);
+    const stored = await written();
+    expect(stored.map((c) => c.id).sort()).toEqual(bodies.map((b) => b.id).sort());
+    expect(stored.every((c) => c.events === 1 && c.tenant === "tenant-a")).toBe(true);
     const replay = await postCharge(api, '{"amountCents":4900}', { key: keys[7]! });
     expect(replay.headers.get("idempotent-replayed")).toBe("true");
     expect(((await replay.json()) as { id: string }).id).toBe(bodies[7]!.id);
