@@ -4,9 +4,12 @@
 import { setDefaultTimeout } from "bun:test";
 import { expect, test } from "bun:test";
 import { StartupError } from "../lib/shared/startup.ts";
-import { CHARGES_ENDPOINT, createChargeService } from "../lib/api/charges.ts";
+import { endpointOf } from "../lib/api/core/operation.ts";
+import { createIdempotencyCore } from "../lib/api/core/service.ts";
+import { createCharge } from "../lib/api/operations/charges.ts";
 import { createSql } from "../lib/shared/db.ts";
-import { createApiHandler } from "../lib/api/handler.ts";
+import { createApiHandler } from "../lib/api/http/pipeline.ts";
+import { ROUTES, SCHEMAS } from "../lib/api/routes.ts";
 import { createAuthenticator } from "../lib/api/auth.ts";
 import { createApiMetrics } from "../lib/api/metrics.ts";
 import { loadConfig } from "../lib/shared/config.ts";
@@ -20,7 +23,7 @@ const { db, api } = await apiTestContext("api_race");
 
 const body = '{"amountCents":4900}';
 
-const holdKey = (k: string) => holdHeldKey(db.sql, k, CHARGES_ENDPOINT);
+const holdKey = (k: string) => holdHeldKey(db.sql, k, endpointOf(createCharge));
 
 test("two overlapping requests: the second gets 409 + Retry-After while the first is still in flight", async () => {
   const k = crypto.randomUUID();
@@ -99,12 +102,12 @@ test("a database that stops answering after start-up: 503 + Retry-After and /rea
   const sql = createSql("postgres://postgres@127.0.0.1:1/gone", { max: 2 });
   const deps = {
     sql,
-    charges: createChargeService(sql, { ttlSeconds: 60 }),
+    core: createIdempotencyCore(sql, { ttlSeconds: 60 }),
     auth: createAuthenticator(loadConfig({ AUTH_MODE: "none" }).auth),
     log: silentLogger,
     counters: createApiMetrics(),
   };
-  const handle = createApiHandler(() => deps);
+  const handle = createApiHandler(ROUTES, SCHEMAS, () => deps);
   const app = { handle };
   try {
     const res = await app.handle(
