@@ -4,7 +4,8 @@
 // one key at once during a rolling deploy. Both are pinned to the values every version wrote.
 import { expect, test } from "bun:test";
 import canonicalize from "canonicalize";
-import { advisoryLockId, canonicalCharge, fingerprint } from "../lib/api/fingerprint.ts";
+import { advisoryLockId, canonicalJson, fingerprint, type FingerprintFields } from "../lib/api/core/fingerprint.ts";
+import { createCharge } from "../lib/api/operations/charges.ts";
 import { createHash } from "node:crypto";
 import { sha256Hex, sha256Int64 } from "../lib/shared/sha256.ts";
 
@@ -27,7 +28,12 @@ test.each([
   [4900, "910e671b1bb9d5a7b3256c8c55f1e750f32b8f1308eaf70745e21daa7169d31c"],
   [2_147_483_647, "16824c9ed87e0fc64d3cabdb5e4c93c42cd7b3470f89fe6a5d40dc2392cd0078"],
 ])("the fingerprint of amountCents %d is pinned", (amountCents, hex) => {
-  expect(fingerprint({ amountCents })).toBe(hex);
+  // The charge's fields as the charges operation names them, and the bytes hashed: exactly
+  // what the previous release stored for the same body, so its keys still replay.
+  const fields = createCharge.fingerprint({ params: {}, body: { amountCents } });
+  expect(canonicalJson(fields)).toBe(`{"amountCents":${amountCents}}`);
+  expect(fingerprint(fields)).toBe(hex);
+  expect(sha256Hex(`{"amountCents":${amountCents}}`)).toBe(hex);
 });
 
 test.each([
@@ -42,5 +48,44 @@ test.each([
 test("the canonical JSON of a charge is the canonicalize package's (RFC 8785) for any finite amount", () => {
   const amounts = [1, 4900, 2_147_483_647, 0, -0, -1, 1.5, 0.1, 1e21, 1e-7, 123456789012345680000, Number.MAX_SAFE_INTEGER, Number.MIN_VALUE, Number.MAX_VALUE];
   for (let i = 0; i < 10_000; i++) amounts.push(Math.floor(Math.random() * 2_147_483_647) + 1, (Math.random() - 0.5) * 10 ** Math.floor(Math.random() * 40 - 20));
-  for (const amountCents of amounts) expect(canonicalCharge(amountCents)).toBe(canonicalize({ amountCents }) as string);
+  for (const amountCents of amounts) {
+    const fields = createCharge.fingerprint({ params: {}, body: { amountCents } });
+    expect(canonicalJson(fields)).toBe(canonicalize(fields) as string);
+    expect(canonicalJson(fields)).toBe(canonicalize({ amountCents }) as string);
+  }
+});
+
+test("a non-finite number has no canonical JSON: a bug, thrown rather than hashed", () => {
+  for (const value of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY]) {
+    expect(() => canonicalJson({ amountCents: value })).toThrow(/bug/);
+  }
+});
+
+test.each<[string, FingerprintFields, string]>([
+  ["two members, written out of order", { chargeId: "8e03978e-40d5-43e8-bc93-6894a57f9324", amountCents: 1500 }, '{"amountCents":1500,"chargeId":"8e03978e-40d5-43e8-bc93-6894a57f9324"}'],
+  ["three members, reversed", { z: 1, m: "x", a: 2 }, '{"a":2,"m":"x","z":1}'],
+  ["names differing in case (uppercase sorts first)", { b: 1, B: 2, a: 3, A: 4 }, '{"A":4,"B":2,"a":3,"b":1}'],
+  ["a name that is a prefix of another", { ab: 1, a: 2, abc: 3 }, '{"a":2,"ab":1,"abc":3}'],
+])("several members (%s) are sorted by name, as RFC 8785 sorts them", (_name, fields, canonical) => {
+  expect(canonicalJson(fields)).toBe(canonical);
+  expect(canonicalJson(fields)).toBe(canonicalize(fields) as string);
+  expect(fingerprint(fields)).toBe(sha256Hex(canonical));
+});
+
+test("several members' canonical JSON is the canonicalize package's (RFC 8785) in any order, with strings that need escaping", () => {
+  // RFC 8785 §3.2.3 sorts by UTF-16 code units: digits, "_", non-ASCII and astral names
+  // exercise where that differs from naive expectations (integer-like names, which JS
+  // enumerates first and numerically, and an astral name sorting before U+FF61); values need
+  // JSON string escapes.
+  const names = ["amountCents", "chargeId", "refundId", "id", "Id", "_x", "a1", "a10", "a2", "2", "10", "é", "ü", "\u00c9", "🙂", "\uff61", "z"];
+  const values = ["", 'quote " and \\ backslash', "\n\t\u0000\u001f", "ténant-ü", "🙂", "\u2028", 0, -0, 1.5, 1e21, 1e-7, 4900];
+  for (let i = 0; i < 2000; i++) {
+    const fields: Record<string, string | number> = {};
+    const count = 2 + Math.floor(Math.random() * 5);
+    for (let j = 0; j < count; j++) fields[names[Math.floor(Math.random() * names.length)]!] = values[Math.floor(Math.random() * values.length)]!;
+    // Insertion order is random too: the fingerprint must not depend on it.
+    const shuffled = Object.fromEntries(Object.entries(fields).sort(() => Math.random() - 0.5));
+    expect(canonicalJson(shuffled)).toBe(canonicalize(fields) as string);
+    expect(fingerprint(shuffled)).toBe(fingerprint(fields));
+  }
 });
