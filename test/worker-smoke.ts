@@ -5,7 +5,7 @@
 // finish and exits 0. Exit 0 with one "ok" line per runtime, or 1 with one "FAILED" line
 // followed by the processes' last output.
 import { spawnSync } from "node:child_process";
-import { CHARGE_CREATED, type ChargeCreatedData } from "../lib/events.ts";
+import { CHARGE_CREATED, CHARGE_REFUNDED, type ChargeCreatedData, type ChargeRefundedData } from "../lib/events.ts";
 import { freePort } from "../dev/ports.ts";
 import { planWorkerd } from "../dev/workerd.ts";
 import { createScratchDatabase, holdKey, scratchName, waitForBackendOnLock, type ScratchDatabase } from "../testkit/database.ts";
@@ -121,6 +121,8 @@ async function checkApi(runtime: Runtime, base: string, db: ScratchDatabase, col
   const view = JSON.stringify({ id: charge.id, amountCents: charge.amountCents, refundedCents: 0, createdAt: charge.createdAt });
   check(got.status === 200 && gotBody === view, `GET /charges/:id answered ${got.status}: ${gotBody.slice(0, 200)}, not ${view}`);
 
+  await checkRefund(runtime, base, auth, charge.id, db, collector, check);
+
   // 409 while held: the held request waits on the key's row inside its statement.
   const heldKey = crypto.randomUUID();
   const hold = await holdKey(db.sql, heldKey);
@@ -146,6 +148,51 @@ async function checkApi(runtime: Runtime, base: string, db: ScratchDatabase, col
   });
   // The outbox row's created_at is its transaction's start: each figure slightly overstates commit → subscriber.
   return events.map((m) => performance.timeOrigin + m.at - Date.parse(m.envelope!.createdAt));
+}
+
+/**
+ * POST /charges/:id/refunds through the worker: a 201 with the refund and its Location, the
+ * replay byte for byte, one refund row with the charge's refunded total, and its
+ * ChargeRefunded event (sequence 2) at the subscriber.
+ */
+async function checkRefund(
+  runtime: Runtime,
+  base: string,
+  auth: Record<string, string>,
+  chargeId: string,
+  db: ScratchDatabase,
+  collector: Collector,
+  check: (c: boolean, m: string) => void,
+): Promise<void> {
+  const key = crypto.randomUUID();
+  const refund = (): Promise<Response> =>
+    fetch(`${base}/charges/${chargeId}/refunds`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "idempotency-key": key, ...auth },
+      body: '{"amountCents":1000}',
+    });
+  const first = await refund();
+  const firstBody = await first.text();
+  check(first.status === 201, `POST /charges/:id/refunds answered ${first.status}, not 201: ${firstBody.slice(0, 200)}`);
+  check(first.headers.get("idempotent-replayed") === null, "the first refund claims to be a replay");
+  const created = JSON.parse(firstBody) as { id: string; chargeId: string; amountCents: number };
+  check(created.chargeId === chargeId && created.amountCents === 1000, `the refund's body is ${firstBody.slice(0, 200)}`);
+  const location = `/charges/${chargeId}/refunds/${created.id}`;
+  check(first.headers.get("location") === location, `the refund's Location is ${first.headers.get("location")}, not ${location}`);
+  const replay = await refund();
+  const replayBody = await replay.text();
+  check(replay.status === 201 && replayBody === firstBody, `the refund's replay (${replay.status}) differs from the first:\n  ${firstBody}\n  ${replayBody}`);
+  check(replay.headers.get("idempotent-replayed") === "true", "the refund's replay lacks Idempotent-Replayed: true");
+  const [row] = await db.sql<{ refunds: number; refunded: number }[]>`
+    select (select count(*)::int from refunds where charge_id = ${chargeId}) as refunds,
+           (select refunded_cents from charges where id = ${chargeId}) as refunded`;
+  check(row?.refunds === 1 && row.refunded === 1000, `a refund and its replay left ${row?.refunds} refunds and ${row?.refunded} cents refunded`);
+  const event = await collector
+    .waitForMessage((m) => m.envelope?.type === CHARGE_REFUNDED && (m.envelope.data as ChargeRefundedData).refundId === created.id, EVENT_TIMEOUT_MS, `${CHARGE_REFUNDED} event for refund ${created.id}`)
+    .catch((error: Error) => {
+      throw new SmokeFailure(`${runtime}: ${error.message}`);
+    });
+  check(event.envelope?.sequence === 2, `the refund's event has sequence ${event.envelope?.sequence}, not 2`);
 }
 
 /** 20 concurrent requests over 5 keys: exactly 5 charges, every answer a 201 or a 409; the 5 ids. */
