@@ -75,14 +75,16 @@ test("pending rows are each published once, oldest first, with the exact envelop
     expect(message.topic).toBe(`${prefix}charges/ChargeCreated`);
     expect(message.packet.qos).toBe(1);
     expect(message.packet.retain).toBe(false);
-    expect(Object.keys(message.body)).toEqual(["id", "type", "aggregateId", "tenantId", "createdAt", "data"]);
-    // The rows are inserted without a tenant: the column's default, as for rows from before tenants.
+    expect(Object.keys(message.body)).toEqual(["id", "type", "aggregateId", "tenantId", "createdAt", "sequence", "data"]);
+    // The rows are inserted without a tenant or a sequence: the columns' defaults, as for rows
+    // from before tenants and sequences (a charge's ChargeCreated is its first event, 1).
     expect(message.body).toEqual({
       id: row.id,
       type: "ChargeCreated",
       aggregateId: row.aggregateId,
       tenantId: "default",
       createdAt: row.createdAt,
+      sequence: 1,
       data: { chargeId: row.aggregateId, amountCents: row.amountCents },
     });
     if (!mqtt5) return;
@@ -91,6 +93,7 @@ test("pending rows are each published once, oldest first, with the exact envelop
       "event-id": row.id,
       "event-type": "ChargeCreated",
       "tenant-id": "default",
+      "aggregate-sequence": "1",
       ...(i === 0 ? { traceparent: TRACEPARENT } : {}),
     });
   });
