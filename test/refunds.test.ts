@@ -179,6 +179,33 @@ describe("the same key again", () => {
   });
 });
 
+describe("the database slower than the request's bounds", () => {
+  test("the charge row locked past API_LOCK_TIMEOUT_MS → 503 with Retry-After, nothing half-written; the key then refunds", async () => {
+    const impatient = await startTestApi(db.url, { API_LOCK_TIMEOUT_MS: "200" });
+    const holder = await db.sql.reserve();
+    try {
+      const chargeId = await newCharge(impatient, 1000);
+      const k = key();
+      const before = await written(db.sql);
+      await holder`begin`;
+      await holder`select id from charges where id = ${chargeId} for update`;
+      const res = await postRefund(impatient, chargeId, refundBody(100), { key: k });
+      await expectProblem(res, 503, "service-unavailable");
+      expect(res.headers.get("retry-after")).toBe("1");
+      await holder`rollback`;
+      expect(await written(db.sql)).toEqual(before);
+      const retry = await postRefund(impatient, chargeId, refundBody(100), { key: k });
+      expect(retry.status).toBe(201);
+      expect(retry.headers.get("idempotent-replayed")).toBeNull();
+      expect(await ledger(db.sql, chargeId)).toMatchObject({ refundedCents: 100, refunds: 1, sequences: [1, 2] });
+    } finally {
+      await holder`rollback`.catch(() => {});
+      holder.release();
+      await impatient.close();
+    }
+  });
+});
+
 describe("refused: nothing written, the key stays unused", () => {
   test("an unknown charge → 404 problem; the key then refunds a real charge", async () => {
     const k = key();
