@@ -1,6 +1,6 @@
 // (1) DB limit: pgbench running ONE statement that writes the same key row, charge row and
 // outbox row as POST /charges (same tables, columns and indexes: the schema comes from
-// lib/shared/db.ts migrate()), at the API benchmark's concurrency, on a fresh database.
+// lib/shared/migrations.ts migrate()), at the API benchmark's concurrency, on a fresh database.
 import { rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
