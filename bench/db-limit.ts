@@ -37,7 +37,8 @@ export async function dbLimit(connections: number, seconds: number): Promise<DbL
   const script = join(tmpdir(), `bench-charge-${db.name}.sql`);
   try {
     await writeFile(script, STATEMENT);
-    // -n: no vacuum (the trap in issue 6); -M prepared like the API's named statements.
+    // -n: no vacuum first, so the limit meets the tables as the API does (never vacuumed or
+    // analyzed); -M prepared like the API's named statements.
     const out = await run([
       pgbench, "-n", "-M", "prepared", "-c", String(connections), "-j", "2",
       "-T", String(seconds), "-f", script, db.url,
