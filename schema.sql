@@ -104,8 +104,8 @@ create index outbox_published_idx on outbox (published_at) where published_at is
 -- relay's mark is not a HOT update (published_at is in the partial indexes' predicates), so
 -- every mark adds an entry to every index; into a B-tree of random UUIDs that entry costs a
 -- descent, key comparisons and, on a full leaf, a failed bottom-up deletion and a split. Into
--- a hash index it is an append to one bucket: 2.5 µs less Postgres time per row marked
--- (bench/README.md).
+-- a hash index it is an append to one bucket: cheaper per row marked (bench/README.md,
+-- "Relay drain").
 create index outbox_aggregate_hash_idx on outbox using hash (aggregate_id);
 
 -- The reference subscriber's inbox: one row per event id it has processed.
