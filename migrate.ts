@@ -1,4 +1,5 @@
-// `bun run migrate`: apply schema.sql and nothing else.
+// `bun run migrate`: apply the pending migrations of migrations/ and nothing else; prints
+// each one it applied, or that the schema was already current.
 import { configOrExit } from "./lib/shared/config.ts";
 import { createSql } from "./lib/shared/db.ts";
 import { applySchema, exitOnStartupError } from "./lib/shared/startup.ts";
@@ -6,5 +7,6 @@ import { applySchema, exitOnStartupError } from "./lib/shared/startup.ts";
 const config = configOrExit(process.env);
 const sql = createSql(config.databaseUrl, { max: 1, applicationName: "charges-migrate" });
 const applied = await applySchema(sql).catch(exitOnStartupError("migrate"));
-console.log(applied ? "schema applied" : "schema already current");
+for (const name of applied) console.log(`applied ${name}`);
+if (applied.length === 0) console.log("schema already current");
 await sql.end({ timeout: 5 });

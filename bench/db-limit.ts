@@ -1,6 +1,6 @@
 // (1) DB limit: pgbench running ONE statement that writes the same key row, charge row and
 // outbox row as POST /charges (same tables, columns and indexes: the schema comes from
-// lib/shared/db.ts migrate()), at the API benchmark's concurrency, on a fresh database.
+// lib/shared/migrations.ts migrate()), at the API benchmark's concurrency, on a fresh database.
 import { rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -37,7 +37,8 @@ export async function dbLimit(connections: number, seconds: number): Promise<DbL
   const script = join(tmpdir(), `bench-charge-${db.name}.sql`);
   try {
     await writeFile(script, STATEMENT);
-    // -n: no vacuum (the trap in issue 6); -M prepared like the API's named statements.
+    // -n: no vacuum first, so the limit meets the tables as the API does (never vacuumed or
+    // analyzed); -M prepared like the API's named statements.
     const out = await run([
       pgbench, "-n", "-M", "prepared", "-c", String(connections), "-j", "2",
       "-T", String(seconds), "-f", script, db.url,

@@ -70,7 +70,7 @@ function relayRate(batchSize: number): Promise<number> {
   });
 }
 
-/** The reference: one batch of 500 at a time, publish all, one UPDATE. */
+/** The naive relay the drain is compared with: one batch of 500 at a time, publish all, one UPDATE. */
 function naiveRate(): Promise<number> {
   return withBacklog(async (sql, name) => {
     const client = await mqtt.connectAsync(mqttUrl, { protocolVersion: 5 });

@@ -25,7 +25,7 @@ export function requireTool(tool: string, pkg: string): string {
 
 export type FreshDb = ScratchDatabase;
 
-/** A new database on the services' server, schema applied by lib/shared/db.ts migrate(). */
+/** A new database on the services' server, migrations applied by lib/shared/migrations.ts migrate(). */
 export async function freshDatabase(label: string, max = 4): Promise<FreshDb> {
   const { adminDatabaseUrl } = await benchServices();
   return createScratchDatabase(adminDatabaseUrl, scratchName("bench", label), { max, applicationName: "bench" });

@@ -30,8 +30,8 @@ await scenario("1", "relay killed between publish and published_at", async (ctx)
   try {
     await lock`begin`;
     await lock`lock table outbox in share mode`;
-    // Starts while the SHARE lock is held: its migrate() must skip the DDL (schema hash
-    // recorded), or it never gets ready and the scenario aborts here.
+    // Starts while the SHARE lock is held: its migrate() must skip the DDL (every migration
+    // in the ledger), or it never gets ready and the scenario aborts here.
     relay = await startRelay(ctx.db.url, ctx.prefix);
     await waitUntil(() => sub.arrivals.has(event.id), 15_000, "the subscriber to receive the event");
     await waitForBackendOnLock(sql, RELAY_APP);

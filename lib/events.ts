@@ -54,8 +54,8 @@ export interface EventEnvelope {
  * A new event id (the outbox row's primary key): a time-ordered UUID (version 7, RFC 9562),
  * increasing within this process. Each write lands at the right-hand edge of the outbox's
  * primary key instead of on a random leaf, and so does the relay's mark, which adds a second
- * entry for every row it publishes (the update is not HOT): measured, 2,000-row marks cost
- * 7.6-8.2 µs of Postgres per row against 10.6-10.9 with random ids (bench/README.md). The
+ * entry for every row it publishes (the update is not HOT): marks measured cheaper per row
+ * than with random ids (bench/README.md, "Relay drain"). The
  * time it carries is the event's own creation, which the envelope's createdAt states anyway.
  * Charge ids stay random (version 4): they are handed to API clients.
  */

@@ -26,7 +26,7 @@ afterAll(async () => {
   await db.drop();
 });
 beforeEach(async () => {
-  await db.sql`truncate refunds, outbox, idempotency_keys, charges`;
+  await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
 });
 
 const STATEMENT_TIMEOUT_MS = 5_000;

@@ -5,7 +5,8 @@
 import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
 import { loadConfig } from "../lib/shared/config.ts";
 import { createLogger } from "../lib/shared/log.ts";
-import { MIGRATION_LOCK_ID, type Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/shared/db.ts";
+import { MIGRATION_LOCK_ID } from "../lib/shared/migrations.ts";
 import { createPoolGate, POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "../lib/shared/pool-gate.ts";
 import { counts, postCharge, startTestApi, TEST_API_APP } from "../testkit/api.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
@@ -19,7 +20,7 @@ setDefaultTimeout(30_000);
 const db = await freshDatabase("api_timeouts");
 afterAll(() => db.drop());
 beforeEach(async () => {
-  await db.sql`truncate refunds, outbox, idempotency_keys, charges`;
+  await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
 });
 
 const UNAVAILABLE_TYPE = "https://charges.example/problems/service-unavailable";

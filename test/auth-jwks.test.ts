@@ -55,7 +55,7 @@ afterAll(async () => {
   await idp.stop(true);
 });
 beforeEach(async () => {
-  await db.sql`truncate refunds, outbox, idempotency_keys, charges`;
+  await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
 });
 
 const body = '{"amountCents":4900}';

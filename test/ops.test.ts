@@ -15,7 +15,7 @@ const db = await freshDatabase("ops");
 const config = loadConfig({ DATABASE_URL: db.url, OUTBOX_RETENTION_SECONDS: "3600" });
 afterAll(() => db.drop());
 beforeEach(async () => {
-  await db.sql`truncate refunds, outbox, idempotency_keys, charges`;
+  await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
 });
 
 async function insertCharge(withOutbox: boolean, publishedAgo?: string): Promise<string> {

@@ -1,8 +1,8 @@
 // The relay's PublishWindow (lib/relay/window.ts) on a recorded connection: the packets it
 // writes, the Receive Maximum it keeps, and the PINGREQ it sends to carry a TCP ACK when it
 // runs out of publishes with PUBACKs still to come (Mosquitto, by default without TCP_NODELAY,
-// holds its next PUBACKs until its last segment is ACKed; bench/README.md has the stall it
-// caused). The relay tests run the same window against a real Mosquitto.
+// holds its next PUBACKs until its last segment is ACKed; bench/README.md, "Relay drain", has
+// the stall it caused). The relay tests run the same window against a real Mosquitto.
 import { expect, test } from "bun:test";
 import { ConnectionLost, PublishRefused, PublishWindow, type OutboundMessage } from "../lib/relay/window.ts";
 

@@ -65,7 +65,7 @@ async function proxied(brokerUrl: string): Promise<MqttProxy> {
 }
 
 test("three connections by default: rows spread over all of them, each aggregate on one, in created_at order", async () => {
-  await db.sql`truncate refunds, outbox, inbox, charges`;
+  await db.sql`truncate outbox, inbox, refunds, charges`;
   const prefix = `test/${crypto.randomUUID()}/`;
   const proxy = await proxied(mqttUrl);
   const total = await insertInterleaved();
@@ -96,7 +96,7 @@ test("three connections by default: rows spread over all of them, each aggregate
 });
 
 test("one connection cut mid-drain: it reconnects, and every row reaches the subscriber and is marked", async () => {
-  await db.sql`truncate refunds, outbox, inbox, charges`;
+  await db.sql`truncate outbox, inbox, refunds, charges`;
   const prefix = `test/${crypto.randomUUID()}/`;
   const broker = await unboundedBroker(mqttUrl);
   cleanups.push(() => broker.stop());

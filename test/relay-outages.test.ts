@@ -23,7 +23,7 @@ const cleanups: Array<() => Promise<unknown>> = [];
 let prefix = "";
 
 beforeEach(async () => {
-  await db.sql`truncate refunds, outbox, inbox, charges`;
+  await db.sql`truncate outbox, inbox, refunds, charges`;
   prefix = `test/${crypto.randomUUID()}/`;
 });
 afterEach(async () => {

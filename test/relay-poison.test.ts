@@ -25,7 +25,7 @@ const MAX_PACKET_SIZE = 2048;
 const BIG_PAYLOAD_BYTES = 10_000;
 
 beforeEach(async () => {
-  await db.sql`truncate refunds, outbox, inbox, charges`;
+  await db.sql`truncate outbox, inbox, refunds, charges`;
   prefix = `test/${crypto.randomUUID()}/`;
 });
 afterEach(async () => {

@@ -23,7 +23,7 @@ let prefix = "";
 let collector: Collector;
 
 beforeEach(async () => {
-  await db.sql`truncate refunds, outbox, inbox, charges`;
+  await db.sql`truncate outbox, inbox, refunds, charges`;
   prefix = `test/${crypto.randomUUID()}/`;
   collector = await collect(mqttUrl, prefix);
   cleanups.push(() => collector.close());

@@ -21,7 +21,7 @@ let prefix = "";
 let consumer = "";
 
 beforeEach(async () => {
-  await db.sql`truncate refunds, outbox, inbox, charges, handled`;
+  await db.sql`truncate outbox, inbox, refunds, charges, handled`;
   prefix = `test/${crypto.randomUUID()}/`;
   consumer = `test-consumer-${crypto.randomUUID().slice(0, 8)}`;
 });

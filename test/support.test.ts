@@ -39,9 +39,9 @@ afterAll(() => db.drop());
 test("a fresh database has the schema, and migrating again changes nothing", async () => {
   const tables = await db.sql<{ table_name: string }[]>`
     select table_name from information_schema.tables where table_schema = 'public' order by 1`;
-  expect(tables.map((t) => t.table_name)).toEqual(["charges", "idempotency_keys", "inbox", "outbox", "refunds", "schema_migrations", "subscriber_dead_letters"]);
-  const { migrate } = await import("../lib/shared/db.ts");
-  expect(await migrate(db.sql)).toBe(false);
+  expect(tables.map((t) => t.table_name)).toEqual(["charges", "idempotency_keys", "inbox", "outbox", "refunds", "schema_history", "subscriber_dead_letters"]);
+  const { migrate } = await import("../lib/shared/migrations.ts");
+  expect(await migrate(db.sql)).toEqual({ kind: "current" });
 });
 
 test("waitUntil answers the probe's first value, and names what it waited for at the deadline", async () => {

@@ -64,7 +64,7 @@ export async function apiTestContext(label: string): Promise<{ db: TestDatabase;
     await db.drop();
   });
   beforeEach(async () => {
-    await db.sql`truncate refunds, outbox, idempotency_keys, charges`;
+    await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
   });
   return { db, api };
 }

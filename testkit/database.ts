@@ -1,6 +1,7 @@
 // Throwaway databases for tests, chaos scenarios and benchmarks: created on a server the
-// caller names, schema applied, dropped (with any backend still on it) when done.
-import { createSql, migrate, type Sql } from "../lib/shared/db.ts";
+// caller names, migrations applied, dropped (with any backend still on it) when done.
+import { createSql, type Sql } from "../lib/shared/db.ts";
+import { describeRefusal, migrate } from "../lib/shared/migrations.ts";
 import { waitUntil } from "./wait.ts";
 import { TEST_TENANT } from "./auth.ts";
 
@@ -15,7 +16,7 @@ export interface ScratchDatabase {
 export interface ScratchOptions {
   /** Pool size of `sql`. */
   readonly max?: number;
-  /** Apply schema.sql (default true); false leaves it to the processes under test. */
+  /** Apply migrations/ (default true); false leaves it to the processes under test. */
   readonly migrate?: boolean;
   readonly applicationName?: string;
 }
@@ -42,7 +43,7 @@ export async function createScratchDatabase(adminUrl: string, name: string, opti
   }
   const url = withDatabase(adminUrl, name);
   const sql = createSql(url, { max: options.max ?? 4, applicationName: options.applicationName ?? "charges-scratch" });
-  if (options.migrate ?? true) await migrate(sql);
+  if (options.migrate ?? true) await migrateScratch(sql);
   return {
     name,
     url,
@@ -57,6 +58,12 @@ export async function createScratchDatabase(adminUrl: string, name: string, opti
       }
     },
   };
+}
+
+/** A brand-new database can only be refused by a bug in migrations/: thrown. */
+async function migrateScratch(sql: Sql): Promise<void> {
+  const outcome = await migrate(sql);
+  if (outcome.kind === "changed" || outcome.kind === "unknown") throw new Error(`bug: ${describeRefusal(outcome)}`);
 }
 
 export interface HeldKey {

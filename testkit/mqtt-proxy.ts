@@ -43,11 +43,8 @@ export async function mqttProxy(brokerUrl: string): Promise<MqttProxy> {
     connections.push(connection);
     const parser = mqttPacket.parser({ protocolVersion: 5 });
     parser.on("packet", (packet: Packet) => {
-      if (packet.cmd === "connect") {
-        connection.clientId = (packet as IConnectPacket).clientId;
-        // The CONNECT's version is that of the packets after it (the parser does not follow it).
-        (parser as unknown as { settings: { protocolVersion: number } }).settings.protocolVersion = (packet as IConnectPacket).protocolVersion ?? 4;
-      }
+      // mqtt-packet's parser reads the packets after a CONNECT in the version that CONNECT names.
+      if (packet.cmd === "connect") connection.clientId = (packet as IConnectPacket).clientId;
       // What followed the cut in the same read was never forwarded.
       if (packet.cmd !== "publish" || !open) return;
       publishes.push(packet);

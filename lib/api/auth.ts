@@ -15,7 +15,12 @@ export const IMPLICIT_TENANT = "default";
 // API drift by a few seconds, and a token refused for 2 s of skew is a retry for nothing.
 export const CLOCK_TOLERANCE_S = 30;
 // A tenant is stored with every key and charge; a claim longer than this is not an id.
-const MAX_TENANT_CHARS = 255;
+export const MAX_TENANT_CHARS = 255;
+// Control characters (C0, DEL, C1) in a tenant claim: no identity provider names a tenant so,
+// Postgres refuses NUL in text, and a log line or a topic would carry them on.
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;
+// A surrogate without its pair: no UTF-8 form exists to store it.
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 const HMAC_ALGORITHMS = ["HS256"];
 // What identity providers sign with; EdDSA under both of its JOSE names.
 const JWKS_ALGORITHMS = ["RS256", "ES256", "EdDSA", "Ed25519"];
@@ -143,11 +148,19 @@ class JwtAuthenticator implements Authenticator {
   /** The tenant of a verified token, remembered for its next use. */
   private admit(token: string, { payload, stamp }: Verified): AuthResult {
     const tenant = payload[this.config.tenantClaim];
-    if (typeof tenant !== "string" || tenant.length === 0 || tenant.length > MAX_TENANT_CHARS) return refused("claims");
+    if (!isTenantId(tenant)) return refused("claims");
     // exp is a required claim: jose refused the token above if it was missing or not a number.
     if (payload.exp !== undefined) this.verified.remember(token, tenant, payload.exp, stamp);
     return { kind: "authenticated", tenant };
   }
+}
+
+/**
+ * Whether a claim can name a tenant: a string of 1 to MAX_TENANT_CHARS characters, without
+ * control characters or lone surrogates.
+ */
+export function isTenantId(value: unknown): value is string {
+  return typeof value === "string" && value.length > 0 && value.length <= MAX_TENANT_CHARS && !CONTROL_CHARACTER.test(value) && !LONE_SURROGATE.test(value);
 }
 
 function refused(reason: Exclude<AuthFailureReason, "keys_unavailable" | "missing">): AuthResult {

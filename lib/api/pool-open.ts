@@ -1,9 +1,9 @@
 // Opens the API's whole pool before the process listens. postgres.js opens a connection only
 // when a query finds every open one busy, so a process that starts under load (a restart, a
 // rolling deploy behind a balancer that sends traffic as soon as /readyz answers) made its
-// first requests wait while up to API_POOL_SIZE backends were forked and authenticated: on
-// the bench's two cores that put the p99 of a new process's first seconds at 95–165 ms,
-// against 51–59 ms with the pool opened first (bench/README.md, API start-up).
+// first requests wait while up to API_POOL_SIZE backends were forked and authenticated;
+// opening the pool first roughly halves the p99 of a new process's first seconds
+// (bench/README.md, "API start-up").
 import { sqlState, type Sql } from "../shared/db.ts";
 import { within } from "../shared/within.ts";
 

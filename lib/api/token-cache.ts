@@ -1,6 +1,7 @@
 // Verified bearer tokens remembered by their exact text, so a client that sends one token
 // with every request costs one signature check per minute instead of one per request (the
-// check was the largest single cost of a POST in `bun --cpu-prof`: bench/README.md).
+// check was the largest single cost of a POST in `bun --cpu-prof`: bench/README.md, "API vs
+// the bare stack").
 //
 // Why reusing a verdict is safe: everything a verification decides is a function of the
 // token's bytes and the key, except time. With the key fixed (AUTH_JWT_SECRET), the same

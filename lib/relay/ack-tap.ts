@@ -2,10 +2,10 @@
 //
 // mqtt.js keeps the session (CONNECT, keep-alive, reconnect, DISCONNECT reason codes) and
 // parses every other packet; the relay's QoS 1 publishes and their PUBACKs bypass it. Through
-// mqtt.js a publish and its PUBACK cost the relay about 17 µs of CPU (an outgoing store, a
-// callback table, a parsed packet object and a tick per packet received); encoded once with
-// mqtt-packet and matched here, about 6 µs, on a drain where the whole row's budget is ~24 µs
-// (bench/README.md, "relay drain"). What passes through is byte-for-byte what arrived.
+// mqtt.js a publish and its PUBACK cost several times the CPU (an outgoing store, a callback
+// table, a parsed packet object and a tick per packet received) of encoding once and matching
+// here, the largest item of a row's cost (bench/README.md, "Relay drain"). What passes through
+// is byte-for-byte what arrived.
 import { Duplex } from "node:stream";
 
 /** What the tap reports to the publisher. */

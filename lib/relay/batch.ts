@@ -50,9 +50,8 @@ export interface BatchRun {
  * behind the other lanes' for up to a few hundred milliseconds, across several young
  * collections (lib/shared/gc-pacer.ts), and what they hold then is promoted to the old
  * generation, whose collections free it tens of megabytes at a time for the allocator to hand
- * back to the kernel. Built at the send, these strings die young. Measured over warm drains,
- * three alternations: 27.1-27.5k rows/s against 24.8-26.9k built at hand-over, relay CPU
- * 24.4-24.6 µs per row against 25.2-27.0, peak memory 127-133 MB against 140-142.
+ * back to the kernel. Built at the send, these strings die young: more rows/s, less CPU per
+ * row and a lower peak memory than built at hand-over (bench/README.md, "Relay drain").
  */
 class RowMessage implements OutboundMessage {
   constructor(
@@ -136,7 +135,7 @@ async function publishAll(ctx: BatchContext, rows: readonly OutboxRow[]): Promis
 // behind (a loaded machine), and a burst would then add the 40 ms stall to every claim, which
 // makes it fall further behind (a claim of the whole OUTBOX_BATCH_SIZE, when that is 50 or
 // less, still goes out at once: the backlog is not drained). Past about 50 rows, a local round
-// trip per row costs more than the one stall of a burst (bench/README.md has the figures).
+// trip per row costs more than the one stall of a burst (bench/README.md, "Relay drain").
 const IN_TURN_MAX = 50;
 
 async function publishInTurn(ctx: BatchContext, rows: OutboxRow[]): Promise<Outcome[]> {

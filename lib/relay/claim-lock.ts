@@ -28,8 +28,8 @@ export interface ClaimFrontier {
 
 // A claim from the top of the pending index walks past every row the relay's other lanes
 // hold locked, and past the entries of the rows it has just published until they are known
-// dead: 4.2 ms instead of 1.7 ms for a claim of 2,000 behind the 4,000 rows of two other
-// lanes (bench/README.md). Claims come in created_at order, so the next one starts where the
+// dead, more than twice the time of a claim starting past them (bench/README.md, "Relay
+// drain"). Claims come in created_at order, so the next one starts where the
 // last one ended. A row that appears behind that point (a transaction that committed late,
 // a row released after a lost connection, a back-off that ended) is claimed by the next claim
 // from the top: the first after a short claim, and at least one this often.

@@ -15,10 +15,10 @@ import type { BatchRun } from "./batch.ts";
 // cores: past about 200, more lanes only make every claim skip more locked rows, Postgres's
 // CPU per row grows and the drain slows down.
 const MAX_CLAIMED_ROWS = 200;
-// At least three: with publishing at ~100k rows/s (publisher.ts), a batch's database phases
+// At least three: with publishing as fast as it is (publisher.ts), a batch's database phases
 // (mark, commit, the next claim) take about as long as publishing the other batch's rows, so
 // with two lanes the publisher sat idle, out of rows, for a third of a drain; a third lane
-// keeps rows waiting for it (bench/README.md, "relay drain"). At most eight, as each lane
+// keeps rows waiting for it (bench/README.md, "Relay drain"). At most eight, as each lane
 // holds a database connection for the length of its batch.
 const MIN_LANES = 3;
 const MAX_LANES = 8;

@@ -49,7 +49,8 @@ export interface OutboxRow {
  * is bookkeeping of rows already delivered. A Postgres crash can lose the last few hundred
  * milliseconds of it; those rows are then published again, which at-least-once delivery
  * already allows and the subscriber's inbox absorbs; no event is lost, since the rows
- * themselves were committed durably by the API. Measured: +5% drain rate (bench/README.md).
+ * themselves were committed durably by the API. It measured a faster drain (bench/README.md,
+ * "Relay drain").
  */
 export async function batchSettings(tx: Db): Promise<void> {
   await tx`select set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('synchronous_commit', 'off', true)`.execute();
@@ -80,8 +81,8 @@ export async function claimBatch(tx: Db, limit: number, from?: string): Promise<
 
 /**
  * The rows the broker acknowledged, by their `tid` from the claim of the same transaction, in
- * one statement: a TID scan, where matching the ids cost a primary-key probe per row (about
- * 1.5 µs of Postgres CPU per row of a drain, bench/README.md).
+ * one statement: a TID scan, where matching the ids cost a primary-key probe per row (the
+ * Postgres CPU it saves: bench/README.md, "Relay drain").
  */
 export async function markPublished(tx: Db, tids: readonly string[]): Promise<number> {
   if (tids.length === 0) return 0;

@@ -1,8 +1,8 @@
 // The bytes of the relay's one kind of packet: a QoS 1 PUBLISH (MQTT 5 §3.3, or 3.1.1 §3.3
 // without the properties). mqtt-packet's generate() writes the same bytes (test/publish-packet
-// .test.ts compares them) but costs about 5 µs per message through its chunk accumulator and
-// per-property dispatch, a fifth of a row's whole budget on a drain (bench/README.md); this
-// sizes the packet once and writes it into one buffer.
+// .test.ts compares them) but costs several times as much per message through its chunk
+// accumulator and per-property dispatch (bench/README.md, "Relay drain"); this sizes the
+// packet once and writes it into one buffer.
 
 export interface PublishFields {
   /** Packet identifier, 1..65535. */

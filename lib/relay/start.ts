@@ -20,9 +20,9 @@ const EXTRA_CONNECTIONS = 2;
 // left running. postgres.js still waits this long on a pool whose connections were killed
 // under it (it keeps one it never finishes with), so the grace is short.
 const POOL_CLOSE_GRACE_S = 1;
-// One young collection per this many rows answered: every 40-50 ms on a drain of 20,000-25,000
-// rows/s, under the allocator's 100 ms before it returns free memory to the kernel
-// (lib/shared/gc-pacer.ts). Measured: 2,000 (one per full claim) kept only part of the gain.
+// One young collection per this many rows answered: at drain speed well within the allocator's
+// 100 ms before it returns free memory to the kernel (lib/shared/gc-pacer.ts). 2,000 (one per
+// full claim) kept only part of the gain (bench/README.md, "Relay drain").
 const GC_EVERY_ROWS = 1000;
 
 export interface RelayProcess {

@@ -112,12 +112,12 @@ function flag(env: Env, name: string): boolean {
 
 // One connection per concurrent request at the load we benchmark (32 clients): every charge
 // is one statement ending in a commit flush, and more concurrent commits let group commit
-// share the flushes (the measured effect of pool size is in bench/README.md).
+// share the flushes (pool size measured: bench/README.md, "API latency and pool size").
 const API_POOL_SIZE = 32;
 // Charge statements one API process keeps running at once (lib/api/charge-batcher.ts); the
 // requests beyond them are sent together, several charges to a statement and a commit. On
 // the 2-core bench machine 2, 3 and 4 gave the same created/s and p99 rose with each one
-// more (21-24 ms at 2, 25-28 at 4, 33-36 at 6: bench/README.md, "Group commit"). Two keep a
+// more (bench/README.md, "Group commit"). Two keep a
 // single API process's charges near its own CPU limit even on a large database server,
 // where each process runs two at once; several processes run two each.
 const API_CHARGE_STATEMENTS = 2;
@@ -138,15 +138,15 @@ const TEN_YEARS_S = 10 * 365 * 24 * 3600;
 // never saw the PUBACK publishes again when it is back, however long it was away. A week
 // covers the session and six days of relay outage; less than the session is refused.
 // The relay's largest claim. Claims start at 10 rows and grow while the broker keeps up
-// (lib/relay/lanes.ts), so this only matters on a backlog, where 2,000 drained 15% faster than
-// 500 on 2 cores (fewer transactions and claims per row) and 5,000 no faster (bench/README.md).
+// (lib/relay/lanes.ts), so this only matters on a backlog, where 2,000 drained faster than 500
+// (fewer transactions and claims per row) and 5,000 no faster (bench/README.md, "Relay drain").
 export const DEFAULT_OUTBOX_BATCH_SIZE = 2000;
 const MAX_OUTBOX_BATCH_SIZE = 10_000;
 // Mosquitto lets a connection have 20 publishes unacknowledged (its max_inflight_messages, sent
 // as the CONNACK's Receive Maximum, which MQTT 5 forbids a client to exceed): one connection's
-// drain waits on that window's round trips. Three windows drained 10-26% faster than one on 2
-// cores; four, five and eight not beyond the spread (bench/README.md). The events of one
-// aggregate share a connection.
+// drain waits on that window's round trips. Three windows drain faster than one; four, five
+// and eight measured no faster (bench/README.md, "Several MQTT connections"). The events of
+// one aggregate share a connection.
 export const DEFAULT_RELAY_MQTT_CONNECTIONS = 3;
 const MAX_RELAY_MQTT_CONNECTIONS = 16;
 const INBOX_RETENTION_S = 7 * 86_400;
@@ -241,7 +241,7 @@ function authConfig(env: Env): AuthConfig {
 // The API's time bounds. Every bound trips long before a client's own timeout (30 s and more
 // for common HTTP clients and load balancers), so the client gets a 503 it can act on, not
 // a dropped connection; and far above what a healthy database takes.
-// A charge is one statement taking milliseconds (bench/README.md has the figures):
+// A charge is one statement taking milliseconds (bench/README.md, "Results"):
 // 5 s only trips on a stalled database.
 const API_STATEMENT_TIMEOUT_MS = 5_000;
 // The statement's lock waits are sub-millisecond unless DDL, VACUUM FULL or LOCK TABLE holds a

@@ -1,8 +1,6 @@
-// The postgres.js client, schema migration, and the classification of database errors.
+// The postgres.js client and the classification of database errors (migrations: migrations.ts).
 import postgres from "postgres";
-import { sha256Hex } from "./sha256.ts";
 import { within } from "./within.ts";
-import { readFile } from "node:fs/promises";
 import { POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "./pool-gate.ts";
 
 export type Sql = postgres.Sql<Record<string, never>>;
@@ -48,43 +46,6 @@ export function createSql(url: string, options: DbOptions = {}): Sql {
       ...(options.lockTimeoutMs !== undefined && { lock_timeout: options.lockTimeoutMs }),
     },
   }) as unknown as Sql;
-}
-
-// Any fixed 64-bit number unique to this project; taken for the whole migration.
-export const MIGRATION_LOCK_ID = 7_310_422_118_001n;
-
-/** schema.sql, resolved when read: a module that touches import.meta.url at load fails on edge runtimes. */
-export async function readSchema(): Promise<string> {
-  return readFile(new URL("../../schema.sql", import.meta.url), "utf8");
-}
-
-/**
- * Applies schema.sql under a transaction-scoped advisory lock so two processes starting
- * together apply it one after the other. The file's hash is recorded: a process starting
- * against an up-to-date database skips the DDL, whose ALTER TABLEs would otherwise take
- * ACCESS EXCLUSIVE locks on tables the running API and relays are using.
- * Returns true when the schema was applied, false when it was already current.
- */
-export async function migrate(sql: Sql): Promise<boolean> {
-  const schema = await readSchema();
-  const hash = sha256Hex(schema);
-  return sql.begin(async (tx) => {
-    // The migration waits for another process's migration and runs DDL of any length:
-    // the pool's own statement and lock bounds are for requests, not for this.
-    await tx`select set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)`;
-    await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_ID.toString()}::bigint)`;
-    await tx`create table if not exists schema_migrations (
-      hash text primary key,
-      applied_at timestamptz not null default now()
-    )`;
-    const done = await tx`select 1 from schema_migrations where hash = ${hash}`;
-    if (done.length > 0) return false;
-    // The schema file is part of the program, never input: unsafe() only because it
-    // holds several statements, which the simple query protocol runs in one go.
-    await tx.unsafe(schema);
-    await tx`insert into schema_migrations (hash) values (${hash})`;
-    return true;
-  });
 }
 
 // SQLSTATE classes that mean "the database cannot serve this now, try again later":

@@ -4,12 +4,12 @@
 // Bun's allocator (mimalloc) returns memory that stayed free for 100 ms to the kernel
 // (madvise), and the next allocation there faults a zeroed page back in; the kernel also
 // interrupts the process's other threads to flush their TLBs. The runtime starts a collection
-// when a cycle's allocations reach a share of the heap: on a relay drain, every 150-200 ms, so
-// much of what one collection frees waits longer than 100 ms to be reused, and goes through
+// when a cycle's allocations reach a share of the heap: on a relay drain, less often than every
+// 100 ms, so much of what one collection frees waits longer than that to be reused, and goes through
 // that round trip. A young collection after every `every` units of work (rows answered, on the
 // relay) keeps the cycle short while work flows fast; when it flows slowly, it runs rarely.
-// Measured on a drain (bench/README.md): the relay process's CPU per row 32-36 µs unpaced,
-// 25-28 µs paced every 1,000 rows; every 2,000 rows (a whole claim) gained only part of that.
+// Pacing every 1,000 rows cut the relay's CPU per row on a drain; every 2,000 rows (a whole
+// claim) gained only part of that (bench/README.md, "Relay drain").
 
 export interface GcPacer {
   /** `units` of work were done. */

@@ -1,6 +1,7 @@
 // What every process does the same way at start: open its pool and bring the schema up to
 // date (or fail with one line), and one policy for rejections nobody handled.
-import { createSql, describeDbError, isUnavailable, migrate, type DbOptions, type Sql } from "./db.ts";
+import { createSql, describeDbError, isUnavailable, type DbOptions, type Sql } from "./db.ts";
+import { describeRefusal, migrate, type MigrationOutcome } from "./migrations.ts";
 import { ConfigError } from "./config.ts";
 import type { Logger } from "./log.ts";
 
@@ -9,17 +10,27 @@ export class StartupError extends Error {
   override name = "StartupError";
 }
 
-/** Applies schema.sql (true when it changed anything); a StartupError, pool closed, when it cannot. */
-export async function applySchema(sql: Sql): Promise<boolean> {
+/**
+ * Applies the pending migrations of migrations/ and answers their names (none when the schema
+ * was current); a StartupError, pool closed, when the database cannot be reached or migrated,
+ * or when its ledger disagrees with this release (an applied migration edited, or one from a
+ * newer release).
+ */
+export async function applySchema(sql: Sql): Promise<readonly string[]> {
+  let outcome: MigrationOutcome;
   try {
-    return await migrate(sql);
+    outcome = await migrate(sql);
   } catch (error) {
     await sql.end({ timeout: 1 }).catch(() => {});
     throw new StartupError(`cannot reach or migrate the database at DATABASE_URL: ${describeDbError(error)}`);
   }
+  if (outcome.kind === "applied") return outcome.names;
+  if (outcome.kind === "current") return [];
+  await sql.end({ timeout: 1 }).catch(() => {});
+  throw new StartupError(`refusing the database at DATABASE_URL: ${describeRefusal(outcome)}`);
 }
 
-/** A pool on `url` with the schema applied; a StartupError (pool closed) when either fails. */
+/** A pool on `url` with the migrations applied; a StartupError (pool closed) when either fails. */
 export async function openDatabase(url: string, options: DbOptions): Promise<Sql> {
   const sql = createSql(url, options);
   await applySchema(sql);

@@ -1,6 +1,6 @@
 // A transaction that never touches a connection that has closed under it.
 //
-// postgres.js 3.4.9 (issues #1154, #1208) throws an uncatchable TypeError, which ends the
+// postgres.js 3.4.9 (upstream porsager/postgres#1154 and #1208) throws an uncatchable TypeError, which ends the
 // process, when a statement is sent on a connection whose socket has closed: the callback's
 // next statement, or the ROLLBACK/COMMIT sql.begin() itself sends once the callback settles.
 // sql.begin() rejects as soon as its connection closes; from then on the callback here never

@@ -17,9 +17,8 @@ export const OUTBOX_CHANNEL = "outbox_pending";
 
 // Bounds the extra commit → relay latency a trailing notify adds, and the notify rate of
 // a busy API process (500/s), far below the rate at which notifying commits start to queue.
-// At 200 charges/s a 5 ms window delayed every other event by up to 5 ms: commit →
-// subscriber p50 5.1-5.4 ms against 3.0-4.1 at 2 ms, with no cost seen in the API's
-// created/s (bench/README.md).
+// At 200 charges/s a 5 ms window delayed every other event by up to 5 ms; 2 ms gave a lower
+// commit → subscriber p50 at no cost seen in created/s (bench/README.md, "Relay wake-up").
 export const NOTIFY_WINDOW_MS = 2;
 
 export interface OutboxNotifier {

@@ -1,0 +1,82 @@
+// connectMqtt (lib/shared/mqtt-connect.ts) builds each connection itself and puts the caller's
+// tap around it: on the first connection, on every reconnect, and on the MQTT 3.1.1 fallback
+// against a broker that refuses 5. The URL's credentials and clientId reach the CONNECT.
+import { afterEach, expect, setDefaultTimeout, test } from "bun:test";
+import type { MqttClient } from "mqtt";
+import type { Duplex } from "node:stream";
+import { startLocalBroker } from "../dev/mqtt-broker.ts";
+import { AckTap } from "../lib/relay/ack-tap.ts";
+import { connectMqtt } from "../lib/shared/mqtt-connect.ts";
+import { mqttProxy } from "../testkit/mqtt-proxy.ts";
+import { services } from "../testkit/services.ts";
+import { waitUntil } from "../testkit/wait.ts";
+
+setDefaultTimeout(30_000);
+
+const { mqttUrl } = await services();
+const cleanups: Array<() => Promise<unknown>> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
+});
+
+/** What one tapped connection carried: reads handled and PUBACKs taken off. */
+interface Tapped {
+  reads: number;
+  readonly acks: number[];
+}
+
+/** A client whose every connection goes through an AckTap recording into `taps`, one entry per connection. */
+function tappedClient(url: string): { client: MqttClient; taps: Tapped[] } {
+  const taps: Tapped[] = [];
+  const client = connectMqtt(url, {
+    reconnectPeriod: 50,
+    tap: (stream) => {
+      const tapped: Tapped = { reads: 0, acks: [] };
+      taps.push(tapped);
+      return new AckTap(stream as Duplex, { ack: (id) => tapped.acks.push(id), readDone: () => tapped.reads++ });
+    },
+  });
+  cleanups.push(() => client.endAsync(true));
+  return { client, taps };
+}
+
+const connected = (client: MqttClient): Promise<void> => new Promise((resolve) => client.once("connect", () => resolve()));
+
+test("a reconnect goes through the tap: its CONNACK and PUBACKs are read by the new connection's tap", async () => {
+  const proxy = await mqttProxy(mqttUrl);
+  cleanups.push(() => proxy.close());
+  const { client, taps } = tappedClient(proxy.url);
+  await connected(client);
+  expect(taps.length).toBe(1);
+
+  const reconnected = connected(client);
+  proxy.connections[0]?.cut();
+  await reconnected;
+  expect(taps.length).toBe(2);
+  expect(taps[1]?.reads).toBeGreaterThan(0); // the CONNACK came through the second tap
+
+  // mqtt.js never sees this PUBACK: the tap took it, so the callback is not awaited.
+  client.publish(`test/${crypto.randomUUID()}`, "{}", { qos: 1 });
+  await waitUntil(() => taps[1]?.acks.length === 1, 5_000, "the PUBACK on the second connection's tap");
+  expect(taps[0]?.acks).toEqual([]);
+});
+
+test("against a 3.1.1-only broker: the refused MQTT 5 connection and the 3.1.1 one are both tapped", async () => {
+  const broker = await startLocalBroker();
+  cleanups.push(() => broker.close());
+  const { client, taps } = tappedClient(broker.url);
+  await connected(client);
+  expect(client.options.protocolVersion).toBe(4);
+  expect(taps.length).toBeGreaterThanOrEqual(2);
+  expect(taps.every((tapped) => tapped.reads > 0)).toBe(true);
+});
+
+test("the URL's clientId query reaches the CONNECT", async () => {
+  const proxy = await mqttProxy(mqttUrl);
+  cleanups.push(() => proxy.close());
+  const clientId = `connect-test-${crypto.randomUUID()}`;
+  const client = connectMqtt(`${proxy.url}/?clientId=${clientId}`, { reconnectPeriod: 50 });
+  cleanups.push(() => client.endAsync(true));
+  await connected(client);
+  expect(proxy.connections[0]?.clientId).toBe(clientId);
+});
