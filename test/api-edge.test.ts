@@ -149,3 +149,20 @@ describe("request logs", () => {
     }
   });
 });
+
+describe("HEAD", () => {
+  test("HEAD of a GET route answers as the GET would, without a body; HEAD of a POST-only path is a 404", async () => {
+    const health = await raw(server.port, http11("HEAD /healthz", "host: localhost"));
+    expect(health.status).toBe(200);
+    expect(health.headers["content-type"]).toContain("application/json");
+    expect(health.body).toBe("");
+    const created = await raw(server.port, http11("POST /charges", "host: localhost", ...chargeHeaders(crypto.randomUUID())), '{"amountCents":9}');
+    const { id } = JSON.parse(created.body) as { id: string };
+    const charge = await raw(server.port, http11(`HEAD /charges/${id}`, "host: localhost", bearer));
+    expect(charge.status).toBe(200);
+    expect(charge.body).toBe("");
+    const anonymous = await raw(server.port, http11(`HEAD /charges/${id}`, "host: localhost"));
+    expect(anonymous.status).toBe(401);
+    expect((await raw(server.port, http11("HEAD /charges", "host: localhost", bearer))).status).toBe(404);
+  });
+});

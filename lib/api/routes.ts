@@ -5,7 +5,7 @@ import { isUuid } from "../shared/uuid.ts";
 import type { TSchema } from "@sinclair/typebox";
 import { operationRoute, RETRY_AFTER_S } from "./http/operation-route.ts";
 import { openApiDocument, problem, resource, unauthorized } from "./http/openapi.ts";
-import type { RequestContext, Route } from "./http/router.ts";
+import { invalidIdDetail, type RequestContext, type Route } from "./http/router.ts";
 import { Charge, ChargeView, chargeView, createCharge } from "./operations/charges.ts";
 import { createRefund, Refund, refundView } from "./operations/refunds.ts";
 import { problemResponse } from "./problem.ts";
@@ -69,16 +69,13 @@ function apiDocument(): Record<string, unknown> {
   return document;
 }
 
-// What each path parameter names, for the problems of a GET.
-const PARAM_NOUNS: Readonly<Record<string, string>> = { id: "charge", refundId: "refund" };
-
 /**
  * A GET of one of the tenant's rows by the route's UUIDs: 400 for an id that is not one, 404
  * when there is no such row (or it is another tenant's), else its body.
  */
 async function lookup(ctx: RequestContext, what: string, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {
   for (const [name, value] of Object.entries(ctx.params)) {
-    if (!isUuid(value)) return problemResponse("invalidId", `the ${PARAM_NOUNS[name] ?? name} id must be a UUID`);
+    if (!isUuid(value)) return problemResponse("invalidId", invalidIdDetail(name));
   }
   const body = await ctx.deps.core.read(find);
   const id = what === "refund" ? ctx.params.refundId : ctx.params.id;

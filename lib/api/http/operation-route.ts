@@ -12,7 +12,7 @@ import type { Outcome } from "../core/service.ts";
 import { ProblemError, problemResponse } from "../problem.ts";
 import { checkOf } from "../schemas.ts";
 import { describeOperation } from "./openapi.ts";
-import type { RequestContext, Route } from "./router.ts";
+import { invalidIdDetail, type RequestContext, type Route } from "./router.ts";
 
 // How long a client should wait before retrying a 409 (the first request is a single
 // statement, normally done in milliseconds) or a 503 (the pool reconnects within a second).
@@ -26,7 +26,7 @@ export function operationRoute(op: Operation): Route {
     openapi: describeOperation(op),
     async handle(ctx) {
       for (const name of op.uuidParams) {
-        if (!isUuid(ctx.params[name] ?? "")) return problemResponse("invalidId", `the ${name} in the path must be a UUID`);
+        if (!isUuid(ctx.params[name] ?? "")) return problemResponse("invalidId", invalidIdDetail(name));
       }
       let body: unknown;
       try {

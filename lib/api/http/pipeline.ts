@@ -36,13 +36,16 @@ export function createApiHandler(routes: readonly Route[], schemas: Parameters<t
     const deps = current();
     const fields: LogFields = {};
     const path = pathOf(request.url);
-    const found = match(request.method, path);
+    // HEAD is GET without the body (RFC 9110 §9.3.2): health checkers send it.
+    const head = request.method === "HEAD";
+    const found = match(head ? "GET" : request.method, path);
     let response: Response;
     try {
       response = await serveOne(deps, request, path, found, fields, options);
     } catch (error) {
       response = failure(fields, error);
     }
+    if (head) response = new Response(null, { status: response.status, headers: response.headers });
     try {
       logRequest(deps.log, request, found?.route.path ?? UNMATCHED_ROUTE, response, performance.now() - started, fields);
     } catch (error) {

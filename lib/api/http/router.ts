@@ -50,6 +50,14 @@ export interface Route {
   readonly openapi: Record<string, unknown>;
 }
 
+// What each path parameter names, for the problem of an id that is not a UUID.
+const PARAM_NOUNS: Readonly<Record<string, string>> = { id: "charge", refundId: "refund" };
+
+/** The detail of the 400 invalid-id problem for path parameter `name`. */
+export function invalidIdDetail(name: string): string {
+  return `the ${PARAM_NOUNS[name] ?? name} id must be a UUID`;
+}
+
 /** The routes behind a bearer token: everything under /charges, matched or not. */
 export function needsToken(path: string): boolean {
   return path === "/charges" || path.startsWith("/charges/");
