@@ -9,7 +9,7 @@ export interface ApiMetrics {
   /** Reports the group commit's totals (core/batcher.ts) at each collection. */
   observeStatements(stats: StatementStats): void;
   countOutcome(endpoint: string, outcome: OutcomeKind): void;
-  /** A /charges request refused before the charge service saw it: no idempotency outcome. */
+  /** A /charges request refused before the idempotency core saw it: no idempotency outcome. */
   countAuthFailure(reason: AuthFailureReason): void;
 }
 
