@@ -51,6 +51,7 @@ const sql = await openDatabase(config.databaseUrl, { max: 2, applicationName: `c
 const subscriber = startSubscriber({
   sql,
   mqttUrl: config.mqttUrl,
+  mqttProtocol: config.mqttProtocol,
   topic,
   consumer,
   clientId,

@@ -17,9 +17,16 @@ test("defaults are SPEC's", () => {
     relayMqttConnections: 3,
     outboxRetentionSeconds: 604_800,
     mqttTopicPrefix: "",
+    mqttProtocol: "auto",
     logLevel: "info",
   });
   expect(Object.isFrozen(config)).toBe(true);
+});
+
+test("MQTT_PROTOCOL_VERSION: auto by default; 5 and 3.1.1 taken as they are", () => {
+  expect(loadConfig({ MQTT_PROTOCOL_VERSION: "5" }).mqttProtocol).toBe("5");
+  expect(loadConfig({ MQTT_PROTOCOL_VERSION: " 3.1.1 " }).mqttProtocol).toBe("3.1.1");
+  expect(loadConfig({ MQTT_PROTOCOL_VERSION: "AUTO" }).mqttProtocol).toBe("auto");
 });
 
 test("auth defaults: jwt mode, the tenant in sub, no key source (the API refuses to start without one)", () => {
@@ -55,6 +62,7 @@ test.each([
   ["DATABASE_URL", "mysql://localhost/x"],
   ["MQTT_URL", "http://localhost:1883"],
   ["MQTT_TOPIC_PREFIX", "a/#/"],
+  ["MQTT_PROTOCOL_VERSION", "4"],
   ["LOG_LEVEL", "loud"],
   ["AUTH_MODE", "basic"],
   ["AUTH_JWT_SECRET", "x".repeat(31)],

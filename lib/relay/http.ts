@@ -8,7 +8,7 @@ import type { FetchHandler } from "../shared/runtime.ts";
 
 export interface RelayAppDeps {
   readonly sql: Sql;
-  readonly broker: { readonly connected: boolean };
+  readonly broker: { readonly connected: boolean; readonly lastError?: string | undefined };
   /** Extra GET routes by exact path, e.g. { "/metrics": handler }. */
   readonly routes?: Readonly<Record<string, FetchHandler>>;
   /** Hears why the database is down (the /readyz body only says that it is) and handler failures. */
@@ -54,6 +54,8 @@ export function createRelayFetch(deps: RelayAppDeps): FetchHandler {
         status: ready ? "ready" : "not ready",
         database: database.up ? "up" : "down",
         broker: broker ? "connected" : "disconnected",
+        // Why the broker connection failed last (a refusal, no CONNACK, a socket error), while it is down.
+        ...(!broker && deps.broker.lastError !== undefined && { brokerError: deps.broker.lastError }),
       });
     },
     ...deps.routes,

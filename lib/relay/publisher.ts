@@ -6,7 +6,7 @@
 // the one its key (the aggregate id) hashes to, so the events of one aggregate keep their order.
 import type { IConnackPacket, IDisconnectPacket, IStream, MqttClient } from "mqtt";
 import type { Duplex } from "node:stream";
-import { connectMqtt } from "../shared/mqtt-connect.ts";
+import { connectMqtt, type MqttProtocol } from "../shared/mqtt-connect.ts";
 import { describeMqttError } from "../shared/mqtt-errors.ts";
 import { AckTap } from "./ack-tap.ts";
 import { PublishWindow, type Delivered, type OutboundMessage } from "./window.ts";
@@ -20,6 +20,8 @@ export type DeliverFn = (message: OutboundMessage, done: Delivered) => void;
 export interface Broker {
   /** Every connection has its CONNACK. */
   readonly connected: boolean;
+  /** Why the last connection attempt failed, until every connection is up again (for /readyz). */
+  readonly lastError: string | undefined;
   publish: PublishFn;
   deliver: DeliverFn;
   /** Called with true when the last connection is up and false when the first is lost. Returns an unsubscribe. */
@@ -34,8 +36,11 @@ export interface BrokerOptions {
   readonly connections?: number;
   /** Upper bound on unacknowledged publishes per connection; the broker's Receive Maximum may lower it. */
   readonly maxInFlight?: number;
+  /** Why a connection attempt failed: once per cause across the connections, not once per retry. */
   readonly onError?: (description: string) => void;
-  /** The protocol tried first: 5 (the default, falling back to 3.1.1), or 4 to speak 3.1.1 only. */
+  /** MQTT_PROTOCOL_VERSION (default auto). */
+  readonly version?: MqttProtocol;
+  /** With `auto`, the version tried first: 5 (the default), or 4. */
   readonly protocolVersion?: 4 | 5;
 }
 
@@ -85,21 +90,32 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
   const base = options.clientId ?? `charges-relay-${crypto.randomUUID().slice(0, 8)}`;
   const allConnected = (): boolean => connections.every((c) => c.client.connected);
   let allUp = false;
+  let lastError: string | undefined;
   // Listeners hear the state of the whole: a batch needs whichever connection its rows hash to.
   const changed = (): void => {
     const now = allConnected();
+    if (now) lastError = undefined;
     if (now === allUp) return;
     allUp = now;
     for (const listener of listeners) listener(now);
   };
+  // Each connection reports a cause once; the connections of one relay usually fail alike.
+  const failed = (description: string): void => {
+    if (description === lastError) return;
+    lastError = description;
+    options.onError?.(description);
+  };
   const connections = Array.from({ length: Math.max(1, options.connections ?? 1) }, (_, i) =>
-    openConnection(url, { ...options, clientId: i === 0 ? base : `${base}-${i + 1}` }, changed),
+    openConnection(url, { ...options, clientId: i === 0 ? base : `${base}-${i + 1}`, onError: failed }, changed),
   );
   const count = connections.length;
   const windowOf = (message: OutboundMessage): PublishWindow => (connections[connectionOf(message.key, count)] as Connection).window;
   return {
     get connected() {
       return allConnected();
+    },
+    get lastError() {
+      return lastError;
     },
     publish: (message) => windowOf(message).publish(message),
     deliver: (message, done) => windowOf(message).deliver(message, done),
@@ -166,6 +182,7 @@ function followSession(client: MqttClient, publishes: PublishWindow, notify: () 
 function openClient(url: string, options: BrokerOptions & { clientId: string }, publishes: PublishWindow): MqttClient {
   return connectMqtt(url, {
     clientId: options.clientId,
+    version: options.version ?? "auto",
     protocolVersion: options.protocolVersion ?? 5,
     // The relay's own state is the outbox; nothing needs to outlive a connection.
     clean: true,

@@ -60,7 +60,9 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   // Not awaited: a broker that is away at start is retried, and the relay waits for it.
   const broker = connectBroker(config.mqttUrl, {
     connections: config.relayMqttConnections,
-    onError: (error) => log.warn("broker error", { error }),
+    version: config.mqttProtocol,
+    // Once per cause, not once per retry (publisher.ts); /readyz names the last one.
+    onError: (error) => log.warn("broker connection failed", { error }),
   });
   broker.onConnectionChange((connected) => log.info(connected ? "broker connected" : "broker connection lost"));
   const collect = await youngCollection();

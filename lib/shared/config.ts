@@ -8,6 +8,10 @@ export class ConfigError extends Error {
   override name = "ConfigError";
 }
 
+/** MQTT_PROTOCOL_VERSION: one version only, or 5 falling back to 3.1.1 (lib/shared/mqtt-connect.ts). */
+export type MqttProtocol = "5" | "3.1.1" | "auto";
+const MQTT_PROTOCOLS: readonly MqttProtocol[] = ["5", "3.1.1", "auto"];
+
 export type LogLevel = "debug" | "info" | "warn" | "error" | "silent";
 const LOG_LEVELS: readonly LogLevel[] = ["debug", "info", "warn", "error", "silent"];
 
@@ -27,6 +31,7 @@ export interface Config {
   readonly outboxRetentionSeconds: number;
   readonly subscriberInboxRetentionSeconds: number;
   readonly mqttTopicPrefix: string;
+  readonly mqttProtocol: MqttProtocol;
   readonly logLevel: LogLevel;
   readonly otlpEndpoint: string | undefined;
   readonly apiTimeBounds: ApiTimeBounds;
@@ -188,6 +193,13 @@ function host(env: Env, name: string, fallback: string): string {
   return raw;
 }
 
+function mqttProtocol(env: Env): MqttProtocol {
+  const raw = (env.MQTT_PROTOCOL_VERSION ?? "").trim().toLowerCase() || "auto";
+  const found = MQTT_PROTOCOLS.find((p) => p === raw);
+  if (!found) throw new ConfigError(`MQTT_PROTOCOL_VERSION must be one of ${MQTT_PROTOCOLS.join(", ")}, got "${raw}"`);
+  return found;
+}
+
 export function loadConfig(env: Env): Config {
   return Object.freeze({
     databaseUrl: url(env, "DATABASE_URL", "postgres://localhost:5432/postgres", ["postgres:", "postgresql:"]),
@@ -203,6 +215,7 @@ export function loadConfig(env: Env): Config {
     outboxRetentionSeconds: integer(env, "OUTBOX_RETENTION_SECONDS", 7 * 86_400, 1, TEN_YEARS_S),
     subscriberInboxRetentionSeconds: integer(env, "SUBSCRIBER_INBOX_RETENTION_SECONDS", INBOX_RETENTION_S, MIN_INBOX_RETENTION_S, TEN_YEARS_S),
     mqttTopicPrefix: topicPrefix(env),
+    mqttProtocol: mqttProtocol(env),
     logLevel: logLevel(env),
     otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || undefined,
     apiTimeBounds: apiTimeBounds(env),

@@ -1,7 +1,11 @@
-// One way to open an mqtt.js client for the relay and the subscriber: MQTT 5 first, and
-// MQTT 3.1.1 when the broker refuses 5 (the in-process aedes broker of `bun run dev` speaks
-// 3.1.1 only). On 3.1.1 the publish properties (content type, user properties) are not sent;
-// the envelope carries the same information.
+// One way to open an mqtt.js client for the relay and the subscriber. MQTT_PROTOCOL_VERSION
+// `auto` (the default) tries MQTT 5 first and falls back to 3.1.1 when the broker refuses 5
+// with a CONNACK (the in-process aedes broker of `bun run dev`) or closes the connection
+// without any CONNACK (some 3.1.1-only brokers do); the version that got a CONNACK is kept for
+// every reconnect until the process restarts. `5` and `3.1.1` speak that version only. On
+// 3.1.1 the publish properties (content type, user properties) are not sent; the envelope
+// carries the same information. A failed connection attempt is reported once per cause, not
+// once per retry.
 //
 // The client is mqtt.js's public `new MqttClient(streamBuilder, options)`: the stream builder
 // here opens each connection (TCP, TLS or WebSocket, from the URL) and puts the caller's tap
@@ -11,6 +15,9 @@ import { connect as tlsConnect, type ConnectionOptions } from "node:tls";
 import { MqttClient, type IClientOptions, type IStream } from "mqtt";
 import WebSocket, { createWebSocketStream } from "ws";
 import { reasonCodeOf } from "./mqtt-errors.ts";
+import type { MqttProtocol } from "./config.ts";
+
+export type { MqttProtocol };
 
 // CONNACK refusals meaning "I do not speak this protocol version": 3.1.1 return code 1
 // (unacceptable protocol version), MQTT 5 reason code 0x84 (unsupported protocol version).
@@ -22,7 +29,15 @@ const TLS = new Set(["mqtts:", "tls:", "ssl:"]);
 const WS = new Set(["ws:", "wss:"]);
 const DEFAULT_PORT: Readonly<Record<string, number>> = { "mqtt:": 1883, "tcp:": 1883, "mqtts:": 8883, "tls:": 8883, "ssl:": 8883, "ws:": 80, "wss:": 443 };
 
+/** A connection attempt that got no CONNACK: the broker (or the connect timeout) closed it first. */
+export class NoConnackError extends Error {
+  override name = "NoConnackError";
+}
+
 export interface MqttConnectOptions extends IClientOptions {
+  /** Which protocol version to speak (default auto); overrides protocolVersion. */
+  readonly version?: MqttProtocol;
+  /** Hears why the connection failed, once per cause until the next successful connect. */
   readonly onError?: (error: Error) => void;
   /** Wraps each connection the client opens (every reconnect opens a new one) before it reads from it. */
   readonly tap?: (stream: IStream) => IStream;
@@ -35,33 +50,83 @@ interface Target {
   readonly port: number;
 }
 
+/** What one connection attempt has seen: a transport that opened, and a CONNACK on it. */
+interface Attempt {
+  established: boolean;
+  answered: boolean;
+}
+
 export function connectMqtt(url: string, options: MqttConnectOptions): MqttClient {
-  const { onError, tap, ...clientOptions } = options;
+  const { onError, tap, version = "auto", ...clientOptions } = options;
   const target = targetOf(url);
   const clientConfig: IClientOptions = {
-    protocolVersion: 5,
     // A refused CONNECT (server unavailable, busy, or the protocol fallback below) is retried.
     reconnectOnConnackError: true,
     // mqtt.js formats a debug line per packet even when debugging is off: measurable per message.
     log: () => {},
     ...credentialsOf(target.url),
     ...clientOptions,
+    protocolVersion: version === "3.1.1" ? 4 : version === "5" ? 5 : (clientOptions.protocolVersion ?? 5),
   };
   // As mqtt.connect does: a clientId in the URL's query wins over the options'.
   const queryClientId = target.url.searchParams.get("clientId");
   if (queryClientId !== null) clientConfig.clientId = queryClientId;
-  const open = (): IStream => openStream(target, clientConfig);
+  let attempt: Attempt = { established: false, answered: false };
+  const open = (): IStream => {
+    const current: Attempt = { established: false, answered: false };
+    attempt = current;
+    return openStream(target, clientConfig, () => (current.established = true));
+  };
   const client = new MqttClient(tap ? () => tap(open()) : open, clientConfig);
+  followProtocol(client, version === "auto", () => attempt, onceEach(onError));
+  return client;
+}
+
+/** `report`, called again only for another cause; a successful connect (reset) starts over. */
+function onceEach(report: ((error: Error) => void) | undefined): { report: (error: Error) => void; reset: () => void } {
+  let last: string | undefined;
+  return {
+    report(error) {
+      const cause = `${error.name}:${reasonCodeOf(error) ?? ""}:${error.message}`;
+      if (cause === last) return;
+      last = cause;
+      report?.(error);
+    },
+    reset: () => (last = undefined),
+  };
+}
+
+/**
+ * The protocol fallback and the failure reports. Until a CONNACK accepts one version (auto),
+ * an attempt refused for its version, or closed after the transport opened but before any
+ * CONNACK, makes the next one speak the other version.
+ */
+function followProtocol(client: MqttClient, auto: boolean, attempt: () => Attempt, failures: ReturnType<typeof onceEach>): void {
+  let settled = !auto;
+  const other = (): void => void (client.options.protocolVersion = client.options.protocolVersion === 4 ? 5 : 4);
+  const version = (): string => (client.options.protocolVersion === 4 ? "3.1.1" : "5");
+  client.on("packetreceive", (packet) => {
+    if (packet.cmd === "connack") attempt().answered = true;
+  });
+  client.on("connect", () => {
+    settled = true;
+    failures.reset();
+  });
   // Without an 'error' listener an error event would throw; the reconnect loop recovers.
   client.on("error", (error) => {
     const code = reasonCodeOf(error);
-    if (client.options.protocolVersion === 5 && code !== undefined && UNSUPPORTED_PROTOCOL.has(code)) {
-      client.options.protocolVersion = 4; // the next reconnect speaks 3.1.1
+    if (!settled && client.options.protocolVersion === 5 && code !== undefined && UNSUPPORTED_PROTOCOL.has(code)) {
+      other(); // the next reconnect speaks 3.1.1
       return;
     }
-    onError?.(error);
+    failures.report(error);
   });
-  return client;
+  client.on("close", () => {
+    const { established, answered } = attempt();
+    if (!established || answered) return;
+    failures.report(new NoConnackError(`no CONNACK for the MQTT ${version()} CONNECT: the connection closed first`));
+    if (!settled) other();
+  });
 }
 
 function targetOf(raw: string): Target {
@@ -80,9 +145,10 @@ function credentialsOf(url: URL): Pick<IClientOptions, "username" | "password"> 
   return url.password === "" ? { username } : { username, password: decodeURIComponent(url.password) };
 }
 
-function openStream(target: Target, options: IClientOptions): IStream {
+/** The connection to `target`; `established` is called once its transport is open (before any MQTT). */
+function openStream(target: Target, options: IClientOptions, established: () => void): IStream {
   const { url, host, port } = target;
-  if (TCP.has(url.protocol)) return tcpConnect({ host, port });
+  if (TCP.has(url.protocol)) return tcpConnect({ host, port }).once("connect", established);
   if (TLS.has(url.protocol)) {
     const { ca, cert, key, servername } = options;
     const tlsOptions: ConnectionOptions = {
@@ -95,11 +161,12 @@ function openStream(target: Target, options: IClientOptions): IStream {
       cert,
       key,
     };
-    return tlsConnect(tlsOptions);
+    return tlsConnect(tlsOptions).once("secureConnect", established);
   }
   if (WS.has(url.protocol)) {
     // The WebSocket subprotocol for MQTT 3.1.1 and 5 (MQTT 5 §6).
     const socket = new WebSocket(`${url.protocol}//${url.host}${url.pathname}${url.search}`, ["mqtt"]);
+    socket.once("open", established);
     const stream = createWebSocketStream(socket);
     socket.on("close", () => stream.destroy());
     return stream;

@@ -2,7 +2,7 @@
 // stable client id; Clean Session 0 on 3.1.1), so QoS 1 events published while it is offline
 // are kept by the broker and arrive when it returns; the subscription; a bounded close.
 import type { IPublishPacket, MqttClient } from "mqtt";
-import { connectMqtt } from "../shared/mqtt-connect.ts";
+import { connectMqtt, type MqttProtocol } from "../shared/mqtt-connect.ts";
 import { describeMqttError } from "../shared/mqtt-errors.ts";
 
 // The broker keeps the session (subscription + queued QoS 1 events) this long while the
@@ -16,6 +16,7 @@ const CLOSE_TIMEOUT_MS = 2000;
 
 export interface SessionOptions {
   readonly mqttUrl: string;
+  readonly mqttProtocol?: MqttProtocol;
   readonly topic: string;
   readonly consumer: string;
   readonly clientId?: string;
@@ -36,7 +37,9 @@ export function openSession(options: SessionOptions, onMessage: (packet: IPublis
     clean: false,
     properties: { sessionExpiryInterval: options.sessionExpirySeconds ?? SESSION_EXPIRY_S },
     reconnectPeriod: RECONNECT_MS,
-    onError: (error) => options.onError?.(describeMqttError(error)),
+    version: options.mqttProtocol ?? "auto",
+    // Once per cause, not once per retry (mqtt-connect.ts).
+    onError: (error) => options.onError?.(`broker connection failed: ${describeMqttError(error)}`),
   });
   // mqtt.js calls handleMessage for each received PUBLISH and sends the PUBACK when `ack` is
   // called; it handles one received packet at a time, so events are processed in arrival order.

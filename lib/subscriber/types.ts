@@ -1,6 +1,7 @@
 // The reference subscriber's public contract: what startSubscriber takes and what it returns.
 import type { Meter } from "@opentelemetry/api";
 import type { Sql, Tx } from "../shared/db.ts";
+import type { MqttProtocol } from "../shared/config.ts";
 import type { EventEnvelope } from "../events.ts";
 import type { DeadLetter } from "./inbox-sql.ts";
 
@@ -18,6 +19,8 @@ export interface Delivery {
 export interface SubscriberOptions {
   readonly sql: Sql;
   readonly mqttUrl: string;
+  /** MQTT_PROTOCOL_VERSION (default auto: 5, falling back to 3.1.1). */
+  readonly mqttProtocol?: MqttProtocol;
   /** Topic filter, e.g. `${MQTT_TOPIC_PREFIX}charges/#`. */
   readonly topic: string;
   /** The inbox's consumer name; also the default MQTT client id. */
