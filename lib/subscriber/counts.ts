@@ -21,6 +21,10 @@ export class SubscriberCounts {
     this.events = meter.createCounter("subscriber_events_total", {
       description: "Messages the reference subscriber acknowledged, by outcome: processed (new), duplicate (already in the inbox), rejected (not an event)",
     });
+    // At zero from the start, as the relay's counters are: a rate() or increase() alert on
+    // dead letters works before the first one, and a dashboard shows 0 rather than no data.
+    this.deadLetters.add(0, { consumer });
+    for (const outcome of ["processed", "duplicate", "rejected"]) this.events.add(0, { consumer, outcome });
   }
 
   countDelivery(duplicate: boolean): void {
