@@ -1,5 +1,5 @@
 // Assembles the relay process from config: the pool, the schema, the broker connection, the
-// loop, its metrics and its HTTP surface (/healthz, /readyz, /metrics).
+// loop, its metrics and its HTTP surface (/healthz, /readyz, /metrics, /asyncapi.json).
 import type { Config } from "../shared/config.ts";
 import type { Sql } from "../shared/db.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
@@ -7,6 +7,7 @@ import { openDatabase } from "../shared/startup.ts";
 import { youngCollection, type FetchHandler } from "../shared/runtime.ts";
 import { createGcPacer, UNPACED } from "../shared/gc-pacer.ts";
 import { EVENT_TYPES, topicOf } from "../events.ts";
+import { asyncApiJson } from "../shared/asyncapi.ts";
 import { connectBroker, type Broker } from "./publisher.ts";
 import { createRelay, laneCount, type Relay } from "./loop.ts";
 import { createRelayFetch } from "./http.ts";
@@ -31,7 +32,7 @@ export interface RelayProcess {
   readonly relay: Relay;
   /** Rows answered per young collection (lib/shared/gc-pacer.ts); null where the runtime has none to pace (Deno). */
   readonly gcEveryRows: number | null;
-  /** /healthz, /readyz and, when given, /metrics. */
+  /** /healthz, /readyz, /asyncapi.json and, when given, /metrics. */
   readonly fetch: FetchHandler;
   /** The loop; resolves after stop(). */
   run(): Promise<void>;
@@ -76,7 +77,8 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     events: otelRelayEvents(EVENT_TYPES.map((type) => topicOf(config.mqttTopicPrefix, type))),
     logger: log,
   });
-  const routes = options.metrics ? { "/metrics": options.metrics } : undefined;
+  const routes: Record<string, FetchHandler> = { "/asyncapi.json": asyncApiRoute(config.mqttTopicPrefix) };
+  if (options.metrics) routes["/metrics"] = options.metrics;
   return {
     sql,
     broker,
@@ -90,4 +92,12 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
       await sql.end({ timeout: POOL_CLOSE_GRACE_S });
     },
   };
+}
+
+/**
+ * GET /asyncapi.json: the AsyncAPI 3 document of the events this relay publishes, with the
+ * topics under its own MQTT_TOPIC_PREFIX; built at the first request and kept.
+ */
+function asyncApiRoute(prefix: string): FetchHandler {
+  return () => new Response(asyncApiJson(prefix), { headers: { "content-type": "application/json" } });
 }

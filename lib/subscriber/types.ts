@@ -40,7 +40,7 @@ export interface SubscriberOptions {
   /** An event the handler kept failing on, once kept in subscriber_dead_letters, before the PUBACK. */
   readonly onDeadLetter?: (letter: DeadLetter) => void;
   readonly onError?: (description: string) => void;
-  /** Where subscriber_dead_letters_total is counted; the global meter by default. */
+  /** Where subscriber_events_total and subscriber_dead_letters_total are counted; the global meter by default. */
   readonly meter?: Meter;
 }
 

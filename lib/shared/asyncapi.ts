@@ -1,0 +1,170 @@
+// The AsyncAPI 3 document of the MQTT events, built from the event contract in lib/events.ts:
+// the same event type names, topicOf for the channel addresses, EVENT_CONTENT_TYPE, and the
+// user property names userPropertiesOf writes. The payload and header schemas are TypeBox
+// objects, so a test checks a real published message with the very objects the document
+// carries (Value.Check), and the served JSON is those objects serialized.
+import { Type as t, type TObject } from "@sinclair/typebox";
+import { CHARGE_CREATED, CHARGE_REFUNDED, EVENT_CONTENT_TYPE, EVENT_TYPES, topicOf, type EventType } from "../events.ts";
+
+/** The version of the event contract this document describes; bumped when the envelope changes. */
+export const EVENT_CONTRACT_VERSION = "1.0.0";
+
+// Patterns rather than `format`: TypeBox checks a format only once a process-wide registry
+// knows it, and any JSON Schema validator reads a pattern the same way.
+const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+// What the relay's claim writes (to_char with microseconds, UTC): lib/relay/outbox-sql.ts.
+const CREATED_AT_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$";
+// W3C Trace Context version 00, the only form the API carries into the outbox.
+const TRACEPARENT_PATTERN = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$";
+// MQTT bindings 0.2.0 (MQTT 5 fields: contentType on the message).
+const MQTT_BINDING_VERSION = "0.2.0";
+
+const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
+// A Postgres integer column holds every amount.
+const cents = (minimum: number, description: string) => t.Integer({ minimum, maximum: 2_147_483_647, description });
+
+/** The `data` of each event type (lib/events.ts ChargeCreatedData, ChargeRefundedData). */
+export const EVENT_DATA_SCHEMAS: Readonly<Record<EventType, TObject>> = {
+  [CHARGE_CREATED]: t.Object(
+    { chargeId: uuid("The charge's id (also the envelope's aggregateId)"), amountCents: cents(1, "The charge's amount") },
+    { description: "ChargeCreated data" },
+  ),
+  [CHARGE_REFUNDED]: t.Object(
+    {
+      chargeId: uuid("The refunded charge's id (also the envelope's aggregateId)"),
+      refundId: uuid("The refund's id"),
+      amountCents: cents(1, "This refund's amount"),
+      refundedCents: cents(1, "The charge's refunded total after this refund"),
+    },
+    { description: "ChargeRefunded data" },
+  ),
+};
+
+const DESCRIPTIONS: Readonly<Record<EventType, string>> = {
+  [CHARGE_CREATED]: "A charge committed; published from the outbox row written in the charge's own transaction.",
+  [CHARGE_REFUNDED]: "A refund of a charge committed; its aggregate is the charge, its sequence the next after the charge's last event.",
+};
+
+/** The envelope (buildEnvelope's JSON) of one event type. */
+function envelopeSchema(type: EventType): TObject {
+  return t.Object(
+    {
+      id: uuid("The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it."),
+      type: t.Literal(type, { description: "The event type; also the topic's last level" }),
+      aggregateId: uuid("The id of the aggregate (the charge) the event belongs to"),
+      tenantId: t.String({ minLength: 1, description: "The tenant whose request wrote the event" }),
+      createdAt: t.String({ pattern: CREATED_AT_PATTERN, description: "The outbox row's created_at, ISO-8601 UTC with microseconds" }),
+      sequence: t.Integer({ minimum: 1, description: "1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order" }),
+      data: EVENT_DATA_SCHEMAS[type],
+    },
+    { description: `The ${type} envelope (UTF-8 JSON); subscribers ignore fields they do not know` },
+  );
+}
+
+/** The MQTT 5 user properties of one event type (userPropertiesOf). */
+function userPropertiesSchema(type: EventType): TObject {
+  return t.Object(
+    {
+      "event-id": uuid("The envelope's id"),
+      "event-type": t.Literal(type, { description: "The envelope's type" }),
+      "tenant-id": t.String({ minLength: 1, description: "The envelope's tenantId" }),
+      "aggregate-sequence": t.String({ pattern: "^[1-9][0-9]*$", description: "The envelope's sequence, in decimal" }),
+      traceparent: t.Optional(t.String({ pattern: TRACEPARENT_PATTERN, description: "The W3C traceparent of the request that wrote the event, when it had one" })),
+    },
+    { description: "MQTT 5 user properties (absent on MQTT 3.1.1 connections)" },
+  );
+}
+
+export interface AsyncApiMessage {
+  readonly name: string;
+  readonly title: string;
+  readonly summary: string;
+  readonly contentType: string;
+  readonly payload: TObject;
+  readonly headers: TObject;
+  readonly bindings: { readonly mqtt: { readonly contentType: string; readonly bindingVersion: string } };
+}
+
+export interface AsyncApiChannel {
+  readonly address: string;
+  readonly description: string;
+  readonly messages: Readonly<Record<string, { readonly $ref: string }>>;
+}
+
+export interface AsyncApiOperation {
+  readonly action: "send";
+  readonly summary: string;
+  readonly channel: { readonly $ref: string };
+  readonly messages: readonly { readonly $ref: string }[];
+  readonly bindings: { readonly mqtt: { readonly qos: 0 | 1 | 2; readonly retain: boolean; readonly bindingVersion: string } };
+}
+
+export interface AsyncApiDocument {
+  readonly asyncapi: "3.0.0";
+  readonly info: { readonly title: string; readonly version: string; readonly description: string };
+  readonly defaultContentType: string;
+  readonly channels: Readonly<Record<string, AsyncApiChannel>>;
+  readonly operations: Readonly<Record<string, AsyncApiOperation>>;
+  readonly components: { readonly messages: Readonly<Record<string, AsyncApiMessage>> };
+}
+
+const INFO_DESCRIPTION = [
+  "Events of the charges service, published by its outbox relay from the transactional outbox.",
+  "Delivery is at least once (QoS 1, not retained): a relay stopped between the broker's PUBACK and its own bookkeeping publishes the event again, so subscribers deduplicate by the envelope's `id`.",
+  "Per aggregate, the relay hands the broker the events in `sequence` order; redeliveries may repeat an earlier event later.",
+  "On MQTT 5 each publish carries the content type and the user properties described as each message's headers.",
+].join("\n\n");
+
+function message(type: EventType): AsyncApiMessage {
+  return {
+    name: type,
+    title: type,
+    summary: DESCRIPTIONS[type],
+    contentType: EVENT_CONTENT_TYPE,
+    payload: envelopeSchema(type),
+    headers: userPropertiesSchema(type),
+    bindings: { mqtt: { contentType: EVENT_CONTENT_TYPE, bindingVersion: MQTT_BINDING_VERSION } },
+  };
+}
+
+function channel(prefix: string, type: EventType): AsyncApiChannel {
+  return {
+    address: topicOf(prefix, type),
+    description: `Every ${type} event, one publish per outbox row`,
+    messages: { [type]: { $ref: `#/components/messages/${type}` } },
+  };
+}
+
+function operation(type: EventType): AsyncApiOperation {
+  return {
+    action: "send",
+    summary: `The relay publishes each ${type} outbox row once the transaction that wrote it committed`,
+    channel: { $ref: `#/channels/${type}` },
+    messages: [{ $ref: `#/channels/${type}/messages/${type}` }],
+    bindings: { mqtt: { qos: 1, retain: false, bindingVersion: MQTT_BINDING_VERSION } },
+  };
+}
+
+/** The AsyncAPI 3 document for a deployment whose topics start with `prefix` (MQTT_TOPIC_PREFIX). */
+export function buildAsyncApiDocument(prefix: string): AsyncApiDocument {
+  const each = <T>(make: (type: EventType) => T): Record<string, T> => Object.fromEntries(EVENT_TYPES.map((type) => [type, make(type)]));
+  return {
+    asyncapi: "3.0.0",
+    info: { title: "Charges events", version: EVENT_CONTRACT_VERSION, description: INFO_DESCRIPTION },
+    defaultContentType: EVENT_CONTENT_TYPE,
+    channels: each((type) => channel(prefix, type)),
+    // Named for what the relay does; channels and messages are named by event type.
+    operations: Object.fromEntries(EVENT_TYPES.map((type) => [`publish${type}`, operation(type)])),
+    components: { messages: each(message) },
+  };
+}
+
+// One prefix per process in practice; keyed anyway so a test holding several relays is right.
+const cachedJson = new Map<string, string>();
+
+/** The document as JSON text, built on the first call for `prefix` and kept for the process. */
+export function asyncApiJson(prefix: string): string {
+  let json = cachedJson.get(prefix);
+  if (json === undefined) cachedJson.set(prefix, (json = JSON.stringify(buildAsyncApiDocument(prefix))));
+  return json;
+}
