@@ -7,7 +7,7 @@ import { DiagnosticSeverity, Parser } from "@asyncapi/parser";
 import { Value } from "@sinclair/typebox/value";
 import type { TObject } from "@sinclair/typebox";
 import { CHARGE_CREATED, CHARGE_REFUNDED, EVENT_CONTENT_TYPE, EVENT_TYPES, topicOf } from "../lib/events.ts";
-import { asyncApiJson, buildAsyncApiDocument, type AsyncApiDocument } from "../lib/shared/asyncapi.ts";
+import { asyncApiJson, buildAsyncApiDocument, type AsyncApiDocument } from "../lib/relay/asyncapi.ts";
 import { startTestApi } from "../testkit/api.ts";
 import { collect, type Received } from "../testkit/mqtt.ts";
 import { startEntrypoint } from "../testkit/processes.ts";

@@ -7,7 +7,7 @@ import { openDatabase } from "../shared/startup.ts";
 import { youngCollection, type FetchHandler } from "../shared/runtime.ts";
 import { createGcPacer, UNPACED } from "../shared/gc-pacer.ts";
 import { EVENT_TYPES, topicOf } from "../events.ts";
-import { asyncApiJson } from "../shared/asyncapi.ts";
+import { asyncApiJson } from "./asyncapi.ts";
 import { connectBroker, type Broker } from "./publisher.ts";
 import { createRelay, laneCount, type Relay } from "./loop.ts";
 import { createRelayFetch } from "./http.ts";
