@@ -4,13 +4,16 @@ import { startApi } from "./lib/api/start.ts";
 import { onShutdownSignal, serve } from "./lib/shared/runtime.ts";
 import { createLogger } from "./lib/shared/log.ts";
 import { startTelemetry } from "./lib/shared/telemetry.ts";
+import { createHttpServerMetrics } from "./lib/shared/http-metrics.ts";
 import { exitOnStartupError, stopOnUnhandledRejection } from "./lib/shared/startup.ts";
 
 const config = configOrExit(process.env);
 const log = createLogger(config.logLevel, "api");
 stopOnUnhandledRejection(log);
 const telemetry = startTelemetry("charges-api", config.otlpEndpoint);
-const api = await startApi(config, { metrics: telemetry.scrape, logger: log }).catch(exitOnStartupError("api"));
+const httpMetrics = config.apiHttpMetrics ? createHttpServerMetrics() : undefined;
+if (httpMetrics) telemetry.addHistogram(httpMetrics);
+const api = await startApi(config, { metrics: telemetry.scrape, logger: log, httpMetrics }).catch(exitOnStartupError("api"));
 const server = serve(config.port, api.fetch, undefined, { reusePort: config.apiReusePort });
 log.info("api listening", { port: server.port, reusePort: config.apiReusePort, poolSize: config.apiPoolSize });
 
