@@ -4,13 +4,18 @@ import { startApi } from "./lib/api/start.ts";
 import { onShutdownSignal, serve } from "./lib/shared/runtime.ts";
 import { createLogger } from "./lib/shared/log.ts";
 import { startTelemetry } from "./lib/shared/telemetry.ts";
+import { createHttpServerMetrics } from "./lib/shared/http-metrics.ts";
+import { startRuntimeMetrics } from "./lib/shared/runtime-metrics.ts";
 import { exitOnStartupError, stopOnUnhandledRejection } from "./lib/shared/startup.ts";
 
 const config = configOrExit(process.env);
 const log = createLogger(config.logLevel, "api");
 stopOnUnhandledRejection(log);
 const telemetry = startTelemetry("charges-api", config.otlpEndpoint);
-const api = await startApi(config, { metrics: telemetry.scrape, logger: log }).catch(exitOnStartupError("api"));
+const runtime = startRuntimeMetrics(telemetry.provider.getMeter("charges"));
+const httpMetrics = config.apiHttpMetrics ? createHttpServerMetrics() : undefined;
+if (httpMetrics) telemetry.addHistogram(httpMetrics);
+const api = await startApi(config, { metrics: telemetry.scrape, logger: log, httpMetrics }).catch(exitOnStartupError("api"));
 const server = serve(config.port, api.fetch, undefined, { reusePort: config.apiReusePort });
 log.info("api listening", { port: server.port, reusePort: config.apiReusePort, poolSize: config.apiPoolSize });
 
@@ -26,6 +31,7 @@ onShutdownSignal(async (signal) => {
   log.info("api stopping", { signal, graceMs: SHUTDOWN_GRACE_MS });
   await server.stop(SHUTDOWN_GRACE_MS);
   await api.close();
+  runtime.stop();
   await telemetry.shutdown();
   log.info("api stopped");
   process.exit(0);

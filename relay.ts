@@ -8,6 +8,8 @@ import { maskUrl } from "./lib/shared/redact.ts";
 import { onShutdownSignal, serve } from "./lib/shared/runtime.ts";
 import { exitOnStartupError, stopOnUnhandledRejection } from "./lib/shared/startup.ts";
 import { startTelemetry } from "./lib/shared/telemetry.ts";
+import { createHttpServerMetrics } from "./lib/shared/http-metrics.ts";
+import { startRuntimeMetrics } from "./lib/shared/runtime-metrics.ts";
 import { startRelay } from "./lib/relay/start.ts";
 import { newGauges, registerOpsGauges, startOpsLoop } from "./lib/ops/jobs.ts";
 
@@ -17,7 +19,10 @@ stopOnUnhandledRejection(log);
 
 // Registered before any instrument is created, so lib/'s meters are the SDK's.
 const telemetry = startTelemetry("charges-relay", config.otlpEndpoint);
-const relay = await startRelay(config, { metrics: telemetry.scrape, logger: log }).catch(exitOnStartupError("relay"));
+const runtime = startRuntimeMetrics(telemetry.provider.getMeter("charges"));
+const httpMetrics = createHttpServerMetrics();
+telemetry.addHistogram(httpMetrics);
+const relay = await startRelay(config, { metrics: telemetry.scrape, logger: log, httpMetrics }).catch(exitOnStartupError("relay"));
 const gauges = newGauges();
 registerOpsGauges(gauges);
 const ops = startOpsLoop(relay.sql, config, gauges, log);
@@ -38,6 +43,7 @@ async function shutdown(): Promise<void> {
     await ops.stop();
     await server.stop();
     await relay.close();
+    runtime.stop();
     await telemetry.shutdown();
     log.info("relay stopped");
   } catch (error) {

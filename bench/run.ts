@@ -186,6 +186,29 @@ await section("auth cost (AUTH_MODE=jwt vs none)", async () => {
   if (errors > 0) notes.push(`auth cost: ${errors} non-2xx or socket errors`);
 });
 
+// The histogram's cost on the hot path: the same API with API_HTTP_METRICS on and off, in
+// pairs whose order alternates, so a drift over the run (a warming disk) favours neither.
+await section("HTTP metrics cost (histogram on vs off)", async () => {
+  const on: ApiRun[] = [];
+  const off: ApiRun[] = [];
+  for (let i = 0; i < P.pairs; i++) {
+    const first = i % 2 === 0 ? "0" : "1";
+    const a = await apiRun(CONNECTIONS, P.seconds, "info", 0, "jwt", { API_HTTP_METRICS: first });
+    const b = await apiRun(CONNECTIONS, P.seconds, "info", 0, "jwt", { API_HTTP_METRICS: first === "0" ? "1" : "0" });
+    const [withIt, without] = first === "1" ? [a, b] : [b, a];
+    log(`pair ${i + 1}: on ${describeApi(withIt)} | off ${describeApi(without)}`);
+    on.push(withIt);
+    off.push(without);
+  }
+  raw.httpMetricsCost = { on, off };
+  const ratios = on.map((r, i) => r.createdPerSec / (off[i]?.createdPerSec ?? Number.NaN));
+  row("API created/s HTTP histogram on vs off", median(on.map((r) => r.createdPerSec)), "/s", ">= 0.98", (v) => v >= 0.98, median(off.map((r) => r.createdPerSec)), median(ratios));
+  const cpu = on.map((r, i) => per([r.apiUsPerCharge]) / per([off[i]?.apiUsPerCharge ?? null]));
+  row("API CPU µs/charge HTTP histogram on vs off", per(on.map((r) => r.apiUsPerCharge)), "µs", "-", null, per(off.map((r) => r.apiUsPerCharge)), median(cpu));
+  const errors = [...on, ...off].reduce((n, r) => n + r.non2xx + r.socketErrors, 0);
+  if (errors > 0) notes.push(`HTTP metrics cost: ${errors} non-2xx or socket errors`);
+});
+
 await section("relay drain vs broker limit", async () => {
   const limits: BrokerLimit[] = [];
   const legal: BrokerLimit[] = [];

@@ -12,7 +12,8 @@
 // SUBSCRIBER_SHARE_GROUP to join an MQTT 5 shared subscription ($share/<group>/...): the
 // processes of one group split the stream, each needing its own stable SUBSCRIBER_CLIENT_ID,
 // and share the inbox through one SUBSCRIBER_CONSUMER;
-// OTEL_EXPORTER_OTLP_ENDPOINT to push subscriber_dead_letters_total over OTLP.
+// OTEL_EXPORTER_OTLP_ENDPOINT to push subscriber_dead_letters_total and the process and pool
+// metrics (lib/shared/runtime-metrics.ts) over OTLP.
 import { configOrExit } from "../lib/shared/config.ts";
 import { createLogger } from "../lib/shared/log.ts";
 import { exitOnStartupError, openDatabase, stopOnUnhandledRejection } from "../lib/shared/startup.ts";
@@ -20,6 +21,7 @@ import { onShutdownSignal } from "../lib/shared/runtime.ts";
 import { startSubscriber } from "../lib/subscriber/subscriber.ts";
 import { startInboxRetention } from "../lib/subscriber/inbox-retention.ts";
 import { startTelemetry } from "../lib/shared/telemetry.ts";
+import { observePool, startRuntimeMetrics } from "../lib/shared/runtime-metrics.ts";
 import { isShareGroup, sharedSubscriptionFilter, subscriptionFilter } from "../lib/events.ts";
 
 const config = configOrExit(process.env);
@@ -42,11 +44,15 @@ const log = createLogger(config.logLevel, "subscriber", console.error);
 stopOnUnhandledRejection(log);
 // Registered before startSubscriber creates its counter, so the counter is the SDK's.
 const telemetry = startTelemetry("charges-subscriber", config.otlpEndpoint);
+const meter = telemetry.provider.getMeter("charges");
+const runtime = startRuntimeMetrics(meter);
 
+// The pool's size, also reported as db_client_connections_max.
+const POOL_SIZE = 2;
+const poolName = `charges-subscriber-${consumer}`;
 // The inbox table comes with the schema.
-const sql = await openDatabase(config.databaseUrl, { max: 2, applicationName: `charges-subscriber-${consumer}` }).catch(
-  exitOnStartupError("subscriber"),
-);
+const sql = await openDatabase(config.databaseUrl, { max: POOL_SIZE, applicationName: poolName }).catch(exitOnStartupError("subscriber"));
+observePool(meter, { name: poolName, max: POOL_SIZE });
 
 const subscriber = startSubscriber({
   sql,
@@ -81,6 +87,7 @@ onShutdownSignal(() => {
     await subscriber.close();
     await retention.stop();
     await sql.end({ timeout: 5 });
+    runtime.stop();
     await telemetry.shutdown();
     print({ event: "stopped", processed: subscriber.processed, duplicates: subscriber.duplicates, rejected: subscriber.rejected });
     process.exit(0);

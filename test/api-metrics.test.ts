@@ -1,11 +1,16 @@
-// GET /metrics on the API after a known sequence of requests: exact counter values, and no
-// label value that looks like a per-request id.
+// GET /metrics on the API after a known sequence of requests: exact counter values, the HTTP
+// server histogram per route template, and no label value that looks like a per-request id.
 import { setDefaultTimeout } from "bun:test";
 import { afterAll, expect, test } from "bun:test";
 import { startTelemetry } from "../lib/shared/telemetry.ts";
 import { freshDatabase } from "../testkit/services.ts";
-import { postCharge, startTestApi } from "../testkit/api.ts";
-import { mintTestToken, TEST_TENANT } from "../testkit/auth.ts";
+import { getCharge, postCharge, startTestApi } from "../testkit/api.ts";
+import { authHeaders, mintTestToken, TEST_TENANT } from "../testkit/auth.ts";
+import { newCharge, postRefund, refundBody } from "../testkit/refunds.ts";
+import { labelValues, samples, valueOf } from "../testkit/prometheus.ts";
+import { createHttpServerMetrics, UNMATCHED_ROUTE } from "../lib/shared/http-metrics.ts";
+import { loadConfig } from "../lib/shared/config.ts";
+import { ROUTES } from "../lib/api/routes.ts";
 
 setDefaultTimeout(30_000);
 
@@ -105,3 +110,59 @@ function sampleBare(text: string, name: string): number | undefined {
   const line = text.split("\n").find((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{}`));
   return line === undefined ? undefined : Number(line.split(" ").pop());
 }
+
+test("http_server_request_duration_seconds: one series per route template, method and status, exact counts, no id in a label", async () => {
+  // An API of its own, so the counts are this test's requests only.
+  const own = startTelemetry("charges-api-http-test", undefined, false);
+  const httpMetrics = createHttpServerMetrics();
+  own.addHistogram(httpMetrics);
+  const app = await startTestApi(db.url, {}, { metrics: own.scrape, meter: own.provider.getMeter("charges"), httpMetrics });
+  try {
+    const key = crypto.randomUUID();
+    const chargeId = await newCharge(app, 5000); // POST /charges 201
+    const refundKey = crypto.randomUUID();
+    expect((await postRefund(app, chargeId, refundBody(100), { key: refundKey })).status).toBe(201);
+    expect((await postRefund(app, chargeId, refundBody(100), { key: refundKey })).status).toBe(201); // a replay
+    expect((await getCharge(app, chargeId)).status).toBe(200);
+    expect((await postCharge(app, '{"amountCents":4900}', { key, tenant: null })).status).toBe(401);
+    expect((await app.fetch(new Request(`http://localhost/no/such/${chargeId}`))).status).toBe(404);
+    expect((await app.fetch(new Request(`http://localhost/charges/${chargeId}/nope`, { headers: await authHeaders() }))).status).toBe(404);
+    expect((await app.fetch(new Request("http://localhost/healthz", { method: "HEAD" }))).status).toBe(200);
+    expect((await app.fetch(new Request("http://localhost/healthz", { method: "PURGE" }))).status).toBe(404);
+
+    const text = await (await app.fetch(new Request("http://localhost/metrics"))).text();
+    const count = (method: string, route: string, status: string) =>
+      valueOf(text, "http_server_request_duration_seconds_count", { http_request_method: method, http_route: route, http_response_status_code: status });
+    expect(text).toContain("# TYPE http_server_request_duration_seconds histogram");
+    expect(count("POST", "/charges", "201")).toBe(1);
+    expect(count("POST", "/charges/:id/refunds", "201")).toBe(2);
+    expect(count("GET", "/charges/:id", "200")).toBe(1);
+    expect(count("POST", "/charges", "401")).toBe(1);
+    expect(count("GET", UNMATCHED_ROUTE, "404")).toBe(2);
+    expect(count("HEAD", "/healthz", "200")).toBe(1);
+    expect(count("_OTHER", UNMATCHED_ROUTE, "404")).toBe(1);
+    // Exactly those series: nothing else was asked (this scrape is counted after it answers).
+    const all = samples(text).filter((s) => s.name === "http_server_request_duration_seconds_count");
+    expect(all.reduce((n, s) => n + s.value, 0)).toBe(9);
+    // Every request answered within the request time bound: its +Inf bucket equals the 10 s one.
+    for (const s of all) {
+      const le = (bound: string) => valueOf(text, "http_server_request_duration_seconds_bucket", { ...s.labels, le: bound });
+      expect(le("10")).toBe(s.value);
+      expect(le("+Inf")).toBe(s.value);
+    }
+    const routes = new Set(all.map((s) => s.labels.http_route));
+    expect([...routes].every((r) => ROUTES.some((route) => route.path === r) || r === UNMATCHED_ROUTE)).toBe(true);
+    const values = labelValues(text);
+    for (const secret of [chargeId, key, refundKey, TEST_TENANT]) expect(values.some((v) => v.includes(secret))).toBe(false);
+    expect(values.filter((v) => UUID_LIKE.test(v))).toEqual([]);
+  } finally {
+    await app.close();
+    await own.shutdown();
+  }
+});
+
+test("API_HTTP_METRICS: on by default, 0 turns it off, anything else is refused by name", () => {
+  expect(loadConfig({}).apiHttpMetrics).toBe(true);
+  expect(loadConfig({ API_HTTP_METRICS: "0" }).apiHttpMetrics).toBe(false);
+  expect(() => loadConfig({ API_HTTP_METRICS: "yes" })).toThrow(/API_HTTP_METRICS/);
+});

@@ -1,5 +1,6 @@
 // GET /metrics on RELAY_PORT of the real `bun relay.ts`: SPEC's names, types and labels,
-// values that match the database, and no per-event value in any label.
+// values that match the database, the operator port's own request histogram, the process
+// metrics, and no per-event value in any label.
 import { setDefaultTimeout } from "bun:test";
 import { afterAll, expect, test } from "bun:test";
 import { CHARGE_CREATED, topicOf } from "../lib/events.ts";
@@ -7,6 +8,7 @@ import { freshDatabase, services } from "../testkit/services.ts";
 import { countWhere, insertPending } from "../testkit/outbox.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
+import { labelValues, valueOf } from "../testkit/prometheus.ts";
 
 setDefaultTimeout(30_000);
 
@@ -58,6 +60,49 @@ test("the relay's /metrics carries SPEC's outbox metrics with the values the dat
 
     const labelValues = [...text.matchAll(/="([^"]*)"/g)].map((m) => m[1]!);
     expect(labelValues.filter((v) => UUID_LIKE.test(v))).toEqual([]);
+  } finally {
+    expect(await relay.child.stop()).toBe(0);
+  }
+});
+
+test("the operator port's answers in http_server_request_duration_seconds, and the process and pool metrics", async () => {
+  const relay = await startEntrypoint("relay", {
+    env: { DATABASE_URL: db.url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: `http-metrics-${crypto.randomUUID().slice(0, 8)}/`, LOG_LEVEL: "warn" },
+    readyPath: "/healthz",
+  });
+  try {
+    const ask = async (path: string, method = "GET") => {
+      const res = await fetch(`${relay.base}${path}`, { method });
+      await res.body?.cancel();
+      return res.status;
+    };
+    // The readiness polls (startEntrypoint's, and this wait for the broker) count too: read a baseline after them.
+    await waitUntil(async () => (await ask("/readyz")) === 200, 15_000, "relay ready");
+    const before = await (await fetch(`${relay.base}/metrics`)).text();
+    const series = (method: string, route: string, status: string) => ({ http_request_method: method, http_route: route, http_response_status_code: status });
+    const count = (text: string, labels: Record<string, string>) => valueOf(text, "http_server_request_duration_seconds_count", labels) ?? 0;
+    expect(await ask("/healthz")).toBe(200);
+    expect(await ask("/healthz")).toBe(200);
+    expect(await ask("/readyz")).toBe(200);
+    expect(await ask("/healthz", "POST")).toBe(405);
+    expect(await ask(`/outbox/${crypto.randomUUID()}`)).toBe(404);
+    const text = await (await fetch(`${relay.base}/metrics`)).text();
+    expect(text).toContain("# TYPE http_server_request_duration_seconds histogram");
+    const delta = (labels: Record<string, string>) => count(text, labels) - count(before, labels);
+    expect(delta(series("GET", "/healthz", "200"))).toBe(2);
+    expect(delta(series("GET", "/readyz", "200"))).toBe(1);
+    expect(delta(series("POST", "/healthz", "405"))).toBe(1);
+    expect(delta(series("GET", "(unmatched)", "404"))).toBe(1);
+    // The first scrape, answered before this one, is counted under its route.
+    expect(delta(series("GET", "/metrics", "200"))).toBe(1);
+
+    expect(text).toContain("# TYPE process_cpu_seconds_total counter");
+    expect(value(text, "process_cpu_seconds_total")).toBeGreaterThan(0);
+    expect(value(text, "process_resident_memory_bytes")).toBeGreaterThan(1_000_000);
+    expect(value(text, "process_heap_used_bytes")).toBeGreaterThan(0);
+    expect(value(text, "process_event_loop_delay_seconds")).toBeGreaterThanOrEqual(0);
+    expect(valueOf(text, "db_client_connections_max", { db_client_connection_pool_name: "charges-relay" })).toBeGreaterThan(2);
+    expect(labelValues(text).filter((v) => UUID_LIKE.test(v))).toEqual([]);
   } finally {
     expect(await relay.child.stop()).toBe(0);
   }

@@ -4,10 +4,13 @@ import { metrics, type Attributes, type Meter } from "@opentelemetry/api";
 import type { OutcomeKind } from "./core/service.ts";
 import type { AuthFailureReason } from "./auth.ts";
 import type { StatementStats } from "./core/batcher.ts";
+import { observePool, type PoolView } from "../shared/runtime-metrics.ts";
 
 export interface ApiMetrics {
   /** Reports the group commit's totals (core/batcher.ts) at each collection. */
   observeStatements(stats: StatementStats): void;
+  /** Reports the pool's size and its gate's slots in use at each collection (db_client_connections_*). */
+  observePool(pool: PoolView): void;
   countOutcome(endpoint: string, outcome: OutcomeKind): void;
   /** A /charges request refused before the idempotency core saw it: no idempotency outcome. */
   countAuthFailure(reason: AuthFailureReason): void;
@@ -45,6 +48,9 @@ export function createApiMetrics(meter: Meter = metrics.getMeter("charges")): Ap
       meter
         .createObservableGauge("api_charge_requests_queued", { description: "Requests waiting for a running statement to end (API_CHARGE_STATEMENTS)" })
         .addCallback((result) => result.observe(stats.queued));
+    },
+    observePool(pool) {
+      observePool(meter, pool);
     },
     countOutcome(endpoint, outcome) {
       let byOutcome = tallies.get(endpoint);

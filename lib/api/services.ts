@@ -9,6 +9,9 @@ import { createBatcher } from "./core/batcher.ts";
 import { createIdempotencyCore, type IdempotencyCore } from "./core/service.ts";
 import type { ApiMetrics } from "./metrics.ts";
 
+/** The long-lived API's application_name, also its pool's name on the metrics. */
+export const API_POOL_NAME = "charges-api";
+
 /** A pool of `max` connections, each with the API's statement and lock bounds. */
 export function apiSql(config: Config, max: number, applicationName: string, singleUse = false): Sql {
   const bounds = config.apiTimeBounds;
@@ -45,6 +48,9 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
         })
       : undefined;
   if (batcher) metrics?.observeStatements(batcher);
+  // The gate admits at most poolSize units of work, each with a connection of its own: its
+  // slots in use are the pool's busy connections, without reading postgres.js's internals.
+  metrics?.observePool({ name: API_POOL_NAME, max: poolSize, busy: () => gate.inUse });
   return createIdempotencyCore(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated, bounds: gate, batcher });
 }
 

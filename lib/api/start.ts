@@ -5,7 +5,8 @@ import type { Meter } from "@opentelemetry/api";
 import type { Config } from "../shared/config.ts";
 import type { Sql } from "../shared/db.ts";
 import { applySchema } from "../shared/startup.ts";
-import { apiSql, boundedCore, logNotifyFailure } from "./services.ts";
+import { API_POOL_NAME, apiSql, boundedCore, logNotifyFailure } from "./services.ts";
+import type { HttpServerMetrics } from "../shared/http-metrics.ts";
 import { createApiHandler } from "./http/pipeline.ts";
 import type { RequestDeps } from "./http/router.ts";
 import { ROUTES, SCHEMAS } from "./routes.ts";
@@ -27,6 +28,8 @@ export interface ApiOptions {
   /** Where the API's instruments live; defaults to the global meter provider. */
   readonly meter?: Meter;
   readonly logger?: Logger;
+  /** Where every request's duration is counted (http_server_request_duration_seconds); none when unset. */
+  readonly httpMetrics?: HttpServerMetrics;
   /** Pool size (default API_POOL_SIZE); tests shrink it to saturate the pool with a few requests. */
   readonly poolSize?: number;
   readonly auth?: AuthOptions;
@@ -45,7 +48,7 @@ export interface ApiOptions {
 export async function startApi(config: Config, options: ApiOptions = {}): Promise<ApiProcess> {
   const auth = createAuthenticator(config.auth, options.auth);
   const poolSize = options.poolSize ?? config.apiPoolSize;
-  const sql = apiSql(config, poolSize, "charges-api");
+  const sql = apiSql(config, poolSize, API_POOL_NAME);
   await applySchema(sql);
   const log = options.logger ?? createLogger(config.logLevel, "api");
   if (options.openPool ?? true) {
@@ -61,7 +64,7 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const counters = createApiMetrics(options.meter);
   const core = boundedCore(config, sql, poolSize, notifier.poke, counters);
   const deps: RequestDeps = { sql, core, auth, log, counters };
-  const fetch = createApiHandler(ROUTES, SCHEMAS, () => deps, { metrics: options.metrics });
+  const fetch = createApiHandler(ROUTES, SCHEMAS, () => deps, { metrics: options.metrics, httpMetrics: options.httpMetrics });
   return {
     sql,
     fetch,

@@ -1,10 +1,12 @@
 // The relay's HTTP surface on RELAY_PORT: /healthz, /readyz, and the GET routes the assembly
-// adds (/metrics). Every answer is JSON; errors are RFC 9457 problems. Nothing here throws
+// adds (/metrics, ...). Every answer is counted in http_server_request_duration_seconds under
+// its route's path (any route added later included), or "(unmatched)". Every answer is JSON; errors are RFC 9457 problems. Nothing here throws
 // outside the handler's own try: a request without Host (HTTP/1.0) is routed like any other.
 import type { Sql } from "../shared/db.ts";
 import { probeDatabase } from "../shared/db.ts";
 import type { Logger } from "../shared/log.ts";
 import type { FetchHandler } from "../shared/runtime.ts";
+import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../shared/http-metrics.ts";
 
 export interface RelayAppDeps {
   readonly sql: Sql;
@@ -13,7 +15,11 @@ export interface RelayAppDeps {
   readonly routes?: Readonly<Record<string, FetchHandler>>;
   /** Hears why the database is down (the /readyz body only says that it is) and handler failures. */
   readonly logger: Logger;
+  /** Where each answer's duration is counted; none when unset. */
+  readonly httpMetrics?: HttpServerMetrics;
 }
+
+const MS_PER_S = 1000;
 
 // A readiness probe must answer quickly even when the database hangs; past this it is "down".
 const READY_DB_TIMEOUT_MS = 1000;
@@ -60,10 +66,19 @@ export function createRelayFetch(deps: RelayAppDeps): FetchHandler {
     },
     ...deps.routes,
   };
+  const metrics = deps.httpMetrics;
   return async (request) => {
+    const started = performance.now();
+    const path = pathOf(request.url);
+    const known = Object.hasOwn(routes, path);
+    const response = await answer(request, path, known ? routes[path] : undefined);
+    // A 405 on a known path still names its route: the path is a template with no parameter.
+    metrics?.record(request.method, known ? path : UNMATCHED_ROUTE, response.status, (performance.now() - started) / MS_PER_S);
+    return response;
+  };
+
+  async function answer(request: Request, path: string, route: FetchHandler | undefined): Promise<Response> {
     try {
-      const path = pathOf(request.url);
-      const route = Object.hasOwn(routes, path) ? routes[path] : undefined;
       if (!route) return problem(404, "Not Found", `no route ${path}; this port serves ${Object.keys(routes).join(", ")}`);
       if (request.method !== "GET" && request.method !== "HEAD") {
         return problem(405, "Method Not Allowed", `${path} answers GET and HEAD`, { allow: "GET, HEAD" });
@@ -73,5 +88,5 @@ export function createRelayFetch(deps: RelayAppDeps): FetchHandler {
       deps.logger.error("relay http handler failed", { error: error instanceof Error ? error.message : String(error) });
       return problem(500, "Internal Server Error", "an unexpected error occurred");
     }
-  };
+  }
 }

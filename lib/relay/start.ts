@@ -12,6 +12,9 @@ import { connectBroker, type Broker } from "./publisher.ts";
 import { createRelay, laneCount, type Relay } from "./loop.ts";
 import { createRelayFetch } from "./http.ts";
 import { otelRelayEvents } from "./metrics.ts";
+import type { HttpServerMetrics } from "../shared/http-metrics.ts";
+import { observePool } from "../shared/runtime-metrics.ts";
+import { metrics } from "@opentelemetry/api";
 
 // Beyond one connection per lane (each batch holds its transaction until its PUBACKs are in):
 // one for /readyz and one for the operations jobs the entrypoint runs beside the loop.
@@ -46,14 +49,20 @@ export interface RelayProcessOptions {
   /** Prometheus exposition for GET /metrics (the entrypoint owns the SDK). */
   readonly metrics?: () => Promise<Response>;
   readonly logger?: Logger;
+  /** Where the operator port's answers are counted (http_server_request_duration_seconds). */
+  readonly httpMetrics?: HttpServerMetrics;
 }
+
+// The pool's application_name, also its name on db_client_connections_max.
+const RELAY_POOL_NAME = "charges-relay";
 
 /** Connects and migrates (a StartupError with one clear line when it cannot); the broker is awaited by the loop. */
 export async function startRelay(config: Config, options: RelayProcessOptions = {}): Promise<RelayProcess> {
   const log = options.logger ?? createLogger(config.logLevel, "relay");
+  const poolSize = laneCount(config.outboxBatchSize) + EXTRA_CONNECTIONS;
   const sql = await openDatabase(config.databaseUrl, {
-    max: laneCount(config.outboxBatchSize) + EXTRA_CONNECTIONS,
-    applicationName: "charges-relay",
+    max: poolSize,
+    applicationName: RELAY_POOL_NAME,
     // A claim or a mark that trips these fails its batch: the loop backs off and drains again.
     statementTimeoutMs: config.relayTimeBounds.statementTimeoutMs,
     lockTimeoutMs: config.relayTimeBounds.lockTimeoutMs,
@@ -77,6 +86,8 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     events: otelRelayEvents(EVENT_TYPES.map((type) => topicOf(config.mqttTopicPrefix, type))),
     logger: log,
   });
+  // No busy count: the relay has no pool gate, and postgres.js exposes none.
+  observePool(metrics.getMeter("charges"), { name: RELAY_POOL_NAME, max: poolSize });
   const routes: Record<string, FetchHandler> = { "/asyncapi.json": asyncApiRoute(config.mqttTopicPrefix) };
   if (options.metrics) routes["/metrics"] = options.metrics;
   return {
@@ -84,7 +95,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     broker,
     relay,
     gcEveryRows: collect ? GC_EVERY_ROWS : null,
-    fetch: createRelayFetch({ sql, broker, routes, logger: log }),
+    fetch: createRelayFetch({ sql, broker, routes, logger: log, httpMetrics: options.httpMetrics }),
     run: () => relay.run(),
     stop: () => relay.stop(),
     async close() {

@@ -41,6 +41,8 @@ export interface Config {
   readonly apiChargeStatements: number;
   /** Listen with SO_REUSEPORT, so several API processes can share PORT. */
   readonly apiReusePort: boolean;
+  /** Count every request in http_server_request_duration_seconds (off only to measure its cost). */
+  readonly apiHttpMetrics: boolean;
   readonly auth: AuthConfig;
 }
 
@@ -108,9 +110,10 @@ function topicPrefix(env: Env): string {
   return raw;
 }
 
-function flag(env: Env, name: string): boolean {
+function flag(env: Env, name: string, fallback = false): boolean {
   const raw = (env[name] ?? "").trim().toLowerCase();
-  if (raw === "" || raw === "0" || raw === "false") return false;
+  if (raw === "") return fallback;
+  if (raw === "0" || raw === "false") return false;
   if (raw === "1" || raw === "true") return true;
   throw new ConfigError(`${name} must be 1, true, 0 or false, got "${raw}"`);
 }
@@ -222,6 +225,7 @@ export function loadConfig(env: Env): Config {
     apiPoolSize: integer(env, "API_POOL_SIZE", API_POOL_SIZE, 1, MAX_API_POOL_SIZE),
     apiChargeStatements: integer(env, "API_CHARGE_STATEMENTS", API_CHARGE_STATEMENTS, 1, MAX_API_POOL_SIZE),
     apiReusePort: flag(env, "API_REUSE_PORT"),
+    apiHttpMetrics: flag(env, "API_HTTP_METRICS", true),
     auth: authConfig(env),
   });
 }

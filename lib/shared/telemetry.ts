@@ -6,6 +6,8 @@ import { MeterProvider, PeriodicExportingMetricReader, type MetricReader } from 
 import { PrometheusExporter, PrometheusSerializer } from "@opentelemetry/exporter-prometheus";
 import { OTLPMetricExporter } from "@opentelemetry/exporter-metrics-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
+import { createHistogramProducer } from "./histogram-producer.ts";
+import type { HistogramSource } from "./http-metrics.ts";
 
 // OTLP push interval: the collector's usual scrape period, so both views agree.
 const OTLP_EXPORT_INTERVAL_MS = 15_000;
@@ -14,18 +16,23 @@ export interface Telemetry {
   readonly provider: MeterProvider;
   /** GET /metrics: the current values as Prometheus text exposition. */
   scrape(): Promise<Response>;
+  /** Exports a histogram the process counts itself (http-metrics.ts) on /metrics and over OTLP. */
+  addHistogram(source: HistogramSource): void;
   shutdown(): Promise<void>;
 }
 
 export function startTelemetry(serviceName: string, otlpEndpoint?: string, setGlobal = true): Telemetry {
   // The SDK's own HTTP server stays off: /metrics is a route of our own servers.
-  const prometheus = new PrometheusExporter({ preventServerStart: true, withoutScopeInfo: true, withoutTargetInfo: true });
+  const resource = resourceFromAttributes({ "service.name": serviceName });
+  const histograms = createHistogramProducer(resource);
+  const metricProducers = [histograms];
+  const prometheus = new PrometheusExporter({ preventServerStart: true, withoutScopeInfo: true, withoutTargetInfo: true, metricProducers });
   const readers: MetricReader[] = [prometheus];
   if (otlpEndpoint) {
     const url = `${otlpEndpoint.replace(/\/$/, "")}/v1/metrics`;
-    readers.push(new PeriodicExportingMetricReader({ exporter: new OTLPMetricExporter({ url }), exportIntervalMillis: OTLP_EXPORT_INTERVAL_MS }));
+    readers.push(new PeriodicExportingMetricReader({ exporter: new OTLPMetricExporter({ url }), exportIntervalMillis: OTLP_EXPORT_INTERVAL_MS, metricProducers }));
   }
-  const provider = new MeterProvider({ resource: resourceFromAttributes({ "service.name": serviceName }), readers });
+  const provider = new MeterProvider({ resource, readers });
   if (setGlobal) metrics.setGlobalMeterProvider(provider);
   const serializer = new PrometheusSerializer(undefined, false, undefined, true, true);
   return {
@@ -36,6 +43,7 @@ export function startTelemetry(serviceName: string, otlpEndpoint?: string, setGl
         headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
       });
     },
+    addHistogram: (source) => histograms.add(source),
     shutdown: () => provider.shutdown(),
   };
 }

@@ -6,6 +6,7 @@
 import { describeDbError, isTimeBound, isUnavailable } from "../../shared/db.ts";
 import type { Logger } from "../../shared/log.ts";
 import { pathOf } from "../../shared/runtime.ts";
+import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../../shared/http-metrics.ts";
 import { authFailureDetail, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
 import { prepareSchemas } from "../schemas.ts";
@@ -20,12 +21,16 @@ export interface HandlerOptions {
    * while the module loads, so the worker builds its handler at module scope.
    */
   readonly aheadOfTime?: boolean;
+  /** http_server_request_duration_seconds; none when unset (API_HTTP_METRICS=0, or no exporter). */
+  readonly httpMetrics?: HttpServerMetrics;
 }
+
+const MS_PER_S = 1000;
 
 export type ApiHandler = (request: Request) => Promise<Response>;
 
 // The route field of a request no route matched: one value, so a log or a label never holds a path.
-export const UNMATCHED_ROUTE = "(unmatched)";
+export { UNMATCHED_ROUTE };
 
 /** `current()` is called while a request is served, and must name that request's dependencies. */
 export function createApiHandler(routes: readonly Route[], schemas: Parameters<typeof prepareSchemas>[0], current: () => RequestDeps, options: HandlerOptions = {}): ApiHandler {
@@ -46,8 +51,12 @@ export function createApiHandler(routes: readonly Route[], schemas: Parameters<t
       response = failure(fields, error);
     }
     if (head) response = new Response(null, { status: response.status, headers: response.headers });
+    const route = found?.route.path ?? UNMATCHED_ROUTE;
+    const durationMs = performance.now() - started;
+    // HEAD keeps its own method: the label says what the client sent, the route what answered.
+    options.httpMetrics?.record(request.method, route, response.status, durationMs / MS_PER_S);
     try {
-      logRequest(deps.log, request, found?.route.path ?? UNMATCHED_ROUTE, response, performance.now() - started, fields);
+      logRequest(deps.log, request, route, response, durationMs, fields);
     } catch (error) {
       deps.log.error("request log failed", { error: String(error) });
     }

@@ -1,0 +1,110 @@
+// http_server_request_duration_seconds (OpenTelemetry's HTTP server semantic conventions), for
+// the API's pipeline and the relay's operator port. Counted here in plain integers and handed
+// to the SDK at collection (telemetry.ts turns a snapshot into histogram data points): an OTel
+// Histogram's record() hashes its attribute set on every call (sorting and joining the
+// labels), and caching the attributes object does not spare the SDK that hash. Here a request
+// costs two map lookups by strings the runtime has already hashed, one by a small integer, a
+// short bucket scan and three increments: about a tenth of the SDK histogram's cost per record
+// (bench/README.md, "HTTP histogram on vs off").
+//
+// The attributes carry the convention's dotted names (as OTLP sends them); Prometheus shows
+// them as http_request_method, http_route and http_response_status_code.
+// Labels are bounded by construction: the method is one of the standard ones or `_OTHER`, the
+// route is a template or UNMATCHED, and the status is the response's three-digit code.
+
+export const HTTP_DURATION_METRIC = "http_server_request_duration_seconds";
+
+/**
+ * Upper bounds (seconds). This service answers in tens of µs to a few ms (health probes,
+ * replays, a charge's one statement and commit), so the low end is fine-grained from 250 µs;
+ * above that the buckets land on its own time bounds, so a histogram shows which one a slow
+ * request ran into: 2 s is API_LOCK_TIMEOUT_MS and API_POOL_WAIT_MS, 5 s API_STATEMENT_TIMEOUT_MS
+ * and 10 s API_REQUEST_TIMEOUT_MS (the defaults). Anything in +Inf outlived every bound.
+ */
+export const HTTP_DURATION_BUCKETS_S: readonly number[] = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10];
+
+/**
+ * The route label of a request no route matched. The convention leaves http.route unset when
+ * there is no route; one named value instead keeps every series with the same labels, lets a
+ * dashboard show scanner traffic by name, and is what the request log's route field says.
+ */
+export const UNMATCHED_ROUTE = "(unmatched)";
+
+// The convention's known methods (RFC 9110 and PATCH, RFC 5789); anything else is `_OTHER`,
+// so a client inventing methods cannot create series.
+const KNOWN_METHODS: readonly string[] = ["CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"];
+export const OTHER_METHOD = "_OTHER";
+const METHOD_SLOT = new Map(KNOWN_METHODS.map((method, i) => [method, i]));
+const OTHER_SLOT = KNOWN_METHODS.length;
+const METHOD_OF_SLOT = [...KNOWN_METHODS, OTHER_METHOD];
+
+/** One (method, route, status)'s running totals, with its attributes built once. */
+export interface HistogramSeries {
+  /** The status is an integer, as the convention types it (Prometheus prints it as digits). */
+  readonly attributes: Readonly<Record<string, string | number>>;
+  /** Per bucket of `boundaries`, the last one for values above every bound (not cumulative). */
+  readonly counts: number[];
+  sum: number;
+  count: number;
+  min: number;
+  max: number;
+}
+
+/** What telemetry.ts exports at each collection: a cumulative histogram since `startedAt` (epoch ms). */
+export interface HistogramSource {
+  readonly name: string;
+  readonly description: string;
+  readonly boundaries: readonly number[];
+  readonly startedAt: number;
+  series(): Iterable<HistogramSeries>;
+}
+
+export interface HttpServerMetrics extends HistogramSource {
+  /** One answered request; `route` is a template or UNMATCHED_ROUTE, never a concrete path. */
+  record(method: string, route: string, status: number, seconds: number): void;
+}
+
+/** By route, then by method slot, then by status. */
+type Table = Map<string, (Map<number, HistogramSeries> | undefined)[]>;
+
+export function createHttpServerMetrics(now: () => number = Date.now): HttpServerMetrics {
+  const table: Table = new Map();
+  const bounds = HTTP_DURATION_BUCKETS_S;
+  return {
+    name: HTTP_DURATION_METRIC,
+    description: "Duration of HTTP server requests, from the request reaching the handler to its response",
+    boundaries: bounds,
+    startedAt: now(),
+    record(method, route, status, seconds) {
+      const slot = METHOD_SLOT.get(method) ?? OTHER_SLOT;
+      let byMethod = table.get(route);
+      if (byMethod === undefined) table.set(route, (byMethod = []));
+      let byStatus = byMethod[slot];
+      if (byStatus === undefined) byStatus = byMethod[slot] = new Map();
+      let series = byStatus.get(status);
+      if (series === undefined) byStatus.set(status, (series = newSeries(METHOD_OF_SLOT[slot]!, route, status, bounds.length + 1)));
+      // Most requests land in the first few buckets: a scan from the bottom ends early.
+      let i = 0;
+      while (i < bounds.length && seconds > bounds[i]!) i++;
+      series.counts[i]!++;
+      series.sum += seconds;
+      series.count++;
+      if (seconds < series.min) series.min = seconds;
+      if (seconds > series.max) series.max = seconds;
+    },
+    *series() {
+      for (const byMethod of table.values()) for (const byStatus of byMethod) if (byStatus !== undefined) yield* byStatus.values();
+    },
+  };
+}
+
+function newSeries(method: string, route: string, status: number, buckets: number): HistogramSeries {
+  return {
+    attributes: { "http.request.method": method, "http.route": route, "http.response.status_code": status },
+    counts: new Array<number>(buckets).fill(0),
+    sum: 0,
+    count: 0,
+    min: Number.POSITIVE_INFINITY,
+    max: Number.NEGATIVE_INFINITY,
+  };
+}
