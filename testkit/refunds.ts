@@ -1,5 +1,6 @@
 // Helpers for the refund tests: POST /charges/:id/refunds and GET /charges/:id/refunds/:refundId
 // through an in-process API, a charge to refund, and what the tables say afterwards.
+import { expect } from "bun:test";
 import type { ApiProcess } from "../lib/api/start.ts";
 import type { Sql } from "../lib/shared/db.ts";
 import { postCharge, type PostOptions } from "./api.ts";
@@ -88,3 +89,16 @@ export async function ledger(sql: Sql, chargeId: string): Promise<ChargeLedger> 
 
 /** 1, 2, …, n */
 export const oneTo = (n: number): number[] => Array.from({ length: n }, (_, i) => i + 1);
+
+const PROBLEMS = "https://charges.example/problems/";
+
+/** Asserts an RFC 9457 problem of `status` and type `slug`; its body. */
+export async function expectProblem(res: Response, status: number, slug: string): Promise<Record<string, unknown>> {
+  expect(res.status).toBe(status);
+  expect(res.headers.get("content-type")).toBe("application/problem+json");
+  const problem = (await res.json()) as Record<string, unknown>;
+  expect(problem).toMatchObject({ type: PROBLEMS + slug, status });
+  expect(typeof problem.title).toBe("string");
+  expect(typeof problem.detail).toBe("string");
+  return problem;
+}
