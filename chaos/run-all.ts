@@ -2,7 +2,13 @@
 // each as its own process, streams its output, and ends with a table of results and the line
 // "N passed, N failed". Exit 0 only when every scenario held every invariant.
 // `bun chaos/run-all.ts 1 4` runs only scenarios 1 and 4.
+// Services as `bun test` finds them (testkit/services.ts). The embedded ones are started once,
+// here, and handed to every scenario through the environment: the cluster is started (and on a
+// first run created) once, and the in-process aedes broker lives in this process, which stays
+// up for the whole run while the scenarios come and go.
 import { readdirSync } from "node:fs";
+import { dockerAnswers } from "../testkit/containers.ts";
+import { chooseSource, handedOver, services } from "../testkit/services.ts";
 
 const dir = new URL(".", import.meta.url).pathname;
 const only = process.argv.slice(2);
@@ -14,11 +20,27 @@ const scripts = readdirSync(dir)
 // A scenario that hangs past this is killed and counted as failed.
 const SCENARIO_TIMEOUT_MS = 60_000 + 2000 * Number(process.env.CHAOS_SOAK_SECONDS ?? 60);
 
-const results: { name: string; ok: boolean; seconds: number }[] = [];
+/** The scenarios' environment: this one, plus the embedded services when they are the choice. */
+async function scenarioEnv(): Promise<Record<string, string | undefined>> {
+  const source = await chooseSource({ env: process.env, dockerAnswers });
+  if (source === "env") console.log("chaos: services: DATABASE_URL and MQTT_URL");
+  if (source === "docker") console.log("chaos: services: Docker (each scenario starts its own containers)");
+  if (source !== "embedded") return process.env;
+  const s = await services();
+  const broker = s.mqtt5 ? s.mqttUrl : `${s.mqttUrl} (aedes in this process, MQTT 3.1.1 only)`;
+  console.log(`chaos: services: embedded: Postgres ${s.adminDatabaseUrl}, broker ${broker}`);
+  return { ...process.env, ...handedOver(s) };
+}
+
 const started = Date.now();
+const env = await scenarioEnv().catch((error: unknown) => {
+  console.log(`chaos: no services: ${error instanceof Error ? error.message : String(error)}`);
+  process.exit(1);
+});
+const results: { name: string; ok: boolean; seconds: number }[] = [];
 for (const file of scripts) {
   const t0 = Date.now();
-  const proc = Bun.spawn(["bun", `${dir}${file}`], { stdout: "inherit", stderr: "inherit", env: process.env });
+  const proc = Bun.spawn(["bun", `${dir}${file}`], { stdout: "inherit", stderr: "inherit", env });
   const timer = setTimeout(() => {
     console.log(`chaos: ${file} ran past ${SCENARIO_TIMEOUT_MS / 1000} s; killing it`);
     proc.kill("SIGTERM");

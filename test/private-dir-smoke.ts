@@ -6,6 +6,8 @@
 //     waits for it and shares it);
 // (b) `bun run dev` serves a charge, names the cache folder in its Postgres start-up line,
 //     and after a restart finds the same charge again (a replay).
+// `bun test/private-dir-smoke.ts chaos` instead runs `bun run chaos` there (a short soak),
+// every scenario on the embedded services that run-all starts once and hands over.
 // Exit 0 with one "ok" line, 1 with one "FAILED" line and the output that explains it, or
 // 77 with a "skipped" line when not root (the case only exists for root). Removes the clone
 // and its clusters in the cache folder; the binaries' copy there is left for the next run.
@@ -29,6 +31,9 @@ const DEV_STOP_TIMEOUT_MS = 30_000;
 // The watchdog stops the test run's Postgres within a poll of the run's exit.
 const POSTGRES_GONE_TIMEOUT_MS = 20_000;
 const OUTPUT_TAIL_LINES = 25;
+// Ten scenarios, each bounded by run-all (60 s plus twice the soak); about 3 minutes when well.
+const CHAOS_RUN_TIMEOUT_MS = 900_000;
+const CHAOS_SOAK_SECONDS = "10";
 
 class SmokeFailure extends Error {
   constructor(message: string, readonly output: string[] = []) {
@@ -38,6 +43,8 @@ class SmokeFailure extends Error {
 
 const started = performance.now();
 let devPid: number | undefined;
+let chaosPid: number | undefined;
+const mode = process.argv[2] === "chaos" ? "chaos" : "tests and dev";
 
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) {
@@ -48,11 +55,11 @@ async function main(): Promise<void> {
   const clone = join(base, "p");
   try {
     prepare(clone);
-    const tests = await runTests(clone);
-    const dev = await runDevTwice(clone);
-    console.log(`private-dir smoke: ok (${tests}; ${dev}) in ${Math.round(performance.now() - started)} ms`);
+    const what = mode === "chaos" ? await runChaos(clone) : `${await runTests(clone)}; ${await runDevTwice(clone)}`;
+    console.log(`private-dir smoke: ok (${what}) in ${Math.round(performance.now() - started)} ms`);
   } finally {
     if (devPid) killGroup(devPid);
+    if (chaosPid) killGroup(chaosPid);
     await removeClusters(clone);
     rmSync(base, { recursive: true, force: true });
   }
@@ -105,6 +112,28 @@ async function runBunTest(clone: string, files: string[]): Promise<number> {
   const failed = lines.some((line) => /^ *[1-9]\d* fail$/.test(line));
   if (run.exitCode !== 0 || failed || passed === 0) throw new SmokeFailure(`${command} exited ${run.exitCode}`, lines);
   return passed;
+}
+
+/** `bun run chaos` with nothing set: the summary line must say every scenario passed. */
+async function runChaos(clone: string): Promise<string> {
+  const env = bareEnv({ TEST_SERVICES: "embedded", CHAOS_SOAK_SECONDS });
+  // Its own process group: a run cut short takes its scenarios and their processes with it.
+  const run = Bun.spawn([process.execPath, "run", "chaos"], { cwd: clone, env, stdout: "pipe", stderr: "pipe", detached: true });
+  chaosPid = run.pid;
+  const lines: string[] = [];
+  const output = Promise.all([collect(run.stdout, lines), collect(run.stderr, lines), run.exited]);
+  if ((await within(output, CHAOS_RUN_TIMEOUT_MS)) === undefined) {
+    throw new SmokeFailure(`bun run chaos ran past ${CHAOS_RUN_TIMEOUT_MS / 1000} s`, lines);
+  }
+  chaosPid = undefined;
+  const summary = lines.filter((line) => /^\d+ passed, \d+ failed$/.test(line)).pop() ?? "";
+  const [passed, failed] = (summary.match(/\d+/g) ?? []).map(Number);
+  if (run.exitCode !== 0 || failed !== 0 || !passed) {
+    // What explains it: each scenario's verdict and every violated invariant.
+    const verdicts = lines.filter((line) => /VIOLATED|^chaos|^ {2}(PASS|FAIL) /.test(line));
+    throw new SmokeFailure(`bun run chaos exited ${run.exitCode}: ${summary || "no summary line"}`, verdicts);
+  }
+  return `bun run chaos, nothing set, CHAOS_SOAK_SECONDS=${CHAOS_SOAK_SECONDS}: ${summary}`;
 }
 
 async function runDevTwice(clone: string): Promise<string> {

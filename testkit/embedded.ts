@@ -2,7 +2,9 @@
 // `bun run dev`, for a machine with neither the variables nor Docker. The cluster lives in
 // .data/test-postgres (apart from dev's .data/postgres), kept across runs so only the
 // first run pays for initdb; as root in a directory the postgres user cannot reach, in the
-// temp dir's cache folder instead (dev/pg-place.ts). Whatever variable is set is used as is.
+// temp dir's cache folder instead (dev/pg-place.ts). Whatever variable is set is used as is;
+// a broker handed over by another process (services.ts: handedOver) says TEST_MQTT5=0 when it
+// is that process's aedes.
 import { DATA_DIR, startEmbeddedPostgres } from "../dev/embedded-postgres.ts";
 import { startLocalBroker } from "../dev/mqtt-broker.ts";
 
@@ -15,7 +17,7 @@ export interface EmbeddedServices {
 
 export async function startEmbedded(env: Record<string, string | undefined>): Promise<EmbeddedServices> {
   const adminDatabaseUrl = env.DATABASE_URL || (await embeddedPostgresUrl());
-  if (env.MQTT_URL) return { adminDatabaseUrl, mqttUrl: env.MQTT_URL, mqtt5: true };
+  if (env.MQTT_URL) return { adminDatabaseUrl, mqttUrl: env.MQTT_URL, mqtt5: env.TEST_MQTT5 !== "0" };
   // In this process: it ends with the test run, nothing to stop.
   const broker = await startLocalBroker();
   return { adminDatabaseUrl, mqttUrl: broker.url, mqtt5: false };

@@ -45,6 +45,8 @@ export function brokerDir(): string {
  * files they name.
  */
 export async function privateMosquitto(extraConfig = "", dir = brokerDir()): Promise<PrivateBroker> {
+  // Neither the embedded services nor Docker stand in: the caller stops, freezes or configures this broker.
+  if (!mosquittoInstalled()) throw new Error("a private broker needs `mosquitto` on PATH (e.g. apt-get install mosquitto)");
   const port = await freePort();
   const config = join(dir, "mosquitto.conf");
   writeFileSync(config, `listener ${port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location ${dir}/\n${extraConfig}\n`);

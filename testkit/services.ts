@@ -5,8 +5,9 @@
 //      (a variable that is set is still used), so a fresh machine needs nothing installed.
 // TEST_SERVICES=env|docker|embedded forces one, e.g. for CI's run of the embedded path.
 // Each test file asks for its own fresh database so files can run in parallel.
-// Chaos scenarios and benchmarks decide here too (processServices): the variables, else
-// Docker; the embedded services live inside a test process and are no place for them.
+// Chaos scenarios take these same services (`bun run chaos` starts the embedded ones once and
+// hands them to each scenario: handedOver). Benchmarks and the smoke tests decide here too
+// (processServices) but stop at Docker: figures measured on the embedded services mean nothing.
 import { createScratchDatabase, scratchName, withDatabase, type ScratchDatabase } from "./database.ts";
 import { dockerAnswers, startContainers } from "./containers.ts";
 import { startEmbedded } from "./embedded.ts";
@@ -52,7 +53,7 @@ export function services(): Promise<Services> {
 export class ServicesUnavailable extends Error {}
 
 /**
- * For chaos scenarios and benchmarks, which spawn the real processes and measure them:
+ * For benchmarks and the smoke tests, which spawn the real processes and measure them:
  * the variables, or Docker; never the embedded services (refused with one line).
  */
 export async function processServices(who: string): Promise<Services> {
@@ -64,12 +65,21 @@ export async function processServices(who: string): Promise<Services> {
   return services();
 }
 
+/**
+ * The variables under which a child process resolves the same services as `s`, without
+ * starting anything: both URLs, the source, and TEST_MQTT5=0 for a broker that speaks
+ * MQTT 3.1.1 only (the in-process aedes broker, which lives as long as this process).
+ */
+export function handedOver(s: Services): Record<string, string> {
+  return { TEST_SERVICES: s.source, DATABASE_URL: s.adminDatabaseUrl, MQTT_URL: s.mqttUrl, TEST_MQTT5: s.mqtt5 ? "1" : "0" };
+}
+
 async function resolve(): Promise<Services> {
   const env = process.env;
   const source = await chooseSource({ env, dockerAnswers });
   if (source === "env") {
     if (!env.DATABASE_URL || !env.MQTT_URL) throw new Error("TEST_SERVICES=env needs both DATABASE_URL and MQTT_URL");
-    return { source, adminDatabaseUrl: env.DATABASE_URL, mqttUrl: env.MQTT_URL, mqtt5: true };
+    return { source, adminDatabaseUrl: env.DATABASE_URL, mqttUrl: env.MQTT_URL, mqtt5: env.TEST_MQTT5 !== "0" };
   }
   if (source === "docker") return { source, ...(await startContainers()), mqtt5: true };
   return { source, ...(await startEmbedded(env)) };

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createScratchDatabase, scratchName, type ScratchDatabase } from "../../testkit/database.ts";
 import { startEntrypoint, type Child, type Service, type SpawnOptions } from "../../testkit/processes.ts";
-import { processServices, type Services } from "../../testkit/services.ts";
+import { services, type Services } from "../../testkit/services.ts";
 import { within } from "../../testkit/wait.ts";
 import { authEnv } from "../../testkit/auth.ts";
 
@@ -18,8 +18,12 @@ const RELAY_POLL_MS = "250";
 // A SIGKILLed process is gone within milliseconds; this only bounds a stuck wait.
 const KILL_WAIT_MS = 3000;
 
+/**
+ * What `bun test` would use. Under `bun run chaos` the embedded services are run-all's, handed
+ * over in the environment; a scenario run on its own starts them in its own process.
+ */
 export function chaosServices(): Promise<Services> {
-  return processServices("chaos");
+  return services();
 }
 
 /** A new database on the services' server; the processes under test apply the schema. */

@@ -3,7 +3,7 @@
 import type { Sql } from "../../lib/shared/db.ts";
 import type { ScratchDatabase } from "../../testkit/database.ts";
 import { killAll } from "../../testkit/processes.ts";
-import { ServicesUnavailable } from "../../testkit/services.ts";
+import { EmbeddedPostgresError } from "../../dev/embedded-postgres.ts";
 import { waitUntil } from "../../testkit/wait.ts";
 import { freshDatabase, LOG_DIR } from "./harness.ts";
 import { Tally } from "./client.ts";
@@ -129,7 +129,8 @@ export async function scenario(label: string, title: string, body: (ctx: Ctx) =>
   const started = Date.now();
   console.log(`chaos ${label}: ${title}`);
   const db = await freshDatabase(label).catch((error: unknown) => {
-    if (!(error instanceof ServicesUnavailable)) throw error;
+    // The embedded Postgres explains itself in one line (e.g. binaries that cannot run).
+    if (!(error instanceof EmbeddedPostgresError)) throw error;
     console.error(`chaos ${label}: ${error.message}`);
     process.exit(1);
   });
