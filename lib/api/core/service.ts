@@ -96,7 +96,7 @@ async function attempt(
   c: CompiledOperation,
   row: RequestRow,
   exclusive: string | undefined,
-  input: OperationInput<unknown>,
+  input: OperationInput<Static<Operation["body"]>>,
   endsAt: number,
 ): Promise<Outcome> {
   let answer: KeyRow;
@@ -113,7 +113,7 @@ async function attempt(
   if (answer.created === 1) return { kind: "created", status: c.op.status, body: row.responseBody, location: c.op.locationOf(row.responseBody) };
   if (answer.request_hash !== null) return fromStored(c, answer, row);
   if (answer.got === false) return { kind: "in_flight" };
-  if (answer.refusal !== null) return { kind: "refused", refusal: c.op.refuse(answer.refusal, answer.detail, input as never) };
+  if (answer.refusal !== null) return { kind: "refused", refusal: c.op.refuse(answer.refusal, answer.detail, input) };
   // Locked but not written: the key row was committed by another request between this
   // statement's snapshot and its insert. Read what it stored (rare; one more round trip).
   const stored = await findKey(sql, row.tenant, row.key, c.endpoint, endsAt);
