@@ -3,31 +3,20 @@
 // `auto` falls back, publishes every row and keeps 3.1.1 for its reconnects; `5` never falls
 // back, and /readyz and ONE log line (not one per retry) name the cause. The reference
 // subscriber takes the same path.
-import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
+import { expect, setDefaultTimeout, test } from "bun:test";
 import { startSubscriber } from "../lib/subscriber/subscriber.ts";
 import { subscriptionFilter } from "../lib/events.ts";
 import { countWhere, insertPending } from "../testkit/outbox.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { v311OnlyBroker } from "../testkit/mqtt-v311-only.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
-import { freshDatabase, services } from "../testkit/services.ts";
+import { relayTestContext } from "../testkit/relay-context.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(60_000);
 
-const db = await freshDatabase("mqtt_protocol");
-const { mqttUrl } = await services();
-const cleanups: Array<() => Promise<unknown>> = [];
-let prefix = "";
-
-beforeEach(async () => {
-  await db.sql`truncate outbox, inbox, refunds, charges`;
-  prefix = `test/${crypto.randomUUID()}/`;
-});
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
-});
-afterAll(() => db.drop());
+const ctx = await relayTestContext("mqtt_protocol");
+const { db, mqttUrl, cleanups } = ctx;
 
 const ROWS = 200;
 
@@ -35,7 +24,7 @@ const ROWS = 200;
 async function relayOn(brokerUrl: string, env: Record<string, string> = {}): Promise<{ base: string; lines: string[] }> {
   const lines: string[] = [];
   const relay = await startEntrypoint("relay", {
-    env: { DATABASE_URL: db.url, MQTT_URL: brokerUrl, MQTT_TOPIC_PREFIX: prefix, OUTBOX_POLL_MS: "200", ...env },
+    env: { DATABASE_URL: db.url, MQTT_URL: brokerUrl, MQTT_TOPIC_PREFIX: ctx.prefix, OUTBOX_POLL_MS: "200", ...env },
     stdout: (line) => lines.push(line),
     readyPath: "/healthz",
   });
@@ -48,7 +37,7 @@ const failures = (lines: readonly string[]) => lines.filter((line) => line.inclu
 test("auto: the dropped MQTT 5 CONNECT falls back to 3.1.1, every row is published, reconnects stay on 3.1.1, one log line", async () => {
   const standIn = await v311OnlyBroker(mqttUrl);
   cleanups.push(() => standIn.close());
-  const collector = await collect(mqttUrl, prefix);
+  const collector = await collect(mqttUrl, ctx.prefix);
   cleanups.push(() => collector.close());
   await insertPending(db.sql, ROWS);
   const { base, lines } = await relayOn(standIn.url);
@@ -100,7 +89,7 @@ test("the reference subscriber on auto falls back the same way and receives the 
   const subscriber = startSubscriber({
     sql: db.sql,
     mqttUrl: standIn.url,
-    topic: subscriptionFilter(prefix),
+    topic: subscriptionFilter(ctx.prefix),
     consumer: `protocol-${crypto.randomUUID().slice(0, 8)}`,
     onDelivery: ({ event }) => received.push(event.id),
     onError: (description) => errors.push(description),

@@ -1,6 +1,6 @@
 // The relay when the broker or the database goes away: nothing lost, no attempts burnt on
 // an absent broker, and a broker's refusal (a real Mosquitto ACL) parks the row.
-import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
+import { expect, setDefaultTimeout, test } from "bun:test";
 import { createSql, type Sql } from "../lib/shared/db.ts";
 import { connectBroker, type Broker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount, type Relay } from "../lib/relay/loop.ts";
@@ -11,30 +11,20 @@ import { countWhere, insertPending } from "../testkit/outbox.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { brokerDir, mosquittoInstalled, privateMosquitto, unboundedBroker } from "../testkit/mosquitto.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
-import { freshDatabase, services } from "../testkit/services.ts";
+import { relayTestContext } from "../testkit/relay-context.ts";
+import { services } from "../testkit/services.ts";
 import { createRoleDatabase } from "../testkit/database.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
 
-const db = await freshDatabase("relay_outages");
-const { mqttUrl } = await services();
-const cleanups: Array<() => Promise<unknown>> = [];
-let prefix = "";
-
-beforeEach(async () => {
-  await db.sql`truncate outbox, inbox, refunds, charges`;
-  prefix = `test/${crypto.randomUUID()}/`;
-});
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
-});
-afterAll(() => db.drop());
+const ctx = await relayTestContext("relay_outages");
+const { db, mqttUrl, cleanups } = ctx;
 
 function relayOn(url: string, applicationName = "relay-test"): { relay: Relay; broker: Broker; sql: Sql } {
   const sql = createSql(db.url, { max: laneCount(50) + 1, applicationName });
   const broker = connectBroker(url);
-  const relay = createRelay({ sql, broker, batchSize: 50, pollMs: 200, topicPrefix: prefix });
+  const relay = createRelay({ sql, broker, batchSize: 50, pollMs: 200, topicPrefix: ctx.prefix });
   cleanups.push(() => sql.end({ timeout: 5 }), () => broker.close(), () => relay.stop());
   return { relay, broker, sql };
 }
@@ -45,7 +35,7 @@ test.skipIf(!mosquittoInstalled())(
     // Unlimited queue: the subscriber is offline for a moment during the restart.
     const broker = await privateMosquitto("max_queued_messages 0");
     cleanups.push(() => broker.stop());
-    const collector = await collect(broker.url, prefix, { clientId: `outage-${crypto.randomUUID().slice(0, 8)}`, persistent: true });
+    const collector = await collect(broker.url, ctx.prefix, { clientId: `outage-${crypto.randomUUID().slice(0, 8)}`, persistent: true });
     cleanups.push(() => collector.close());
     const first = await insertPending(db.sql, 5000);
     const { relay } = relayOn(broker.url);
@@ -89,13 +79,13 @@ test.skipIf(!mosquittoInstalled())("a PUBACK 'not authorized' from a real Mosqui
 test("the relay's database connections killed mid-drain: the process survives, reconnects and delivers every row", async () => {
   const broker = await unboundedBroker(mqttUrl);
   cleanups.push(() => broker.stop());
-  const collector = await collect(broker.url, prefix);
+  const collector = await collect(broker.url, ctx.prefix);
   cleanups.push(() => collector.close());
   const rows = await insertPending(db.sql, 5000);
   // A process of its own: postgres.js leaves some rejections of dying connections unhandled,
   // which relay.ts logs instead of crashing on (and which would fail this test file).
   const { child: relay } = await startEntrypoint("relay", {
-    env: { DATABASE_URL: db.url, MQTT_URL: broker.url, MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "error" },
+    env: { DATABASE_URL: db.url, MQTT_URL: broker.url, MQTT_TOPIC_PREFIX: ctx.prefix, LOG_LEVEL: "error" },
   });
   cleanups.push(async () => relay.kill("SIGKILL"));
   await waitUntil(async () => (await countWhere(db.sql, "published")) > 0, 10_000, "the drain to start");
@@ -117,10 +107,10 @@ test("the server refuses the relay's connections for a while (53300): it survive
   cleanups.push(() => own.drop());
   const broker = await unboundedBroker(mqttUrl);
   cleanups.push(() => broker.stop());
-  const collector = await collect(broker.url, prefix);
+  const collector = await collect(broker.url, ctx.prefix);
   cleanups.push(() => collector.close());
   const relay = await startEntrypoint("relay", {
-    env: { DATABASE_URL: own.url, MQTT_URL: broker.url, MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "error" },
+    env: { DATABASE_URL: own.url, MQTT_URL: broker.url, MQTT_TOPIC_PREFIX: ctx.prefix, LOG_LEVEL: "error" },
   });
   cleanups.push(async () => relay.child.kill("SIGKILL"));
   const before = await insertPending(own.sql, 2000);
