@@ -1,11 +1,10 @@
 // The API's route table: every route, once. An idempotent operation is one line here
 // (operationRoute), its module under operations/, its migration, docs and tests.
 import { probeDatabase, type Sql } from "../shared/db.ts";
-import { isUuid } from "../shared/uuid.ts";
 import type { TSchema } from "@sinclair/typebox";
 import { operationRoute, RETRY_AFTER_S } from "./http/operation-route.ts";
 import { openApiDocument, problem, resource, unauthorized } from "./http/openapi.ts";
-import { invalidIdDetail, type RequestContext, type Route } from "./http/router.ts";
+import { invalidIdProblem, nounOf, type RequestContext, type Route } from "./http/router.ts";
 import { Charge, ChargeView, chargeView, createCharge } from "./operations/charges.ts";
 import { createRefund, Refund, refundView } from "./operations/refunds.ts";
 import { problemResponse } from "./problem.ts";
@@ -22,7 +21,7 @@ export const ROUTES: readonly Route[] = [
   {
     method: "GET",
     path: "/charges/:id",
-    handle: (ctx) => lookup(ctx, "charge", (sql, endsAt) => chargeView(sql, ctx.tenant, ctx.params.id!, endsAt)),
+    handle: (ctx) => lookup(ctx, (sql, endsAt) => chargeView(sql, ctx.tenant, ctx.params.id!, endsAt)),
     openapi: {
       operationId: "getCharge",
       security: bearer,
@@ -33,7 +32,7 @@ export const ROUTES: readonly Route[] = [
   {
     method: "GET",
     path: "/charges/:id/refunds/:refundId",
-    handle: (ctx) => lookup(ctx, "refund", (sql, endsAt) => refundView(sql, ctx.tenant, ctx.params.id!, ctx.params.refundId!, endsAt)),
+    handle: (ctx) => lookup(ctx, (sql, endsAt) => refundView(sql, ctx.tenant, ctx.params.id!, ctx.params.refundId!, endsAt)),
     openapi: {
       operationId: "getRefund",
       security: bearer,
@@ -73,12 +72,13 @@ function apiDocument(): Record<string, unknown> {
  * A GET of one of the tenant's rows by the route's UUIDs: 400 for an id that is not one, 404
  * when there is no such row (or it is another tenant's), else its body.
  */
-async function lookup(ctx: RequestContext, what: string, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {
-  for (const [name, value] of Object.entries(ctx.params)) {
-    if (!isUuid(value)) return problemResponse("invalidId", invalidIdDetail(name));
-  }
+async function lookup(ctx: RequestContext, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {
+  const names = Object.keys(ctx.params);
+  const badId = invalidIdProblem(ctx.params, names);
+  if (badId) return badId;
   const body = await ctx.deps.core.read(find);
-  const id = what === "refund" ? ctx.params.refundId : ctx.params.id;
-  if (body === undefined) return problemResponse("notFound", `no ${what} with id ${id?.toLowerCase()}`);
+  // The row looked up is the one the route's last parameter names.
+  const last = names[names.length - 1]!;
+  if (body === undefined) return problemResponse("notFound", `no ${nounOf(last)} with id ${ctx.params[last]!.toLowerCase()}`);
   return new Response(body, { headers: { "content-type": "application/json;charset=utf-8" } });
 }

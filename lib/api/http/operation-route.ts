@@ -3,7 +3,6 @@
 // one exhaustive switch.
 import type { TypeCheck } from "@sinclair/typebox/compiler";
 import type { TObject } from "@sinclair/typebox";
-import { isUuid } from "../../shared/uuid.ts";
 import { keyHash } from "../../shared/redact.ts";
 import { readJsonBody } from "../body.ts";
 import { parseIdempotencyKey } from "../core/keys.ts";
@@ -12,7 +11,7 @@ import type { Outcome } from "../core/service.ts";
 import { ProblemError, problemResponse } from "../problem.ts";
 import { checkOf } from "../schemas.ts";
 import { describeOperation } from "./openapi.ts";
-import { invalidIdDetail, type RequestContext, type Route } from "./router.ts";
+import { invalidIdProblem, type RequestContext, type Route } from "./router.ts";
 
 // How long a client should wait before retrying a 409 (the first request is a single
 // statement, normally done in milliseconds) or a 503 (the pool reconnects within a second).
@@ -25,9 +24,8 @@ export function operationRoute(op: Operation): Route {
     path: op.path,
     openapi: describeOperation(op),
     async handle(ctx) {
-      for (const name of op.uuidParams) {
-        if (!isUuid(ctx.params[name] ?? "")) return problemResponse("invalidId", invalidIdDetail(name));
-      }
+      const badId = invalidIdProblem(ctx.params, op.uuidParams);
+      if (badId) return badId;
       let body: unknown;
       try {
         body = await readJsonBody(ctx.request);

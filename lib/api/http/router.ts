@@ -6,6 +6,8 @@ import type { IdempotencyCore } from "../core/service.ts";
 import type { Authenticator } from "../auth.ts";
 import type { ApiMetrics } from "../metrics.ts";
 import type { OutcomeKind } from "../core/service.ts";
+import { isUuid } from "../../shared/uuid.ts";
+import { problemResponse } from "../problem.ts";
 
 /** What serving one request takes: one fixed set in the server, the request's own in the worker. */
 export interface RequestDeps {
@@ -53,9 +55,15 @@ export interface Route {
 // What each path parameter names, for the problem of an id that is not a UUID.
 const PARAM_NOUNS: Readonly<Record<string, string>> = { id: "charge", refundId: "refund" };
 
-/** The detail of the 400 invalid-id problem for path parameter `name`. */
-export function invalidIdDetail(name: string): string {
-  return `the ${PARAM_NOUNS[name] ?? name} id must be a UUID`;
+/** What path parameter `name` names ("charge", "refund"). */
+export function nounOf(name: string): string {
+  return PARAM_NOUNS[name] ?? name;
+}
+
+/** The 400 invalid-id problem for the first of `names` whose parameter is not a UUID, if any. */
+export function invalidIdProblem(params: Readonly<Record<string, string>>, names: readonly string[]): Response | undefined {
+  const bad = names.find((name) => !isUuid(params[name] ?? ""));
+  return bad === undefined ? undefined : problemResponse("invalidId", `the ${nounOf(bad)} id must be a UUID`);
 }
 
 /** The routes behind a bearer token: everything under /charges, matched or not. */
