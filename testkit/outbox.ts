@@ -60,3 +60,51 @@ export async function countWhere(sql: Sql, what: "published" | "pending" | "atte
     from outbox`;
   return Number((row as unknown as Record<string, number> | undefined)?.[what] ?? 0);
 }
+
+export interface Chain {
+  readonly aggregateId: string;
+  /** The event ids in sequence order: [0] is the ChargeCreated (sequence 1). */
+  readonly events: readonly string[];
+}
+
+/**
+ * Inserts `charges` charges, each with a ChargeCreated and `refundsEach` ChargeRefunded outbox
+ * rows (sequence 1, 2, 3, …), as a backlog. With `createdAt: "reversed"` each charge's later
+ * events get OLDER created_at values (a refund whose transaction started before its
+ * predecessor's and waited on the charge's row lock): the claim must follow the sequence,
+ * not created_at. Rows of different charges interleave in created_at either way.
+ */
+export async function insertChains(sql: Sql, charges: number, refundsEach: number, options: { createdAt?: "ordered" | "reversed" } = {}): Promise<Chain[]> {
+  const perCharge = refundsEach + 1;
+  const eventIds = Array.from({ length: charges * perCharge }, newEventId);
+  const sign = options.createdAt === "reversed" ? -1 : 1;
+  const rows = await sql<{ aggregateId: string; id: string; sequence: number }[]>`
+    with c as (
+      insert into charges (id, amount_cents, refunded_cents, last_sequence)
+      select gen_random_uuid(), 1000 * ${perCharge}, 100 * ${refundsEach}, ${perCharge}
+      from generate_series(1, ${charges})
+      returning id
+    ), numbered as (
+      select id, row_number() over () as n from c
+    ), events as (
+      select c.id as charge_id, c.n, s as sequence, row_number() over (order by s, c.n) as k
+      from numbered c cross join generate_series(1, ${perCharge}) as s
+    )
+    insert into outbox (id, aggregate_id, aggregate_type, sequence, event_type, payload, created_at)
+    select e.id, ev.charge_id, 'charge', ev.sequence,
+           case when ev.sequence = 1 then ${CHARGE_CREATED} else 'ChargeRefunded' end,
+           case when ev.sequence = 1 then json_build_object('chargeId', ev.charge_id, 'amountCents', 1000 * ${perCharge})::text
+                else json_build_object('chargeId', ev.charge_id, 'refundId', gen_random_uuid(), 'amountCents', 100,
+                                       'refundedCents', 100 * (ev.sequence - 1))::text end,
+           now() - interval '1 hour' + make_interval(secs => (ev.n + ${sign} * ev.sequence * ${charges}) / 1000.0)
+    from events ev
+    join unnest(${eventIds}::uuid[]) with ordinality as e(id, k) using (k)
+    returning aggregate_id as "aggregateId", id, sequence`;
+  const chains = new Map<string, string[]>();
+  for (const row of [...rows].sort((a, b) => a.sequence - b.sequence)) {
+    const events = chains.get(row.aggregateId) ?? [];
+    events.push(row.id);
+    chains.set(row.aggregateId, events);
+  }
+  return [...chains].map(([aggregateId, events]) => ({ aggregateId, events }));
+}

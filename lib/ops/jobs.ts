@@ -50,6 +50,7 @@ interface OpsGauges {
   pending: number;
   oldestPendingAgeSeconds: number;
   parked: number;
+  held: number;
   chargesWithoutOutbox: number;
   staleStartedKeys: number;
   staleStartedOldestSeconds: number;
@@ -62,6 +63,7 @@ export function newGauges(): OpsGauges {
     pending: 0,
     oldestPendingAgeSeconds: 0,
     parked: 0,
+    held: 0,
     chargesWithoutOutbox: 0,
     staleStartedKeys: 0,
     staleStartedOldestSeconds: 0,
@@ -106,6 +108,7 @@ async function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGaug
       const stats = await pendingStats(sql);
       gauges.pending = stats.pending;
       gauges.parked = stats.parked;
+      gauges.held = stats.held;
       gauges.oldestPendingAgeSeconds = stats.oldestPendingAgeSeconds;
       gauges.computedAt[job] = Date.now();
       return { job, ...stats };
@@ -159,6 +162,7 @@ export function registerOpsGauges(gauges: OpsGauges, meter: Meter = metrics.getM
   gauge("outbox_pending_events", "Outbox rows waiting to be published (parked rows are counted apart)", "outbox-gauges", () => gauges.pending);
   gauge("outbox_oldest_pending_age_seconds", "Age of the oldest unpublished outbox row", "outbox-gauges", () => gauges.oldestPendingAgeSeconds);
   gauge("outbox_parked_events", "Outbox rows parked after repeated or permanent failures", "outbox-gauges", () => gauges.parked);
+  gauge("outbox_held_events", "Outbox rows held back behind a parked row of their aggregate (published once it is requeued)", "outbox-gauges", () => gauges.held);
   gauge("charges_without_outbox", "Charges within the outbox retention that have no outbox row", "reconcile", () => gauges.chargesWithoutOutbox);
   gauge("idempotency_stale_started_keys", "STARTED idempotency keys older than 5 minutes", "stale-keys", () => gauges.staleStartedKeys);
   gauge(

@@ -101,6 +101,8 @@ export async function requeue(sql: Sql, target: string | "all"): Promise<number>
 interface PendingStats {
   readonly pending: number;
   readonly parked: number;
+  /** Pending rows behind a parked row of their aggregate: the relay holds them until it is requeued. */
+  readonly held: number;
   readonly oldestPendingAgeSeconds: number;
 }
 
@@ -108,14 +110,23 @@ interface PendingStats {
 export async function pendingStats(sql: Sql): Promise<PendingStats> {
   // Two scalar sub-selects, one per partial index (due rows, parked rows): a single scan
   // "where published_at is null" would match neither index and read the whole table.
-  const [row] = await sql<{ pending: string; parked: string; oldest: number | null }[]>`
+  // The held rows are found from the parked ones (few) through the hash index on aggregate_id;
+  // their test is wrapped in "is true" so that the planner cannot walk the pending index
+  // instead (lib/relay/outbox-sql.ts, claimBatch, says why).
+  const [row] = await sql<{ pending: string; parked: string; held: string; oldest: number | null }[]>`
     select (select count(*) from outbox where published_at is null and parked_at is null) as pending,
            (select count(*) from outbox where published_at is null and parked_at is not null) as parked,
+           (select count(distinct o.id)
+              from outbox p
+              join outbox o on o.aggregate_id = p.aggregate_id and o.aggregate_type = p.aggregate_type
+             where p.published_at is null and p.parked_at is not null
+               and o.sequence > p.sequence and (o.published_at is null and o.parked_at is null) is true) as held,
            (select extract(epoch from now() - min(created_at))::float8
               from outbox where published_at is null and parked_at is null) as oldest`;
   return {
     pending: Number(row?.pending ?? 0),
     parked: Number(row?.parked ?? 0),
+    held: Number(row?.held ?? 0),
     oldestPendingAgeSeconds: row?.oldest ?? 0,
   };
 }
