@@ -4,7 +4,7 @@
 import mqtt from "mqtt";
 import { buildEnvelope, CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from "../lib/events.ts";
 import { MAX_IN_FLIGHT, PROTOCOL_RECEIVE_MAXIMUM } from "../lib/relay/publisher.ts";
-import { insertPending } from "../testkit/outbox.ts";
+import { insertChains, insertPending } from "../testkit/outbox.ts";
 import { benchServices, drainRate, freshDatabase, startProcess, untilDrained } from "./support.ts";
 
 // A drain of the quick or full run's backlog takes seconds; this only bounds a stuck relay.
@@ -94,30 +94,46 @@ export interface RelayDrain {
   readonly drainSeconds: number;
 }
 
+export interface DrainOptions {
+  /** The checkout whose `relay.ts` runs (default: this one); bench/relay-order.ts makes a baseline's. */
+  readonly cwd?: string;
+  /**
+   * `created`: `rows` ChargeCreated rows, one per charge (the common case). `chains`: charges
+   * of a ChargeCreated and REFUNDS_PER_CHARGE refunds each, `rows` events in all.
+   */
+  readonly backlog?: "created" | "chains";
+}
+
+// The many-events backlog: 20 refunds per charge (2,000 charges for 42,000 rows).
+export const REFUNDS_PER_CHARGE = 20;
+
 /**
  * `bun relay.ts` started on an empty outbox drains a warm-up backlog, then `rows` committed at
  * once; the rate is those rows over the span from their first claim to the end of the drain
  * (support.ts drainRate), so neither the start-up nor the wait for the relay's next poll counts.
  * `env` is added to the relay's (the defaults otherwise).
  */
-export async function relayDrain(rows: number, env: Record<string, string> = {}): Promise<RelayDrain> {
+export async function relayDrain(rows: number, env: Record<string, string> = {}, options: DrainOptions = {}): Promise<RelayDrain> {
   const db = await freshDatabase("drain");
   try {
     const started = performance.now();
-    const relay = await startProcess("relay", db, { MQTT_TOPIC_PREFIX: `bench/${db.name}/`, ...env }, "/healthz");
+    const relay = await startProcess("relay", db, { MQTT_TOPIC_PREFIX: `bench/${db.name}/`, ...env }, "/healthz", options.cwd);
     let ids: string[];
     let drainedAt: number;
     try {
       await insertPending(db.sql, Math.min(WARMUP, rows));
       await untilDrained(db.sql, DRAIN_TIMEOUT_MS);
-      ids = (await insertPending(db.sql, rows)).map((row) => row.id);
+      ids =
+        options.backlog === "chains"
+          ? (await insertChains(db.sql, Math.ceil(rows / (REFUNDS_PER_CHARGE + 1)), REFUNDS_PER_CHARGE)).flatMap((chain) => chain.events)
+          : (await insertPending(db.sql, rows)).map((row) => row.id);
       drainedAt = await untilDrained(db.sql, DRAIN_TIMEOUT_MS);
     } finally {
       await relay.child.stop();
     }
     const wallSeconds = (performance.now() - started) / 1000;
     const { rowsPerSec, seconds } = await drainRate(db.sql, ids, drainedAt);
-    return { rowsPerSec, rows, wallSeconds, drainSeconds: seconds };
+    return { rowsPerSec, rows: ids.length, wallSeconds, drainSeconds: seconds };
   } finally {
     await db.drop();
   }

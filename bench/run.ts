@@ -7,7 +7,8 @@ import { apiRun, conflictRun, describeApi, WARM_UP_SECONDS, type ApiRun } from "
 import { dbLimit, type DbLimit } from "./db-limit.ts";
 import { bareRun, describeThroughput, scaledRun, type Throughput } from "./api-limits.ts";
 import { e2eRun } from "./e2e-bench.ts";
-import { brokerLimit, relayDrain, type BrokerLimit, type RelayDrain } from "./mqtt-bench.ts";
+import { brokerLimit, relayDrain, REFUNDS_PER_CHARGE, type BrokerLimit, type RelayDrain } from "./mqtt-bench.ts";
+import { checkoutOf, ORDER_BASELINE } from "./relay-baseline.ts";
 import { relayCost, type RelayCost } from "./relay-cost.ts";
 import { benchServices, log, median, MissingTool } from "./support.ts";
 import { ServicesUnavailable } from "../testkit/services.ts";
@@ -238,6 +239,37 @@ await section("relay drain vs broker limit", async () => {
   row(`relay drain vs the bare client at the broker's Receive Maximum (${legal[0]?.window ?? "?"} in flight)`, median(rates), "/s", "-", null, median(legal.map((l) => l.acksPerSec)), median(legalRatios));
   const connectionRatios = ours.map((d, i) => d.rowsPerSec / (oneConnection[i]?.rowsPerSec ?? Number.NaN));
   row("relay drain, RELAY_MQTT_CONNECTIONS default (3) vs 1", median(rates), "/s", "-", null, median(oneConnection.map((d) => d.rowsPerSec)), median(connectionRatios));
+});
+
+await section("relay order cost", async () => {
+  // The per-aggregate rule's cost: this relay beside the one before it (bench/relay-baseline.ts),
+  // on a ChargeCreated-only backlog, pairs alternated; then a backlog of 20 refunds per charge.
+  const baseline = await checkoutOf(process.env.BENCH_RELAY_BASELINE ?? ORDER_BASELINE);
+  const before: RelayDrain[] = [];
+  const ours: RelayDrain[] = [];
+  const chains: RelayDrain[] = [];
+  const chainsBefore: RelayDrain[] = [];
+  try {
+    for (let i = 0; i < P.pairs; i++) {
+      const old = await relayDrain(P.drainRows, {}, { cwd: baseline.dir });
+      const now = await relayDrain(P.drainRows);
+      const many = await relayDrain(P.drainRows, {}, { backlog: "chains" });
+      const manyBefore = await relayDrain(P.drainRows, {}, { cwd: baseline.dir, backlog: "chains" });
+      log(`pair ${i + 1}: ChargeCreated backlog ${Math.round(now.rowsPerSec)} rows/s, before ${Math.round(old.rowsPerSec)} | ${REFUNDS_PER_CHARGE} refunds per charge ${Math.round(many.rowsPerSec)} rows/s, before (no order) ${Math.round(manyBefore.rowsPerSec)}`);
+      before.push(old);
+      ours.push(now);
+      chains.push(many);
+      chainsBefore.push(manyBefore);
+    }
+  } finally {
+    await baseline.remove();
+  }
+  raw.relayOrder = { before, ours, chains, chainsBefore };
+  const ratio = (a: RelayDrain[], b: RelayDrain[]) => median(a.map((d, i) => d.rowsPerSec / (b[i]?.rowsPerSec ?? Number.NaN)));
+  const rate = (a: RelayDrain[]) => median(a.map((d) => d.rowsPerSec));
+  row(`relay drain, ChargeCreated backlog (${P.drainRows} rows): per-aggregate order vs the relay before it`, rate(ours), "/s", ">= 0.9", (r) => r >= 0.9, rate(before), ratio(ours, before));
+  row(`relay drain, ${REFUNDS_PER_CHARGE} refunds per charge (${chains[0]?.rows ?? "?"} rows) vs the ChargeCreated backlog`, rate(chains), "/s", "-", null, rate(ours), ratio(chains, ours));
+  row(`relay drain, ${REFUNDS_PER_CHARGE} refunds per charge: in order vs the relay before it (no order)`, rate(chains), "/s", "-", null, rate(chainsBefore), ratio(chains, chainsBefore));
 });
 
 await section("relay cost and scale-out", async () => {

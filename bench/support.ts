@@ -35,9 +35,9 @@ export async function freshDatabase(label: string, max = 4): Promise<FreshDb> {
  * `bun api.ts` or `bun relay.ts` on `db`, ready; stdout discarded (as a production log
  * shipper would consume it).
  */
-export async function startProcess(entry: "api" | "relay", db: FreshDb, env: Record<string, string> = {}, readyPath = "/readyz"): Promise<Service> {
+export async function startProcess(entry: "api" | "relay", db: FreshDb, env: Record<string, string> = {}, readyPath = "/readyz", cwd?: string): Promise<Service> {
   const { mqttUrl } = await benchServices();
-  return startEntrypoint(entry, { env: { DATABASE_URL: db.url, MQTT_URL: mqttUrl, ...env }, readyPath });
+  return startEntrypoint(entry, { env: { DATABASE_URL: db.url, MQTT_URL: mqttUrl, ...env }, readyPath, cwd });
 }
 
 /** Runs an external tool to its end; its stdout, or an error with its stderr. */

@@ -1,6 +1,6 @@
 // The real `bun relay.ts` publishes over several MQTT connections (RELAY_MQTT_CONNECTIONS, 3
 // by default), read on the wire by a proxy in front of the broker: the rows are spread over
-// every connection, the events of one aggregate all take the same one in created_at order,
+// every connection, the events of one aggregate all take the same one in sequence order,
 // and a connection cut mid-drain loses nothing.
 import { afterAll, afterEach, expect, setDefaultTimeout, test } from "bun:test";
 import type { IPublishPacket } from "mqtt-packet";
@@ -26,7 +26,7 @@ afterAll(() => db.drop());
 const AGGREGATES = 50;
 const EVENTS_PER_AGGREGATE = 4;
 
-/** AGGREGATES charges with EVENTS_PER_AGGREGATE outbox rows each, interleaved in created_at, `seq` in their data. */
+/** AGGREGATES charges with EVENTS_PER_AGGREGATE outbox rows each (sequence 1, 2, …), interleaved in created_at, `seq` in their data. */
 async function insertInterleaved(): Promise<number> {
   const total = AGGREGATES * EVENTS_PER_AGGREGATE;
   await db.sql`
@@ -34,8 +34,8 @@ async function insertInterleaved(): Promise<number> {
       insert into charges (id, amount_cents) select gen_random_uuid(), 100 + i from generate_series(1, ${AGGREGATES}) as i
       returning id
     ), numbered as (select id, row_number() over () - 1 as n from c)
-    insert into outbox (id, aggregate_id, event_type, payload, created_at)
-    select gen_random_uuid(), c.id, ${CHARGE_CREATED}, json_build_object('chargeId', c.id, 'seq', e)::text,
+    insert into outbox (id, aggregate_id, sequence, event_type, payload, created_at)
+    select gen_random_uuid(), c.id, e + 1, ${CHARGE_CREATED}, json_build_object('chargeId', c.id, 'seq', e)::text,
            now() - make_interval(secs => (${total} - (e * ${AGGREGATES} + c.n)) / 1000.0)
     from numbered as c, generate_series(0, ${EVENTS_PER_AGGREGATE - 1}) as e`;
   return total;
@@ -64,7 +64,7 @@ async function proxied(brokerUrl: string): Promise<MqttProxy> {
   return proxy;
 }
 
-test("three connections by default: rows spread over all of them, each aggregate on one, in created_at order", async () => {
+test("three connections by default: rows spread over all of them, each aggregate on one, in sequence order", async () => {
   await db.sql`truncate outbox, inbox, refunds, charges`;
   const prefix = `test/${crypto.randomUUID()}/`;
   const proxy = await proxied(mqttUrl);

@@ -112,7 +112,7 @@ export async function pendingStats(sql: Sql): Promise<PendingStats> {
   // "where published_at is null" would match neither index and read the whole table.
   // The held rows are found from the parked ones (few) through the hash index on aggregate_id;
   // their test is wrapped in "is true" so that the planner cannot walk the pending index
-  // instead (lib/relay/outbox-sql.ts, claimBatch, says why).
+  // instead (lib/relay/outbox-sql.ts, claimFollowers, says why).
   const [row] = await sql<{ pending: string; parked: string; held: string; oldest: number | null }[]>`
     select (select count(*) from outbox where published_at is null and parked_at is null) as pending,
            (select count(*) from outbox where published_at is null and parked_at is not null) as parked,

@@ -1,11 +1,12 @@
-// One batch of the relay: in one transaction, claim due rows (FOR UPDATE SKIP LOCKED),
+// One batch of the relay: in one transaction, claim due rows (FOR UPDATE SKIP LOCKED), each
+// aggregate's in sequence (outbox-sql.ts claimHeads, claimFollowers),
 // hand them all to the publisher, await the PUBACKs (bounded by a timeout), then one
 // UPDATE each for the acknowledged, the failed and the suspect rows, and commit. The row
 // locks keep every other relay off the batch until it is settled; a crash anywhere before
 // the commit leaves every row pending, so the worst case is a second delivery, never a loss.
 import type { Sql, Tx } from "../shared/db.ts";
 import { transaction } from "../shared/tx.ts";
-import { claimBatch, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
+import { claimFollowers, claimHeads, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
 import type { GcPacer } from "../shared/gc-pacer.ts";
 import type { ClaimFrontier, ClaimLock } from "./claim-lock.ts";
@@ -69,7 +70,8 @@ function handOver(ctx: BatchContext, claimed: readonly OutboxRow[]): { rows: Out
 const forever = (): Promise<never> => new Promise<never>(() => {});
 
 /**
- * Starts one batch in a transaction. Round trips: BEGIN, claim, the updates (pipelined), COMMIT.
+ * Starts one batch in a transaction. Round trips: BEGIN, claim, the followers when the claim
+ * was not full, the updates (pipelined), COMMIT.
  * The transaction never touches a connection that closed under it (lib/shared/tx.ts): once
  * lost, the batch stops before its next statement and is left pending, and the pool opens a
  * fresh connection for the next one.
@@ -103,9 +105,11 @@ async function batchInTx(
     if (turn.stop.aborted || !ctx.broker.connected || lost()) return undefined;
     // Both statements leave in one write (pipelined): one round trip.
     const from = turn.frontier.from(performance.now());
-    const [, claimedRows] = await Promise.all([batchSettings(tx), claimBatch(tx, limit, from)]);
-    const heads = claimedRows.filter((row) => row.head);
+    const [, heads] = await Promise.all([batchSettings(tx), claimHeads(tx, limit, from)]);
     turn.frontier.claimed(limit, heads.length, heads.at(-1)?.createdAt);
+    // A claim full of heads has no room for followers; one that is not looks for them, one
+    // more round trip, when few rows are due.
+    const claimedRows = heads.length < limit ? [...heads, ...(await claimFollowers(tx, heads, limit - heads.length))] : heads;
     const since = performance.now();
     const fromTop = from === undefined;
     // Every head is handed to the broker before the next claim, so the heads' publish order

@@ -1,6 +1,6 @@
 // Handing a claim's rows to the broker, each aggregate's in sequence order. A claim holds
 // heads (each its aggregate's oldest unpublished event) and their followers (outbox-sql.ts
-// claimBatch). A follower goes to the broker only once the broker acknowledged the row before
+// claimHeads, claimFollowers). A follower goes to the broker only once the broker acknowledged the row before
 // it: had it gone out with that row, a refused or lost publish would leave the later event
 // delivered first. So each aggregate's rows form a chain, published one after another, while
 // the chains of different aggregates go out side by side.
@@ -32,11 +32,15 @@ export type Chain = readonly OutboxRow[];
 export function chainsOf(rows: readonly OutboxRow[]): { chains: Chain[]; left: OutboxRow[] } {
   const chains = new Map<string, OutboxRow[]>();
   const followers: OutboxRow[] = [];
-  for (const row of rows) {
-    if (row.head) chains.set(`${row.aggregateType}/${row.aggregateId}`, [row]);
-    else followers.push(row);
-  }
   const left: OutboxRow[] = [];
+  for (const row of rows) {
+    const key = `${row.aggregateType}/${row.aggregateId}`;
+    // Two heads of one aggregate only where its sequences repeat (never written so): the
+    // first goes, the other waits for the next claim.
+    if (!row.head) followers.push(row);
+    else if (chains.has(key)) left.push(row);
+    else chains.set(key, [row]);
+  }
   followers.sort((a, b) => a.sequence - b.sequence);
   for (const row of followers) {
     const chain = chains.get(`${row.aggregateType}/${row.aggregateId}`);

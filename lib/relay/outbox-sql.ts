@@ -33,8 +33,9 @@ export interface OutboxRow {
   readonly releases: number;
   readonly traceparent: string | null;
   /**
-   * The oldest unpublished event of its aggregate when claimed. A row that is not follows a
-   * head of the same claim: it goes to the broker only after the row before it is acknowledged.
+   * The oldest unpublished event of its aggregate when claimed (claimHeads). A row that is not
+   * follows a head of the same claim (claimFollowers): it goes to the broker only after the row
+   * before it is acknowledged.
    */
   readonly head: boolean;
 }
@@ -62,62 +63,63 @@ export async function batchSettings(tx: Db): Promise<void> {
 }
 
 /**
- * Locks up to `limit` rows that are due, each aggregate's in sequence order. SKIP LOCKED: rows
- * another relay (or lane) holds are passed over, never waited for. Parked rows and rows still
- * backing off are filtered out.
- *
- * The heads come first: the oldest due rows, from `from` (a created_at as the claim returns
- * it) or from the top of the pending index, that are their aggregate's oldest unpublished
- * event. A row behind an unpublished one (in flight in another batch, backing off, parked)
- * is not a head: it waits, and only its aggregate waits with it. A `sequence` of 1 (every
- * ChargeCreated) is a head without looking further. Then, while the limit leaves room, the
- * followers: the due rows of the heads' aggregates, so that a backlog of one aggregate's
- * events does not take a claim per event. The hand-over (handover.ts) publishes a follower
- * only once the row before it is acknowledged, and releases untouched a follower that does
- * not come right after one it has (the limit or a locked row cut its chain).
- *
- * Every row the heads' walk passes that is not a ChargeCreated costs a probe of its
- * aggregate's rows (the hash index on aggregate_id), and, when the heads leave room, every
- * head a probe for followers. Two forms keep those probes on the hash index: the followers'
- * due test is wrapped in `is true`, which the planner cannot match to the predicate of the
- * pending index; the plain form matches it, and without statistics the planner walked the
- * whole pending index once per head. And the followers are not ordered: a sort there made the
- * planner, with enable_sort off, spend hundreds of milliseconds on a claim of ten rows.
+ * Locks up to `limit` heads that are due, oldest first, from `from` (a created_at as the claim
+ * returns it) or from the top of the pending index. A head is its aggregate's oldest
+ * unpublished event; a row behind an unpublished one (in flight in another batch, backing
+ * off, parked) is not a head: it waits, and only its aggregate waits with it. A `sequence` of
+ * 1 (every ChargeCreated) is a head without looking further; any other row the walk passes
+ * costs a probe of its aggregate's rows (the hash index on aggregate_id). SKIP LOCKED: rows
+ * another relay (or lane) holds are passed over, never waited for. The scan follows the
+ * partial index on pending rows; parked rows and rows still backing off are filtered out.
  */
-export async function claimBatch(tx: Db, limit: number, from?: string): Promise<OutboxRow[]> {
+export async function claimHeads(tx: Db, limit: number, from?: string): Promise<OutboxRow[]> {
   // Named as OutboxRow's fields in SQL: the rows come back in their final shape, with no
   // per-row copy on the drain's hot path.
   return await tx<OutboxRow[]>`
-    with heads as (
-      select o.id, o.ctid, o.aggregate_id, o.aggregate_type, o.sequence, o.tenant, o.event_type, o.payload,
-             o.releases, o.traceparent, o.created_at
-      from outbox o
-      where o.published_at is null
-        and o.parked_at is null
-        and (o.next_attempt_at is null or o.next_attempt_at <= now())
-        ${from === undefined ? tx`` : tx`and o.created_at >= ${from}::timestamptz`}
-        and (o.sequence = 1 or not exists (
-          select 1 from outbox p
-          where p.aggregate_id = o.aggregate_id and p.aggregate_type = o.aggregate_type
-            and p.sequence < o.sequence and p.published_at is null))
-      order by o.created_at
-      limit ${limit}
-      for update of o skip locked
-    ), followers as (
-      select f.id, f.ctid, f.aggregate_id, f.aggregate_type, f.sequence, f.tenant, f.event_type, f.payload,
-             f.releases, f.traceparent, f.created_at
-      from heads h
-      join outbox f on f.aggregate_id = h.aggregate_id and f.aggregate_type = h.aggregate_type
-      where f.sequence > h.sequence
-        and f.published_at is null
-        and (f.parked_at is null and (f.next_attempt_at is null or f.next_attempt_at <= now())) is true
-      limit greatest(0, ${limit} - (select count(*) from heads))
-      for update of f skip locked
-    )
     select id, ctid::text as tid, aggregate_id as "aggregateId", aggregate_type as "aggregateType", sequence,
-           tenant, event_type as "eventType", payload, releases, traceparent, head,
+           tenant, event_type as "eventType", payload, releases, traceparent, true as head,
            to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"
-    from (select *, true as head from heads union all select *, false from followers) as claimed`.execute();
+    from outbox o
+    where published_at is null
+      and parked_at is null
+      and (next_attempt_at is null or next_attempt_at <= now())
+      ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
+      and (sequence = 1 or not exists (
+        select 1 from outbox p
+        where p.aggregate_id = o.aggregate_id and p.aggregate_type = o.aggregate_type
+          and p.sequence < o.sequence and p.published_at is null))
+    order by created_at
+    limit ${limit}
+    for update skip locked`.execute();
+}
+
+/**
+ * Locks up to `limit` due rows that follow the `heads` of this transaction's claim in their
+ * aggregates, so that a backlog of one aggregate's events does not take a claim per event.
+ * The hand-over (handover.ts) publishes a follower only once the row before it is
+ * acknowledged, and releases untouched one that does not come right after a row it has (the
+ * limit or a locked row cut its chain): the rows need no order here.
+ *
+ * Two forms keep this on the hash index on aggregate_id: the due test is wrapped in `is true`,
+ * which the planner cannot match to the predicate of the pending index (the plain form
+ * matches it, and without statistics the planner walked the whole pending index once per
+ * head); and no ORDER BY, which with enable_sort off made the planner spend hundreds of
+ * milliseconds on a claim of ten rows.
+ */
+export async function claimFollowers(tx: Db, heads: readonly OutboxRow[], limit: number): Promise<OutboxRow[]> {
+  if (heads.length === 0 || limit <= 0) return [];
+  return await tx<OutboxRow[]>`
+    select f.id, f.ctid::text as tid, f.aggregate_id as "aggregateId", f.aggregate_type as "aggregateType", f.sequence,
+           f.tenant, f.event_type as "eventType", f.payload, f.releases, f.traceparent, false as head,
+           to_char(f.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"
+    from unnest(${heads.map((h) => h.aggregateId)}::uuid[], ${heads.map((h) => h.aggregateType)}::text[],
+                ${heads.map((h) => h.sequence)}::int[]) as h(aggregate_id, aggregate_type, sequence)
+    join outbox f on f.aggregate_id = h.aggregate_id and f.aggregate_type = h.aggregate_type
+    where f.sequence > h.sequence
+      and f.published_at is null
+      and (f.parked_at is null and (f.next_attempt_at is null or f.next_attempt_at <= now())) is true
+    limit ${limit}
+    for update of f skip locked`.execute();
 }
 
 /**

@@ -1,0 +1,30 @@
+// A checkout of an earlier commit, for figures that compare this relay with the one before a
+// change, in the same run: `git worktree add --detach` in a temporary directory, sharing
+// this checkout's node_modules (the dependencies have not changed since), removed after.
+import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ROOT } from "../testkit/processes.ts";
+import { run } from "./support.ts";
+
+// The relay before per-aggregate order (commit "ci: name what failed …", the parent of the
+// claim by heads and followers). BENCH_RELAY_BASELINE names another commit.
+export const ORDER_BASELINE = "14a3b2877bc4435616e946e8ed2c0971059ad02b";
+
+export interface Checkout {
+  readonly dir: string;
+  remove(): Promise<void>;
+}
+
+export async function checkoutOf(ref: string): Promise<Checkout> {
+  const dir = join(mkdtempSync(join(tmpdir(), "bench-baseline-")), "tree");
+  await run(["git", "-C", ROOT, "worktree", "add", "--detach", dir, ref]);
+  symlinkSync(join(ROOT, "node_modules"), join(dir, "node_modules"));
+  return {
+    dir,
+    async remove() {
+      await run(["git", "-C", ROOT, "worktree", "remove", "--force", dir]).catch(() => "");
+      rmSync(join(dir, ".."), { recursive: true, force: true });
+    },
+  };
+}
