@@ -87,3 +87,31 @@ export async function postUntilFinal(base: () => string, key: string, amountCent
     await sleep(RETRY_BACKOFF_MS + Math.random() * RETRY_JITTER_MS);
   }
 }
+
+/** POST /charges/:chargeId/refunds with a key of its own; the answer is tallied like a charge's. */
+export async function postRefund(base: string, chargeId: string, key: string, amountCents: number, tally?: Tally, timeoutMs = 15_000): Promise<Answer> {
+  let answer: Answer;
+  try {
+    const r = await fetch(`${base}/charges/${chargeId}/refunds`, {
+      method: "POST",
+      headers: await chargeHeaders(key),
+      body: JSON.stringify({ amountCents }),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    const body = await r.text();
+    answer = { key, amountCents, status: r.status, replayed: r.headers.get("idempotent-replayed") === "true", body, at: Date.now() };
+  } catch {
+    answer = { key, amountCents, status: 0, replayed: false, body: "", at: Date.now() };
+  }
+  tally?.answers.push(answer);
+  return answer;
+}
+
+/** As postUntilFinal, for a refund: the same key resent while 409, 503 or no answer. */
+export async function refundUntilFinal(base: () => string, chargeId: string, key: string, amountCents: number, tally: Tally, deadline: number): Promise<Answer> {
+  for (;;) {
+    const a = await postRefund(base(), chargeId, key, amountCents, tally);
+    if (![0, 409, 503].includes(a.status) || Date.now() > deadline) return a;
+    await sleep(RETRY_BACKOFF_MS + Math.random() * RETRY_JITTER_MS);
+  }
+}

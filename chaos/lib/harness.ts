@@ -43,10 +43,16 @@ export async function startApi(dbUrl: string, prefix: string, port?: number): Pr
   return startEntrypoint("api", { ...chaosChild("api", { DATABASE_URL: dbUrl, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, ...authEnv() }), port });
 }
 
-export async function startRelay(dbUrl: string, prefix: string, mqttUrl?: string): Promise<Child> {
+/**
+ * `bun relay.ts`, with `env` added. CHAOS_RELAY_CHECKOUT runs the relay.ts of another checkout
+ * instead (e.g. a worktree of an older commit), to show a scenario red against the relay it
+ * was written to catch (docs/chaos.md).
+ */
+export async function startRelay(dbUrl: string, prefix: string, mqttUrl?: string, env: Record<string, string> = {}): Promise<Child> {
   const broker = mqttUrl ?? (await chaosServices()).mqttUrl;
-  const env = { DATABASE_URL: dbUrl, MQTT_URL: broker, MQTT_TOPIC_PREFIX: prefix, OUTBOX_POLL_MS: RELAY_POLL_MS };
-  return (await startEntrypoint("relay", chaosChild("relay", env))).child;
+  const vars = { DATABASE_URL: dbUrl, MQTT_URL: broker, MQTT_TOPIC_PREFIX: prefix, OUTBOX_POLL_MS: RELAY_POLL_MS, ...env };
+  const cwd = process.env.CHAOS_RELAY_CHECKOUT || undefined;
+  return (await startEntrypoint("relay", { ...chaosChild("relay", vars), cwd })).child;
 }
 
 /** SIGKILL, and wait until it is gone. */
