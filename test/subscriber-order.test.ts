@@ -165,9 +165,10 @@ test("a predecessor that never comes: after the gap timeout the held events are 
     [true, true],
     [true, false],
   ]);
-  // Not before the timeout: a3 waited from a4's hold at least that long.
+  // Not before the timeout: a3 waited from a4's hold about that long (the hold's commit and
+  // callback come a little after the held_at the timeout counts from).
   const heldA4 = run.held.find((h) => h.event.id === a4!.id)!;
-  expect(byId.get(a3!.id)!.at - heldA4.at).toBeGreaterThan(GAP_TIMEOUT_MS - 50);
+  expect(byId.get(a3!.id)!.at - heldA4.at).toBeGreaterThan(GAP_TIMEOUT_MS - 200);
   expect(run.sub.gapsSkipped).toBe(2);
   const skipped = warnings(run, "sequence gap skipped after the gap timeout");
   expect(skipped.map((l) => [l.aggregateId, l.eventId, l.expectedSequence, l.receivedSequence])).toEqual(

@@ -166,8 +166,8 @@ const MIN_INBOX_RETENTION_S = 86_400;
 // order within a share group or a broker is a matter of milliseconds; a member that crashed
 // with the predecessor in its session gets it back when it is restarted, within a minute or
 // two under a supervisor. Five minutes covers that with room, and is the longest an
-// aggregate whose predecessor will never come (a consumer started on a running stream, an
-// event lost upstream) waits. Up to a day, the MQTT session expiry: a predecessor still in a
+// aggregate waits for an event that will never come (a consumer started on a running
+// stream, an event lost upstream). Up to a day, the MQTT session expiry: a predecessor still in a
 // session can come no later.
 export const DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS = 300_000;
 const MAX_SUBSCRIBER_GAP_TIMEOUT_MS = 86_400_000;

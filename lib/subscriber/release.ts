@@ -5,7 +5,7 @@
 // whose handler keeps failing is kept as a dead letter alone (the event before it stays
 // processed), and its aggregate's later events wait again, for an operator or the timeout.
 import { parseEnvelope } from "../events.ts";
-import type { Tx } from "../shared/db.ts";
+import { describeDbError, type Tx } from "../shared/db.ts";
 import { transaction } from "../shared/tx.ts";
 import { keepDeadLetterWith } from "./dead-letter.ts";
 import { recordDeadLetter, recordInbox, type DeadLetter } from "./inbox-sql.ts";
@@ -13,7 +13,6 @@ import { lateLetter, MAX_HANDLER_ATTEMPTS, turnOf, withHandlerBudget, type Proce
 import type { Report } from "./report.ts";
 import { Closing } from "./retry.ts";
 import { advance, deadLetterHeld, deleteHeld, inboxHas, lockPlace, nextHeld, type NextHeld, type Place } from "./sequence-sql.ts";
-import { describeDbError } from "../shared/db.ts";
 
 type Step =
   /** Nothing held, or the next held event must wait for its turn. */
