@@ -43,7 +43,9 @@ export interface SubscriberOptions {
   /**
    * The consumer's own work; its writes through `tx` commit together with the inbox row. If the
    * database connection is lost meanwhile, a statement on `tx` never settles: that attempt is
-   * abandoned and the event is tried again in a new transaction.
+   * abandoned and the event is tried again in a new transaction. Called for the events of one
+   * aggregate one at a time and in sequence order, across the members of a share group too;
+   * for different aggregates calls may overlap (the gap sweep beside the event in hand).
    */
   readonly handler?: (event: OutboxEvent, tx: Tx) => Promise<void> | void;
   /** After the commit, before the PUBACK (for a held event: when it is processed, its PUBACK long sent). */
