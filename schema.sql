@@ -131,3 +131,34 @@ create table subscriber_dead_letters (
     dead_at timestamptz not null default now(),
     primary key (event_id, consumer)
 );
+
+-- Per consumer and aggregate, the sequence of the last event the reference subscriber
+-- processed (0: none yet) and when it last moved: a gap's wait is counted from then at the
+-- latest. Kept for as long as the aggregate can have events (inbox retention leaves it).
+-- aggregate_id is text: the envelope's aggregateId as received, whatever its aggregate's keys.
+create table subscriber_sequences (
+    consumer text not null,
+    aggregate_type text not null,
+    aggregate_id text not null,
+    last_sequence integer not null check (last_sequence >= 0),
+    advanced_at timestamptz not null default now(),
+    primary key (consumer, aggregate_type, aggregate_id)
+);
+
+-- Events that arrived ahead of their turn (an earlier event of their aggregate not processed
+-- yet), acknowledged once kept here, and processed from here when their turn comes or their
+-- gap times out (SUBSCRIBER_GAP_TIMEOUT_MS). One row per (event, consumer).
+create table subscriber_held_events (
+    event_id uuid not null,
+    consumer text not null,
+    aggregate_type text not null,
+    aggregate_id text not null,
+    sequence integer not null check (sequence >= 1),
+    topic text not null,
+    -- The message as received (the event envelope's JSON text).
+    payload text not null,
+    held_at timestamptz not null default now(),
+    primary key (event_id, consumer)
+);
+-- An aggregate's next held event, and the gap sweep's scan of one consumer's held events.
+create index subscriber_held_events_aggregate_idx on subscriber_held_events (consumer, aggregate_type, aggregate_id, sequence);

@@ -1,7 +1,8 @@
 // A runnable subscriber: prints one JSON line per event on stdout, for people and for the
 // chaos harness. Lines:
 //   {"event":"ready","consumer":"...","topic":"..."}
-//   {"event":"received","id":"...","type":"...","aggregateId":"...","topic":"...","duplicate":false,"redelivered":false,"processed":1,"duplicates":0}
+//   {"event":"received","id":"...","type":"...","aggregateId":"...","sequence":1,"topic":"...","duplicate":false,"redelivered":false,"held":false,"gapSkipped":false,"processed":1,"duplicates":0}
+//   {"event":"held","id":"...","aggregateId":"...","sequence":3,"expected":2,"topic":"..."}
 //   {"event":"rejected","topic":"...","reason":"..."}
 //   {"event":"dead-lettered","id":"...","topic":"...","error":"...","attempts":5}
 //   {"event":"stopped","processed":N,"duplicates":N,"rejected":N}
@@ -9,11 +10,14 @@
 // relay; SUBSCRIBER_CONSUMER (inbox consumer name and MQTT client id, default
 // "example-subscriber"); SUBSCRIBER_CLIENT_ID to use another client id;
 // SUBSCRIBER_INBOX_RETENTION_SECONDS (inbox rows older than this are deleted, default 7 days);
+// SUBSCRIBER_GAP_TIMEOUT_MS (how long an event that came ahead of its turn waits for its
+// predecessor before it is processed anyway, default 5 minutes);
 // SUBSCRIBER_SHARE_GROUP to join an MQTT 5 shared subscription ($share/<group>/...): the
 // processes of one group split the stream, each needing its own stable SUBSCRIBER_CLIENT_ID,
 // and share the inbox through one SUBSCRIBER_CONSUMER;
-// OTEL_EXPORTER_OTLP_ENDPOINT to push subscriber_dead_letters_total and the process and pool
-// metrics (lib/shared/runtime-metrics.ts) over OTLP.
+// OTEL_EXPORTER_OTLP_ENDPOINT to push the subscriber_* metrics and the process and pool
+// metrics (lib/shared/runtime-metrics.ts) over OTLP. The gap lines (held, skipped, late) are
+// JSON log lines on stderr.
 import { configOrExit } from "../lib/shared/config.ts";
 import { createLogger } from "../lib/shared/log.ts";
 import { exitOnStartupError, openDatabase, stopOnUnhandledRejection } from "../lib/shared/startup.ts";
@@ -61,19 +65,26 @@ const subscriber = startSubscriber({
   topic,
   consumer,
   clientId,
-  onDelivery: ({ event, topic, duplicate, redelivered }) =>
+  log,
+  gapTimeoutMs: config.subscriberGapTimeoutMs,
+  onDelivery: ({ event, topic, duplicate, redelivered, held, gapSkipped }) =>
     print({
       event: "received",
       id: event.id,
       type: event.type,
       aggregateId: event.aggregateId,
       tenantId: event.tenantId,
+      sequence: event.sequence,
       topic,
       duplicate,
       redelivered,
+      held,
+      gapSkipped,
       processed: subscriber.processed,
       duplicates: subscriber.duplicates,
     }),
+  onHeld: ({ event, topic, expected }) =>
+    print({ event: "held", id: event.id, aggregateId: event.aggregateId, sequence: event.sequence, expected, topic }),
   onRejected: (topic, reason) => print({ event: "rejected", topic, reason }),
   onDeadLetter: (letter) =>
     print({ event: "dead-lettered", id: letter.eventId, topic: letter.topic, error: letter.error, attempts: letter.attempts }),

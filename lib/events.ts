@@ -77,6 +77,18 @@ export function topicOf(prefix: string, eventType: string, aggregateType: string
   return `${prefix}${AGGREGATE_TOPICS[aggregateType] ?? aggregateType}/${eventType}`;
 }
 
+/**
+ * The aggregate type a topic of topicOf names: its next-to-last level read back through the
+ * same table (`charges` → `charge`, any other level is its own type); undefined for a topic
+ * of one level, which topicOf never makes. The envelope does not carry the type; the topic does.
+ */
+export function aggregateTypeOfTopic(topic: string): string | undefined {
+  const levels = topic.split("/");
+  if (levels.length < 2) return undefined;
+  const level = levels[levels.length - 2]!;
+  return Object.keys(AGGREGATE_TOPICS).find((type) => AGGREGATE_TOPICS[type] === level) ?? level;
+}
+
 /** The filter that receives every event type of charges under `prefix`. */
 export function subscriptionFilter(prefix: string): string {
   return `${prefix}charges/#`;

@@ -1,12 +1,17 @@
 // Two examples/subscriber.ts processes in one MQTT 5 shared subscription group
 // (SUBSCRIBER_SHARE_GROUP) on Mosquitto, with one inbox consumer name: the broker hands each
 // event to one of them, and the inbox they share records each event once, a duplicate of an
-// event the other member already processed included.
+// event the other member already processed included. And the order across members: fed a
+// charge's events out of order, the two still process each charge's events in sequence order.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
-import { isShareGroup, sharedSubscriptionFilter } from "../lib/events.ts";
+import { CHARGE, isShareGroup, sharedSubscriptionFilter } from "../lib/events.ts";
+import { createSql } from "../lib/shared/db.ts";
+import { startSubscriber, type Subscriber } from "../lib/subscriber/subscriber.ts";
+import { rawClient } from "../testkit/mqtt.ts";
 import { countWhere, insertPending } from "../testkit/outbox.ts";
 import { runToExit, spawnScript, startEntrypoint, type Child } from "../testkit/processes.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
+import { chargeEvents, spawnSubscriber, type CraftedEvent, type SubscriberLine } from "../testkit/subscriber.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(60_000);
@@ -93,4 +98,130 @@ test.skipIf(!mqtt5)("two subscribers in one share group split the stream: each e
   const [inbox] = await db.sql<{ rows: number; events: number }[]>`
     select count(*)::int as rows, count(distinct event_id)::int as events from inbox where consumer = ${consumer}`;
   expect(inbox).toEqual({ rows: EVENTS, events: EVENTS });
+});
+
+// Charges fed to the group out of order, five events each.
+const ORDER_CHARGES = 10;
+const ORDER_EVENTS = 5;
+// Long enough that no event whose predecessor is on its way reaches it on a loaded machine
+// (the whole feed is settled within a second), short enough to see a gap time out.
+const SHARED_GAP_TIMEOUT_MS = 3000;
+
+async function publishAll(mqttUrl: string, events: readonly CraftedEvent[]): Promise<void> {
+  const client = await rawClient(mqttUrl);
+  try {
+    for (const e of events) await client.publishAsync(e.topic, e.payload, { qos: 1 });
+  } finally {
+    await client.endAsync();
+  }
+}
+
+/** Every charge's events, latest first: each charge's 5 comes before its 4, ..., its 1 last. */
+function latestFirst(charges: readonly CraftedEvent[][]): CraftedEvent[] {
+  const longest = Math.max(...charges.map((c) => c.length));
+  const out: CraftedEvent[] = [];
+  for (let i = longest - 1; i >= 0; i--) for (const events of charges) if (events[i]) out.push(events[i]!);
+  return out;
+}
+
+test.skipIf(!mqtt5)("two members of one share group fed charges' events latest first: each charge's events handled once, in sequence order; a gap is held until its predecessor comes, or the timeout when it never does", async () => {
+  const prefix = `test/${crypto.randomUUID()}/`;
+  const consumer = `ordered-${crypto.randomUUID().slice(0, 8)}`;
+  const group = `g${crypto.randomUUID().slice(0, 8)}`;
+  await db.sql`create table handled (n bigserial primary key, member text not null, event_id uuid not null unique, aggregate_id text not null, sequence int not null)`;
+  const charges = Array.from({ length: ORDER_CHARGES }, () => chargeEvents(prefix, ORDER_EVENTS));
+  // A charge whose ChargeCreated the group never gets: its 2 waits for the timeout.
+  const gapCharge = chargeEvents(prefix, ORDER_EVENTS).slice(1);
+  const members: Subscriber[] = [];
+  const pools = ["a", "b"].map(() => createSql(db.url, { max: 2 }));
+  try {
+    for (const [i, name] of ["a", "b"].entries()) {
+      const sql = pools[i]!;
+      members.push(
+        startSubscriber({
+          sql,
+          mqttUrl,
+          topic: sharedSubscriptionFilter(group, prefix),
+          consumer,
+          clientId: `${consumer}-${name}`,
+          gapTimeoutMs: SHARED_GAP_TIMEOUT_MS,
+          handler: async (event, tx) => {
+            await tx`insert into handled (member, event_id, aggregate_id, sequence) values (${name}, ${event.id}, ${event.aggregateId}, ${event.sequence ?? 0})`;
+          },
+        }),
+      );
+    }
+    await Promise.all(members.map((m) => m.ready));
+    await publishAll(mqttUrl, latestFirst([...charges, gapCharge]));
+    const total = ORDER_CHARGES * ORDER_EVENTS + gapCharge.length;
+    await waitUntil(async () => (await db.sql<{ n: number }[]>`select count(*)::int as n from handled`)[0]?.n === total, 20_000, "every event handled");
+
+    const rows = await db.sql<{ aggregate_id: string; sequences: number[] }[]>`
+      select aggregate_id, array_agg(sequence order by n) as sequences from handled group by aggregate_id`;
+    const handledOf = new Map(rows.map((r) => [r.aggregate_id, r.sequences]));
+    for (const events of charges) expect(handledOf.get(events[0]!.aggregateId)).toEqual([1, 2, 3, 4, 5]);
+    expect(handledOf.get(gapCharge[0]!.aggregateId)).toEqual([2, 3, 4, 5]);
+    // Both members worked, and events did come ahead of their turn: this is what was tested.
+    const byMember = await db.sql<{ member: string }[]>`select distinct member from handled order by member`;
+    expect(byMember.map((r) => r.member)).toEqual(["a", "b"]);
+    expect(members[0]!.held + members[1]!.held).toBeGreaterThan(0);
+    // Only the charge without its 1 waited for the timeout.
+    expect(members[0]!.gapsSkipped + members[1]!.gapsSkipped).toBe(1);
+    expect(await db.sql`select 1 from subscriber_held_events where consumer = ${consumer}`).toHaveLength(0);
+    const places = await db.sql<{ last: number; n: number }[]>`
+      select last_sequence as last, count(*)::int as n from subscriber_sequences
+       where consumer = ${consumer} and aggregate_type = ${CHARGE} group by last_sequence`;
+    expect([...places]).toEqual([{ last: ORDER_EVENTS, n: ORDER_CHARGES + 1 }]);
+  } finally {
+    await Promise.all(members.map((m) => m.close()));
+    await Promise.all(pools.map((p) => p.end()));
+  }
+});
+
+test.skipIf(!mqtt5)("examples/subscriber.ts in a share group: an event ahead of its turn prints a held line, and a gap that never closes is released after SUBSCRIBER_GAP_TIMEOUT_MS with a warn line", async () => {
+  const prefix = `test/${crypto.randomUUID()}/`;
+  const consumer = `ordered-${crypto.randomUUID().slice(0, 8)}`;
+  const group = `g${crypto.randomUUID().slice(0, 8)}`;
+  const spawned = await Promise.all(
+    ["a", "b"].map((name) =>
+      spawnSubscriber({
+        databaseUrl: db.url,
+        mqttUrl,
+        prefix,
+        consumer,
+        name: `subscriber ${name}`,
+        env: { SUBSCRIBER_SHARE_GROUP: group, SUBSCRIBER_CLIENT_ID: `${consumer}-${name}`, SUBSCRIBER_GAP_TIMEOUT_MS: "1000" },
+      }),
+    ),
+  );
+  const lines = (): SubscriberLine[] => spawned.flatMap((s) => s.lines);
+  const [x1, x2] = chargeEvents(prefix, 2);
+  const [, y2, y3] = chargeEvents(prefix, 3); // y1 never comes
+  try {
+    await publishAll(mqttUrl, [x2!, y3!, x1!, y2!]);
+    const received = () => lines().filter((l) => l.event === "received");
+    await waitUntil(() => received().length === 4, 15_000, "four received lines");
+    const ofY = received().filter((l) => l.aggregateId === y2!.aggregateId);
+    expect(ofY.map((l) => [l.sequence, l.held, l.gapSkipped])).toEqual([
+      [2, true, true],
+      [3, true, false],
+    ]);
+    const heldY = lines().filter((l) => l.event === "held" && l.aggregateId === y2!.aggregateId);
+    expect(heldY.map((l) => [l.id, l.sequence, l.expected]).sort()).toEqual([
+      [y2!.id, 2, 1],
+      [y3!.id, 3, 1],
+    ].sort());
+    const ofX = received().filter((l) => l.aggregateId === x1!.aggregateId);
+    expect(ofX.map((l) => l.sequence).sort()).toEqual([1, 2]);
+  } finally {
+    for (const s of spawned) s.child.kill("SIGTERM");
+  }
+  for (const s of spawned) expect(await s.child.done).toBe(0);
+  const stderr = spawned.map((s) => s.child.output()).join("\n");
+  const skipped = stderr.split("\n").filter((l) => l.includes('"msg":"sequence gap skipped after the gap timeout"'));
+  expect(skipped).toHaveLength(1);
+  expect(JSON.parse(skipped[0]!)).toMatchObject({ level: "warn", component: "subscriber", aggregateId: y2!.aggregateId, expectedSequence: 1, receivedSequence: 2 });
+  const [place] = await db.sql<{ last: number }[]>`
+    select last_sequence as last from subscriber_sequences where consumer = ${consumer} and aggregate_id = ${y2!.aggregateId}`;
+  expect(place?.last).toBe(3);
 });

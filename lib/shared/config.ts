@@ -30,6 +30,8 @@ export interface Config {
   readonly outboxPollMs: number;
   readonly outboxRetentionSeconds: number;
   readonly subscriberInboxRetentionSeconds: number;
+  /** How long the reference subscriber holds an event whose predecessor has not come before it processes it anyway. */
+  readonly subscriberGapTimeoutMs: number;
   readonly mqttTopicPrefix: string;
   readonly mqttProtocol: MqttProtocol;
   readonly logLevel: LogLevel;
@@ -159,6 +161,16 @@ export const DEFAULT_RELAY_MQTT_CONNECTIONS = 3;
 const MAX_RELAY_MQTT_CONNECTIONS = 16;
 const INBOX_RETENTION_S = 7 * 86_400;
 const MIN_INBOX_RETENTION_S = 86_400;
+// How long the reference subscriber holds an event that came ahead of its turn before it gives
+// up on the missing predecessor and processes it anyway (lib/subscriber/release.ts). Out of
+// order within a share group or a broker is a matter of milliseconds; a member that crashed
+// with the predecessor in its session gets it back when it is restarted, within a minute or
+// two under a supervisor. Five minutes covers that with room, and is the longest an
+// aggregate waits for an event that will never come (a consumer started on a running
+// stream, an event lost upstream). Up to a day, the MQTT session expiry: a predecessor still in a
+// session can come no later.
+export const DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS = 300_000;
+const MAX_SUBSCRIBER_GAP_TIMEOUT_MS = 86_400_000;
 
 /** How long one relay statement may run or wait for a lock before it fails (and the relay backs off). */
 export interface RelayTimeBounds {
@@ -217,6 +229,7 @@ export function loadConfig(env: Env): Config {
     relayMqttConnections: integer(env, "RELAY_MQTT_CONNECTIONS", DEFAULT_RELAY_MQTT_CONNECTIONS, 1, MAX_RELAY_MQTT_CONNECTIONS),
     outboxRetentionSeconds: integer(env, "OUTBOX_RETENTION_SECONDS", 7 * 86_400, 1, TEN_YEARS_S),
     subscriberInboxRetentionSeconds: integer(env, "SUBSCRIBER_INBOX_RETENTION_SECONDS", INBOX_RETENTION_S, MIN_INBOX_RETENTION_S, TEN_YEARS_S),
+    subscriberGapTimeoutMs: integer(env, "SUBSCRIBER_GAP_TIMEOUT_MS", DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS, 1, MAX_SUBSCRIBER_GAP_TIMEOUT_MS),
     mqttTopicPrefix: topicPrefix(env),
     mqttProtocol: mqttProtocol(env),
     logLevel: logLevel(env),

@@ -9,8 +9,12 @@ import { retryWithBackoff } from "./retry.ts";
 
 /** The dead letter for `event`, received as `packet`, on which the handler last failed with `error`. */
 export function deadLetterOf(consumer: string, packet: IPublishPacket, event: EventEnvelope, error: unknown): DeadLetter {
-  const payload = typeof packet.payload === "string" ? packet.payload : Buffer.from(packet.payload).toString("utf8");
-  return { eventId: event.id, consumer, topic: packet.topic, payload, error: describeDbError(error), attempts: MAX_HANDLER_ATTEMPTS };
+  return { eventId: event.id, consumer, topic: packet.topic, payload: payloadText(packet), error: describeDbError(error), attempts: MAX_HANDLER_ATTEMPTS };
+}
+
+/** The message as received, as text (the envelope's JSON). */
+export function payloadText(packet: IPublishPacket): string {
+  return typeof packet.payload === "string" ? packet.payload : Buffer.from(packet.payload).toString("utf8");
 }
 
 export interface DeadLetterStore {
@@ -22,7 +26,12 @@ export interface DeadLetterStore {
 
 /** Writes the dead letter, retried until it is written (or the subscriber closes): never acknowledged unwritten. */
 export function keepDeadLetter(store: DeadLetterStore, letter: DeadLetter): Promise<void> {
-  return retryWithBackoff(() => recordDeadLetter(store.sql, letter), {
+  return keepDeadLetterWith(store, letter, recordDeadLetter);
+}
+
+/** The same, with the statement that writes it (a held event's also takes it out of the held ones). */
+export function keepDeadLetterWith(store: DeadLetterStore, letter: DeadLetter, write: (sql: Sql, letter: DeadLetter) => Promise<void>): Promise<void> {
+  return retryWithBackoff(() => write(store.sql, letter), {
     closing: store.closing,
     onFailure: (error) => store.onError?.(`event ${letter.eventId}: dead letter not written yet: ${describeDbError(error)}`),
   });

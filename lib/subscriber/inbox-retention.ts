@@ -1,6 +1,10 @@
 // Inbox retention: the inbox only has to remember an event while a redelivery of it can
 // still come (see SUBSCRIBER_INBOX_RETENTION_SECONDS); older rows are deleted in bounded
-// batches, by one subscriber process at a time.
+// batches, by one subscriber process at a time. It leaves the order's state alone: an
+// aggregate's place (subscriber_sequences) is needed for as long as the aggregate can have
+// events, a charge's refund coming at any time (without it the next event would look like a
+// new aggregate's and wait for the gap timeout), and held events leave by their turn or the
+// gap timeout, never by age.
 import type { Sql } from "../shared/db.ts";
 import { describeDbError } from "../shared/db.ts";
 import { every, type Every } from "../shared/every.ts";

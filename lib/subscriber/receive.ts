@@ -1,45 +1,51 @@
 // One received PUBLISH, from arrival to PUBACK. Not an event: acknowledged and counted as
-// rejected. An event: through the inbox (process.ts), then acknowledged. A handler that keeps
-// failing: the event is kept as a dead letter (dead-letter.ts), then acknowledged.
+// rejected. An event: through the inbox in its aggregate's turn (process.ts), then
+// acknowledged; when it was the turn held events waited for, they are processed before its
+// PUBACK (release.ts). A handler that keeps failing: the event is kept as a dead letter
+// (dead-letter.ts), then acknowledged.
 // The PUBACK goes out only after the transaction committed, so a crash before the commit gets
-// the event redelivered, and one after it is deduplicated.
+// the event redelivered, and one after it is deduplicated (or finds it held already).
 import type { IPublishPacket } from "mqtt";
-import { parseEnvelope, type EventEnvelope } from "../events.ts";
-import type { DeadLetter } from "./inbox-sql.ts";
-import { SubscriberCounts } from "./counts.ts";
-import { deadLetterOf, keepDeadLetter } from "./dead-letter.ts";
-import { processEvent, type Processing } from "./process.ts";
+import { aggregateTypeOfTopic, parseEnvelope, type EventEnvelope } from "../events.ts";
+import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../shared/config.ts";
+import { deadLetterOf, keepDeadLetter, payloadText } from "./dead-letter.ts";
+import { processEvent, type Arrival, type Outcome, type Processing } from "./process.ts";
+import { Releaser } from "./release.ts";
+import { Report } from "./report.ts";
 import { Closing } from "./retry.ts";
 import type { SubscriberOptions } from "./types.ts";
 
 type Ack = () => void;
 
 export class Receiver {
-  readonly counts: SubscriberCounts;
-  private readonly processing: Processing;
+  readonly report: Report;
+  readonly releaser: Releaser;
+  readonly processing: Processing;
   private closing = false;
   // The event in hand, which drain() lets finish.
   private current: Promise<void> = Promise.resolve();
 
   constructor(private readonly options: SubscriberOptions) {
-    this.counts = new SubscriberCounts(options.consumer, options.meter);
+    this.report = new Report(options);
     const { sql, consumer, handler, onError } = options;
     this.processing = { sql, consumer, handler, onError, closing: () => this.closing };
+    this.releaser = new Releaser(this.processing, this.report, options.gapTimeoutMs ?? DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS);
   }
 
   // Called for one received PUBLISH at a time (see session.ts), so events are processed in
-  // arrival order; `ack` sends its PUBACK.
+  // arrival order, each in its aggregate's turn; `ack` sends its PUBACK.
   receive(packet: IPublishPacket, ack: Ack): void {
     if (packet.qos === 0) return ack(); // nothing to acknowledge; the relay never sends QoS 0
     const event = parseEnvelope(packet.payload);
     if (!event) return this.reject(packet.topic, "not an outbox event envelope", ack);
-    this.current = processEvent(this.processing, event)
+    const arrival = this.arrivalOf(packet, event);
+    this.current = processEvent(this.processing, arrival)
       .then(
-        (duplicate) => this.delivered(packet, event, duplicate, ack),
+        (outcome) => this.settled(packet, event, outcome, ack),
         (error: unknown) => this.failed(packet, event, error, ack),
       )
       .catch((error: unknown) => {
-        if (!(error instanceof Closing)) this.options.onError?.(`onDelivery or onDeadLetter threw: ${String(error)}`);
+        if (!(error instanceof Closing)) this.options.onError?.(`onDelivery, onHeld or onDeadLetter threw: ${String(error)}`);
       });
   }
 
@@ -49,10 +55,33 @@ export class Receiver {
     await this.current;
   }
 
-  private delivered(packet: IPublishPacket, event: EventEnvelope, duplicate: boolean, ack: Ack): void {
-    this.counts.countDelivery(duplicate);
+  // An event without a sequence (an older relay), or on a topic that names no aggregate type,
+  // is processed as before sequences: in arrival order, with no turn to wait for.
+  private arrivalOf(packet: IPublishPacket, event: EventEnvelope): Arrival {
+    const aggregateType = aggregateTypeOfTopic(packet.topic);
+    const { sequence } = event;
+    if (sequence === undefined || aggregateType === undefined) return { ordered: false, event };
+    const place = { consumer: this.options.consumer, aggregateType, aggregateId: event.aggregateId };
+    return { ordered: true, event: { ...event, sequence }, place, topic: packet.topic, payload: payloadText(packet) };
+  }
+
+  private async settled(packet: IPublishPacket, event: EventEnvelope, outcome: Outcome, ack: Ack): Promise<void> {
     try {
-      this.options.onDelivery?.({ event, topic: packet.topic, duplicate, redelivered: packet.dup === true });
+      switch (outcome.kind) {
+        case "processed":
+        case "duplicate": {
+          const duplicate = outcome.kind === "duplicate";
+          this.report.delivered({ event, topic: packet.topic, duplicate, redelivered: packet.dup === true, held: false, gapSkipped: false });
+          if (outcome.follow) await this.releaser.release(outcome.follow);
+          return;
+        }
+        case "held":
+          if (outcome.fresh) this.report.held(outcome.place, outcome.event, packet.topic, outcome.expected);
+          return;
+        case "late":
+          this.report.late(outcome.place, outcome.event, outcome.last, outcome.letter);
+          return;
+      }
     } finally {
       ack();
     }
@@ -61,15 +90,10 @@ export class Receiver {
   private async failed(packet: IPublishPacket, event: EventEnvelope, error: unknown, ack: Ack): Promise<void> {
     // Closing: no PUBACK, the broker redelivers it to the next session.
     if (error instanceof Closing) return;
-    await this.giveUp(deadLetterOf(this.options.consumer, packet, event, error), ack);
-  }
-
-  private async giveUp(letter: DeadLetter, ack: Ack): Promise<void> {
+    const letter = deadLetterOf(this.options.consumer, packet, event, error);
     await keepDeadLetter(this.processing, letter);
-    this.counts.countDeadLetter();
-    this.options.onError?.(`event ${letter.eventId}: handler failed ${letter.attempts} times, kept in subscriber_dead_letters: ${letter.error}`);
     try {
-      this.options.onDeadLetter?.(letter);
+      this.report.deadLettered(letter);
     } finally {
       ack();
     }
@@ -77,8 +101,10 @@ export class Receiver {
 
   // Acknowledged (the broker drops it) without processing: it would fail the same way again.
   private reject(topic: string, reason: string, ack: Ack): void {
-    this.counts.countRejection();
-    this.options.onRejected?.(topic, reason);
-    ack();
+    try {
+      this.report.rejected(topic, reason);
+    } finally {
+      ack();
+    }
   }
 }

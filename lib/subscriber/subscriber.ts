@@ -7,23 +7,40 @@
 //  - The PUBACK goes out only after that transaction committed (mqtt.js sends it when its
 //    handleMessage hook calls back), so a crash before the commit gets the event
 //    redelivered, and one after it is deduplicated.
+//  - Per-aggregate order: an event with a sequence is processed only in its aggregate's turn
+//    (the one after the aggregate's last processed sequence, kept in subscriber_sequences
+//    under a row lock that members of a share group take in turn). One that comes ahead of
+//    its turn is kept in subscriber_held_events, acknowledged, and processed when its
+//    predecessor has been, or after the gap timeout if the predecessor never comes.
 //  - A handler that keeps failing: after MAX_HANDLER_ATTEMPTS the event is written to
 //    subscriber_dead_letters (with its last error), and only then acknowledged; the stream
-//    goes on. Nothing is acknowledged that is neither processed nor kept there.
+//    goes on. Nothing is acknowledged that is neither processed, held nor kept there.
 // Works on MQTT 3.1.1 too (Clean Session 0), for brokers that do not speak 5.
 //
 // The pieces: session.ts (MQTT connection and subscription), receive.ts (one message, arrival to
-// PUBACK), process.ts (the inbox transaction), dead-letter.ts, retry.ts (back-off), counts.ts.
+// PUBACK), process.ts (the inbox transaction, in turn), release.ts (held events, in order),
+// gap-sweep.ts (held events nothing else releases), dead-letter.ts, retry.ts (back-off),
+// report.ts and counts.ts (what is told and counted).
+import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../shared/config.ts";
+import { startGapSweep } from "./gap-sweep.ts";
 import { Receiver } from "./receive.ts";
 import { closeSession, openSession } from "./session.ts";
 import type { Subscriber, SubscriberOptions } from "./types.ts";
 
-export type { Delivery, Subscriber, SubscriberOptions } from "./types.ts";
+export type { Delivery, Held, Subscriber, SubscriberOptions } from "./types.ts";
 
 export function startSubscriber(options: SubscriberOptions): Subscriber {
   const receiver = new Receiver(options);
-  const { counts } = receiver;
+  const { counts } = receiver.report;
   const { client, ready } = openSession(options, (packet, ack) => receiver.receive(packet, ack));
+  const sweep = startGapSweep({
+    sql: options.sql,
+    consumer: options.consumer,
+    timeoutMs: options.gapTimeoutMs ?? DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS,
+    releaser: receiver.releaser,
+    counts,
+    onError: options.onError,
+  });
   return {
     get processed() {
       return counts.processed;
@@ -37,13 +54,21 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
     get deadLettered() {
       return counts.deadLettered;
     },
+    get held() {
+      return counts.held;
+    },
+    get gapsSkipped() {
+      return counts.gapsSkipped;
+    },
     get connected() {
       return client.connected;
     },
     ready,
     async close() {
-      // Let the event in hand commit and be acknowledged (a retry in progress gives up).
-      await receiver.drain();
+      // Let the event in hand commit and be acknowledged, and the sweep's release in hand
+      // finish (a retry in progress gives up).
+      await Promise.all([receiver.drain(), sweep.stop()]);
+      counts.close();
       await closeSession(client);
     },
   };

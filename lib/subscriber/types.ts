@@ -2,6 +2,7 @@
 import type { Meter } from "@opentelemetry/api";
 import type { Sql, Tx } from "../shared/db.ts";
 import type { MqttProtocol } from "../shared/config.ts";
+import type { Logger } from "../shared/log.ts";
 import type { EventEnvelope } from "../events.ts";
 import type { DeadLetter } from "./inbox-sql.ts";
 
@@ -12,8 +13,20 @@ export interface Delivery {
   readonly topic: string;
   /** Already in the inbox: the handler did not run again. */
   readonly duplicate: boolean;
-  /** The broker flagged it as a resend (DUP). */
+  /** The broker flagged it as a resend (DUP); false for an event processed from subscriber_held_events. */
   readonly redelivered: boolean;
+  /** It came ahead of its turn and waited in subscriber_held_events until now. */
+  readonly held: boolean;
+  /** Processed past a missing predecessor, after SUBSCRIBER_GAP_TIMEOUT_MS. */
+  readonly gapSkipped: boolean;
+}
+
+/** An event that came ahead of its turn, kept in subscriber_held_events (and acknowledged). */
+export interface Held {
+  readonly event: OutboxEvent & { readonly sequence: number };
+  readonly topic: string;
+  /** The sequence the aggregate waits for. */
+  readonly expected: number;
 }
 
 export interface SubscriberOptions {
@@ -30,17 +43,25 @@ export interface SubscriberOptions {
   /**
    * The consumer's own work; its writes through `tx` commit together with the inbox row. If the
    * database connection is lost meanwhile, a statement on `tx` never settles: that attempt is
-   * abandoned and the event is tried again in a new transaction.
+   * abandoned and the event is tried again in a new transaction. Called for the events of one
+   * aggregate one at a time and in sequence order, across the members of a share group too;
+   * for different aggregates calls may overlap (the gap sweep beside the event in hand).
    */
   readonly handler?: (event: OutboxEvent, tx: Tx) => Promise<void> | void;
-  /** After the commit, before the PUBACK. */
+  /** After the commit, before the PUBACK (for a held event: when it is processed, its PUBACK long sent). */
   readonly onDelivery?: (delivery: Delivery) => void;
+  /** An event kept until its turn, after the commit, before the PUBACK; a redelivery of a held event is not told again. */
+  readonly onHeld?: (held: Held) => void;
   /** A message acknowledged without processing because it is not an event. */
   readonly onRejected?: (topic: string, reason: string) => void;
   /** An event the handler kept failing on, once kept in subscriber_dead_letters, before the PUBACK. */
   readonly onDeadLetter?: (letter: DeadLetter) => void;
   readonly onError?: (description: string) => void;
-  /** Where subscriber_events_total and subscriber_dead_letters_total are counted; the global meter by default. */
+  /** Where the gap lines go (warn: held, skipped after the timeout, late); none by default. */
+  readonly log?: Logger;
+  /** SUBSCRIBER_GAP_TIMEOUT_MS: how long a held event waits for its predecessor (default 5 minutes). */
+  readonly gapTimeoutMs?: number;
+  /** Where the subscriber_* metrics are counted; the global meter by default. */
   readonly meter?: Meter;
 }
 
@@ -50,6 +71,10 @@ export interface Subscriber {
   readonly rejected: number;
   /** Events kept in subscriber_dead_letters by this subscriber. */
   readonly deadLettered: number;
+  /** Events this subscriber kept in subscriber_held_events because they came ahead of their turn. */
+  readonly held: number;
+  /** Events this subscriber processed past a missing predecessor, after the gap timeout. */
+  readonly gapsSkipped: number;
   readonly connected: boolean;
   /** Resolves once subscribed. */
   readonly ready: Promise<void>;

@@ -1,0 +1,68 @@
+// What the subscriber tells about each event it settled, in one place for the receiver and
+// the release of held events: the counts and metrics, the caller's callbacks, the gap lines.
+import { silentLogger, type Logger } from "../shared/log.ts";
+import { SubscriberCounts } from "./counts.ts";
+import type { DeadLetter } from "./inbox-sql.ts";
+import type { SequencedEvent } from "./process.ts";
+import type { Place } from "./sequence-sql.ts";
+import type { Delivery, SubscriberOptions } from "./types.ts";
+
+export class Report {
+  readonly counts: SubscriberCounts;
+  private readonly log: Logger;
+
+  constructor(private readonly options: SubscriberOptions) {
+    this.counts = new SubscriberCounts(options.consumer, options.meter);
+    this.log = options.log ?? silentLogger;
+  }
+
+  delivered(delivery: Delivery): void {
+    this.counts.countDelivery(delivery.duplicate);
+    this.options.onDelivery?.(delivery);
+  }
+
+  rejected(topic: string, reason: string): void {
+    this.counts.countRejection();
+    this.options.onRejected?.(topic, reason);
+  }
+
+  deadLettered(letter: DeadLetter): void {
+    this.counts.countDeadLetter();
+    this.options.onError?.(`event ${letter.eventId}: handler failed ${letter.attempts} times, kept in subscriber_dead_letters: ${letter.error}`);
+    this.options.onDeadLetter?.(letter);
+  }
+
+  /** Kept in subscriber_held_events: a gap before it. */
+  held(place: Place, event: SequencedEvent, topic: string, expected: number): void {
+    this.counts.countGap("held");
+    this.log.warn("event ahead of its turn held", { ...fieldsOf(place, event), expectedSequence: expected, receivedSequence: event.sequence });
+    this.options.onHeld?.({ event, topic, expected });
+  }
+
+  /** About to be processed past its missing predecessor(s). */
+  gapSkipped(place: Place, event: SequencedEvent, expected: number, waitedMs: number): void {
+    this.counts.countGap("released_after_timeout");
+    this.log.warn("sequence gap skipped after the gap timeout", {
+      ...fieldsOf(place, event),
+      expectedSequence: expected,
+      receivedSequence: event.sequence,
+      waitedMs: Math.round(waitedMs),
+    });
+  }
+
+  /** Came after its aggregate went past it; kept in subscriber_dead_letters. */
+  late(place: Place, event: SequencedEvent, last: number, letter: DeadLetter): void {
+    this.counts.countGap("late");
+    this.counts.countDeadLetter();
+    this.log.warn("event after its skipped turn kept in subscriber_dead_letters", {
+      ...fieldsOf(place, event),
+      lastSequence: last,
+      receivedSequence: event.sequence,
+    });
+    this.options.onDeadLetter?.(letter);
+  }
+}
+
+function fieldsOf(place: Place, event: SequencedEvent): Record<string, string> {
+  return { consumer: place.consumer, aggregateType: place.aggregateType, aggregateId: place.aggregateId, eventId: event.id };
+}

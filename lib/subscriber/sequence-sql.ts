@@ -1,0 +1,148 @@
+// The reference subscriber's place in each aggregate's sequence (subscriber_sequences) and the
+// events it holds until their turn (subscriber_held_events). Every statement that decides on
+// an aggregate's place runs after the aggregate's row is locked, in the same transaction.
+import type { Sql, Tx } from "../shared/db.ts";
+import type { DeadLetter } from "./inbox-sql.ts";
+
+/** One aggregate, as one consumer sees it. */
+export interface Place {
+  readonly consumer: string;
+  readonly aggregateType: string;
+  readonly aggregateId: string;
+}
+
+/**
+ * Locks the aggregate's row (created at 0 when new) and, when the event is the next one,
+ * records it in the inbox: one round trip for an event in its turn. `inserted` false with
+ * `last` = sequence - 1 means the inbox already had it. The lock is taken first (the upsert
+ * waits for another transaction holding it): two members of a share group take an
+ * aggregate's events one after the other, and `last` is what the one before committed.
+ */
+export async function claimTurn(tx: Tx, place: Place, eventId: string, sequence: number): Promise<{ last: number; inserted: boolean }> {
+  const [row] = await tx<{ last: number; inserted: boolean }[]>`
+    with place as (
+      insert into subscriber_sequences (consumer, aggregate_type, aggregate_id, last_sequence)
+      values (${place.consumer}, ${place.aggregateType}, ${place.aggregateId}, 0)
+      on conflict (consumer, aggregate_type, aggregate_id)
+        do update set last_sequence = subscriber_sequences.last_sequence
+      returning last_sequence),
+    turn as (
+      insert into inbox (event_id, consumer)
+      select ${eventId}::uuid, ${place.consumer} from place where last_sequence = ${sequence}::int - 1
+      on conflict do nothing
+      returning event_id)
+    select (select last_sequence from place) as last, exists (select 1 from turn) as inserted`;
+  if (!row) throw new Error("bug: the upsert of subscriber_sequences returned no row");
+  return row;
+}
+
+/** Locks the aggregate's row (created at 0 when new); its last processed sequence. */
+export async function lockPlace(tx: Tx, place: Place): Promise<number> {
+  const [row] = await tx<{ last: number }[]>`
+    insert into subscriber_sequences (consumer, aggregate_type, aggregate_id, last_sequence)
+    values (${place.consumer}, ${place.aggregateType}, ${place.aggregateId}, 0)
+    on conflict (consumer, aggregate_type, aggregate_id)
+      do update set last_sequence = subscriber_sequences.last_sequence
+    returning last_sequence as last`;
+  if (!row) throw new Error("bug: the upsert of subscriber_sequences returned no row");
+  return row.last;
+}
+
+/** Moves the aggregate's place to `sequence`; whether it has held events (which may now follow). */
+export async function advance(tx: Tx, place: Place, sequence: number): Promise<boolean> {
+  const [row] = await tx<{ more: boolean }[]>`
+    update subscriber_sequences s set last_sequence = ${sequence}, advanced_at = now()
+     where consumer = ${place.consumer} and aggregate_type = ${place.aggregateType} and aggregate_id = ${place.aggregateId}
+    returning exists (
+      select 1 from subscriber_held_events h
+       where h.consumer = s.consumer and h.aggregate_type = s.aggregate_type and h.aggregate_id = s.aggregate_id) as more`;
+  return row?.more === true;
+}
+
+/** Whether the consumer's inbox has the event. */
+export async function inboxHas(tx: Tx, eventId: string, consumer: string): Promise<boolean> {
+  const rows = await tx`select 1 from inbox where event_id = ${eventId}::uuid and consumer = ${consumer}`;
+  return rows.length === 1;
+}
+
+export interface HeldEvent {
+  readonly eventId: string;
+  readonly sequence: number;
+  readonly topic: string;
+  /** The message as received (the event envelope's JSON text). */
+  readonly payload: string;
+}
+
+/** Keeps an event until its turn; false when it already is kept (a redelivery). */
+export async function holdEvent(tx: Tx, place: Place, held: HeldEvent): Promise<boolean> {
+  const rows = await tx`
+    insert into subscriber_held_events (event_id, consumer, aggregate_type, aggregate_id, sequence, topic, payload)
+    values (${held.eventId}::uuid, ${place.consumer}, ${place.aggregateType}, ${place.aggregateId}, ${held.sequence}, ${held.topic}, ${held.payload})
+    on conflict (event_id, consumer) do nothing
+    returning event_id`;
+  return rows.length === 1;
+}
+
+export interface NextHeld extends HeldEvent {
+  /** The aggregate's gap has lasted longer than the timeout. */
+  readonly overdue: boolean;
+  /** How long the gap has lasted: since the aggregate last advanced or its first held event came, whichever is later. */
+  readonly waitedMs: number;
+}
+
+/** The aggregate's held event of the lowest sequence, if any. */
+export async function nextHeld(tx: Tx, place: Place, timeoutMs: number): Promise<NextHeld | undefined> {
+  const [row] = await tx<NextHeld[]>`
+    select h.event_id as "eventId", h.sequence, h.topic, h.payload,
+           g.since < now() - ${timeoutMs}::int * interval '1 millisecond' as overdue,
+           (extract(epoch from now() - g.since) * 1000)::float8 as "waitedMs"
+      from subscriber_held_events h
+      join subscriber_sequences s
+        on s.consumer = h.consumer and s.aggregate_type = h.aggregate_type and s.aggregate_id = h.aggregate_id
+      cross join lateral (
+        select greatest(s.advanced_at, min(m.held_at)) as since from subscriber_held_events m
+         where m.consumer = h.consumer and m.aggregate_type = h.aggregate_type and m.aggregate_id = h.aggregate_id) g
+     where h.consumer = ${place.consumer} and h.aggregate_type = ${place.aggregateType} and h.aggregate_id = ${place.aggregateId}
+     order by h.sequence
+     limit 1`;
+  return row;
+}
+
+export async function deleteHeld(tx: Tx, eventId: string, consumer: string): Promise<void> {
+  await tx`delete from subscriber_held_events where event_id = ${eventId}::uuid and consumer = ${consumer}`;
+}
+
+/** A held event the handler gave up on: out of the held events and into the dead letters, in one statement. */
+export async function deadLetterHeld(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
+  await sql`
+    with gone as (delete from subscriber_held_events where event_id = ${letter.eventId}::uuid and consumer = ${letter.consumer})
+    insert into subscriber_dead_letters (event_id, consumer, topic, payload, error, attempts)
+    values (${letter.eventId}::uuid, ${letter.consumer}, ${letter.topic}, ${letter.payload}, ${letter.error}, ${letter.attempts})
+    on conflict (event_id, consumer) do update
+      set topic = excluded.topic, payload = excluded.payload, error = excluded.error,
+          attempts = excluded.attempts, dead_at = now()`;
+}
+
+/**
+ * Up to `limit` aggregates of the consumer with a held event that may go now: its turn has
+ * come (a crash between an event's commit and the release of those after it leaves them so)
+ * or its aggregate's gap has lasted longer than `timeoutMs`.
+ */
+export async function dueAggregates(sql: Sql, consumer: string, timeoutMs: number, limit: number): Promise<Place[]> {
+  return sql<Place[]>`
+    select s.consumer, s.aggregate_type as "aggregateType", s.aggregate_id as "aggregateId"
+      from subscriber_held_events h
+      join subscriber_sequences s
+        on s.consumer = h.consumer and s.aggregate_type = h.aggregate_type and s.aggregate_id = h.aggregate_id
+     where h.consumer = ${consumer}
+     group by s.consumer, s.aggregate_type, s.aggregate_id, s.last_sequence, s.advanced_at
+    having min(h.sequence) <= s.last_sequence + 1
+        or greatest(s.advanced_at, min(h.held_at)) < now() - ${timeoutMs}::int * interval '1 millisecond'
+     limit ${limit}`;
+}
+
+/** How many events the consumer holds now (every member of its share group together). */
+export async function countHeld(sql: Sql, consumer: string): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`select count(*)::int as n from subscriber_held_events where consumer = ${consumer}`;
+  return row?.n ?? 0;
+}
