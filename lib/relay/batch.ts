@@ -36,9 +36,17 @@ export interface BatchTurn {
   readonly stop: AbortSignal;
 }
 
+/** What a claim took: its rows, and how many of them are heads (outbox-sql.ts claimHeads). */
+export interface Claimed {
+  readonly rows: number;
+  readonly heads: number;
+}
+
+const NOTHING: Claimed = { rows: 0, heads: 0 };
+
 export interface BatchRun {
-  /** The rows claimed, known as soon as they are handed to the publisher (0 when none or failed). */
-  readonly claimed: Promise<number>;
+  /** What was claimed, known as soon as it is handed to the publisher (nothing when none or failed). */
+  readonly claimed: Promise<Claimed>;
   /** The settled batch, after its commit. */
   readonly result: Promise<BatchResult>;
 }
@@ -77,13 +85,13 @@ const forever = (): Promise<never> => new Promise<never>(() => {});
  * fresh connection for the next one.
  */
 export function startBatch(ctx: BatchContext, turn: BatchTurn, limit: number): BatchRun {
-  let handOff: (count: number) => void = () => {};
-  const claimed = new Promise<number>((resolve) => (handOff = resolve));
+  let handOff: (claimed: Claimed) => void = () => {};
+  const claimed = new Promise<Claimed>((resolve) => (handOff = resolve));
   const result = transaction(ctx.sql, (tx, lost) => batchInTx(ctx, turn, limit, tx, handOff, lost));
   // A batch that failed before its claim claimed nothing.
   result.then(
-    () => handOff(0),
-    () => handOff(0),
+    () => handOff(NOTHING),
+    () => handOff(NOTHING),
   );
   return { claimed, result };
 }
@@ -93,7 +101,7 @@ async function batchInTx(
   turn: BatchTurn,
   limit: number,
   tx: Tx,
-  handOff: (count: number) => void,
+  handOff: (claimed: Claimed) => void,
   lost: () => boolean,
 ): Promise<BatchResult> {
   const stopIfLost = async (): Promise<void> => {
@@ -115,9 +123,9 @@ async function batchInTx(
     // Every head is handed to the broker before the next claim, so the heads' publish order
     // follows created_at; a small claim is published in turn before the lock is let go.
     const { rows, outcomes, inTurn } = handOver(ctx, claimedRows);
-    return { rows, since, fromTop, outcomes: inTurn ? Promise.resolve(await outcomes) : outcomes };
+    return { rows, heads: heads.length, since, fromTop, outcomes: inTurn ? Promise.resolve(await outcomes) : outcomes };
   });
-  handOff(claimed?.rows.length ?? 0);
+  handOff(claimed ? { rows: claimed.rows.length, heads: claimed.heads } : NOTHING);
   if (!claimed || claimed.rows.length === 0) {
     await stopIfLost();
     return claimed?.fromTop === false ? { ...EMPTY_RESULT, fromTop: false } : EMPTY_RESULT;

@@ -92,10 +92,12 @@ export function drain(options: DrainOptions): Promise<void> {
       while (going()) {
         const limit = sizer.next();
         const run = options.startBatch(limit);
-        const claimed = await run.claimed;
+        const { rows: claimed, heads } = await run.claimed;
         sizer.record(limit, claimed);
-        // A full claim means more may be due: another lane starts while this one awaits its PUBACKs.
-        if (claimed === limit && lanes < maxLanes && going()) spawn();
+        // A claim full of heads means more may be due: another lane starts while this one
+        // awaits its PUBACKs. One with room for followers took every head due: until a batch
+        // commits, another lane's claim would only walk the rows behind them.
+        if (heads === limit && lanes < maxLanes && going()) spawn();
         const result = await run.result;
         sizer.answered(result.claimed, result.answeredMs);
         // Short from the top of the pending index: nothing due is left. Short from the
