@@ -18,6 +18,8 @@ export interface SubscriberOptions {
   readonly mqttUrl: string;
   readonly prefix: string;
   readonly consumer: string;
+  /** Added to (or overriding) its environment: DATABASE_POOLER, LOG_LEVEL, ... */
+  readonly env?: Record<string, string>;
 }
 
 /** examples/subscriber.ts, once it has subscribed; the caller stops it. Fails at once if it exits first. */
@@ -31,6 +33,7 @@ export async function spawnSubscriber(options: SubscriberOptions): Promise<{ chi
       MQTT_TOPIC_PREFIX: options.prefix,
       SUBSCRIBER_CONSUMER: options.consumer,
       LOG_LEVEL: "warn",
+      ...options.env,
     },
     stdout: (text) => {
       if (text.startsWith("{")) lines.push(JSON.parse(text) as SubscriberLine);
