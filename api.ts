@@ -7,6 +7,7 @@ import { startTelemetry } from "./lib/shared/telemetry.ts";
 import { createHttpServerMetrics } from "./lib/shared/http-metrics.ts";
 import { startRuntimeMetrics } from "./lib/shared/runtime-metrics.ts";
 import { exitOnStartupError, stopOnUnhandledRejection } from "./lib/shared/startup.ts";
+import { databaseModeLine } from "./lib/shared/pooler.ts";
 
 const config = configOrExit(process.env);
 const log = createLogger(config.logLevel, "api");
@@ -18,6 +19,8 @@ if (httpMetrics) telemetry.addHistogram(httpMetrics);
 const api = await startApi(config, { metrics: telemetry.scrape, logger: log, httpMetrics }).catch(exitOnStartupError("api"));
 const server = serve(config.port, api.fetch, undefined, { reusePort: config.apiReusePort });
 log.info("api listening", { port: server.port, reusePort: config.apiReusePort, poolSize: config.apiPoolSize });
+const database = databaseModeLine(config);
+log.info(database.msg, database.fields);
 
 // On SIGTERM, requests in flight get this long to finish before their connections are cut:
 // far above a request's own time bounds, and well inside the 30 s an orchestrator usually

@@ -5,7 +5,7 @@ import { createSql } from "./lib/shared/db.ts";
 import { applySchema, exitOnStartupError } from "./lib/shared/startup.ts";
 
 const config = configOrExit(process.env);
-const sql = createSql(config.databaseUrl, { max: 1, applicationName: "charges-migrate" });
+const sql = createSql(config.databaseUrl, { max: 1, applicationName: "charges-migrate", pooler: config.databasePooler });
 const applied = await applySchema(sql).catch(exitOnStartupError("migrate"));
 for (const name of applied) console.log(`applied ${name}`);
 if (applied.length === 0) console.log("schema already current");

@@ -3,7 +3,8 @@
 //   | requeue <id|all>
 // A job another process is running right now is not run twice: it prints {"skipped":true}.
 import { configOrExit } from "./lib/shared/config.ts";
-import { describeDbError } from "./lib/shared/db.ts";
+import { createSql, describeDbError } from "./lib/shared/db.ts";
+import { databaseModeLine } from "./lib/shared/pooler.ts";
 import { exitOnStartupError, openDatabase } from "./lib/shared/startup.ts";
 import { createLogger } from "./lib/shared/log.ts";
 import { JOB_NAMES, newGauges, runJob, type JobName } from "./lib/ops/jobs.ts";
@@ -27,22 +28,28 @@ if (job === "requeue" && !arg) {
 }
 
 const config = configOrExit(process.env);
-const sql = await openDatabase(config.databaseUrl, { max: 2, applicationName: "charges-ops" }).catch(exitOnStartupError("ops"));
+const sql = await openDatabase(config.databaseUrl, { max: 2, applicationName: "charges-ops", pooler: config.databasePooler }).catch(exitOnStartupError("ops"));
 const log = createLogger(config.logLevel, "ops", console.error);
+// The jobs' locks: session locks past the pooler when it is given (lib/shared/job-lock.ts).
+const jobsSql = config.databaseDirectUrl === undefined ? sql : createSql(config.databaseDirectUrl, { max: 1, applicationName: "charges-ops-direct" });
+const database = databaseModeLine(config, { locks: "job locks" });
+log.info(database.msg, database.fields);
 try {
   if (job === INBOX_RETENTION) {
-    console.log(JSON.stringify(await runInboxRetention(sql, config.subscriberInboxRetentionSeconds, log)));
+    console.log(JSON.stringify(await runInboxRetention(jobsSql, config.subscriberInboxRetentionSeconds, log)));
   } else if (job === "requeue") {
     const requeued = await requeue(sql, arg!);
     if (requeued > 0) await notifyOutbox(sql);
     console.log(JSON.stringify({ job, target: arg, requeued }));
   } else {
-    const result = await runJob(job, sql, config, newGauges(), log);
+    const result = await runJob(job, jobsSql, config, newGauges(), log);
     console.log(JSON.stringify(result));
   }
   await sql.end({ timeout: 5 });
+  if (jobsSql !== sql) await jobsSql.end({ timeout: 5 });
 } catch (error) {
   console.error(`ops ${job} failed: ${describeDbError(error)}`);
   await sql.end({ timeout: 1 }).catch(() => {});
+  if (jobsSql !== sql) await jobsSql.end({ timeout: 1 }).catch(() => {});
   process.exit(1);
 }

@@ -5,6 +5,7 @@ import { configOrExit } from "./lib/shared/config.ts";
 import { describeDbError } from "./lib/shared/db.ts";
 import { createLogger } from "./lib/shared/log.ts";
 import { maskUrl } from "./lib/shared/redact.ts";
+import { databaseModeLine } from "./lib/shared/pooler.ts";
 import { onShutdownSignal, serve } from "./lib/shared/runtime.ts";
 import { exitOnStartupError, stopOnUnhandledRejection } from "./lib/shared/startup.ts";
 import { startTelemetry } from "./lib/shared/telemetry.ts";
@@ -25,9 +26,11 @@ telemetry.addHistogram(httpMetrics);
 const relay = await startRelay(config, { metrics: telemetry.scrape, logger: log, httpMetrics }).catch(exitOnStartupError("relay"));
 const gauges = newGauges();
 registerOpsGauges(gauges);
-const ops = startOpsLoop(relay.sql, config, gauges, log);
+const ops = startOpsLoop(relay.jobsSql, config, gauges, log);
 const server = serve(config.relayPort, relay.fetch, config.relayHost);
 log.info("relay started", { host: config.relayHost, port: server.port, mqttUrl: maskUrl(config.mqttUrl), batchSize: config.outboxBatchSize, mqttConnections: config.relayMqttConnections, gcEveryRows: relay.gcEveryRows });
+const database = databaseModeLine(config, { listen: { pollMs: config.outboxPollMs }, locks: "ops job locks" });
+log.info(database.msg, database.fields);
 
 let shuttingDown = false;
 onShutdownSignal((signal) => {

@@ -46,6 +46,8 @@ export interface Endpoints {
   readonly relay: string;
   readonly databaseUrl: string;
   readonly databaseNote: string;
+  /** DATABASE_DIRECT_URL, masked, when set (the database is then a pooler). */
+  readonly databaseDirectUrl: string | undefined;
   readonly mqttUrl: string;
   readonly mqttNote: string;
   /** The Authorization header value of the printed curl (none with AUTH_MODE=none). */
@@ -61,6 +63,7 @@ export function banner(endpoints: Endpoints): string[] {
     `  API        ${endpoints.api}   (${endpoints.api}/openapi.json, /metrics, /readyz)`,
     `  relay      ${endpoints.relay}/readyz   (/metrics)`,
     `  Postgres   ${endpoints.databaseUrl}   ${endpoints.databaseNote}`,
+    ...(endpoints.databaseDirectUrl ? [`  direct     ${endpoints.databaseDirectUrl}   (DATABASE_DIRECT_URL: the relay's LISTEN and the jobs' locks)`] : []),
     `  MQTT       ${endpoints.mqttUrl}   ${endpoints.mqttNote}`,
     `  auth       ${endpoints.authNote}`,
     "create a charge (paste it twice: the second answer is the stored one, with Idempotent-Replayed: true):",

@@ -6,9 +6,9 @@
 //   {"event":"rejected","topic":"...","reason":"..."}
 //   {"event":"dead-lettered","id":"...","topic":"...","error":"...","attempts":5}
 //   {"event":"stopped","processed":N,"duplicates":N,"rejected":N}
-// Problems go to stderr. Environment: DATABASE_URL, MQTT_URL, MQTT_TOPIC_PREFIX as for the
-// relay; SUBSCRIBER_CONSUMER (inbox consumer name and MQTT client id, default
-// "example-subscriber"); SUBSCRIBER_CLIENT_ID to use another client id;
+// Problems go to stderr. Environment: DATABASE_URL, DATABASE_POOLER, DATABASE_DIRECT_URL,
+// MQTT_URL, MQTT_TOPIC_PREFIX as for the relay; SUBSCRIBER_CONSUMER (inbox consumer name and
+// MQTT client id, default "example-subscriber"); SUBSCRIBER_CLIENT_ID to use another client id;
 // SUBSCRIBER_INBOX_RETENTION_SECONDS (inbox rows older than this are deleted, default 7 days);
 // SUBSCRIBER_GAP_TIMEOUT_MS (how long an event that came ahead of its turn waits for its
 // predecessor before it is processed anyway, default 5 minutes);
@@ -21,6 +21,8 @@
 import { configOrExit } from "../lib/shared/config.ts";
 import { createLogger } from "../lib/shared/log.ts";
 import { exitOnStartupError, openDatabase, stopOnUnhandledRejection } from "../lib/shared/startup.ts";
+import { createSql } from "../lib/shared/db.ts";
+import { databaseModeLine } from "../lib/shared/pooler.ts";
 import { onShutdownSignal } from "../lib/shared/runtime.ts";
 import { startSubscriber } from "../lib/subscriber/subscriber.ts";
 import { startInboxRetention } from "../lib/subscriber/inbox-retention.ts";
@@ -55,8 +57,13 @@ const runtime = startRuntimeMetrics(meter);
 const POOL_SIZE = 2;
 const poolName = `charges-subscriber-${consumer}`;
 // The inbox table comes with the schema.
-const sql = await openDatabase(config.databaseUrl, { max: POOL_SIZE, applicationName: poolName }).catch(exitOnStartupError("subscriber"));
+const sql = await openDatabase(config.databaseUrl, { max: POOL_SIZE, applicationName: poolName, pooler: config.databasePooler }).catch(exitOnStartupError("subscriber"));
 observePool(meter, { name: poolName, max: POOL_SIZE });
+// The retention job's lock: a session lock past the pooler when DATABASE_DIRECT_URL is given,
+// else one per batch transaction (lib/shared/job-lock.ts).
+const lockSql = config.databaseDirectUrl === undefined ? sql : createSql(config.databaseDirectUrl, { max: 1, applicationName: `${poolName}-direct` });
+const database = databaseModeLine(config, { locks: "the inbox retention's lock" });
+log.info(database.msg, database.fields);
 
 const subscriber = startSubscriber({
   sql,
@@ -91,13 +98,14 @@ const subscriber = startSubscriber({
   onError: (description) => console.error(`subscriber: ${description}`),
 });
 void subscriber.ready.then(() => print({ event: "ready", consumer, topic }));
-const retention = startInboxRetention(sql, config.subscriberInboxRetentionSeconds, log);
+const retention = startInboxRetention(lockSql, config.subscriberInboxRetentionSeconds, log);
 
 onShutdownSignal(() => {
   void (async () => {
     await subscriber.close();
     await retention.stop();
     await sql.end({ timeout: 5 });
+    if (lockSql !== sql) await lockSql.end({ timeout: 5 });
     runtime.stop();
     await telemetry.shutdown();
     print({ event: "stopped", processed: subscriber.processed, duplicates: subscriber.duplicates, rejected: subscriber.rejected });

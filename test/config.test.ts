@@ -41,6 +41,29 @@ test("API pool size 32 and no SO_REUSEPORT by default; both settable for running
   expect(loadConfig({ API_REUSE_PORT: "false" }).apiReusePort).toBe(false);
 });
 
+test("DATABASE_POOLER: none by default, no direct URL; transaction takes DATABASE_DIRECT_URL", () => {
+  expect(loadConfig({})).toMatchObject({ databasePooler: "none", databaseDirectUrl: undefined });
+  const pooled = loadConfig({ DATABASE_POOLER: " Transaction ", DATABASE_DIRECT_URL: "postgres://db:5432/app" });
+  expect(pooled).toMatchObject({ databasePooler: "transaction", databaseDirectUrl: "postgres://db:5432/app" });
+});
+
+test.each([
+  [{ DATABASE_POOLER: "session" }, "DATABASE_POOLER"],
+  [{ DATABASE_POOLER: "transaction", DATABASE_DIRECT_URL: "not a url" }, "DATABASE_DIRECT_URL"],
+  [{ DATABASE_POOLER: "transaction", DATABASE_DIRECT_URL: "mysql://db/app" }, "DATABASE_DIRECT_URL"],
+  // Without a pooler every connection is direct already.
+  [{ DATABASE_DIRECT_URL: "postgres://db:5432/app" }, "DATABASE_DIRECT_URL"],
+])("%p is refused with a message naming %s", (env, name) => {
+  expect(() => loadConfig(env)).toThrow(ConfigError);
+  expect(() => loadConfig(env)).toThrow(name);
+});
+
+test("OUTBOX_POLL_MS: 100 ms behind a pooler without DATABASE_DIRECT_URL (the poll is the relay's only wake-up), else 1000; a value set wins", () => {
+  expect(loadConfig({ DATABASE_POOLER: "transaction" }).outboxPollMs).toBe(100);
+  expect(loadConfig({ DATABASE_POOLER: "transaction", DATABASE_DIRECT_URL: "postgres://db/app" }).outboxPollMs).toBe(1000);
+  expect(loadConfig({ DATABASE_POOLER: "transaction", OUTBOX_POLL_MS: "250" }).outboxPollMs).toBe(250);
+});
+
 test("2 charge statements at once per API by default (group commit beyond them), settable", () => {
   expect(loadConfig({}).apiChargeStatements).toBe(2);
   expect(loadConfig({ API_CHARGE_STATEMENTS: "32" }).apiChargeStatements).toBe(32);

@@ -1,7 +1,8 @@
-// Passwords in DATABASE_URL / MQTT_URL / AUTH_JWKS_URL, and AUTH_JWT_SECRET, never reach an error message or stderr.
+// Passwords in DATABASE_URL / DATABASE_DIRECT_URL / MQTT_URL / AUTH_JWKS_URL, and AUTH_JWT_SECRET, never reach an error message or stderr.
 import { expect, test } from "bun:test";
 import { ConfigError, loadConfig } from "../lib/shared/config.ts";
 import { maskUrl } from "../lib/shared/redact.ts";
+import { databaseModeLine } from "../lib/shared/pooler.ts";
 import { authEnv } from "../testkit/auth.ts";
 
 const SECRET = "s3cret";
@@ -36,14 +37,25 @@ test.each([
   ["DATABASE_URL", "postgres://u:s3cret@[h/db"],
   ["DATABASE_URL", "mysql://u:s3cret@h:5432/db"],
   ["DATABASE_URL", "u:s3cret@h:5432/db"],
+  ["DATABASE_DIRECT_URL", "postgres://u:s3cret@h:99999/db"],
+  ["DATABASE_DIRECT_URL", "mysql://u:s3cret@h:5432/db"],
   ["MQTT_URL", "mqtt://u:s3cret@h:99999"],
   ["MQTT_URL", "http://u:s3cret@h:1883"],
   ["AUTH_JWKS_URL", "ftp://u:s3cret@idp/jwks"],
   ["AUTH_JWT_SECRET", "s3cret-but-shorter-than-32"],
 ])("a bad %s names the variable and never echoes the password (%p)", (name, value) => {
-  const message = configError({ [name]: value });
+  // DATABASE_DIRECT_URL is read behind a pooler only.
+  const message = configError({ DATABASE_POOLER: "transaction", [name]: value });
   expect(message).toContain(name);
   expect(message).not.toContain(SECRET);
+});
+
+test("the start-up line on the database names both URLs with their passwords masked", () => {
+  const config = loadConfig({ DATABASE_URL: "postgres://app:s3cret@pgbouncer:6432/x", DATABASE_POOLER: "transaction", DATABASE_DIRECT_URL: "postgres://app:s3cret@db:5432/x" });
+  const line = JSON.stringify(databaseModeLine(config, { listen: { pollMs: 1000 }, locks: "ops job locks" }));
+  expect(line).toContain("postgres://app:***@pgbouncer:6432/x");
+  expect(line).toContain("postgres://app:***@db:5432/x");
+  expect(line).not.toContain(SECRET);
 });
 
 async function runEntry(argv: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {

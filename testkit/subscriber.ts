@@ -27,7 +27,7 @@ export interface SubscriberOptions {
   readonly mqttUrl: string;
   readonly prefix: string;
   readonly consumer: string;
-  /** More of its environment (SUBSCRIBER_SHARE_GROUP, SUBSCRIBER_CLIENT_ID, SUBSCRIBER_GAP_TIMEOUT_MS, ...). */
+  /** More of its environment (SUBSCRIBER_SHARE_GROUP, SUBSCRIBER_CLIENT_ID, SUBSCRIBER_GAP_TIMEOUT_MS, DATABASE_POOLER, LOG_LEVEL, ...). */
   readonly env?: Record<string, string>;
   readonly name?: string;
 }

@@ -12,7 +12,7 @@ import type { ApiMetrics } from "./metrics.ts";
 /** The long-lived API's application_name, also its pool's name on the metrics. */
 export const API_POOL_NAME = "charges-api";
 
-/** A pool of `max` connections, each with the API's statement and lock bounds. */
+/** A pool of `max` connections, each with the API's statement and lock bounds (behind a transaction pooler: each transaction). */
 export function apiSql(config: Config, max: number, applicationName: string, singleUse = false): Sql {
   const bounds = config.apiTimeBounds;
   return createSql(config.databaseUrl, {
@@ -21,6 +21,7 @@ export function apiSql(config: Config, max: number, applicationName: string, sin
     statementTimeoutMs: bounds.statementTimeoutMs,
     lockTimeoutMs: bounds.lockTimeoutMs,
     singleUse,
+    pooler: config.databasePooler,
   });
 }
 

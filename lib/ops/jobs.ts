@@ -5,7 +5,7 @@ import { metrics, type Meter } from "@opentelemetry/api";
 import type { Config } from "../shared/config.ts";
 import { describeDbError, type Sql } from "../shared/db.ts";
 import { every, type Every } from "../shared/every.ts";
-import { deleteInBatches, withJobLock } from "../shared/job-lock.ts";
+import { deleteUnderJobLock, withJobLock, type Locked } from "../shared/job-lock.ts";
 import type { Logger } from "../shared/log.ts";
 import { keyHash } from "../shared/redact.ts";
 import {
@@ -73,28 +73,42 @@ export function newGauges(): OpsGauges {
 
 /**
  * Runs the job if no other process is running it: `{ job, skipped: true }` when another
- * holds its lock. The job's statements run on the connection that holds the lock.
+ * holds its lock. The job's statements run on the connection (or in the transactions) that
+ * hold the lock (lib/shared/job-lock.ts).
  */
 export async function runJob(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger, signal?: AbortSignal): Promise<JobResult> {
-  const outcome = await withJobLock(sql, JOB_LOCK_IDS[job], (conn) => runLocked(job, conn, config, gauges, log), signal);
+  const outcome = await runLocked(job, sql, config, gauges, log, signal);
   if (outcome.ran) return outcome.value;
   log.debug("ops job skipped: another process is running it", { job });
   return { job, skipped: true };
 }
 
-async function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Promise<JobResult> {
+type ReportJob = Exclude<JobName, "key-retention" | "outbox-retention">;
+
+/** The job under its lock: a retention job batch by batch (deleteUnderJobLock), a report in one go. */
+function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger, signal?: AbortSignal): Promise<Locked<JobResult>> {
+  const lockId = JOB_LOCK_IDS[job];
   const limits = { batch: DELETE_BATCH, maxBatches: MAX_BATCHES_PER_RUN };
   switch (job) {
-    case "key-retention": {
-      const r = await deleteInBatches(limits, () => deleteExpiredKeys(sql, DELETE_BATCH));
-      if (r.deleted > 0) log.info("expired idempotency keys deleted", { job, ...r });
-      return { job, ...r };
-    }
+    case "key-retention":
+      return logDeleted(job, "expired idempotency keys deleted", log, deleteUnderJobLock(sql, lockId, limits, (conn) => deleteExpiredKeys(conn, DELETE_BATCH), signal));
     case "outbox-retention": {
-      const r = await deleteInBatches(limits, () => deletePublishedOutbox(sql, config.outboxRetentionSeconds, DELETE_BATCH));
-      if (r.deleted > 0) log.info("published outbox rows deleted", { job, ...r });
-      return { job, ...r };
+      const deleteBatch = (conn: Sql) => deletePublishedOutbox(conn, config.outboxRetentionSeconds, DELETE_BATCH);
+      return logDeleted(job, "published outbox rows deleted", log, deleteUnderJobLock(sql, lockId, limits, deleteBatch, signal));
     }
+    case "stale-keys":
+    case "reconcile":
+    case "outbox-gauges":
+      return withJobLock(sql, lockId, (conn) => runReport(job, conn, config, gauges, log), signal);
+    default: {
+      const unreachable: never = job;
+      throw new Error(`bug: unknown job ${String(unreachable)}`);
+    }
+  }
+}
+
+async function runReport(job: ReportJob, sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Promise<JobResult> {
+  switch (job) {
     case "stale-keys":
       return reportStaleKeys(sql, gauges, log);
     case "reconcile": {
@@ -118,6 +132,19 @@ async function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGaug
       throw new Error(`bug: unknown job ${String(unreachable)}`);
     }
   }
+}
+
+/** A retention run's outcome as the job's result, logged when it deleted anything. */
+async function logDeleted(
+  job: JobName,
+  message: string,
+  log: Logger,
+  run: Promise<Locked<{ deleted: number; batches: number }>>,
+): Promise<Locked<JobResult>> {
+  const outcome = await run;
+  if (!outcome.ran) return outcome;
+  if (outcome.value.deleted > 0) log.info(message, { job, ...outcome.value });
+  return { ran: true, value: { job, ...outcome.value } };
 }
 
 async function reportStaleKeys(sql: Sql, gauges: OpsGauges, log: Logger): Promise<JobResult> {

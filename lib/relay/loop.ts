@@ -31,6 +31,11 @@ export interface RelayEvents {
 
 export interface RelayOptions {
   readonly sql: Sql;
+  /**
+   * Where the relay LISTENs: `sql` when unset; null for nowhere (behind a transaction pooler
+   * without DATABASE_DIRECT_URL), and then the poll every `pollMs` is the only wake-up.
+   */
+  readonly listenSql?: Sql | null;
   readonly broker: Broker;
   /** The largest claim (OUTBOX_BATCH_SIZE); a drain starts smaller and grows while claims come back full. */
   readonly batchSize: number;
@@ -134,11 +139,12 @@ function trackedBatch(run: RelayRun, ctx: BatchContext, turn: BatchTurn, limit: 
   return { claimed: batch.claimed, result };
 }
 
-/** LISTEN, retried until it is in place or the relay stops; the fallback poll covers the gap. */
+/** LISTEN, retried until it is in place or the relay stops (none without a pool to LISTEN on); the fallback poll covers the gap. */
 async function listenUntilStopped(run: RelayRun): Promise<OutboxListener | undefined> {
-  while (!run.stopping.signal.aborted) {
+  const sql = run.options.listenSql === undefined ? run.options.sql : run.options.listenSql;
+  while (sql !== null && !run.stopping.signal.aborted) {
     try {
-      const listener = await listenForOutbox(run.options.sql, run.waker.wake);
+      const listener = await listenForOutbox(sql, run.waker.wake);
       run.listening = true;
       return listener;
     } catch (error) {

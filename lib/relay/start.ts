@@ -1,7 +1,8 @@
 // Assembles the relay process from config: the pool, the schema, the broker connection, the
 // loop, its metrics and its HTTP surface (/healthz, /readyz, /metrics, /asyncapi.json).
 import type { Config } from "../shared/config.ts";
-import type { Sql } from "../shared/db.ts";
+import { createSql, type Sql } from "../shared/db.ts";
+import { isTransactionPooled } from "../shared/pooler.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { openDatabase } from "../shared/startup.ts";
 import { youngCollection, type FetchHandler } from "../shared/runtime.ts";
@@ -31,6 +32,8 @@ const GC_EVERY_ROWS = 1000;
 
 export interface RelayProcess {
   readonly sql: Sql;
+  /** Where the ops jobs take their locks and run: DATABASE_DIRECT_URL's pool when set, else `sql` (job-lock.ts). */
+  readonly jobsSql: Sql;
   readonly broker: Broker;
   readonly relay: Relay;
   /** Rows answered per young collection (lib/shared/gc-pacer.ts); null where the runtime has none to pace (Deno). */
@@ -55,18 +58,20 @@ export interface RelayProcessOptions {
 
 // The pool's application_name, also its name on db_client_connections_max.
 const RELAY_POOL_NAME = "charges-relay";
+// The pool on DATABASE_DIRECT_URL, past the pooler, named apart so that pg_stat_activity shows
+// which of the relay's connections bypass it.
+const RELAY_DIRECT_POOL_NAME = "charges-relay-direct";
+// One for the ops loop, which runs one job at a time; LISTEN opens a connection of its own.
+const DIRECT_CONNECTIONS = 1;
 
 /** Connects and migrates (a StartupError with one clear line when it cannot); the broker is awaited by the loop. */
 export async function startRelay(config: Config, options: RelayProcessOptions = {}): Promise<RelayProcess> {
   const log = options.logger ?? createLogger(config.logLevel, "relay");
   const poolSize = laneCount(config.outboxBatchSize) + EXTRA_CONNECTIONS;
-  const sql = await openDatabase(config.databaseUrl, {
-    max: poolSize,
-    applicationName: RELAY_POOL_NAME,
-    // A claim or a mark that trips these fails its batch: the loop backs off and drains again.
-    statementTimeoutMs: config.relayTimeBounds.statementTimeoutMs,
-    lockTimeoutMs: config.relayTimeBounds.lockTimeoutMs,
-  });
+  // A claim or a mark that trips these fails its batch: the loop backs off and drains again.
+  const bounds = { statementTimeoutMs: config.relayTimeBounds.statementTimeoutMs, lockTimeoutMs: config.relayTimeBounds.lockTimeoutMs };
+  const sql = await openDatabase(config.databaseUrl, { max: poolSize, applicationName: RELAY_POOL_NAME, pooler: config.databasePooler, ...bounds });
+  const direct = config.databaseDirectUrl === undefined ? undefined : createSql(config.databaseDirectUrl, { max: DIRECT_CONNECTIONS, applicationName: RELAY_DIRECT_POOL_NAME, ...bounds });
   // Not awaited: a broker that is away at start is retried, and the relay waits for it.
   const broker = connectBroker(config.mqttUrl, {
     connections: config.relayMqttConnections,
@@ -79,6 +84,8 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   const relay = createRelay({
     pacer: collect ? createGcPacer(collect, GC_EVERY_ROWS) : UNPACED,
     sql,
+    // Behind a transaction pooler without a direct URL, nowhere: the relay polls.
+    listenSql: direct ?? (isTransactionPooled(sql) ? null : sql),
     broker,
     batchSize: config.outboxBatchSize,
     pollMs: config.outboxPollMs,
@@ -88,10 +95,12 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   });
   // No busy count: the relay has no pool gate, and postgres.js exposes none.
   observePool(metrics.getMeter("charges"), { name: RELAY_POOL_NAME, max: poolSize });
+  if (direct) observePool(metrics.getMeter("charges"), { name: RELAY_DIRECT_POOL_NAME, max: DIRECT_CONNECTIONS });
   const routes: Record<string, FetchHandler> = { "/asyncapi.json": asyncApiRoute(config.mqttTopicPrefix) };
   if (options.metrics) routes["/metrics"] = options.metrics;
   return {
     sql,
+    jobsSql: direct ?? sql,
     broker,
     relay,
     gcEveryRows: collect ? GC_EVERY_ROWS : null,
@@ -101,6 +110,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     async close() {
       await broker.close();
       await sql.end({ timeout: POOL_CLOSE_GRACE_S });
+      await direct?.end({ timeout: POOL_CLOSE_GRACE_S });
     },
   };
 }

@@ -12,11 +12,19 @@ export class ConfigError extends Error {
 export type MqttProtocol = "5" | "3.1.1" | "auto";
 const MQTT_PROTOCOLS: readonly MqttProtocol[] = ["5", "3.1.1", "auto"];
 
+/** DATABASE_POOLER: what sits between the processes and Postgres (docs/operations.md, "Behind PgBouncer"). */
+export type DatabasePooler = "none" | "transaction";
+const DATABASE_POOLERS: readonly DatabasePooler[] = ["none", "transaction"];
+
 export type LogLevel = "debug" | "info" | "warn" | "error" | "silent";
 const LOG_LEVELS: readonly LogLevel[] = ["debug", "info", "warn", "error", "silent"];
 
 export interface Config {
   readonly databaseUrl: string;
+  /** "transaction": DATABASE_URL is a pooler that may give each transaction another server connection. */
+  readonly databasePooler: DatabasePooler;
+  /** Postgres itself, past the pooler: for what needs a session of its own (LISTEN, session advisory locks). */
+  readonly databaseDirectUrl: string | undefined;
   readonly mqttUrl: string;
   readonly port: number;
   readonly relayPort: number;
@@ -215,9 +223,41 @@ function mqttProtocol(env: Env): MqttProtocol {
   return found;
 }
 
+const POSTGRES_PROTOCOLS = ["postgres:", "postgresql:"];
+
+function databasePooler(env: Env): DatabasePooler {
+  const raw = (env.DATABASE_POOLER ?? "").trim().toLowerCase() || "none";
+  const found = DATABASE_POOLERS.find((p) => p === raw);
+  if (!found) throw new ConfigError(`DATABASE_POOLER must be one of ${DATABASE_POOLERS.join(", ")}, got "${raw}"`);
+  return found;
+}
+
+function databaseDirectUrl(env: Env, pooler: DatabasePooler): string | undefined {
+  const direct = url(env, "DATABASE_DIRECT_URL", "", POSTGRES_PROTOCOLS) || undefined;
+  // Without a pooler every connection is direct: a second URL would only be a second thing to keep right.
+  if (direct !== undefined && pooler === "none") {
+    throw new ConfigError("DATABASE_DIRECT_URL is only used with DATABASE_POOLER=transaction; set that or unset it");
+  }
+  return direct;
+}
+
+// The relay's idle fallback poll: a NOTIFY wakes it as soon as a charge commits.
+const OUTBOX_POLL_MS = 1000;
+// Behind a transaction pooler without DATABASE_DIRECT_URL the relay cannot LISTEN: its poll is
+// then the only wake-up and each event waits for it, half of it on average. 100 ms adds at most
+// that to an event's commit → subscriber time for ten claims a second of an empty pending index
+// per idle relay; a shorter poll buys less for more idle claims (docs/operations.md, "Behind
+// PgBouncer").
+const OUTBOX_POLL_MS_WITHOUT_LISTEN = 100;
+
 export function loadConfig(env: Env): Config {
+  const pooler = databasePooler(env);
+  const directUrl = databaseDirectUrl(env, pooler);
+  const pollMs = pooler === "transaction" && directUrl === undefined ? OUTBOX_POLL_MS_WITHOUT_LISTEN : OUTBOX_POLL_MS;
   return Object.freeze({
-    databaseUrl: url(env, "DATABASE_URL", "postgres://localhost:5432/postgres", ["postgres:", "postgresql:"]),
+    databaseUrl: url(env, "DATABASE_URL", "postgres://localhost:5432/postgres", POSTGRES_PROTOCOLS),
+    databasePooler: pooler,
+    databaseDirectUrl: directUrl,
     mqttUrl: url(env, "MQTT_URL", "mqtt://localhost:1883", ["mqtt:", "mqtts:", "tcp:", "ws:", "wss:"]),
     port: integer(env, "PORT", 3000, 0, 65535),
     relayPort: integer(env, "RELAY_PORT", 9465, 0, 65535),
@@ -225,7 +265,7 @@ export function loadConfig(env: Env): Config {
     relayTimeBounds: relayTimeBounds(env),
     idempotencyTtlSeconds: integer(env, "IDEMPOTENCY_TTL_SECONDS", 86_400, 1, TEN_YEARS_S),
     outboxBatchSize: integer(env, "OUTBOX_BATCH_SIZE", DEFAULT_OUTBOX_BATCH_SIZE, 1, MAX_OUTBOX_BATCH_SIZE),
-    outboxPollMs: integer(env, "OUTBOX_POLL_MS", 1000, 1, 3_600_000),
+    outboxPollMs: integer(env, "OUTBOX_POLL_MS", pollMs, 1, 3_600_000),
     relayMqttConnections: integer(env, "RELAY_MQTT_CONNECTIONS", DEFAULT_RELAY_MQTT_CONNECTIONS, 1, MAX_RELAY_MQTT_CONNECTIONS),
     outboxRetentionSeconds: integer(env, "OUTBOX_RETENTION_SECONDS", 7 * 86_400, 1, TEN_YEARS_S),
     subscriberInboxRetentionSeconds: integer(env, "SUBSCRIBER_INBOX_RETENTION_SECONDS", INBOX_RETENTION_S, MIN_INBOX_RETENTION_S, TEN_YEARS_S),

@@ -2,6 +2,8 @@
 import postgres from "postgres";
 import { within } from "./within.ts";
 import { POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "./pool-gate.ts";
+import type { DatabasePooler } from "./config.ts";
+import { transactionPooled } from "./pooler.ts";
 
 export type Sql = postgres.Sql<Record<string, never>>;
 export type Tx = postgres.TransactionSql<Record<string, never>>;
@@ -23,6 +25,12 @@ export interface DbOptions {
    * trip that only array columns need, and the API has none).
    */
   readonly singleUse?: boolean;
+  /**
+   * "transaction": the URL is a pooler in transaction mode (DATABASE_POOLER): no named prepared
+   * statements, no startup parameters but application_name, and the bounds above set by each
+   * transaction instead (pooler.ts). Default "none".
+   */
+  readonly pooler?: DatabasePooler;
 }
 
 // A connect that has not answered in this time is reported as "database unreachable"
@@ -32,20 +40,22 @@ const CONNECT_TIMEOUT_S = 5;
 const IDLE_TIMEOUT_S = 60;
 
 export function createSql(url: string, options: DbOptions = {}): Sql {
-  return postgres(url, {
+  const pooled = options.pooler === "transaction";
+  const sql = postgres(url, {
     max: options.max ?? 10,
     connect_timeout: CONNECT_TIMEOUT_S,
     idle_timeout: IDLE_TIMEOUT_S,
     // Named prepared statements: the hot path parses each statement once per connection.
-    prepare: !options.singleUse,
+    prepare: !options.singleUse && !pooled,
     fetch_types: !options.singleUse,
     onnotice: () => {},
     connection: {
       application_name: options.applicationName ?? "charges",
-      ...(options.statementTimeoutMs !== undefined && { statement_timeout: options.statementTimeoutMs }),
-      ...(options.lockTimeoutMs !== undefined && { lock_timeout: options.lockTimeoutMs }),
+      ...(!pooled && options.statementTimeoutMs !== undefined && { statement_timeout: options.statementTimeoutMs }),
+      ...(!pooled && options.lockTimeoutMs !== undefined && { lock_timeout: options.lockTimeoutMs }),
     },
   }) as unknown as Sql;
+  return pooled ? transactionPooled(sql, options) : sql;
 }
 
 // SQLSTATE classes that mean "the database cannot serve this now, try again later":

@@ -1,6 +1,8 @@
 // One runner per periodic job across every process sharing the database, and the bounded
 // batch loop the retention jobs use.
 import { isConnectionLost, type Sql } from "./db.ts";
+import { isTransactionPooled } from "./pooler.ts";
+import { transaction } from "./tx.ts";
 import { within } from "./within.ts";
 
 export type Locked<T> = { readonly ran: true; readonly value: T } | { readonly ran: false };
@@ -31,8 +33,14 @@ async function reserveWithin(sql: Sql, ms: number, signal: AbortSignal | undefin
  * released by the server and the job's statements fail with it, so a second runner can never
  * overlap a first one that still writes. `signal` (the caller stopping) gives up the wait for
  * a connection; a job that has started runs to its end.
+ *
+ * Behind a transaction pooler a session lock would belong to a server connection other
+ * clients use next: there `work` runs in one transaction that holds the lock with
+ * pg_try_advisory_xact_lock (the same lock space: it excludes session holders elsewhere too).
+ * Retention jobs use deleteUnderJobLock, which keeps their transactions short.
  */
 export async function withJobLock<T>(sql: Sql, lockId: bigint, work: (conn: Sql) => Promise<T>, signal?: AbortSignal): Promise<Locked<T>> {
+  if (isTransactionPooled(sql)) return withTransactionLock(sql, lockId, work);
   const conn = await reserveWithin(sql, RESERVE_TIMEOUT_MS, signal);
   // postgres.js 3.4.9: a reserved connection that closes is already back among the pool's
   // closed ones; release() would then list it as open, and the next query sent on it (any
@@ -56,6 +64,15 @@ export async function withJobLock<T>(sql: Sql, lockId: bigint, work: (conn: Sql)
   }
 }
 
+/** `work` in a transaction that holds the lock, or `{ ran: false }` at once when another session does. */
+function withTransactionLock<T>(sql: Sql, lockId: bigint, work: (tx: Sql) => Promise<T>): Promise<Locked<T>> {
+  return transaction(sql, async (tx): Promise<Locked<T>> => {
+    const [row] = await tx<{ locked: boolean }[]>`select pg_try_advisory_xact_lock(${lockId.toString()}::bigint) as locked`;
+    // The jobs' statements are plain queries: the transaction serves them as a pool would.
+    return row?.locked ? { ran: true, value: await work(tx as unknown as Sql) } : { ran: false };
+  });
+}
+
 export interface BatchLimits {
   /** Rows per statement: small enough that each statement's locks last milliseconds. */
   readonly batch: number;
@@ -74,4 +91,32 @@ export async function deleteInBatches(limits: BatchLimits, deleteBatch: () => Pr
     if (n < limits.batch) break;
   }
   return { deleted, batches };
+}
+
+/**
+ * `deleteBatch` (one statement) repeated under the job's lock until a batch comes back short
+ * (deleteInBatches): one session lock over every batch; behind a transaction pooler, every
+ * batch in a transaction of its own that takes the lock again, so a run never holds one long
+ * transaction (its row locks, the vacuum horizon) and no batch runs beside another process's.
+ * When a later batch finds the lock taken, another process has started the job: the run ends
+ * there with what it deleted, and that process carries on.
+ */
+export async function deleteUnderJobLock(
+  sql: Sql,
+  lockId: bigint,
+  limits: BatchLimits,
+  deleteBatch: (conn: Sql) => Promise<number>,
+  signal?: AbortSignal,
+): Promise<Locked<{ deleted: number; batches: number }>> {
+  if (!isTransactionPooled(sql)) return withJobLock(sql, lockId, (conn) => deleteInBatches(limits, () => deleteBatch(conn)), signal);
+  let deleted = 0;
+  let batches = 0;
+  while (batches < limits.maxBatches) {
+    const step = await withTransactionLock(sql, lockId, deleteBatch);
+    if (!step.ran) break;
+    batches++;
+    deleted += step.value;
+    if (step.value < limits.batch) break;
+  }
+  return batches === 0 ? { ran: false } : { ran: true, value: { deleted, batches } };
 }

@@ -1,6 +1,7 @@
 // What every process does the same way at start: open its pool and bring the schema up to
 // date (or fail with one line), and one policy for rejections nobody handled.
-import { createSql, describeDbError, isUnavailable, type DbOptions, type Sql } from "./db.ts";
+import { createSql, describeDbError, isUnavailable, sqlState, type DbOptions, type Sql } from "./db.ts";
+import { isTransactionPooled } from "./pooler.ts";
 import { describeRefusal, migrate, type MigrationOutcome } from "./migrations.ts";
 import { ConfigError } from "./config.ts";
 import type { Logger } from "./log.ts";
@@ -22,12 +23,21 @@ export async function applySchema(sql: Sql): Promise<readonly string[]> {
     outcome = await migrate(sql);
   } catch (error) {
     await sql.end({ timeout: 1 }).catch(() => {});
-    throw new StartupError(`cannot reach or migrate the database at DATABASE_URL: ${describeDbError(error)}`);
+    throw new StartupError(`cannot reach or migrate the database at DATABASE_URL: ${describeDbError(error)}${poolerHint(sql, error)}`);
   }
   if (outcome.kind === "applied") return outcome.names;
   if (outcome.kind === "current") return [];
   await sql.end({ timeout: 1 }).catch(() => {});
   throw new StartupError(`refusing the database at DATABASE_URL: ${describeRefusal(outcome)}`);
+}
+
+// PgBouncer refuses a startup parameter it does not track (statement_timeout) with 08P01
+// protocol_violation: the likeliest cause of that code at start is a pooler nobody declared.
+const PROTOCOL_VIOLATION = "08P01";
+
+function poolerHint(sql: Sql, error: unknown): string {
+  if (sqlState(error) !== PROTOCOL_VIOLATION || isTransactionPooled(sql)) return "";
+  return " (if DATABASE_URL is a pooler in transaction mode, such as PgBouncer's, set DATABASE_POOLER=transaction)";
 }
 
 /** A pool on `url` with the migrations applied; a StartupError (pool closed) when either fails. */

@@ -11,6 +11,7 @@
 // until a claim comes back short, so one notify covers every row committed before it;
 // OUTBOX_POLL_MS is only the idle fallback.
 import type { Sql } from "./db.ts";
+import { isTransactionPooled } from "./pooler.ts";
 
 /** The LISTEN/NOTIFY channel the API pokes and the relay listens on. */
 export const OUTBOX_CHANNEL = "outbox_pending";
@@ -87,11 +88,15 @@ export interface OutboxListener {
 }
 
 /**
- * LISTENs on the outbox channel. postgres.js keeps the listening connection open and
+ * LISTENs on the outbox channel, on a pool whose connections are Postgres sessions of their
+ * own (not behind a transaction pooler). postgres.js keeps the listening connection open and
  * re-LISTENs after a reconnect; `onWake` runs on each notify and on each (re)connect,
  * since rows may have committed while the connection was down.
  */
 export async function listenForOutbox(sql: Sql, onWake: () => void): Promise<OutboxListener> {
+  // Through a transaction pooler LISTEN succeeds and then hears nothing: its registration stays
+  // on a server connection other clients use. Refused rather than silently deaf.
+  if (isTransactionPooled(sql)) throw new Error("bug: LISTEN through a transaction pooler; use DATABASE_DIRECT_URL's pool");
   const request = await sql.listen(OUTBOX_CHANNEL, () => onWake(), () => onWake());
   return { unlisten: () => request.unlisten() };
 }

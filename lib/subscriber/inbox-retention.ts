@@ -8,7 +8,7 @@
 import type { Sql } from "../shared/db.ts";
 import { describeDbError } from "../shared/db.ts";
 import { every, type Every } from "../shared/every.ts";
-import { deleteInBatches, withJobLock } from "../shared/job-lock.ts";
+import { deleteUnderJobLock } from "../shared/job-lock.ts";
 import type { Logger } from "../shared/log.ts";
 import { deleteOldInbox } from "./inbox-sql.ts";
 
@@ -28,12 +28,7 @@ type InboxRetentionResult =
 /** One run: `skipped` when another process is running it right now. */
 export async function runInboxRetention(sql: Sql, retentionSeconds: number, log: Logger, signal?: AbortSignal): Promise<InboxRetentionResult> {
   const limits = { batch: INBOX_DELETE_BATCH, maxBatches: MAX_BATCHES_PER_RUN };
-  const outcome = await withJobLock(
-    sql,
-    INBOX_RETENTION_LOCK_ID,
-    (conn) => deleteInBatches(limits, () => deleteOldInbox(conn, retentionSeconds, INBOX_DELETE_BATCH)),
-    signal,
-  );
+  const outcome = await deleteUnderJobLock(sql, INBOX_RETENTION_LOCK_ID, limits, (conn) => deleteOldInbox(conn, retentionSeconds, INBOX_DELETE_BATCH), signal);
   if (!outcome.ran) {
     log.debug("inbox retention skipped: another process is running it");
     return { job: "inbox-retention", skipped: true };

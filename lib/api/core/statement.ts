@@ -3,7 +3,7 @@
 // the requests arrive as one JSON array of rows (jsonb_to_recordset), so one prepared statement serves any count
 // and no statement is written twice.
 import type { Sql } from "../../shared/db.ts";
-import { settleBy } from "../../shared/pool-gate.ts";
+import { boundedStatement } from "../../shared/bounded-statement.ts";
 import { endpointOf, type ColumnValue, type Fragment, type Operation, type SqlType } from "./operation.ts";
 
 /** One request's row of the statement (`req`). */
@@ -84,8 +84,9 @@ function rowsJson(rows: readonly RequestRow[]): Record<string, ColumnValue>[] {
 }
 
 /**
- * Every request of `rows` in ONE statement, so one round trip and one transaction for any
- * outcome, row by row, each scoped to its own tenant and key:
+ * Every request of `rows` in ONE statement, so one round trip (three behind a transaction
+ * pooler: bounded-statement.ts) and one transaction for any outcome, row by row, each scoped
+ * to its own tenant and key:
  *  - existing: the live (unexpired) key row, if committed before this statement; then
  *    nothing is locked or written (a replay is a read-only transaction: no commit flush);
  *  - lock: otherwise the (tenant, key, endpoint) advisory lock, without waiting: a request in
@@ -105,9 +106,9 @@ function rowsJson(rows: readonly RequestRow[]): Record<string, ColumnValue>[] {
  * Rows come back in the order of `rows`.
  */
 export async function runOperation(sql: Sql, c: CompiledOperation, ttlSeconds: number, rows: readonly RequestRow[], endsAt = Number.POSITIVE_INFINITY): Promise<KeyRow[]> {
-  const result = await settleBy(sql<KeyRow[]>`
+  const result = await boundedStatement(sql, endsAt, (q) => q<KeyRow[]>`
     with req as (
-      select * from jsonb_to_recordset(${sql.json(rowsJson(rows))}) as r(${c.record})
+      select * from jsonb_to_recordset(${q.json(rowsJson(rows))}) as r(${c.record})
     ),
     existing as (
       select r.n, e.request_hash, e.status, e.response_status, e.response_body
@@ -157,17 +158,17 @@ export async function runOperation(sql: Sql, c: CompiledOperation, ttlSeconds: n
       left join lock l on l.n = r.n
       left join admit a on a.n = r.n
       left join existing e on e.n = r.n
-     order by r.n`, endsAt);
+     order by r.n`);
   if (result.length !== rows.length) throw new Error(`bug: ${c.op.name} returned ${result.length} rows for ${rows.length} requests`);
   return result;
 }
 
 /** The key row as committed now; used only after a lost race the statement above cannot see. */
 export async function findKey(sql: Sql, tenant: string, key: string, endpoint: string, endsAt = Number.POSITIVE_INFINITY): Promise<KeyRow | undefined> {
-  const rows = await settleBy(sql<KeyRow[]>`
+  const rows = await boundedStatement(sql, endsAt, (q) => q<KeyRow[]>`
     select null::boolean as got, 0 as created, null::text as refusal, null::text as detail,
            request_hash, status, response_status, response_body
       from idempotency_keys
-     where tenant = ${tenant} and key = ${key} and endpoint = ${endpoint} and expires_at > now()`, endsAt);
+     where tenant = ${tenant} and key = ${key} and endpoint = ${endpoint} and expires_at > now()`);
   return rows[0];
 }

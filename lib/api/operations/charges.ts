@@ -2,7 +2,7 @@
 import { Type as t } from "@sinclair/typebox";
 import { CHARGE, CHARGE_CREATED, chargeCreatedPayload } from "../../events.ts";
 import type { Sql } from "../../shared/db.ts";
-import { settleBy } from "../../shared/pool-gate.ts";
+import { boundedStatement } from "../../shared/bounded-statement.ts";
 import type { Operation } from "../core/operation.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 
@@ -88,8 +88,8 @@ interface ChargeRow {
 
 /** Another tenant's charge is not found, exactly like an unknown id. */
 export async function findCharge(sql: Sql, tenant: string, id: string, endsAt: number): Promise<ChargeRow | undefined> {
-  const rows = await settleBy(sql<ChargeRow[]>`
-    select id, amount_cents, refunded_cents, created_at from charges where id = ${id}::uuid and tenant = ${tenant}`, endsAt);
+  const rows = await boundedStatement(sql, endsAt, (q) => q<ChargeRow[]>`
+    select id, amount_cents, refunded_cents, created_at from charges where id = ${id}::uuid and tenant = ${tenant}`);
   return rows[0];
 }
 

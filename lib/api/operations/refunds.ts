@@ -2,7 +2,7 @@
 import { Type as t } from "@sinclair/typebox";
 import { CHARGE, CHARGE_REFUNDED } from "../../events.ts";
 import type { Sql } from "../../shared/db.ts";
-import { settleBy } from "../../shared/pool-gate.ts";
+import { boundedStatement } from "../../shared/bounded-statement.ts";
 import type { Operation } from "../core/operation.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { idOf } from "./charges.ts";
@@ -126,10 +126,10 @@ interface RefundRow {
 
 /** A refund of the tenant's charge; another tenant's, or another charge's, is not found. */
 export async function refundView(sql: Sql, tenant: string, chargeId: string, refundId: string, endsAt: number): Promise<string | undefined> {
-  const rows = await settleBy(sql<RefundRow[]>`
+  const rows = await boundedStatement(sql, endsAt, (q) => q<RefundRow[]>`
     select id, charge_id, amount_cents, created_at
       from refunds
-     where id = ${refundId}::uuid and charge_id = ${chargeId}::uuid and tenant = ${tenant}`, endsAt);
+     where id = ${refundId}::uuid and charge_id = ${chargeId}::uuid and tenant = ${tenant}`);
   const row = rows[0];
   if (!row) return undefined;
   return checkedJson(Refund, { id: row.id, chargeId: row.charge_id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString() });
