@@ -9,6 +9,7 @@ import { countWhere, insertPending } from "../testkit/outbox.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { labelValues, valueOf } from "../testkit/prometheus.ts";
+import { mosquittoInstalled, privateMosquitto } from "../testkit/mosquitto.ts";
 
 setDefaultTimeout(30_000);
 
@@ -105,5 +106,32 @@ test("the operator port's answers in http_server_request_duration_seconds, and t
     expect(labelValues(text).filter((v) => UUID_LIKE.test(v))).toEqual([]);
   } finally {
     expect(await relay.child.stop()).toBe(0);
+  }
+});
+
+test.skipIf(!mosquittoInstalled())("db_client_connections_busy: a batch's transaction holds a connection until its PUBACKs come and it commits", async () => {
+  // A private broker, frozen (SIGSTOP) so that a claimed batch waits for its PUBACKs.
+  const broker = await privateMosquitto();
+  const relay = await startEntrypoint("relay", {
+    env: { DATABASE_URL: db.url, MQTT_URL: broker.url, MQTT_TOPIC_PREFIX: `busy-${crypto.randomUUID().slice(0, 8)}/`, LOG_LEVEL: "warn" },
+  });
+  const busy = async (): Promise<number | undefined> =>
+    valueOf(await (await fetch(`${relay.base}/metrics`)).text(), "db_client_connections_busy", { db_client_connection_pool_name: "charges-relay" });
+  try {
+    // The operations jobs due at start run first.
+    await waitUntil(async () => (await busy()) === 0, 15_000, "an idle relay: no transaction in progress");
+    broker.signal("SIGSTOP");
+    await insertPending(db.sql, 5);
+    await waitUntil(async () => ((await busy()) ?? 0) >= 1, 10_000, "the batch's transaction counted");
+    const [held] = await db.sql<{ n: number }[]>`
+      select count(*)::int as n from pg_stat_activity where application_name = 'charges-relay' and state = 'idle in transaction'`;
+    expect(held?.n).toBeGreaterThanOrEqual(1);
+    broker.signal("SIGCONT");
+    await waitUntil(async () => (await countWhere(db.sql, "pending")) === 0, 15_000, "the batch published and marked");
+    await waitUntil(async () => (await busy()) === 0, 10_000, "no transaction in progress once it committed");
+  } finally {
+    broker.signal("SIGCONT");
+    await relay.child.stop();
+    await broker.stop();
   }
 });

@@ -15,6 +15,7 @@ import { createRelayFetch } from "./http.ts";
 import { otelRelayEvents } from "./metrics.ts";
 import type { HttpServerMetrics } from "../shared/http-metrics.ts";
 import { observePool } from "../shared/runtime-metrics.ts";
+import { transactionsInProgress } from "../shared/tx.ts";
 import { metrics } from "@opentelemetry/api";
 
 // Beyond one connection per lane (each batch holds its transaction until its PUBACKs are in):
@@ -93,8 +94,8 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     events: otelRelayEvents(EVENT_TYPES.map((type) => topicOf(config.mqttTopicPrefix, type))),
     logger: log,
   });
-  // No busy count: the relay has no pool gate, and postgres.js exposes none.
-  observePool(metrics.getMeter("charges"), { name: RELAY_POOL_NAME, max: poolSize });
+  // Busy: the batches' (and the jobs') transactions in progress; postgres.js counts none publicly.
+  observePool(metrics.getMeter("charges"), { name: RELAY_POOL_NAME, max: poolSize, busy: () => Math.min(poolSize, transactionsInProgress(sql)) });
   if (direct) observePool(metrics.getMeter("charges"), { name: RELAY_DIRECT_POOL_NAME, max: DIRECT_CONNECTIONS });
   const routes: Record<string, FetchHandler> = { "/asyncapi.json": asyncApiRoute(config.mqttTopicPrefix) };
   if (options.metrics) routes["/metrics"] = options.metrics;

@@ -32,7 +32,7 @@ export interface PoolView {
   readonly name: string;
   /** Connections the pool may open (its `max`). */
   readonly max: number;
-  /** Connections held by work now, when the process gates its pool (the API's pool gate). */
+  /** Connections held by work now: the API's pool gate slots in use, the relay's and subscriber's transactions in progress. */
   readonly busy?: () => number;
 }
 
@@ -59,7 +59,7 @@ export function startRuntimeMetrics(meter: Meter): RuntimeMetrics {
   return { stop: () => sampler.stop() };
 }
 
-/** db_client_connections_max, and db_client_connections_busy where the pool is gated. */
+/** db_client_connections_max, and db_client_connections_busy where the process counts it. */
 export function observePool(meter: Meter, pool: PoolView): void {
   const attributes = { "db.client.connection.pool.name": pool.name };
   meter
@@ -68,7 +68,7 @@ export function observePool(meter: Meter, pool: PoolView): void {
   const busy = pool.busy;
   if (busy === undefined) return;
   meter
-    .createObservableGauge("db_client_connections_busy", { description: "Database connections held by a request's work now (the pool gate's slots in use)" })
+    .createObservableGauge("db_client_connections_busy", { description: "Database connections held by work now (the API: its pool gate's slots in use; the relay and the subscriber: their transactions in progress, at most the pool's size)" })
     .addCallback((result) => result.observe(busy(), attributes));
 }
 

@@ -18,6 +18,17 @@ const CLOSE_CONFIRM_MS = 1000;
 /** Never settles; what awaits it is dropped with it (nothing else references it). */
 export const forever = (): Promise<never> => new Promise<never>(() => {});
 
+const inProgress = new WeakMap<Sql, number>();
+
+/**
+ * Transactions begun on `sql` through transaction() and not yet settled: each holds one of
+ * the pool's connections, or waits for one while all are held (db_client_connections_busy of
+ * the relay and the subscriber, capped at the pool's size).
+ */
+export function transactionsInProgress(sql: Sql): number {
+  return inProgress.get(sql) ?? 0;
+}
+
 /**
  * sql.begin(work), safe when the connection closes mid-transaction: the promise rejects with
  * the connection's error, and `work` is never resumed past its next statement.
@@ -47,6 +58,9 @@ export function transaction<T>(sql: Sql, work: (tx: Tx, lost: () => boolean) => 
     lost = true;
     confirmLost();
   });
+  inProgress.set(sql, transactionsInProgress(sql) + 1);
+  const settled = (): void => void inProgress.set(sql, transactionsInProgress(sql) - 1);
+  result.then(settled, settled);
   return result;
 }
 
