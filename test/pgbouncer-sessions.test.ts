@@ -2,7 +2,7 @@
 // without DATABASE_POOLER=transaction, each shown deterministically on a pooler of one or
 // two server connections, and what the setting does instead: unnamed statements, the API's
 // time bounds set in each transaction, job locks held by transactions.
-import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
+import { expect, setDefaultTimeout } from "bun:test";
 import { loadConfig } from "../lib/shared/config.ts";
 import { createSql, type DbOptions, type Sql } from "../lib/shared/db.ts";
 import { silentLogger } from "../lib/shared/log.ts";
@@ -11,27 +11,16 @@ import { JOB_LOCK_IDS, newGauges, runJob, type JobName } from "../lib/ops/jobs.t
 import { startTestApi } from "../testkit/api.ts";
 import { authEnv } from "../testkit/auth.ts";
 import { waitForBackendOnLock } from "../testkit/database.ts";
-import { pgbouncerBinary, privatePgbouncer } from "../testkit/pgbouncer.ts";
+import { privatePgbouncer } from "../testkit/pgbouncer.ts";
+import { pgbouncerTestFile } from "../testkit/pgbouncer-context.ts";
 import { runToExit } from "../testkit/processes.ts";
-import { freshDatabase, services } from "../testkit/services.ts";
+import { services } from "../testkit/services.ts";
 
 setDefaultTimeout(30_000);
 
-const installed = pgbouncerBinary() !== undefined;
-if (!installed) console.warn("test/pgbouncer-sessions.test.ts skipped: `pgbouncer` is not installed (apt-get install -y pgbouncer; .ci/run installs it)");
-const behind = test.skipIf(!installed);
-
-const db = await freshDatabase("pgbouncer_sessions");
+const { behind, db, cleanups } = await pgbouncerTestFile("test/pgbouncer-sessions.test.ts", "pgbouncer_sessions");
 const { mqttUrl } = await services();
 const config = loadConfig({ DATABASE_URL: db.url });
-const cleanups: Array<() => Promise<unknown>> = [];
-afterAll(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
-});
 
 /** The test database through a new PgBouncer with `poolSize` server connections. */
 async function throughPgbouncer(poolSize: number): Promise<string> {

@@ -3,28 +3,17 @@
 // same bounds as on a direct connection (test/api-timeouts.test.ts), and a BEGIN the pooler
 // queues is given up at the request's deadline with nothing written. Every "in time" is shown
 // by order of events (answered while the lock or the connection was still held).
-import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
+import { expect, setDefaultTimeout } from "bun:test";
 import { createSql, type Sql } from "../lib/shared/db.ts";
 import { counts, postCharge, startTestApi, TEST_API_APP } from "../testkit/api.ts";
-import { pgbouncerBinary, privatePgbouncer } from "../testkit/pgbouncer.ts";
-import { freshDatabase } from "../testkit/services.ts";
+import { privatePgbouncer } from "../testkit/pgbouncer.ts";
+import { pgbouncerTestFile } from "../testkit/pgbouncer-context.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
 
-const installed = pgbouncerBinary() !== undefined;
-if (!installed) console.warn("test/pgbouncer-timeouts.test.ts skipped: `pgbouncer` is not installed (apt-get install -y pgbouncer; .ci/run installs it)");
-const behind = test.skipIf(!installed);
+const { behind, db, cleanups } = await pgbouncerTestFile("test/pgbouncer-timeouts.test.ts", "pgbouncer_timeouts");
 
-const db = await freshDatabase("pgbouncer_timeouts");
-const cleanups: Array<() => Promise<unknown>> = [];
-afterAll(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => {});
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
-});
 
 const UNAVAILABLE_TYPE = "https://charges.example/problems/service-unavailable";
 const POOLED = { DATABASE_POOLER: "transaction" };

@@ -59,9 +59,14 @@ export async function chargeHeaders(key: string): Promise<Record<string, string>
 }
 
 export async function postCharge(base: string, key: string, amountCents: number, tally?: Tally, timeoutMs = 15_000): Promise<Answer> {
+  return postAmount(`${base}/charges`, key, amountCents, tally, timeoutMs);
+}
+
+/** POST of `{"amountCents": N}` with the key to `url`; the answer, tallied (status 0: none). */
+async function postAmount(url: string, key: string, amountCents: number, tally: Tally | undefined, timeoutMs: number): Promise<Answer> {
   let answer: Answer;
   try {
-    const r = await fetch(`${base}/charges`, {
+    const r = await fetch(url, {
       method: "POST",
       headers: await chargeHeaders(key),
       body: JSON.stringify({ amountCents }),
@@ -89,22 +94,8 @@ export async function postUntilFinal(base: () => string, key: string, amountCent
 }
 
 /** POST /charges/:chargeId/refunds with a key of its own; the answer is tallied like a charge's. */
-export async function postRefund(base: string, chargeId: string, key: string, amountCents: number, tally?: Tally, timeoutMs = 15_000): Promise<Answer> {
-  let answer: Answer;
-  try {
-    const r = await fetch(`${base}/charges/${chargeId}/refunds`, {
-      method: "POST",
-      headers: await chargeHeaders(key),
-      body: JSON.stringify({ amountCents }),
-      signal: AbortSignal.timeout(timeoutMs),
-    });
-    const body = await r.text();
-    answer = { key, amountCents, status: r.status, replayed: r.headers.get("idempotent-replayed") === "true", body, at: Date.now() };
-  } catch {
-    answer = { key, amountCents, status: 0, replayed: false, body: "", at: Date.now() };
-  }
-  tally?.answers.push(answer);
-  return answer;
+export function postRefund(base: string, chargeId: string, key: string, amountCents: number, tally?: Tally, timeoutMs = 15_000): Promise<Answer> {
+  return postAmount(`${base}/charges/${chargeId}/refunds`, key, amountCents, tally, timeoutMs);
 }
 
 /** As postUntilFinal, for a refund: the same key resent while 409, 503 or no answer. */
