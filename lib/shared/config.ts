@@ -3,6 +3,7 @@
 
 import { isIP } from "node:net";
 import { maskUrl } from "./redact.ts";
+import { parseDatabaseUrl } from "./database-url.ts";
 
 export class ConfigError extends Error {
   override name = "ConfigError";
@@ -99,6 +100,15 @@ function url(env: Env, name: string, fallback: string, protocols: readonly strin
     throw new ConfigError(`${name} must use ${protocols.join(" or ")}, got "${parsed.protocol}"`);
   }
   return raw.trim();
+}
+
+/** A libpq-style URL, one host or a list (lib/shared/database-url.ts); refused with its masked form. */
+export function databaseUrl(env: Env, name: string, fallback: string): string {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === "") return fallback;
+  const parsed = parseDatabaseUrl(raw);
+  if (parsed.kind === "refused") throw new ConfigError(`${name} ${parsed.reason}: "${maskUrl(raw)}"`);
+  return raw;
 }
 
 function topicPrefix(env: Env): string {
@@ -205,7 +215,7 @@ function mqttProtocol(env: Env): MqttProtocol {
 
 export function loadConfig(env: Env): Config {
   return Object.freeze({
-    databaseUrl: url(env, "DATABASE_URL", "postgres://localhost:5432/postgres", ["postgres:", "postgresql:"]),
+    databaseUrl: databaseUrl(env, "DATABASE_URL", "postgres://localhost:5432/postgres"),
     mqttUrl: url(env, "MQTT_URL", "mqtt://localhost:1883", ["mqtt:", "mqtts:", "tcp:", "ws:", "wss:"]),
     port: integer(env, "PORT", 3000, 0, 65535),
     relayPort: integer(env, "RELAY_PORT", 9465, 0, 65535),

@@ -1,6 +1,7 @@
 // The postgres.js client and the classification of database errors (migrations: migrations.ts).
 import postgres from "postgres";
 import { within } from "./within.ts";
+import { clientTarget } from "./database-url.ts";
 import { POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "./pool-gate.ts";
 
 export type Sql = postgres.Sql<Record<string, never>>;
@@ -32,7 +33,10 @@ const CONNECT_TIMEOUT_S = 5;
 const IDLE_TIMEOUT_S = 60;
 
 export function createSql(url: string, options: DbOptions = {}): Sql {
-  return postgres(url, {
+  // A list of hosts and target_session_attrs as libpq reads them (database-url.ts).
+  const { url: clientUrl, ...target } = clientTarget(url);
+  return postgres(clientUrl, {
+    ...target,
     max: options.max ?? 10,
     connect_timeout: CONNECT_TIMEOUT_S,
     idle_timeout: IDLE_TIMEOUT_S,
