@@ -3,6 +3,7 @@
 // while the database is away; a handler that keeps failing is given up on.
 import { isUnavailable, describeDbError, type Sql, type Tx } from "../shared/db.ts";
 import { transaction } from "../shared/tx.ts";
+import { dropReadOnlyConnections, isReadOnly } from "../shared/read-only.ts";
 import type { EventEnvelope } from "../events.ts";
 import { recordInbox } from "./inbox-sql.ts";
 import { retryWithBackoff } from "./retry.ts";
@@ -31,6 +32,8 @@ export function processEvent(processing: Processing, event: EventEnvelope): Prom
   return retryWithBackoff(() => inboxTransaction(processing, event), {
     closing: processing.closing,
     onFailure: (error, attempt) => {
+      // A server gone read-only (a failover): the retry must find the one that writes.
+      if (isReadOnly(error)) void dropReadOnlyConnections(processing.sql);
       if (!isUnavailable(error) && ++failures >= MAX_HANDLER_ATTEMPTS) throw error;
       processing.onError?.(`event ${event.id}: attempt ${attempt} failed: ${describeDbError(error)}`);
     },
