@@ -27,7 +27,7 @@ const gauges = newGauges();
 registerOpsGauges(gauges);
 const ops = startOpsLoop(relay.sql, config, gauges, log);
 const server = serve(config.relayPort, relay.fetch, config.relayHost);
-log.info("relay started", { host: config.relayHost, port: server.port, mqttUrl: maskUrl(config.mqttUrl), batchSize: config.outboxBatchSize, mqttConnections: config.relayMqttConnections, gcEveryRows: relay.gcEveryRows });
+log.info("relay started", { host: config.relayHost, port: server.port, databaseUrl: maskUrl(config.databaseUrl), mqttUrl: maskUrl(config.mqttUrl), batchSize: config.outboxBatchSize, mqttConnections: config.relayMqttConnections, gcEveryRows: relay.gcEveryRows });
 
 let shuttingDown = false;
 onShutdownSignal((signal) => {

@@ -145,3 +145,9 @@ test.each([["api.ts"], ["relay.ts"]])("bun %s with an unreachable database: one 
   expect(lines).toHaveLength(1);
   expect(lines[0]).toContain("DATABASE_URL");
 });
+
+test("bun api.ts with a host list none of whose servers is up: one line on stderr once the first contact's bound (30 s) ran out, exit 1", async () => {
+  const { code, lines } = await runEntry("api.ts", { DATABASE_URL: "postgres://postgres@127.0.0.1:1,127.0.0.1:2/none", PORT: "0", ...authEnv() });
+  expect(code).toBe(1);
+  expect(lines).toEqual(["api: cannot reach or migrate the database at DATABASE_URL: none of its hosts took a connection within 30 s"]);
+}, 90_000);

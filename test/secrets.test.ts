@@ -2,6 +2,7 @@
 import { expect, test } from "bun:test";
 import { ConfigError, loadConfig } from "../lib/shared/config.ts";
 import { maskUrl } from "../lib/shared/redact.ts";
+import { banner } from "../dev/output.ts";
 import { authEnv } from "../testkit/auth.ts";
 
 const SECRET = "s3cret";
@@ -95,4 +96,20 @@ test("bun api.ts with an unreachable database whose URL has a password: one line
   expect(code).toBe(1);
   expect(stderr.trim().split("\n")).toHaveLength(1);
   expect(stdout + stderr).not.toContain(SECRET);
+});
+
+test("bun run dev's banner shows DATABASE_URL and MQTT_URL with their passwords masked, a host list whole", () => {
+  const lines = banner({
+    api: "http://127.0.0.1:3000",
+    relay: "http://127.0.0.1:9465",
+    databaseUrl: "postgres://app:s3cret@db-a:5432,db-b:5432/charges?target_session_attrs=read-write",
+    databaseNote: "(from DATABASE_URL)",
+    mqttUrl: "mqtts://device:s3cret@broker:8883",
+    mqttNote: "(from MQTT_URL)",
+    authorization: undefined,
+    authNote: "none",
+  }).join("\n");
+  expect(lines).not.toContain(SECRET);
+  expect(lines).toContain("postgres://app:***@db-a:5432,db-b:5432/charges?target_session_attrs=read-write");
+  expect(lines).toContain("mqtts://device:***@broker:8883");
 });
