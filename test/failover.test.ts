@@ -53,6 +53,15 @@ test("target_session_attrs=read-write with the standby listed first: every conne
   expect(rows.map((r) => r[0]!.port)).toEqual(Array(4).fill(pair.primary.port));
 });
 
+test("target_session_attrs=any (libpq's default, which postgres.js refuses by name) and another parameter: the pool connects", async () => {
+  const { adminDatabaseUrl } = await services();
+  const url = new URL(adminDatabaseUrl);
+  url.searchParams.set("target_session_attrs", "any");
+  url.searchParams.set("application_name", "test-failover-any");
+  const sql = pool(url.toString());
+  expect(await sql`select current_setting('application_name') as name`).toEqual([{ name: "test-failover-any" }]);
+});
+
 interface Answer {
   readonly status: number;
   readonly contentType: string;

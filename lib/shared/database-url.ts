@@ -3,8 +3,8 @@
 //   postgres://app:secret@db-a:5432,db-b:5432/charges?target_session_attrs=read-write
 //
 // The hosts are tried in order for every new connection; target_session_attrs says which
-// server may keep it. Read once here: the configuration checks it at start (a bad list, an
-// unknown or a read-only target) and createSql hands postgres.js what it needs.
+// server may keep it. Parsed here for both readers: the configuration, which refuses a bad list
+// or target at start, and createSql, which hands postgres.js what it needs.
 import { isIP } from "node:net";
 
 /** What a connection may be kept on: any server, or one that accepts writes. */
@@ -124,8 +124,8 @@ export interface ClientTarget {
 export function clientTarget(raw: string): ClientTarget {
   const parsed = parseDatabaseUrl(raw);
   if (parsed.kind === "refused") return { url: raw };
-  const [, head = "", rest = ""] = /^([^/]*\/\/[^/?#]*)(.*)$/s.exec(raw) ?? [];
-  const url = `${head}${withoutParam(rest)}`;
+  const [, scheme = "", authority = "", rest = ""] = SHAPE.exec(raw) ?? [];
+  const url = `${scheme}//${authority}${withoutParam(rest)}`;
   return parsed.targetSessionAttrs === "any" ? { url } : { url, target_session_attrs: "primary" };
 }
 
