@@ -3,6 +3,7 @@ import { configOrExit } from "./lib/shared/config.ts";
 import { startApi } from "./lib/api/start.ts";
 import { onShutdownSignal, serve } from "./lib/shared/runtime.ts";
 import { createLogger } from "./lib/shared/log.ts";
+import { maskUrl } from "./lib/shared/redact.ts";
 import { startTelemetry } from "./lib/shared/telemetry.ts";
 import { createHttpServerMetrics } from "./lib/shared/http-metrics.ts";
 import { startRuntimeMetrics } from "./lib/shared/runtime-metrics.ts";
@@ -18,7 +19,7 @@ const httpMetrics = config.apiHttpMetrics ? createHttpServerMetrics() : undefine
 if (httpMetrics) telemetry.addHistogram(httpMetrics);
 const api = await startApi(config, { metrics: telemetry.scrape, logger: log, httpMetrics }).catch(exitOnStartupError("api"));
 const server = serve(config.port, api.fetch, undefined, { reusePort: config.apiReusePort });
-log.info("api listening", { port: server.port, reusePort: config.apiReusePort, poolSize: config.apiPoolSize });
+log.info("api listening", { port: server.port, reusePort: config.apiReusePort, poolSize: config.apiPoolSize, databaseUrl: maskUrl(config.databaseUrl) });
 const database = databaseModeLine(config);
 log.info(database.msg, database.fields);
 

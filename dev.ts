@@ -12,7 +12,6 @@ import { banner, dataPlace, embeddedPostgresLine, print, printPostgres } from ".
 import { stopWithSupervisor } from "./dev/watchdog.ts";
 import { freePort } from "./dev/ports.ts";
 import { DEMO_TENANT, devSecret, DEV_SECRET_FILE, mintToken } from "./dev/token.ts";
-import { maskUrl } from "./lib/shared/redact.ts";
 
 const ROOT = fileURLToPath(new URL("./", import.meta.url));
 const DEFAULT_API_PORT = 3000;
@@ -54,11 +53,11 @@ async function main(): Promise<void> {
   const endpoints = {
     api,
     relay,
-    // A URL from the environment may carry a password: the banner shows it masked.
-    databaseUrl: maskUrl(database.url),
+    // A URL from the environment may carry a password: the banner (dev/output.ts) masks them.
+    databaseUrl: database.url,
     databaseNote: database.note,
-    databaseDirectUrl: process.env.DATABASE_DIRECT_URL ? maskUrl(process.env.DATABASE_DIRECT_URL) : undefined,
-    mqttUrl: maskUrl(broker.url),
+    databaseDirectUrl: process.env.DATABASE_DIRECT_URL || undefined,
+    mqttUrl: broker.url,
     mqttNote: broker.note,
     authorization: await auth.authorization(),
     authNote: auth.note,

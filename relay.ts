@@ -28,7 +28,7 @@ const gauges = newGauges();
 registerOpsGauges(gauges);
 const ops = startOpsLoop(relay.jobsSql, config, gauges, log);
 const server = serve(config.relayPort, relay.fetch, config.relayHost);
-log.info("relay started", { host: config.relayHost, port: server.port, mqttUrl: maskUrl(config.mqttUrl), batchSize: config.outboxBatchSize, mqttConnections: config.relayMqttConnections, gcEveryRows: relay.gcEveryRows });
+log.info("relay started", { host: config.relayHost, port: server.port, databaseUrl: maskUrl(config.databaseUrl), mqttUrl: maskUrl(config.mqttUrl), batchSize: config.outboxBatchSize, mqttConnections: config.relayMqttConnections, gcEveryRows: relay.gcEveryRows });
 const database = databaseModeLine(config, { listen: { pollMs: config.outboxPollMs }, locks: "ops job locks" });
 log.info(database.msg, database.fields);
 

@@ -1,6 +1,7 @@
 // Prefixed, aligned, optionally coloured lines for `bun run dev`, and the "ready" banner.
 import { relative } from "node:path";
 import { POSTGRES_USER } from "./pg-user.ts";
+import { maskUrl } from "../lib/shared/redact.ts";
 
 const COLOURS: Record<string, string> = {
   dev: "1", postgres: "34", mqtt: "35", api: "32", relay: "33", subscriber: "36",
@@ -62,9 +63,10 @@ export function banner(endpoints: Endpoints): string[] {
     "ready: api, relay and subscriber are running. Ctrl-C stops everything.",
     `  API        ${endpoints.api}   (${endpoints.api}/openapi.json, /metrics, /readyz)`,
     `  relay      ${endpoints.relay}/readyz   (/metrics)`,
-    `  Postgres   ${endpoints.databaseUrl}   ${endpoints.databaseNote}`,
-    ...(endpoints.databaseDirectUrl ? [`  direct     ${endpoints.databaseDirectUrl}   (DATABASE_DIRECT_URL: the relay's LISTEN and the jobs' locks)`] : []),
-    `  MQTT       ${endpoints.mqttUrl}   ${endpoints.mqttNote}`,
+    // DATABASE_URL and MQTT_URL, when set, may carry passwords (and a list of hosts).
+    `  Postgres   ${maskUrl(endpoints.databaseUrl)}   ${endpoints.databaseNote}`,
+    ...(endpoints.databaseDirectUrl ? [`  direct     ${maskUrl(endpoints.databaseDirectUrl)}   (DATABASE_DIRECT_URL: the relay's LISTEN and the jobs' locks)`] : []),
+    `  MQTT       ${maskUrl(endpoints.mqttUrl)}   ${endpoints.mqttNote}`,
     `  auth       ${endpoints.authNote}`,
     "create a charge (paste it twice: the second answer is the stored one, with Idempotent-Replayed: true):",
     `  curl -i -X POST ${endpoints.api}/charges -H 'Content-Type: application/json'${auth} -H 'Idempotency-Key: ${key}' -d '{"amountCents": 4900}'`,

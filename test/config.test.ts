@@ -112,6 +112,43 @@ test.each([
   expect((error as Error).message).toContain(name);
 });
 
+test.each([
+  ["postgres://app@db-a:5432,db-b:5433/charges?target_session_attrs=read-write"],
+  ["postgresql://app@db-a,db-b/charges?target_session_attrs=primary&application_name=x"],
+  ["postgres://app@db-a:5432,db-b:5432/charges"],
+  ["postgres://app@db-a/charges?target_session_attrs=any"],
+  ["postgres://app@[::1]:5432/charges"],
+  ["postgres://app@my_db:5432/charges"],
+  ["postgres:///charges"],
+])("DATABASE_URL=%p (libpq's forms, one host or a list) is taken as it is", (value) => {
+  expect(loadConfig({ DATABASE_URL: value }).databaseUrl).toBe(value);
+});
+
+test.each([
+  ["postgres://app@db-a,,db-b/charges", "entry 2 is empty"],
+  ["postgres://app@db-a,/charges", "entry 2 is empty"],
+  ["postgres://app@db-a:5432,db-b:99999/charges", "entry 2 has a port that is not an integer"],
+  ["postgres://app@db-a:5432,db-b:x/charges", "entry 2 has a port that is not an integer"],
+  ["postgres://app@db-a,db b/charges", "entry 2 is not a host name"],
+  ["postgres://app@[::1]:5432,db-b/charges", "entry 1 is an IPv6 address"],
+  ["postgres://app@db-a,db-b/charges?target_session_attrs=standby", "target_session_attrs=standby, which allows a standby"],
+  ["postgres://app@db-a,db-b/charges?target_session_attrs=prefer-standby", "target_session_attrs=prefer-standby, which allows a standby"],
+  ["postgres://app@db-a,db-b/charges?target_session_attrs=read-only", "target_session_attrs=read-only, which allows a standby"],
+  ["postgres://app@db-a,db-b/charges?target_session_attrs=master", "target_session_attrs=master; accepted: read-write, primary, any"],
+  ["postgres://app@db-a,db-b/charges?target_session_attrs=READ-WRITE", "accepted: read-write, primary, any"],
+  ["postgres://app@db-a/charges?target_session_attrs=primary&target_session_attrs=any", "names target_session_attrs 2 times"],
+])("DATABASE_URL=%p is refused: %p", (value, why) => {
+  let error: unknown;
+  try {
+    loadConfig({ DATABASE_URL: value });
+  } catch (e) {
+    error = e;
+  }
+  expect(error).toBeInstanceOf(ConfigError);
+  expect((error as Error).message).toStartWith("DATABASE_URL ");
+  expect((error as Error).message).toContain(why);
+});
+
 /** Runs an entrypoint to its exit; returns its exit code and stderr lines. */
 async function runEntry(entry: string, env: Record<string, string>): Promise<{ code: number; lines: string[] }> {
   const { code, stderr } = await runToExit(["bun", entry], env);
@@ -131,3 +168,9 @@ test.each([["api.ts"], ["relay.ts"]])("bun %s with an unreachable database: one 
   expect(lines).toHaveLength(1);
   expect(lines[0]).toContain("DATABASE_URL");
 });
+
+test("bun api.ts with a host list none of whose servers is up: one line on stderr once the first contact's bound (30 s) ran out, exit 1", async () => {
+  const { code, lines } = await runEntry("api.ts", { DATABASE_URL: "postgres://postgres@127.0.0.1:1,127.0.0.1:2/none", PORT: "0", ...authEnv() });
+  expect(code).toBe(1);
+  expect(lines).toEqual(["api: cannot reach or migrate the database at DATABASE_URL: none of its hosts took a connection within 30 s"]);
+}, 90_000);

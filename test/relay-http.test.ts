@@ -4,6 +4,7 @@
 import { afterAll, afterEach, expect, setDefaultTimeout, test } from "bun:test";
 import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { ConfigError, loadConfig } from "../lib/shared/config.ts";
+import { maskUrl } from "../lib/shared/redact.ts";
 import { freePort } from "../dev/ports.ts";
 import { startEntrypoint, type Service } from "../testkit/processes.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
@@ -134,7 +135,7 @@ test("RELAY_HOST: the listener binds to that address only", async () => {
   expect(await raw(port, "GET /healthz HTTP/1.0\r\n\r\n", "127.0.0.1").then(() => "answered", (e: { code?: string }) => e.code)).toBe("ECONNREFUSED");
 });
 
-test("the start line names MQTT_URL with its password masked, the MQTT connections and the collection pacing", async () => {
+test("the start line names MQTT_URL and DATABASE_URL with their passwords masked, the MQTT connections and the collection pacing", async () => {
   const url = new URL(mqttUrl);
   url.username = "relay";
   url.password = "s3cret-broker-pw";
@@ -142,6 +143,7 @@ test("the start line names MQTT_URL with its password masked, the MQTT connectio
   await relay({ MQTT_URL: url.toString(), LOG_LEVEL: "info" }, (line) => lines.push(line));
   const startLine = await waitUntil(() => lines.find((l) => l.includes("relay started")), 5000, "the start line");
   expect(JSON.parse(startLine).mqttUrl).toBe(`mqtt://relay:***@${url.host}`);
+  expect(JSON.parse(startLine).databaseUrl).toBe(maskUrl(db.url));
   // The relay paces young collections on Bun (lib/shared/gc-pacer.ts) and says so.
   expect(JSON.parse(startLine)).toMatchObject({ mqttConnections: 3, gcEveryRows: 1000 });
   expect(lines.join("\n")).not.toContain("s3cret-broker-pw");

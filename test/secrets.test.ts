@@ -3,6 +3,7 @@ import { expect, test } from "bun:test";
 import { ConfigError, loadConfig } from "../lib/shared/config.ts";
 import { maskUrl } from "../lib/shared/redact.ts";
 import { databaseModeLine } from "../lib/shared/pooler.ts";
+import { banner } from "../dev/output.ts";
 import { authEnv } from "../testkit/auth.ts";
 
 const SECRET = "s3cret";
@@ -18,6 +19,12 @@ test.each([
   ["postgres//u:s3cret@h/x", "postgres//u:***@h/x"],
   ["postgres://u:s3@cret@h/db", "postgres://u:***@h/db"],
   ["not a url", "not a url"],
+  // libpq's host lists, which the URL parser refuses: the password masked, the hosts kept.
+  ["postgres://app:s3cret@db-a:5432,db-b:5433/x?target_session_attrs=read-write", "postgres://app:***@db-a:5432,db-b:5433/x?target_session_attrs=read-write"],
+  ["postgres://app:s3cret@db-a,db-b/x?application_name=a@b", "postgres://app:***@db-a,db-b/x?application_name=a@b"],
+  ["postgres://app:s3/cret@db-a,db-b/x", "postgres://app:***@db-a,db-b/x"],
+  ["postgres://app:s3@cret@db-a,db-b/x", "postgres://app:***@db-a,db-b/x"],
+  ["postgres://app@db-a,db-b/x", "postgres://app@db-a,db-b/x"],
 ])("maskUrl(%p) = %p", (input, masked) => {
   expect(maskUrl(input)).toBe(masked);
 });
@@ -39,6 +46,11 @@ test.each([
   ["DATABASE_URL", "u:s3cret@h:5432/db"],
   ["DATABASE_DIRECT_URL", "postgres://u:s3cret@h:99999/db"],
   ["DATABASE_DIRECT_URL", "mysql://u:s3cret@h:5432/db"],
+  ["DATABASE_URL", "postgres://u:s3cret@h1,,h2/db"],
+  ["DATABASE_URL", "postgres://u:s3cret@h1:5432,h2:99999/db"],
+  ["DATABASE_URL", "postgres://u:s3/cret@h1,h2/db"],
+  ["DATABASE_URL", "postgres://u:s3@cret@h1,h2/db"],
+  ["DATABASE_URL", "postgres://u:s3cret@h1,h2/db?target_session_attrs=standby"],
   ["MQTT_URL", "mqtt://u:s3cret@h:99999"],
   ["MQTT_URL", "http://u:s3cret@h:1883"],
   ["AUTH_JWKS_URL", "ftp://u:s3cret@idp/jwks"],
@@ -82,10 +94,36 @@ test.each([["api.ts"], ["relay.ts"], ["migrate.ts"], ["ops.ts reconcile"]])(
   },
 );
 
+test.each([["api.ts"], ["relay.ts"]])("bun %s with a bad host list carrying a password: one line naming DATABASE_URL, without it, exit 1", async (entry) => {
+  const { code, stdout, stderr } = await runEntry([entry], { DATABASE_URL: "postgres://u:s3cret@h1:5432,,h2/db?target_session_attrs=read-write", ...authEnv() });
+  expect(code).toBe(1);
+  const lines = stderr.trim().split("\n");
+  expect(lines).toEqual(['configuration error: DATABASE_URL has a bad host list: entry 2 is empty: "postgres://u:***@h1:5432,,h2/db?target_session_attrs=read-write"']);
+  expect(stdout + stderr).not.toContain(SECRET);
+});
+
 test("bun api.ts with an unreachable database whose URL has a password: one line without it, exit 1", async () => {
   const { code, stdout, stderr } = await runEntry(["api.ts"], { DATABASE_URL: "postgres://u:s3cret@127.0.0.1:1/none", ...authEnv() });
   expect(stderr).toContain("DATABASE_URL");
   expect(code).toBe(1);
   expect(stderr.trim().split("\n")).toHaveLength(1);
   expect(stdout + stderr).not.toContain(SECRET);
+});
+
+test("bun run dev's banner shows DATABASE_URL, DATABASE_DIRECT_URL and MQTT_URL with their passwords masked, a host list whole", () => {
+  const lines = banner({
+    api: "http://127.0.0.1:3000",
+    relay: "http://127.0.0.1:9465",
+    databaseUrl: "postgres://app:s3cret@db-a:5432,db-b:5432/charges?target_session_attrs=read-write",
+    databaseNote: "(from DATABASE_URL)",
+    databaseDirectUrl: "postgres://app:s3cret@db-a:5432/charges",
+    mqttUrl: "mqtts://device:s3cret@broker:8883",
+    mqttNote: "(from MQTT_URL)",
+    authorization: undefined,
+    authNote: "none",
+  }).join("\n");
+  expect(lines).not.toContain(SECRET);
+  expect(lines).toContain("postgres://app:***@db-a:5432,db-b:5432/charges?target_session_attrs=read-write");
+  expect(lines).toContain("mqtts://device:***@broker:8883");
+  expect(lines).toContain("postgres://app:***@db-a:5432/charges");
 });

@@ -8,6 +8,7 @@
 // within a relay the publish order follows created_at.
 import type { Sql } from "../shared/db.ts";
 import { describeDbError } from "../shared/db.ts";
+import { dropReadOnlyConnections, isReadOnly } from "../shared/read-only.ts";
 import { silentLogger, type Logger } from "../shared/log.ts";
 import type { RetryPolicy } from "./outbox-sql.ts";
 import { deliverVia, type Broker, type PublishFn } from "./publisher.ts";
@@ -176,6 +177,8 @@ async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<void>): 
     } catch (error) {
       setState(run, "backing-off");
       run.logger.warn("batch failed; backing off", { retryInMs: backoff, error: describeDbError(error) });
+      // A server gone read-only (a failover): the next batch must find the one that writes.
+      if (isReadOnly(error)) void dropReadOnlyConnections(run.options.sql);
       await waker.pause(backoff);
       backoff = Math.min(DB_BACKOFF_MAX_MS, backoff * 2);
       continue;

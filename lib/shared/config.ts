@@ -3,6 +3,7 @@
 
 import { isIP } from "node:net";
 import { maskUrl } from "./redact.ts";
+import { parseDatabaseUrl } from "./database-url.ts";
 
 export class ConfigError extends Error {
   override name = "ConfigError";
@@ -109,6 +110,15 @@ function url(env: Env, name: string, fallback: string, protocols: readonly strin
     throw new ConfigError(`${name} must use ${protocols.join(" or ")}, got "${parsed.protocol}"`);
   }
   return raw.trim();
+}
+
+/** A libpq-style URL, one host or a list (lib/shared/database-url.ts); refused with its masked form. */
+export function databaseUrl(env: Env, name: string, fallback: string): string {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === "") return fallback;
+  const parsed = parseDatabaseUrl(raw);
+  if (parsed.kind === "refused") throw new ConfigError(`${name} ${parsed.reason}: "${maskUrl(raw)}"`);
+  return raw;
 }
 
 function topicPrefix(env: Env): string {
@@ -223,8 +233,6 @@ function mqttProtocol(env: Env): MqttProtocol {
   return found;
 }
 
-const POSTGRES_PROTOCOLS = ["postgres:", "postgresql:"];
-
 function databasePooler(env: Env): DatabasePooler {
   const raw = (env.DATABASE_POOLER ?? "").trim().toLowerCase() || "none";
   const found = DATABASE_POOLERS.find((p) => p === raw);
@@ -233,7 +241,8 @@ function databasePooler(env: Env): DatabasePooler {
 }
 
 function databaseDirectUrl(env: Env, pooler: DatabasePooler): string | undefined {
-  const direct = url(env, "DATABASE_DIRECT_URL", "", POSTGRES_PROTOCOLS) || undefined;
+  // Checked as DATABASE_URL is: one host or a list (database-url.ts).
+  const direct = databaseUrl(env, "DATABASE_DIRECT_URL", "") || undefined;
   // Without a pooler every connection is direct: a second URL would only be a second thing to keep right.
   if (direct !== undefined && pooler === "none") {
     throw new ConfigError("DATABASE_DIRECT_URL is only used with DATABASE_POOLER=transaction; set that or unset it");
@@ -255,7 +264,7 @@ export function loadConfig(env: Env): Config {
   const directUrl = databaseDirectUrl(env, pooler);
   const pollMs = pooler === "transaction" && directUrl === undefined ? OUTBOX_POLL_MS_WITHOUT_LISTEN : OUTBOX_POLL_MS;
   return Object.freeze({
-    databaseUrl: url(env, "DATABASE_URL", "postgres://localhost:5432/postgres", POSTGRES_PROTOCOLS),
+    databaseUrl: databaseUrl(env, "DATABASE_URL", "postgres://localhost:5432/postgres"),
     databasePooler: pooler,
     databaseDirectUrl: directUrl,
     mqttUrl: url(env, "MQTT_URL", "mqtt://localhost:1883", ["mqtt:", "mqtts:", "tcp:", "ws:", "wss:"]),

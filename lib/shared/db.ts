@@ -1,6 +1,7 @@
 // The postgres.js client and the classification of database errors (migrations: migrations.ts).
 import postgres from "postgres";
 import { within } from "./within.ts";
+import { clientTarget } from "./database-url.ts";
 import { POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "./pool-gate.ts";
 import type { DatabasePooler } from "./config.ts";
 import { transactionPooled } from "./pooler.ts";
@@ -41,7 +42,10 @@ const IDLE_TIMEOUT_S = 60;
 
 export function createSql(url: string, options: DbOptions = {}): Sql {
   const pooled = options.pooler === "transaction";
-  const sql = postgres(url, {
+  // A list of hosts and target_session_attrs as libpq reads them (database-url.ts).
+  const { url: clientUrl, ...target } = clientTarget(url);
+  const sql = postgres(clientUrl, {
+    ...target,
     max: options.max ?? 10,
     connect_timeout: CONNECT_TIMEOUT_S,
     idle_timeout: IDLE_TIMEOUT_S,
@@ -60,10 +64,11 @@ export function createSql(url: string, options: DbOptions = {}): Sql {
 
 // SQLSTATE classes that mean "the database cannot serve this now, try again later":
 // 08 connection exception, 53 insufficient resources, 57 operator intervention
-// (admin shutdown, query canceled, cannot connect now), 58 system error, and the two
-// retryable transaction failures.
+// (admin shutdown, query canceled, cannot connect now), 58 system error, the two
+// retryable transaction failures, and 25006: a write refused by a server that is read-only,
+// a primary being failed over (its pool then leaves it: read-only.ts).
 const UNAVAILABLE_CLASSES = ["08", "53", "57", "58"];
-const UNAVAILABLE_STATES = new Set(["40001", "40P01", "55P03", "25P03"]);
+const UNAVAILABLE_STATES = new Set(["40001", "40P01", "55P03", "25P03", "25006"]);
 // postgres.js's own codes for a connection it lost or could not open, Node's socket codes,
 // and the pool gate's refusals (nothing was sent).
 const UNAVAILABLE_CLIENT_CODES = new Set([
@@ -105,9 +110,10 @@ export function isTimeBound(error: unknown): boolean {
 
 // The connection under a statement went away, not the statement failing: closed or ended
 // by the client library, reset, or terminated by the server (admin or crash shutdown,
-// cannot connect now, any class 08 connection exception). A new connection may work.
+// cannot connect now, idle session timeout, any class 08 connection exception). A new
+// connection may work.
 const CONNECTION_LOST_CODES = new Set(["CONNECTION_CLOSED", "CONNECTION_DESTROYED", "CONNECTION_ENDED", "ECONNRESET", "EPIPE", "ETIMEDOUT"]);
-const CONNECTION_LOST_STATES = new Set(["57P01", "57P02", "57P03"]);
+const CONNECTION_LOST_STATES = new Set(["57P01", "57P02", "57P03", "57P05"]);
 
 export function isConnectionLost(error: unknown): boolean {
   const code = sqlState(error);

@@ -25,8 +25,12 @@ export function maskUrl(url: string): string {
 
 // Userinfo is what precedes the last "@" (after "//" when there is one); the password is its
 // part after the first ":". Up to the last "@", so a password holding "@" or ":" is covered whole.
+// The last "@" of the authority (up to the first "/", "?" or "#") when it holds one, so that
+// an "@" in a list URL's query does not hide its hosts; else a raw "/", "?" or "#" in the
+// password cut the authority short, and the last "@" of the whole text covers it.
 function maskUserinfo(text: string): string {
-  const at = text.lastIndexOf("@");
+  const authority = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/.exec(text)?.[0] ?? "";
+  const at = authority.includes("@") ? authority.lastIndexOf("@") : text.lastIndexOf("@");
   if (at < 0) return text;
   const slashes = text.lastIndexOf("//", at);
   const colon = text.indexOf(":", slashes < 0 ? 0 : slashes + 2);

@@ -5,6 +5,7 @@ import { isTransactionPooled } from "./pooler.ts";
 import { describeRefusal, migrate, type MigrationOutcome } from "./migrations.ts";
 import { ConfigError } from "./config.ts";
 import type { Logger } from "./log.ts";
+import { within } from "./within.ts";
 
 /** The database could not be reached or migrated: the message is the one line to print. */
 export class StartupError extends Error {
@@ -20,6 +21,7 @@ export class StartupError extends Error {
 export async function applySchema(sql: Sql): Promise<readonly string[]> {
   let outcome: MigrationOutcome;
   try {
+    await firstContact(sql);
     outcome = await migrate(sql);
   } catch (error) {
     await sql.end({ timeout: 1 }).catch(() => {});
@@ -38,6 +40,17 @@ const PROTOCOL_VIOLATION = "08P01";
 function poolerHint(sql: Sql, error: unknown): string {
   if (sqlState(error) !== PROTOCOL_VIOLATION || isTransactionPooled(sql)) return "";
   return " (if DATABASE_URL is a pooler in transaction mode, such as PgBouncer's, set DATABASE_POOLER=transaction)";
+}
+
+// postgres.js 3.4.9 never gives up on a host list none of whose servers takes the connection
+// (upstream porsager/postgres#1174): it tries them in turn for good. A process starting then
+// waits this long, room for a failover under way, and says so. A lone host that refuses
+// fails at once, as before.
+const FIRST_CONTACT_TIMEOUT_MS = 30_000;
+
+async function firstContact(sql: Sql): Promise<void> {
+  const answered = await within(sql`select 1`.then(() => true), FIRST_CONTACT_TIMEOUT_MS);
+  if (!answered) throw new Error(`none of its hosts took a connection within ${FIRST_CONTACT_TIMEOUT_MS / 1000} s`);
 }
 
 /** A pool on `url` with the migrations applied; a StartupError (pool closed) when either fails. */

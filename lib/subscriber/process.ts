@@ -6,6 +6,7 @@
 // handler that keeps failing is given up on.
 import { isUnavailable, describeDbError, type Sql, type Tx } from "../shared/db.ts";
 import { transaction } from "../shared/tx.ts";
+import { dropReadOnlyConnections, isReadOnly } from "../shared/read-only.ts";
 import type { EventEnvelope } from "../events.ts";
 import { recordDeadLetter, recordInbox, type DeadLetter } from "./inbox-sql.ts";
 import { advance, claimTurn, holdEvent, inboxHas, type Place } from "./sequence-sql.ts";
@@ -58,6 +59,8 @@ export function withHandlerBudget<T>(processing: Processing, what: () => string,
   return retryWithBackoff(attempt, {
     closing: processing.closing,
     onFailure: (error, n) => {
+      // A server gone read-only (a failover): the retry must find the one that writes.
+      if (isReadOnly(error)) void dropReadOnlyConnections(processing.sql);
       if (!isUnavailable(error) && ++failures >= MAX_HANDLER_ATTEMPTS) throw error;
       processing.onError?.(`${what()}: attempt ${n} failed: ${describeDbError(error)}`);
     },

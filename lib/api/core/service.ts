@@ -5,6 +5,7 @@ import type { Sql } from "../../shared/db.ts";
 import { newEventId } from "../../events.ts";
 import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../../shared/db.ts";
 import { UNBOUNDED, type PoolGate } from "../../shared/pool-gate.ts";
+import { dropReadOnlyConnections, isReadOnly } from "../../shared/read-only.ts";
 import type { Batcher } from "./batcher.ts";
 import { advisoryLockId, fingerprint } from "./fingerprint.ts";
 import type { Operation, OperationInput, Refusal } from "./operation.ts";
@@ -78,6 +79,8 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
           // Each try waits for a slot of the pool and starts only within the request's deadline.
           outcome = await deadline.run((endsAt) => attempt(sql, options, c, row, prepared.exclusive, request.input, endsAt));
         } catch (error) {
+          // A server gone read-only (a failover): answered 503, and the pool leaves it.
+          if (isReadOnly(error)) void dropReadOnlyConnections(sql);
           if (resends >= MAX_RESENDS || !isConnectionLost(error)) throw error;
         }
       }

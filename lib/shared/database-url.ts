@@ -1,0 +1,140 @@
+// DATABASE_URL in libpq's URI form, with one host or a list of them for a failover pair:
+//
+//   postgres://app:secret@db-a:5432,db-b:5432/charges?target_session_attrs=read-write
+//
+// The hosts are tried in order for every new connection; target_session_attrs says which
+// server may keep it. Parsed here for both readers: the configuration, which refuses a bad list
+// or target at start, and createSql, which hands postgres.js what it needs.
+import { isIP } from "node:net";
+
+/** What a connection may be kept on: any server, or one that accepts writes. */
+export type TargetSessionAttrs = "any" | "read-write" | "primary";
+
+export interface DatabaseHost {
+  /** A name, an IPv4 address, or (alone, not in a list) an IPv6 address without its brackets. */
+  readonly host: string;
+  /** Unset: the default port (5432). */
+  readonly port: number | undefined;
+}
+
+export type DatabaseUrl =
+  | { readonly kind: "parsed"; readonly hosts: readonly DatabaseHost[]; readonly targetSessionAttrs: TargetSessionAttrs }
+  /** `reason` never holds the URL's text: the caller shows the masked URL beside it. */
+  | { readonly kind: "refused"; readonly reason: string };
+
+const SCHEMES = ["postgres:", "postgresql:"];
+const PARAM = "target_session_attrs";
+const WRITABLE: readonly TargetSessionAttrs[] = ["read-write", "primary", "any"];
+// libpq's other values: a session each of them allows can be on a standby, which refuses every
+// write, and every process here writes (the API its charges, the relay its marks, the subscriber
+// its inbox, the ops jobs their deletes).
+const READ_ONLY = ["read-only", "standby", "prefer-standby"];
+const MAX_PORT = 65_535;
+// A host name as RFC 3986 allows it in an authority (letters, digits, "-._~", percent escapes,
+// sub-delimiters), "," excepted: it separates the list. Resolving it is the resolver's job.
+const REG_NAME = /^[A-Za-z0-9\-._~%!$&'()*+;=]+$/;
+// scheme://authority rest: the authority ends at the first "/", "?" or "#".
+const SHAPE = /^([A-Za-z][A-Za-z0-9+.-]*:)\/\/([^/?#]*)(.*)$/s;
+
+const refused = (reason: string): DatabaseUrl => ({ kind: "refused", reason });
+
+export function parseDatabaseUrl(raw: string): DatabaseUrl {
+  const shape = SHAPE.exec(raw);
+  if (!shape) return refused("is not a URL");
+  const [, scheme = "", authority = "", rest = ""] = shape;
+  if (!SCHEMES.includes(scheme.toLowerCase())) return refused(`must use ${SCHEMES.join(" or ")}, got "${scheme}"`);
+  // The last "@": a password holding a raw "@" stays in the user part.
+  const at = authority.lastIndexOf("@");
+  const list = authority.slice(at + 1);
+  const hosts: DatabaseHost[] = [];
+  const entries = list.split(",");
+  // postgres.js 3.4.9 ends a list's userinfo at its first "@", so a raw one would become a host.
+  if (entries.length > 1 && authority.slice(0, Math.max(at, 0)).includes("@")) {
+    return refused('has a raw "@" in its user or password, which postgres.js misreads before a host list: write it as %40');
+  }
+  for (const [i, entry] of entries.entries()) {
+    const host = hostOf(entry, entries.length);
+    if (typeof host === "string") return refused(entries.length > 1 ? `has a bad host list: entry ${i + 1} ${host}` : `has a bad host, which ${host}`);
+    hosts.push(host);
+  }
+  // The rest (user, database, parameters) as the URL parser reads it, with the first host alone.
+  let url: URL;
+  try {
+    url = new URL(`${scheme}//${authority.slice(0, at + 1)}${entries[0]}${rest}`);
+  } catch {
+    return refused("is not a URL");
+  }
+  const target = targetOf(url.searchParams.getAll(PARAM));
+  return "refused" in target ? refused(target.refused) : { kind: "parsed", hosts, targetSessionAttrs: target.attrs };
+}
+
+/** One entry of the list, or what is wrong with it (in words that do not repeat it). */
+function hostOf(entry: string, entries: number): DatabaseHost | string {
+  // libpq's own default (a local server) when the URL names no host at all.
+  if (entry === "") return entries === 1 ? { host: "", port: undefined } : "is empty";
+  const bracketed = /^\[([^\]]*)\](?::(\d*))?$/.exec(entry);
+  if (bracketed) {
+    if (isIP(bracketed[1] ?? "") !== 6) return "is not an IPv6 address in brackets";
+    // postgres.js 3.4.9 splits each entry of a list on ":", brackets or not.
+    if (entries > 1) return "is an IPv6 address, which postgres.js cannot take in a list: use a host name";
+    return withPort(bracketed[1]!, bracketed[2]);
+  }
+  const [name = "", port, extra] = entry.split(":");
+  if (extra !== undefined || !REG_NAME.test(name)) return "is not a host name, an IPv4 address or an [IPv6] address";
+  if (port !== undefined && !/^\d*$/.test(port)) return `has a port that is not an integer from 1 to ${MAX_PORT}`;
+  return withPort(name, port);
+}
+
+function withPort(host: string, port: string | undefined): DatabaseHost | string {
+  if (port === undefined || port === "") return { host, port: undefined };
+  const value = Number(port);
+  return value >= 1 && value <= MAX_PORT ? { host, port: value } : `has a port that is not an integer from 1 to ${MAX_PORT}`;
+}
+
+/** The parameter's value, or why it is refused. */
+function targetOf(values: readonly string[]): { readonly attrs: TargetSessionAttrs } | { readonly refused: string } {
+  if (values.length === 0) return { attrs: "any" };
+  if (values.length > 1) return { refused: `names ${PARAM} ${values.length} times` };
+  const value = values[0]!;
+  const found = WRITABLE.find((attrs) => attrs === value);
+  if (found) return { attrs: found };
+  if (READ_ONLY.includes(value)) return { refused: `has ${PARAM}=${value}, which allows a standby, and every process writes: use read-write` };
+  // Echoed only when it looks like a word: a misplaced password fragment must not reach a log.
+  const shown = /^[A-Za-z-]{1,32}$/.test(value) ? `=${value}` : " with another value";
+  return { refused: `has ${PARAM}${shown}; accepted: ${WRITABLE.join(", ")}` };
+}
+
+/** What postgres.js is given for `raw`: the URL it parses, and the option that overrides it. */
+export interface ClientTarget {
+  readonly url: string;
+  readonly target_session_attrs?: "primary";
+}
+
+/**
+ * postgres.js 3.4.9's reading of target_session_attrs, corrected where it parts from libpq's:
+ *  - read-write is checked against default_transaction_read_only alone, which a hot standby of
+ *    Postgres 14 or later reports as "off" (its read-only state comes from recovery, not from
+ *    that setting), so a read-write pool connects to a standby and fails every write with
+ *    25006. Its "primary" (in_hot_standby must be off) refuses a standby; a primary that is
+ *    read-only by its settings is left on the first refused write (read-only.ts). Seen by
+ *    postgres.js's author too: hapostgres/pg_auto_failover#970.
+ *  - "any", libpq's default, it refuses as unknown: it is left out.
+ * A URL the configuration would refuse (only tests build one) is handed over untouched.
+ */
+export function clientTarget(raw: string): ClientTarget {
+  const parsed = parseDatabaseUrl(raw);
+  if (parsed.kind === "refused") return { url: raw };
+  const [, scheme = "", authority = "", rest = ""] = SHAPE.exec(raw) ?? [];
+  const url = `${scheme}//${authority}${withoutParam(rest)}`;
+  return parsed.targetSessionAttrs === "any" ? { url } : { url, target_session_attrs: "primary" };
+}
+
+/** The path and query with target_session_attrs taken out, every other byte as it was. */
+function withoutParam(rest: string): string {
+  const q = rest.indexOf("?");
+  if (q < 0) return rest;
+  const hash = rest.indexOf("#", q);
+  const query = rest.slice(q + 1, hash < 0 ? undefined : hash);
+  const kept = query.split("&").filter((pair) => !new URLSearchParams(pair).has(PARAM));
+  return `${rest.slice(0, q)}${kept.length > 0 ? `?${kept.join("&")}` : ""}${hash < 0 ? "" : rest.slice(hash)}`;
+}
