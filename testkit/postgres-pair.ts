@@ -65,10 +65,19 @@ export interface PairOptions {
   readonly log?: (line: string) => void;
 }
 
+function programCandidates(): string[] {
+  const versions = existsSync("/usr/lib/postgresql") ? readdirSync("/usr/lib/postgresql").sort((a, b) => Number(b) - Number(a)) : [];
+  return [...versions.map((v) => `/usr/lib/postgresql/${v}/bin`), "/usr/local/pgsql/bin"];
+}
+
+/** Whether the server programs a pair needs are installed (the embedded Postgres has no pg_basebackup). */
+export function serverProgramsInstalled(): boolean {
+  return programCandidates().some((dir) => PROGRAMS.every((p) => existsSync(join(dir, p))));
+}
+
 /** The directory holding the server programs, or a one-line error saying none was found. */
 export function serverPrograms(): string {
-  const versions = existsSync("/usr/lib/postgresql") ? readdirSync("/usr/lib/postgresql").sort((a, b) => Number(b) - Number(a)) : [];
-  const candidates = [...versions.map((v) => `/usr/lib/postgresql/${v}/bin`), "/usr/local/pgsql/bin"];
+  const candidates = programCandidates();
   const found = candidates.find((dir) => PROGRAMS.every((p) => existsSync(join(dir, p))));
   if (!found) throw new Error(`a primary and standby pair needs Postgres's ${PROGRAMS.join(", ")}: none found in ${candidates.join(", ")} (apt-get install postgresql)`);
   return found;
