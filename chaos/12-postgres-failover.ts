@@ -36,6 +36,9 @@ const CREATED_AFTER = 30;
 // Bounds a phase whose condition never comes; the checks below then report it, with the numbers.
 // A refusal during the switch comes at the API's request deadline (10 s): room for two each.
 const PHASE_TIMEOUT_MS = 30_000;
+// The promise: 201s again this soon after the promotion. A request in flight waits up to its
+// 10 s deadline, and the pools leave a read-only server within a second (lib/shared/read-only.ts).
+const BACK_TO_201_MS = 15_000;
 
 await scenario("12", "Postgres primary crashed and its synchronous standby promoted under load", async (outer) => {
   const { checks, tally } = outer;
@@ -99,6 +102,9 @@ await scenario("12", "Postgres primary crashed and its synchronous standby promo
       "no 500 and no HTML, ever");
     const after = load.created(at.promoted);
     checks.check(after >= CREATED_AFTER, `the API found the promoted server by itself: ${after} charges created after the promotion`, `${after}`);
+    const first = load.firstCreatedAfter(at.promoted);
+    const backIn = first === undefined ? undefined : Math.round(first - at.promoted);
+    checks.check(backIn !== undefined && backIn <= BACK_TO_201_MS, `the API answered 201 again ${backIn ?? "?"} ms after the promotion (bound: ${BACK_TO_201_MS / 1000} s)`, `${backIn ?? "no"} ms`);
     checks.check(!api.child.exited && !relay.exited && !outer.sub.child.exited, "the API, the relay and the subscriber stayed up (never restarted)",
       `exit codes ${api.child.exitCode}, ${relay.exitCode}, ${outer.sub.child.exitCode}`);
     const unsettled = load.unsettledKeys();

@@ -55,6 +55,11 @@ export class FailoverLoad {
     return this.count((s) => s.status === 201 && !s.replayed && s.sentAt > since && s.answeredAt < answeredBefore);
   }
 
+  /** When the first fresh 201 answered after `since` came (performance.now()), if one did. */
+  firstCreatedAfter(since: number): number | undefined {
+    return this.sent.find((s) => s.status === 201 && !s.replayed && s.answeredAt > since)?.answeredAt;
+  }
+
   /** 503s answered after `since`. */
   refusedAnswers(since: number): number {
     return this.count((s) => s.status === 503 && s.answeredAt > since);
