@@ -39,7 +39,7 @@ afterAll(() => db.drop());
 test("a fresh database has the schema, and migrating again changes nothing", async () => {
   const tables = await db.sql<{ table_name: string }[]>`
     select table_name from information_schema.tables where table_schema = 'public' order by 1`;
-  expect(tables.map((t) => t.table_name)).toEqual(["charges", "idempotency_keys", "inbox", "outbox", "refunds", "schema_history", "subscriber_dead_letters"]);
+  expect(tables.map((t) => t.table_name)).toEqual(["charges", "idempotency_keys", "inbox", "outbox", "refunds", "schema_history", "subscriber_dead_letters", "subscriber_held_events", "subscriber_sequences"]);
   const { migrate } = await import("../lib/shared/migrations.ts");
   expect(await migrate(db.sql)).toEqual({ kind: "current" });
 });
