@@ -114,7 +114,8 @@ export const REFUNDS_PER_CHARGE = 20;
  * `env` is added to the relay's (the defaults otherwise).
  */
 export async function relayDrain(rows: number, env: Record<string, string> = {}, options: DrainOptions = {}): Promise<RelayDrain> {
-  const db = await freshDatabase("drain");
+  // Another checkout's relay applies its own release's schema at start (before /healthz).
+  const db = await freshDatabase("drain", 4, options.cwd === undefined);
   try {
     const started = performance.now();
     const relay = await startProcess("relay", db, { MQTT_TOPIC_PREFIX: `bench/${db.name}/`, ...env }, "/healthz", options.cwd);

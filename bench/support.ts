@@ -25,10 +25,14 @@ export function requireTool(tool: string, pkg: string): string {
 
 export type FreshDb = ScratchDatabase;
 
-/** A new database on the services' server, migrations applied by lib/shared/migrations.ts migrate(). */
-export async function freshDatabase(label: string, max = 4): Promise<FreshDb> {
+/**
+ * A new database on the services' server, migrations applied by lib/shared/migrations.ts
+ * migrate(); `migrate: false` leaves it empty for a process of another checkout to apply its
+ * own (an older release refuses a database migrated by a newer one).
+ */
+export async function freshDatabase(label: string, max = 4, migrate = true): Promise<FreshDb> {
   const { adminDatabaseUrl } = await benchServices();
-  return createScratchDatabase(adminDatabaseUrl, scratchName("bench", label), { max, applicationName: "bench" });
+  return createScratchDatabase(adminDatabaseUrl, scratchName("bench", label), { max, applicationName: "bench", migrate });
 }
 
 /**
