@@ -1,13 +1,9 @@
 // Configuration: read from the environment once, validated, frozen. A bad value is a
 // ConfigError naming the variable; the entrypoints print its message and exit 1.
 
-import { isIP } from "node:net";
-import { maskUrl } from "./redact.ts";
-import { parseDatabaseUrl } from "./database-url.ts";
+import { ConfigError, databaseUrl, flag, host, integer, url, type Env } from "./config-values.ts";
 
-export class ConfigError extends Error {
-  override name = "ConfigError";
-}
+export { ConfigError, databaseUrl, type Env } from "./config-values.ts";
 
 /** MQTT_PROTOCOL_VERSION: one version only, or 5 falling back to 3.1.1 (lib/shared/mqtt-connect.ts). */
 export type MqttProtocol = "5" | "3.1.1" | "auto";
@@ -81,46 +77,6 @@ export interface ApiTimeBounds {
   readonly requestTimeoutMs: number;
 }
 
-export type Env = Record<string, string | undefined>;
-
-function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw.trim() === "") return fallback;
-  if (!/^\d+$/.test(raw.trim())) {
-    throw new ConfigError(`${name} must be an integer between ${min} and ${max}, got "${raw}"`);
-  }
-  const value = Number(raw.trim());
-  if (!Number.isSafeInteger(value) || value < min || value > max) {
-    throw new ConfigError(`${name} must be an integer between ${min} and ${max}, got "${raw}"`);
-  }
-  return value;
-}
-
-function url(env: Env, name: string, fallback: string, protocols: readonly string[]): string {
-  const raw = env[name];
-  if (raw === undefined || raw.trim() === "") return fallback;
-  let parsed: URL;
-  try {
-    parsed = new URL(raw.trim());
-  } catch {
-    // The value may carry a password: only its masked form is ever echoed.
-    throw new ConfigError(`${name} is not a URL: "${maskUrl(raw.trim())}"`);
-  }
-  if (!protocols.includes(parsed.protocol)) {
-    throw new ConfigError(`${name} must use ${protocols.join(" or ")}, got "${parsed.protocol}"`);
-  }
-  return raw.trim();
-}
-
-/** A libpq-style URL, one host or a list (lib/shared/database-url.ts); refused with its masked form. */
-export function databaseUrl(env: Env, name: string, fallback: string): string {
-  const raw = env[name]?.trim();
-  if (raw === undefined || raw === "") return fallback;
-  const parsed = parseDatabaseUrl(raw);
-  if (parsed.kind === "refused") throw new ConfigError(`${name} ${parsed.reason}: "${maskUrl(raw)}"`);
-  return raw;
-}
-
 function topicPrefix(env: Env): string {
   const raw = env.MQTT_TOPIC_PREFIX ?? "";
   // MQTT forbids wildcards in a publish topic and NUL anywhere.
@@ -128,14 +84,6 @@ function topicPrefix(env: Env): string {
     throw new ConfigError(`MQTT_TOPIC_PREFIX must not contain '#', '+' or NUL, got "${raw}"`);
   }
   return raw;
-}
-
-function flag(env: Env, name: string, fallback = false): boolean {
-  const raw = (env[name] ?? "").trim().toLowerCase();
-  if (raw === "") return fallback;
-  if (raw === "0" || raw === "false") return false;
-  if (raw === "1" || raw === "true") return true;
-  throw new ConfigError(`${name} must be 1, true, 0 or false, got "${raw}"`);
 }
 
 // One connection per concurrent request at the load we benchmark (32 clients): every charge
@@ -212,18 +160,6 @@ function relayTimeBounds(env: Env): RelayTimeBounds {
     statementTimeoutMs: integer(env, "RELAY_STATEMENT_TIMEOUT_MS", RELAY_STATEMENT_TIMEOUT_MS, 1, MAX_RELAY_BOUND_MS),
     lockTimeoutMs: integer(env, "RELAY_LOCK_TIMEOUT_MS", RELAY_LOCK_TIMEOUT_MS, 1, MAX_RELAY_BOUND_MS),
   });
-}
-
-// An IPv4 or IPv6 address, or a host name made of DNS labels.
-const HOST_NAME = /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
-
-function host(env: Env, name: string, fallback: string): string {
-  const raw = env[name]?.trim();
-  if (raw === undefined || raw === "") return fallback;
-  if (isIP(raw) === 0 && !HOST_NAME.test(raw)) {
-    throw new ConfigError(`${name} must be an IP address or a host name, got "${raw}"`);
-  }
-  return raw;
 }
 
 function mqttProtocol(env: Env): MqttProtocol {
