@@ -36,7 +36,8 @@ const CHAOS_RUN_TIMEOUT_MS = 900_000;
 const CHAOS_SOAK_SECONDS = "10";
 
 class SmokeFailure extends Error {
-  constructor(message: string, readonly output: string[] = []) {
+  /** `whole`: print all of `output` (already cut to what explains it), not only its tail. */
+  constructor(message: string, readonly output: string[] = [], readonly whole = false) {
     super(message);
   }
 }
@@ -110,8 +111,26 @@ async function runBunTest(clone: string, files: string[]): Promise<number> {
   await Promise.all([collect(run.stdout, lines), collect(run.stderr, lines), run.exited]);
   const passed = Number(lines.find((line) => /^ *\d+ pass$/.test(line))?.trim().split(" ")[0] ?? 0);
   const failed = lines.some((line) => /^ *[1-9]\d* fail$/.test(line));
-  if (run.exitCode !== 0 || failed || passed === 0) throw new SmokeFailure(`${command} exited ${run.exitCode}`, lines);
+  if (run.exitCode !== 0 || failed || passed === 0) throw new SmokeFailure(`${command} exited ${run.exitCode}`, [...failureContext(lines), ...lines.slice(-OUTPUT_TAIL_LINES)], true);
   return passed;
+}
+
+// Bun prints a failed test's error right above its first "(fail)" line; the summary at the
+// end repeats only the names. This many lines above each show the assertion and its values.
+const ERROR_CONTEXT_LINES = 20;
+// Enough failures to see a pattern; the rest are named in the tail's summary.
+const FAILURES_SHOWN = 5;
+
+/** The lines above each failed test's first "(fail)" line: what failed, not only which. */
+function failureContext(lines: readonly string[]): string[] {
+  const seen = new Set<string>();
+  const context: string[] = [];
+  lines.forEach((line, i) => {
+    if (!line.startsWith("(fail)") || seen.has(line) || seen.size >= FAILURES_SHOWN) return;
+    seen.add(line);
+    context.push(...lines.slice(Math.max(0, i - ERROR_CONTEXT_LINES), i + 1), "");
+  });
+  return context;
 }
 
 /** `bun run chaos` with nothing set: the summary line must say every scenario passed. */
@@ -247,6 +266,7 @@ function killPid(pid: number, signal: NodeJS.Signals): void {
 main().catch((error: unknown) => {
   const output = error instanceof SmokeFailure ? error.output : [];
   console.log(`private-dir smoke: FAILED ${error instanceof Error ? error.message : String(error)}`);
-  for (const line of output.slice(-OUTPUT_TAIL_LINES)) console.log(`  ${line}`);
+  const whole = error instanceof SmokeFailure && error.whole;
+  for (const line of whole ? output : output.slice(-OUTPUT_TAIL_LINES)) console.log(`  ${line}`);
   process.exit(1);
 });
