@@ -103,7 +103,18 @@ paired("a switchover (the primary fenced read-only, the standby promoted): 503s 
   // The fence: every session of the old primary refuses writes from its next transaction on.
   await primary`alter system set default_transaction_read_only = on`;
   await primary`select pg_reload_conf()`;
+  const [fence] = await primary<{ at: Date }[]>`select now() as at`;
   await waitUntil(async () => (await send()).status === 503, FOLLOW_TIMEOUT_MS, "a write refused by the fenced primary");
+  // As an operator's switchover does: the transactions begun before the fence end, their
+  // commits replicated, before the promotion. A commit still waiting for the standby then
+  // would wait for good (a synchronous standby that is gone), the subscriber's among them.
+  await waitUntil(async () => {
+    const [left] = await primary<{ n: number }[]>`
+      select count(*)::int as n from pg_stat_activity
+       where datname = ${name} and pid <> pg_backend_pid()
+         and ((xact_start is not null and xact_start < ${fence!.at}) or wait_event = 'SyncRep')`;
+    return left?.n === 0;
+  }, FOLLOW_TIMEOUT_MS, "the transactions begun before the fence to end, replicated");
   await pair.promoteStandby();
 
   const after: Answer[] = [];
