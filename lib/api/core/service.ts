@@ -116,7 +116,13 @@ async function attempt(
   if (answer.created === 1) return { kind: "created", status: c.op.status, body: row.responseBody, location: c.op.locationOf(row.responseBody) };
   if (answer.request_hash !== null) return fromStored(c, answer, row);
   if (answer.got === false) return { kind: "in_flight" };
-  if (answer.refusal !== null) return { kind: "refused", refusal: c.op.refuse(answer.refusal, answer.detail, input) };
+  if (answer.refusal !== null) {
+    // Decided on this statement's snapshot, which can predate the commit of another request
+    // for the same key (whose lock, released at that commit, this one then took): what that
+    // request stored is the answer, not a refusal it made false (one more round trip, refusals only).
+    const stored = await findKey(sql, row.tenant, row.key, c.endpoint, endsAt);
+    return stored ? fromStored(c, stored, row) : { kind: "refused", refusal: c.op.refuse(answer.refusal, answer.detail, input) };
+  }
   // Locked but not written: the key row was committed by another request between this
   // statement's snapshot and its insert. Read what it stored (rare; one more round trip).
   const stored = await findKey(sql, row.tenant, row.key, c.endpoint, endsAt);
