@@ -103,8 +103,8 @@ export async function claimHeads(tx: Db, limit: number, from?: string): Promise<
  * Two forms keep this on the hash index on aggregate_id: the due test is wrapped in `is true`,
  * which the planner cannot match to the predicate of the pending index (the plain form
  * matches it, and without statistics the planner walked the whole pending index once per
- * head); and no ORDER BY, which with enable_sort off made the planner spend hundreds of
- * milliseconds on a claim of ten rows.
+ * head); and no ORDER BY, which with enable_sort off made a claim of ten rows slow
+ * (bench/README.md, "Relay order").
  */
 export async function claimFollowers(tx: Db, heads: readonly OutboxRow[], limit: number): Promise<OutboxRow[]> {
   if (heads.length === 0 || limit <= 0) return [];
