@@ -7,6 +7,7 @@ import { apiRun, conflictRun, describeApi, WARM_UP_SECONDS, type ApiRun } from "
 import { dbLimit, type DbLimit } from "./db-limit.ts";
 import { bareRun, describeThroughput, scaledRun, type Throughput } from "./api-limits.ts";
 import { e2eRun } from "./e2e-bench.ts";
+import { sideBySideRun, type SideBySide } from "./side-by-side.ts";
 import { brokerLimit, relayDrain, REFUNDS_PER_CHARGE, type BrokerLimit, type RelayDrain } from "./mqtt-bench.ts";
 import { checkoutOf, ORDER_BASELINE } from "./relay-baseline.ts";
 import { relayCost, type RelayCost } from "./relay-cost.ts";
@@ -18,8 +19,8 @@ const quick = process.argv.includes("--quick");
 const onlyAt = process.argv.indexOf("--only");
 const only = onlyAt >= 0 ? process.argv[onlyAt + 1] : undefined;
 const P = quick
-  ? { pairs: 1, seconds: 4, replaySeconds: 2, conflictSeconds: 2, brokerMessages: 10_000, drainRows: 10_000, e2eSeconds: 5, logCompare: false }
-  : { pairs: 3, seconds: 10, replaySeconds: 5, conflictSeconds: 5, brokerMessages: 50_000, drainRows: 50_000, e2eSeconds: 20, logCompare: true };
+  ? { pairs: 1, seconds: 4, replaySeconds: 2, conflictSeconds: 2, brokerMessages: 10_000, drainRows: 10_000, e2eSeconds: 5, logCompare: false, sideBySideRounds: 2 }
+  : { pairs: 3, seconds: 10, replaySeconds: 5, conflictSeconds: 5, brokerMessages: 50_000, drainRows: 50_000, e2eSeconds: 20, logCompare: true, sideBySideRounds: 5 };
 const CONNECTIONS = 32;
 const E2E_RATE = 200;
 
@@ -187,26 +188,21 @@ await section("auth cost (AUTH_MODE=jwt vs none)", async () => {
   if (errors > 0) notes.push(`auth cost: ${errors} non-2xx or socket errors`);
 });
 
-// The histogram's cost on the hot path: the same API with API_HTTP_METRICS on and off, in
-// pairs whose order alternates, so a drift over the run (a warming disk) favours neither.
+// The histogram's cost on the hot path: an API with API_HTTP_METRICS on beside one with it
+// off, both at once on one database (side-by-side.ts), so the machine's drift, which moves
+// sequential runs of the same code by ±10 %, falls on both; which starts first alternates.
 await section("HTTP metrics cost (histogram on vs off)", async () => {
-  const on: ApiRun[] = [];
-  const off: ApiRun[] = [];
-  for (let i = 0; i < P.pairs; i++) {
-    const first = i % 2 === 0 ? "0" : "1";
-    const a = await apiRun(CONNECTIONS, P.seconds, "info", 0, "jwt", { API_HTTP_METRICS: first });
-    const b = await apiRun(CONNECTIONS, P.seconds, "info", 0, "jwt", { API_HTTP_METRICS: first === "0" ? "1" : "0" });
-    const [withIt, without] = first === "1" ? [a, b] : [b, a];
-    log(`pair ${i + 1}: on ${describeApi(withIt)} | off ${describeApi(without)}`);
-    on.push(withIt);
-    off.push(without);
-  }
-  raw.httpMetricsCost = { on, off };
-  const ratios = on.map((r, i) => r.createdPerSec / (off[i]?.createdPerSec ?? Number.NaN));
-  row("API created/s HTTP histogram on vs off", median(on.map((r) => r.createdPerSec)), "/s", ">= 0.98", (v) => v >= 0.98, median(off.map((r) => r.createdPerSec)), median(ratios));
-  const cpu = on.map((r, i) => per([r.apiUsPerCharge]) / per([off[i]?.apiUsPerCharge ?? null]));
-  row("API CPU µs/charge HTTP histogram on vs off", per(on.map((r) => r.apiUsPerCharge)), "µs", "-", null, per(off.map((r) => r.apiUsPerCharge)), median(cpu));
-  const errors = [...on, ...off].reduce((n, r) => n + r.non2xx + r.socketErrors, 0);
+  const rounds: SideBySide[] = [];
+  const on = { label: "on", env: { API_HTTP_METRICS: "1" } };
+  const off = { label: "off", env: { API_HTTP_METRICS: "0" } };
+  for (let i = 0; i < P.sideBySideRounds; i++) rounds.push(await sideBySideRun(CONNECTIONS, P.seconds, on, off, i % 2 === 0));
+  raw.httpMetricsCost = rounds;
+  const ratios = rounds.map((r) => r.aPerSec / r.bPerSec);
+  row("API created/s HTTP histogram on vs off (side by side)", median(rounds.map((r) => r.aPerSec)), "/s", ">= 0.98", (v) => v >= 0.98, median(rounds.map((r) => r.bPerSec)), median(ratios));
+  const cpu = rounds.map((r) => per([r.aUsPerCharge]) / per([r.bUsPerCharge]));
+  row("API CPU µs/charge HTTP histogram on vs off (side by side)", per(rounds.map((r) => r.aUsPerCharge)), "µs", "-", null, per(rounds.map((r) => r.bUsPerCharge)), median(cpu));
+  notes.push(`HTTP metrics cost: on/off created/s per round ${ratios.map((v) => v.toFixed(3)).join(", ")}`);
+  const errors = rounds.reduce((n, r) => n + r.errors, 0);
   if (errors > 0) notes.push(`HTTP metrics cost: ${errors} non-2xx or socket errors`);
 });
 

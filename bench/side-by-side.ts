@@ -1,0 +1,70 @@
+// Two settings of `bun api.ts` measured side by side: both processes at the same time on one
+// database, each with half the pool and its own wrk at half the connections. Both meet the
+// same machine state second by second, so the drift that moves the same code's sequential
+// runs by ±10 % (bench/README.md, "HTTP histogram on vs off") cancels out of their ratio, and a
+// CPU-bound pair on shared cores splits the CPU by what each request costs: a costlier request
+// shows as fewer created/s. Which one starts first (and opens its pool first) alternates.
+// Row 6 (the HTTP histogram's cost) runs here.
+import { microsPer, sampleCpu } from "./cpu.ts";
+import { startApi, wrk, WARM_UP_SECONDS, type WrkResult } from "./api-bench.ts";
+import { freshDatabase, log } from "./support.ts";
+import { tokenFor } from "../testkit/auth.ts";
+import { API_APP, type Service } from "../testkit/processes.ts";
+
+export interface SideBySide {
+  /** Created/s of the API with setting `a`, and of the one with `b`, over the same seconds. */
+  readonly aPerSec: number;
+  readonly bPerSec: number;
+  /** µs of API process CPU per charge each created (null: /proc not readable). */
+  readonly aUsPerCharge: number | null;
+  readonly bUsPerCharge: number | null;
+  /** Answers other than 201, socket errors and timeouts, both APIs, warm-up included. */
+  readonly errors: number;
+}
+
+export interface Setting {
+  readonly label: string;
+  readonly env: Record<string, string>;
+}
+
+function created(r: WrkResult): number {
+  return r.statuses["201"] ?? 0;
+}
+
+function errorsOf(r: WrkResult): number {
+  return Object.values(r.statuses).reduce((n, c) => n + c, 0) - created(r) + r.socketErrors + r.timeouts;
+}
+
+/** One round: both APIs started (`a` first when `aFirst`), warmed up together, then measured together. */
+export async function sideBySideRun(connections: number, seconds: number, a: Setting, b: Setting, aFirst: boolean): Promise<SideBySide> {
+  const db = await freshDatabase("sidebyside");
+  const half = Math.max(1, Math.floor(connections / 2));
+  const token = await tokenFor();
+  const apis: Service[] = [];
+  try {
+    for (const s of aFirst ? [a, b] : [b, a]) apis.push(await startApi(db, "info", { ...s.env, API_POOL_SIZE: String(half) }));
+    const [apiA, apiB] = aFirst ? [apis[0]!, apis[1]!] : [apis[1]!, apis[0]!];
+    const both = (s: number) => Promise.all([wrk(apiA.port, half, s, undefined, token), wrk(apiB.port, half, s, undefined, token)]);
+    const warm = await both(WARM_UP_SECONDS);
+    const cpuA = await sampleCpu(db.sql, API_APP, [apiA.child.pid]);
+    const cpuB = await sampleCpu(db.sql, API_APP, [apiB.child.pid]);
+    const [runA, runB] = await both(seconds);
+    const [costA, costB] = [await cpuA.stop(), await cpuB.stop()];
+    const result: SideBySide = {
+      aPerSec: created(runA) / (runA.durationUs / 1e6),
+      bPerSec: created(runB) / (runB.durationUs / 1e6),
+      aUsPerCharge: microsPer(costA.processS, created(runA)),
+      bUsPerCharge: microsPer(costB.processS, created(runB)),
+      errors: [...warm, runA, runB].reduce((n, r) => n + errorsOf(r), 0),
+    };
+    log(`side by side (${(aFirst ? a : b).label} started first): ${a.label} ${describe(result.aPerSec, result.aUsPerCharge)} | ${b.label} ${describe(result.bPerSec, result.bUsPerCharge)}`);
+    return result;
+  } finally {
+    await Promise.all(apis.map((api) => api.child.stop()));
+    await db.drop();
+  }
+}
+
+function describe(perSec: number, us: number | null): string {
+  return `${Math.round(perSec)} created/s, ${us === null ? "-" : us.toFixed(1)} µs/charge`;
+}
