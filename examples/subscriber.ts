@@ -29,6 +29,7 @@ import { startInboxRetention } from "../lib/subscriber/inbox-retention.ts";
 import { startTelemetry } from "../lib/shared/telemetry.ts";
 import { observePool, startRuntimeMetrics } from "../lib/shared/runtime-metrics.ts";
 import { transactionsInProgress } from "../lib/shared/tx.ts";
+import { openConnections } from "../lib/shared/open-connections.ts";
 import { isShareGroup, sharedSubscriptionFilter, subscriptionFilter } from "../lib/events.ts";
 
 const config = configOrExit(process.env);
@@ -58,9 +59,9 @@ const runtime = startRuntimeMetrics(meter);
 const POOL_SIZE = 2;
 const poolName = `charges-subscriber-${consumer}`;
 // The inbox table comes with the schema.
-const sql = await openDatabase(config.databaseUrl, { max: POOL_SIZE, applicationName: poolName, pooler: config.databasePooler }).catch(exitOnStartupError("subscriber"));
+const sql = await openDatabase(config.databaseUrl, { max: POOL_SIZE, applicationName: poolName, pooler: config.databasePooler, countOpen: true }).catch(exitOnStartupError("subscriber"));
 // Busy: the events' (and the sweep's and retention's) transactions in progress.
-observePool(meter, { name: poolName, max: POOL_SIZE, busy: () => Math.min(POOL_SIZE, transactionsInProgress(sql)) });
+observePool(meter, { name: poolName, max: POOL_SIZE, busy: () => Math.min(POOL_SIZE, transactionsInProgress(sql)), open: () => openConnections(sql) ?? 0 });
 // The retention job's lock: a session lock past the pooler when DATABASE_DIRECT_URL is given,
 // else one per batch transaction (lib/shared/job-lock.ts).
 const lockSql = config.databaseDirectUrl === undefined ? sql : createSql(config.databaseDirectUrl, { max: 1, applicationName: `${poolName}-direct` });

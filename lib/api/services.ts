@@ -4,6 +4,7 @@
 import type { Config } from "../shared/config.ts";
 import { createSql, describeDbError, type Sql } from "../shared/db.ts";
 import type { Logger } from "../shared/log.ts";
+import { openConnections } from "../shared/open-connections.ts";
 import { createPoolGate } from "../shared/pool-gate.ts";
 import { createBatcher } from "./core/batcher.ts";
 import { createIdempotencyCore, type IdempotencyCore } from "./core/service.ts";
@@ -21,6 +22,8 @@ export function apiSql(config: Config, max: number, applicationName: string, sin
     statementTimeoutMs: bounds.statementTimeoutMs,
     lockTimeoutMs: bounds.lockTimeoutMs,
     singleUse,
+    // A client that lives for one request has nothing to report.
+    countOpen: !singleUse,
     pooler: config.databasePooler,
   });
 }
@@ -51,7 +54,7 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
   if (batcher) metrics?.observeStatements(batcher);
   // The gate admits at most poolSize units of work, each with a connection of its own: its
   // slots in use are the pool's busy connections, without reading postgres.js's internals.
-  metrics?.observePool({ name: API_POOL_NAME, max: poolSize, busy: () => gate.inUse });
+  metrics?.observePool({ name: API_POOL_NAME, max: poolSize, busy: () => gate.inUse, open: () => openConnections(sql) ?? 0 });
   return createIdempotencyCore(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated, bounds: gate, batcher });
 }
 

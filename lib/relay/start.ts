@@ -16,6 +16,7 @@ import { otelRelayEvents } from "./metrics.ts";
 import type { HttpServerMetrics } from "../shared/http-metrics.ts";
 import { observePool } from "../shared/runtime-metrics.ts";
 import { transactionsInProgress } from "../shared/tx.ts";
+import { openConnections } from "../shared/open-connections.ts";
 import { metrics } from "@opentelemetry/api";
 
 // Beyond one connection per lane (each batch holds its transaction until its PUBACKs are in):
@@ -71,8 +72,12 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   const poolSize = laneCount(config.outboxBatchSize) + EXTRA_CONNECTIONS;
   // A claim or a mark that trips these fails its batch: the loop backs off and drains again.
   const bounds = { statementTimeoutMs: config.relayTimeBounds.statementTimeoutMs, lockTimeoutMs: config.relayTimeBounds.lockTimeoutMs };
-  const sql = await openDatabase(config.databaseUrl, { max: poolSize, applicationName: RELAY_POOL_NAME, pooler: config.databasePooler, ...bounds });
+  const sql = await openDatabase(config.databaseUrl, { max: poolSize, applicationName: RELAY_POOL_NAME, pooler: config.databasePooler, countOpen: true, ...bounds });
   const direct = config.databaseDirectUrl === undefined ? undefined : createSql(config.databaseDirectUrl, { max: DIRECT_CONNECTIONS, applicationName: RELAY_DIRECT_POOL_NAME, ...bounds });
+  // LISTEN gets a client of its own from postgres.js, which a counted pool would count and
+  // never uncount (open-connections.ts): without a direct URL it listens through this one,
+  // named as the pool so that pg_stat_activity shows it with the relay's other connections.
+  const listenPool = direct ?? (isTransactionPooled(sql) ? null : createSql(config.databaseUrl, { max: 1, applicationName: RELAY_POOL_NAME, ...bounds }));
   // Not awaited: a broker that is away at start is retried, and the relay waits for it.
   const broker = connectBroker(config.mqttUrl, {
     connections: config.relayMqttConnections,
@@ -86,7 +91,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     pacer: collect ? createGcPacer(collect, GC_EVERY_ROWS) : UNPACED,
     sql,
     // Behind a transaction pooler without a direct URL, nowhere: the relay polls.
-    listenSql: direct ?? (isTransactionPooled(sql) ? null : sql),
+    listenSql: listenPool,
     broker,
     batchSize: config.outboxBatchSize,
     pollMs: config.outboxPollMs,
@@ -95,7 +100,12 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     logger: log,
   });
   // Busy: the batches' (and the jobs') transactions in progress; postgres.js counts none publicly.
-  observePool(metrics.getMeter("charges"), { name: RELAY_POOL_NAME, max: poolSize, busy: () => Math.min(poolSize, transactionsInProgress(sql)) });
+  observePool(metrics.getMeter("charges"), {
+    name: RELAY_POOL_NAME,
+    max: poolSize,
+    busy: () => Math.min(poolSize, transactionsInProgress(sql)),
+    open: () => openConnections(sql) ?? 0,
+  });
   if (direct) observePool(metrics.getMeter("charges"), { name: RELAY_DIRECT_POOL_NAME, max: DIRECT_CONNECTIONS });
   const routes: Record<string, FetchHandler> = { "/asyncapi.json": asyncApiRoute(config.mqttTopicPrefix) };
   if (options.metrics) routes["/metrics"] = options.metrics;
@@ -111,7 +121,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     async close() {
       await broker.close();
       await sql.end({ timeout: POOL_CLOSE_GRACE_S });
-      await direct?.end({ timeout: POOL_CLOSE_GRACE_S });
+      await listenPool?.end({ timeout: POOL_CLOSE_GRACE_S });
     },
   };
 }

@@ -5,6 +5,7 @@ import { clientTarget } from "./database-url.ts";
 import { POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "./pool-gate.ts";
 import type { DatabasePooler } from "./config.ts";
 import { transactionPooled } from "./pooler.ts";
+import { createOpenCounter, trackOpen } from "./open-connections.ts";
 
 export type Sql = postgres.Sql<Record<string, never>>;
 export type Tx = postgres.TransactionSql<Record<string, never>>;
@@ -27,6 +28,12 @@ export interface DbOptions {
    */
   readonly singleUse?: boolean;
   /**
+   * Count the pool's open connections (openConnections(), db_client_connections_open). Not for
+   * a pool that LISTENs (open-connections.ts). Costs postgres.js's debug mode: a stack captured
+   * per statement (bench/README.md, "Open connections").
+   */
+  readonly countOpen?: boolean;
+  /**
    * "transaction": the URL is a pooler in transaction mode (DATABASE_POOLER): no named prepared
    * statements, no startup parameters but application_name, and the bounds above set by each
    * transaction instead (pooler.ts). Default "none".
@@ -44,6 +51,7 @@ export function createSql(url: string, options: DbOptions = {}): Sql {
   const pooled = options.pooler === "transaction";
   // A list of hosts and target_session_attrs as libpq reads them (database-url.ts).
   const { url: clientUrl, ...target } = clientTarget(url);
+  const counter = options.countOpen ? createOpenCounter() : undefined;
   const sql = postgres(clientUrl, {
     ...target,
     max: options.max ?? 10,
@@ -53,13 +61,15 @@ export function createSql(url: string, options: DbOptions = {}): Sql {
     prepare: !options.singleUse && !pooled,
     fetch_types: !options.singleUse,
     onnotice: () => {},
+    ...(counter && { debug: counter.debug, onclose: counter.onclose }),
     connection: {
       application_name: options.applicationName ?? "charges",
       ...(!pooled && options.statementTimeoutMs !== undefined && { statement_timeout: options.statementTimeoutMs }),
       ...(!pooled && options.lockTimeoutMs !== undefined && { lock_timeout: options.lockTimeoutMs }),
     },
   }) as unknown as Sql;
-  return pooled ? transactionPooled(sql, options) : sql;
+  const client = pooled ? transactionPooled(sql, options) : sql;
+  return counter ? trackOpen(client, counter) : client;
 }
 
 // SQLSTATE classes that mean "the database cannot serve this now, try again later":

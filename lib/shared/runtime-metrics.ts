@@ -34,6 +34,8 @@ export interface PoolView {
   readonly max: number;
   /** Connections held by work now: the API's pool gate slots in use, the relay's and subscriber's transactions in progress. */
   readonly busy?: () => number;
+  /** Connections open now (open-connections.ts), where the pool counts them. */
+  readonly open?: () => number;
 }
 
 export function startRuntimeMetrics(meter: Meter): RuntimeMetrics {
@@ -59,12 +61,18 @@ export function startRuntimeMetrics(meter: Meter): RuntimeMetrics {
   return { stop: () => sampler.stop() };
 }
 
-/** db_client_connections_max, and db_client_connections_busy where the process counts it. */
+/** db_client_connections_max, and db_client_connections_busy and _open where the process counts them. */
 export function observePool(meter: Meter, pool: PoolView): void {
   const attributes = { "db.client.connection.pool.name": pool.name };
   meter
     .createObservableGauge("db_client_connections_max", { description: "Connections the database pool may open (its size); it opens them on demand" })
     .addCallback((result) => result.observe(pool.max, attributes));
+  const open = pool.open;
+  if (open !== undefined) {
+    meter
+      .createObservableGauge("db_client_connections_open", { description: "Database connections the pool holds open now, idle or busy" })
+      .addCallback((result) => result.observe(open(), attributes));
+  }
   const busy = pool.busy;
   if (busy === undefined) return;
   meter
