@@ -81,8 +81,9 @@ async function authFor(auth: AuthSetting): Promise<{ env: Record<string, string>
   return auth === "jwt" ? { env: authEnv(), token: await tokenFor() } : { env: { AUTH_MODE: "none" }, token: undefined };
 }
 
-export async function startApi(db: FreshDb, logLevel: string, env: Record<string, string> = {}, auth: AuthSetting = "jwt"): Promise<Service> {
-  return startProcess("api", db, { LOG_LEVEL: logLevel, ...(await authFor(auth)).env, ...env });
+/** `cwd`: a checkout of another commit to run its `api.ts` (relay-baseline.ts checkoutOf). */
+export async function startApi(db: FreshDb, logLevel: string, env: Record<string, string> = {}, auth: AuthSetting = "jwt", cwd?: string): Promise<Service> {
+  return startProcess("api", db, { LOG_LEVEL: logLevel, ...(await authFor(auth)).env, ...env }, "/readyz", cwd);
 }
 
 // The held winner waits on a lock for the whole wrk run: its bounds must outlast the hold

@@ -1,4 +1,4 @@
-// A checkout of an earlier commit, for figures that compare this relay with the one before a
+// A checkout of an earlier commit, for figures that compare this relay or API with the one before a
 // change, in the same run: `git worktree add --detach` in a temporary directory, sharing
 // this checkout's node_modules (the dependencies have not changed since), removed after.
 import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
@@ -10,6 +10,9 @@ import { run } from "./support.ts";
 // The relay before per-aggregate order (commit "ci: name what failed …", the parent of the
 // claim by heads and followers). BENCH_RELAY_BASELINE names another commit.
 export const ORDER_BASELINE = "14a3b2877bc4435616e946e8ed2c0971059ad02b";
+// The API before it counted its pool's open connections (commit "bench: the HTTP histogram's
+// cost measured side by side", the parent of the count). BENCH_API_BASELINE names another.
+export const OPEN_COUNT_BASELINE = "36eeacb6e50e0d165ce6f99fc89f1b5a627d8c86";
 
 export interface Checkout {
   readonly dir: string;

@@ -2,16 +2,16 @@
 // machine, limit/ours pairs alternated, the median of the per-pair ratios reported. Prints a
 // table, writes bench/results/<date>.json. Exit 0 whatever the ratios; 1 only if a
 // measurement crashed. See bench/README.md.
-import { mkdir, writeFile } from "node:fs/promises";
 import { apiRun, conflictRun, describeApi, WARM_UP_SECONDS, type ApiRun } from "./api-bench.ts";
 import { dbLimit, type DbLimit } from "./db-limit.ts";
 import { bareRun, describeThroughput, scaledRun, type Throughput } from "./api-limits.ts";
 import { e2eRun } from "./e2e-bench.ts";
-import { sideBySideRun, type SideBySide } from "./side-by-side.ts";
+import { compareSideBySide, type Comparison } from "./side-by-side.ts";
 import { brokerLimit, relayDrain, REFUNDS_PER_CHARGE, type BrokerLimit, type RelayDrain } from "./mqtt-bench.ts";
-import { checkoutOf, ORDER_BASELINE } from "./relay-baseline.ts";
+import { checkoutOf, OPEN_COUNT_BASELINE, ORDER_BASELINE } from "./relay-baseline.ts";
 import { relayCost, type RelayCost } from "./relay-cost.ts";
-import { benchServices, log, median, MissingTool } from "./support.ts";
+import { benchServices, log, median } from "./support.ts";
+import { createReport } from "./report.ts";
 import { ServicesUnavailable } from "../testkit/services.ts";
 
 const quick = process.argv.includes("--quick");
@@ -24,45 +24,18 @@ const P = quick
 const CONNECTIONS = 32;
 const E2E_RATE = 200;
 
-interface Row {
-  figure: string;
-  ours: number | null;
-  limit: number | null;
-  ratio: number | null;
-  unit: string;
-  target: string;
-  met: boolean | null;
-}
-const rows: Row[] = [];
-const notes: string[] = [];
-const raw: Record<string, unknown> = { quick, params: P, connections: CONNECTIONS };
-let crashed = false;
-
-function row(figure: string, ours: number | null, unit: string, target: string, check: ((v: number) => boolean) | null, limit: number | null = null, ratio: number | null = null): void {
-  const judged = ratio ?? ours;
-  rows.push({ figure, ours, limit, ratio, unit, target, met: check && judged !== null && Number.isFinite(judged) ? check(judged) : null });
-}
+const report = createReport(only, { quick, params: P, connections: CONNECTIONS });
+const { row, section, notes, raw } = report;
 
 /** The median of per-run values, a run without one (null) counting as NaN. */
 function per(values: (number | null)[]): number {
   return median(values.map((v) => v ?? Number.NaN));
 }
 
-async function section(name: string, body: () => Promise<void>): Promise<void> {
-  if (only !== undefined && !name.includes(only)) return;
-  try {
-    await body();
-  } catch (error) {
-    if (error instanceof MissingTool) {
-      notes.push(`${name}: skipped: ${error.message}`);
-      console.error(`bench: ${name} skipped: ${error.message}`);
-      return;
-    }
-    crashed = true;
-    const message = error instanceof Error ? error.message : String(error);
-    notes.push(`${name}: failed: ${message}`);
-    console.error(`bench: ${name} failed: ${message}`);
-  }
+/** The per-round ratios, and any failed answers, of a side-by-side comparison. */
+function sideBySideNotes(name: string, c: Comparison): void {
+  notes.push(`${name}: created/s per round ${c.rounds.map((r) => (r.aPerSec / r.bPerSec).toFixed(3)).join(", ")}`);
+  if (c.errors > 0) notes.push(`${name}: ${c.errors} non-2xx or socket errors`);
 }
 
 await benchServices().catch((error: unknown) => {
@@ -192,18 +165,26 @@ await section("auth cost (AUTH_MODE=jwt vs none)", async () => {
 // off, both at once on one database (side-by-side.ts), so the machine's drift, which moves
 // sequential runs of the same code by ±10 %, falls on both; which starts first alternates.
 await section("HTTP metrics cost (histogram on vs off)", async () => {
-  const rounds: SideBySide[] = [];
-  const on = { label: "on", env: { API_HTTP_METRICS: "1" } };
-  const off = { label: "off", env: { API_HTTP_METRICS: "0" } };
-  for (let i = 0; i < P.sideBySideRounds; i++) rounds.push(await sideBySideRun(CONNECTIONS, P.seconds, on, off, i % 2 === 0));
-  raw.httpMetricsCost = rounds;
-  const ratios = rounds.map((r) => r.aPerSec / r.bPerSec);
-  row("API created/s HTTP histogram on vs off (side by side)", median(rounds.map((r) => r.aPerSec)), "/s", ">= 0.98", (v) => v >= 0.98, median(rounds.map((r) => r.bPerSec)), median(ratios));
-  const cpu = rounds.map((r) => per([r.aUsPerCharge]) / per([r.bUsPerCharge]));
-  row("API CPU µs/charge HTTP histogram on vs off (side by side)", per(rounds.map((r) => r.aUsPerCharge)), "µs", "-", null, per(rounds.map((r) => r.bUsPerCharge)), median(cpu));
-  notes.push(`HTTP metrics cost: on/off created/s per round ${ratios.map((v) => v.toFixed(3)).join(", ")}`);
-  const errors = rounds.reduce((n, r) => n + r.errors, 0);
-  if (errors > 0) notes.push(`HTTP metrics cost: ${errors} non-2xx or socket errors`);
+  const c = await compareSideBySide(P.sideBySideRounds, CONNECTIONS, P.seconds, { label: "on", env: { API_HTTP_METRICS: "1" } }, { label: "off", env: { API_HTTP_METRICS: "0" } });
+  raw.httpMetricsCost = c;
+  row("API created/s HTTP histogram on vs off (side by side)", c.aPerSec, "/s", ">= 0.98", (v) => v >= 0.98, c.bPerSec, c.ratio);
+  row("API CPU µs/charge HTTP histogram on vs off (side by side)", c.aUsPerCharge, "µs", "-", null, c.bUsPerCharge, c.cpuRatio);
+  sideBySideNotes("HTTP metrics cost", c);
+});
+
+// What counting the pool's open connections costs (postgres.js's debug mode, a stack per
+// statement): this API beside the API of the commit before the count, side by side.
+await section("open connections cost (this API vs the one before the count)", async () => {
+  const baseline = await checkoutOf(process.env.BENCH_API_BASELINE ?? OPEN_COUNT_BASELINE);
+  try {
+    const c = await compareSideBySide(P.sideBySideRounds, CONNECTIONS, P.seconds, { label: "counted", env: {} }, { label: "before", env: {}, cwd: baseline.dir });
+    raw.openConnectionsCost = c;
+    row("API created/s, open connections counted vs the API before (side by side)", c.aPerSec, "/s", "-", null, c.bPerSec, c.ratio);
+    row("API CPU µs/charge, open connections counted vs the API before (side by side)", c.aUsPerCharge, "µs", "-", null, c.bUsPerCharge, c.cpuRatio);
+    sideBySideNotes("open connections cost", c);
+  } finally {
+    await baseline.remove();
+  }
 });
 
 await section("relay drain vs broker limit", async () => {
@@ -297,20 +278,4 @@ await section("end to end", async () => {
   if (e.received < e.created) notes.push(`e2e: only ${e.received} of ${e.created} events received`);
 });
 
-const fmt = (v: number | null, digits = 1): string =>
-  v === null || !Number.isFinite(v) ? "-" : Math.abs(v) >= 100 ? String(Math.round(v)) : v.toFixed(digits);
-const table = [
-  ["figure", "ours", "limit", "ratio", "target", "met?"],
-  ...rows.map((r) => [r.figure, `${fmt(r.ours)} ${r.unit}`, r.limit === null ? "-" : `${fmt(r.limit)} ${r.unit}`, fmt(r.ratio, 2), r.target, r.met === null ? "" : r.met ? "yes" : "NO"]),
-];
-const widths = table[0]!.map((_, c) => Math.max(...table.map((line) => line[c]!.length)));
-for (const line of table) console.log(line.map((cell, c) => cell.padEnd(widths[c]!)).join("  ").trimEnd());
-for (const note of notes) console.log(`note: ${note}`);
-console.log(`(${quick ? "quick" : "full"} run, ${Math.round((Date.now() - started) / 1000)} s; ratios are medians of per-pair ratios)`);
-
-const stamp = new Date().toISOString().replace(/[:.]/g, "-");
-const file = new URL(`./results/${stamp}${quick ? "-quick" : ""}.json`, import.meta.url).pathname;
-await mkdir(new URL("./results/", import.meta.url).pathname, { recursive: true });
-await writeFile(file, `${JSON.stringify({ date: new Date().toISOString(), rows, notes, raw }, null, 2)}\n`);
-console.log(`results: ${file}`);
-process.exit(crashed ? 1 : 0);
+process.exit(await report.finish(quick, started));

@@ -7,7 +7,7 @@
 // Row 6 (the HTTP histogram's cost) runs here.
 import { microsPer, sampleCpu } from "./cpu.ts";
 import { startApi, wrk, WARM_UP_SECONDS, type WrkResult } from "./api-bench.ts";
-import { freshDatabase, log } from "./support.ts";
+import { freshDatabase, log, median } from "./support.ts";
 import { tokenFor } from "../testkit/auth.ts";
 import { API_APP, type Service } from "../testkit/processes.ts";
 
@@ -25,6 +25,36 @@ export interface SideBySide {
 export interface Setting {
   readonly label: string;
   readonly env: Record<string, string>;
+  /** A checkout of another commit to run `api.ts` from (relay-baseline.ts checkoutOf); default this one. */
+  readonly cwd?: string;
+}
+
+/** Rounds of sideBySideRun, the start order alternated: medians of the per-round ratios a/b. */
+export interface Comparison {
+  readonly rounds: readonly SideBySide[];
+  readonly aPerSec: number;
+  readonly bPerSec: number;
+  readonly ratio: number;
+  readonly aUsPerCharge: number;
+  readonly bUsPerCharge: number;
+  readonly cpuRatio: number;
+  readonly errors: number;
+}
+
+export async function compareSideBySide(rounds: number, connections: number, seconds: number, a: Setting, b: Setting): Promise<Comparison> {
+  const results: SideBySide[] = [];
+  for (let i = 0; i < rounds; i++) results.push(await sideBySideRun(connections, seconds, a, b, i % 2 === 0));
+  const us = (v: number | null) => v ?? Number.NaN;
+  return {
+    rounds: results,
+    aPerSec: median(results.map((r) => r.aPerSec)),
+    bPerSec: median(results.map((r) => r.bPerSec)),
+    ratio: median(results.map((r) => r.aPerSec / r.bPerSec)),
+    aUsPerCharge: median(results.map((r) => us(r.aUsPerCharge))),
+    bUsPerCharge: median(results.map((r) => us(r.bUsPerCharge))),
+    cpuRatio: median(results.map((r) => us(r.aUsPerCharge) / us(r.bUsPerCharge))),
+    errors: results.reduce((n, r) => n + r.errors, 0),
+  };
 }
 
 function created(r: WrkResult): number {
@@ -42,7 +72,7 @@ export async function sideBySideRun(connections: number, seconds: number, a: Set
   const token = await tokenFor();
   const apis: Service[] = [];
   try {
-    for (const s of aFirst ? [a, b] : [b, a]) apis.push(await startApi(db, "info", { ...s.env, API_POOL_SIZE: String(half) }));
+    for (const s of aFirst ? [a, b] : [b, a]) apis.push(await startApi(db, "info", { ...s.env, API_POOL_SIZE: String(half) }, "jwt", s.cwd));
     const [apiA, apiB] = aFirst ? [apis[0]!, apis[1]!] : [apis[1]!, apis[0]!];
     const both = (s: number) => Promise.all([wrk(apiA.port, half, s, undefined, token), wrk(apiB.port, half, s, undefined, token)]);
     const warm = await both(WARM_UP_SECONDS);
