@@ -36,7 +36,14 @@ let shuttingDown = false;
 onShutdownSignal((signal) => {
   if (shuttingDown) return;
   shuttingDown = true;
-  log.info("stopping: finishing the batches in flight", { signal });
+  const graceMs = config.relayTimeBounds.shutdownGraceMs;
+  log.info("stopping: finishing the batches in flight", { signal, graceMs });
+  // Past the grace the stop waits for what is not coming: the rows of an unfinished batch stay
+  // pending (none was marked) and are published again by the next relay, at least once.
+  setTimeout(() => {
+    log.error("stopping took longer than RELAY_SHUTDOWN_GRACE_MS; exiting with batches unfinished, their rows left pending", { graceMs });
+    process.exit(1);
+  }, graceMs);
   void shutdown();
 });
 

@@ -9,7 +9,8 @@ import type { ApiProcess } from "../lib/api/start.ts";
 import { postCharge, startTestApi } from "../testkit/api.ts";
 import { createScratchDatabase, scratchName, withDatabase } from "../testkit/database.ts";
 import { postgresPair, serverProgramsInstalled, type PostgresPair } from "../testkit/postgres-pair.ts";
-import { startEntrypoint } from "../testkit/processes.ts";
+import { RELAY_APP, startEntrypoint } from "../testkit/processes.ts";
+import { valueOf } from "../testkit/prometheus.ts";
 import { services } from "../testkit/services.ts";
 import { spawnSubscriber } from "../testkit/subscriber.ts";
 import { waitUntil } from "../testkit/wait.ts";
@@ -136,4 +137,26 @@ paired("a switchover (the primary fenced read-only, the standby promoted): 503s 
   const [inbox] = await promoted<{ n: number }[]>`select count(*)::int as n from inbox where event_id = any(${events.map((e) => e.id)}::uuid[])`;
   expect(inbox!.n).toBe(AFTER);
   expect(relay.child.exited || sub.child.exited).toBe(false);
+});
+
+paired("the primary gone and the standby not promoted: a relay SIGTERMed then exits 1 after RELAY_SHUTDOWN_GRACE_MS, saying so", async () => {
+  const { pair, name } = await pairWithDatabase();
+  const { mqttUrl } = await services();
+  const grace = 2000;
+  const relay = await startEntrypoint("relay", {
+    env: { DATABASE_URL: pair.listUrl(name), MQTT_URL: mqttUrl, RELAY_SHUTDOWN_GRACE_MS: String(grace), OUTBOX_POLL_MS: "50", LOG_LEVEL: "warn" },
+    stdout: "tail",
+  });
+  cleanups.push(() => relay.child.stop());
+  await pair.crashPrimary();
+  // postgres.js now tries the standby (not a primary: refused), then the primary (gone), then
+  // the standby again, for good: a batch's transaction begun now waits for a connection that
+  // never comes (db_client_connections_busy counts transactions begun and not settled).
+  const busy = async () => valueOf(await (await fetch(`${relay.base}/metrics`)).text(), "db_client_connections_busy", { db_client_connection_pool_name: RELAY_APP }) ?? 0;
+  await waitUntil(async () => (await fetch(`${relay.base}/readyz`)).status === 503 && (await busy()) >= 1, FOLLOW_TIMEOUT_MS, "a batch waiting for a connection");
+  const started = performance.now();
+  relay.child.kill("SIGTERM");
+  expect(await relay.child.done).toBe(1);
+  expect(performance.now() - started).toBeGreaterThanOrEqual(grace);
+  expect(relay.child.output()).toContain("stopping took longer than RELAY_SHUTDOWN_GRACE_MS");
 });

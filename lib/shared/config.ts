@@ -138,10 +138,12 @@ const MIN_INBOX_RETENTION_S = 86_400;
 export const DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS = 300_000;
 const MAX_SUBSCRIBER_GAP_TIMEOUT_MS = 86_400_000;
 
-/** How long one relay statement may run or wait for a lock before it fails (and the relay backs off). */
+/** How long one relay statement may run or wait for a lock before it fails (and the relay backs off), and how long a stop may take. */
 export interface RelayTimeBounds {
   readonly statementTimeoutMs: number;
   readonly lockTimeoutMs: number;
+  /** From SIGTERM: the batches in flight get this long to finish, then the process exits anyway. */
+  readonly shutdownGraceMs: number;
 }
 
 // The relay's bounds are longer than the API's: no client waits on it, so a slow statement that
@@ -153,12 +155,19 @@ const RELAY_STATEMENT_TIMEOUT_MS = 30_000;
 // and the relay backs off and tries again: a short ALTER passes unnoticed, a lock held for
 // minutes shows in the logs as lock timeouts instead of a silent stall.
 const RELAY_LOCK_TIMEOUT_MS = 10_000;
+// A batch in flight finishes within its publish timeout (10 s) and its mark; a stop that takes
+// longer waits for what is not coming (no database host that qualifies, a broker that took
+// the publishes and went silent). What it leaves unmarked stays pending and is published
+// again, so the process may go: 20 s, inside the 30 s an orchestrator usually waits before
+// SIGKILL.
+const RELAY_SHUTDOWN_GRACE_MS = 20_000;
 const MAX_RELAY_BOUND_MS = 3_600_000;
 
 function relayTimeBounds(env: Env): RelayTimeBounds {
   return Object.freeze({
     statementTimeoutMs: integer(env, "RELAY_STATEMENT_TIMEOUT_MS", RELAY_STATEMENT_TIMEOUT_MS, 1, MAX_RELAY_BOUND_MS),
     lockTimeoutMs: integer(env, "RELAY_LOCK_TIMEOUT_MS", RELAY_LOCK_TIMEOUT_MS, 1, MAX_RELAY_BOUND_MS),
+    shutdownGraceMs: integer(env, "RELAY_SHUTDOWN_GRACE_MS", RELAY_SHUTDOWN_GRACE_MS, 1, MAX_RELAY_BOUND_MS),
   });
 }
 
