@@ -163,7 +163,7 @@ await section("auth cost (AUTH_MODE=jwt vs none)", async () => {
 
 // The histogram's cost on the hot path: an API with API_HTTP_METRICS on beside one with it
 // off, both at once on one database (side-by-side.ts), so the machine's drift, which moves
-// sequential runs of the same code by ±10 %, falls on both; which starts first alternates.
+// sequential runs of the same code more than the histogram costs, falls on both.
 await section("HTTP metrics cost (histogram on vs off)", async () => {
   const c = await compareSideBySide(P.sideBySideRounds, CONNECTIONS, P.seconds, { label: "on", env: { API_HTTP_METRICS: "1" } }, { label: "off", env: { API_HTTP_METRICS: "0" } });
   raw.httpMetricsCost = c;

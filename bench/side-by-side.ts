@@ -1,7 +1,7 @@
 // Two settings of `bun api.ts` measured side by side: both processes at the same time on one
 // database, each with half the pool and its own wrk at half the connections. Both meet the
 // same machine state second by second, so the drift that moves the same code's sequential
-// runs by ±10 % (bench/README.md, "HTTP histogram on vs off") cancels out of their ratio, and a
+// runs more than a small cost (bench/README.md, "HTTP histogram on vs off") cancels out of their ratio, and a
 // CPU-bound pair on shared cores splits the CPU by what each request costs: a costlier request
 // shows as fewer created/s. Which one starts first (and opens its pool first) alternates.
 // Row 6 (the HTTP histogram's cost) runs here.
