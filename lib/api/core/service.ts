@@ -116,17 +116,14 @@ async function attempt(
   if (answer.created === 1) return { kind: "created", status: c.op.status, body: row.responseBody, location: c.op.locationOf(row.responseBody) };
   if (answer.request_hash !== null) return fromStored(c, answer, row);
   if (answer.got === false) return { kind: "in_flight" };
-  if (answer.refusal !== null) {
-    // Decided on this statement's snapshot, which can predate the commit of another request
-    // for the same key (whose lock, released at that commit, this one then took): what that
-    // request stored is the answer, not a refusal it made false (one more round trip, refusals only).
-    const stored = await findKey(sql, row.tenant, row.key, c.endpoint, endsAt);
-    return stored ? fromStored(c, stored, row) : { kind: "refused", refusal: c.op.refuse(answer.refusal, answer.detail, input) };
-  }
-  // Locked but not written: the key row was committed by another request between this
-  // statement's snapshot and its insert. Read what it stored (rare; one more round trip).
+  // Refused, or locked but not written: both decided on this statement's snapshot, which can
+  // predate the commit of another request for the same key (whose lock, released at that
+  // commit, this one then took). What that request stored is the answer, not a refusal it made
+  // false (one more round trip, these cases only); with nothing stored, the refusal stands, or
+  // the key is in flight.
   const stored = await findKey(sql, row.tenant, row.key, c.endpoint, endsAt);
-  return stored ? fromStored(c, stored, row) : { kind: "in_flight" };
+  if (stored) return fromStored(c, stored, row);
+  return answer.refusal !== null ? { kind: "refused", refusal: c.op.refuse(answer.refusal, answer.detail, input) } : { kind: "in_flight" };
 }
 
 function fromStored(c: CompiledOperation, stored: KeyRow, row: RequestRow): Outcome {
