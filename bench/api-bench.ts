@@ -31,13 +31,18 @@ export interface WrkResult {
 }
 
 /** How many answers had `status`. */
-function answered(r: WrkResult, status: number): number {
+export function answered(r: WrkResult, status: number): number {
   return r.statuses[String(status)] ?? 0;
 }
 
 /** Answers other than `status`. */
 function answeredOtherThan(r: WrkResult, status: number): number {
   return Object.values(r.statuses).reduce((n, count) => n + count, 0) - answered(r, status);
+}
+
+/** Answers other than 201, socket errors and timeouts. */
+export function errorsOf(r: WrkResult): number {
+  return answeredOtherThan(r, 201) + r.socketErrors + r.timeouts;
 }
 
 /** `token`: sent as a Bearer token with every request (AUTH_MODE=jwt); none with AUTH_MODE=none. */

@@ -3,7 +3,7 @@
 // (API_REUSE_PORT), each with its own pool. Both with their CPU per charge from /proc.
 import { BARE_APP } from "./bare-api.ts";
 import { microsPer } from "./cpu.ts";
-import { warmThenMeasure, WARM_UP_SECONDS, type MeasuredRun, type WrkResult } from "./api-bench.ts";
+import { answered, errorsOf, warmThenMeasure, WARM_UP_SECONDS, type MeasuredRun } from "./api-bench.ts";
 import { benchServices, freshDatabase } from "./support.ts";
 import { API_APP, spawnScript, startEntrypoint, waitForHttp, type Child } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
@@ -32,13 +32,8 @@ export interface Throughput {
   readonly startMaxMs: number;
 }
 
-function errorsOf(r: WrkResult): number {
-  const answers = Object.values(r.statuses).reduce((n, c) => n + c, 0);
-  return answers - (r.statuses["201"] ?? 0) + r.socketErrors + r.timeouts;
-}
-
 function throughput(label: string, { start, run: r, cost, chargesInRun: chargesInDb }: MeasuredRun): Throughput {
-  const created = r.statuses["201"] ?? 0;
+  const created = answered(r, 201);
   return {
     label,
     createdPerSec: created / (r.durationUs / 1e6),

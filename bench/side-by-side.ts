@@ -6,7 +6,7 @@
 // shows as fewer created/s. Which one starts first (and opens its pool first) alternates.
 // Row 6 (the HTTP histogram's cost) runs here.
 import { microsPer, sampleCpu } from "./cpu.ts";
-import { startApi, wrk, WARM_UP_SECONDS, type WrkResult } from "./api-bench.ts";
+import { answered, errorsOf, startApi, wrk, WARM_UP_SECONDS, type WrkResult } from "./api-bench.ts";
 import { freshDatabase, log, median } from "./support.ts";
 import { tokenFor } from "../testkit/auth.ts";
 import { API_APP, type Service } from "../testkit/processes.ts";
@@ -57,13 +57,7 @@ export async function compareSideBySide(rounds: number, connections: number, sec
   };
 }
 
-function created(r: WrkResult): number {
-  return r.statuses["201"] ?? 0;
-}
-
-function errorsOf(r: WrkResult): number {
-  return Object.values(r.statuses).reduce((n, c) => n + c, 0) - created(r) + r.socketErrors + r.timeouts;
-}
+const created = (r: WrkResult): number => answered(r, 201);
 
 /** One round: both APIs started (`a` first when `aFirst`), warmed up together, then measured together. */
 export async function sideBySideRun(connections: number, seconds: number, a: Setting, b: Setting, aFirst: boolean): Promise<SideBySide> {
