@@ -2,7 +2,6 @@
 // ConfigError naming the variable; the entrypoints print its message and exit 1.
 
 import { ConfigError, databaseUrl, flag, host, integer, url, type Env } from "./config-values.ts";
-
 import { apiTimeBounds, relayTimeBounds, type ApiTimeBounds, type RelayTimeBounds } from "./time-bounds.ts";
 
 export { ConfigError, databaseUrl, type Env } from "./config-values.ts";
