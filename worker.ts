@@ -10,13 +10,12 @@
 // - metrics are pushed over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; /metrics is off.
 import { AsyncLocalStorage } from "node:async_hooks";
 import { ConfigError, loadConfig, type Config, type Env } from "./lib/shared/config.ts";
-import { routableRequest } from "./lib/shared/runtime.ts";
 import { createLogger } from "./lib/shared/log.ts";
 import { notifyOutbox } from "./lib/shared/wakeup.ts";
 import { startPushTelemetry, type PushTelemetry } from "./lib/shared/telemetry-push.ts";
 import { apiSql, boundedCore, logNotifyFailure } from "./lib/api/services.ts";
 import { createApiHandler } from "./lib/api/http/pipeline.ts";
-import type { RequestDeps } from "./lib/api/http/router.ts";
+import type { RequestDeps } from "./lib/api/http/context.ts";
 import { ROUTES, SCHEMAS } from "./lib/api/routes.ts";
 import { createApiMetrics } from "./lib/api/metrics.ts";
 import { createAuthenticator } from "./lib/api/auth.ts";
@@ -65,7 +64,7 @@ export default {
     const wake = (): void => void after.push(notifyOutbox(sql).catch(logNotifyFailure(shared.log)));
     const core = boundedCore(config, sql, CONNECTIONS_PER_REQUEST, wake);
     try {
-      return await scope.run({ ...shared, sql, core }, () => handle(routableRequest(request)));
+      return await scope.run({ ...shared, sql, core }, () => handle(request));
     } finally {
       const push = telemetry?.pushDue()?.catch((error: unknown) => shared.log.warn("metrics push failed", { error: String(error) }));
       const done = Promise.all(after).then(() => sql.end({ timeout: END_TIMEOUT_S }));

@@ -1,46 +1,85 @@
-// The API's route table: every route, once. An idempotent operation is one line here
-// (operationRoute), its module under operations/, its migration, docs and tests.
+// The API's route table: every route, once, with the schemas Elysia checks and documents.
+// An idempotent operation is one line in OPERATIONS, its module under operations/, its
+// migration, docs and tests; app.ts hands the table to Elysia.
+import { Type as t, type TObject, type TSchema } from "@sinclair/typebox";
 import { probeDatabase, type Sql } from "../shared/db.ts";
-import type { TSchema } from "@sinclair/typebox";
-import { operationRoute, RETRY_AFTER_S } from "./http/operation-route.ts";
-import { openApiDocument, problem, resource, unauthorized } from "./http/openapi.ts";
-import { invalidIdProblem, nounOf, type RequestContext, type Route } from "./http/router.ts";
-import { Charge, ChargeView, chargeView, createCharge } from "./operations/charges.ts";
-import { createRefund, Refund, refundView } from "./operations/refunds.ts";
+import { MAX_BODY_BYTES } from "./body.ts";
+import { endpointOf, type Operation } from "./core/operation.ts";
+import { operationHandler, RETRY_AFTER_S } from "./http/answers.ts";
+import { invalidIdProblem, nounOf, type RequestContext, type Route } from "./http/context.ts";
+import { Charge, ChargeBody, ChargeView, chargeView, createCharge } from "./operations/charges.ts";
+import { createRefund, Refund, RefundBody, refundView } from "./operations/refunds.ts";
 import { problemResponse } from "./problem.ts";
-import { Problem } from "./schemas.ts";
+import { IdempotencyKeyHeader, Problem } from "./schemas.ts";
+
+/** The idempotent operations: one line each. */
+export const OPERATIONS: readonly Operation[] = [createCharge, createRefund];
 
 // /readyz answers "not ready" rather than hang when the database does not answer.
 const READY_TIMEOUT_MS = 2000;
 const bearer = [{ bearer: [] }];
-const idParam = (name: string) => ({ name, in: "path", required: true, schema: { type: "string", format: "uuid" } });
+const uuid = (noun: string) => t.String({ format: "uuid", description: `The ${noun}'s id` });
+
+/** A problem answer's schema, described (the description is the answer's in /openapi.json). */
+const problem = (description: string): TSchema => ({ ...Problem, description });
+const unauthorized = problem("Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer)");
+const described = (schema: TObject, description: string): TSchema => ({ ...schema, description });
+
+/** The path parameters of a template, each a UUID ("/charges/:id" → { id }). */
+function uuidParams(names: readonly string[]): TObject | undefined {
+  if (names.length === 0) return undefined;
+  return t.Object(Object.fromEntries(names.map((name) => [name, uuid(nounOf(name))])));
+}
+
+/** The route of an idempotent operation: what the core answers for every one, and its own refusals. */
+export function operationRoute(op: Operation): Route {
+  return {
+    method: op.method,
+    path: op.path,
+    handle: operationHandler(op),
+    schema: {
+      params: uuidParams(op.uuidParams),
+      headers: t.Object({ "idempotency-key": IdempotencyKeyHeader }),
+      body: op.body,
+      response: {
+        [op.status]: described(op.response, "Created; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true)"),
+        400: problem(`Missing or invalid Idempotency-Key, body not JSON or not matching the schema${op.uuidParams.length > 0 ? ", or an id that is not a UUID" : ""}`),
+        401: unauthorized,
+        409: problem("A request with the same key is still in flight (Retry-After)"),
+        413: problem(`Body over ${MAX_BODY_BYTES} bytes`),
+        415: problem("Content-Type is not JSON"),
+        422: problem("The key was used with another request"),
+        503: problem("Database unavailable, or the token's signing keys could not be fetched (Retry-After)"),
+        ...Object.fromEntries(Object.entries(op.refusals).map(([status, description]) => [Number(status), problem(description)])),
+      },
+    },
+    detail: { operationId: op.name, description: `Idempotent: the key's scope is (tenant, key, "${endpointOf(op)}").`, security: bearer },
+  };
+}
 
 export const ROUTES: readonly Route[] = [
-  operationRoute(createCharge),
-  operationRoute(createRefund),
+  ...OPERATIONS.map(operationRoute),
   {
     method: "GET",
     path: "/charges/:id",
     handle: (ctx) => lookup(ctx, (sql, endsAt) => chargeView(sql, ctx.tenant, ctx.params.id!, endsAt)),
-    openapi: {
-      operationId: "getCharge",
-      security: bearer,
-      parameters: [idParam("id")],
-      responses: { "200": resource("The charge, with its refunded total", "ChargeView"), "400": problem("Not a UUID"), "401": unauthorized, "404": problem("Unknown charge, or another tenant's") },
+    schema: {
+      params: uuidParams(["id"]),
+      response: { 200: described(ChargeView, "The charge, with its refunded total"), 400: problem("Not a UUID"), 401: unauthorized, 404: problem("Unknown charge, or another tenant's") },
     },
+    detail: { operationId: "getCharge", security: bearer },
   },
   {
     method: "GET",
     path: "/charges/:id/refunds/:refundId",
     handle: (ctx) => lookup(ctx, (sql, endsAt) => refundView(sql, ctx.tenant, ctx.params.id!, ctx.params.refundId!, endsAt)),
-    openapi: {
-      operationId: "getRefund",
-      security: bearer,
-      parameters: [idParam("id"), idParam("refundId")],
-      responses: { "200": resource("The refund", "Refund"), "400": problem("Not a UUID"), "401": unauthorized, "404": problem("Unknown refund or charge, or another tenant's") },
+    schema: {
+      params: uuidParams(["id", "refundId"]),
+      response: { 200: described(Refund, "The refund"), 400: problem("Not a UUID"), 401: unauthorized, 404: problem("Unknown refund or charge, or another tenant's") },
     },
+    detail: { operationId: "getRefund", security: bearer },
   },
-  { method: "GET", path: "/healthz", handle: () => Response.json({ status: "ok" }), openapi: { responses: { "200": { description: "The process runs" } } } },
+  { method: "GET", path: "/healthz", handle: () => Response.json({ status: "ok" }), detail: { operationId: "health", description: "200 while the process runs" } },
   {
     method: "GET",
     path: "/readyz",
@@ -48,25 +87,20 @@ export const ROUTES: readonly Route[] = [
       (await probeDatabase(ctx.deps.sql, READY_TIMEOUT_MS)).up
         ? Response.json({ status: "ready" })
         : problemResponse("unavailable", "the database does not answer", {}, { "retry-after": RETRY_AFTER_S }),
-    openapi: { responses: { "200": { description: "The database answers" }, "503": problem("It does not") } },
+    schema: { response: { 503: problem("The database does not answer") } },
+    detail: { operationId: "ready", description: "200 when the database answers" },
   },
   {
     method: "GET",
     path: "/metrics",
     handle: (ctx) => (ctx.metrics ? ctx.metrics() : problemResponse("notFound", "metrics are not enabled")),
-    openapi: { responses: { "200": { description: "Prometheus text exposition" } } },
+    detail: { operationId: "metrics", description: "Prometheus text exposition" },
   },
-  { method: "GET", path: "/openapi.json", handle: () => Response.json(apiDocument()), openapi: { responses: { "200": { description: "This document" } } } },
 ];
 
-/** Every schema a route checks or documents: compiled at load by the edge worker. */
-export const SCHEMAS: readonly TSchema[] = [createCharge.body, createRefund.body, Charge, ChargeView, Refund];
-
-let document: Record<string, unknown> | undefined;
-function apiDocument(): Record<string, unknown> {
-  document ??= openApiDocument(ROUTES, { ChargeBody: createCharge.body, RefundBody: createRefund.body, Charge, ChargeView, Refund, Problem });
-  return document;
-}
+/** Every schema a route checks or documents: compiled at load by the edge worker, and the document's components. */
+export const COMPONENTS: Readonly<Record<string, TObject>> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, Problem };
+export const SCHEMAS: readonly TSchema[] = Object.values(COMPONENTS);
 
 /**
  * A GET of one of the tenant's rows by the route's UUIDs: 400 for an id that is not one, 404

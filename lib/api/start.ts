@@ -1,6 +1,6 @@
 // Assembles the API process from config: the pool, the schema, the idempotency core, the
-// relay's wake-up and metrics; the request pipeline (routes, authentication, request logs) is
-// http/pipeline.ts's, shared with the edge worker (worker.ts).
+// relay's wake-up and metrics; the request pipeline (the Elysia app of app.ts, request logs)
+// is http/pipeline.ts's, shared with the edge worker (worker.ts), and /docs is this process's.
 import type { Meter } from "@opentelemetry/api";
 import type { Config } from "../shared/config.ts";
 import type { Sql } from "../shared/db.ts";
@@ -8,7 +8,8 @@ import { applySchema } from "../shared/startup.ts";
 import { API_POOL_NAME, apiSql, boundedCore, logNotifyFailure } from "./services.ts";
 import type { HttpServerMetrics } from "../shared/http-metrics.ts";
 import { createApiHandler } from "./http/pipeline.ts";
-import type { RequestDeps } from "./http/router.ts";
+import type { RequestDeps } from "./http/context.ts";
+import { swaggerUiAssets } from "./docs-assets.ts";
 import { ROUTES, SCHEMAS } from "./routes.ts";
 import { createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
@@ -64,7 +65,7 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const counters = createApiMetrics(options.meter);
   const core = boundedCore(config, sql, poolSize, notifier.poke, counters);
   const deps: RequestDeps = { sql, core, auth, log, counters };
-  const fetch = createApiHandler(ROUTES, SCHEMAS, () => deps, { metrics: options.metrics, httpMetrics: options.httpMetrics });
+  const fetch = createApiHandler(ROUTES, SCHEMAS, () => deps, { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: swaggerUiAssets() });
   return {
     sql,
     fetch,

@@ -69,19 +69,30 @@ export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0", o
 // Location is a path), and the Host header itself is left as the client sent it.
 const FALLBACK_ORIGIN = "http://localhost";
 
+// Where Elysia starts looking for the path: it skips this many characters of the url, the
+// shortest origin it expects ("http://a.b"); a shorter origin ("http://a", from `Host: a`)
+// would have part of its path taken for the origin.
+const ELYSIA_ORIGIN_MIN = 11;
+
 /**
- * The request with an absolute URL. Bun hands a request without a Host header (HTTP/1.0
- * health checkers send exactly that) over with a bare path as its url, on which
- * `new URL(request.url)` throws in any code that parses it; such a request is re-addressed to
- * FALLBACK_ORIGIN, path and query kept. Any other request passes untouched.
+ * The request with an absolute URL whose origin the router can skip. Bun hands a request
+ * without a Host header (HTTP/1.0 health checkers send exactly that) over with a bare path as
+ * its url, on which `new URL(request.url)` throws in any code that parses it, and a short Host
+ * (`Host: api`) gives an origin shorter than Elysia's path parser skips: such a request is
+ * re-addressed to FALLBACK_ORIGIN, path and query kept. Any other request passes untouched.
  */
 export function routableRequest(request: Request): Request {
   const url = request.url;
-  if (!url.startsWith("/")) return request;
+  if (!url.startsWith("/")) {
+    const scheme = url.indexOf("://");
+    const pathStart = scheme < 0 ? -1 : url.indexOf("/", scheme + 3);
+    if (pathStart < 0 || pathStart >= ELYSIA_ORIGIN_MIN) return request;
+  }
+  const path = url.startsWith("/") ? url : url.slice(url.indexOf("/", url.indexOf("://") + 3));
   // Method, headers and body only: copying the whole request would read its signal, which
   // Deno answers with a deprecation warning, and no handler uses it.
   const init = { method: request.method, headers: request.headers, body: request.body, duplex: "half" };
-  return new Request(FALLBACK_ORIGIN + url, init as RequestInit);
+  return new Request(FALLBACK_ORIGIN + path, init as RequestInit);
 }
 
 // A path WHATWG URL parsing leaves as it is: no dot segment to resolve, nothing to

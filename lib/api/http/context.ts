@@ -1,11 +1,13 @@
-// The route table's shape and its matching: a method and a template ("/charges/:id") per
-// route, the template also being what logs, metrics and the key's scope call the route.
+// The route table's shape, framework-free: a method and a template ("/charges/:id") per route,
+// the template also being what logs, metrics and the key's scope call the route. app.ts hands
+// the table to Elysia, which routes, parses and validates; a handler gets what it checked.
 import type { Logger } from "../../shared/log.ts";
 import type { Sql } from "../../shared/db.ts";
 import type { IdempotencyCore } from "../core/service.ts";
 import type { Authenticator } from "../auth.ts";
 import type { ApiMetrics } from "../metrics.ts";
 import type { OutcomeKind } from "../core/service.ts";
+import type { TObject, TSchema } from "@sinclair/typebox";
 import { isUuid } from "../../shared/uuid.ts";
 import { problemResponse } from "../problem.ts";
 
@@ -35,6 +37,8 @@ export interface RequestContext {
   readonly request: Request;
   readonly route: Route;
   readonly params: Readonly<Record<string, string>>;
+  /** The body, read as strict JSON and checked against the route's `schema.body` (undefined without one). */
+  readonly body: unknown;
   /** The authenticated tenant of a route behind a token; "" on the operator routes. */
   readonly tenant: string;
   readonly deps: RequestDeps;
@@ -48,8 +52,18 @@ export interface Route {
   /** The template: literal segments and `:name` parameters. */
   readonly path: string;
   readonly handle: (ctx: RequestContext) => Promise<Response> | Response;
-  /** The OpenAPI operation object of this method and path. */
-  readonly openapi: Record<string, unknown>;
+  /** What Elysia checks before the handler (a failure is a 400) and documents in /openapi.json. */
+  readonly schema?: RouteSchema;
+  /** The OpenAPI operation's own fields (operationId, summary, description, security). */
+  readonly detail: Readonly<Record<string, unknown>>;
+}
+
+export interface RouteSchema {
+  readonly params?: TObject;
+  readonly headers?: TObject;
+  readonly body?: TSchema;
+  /** Status → the schema of that answer's body (its `description` is the answer's). */
+  readonly response?: Readonly<Record<number, TSchema>>;
 }
 
 // What each path parameter names, for the problem of an id that is not a UUID.
@@ -71,66 +85,26 @@ export function needsToken(path: string): boolean {
   return path === "/charges" || path.startsWith("/charges/");
 }
 
-export interface Match {
-  readonly route: Route;
-  readonly params: Readonly<Record<string, string>>;
+/** What one request carries from the entry through Elysia's hooks and back. */
+export interface RequestState {
+  readonly deps: RequestDeps;
+  readonly fields: LogFields;
+  tenant: string;
+  /** The template of the route that answered; UNMATCHED_ROUTE until one does. */
+  route: string;
 }
 
-interface Compiled {
-  readonly route: Route;
-  readonly segments: readonly string[];
+// Keyed by the Request Elysia is handed: its hooks and handlers are given that same object.
+const states = new WeakMap<Request, RequestState>();
+
+/** From the entry on, `request`'s hooks and handlers find `state` by it. */
+export function trackRequest(request: Request, state: RequestState): void {
+  states.set(request, state);
 }
 
-const NO_PARAMS: Readonly<Record<string, string>> = Object.freeze({});
-
-/** A matcher over `routes`: exact paths by one map lookup, templates segment by segment. */
-export function createRouter(routes: readonly Route[]): (method: string, path: string) => Match | undefined {
-  const exact = new Map<string, Route>();
-  const templates: Compiled[] = [];
-  for (const route of routes) {
-    if (route.path.includes("/:")) templates.push({ route, segments: route.path.split("/") });
-    else exact.set(`${route.method} ${route.path}`, route);
-  }
-  return (method, rawPath) => {
-    // One trailing slash is the same route ("/charges/" is "/charges").
-    const path = rawPath.length > 1 && rawPath.endsWith("/") ? rawPath.slice(0, -1) : rawPath;
-    const route = exact.get(`${method} ${path}`);
-    if (route !== undefined) return { route, params: NO_PARAMS };
-    const segments = path.split("/");
-    for (const t of templates) {
-      if (t.route.method !== method) continue;
-      const params = matchSegments(t.segments, segments);
-      if (params !== undefined) return { route: t.route, params };
-    }
-    return undefined;
-  };
-}
-
-function matchSegments(template: readonly string[], segments: readonly string[]): Record<string, string> | undefined {
-  if (template.length !== segments.length) return undefined;
-  const params: Record<string, string> = {};
-  for (let i = 0; i < template.length; i++) {
-    const want = template[i]!;
-    const got = segments[i]!;
-    if (want.startsWith(":")) {
-      if (got === "") return undefined;
-      params[want.slice(1)] = decodeSegment(got);
-    } else if (want !== got) return undefined;
-  }
-  return params;
-}
-
-/** A parameter as the client meant it; a malformed escape is kept as sent (it then fails its own check). */
-function decodeSegment(segment: string): string {
-  if (!segment.includes("%")) return segment;
-  try {
-    return decodeURIComponent(segment);
-  } catch {
-    return segment;
-  }
-}
-
-/** The OpenAPI path of a template: "/charges/:id" → "/charges/{id}". */
-export function openApiPath(template: string): string {
-  return template.replace(/:([A-Za-z]+)/g, "{$1}");
+/** The state of a request this pipeline is serving; a request from anywhere else is a bug. */
+export function stateOf(request: Request): RequestState {
+  const state = states.get(request);
+  if (state === undefined) throw new Error("bug: a request reached the app outside the pipeline");
+  return state;
 }

@@ -1,50 +1,36 @@
-// The route of an idempotent operation, the same for every one: the path's ids (400), the body
-// (415, 413, 400), its schema (400), the key (400), then the core, whose outcome is answered by
-// one exhaustive switch.
-import type { TypeCheck } from "@sinclair/typebox/compiler";
-import type { TObject } from "@sinclair/typebox";
+// The handler of an idempotent operation, the same for every one, and the answers every route
+// shares. Elysia has already read the body (415, 413, strict JSON: body.ts) and checked it and
+// the key's presence against their schemas; here come the path's ids (400), the key's syntax
+// (400), then the core, whose outcome is answered by one exhaustive switch.
+import type { Static } from "@sinclair/typebox";
 import { keyHash } from "../../shared/redact.ts";
-import { readJsonBody } from "../body.ts";
 import { parseIdempotencyKey } from "../core/keys.ts";
 import { endpointOf, type Operation } from "../core/operation.ts";
 import type { Outcome } from "../core/service.ts";
 import { ProblemError, problemResponse } from "../problem.ts";
-import { checkOf } from "../schemas.ts";
-import { describeOperation } from "./openapi.ts";
-import { invalidIdProblem, type RequestContext, type Route } from "./router.ts";
+import { invalidIdProblem, type RequestContext } from "./context.ts";
 
 // How long a client should wait before retrying a 409 (the first request is a single
 // statement, normally done in milliseconds) or a 503 (the pool reconnects within a second).
 export const RETRY_AFTER_S = "1";
 
-export function operationRoute(op: Operation): Route {
+/** The handler of `op`'s route: `ctx.body` has passed `op.body`. */
+export function operationHandler(op: Operation): (ctx: RequestContext) => Promise<Response> {
   const endpoint = endpointOf(op);
-  return {
-    method: op.method,
-    path: op.path,
-    openapi: describeOperation(op),
-    async handle(ctx) {
-      const badId = invalidIdProblem(ctx.params, op.uuidParams);
-      if (badId) return badId;
-      let body: unknown;
-      try {
-        body = await readJsonBody(ctx.request);
-      } catch (error) {
-        return bodyProblem(error);
-      }
-      const check = checkOf(op.body);
-      if (!check.Check(body)) return validationProblem(check, body);
-      const parsed = parseIdempotencyKey(ctx.request.headers.get("idempotency-key"));
-      if (!parsed.ok) return problemResponse("invalidKey", parsed.reason);
-      const outcome = await ctx.deps.core.run(op, {
-        tenant: ctx.tenant,
-        key: parsed.key,
-        input: { params: ctx.params, body },
-        traceparent: traceparentOf(ctx.request),
-      });
-      heard(ctx, endpoint, outcome, parsed.key);
-      return outcomeResponse(outcome);
-    },
+  return async (ctx) => {
+    const badId = invalidIdProblem(ctx.params, op.uuidParams);
+    if (badId) return badId;
+    const parsed = parseIdempotencyKey(ctx.request.headers.get("idempotency-key"));
+    if (!parsed.ok) return problemResponse("invalidKey", parsed.reason);
+    const outcome = await ctx.deps.core.run(op, {
+      tenant: ctx.tenant,
+      key: parsed.key,
+      // Elysia checked it against op.body before the handler ran.
+      input: { params: ctx.params, body: ctx.body as Static<typeof op.body> },
+      traceparent: traceparentOf(ctx.request),
+    });
+    heard(ctx, endpoint, outcome, parsed.key);
+    return outcomeResponse(outcome);
   };
 }
 
@@ -85,14 +71,20 @@ function stored(status: number, body: string, location: string, replayed: boolea
 }
 
 /** What reading the body threw: our 415, 413 or 400, or anything else as "not valid JSON". */
-function bodyProblem(cause: unknown): Response {
+export function bodyProblem(cause: unknown): Response {
   const error = cause instanceof ProblemError ? cause : new ProblemError("invalidBody", "the body is not valid JSON");
   return problemResponse(error.problem, error.detail, error.extensions);
 }
 
-/** A 400 naming every field that fails the schema. */
-export function validationProblem(check: TypeCheck<TObject>, value: unknown): Response {
-  const errors = [...check.Errors(value)].map((e) => ({ field: e.path.replace(/^\//, "").replace(/\//g, ".") || "(body)", message: e.message }));
+/** One failure of a schema: a JSON Pointer into the checked value, and what is wrong there. */
+export interface SchemaFault {
+  readonly path: string;
+  readonly message: string;
+}
+
+/** A 400 naming every field that fails the schema ("amountCents", "meta.a"; "(body)" for the whole). */
+export function validationProblem(faults: readonly SchemaFault[]): Response {
+  const errors = faults.map((e) => ({ field: e.path.replace(/^\//, "").replace(/\//g, ".") || "(body)", message: e.message }));
   const detail = errors.map((e) => `${e.field}: ${e.message}`).join("; ") || "the body does not match the schema";
   return problemResponse("invalidBody", detail, { errors });
 }
