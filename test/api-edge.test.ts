@@ -2,12 +2,12 @@
 // short Host route normally, and whatever fails outside a route is an RFC 9457 problem,
 // never HTML or a stack trace. Plus: request logs carry a hash of the key, never the key.
 import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import net from "node:net";
 import { createHash } from "node:crypto";
 import { apiTestContext, postCharge, startTestApi } from "../testkit/api.ts";
 import { serve } from "../lib/shared/runtime.ts";
 import { createLogger } from "../lib/shared/log.ts";
 import { tokenFor } from "../testkit/auth.ts";
+import { http10, http11, raw } from "../testkit/raw-http.ts";
 
 setDefaultTimeout(30_000);
 
@@ -15,41 +15,6 @@ const { db, api } = await apiTestContext("api_edge");
 const server = serve(0, api.fetch, "127.0.0.1");
 afterAll(() => server.stop());
 
-interface RawResponse {
-  readonly status: number;
-  readonly headers: Record<string, string>;
-  readonly body: string;
-}
-
-/**
- * Sends `head` as written and `body` with a content-length (or as one chunk), reads until the
- * server closes, parses the answer.
- */
-function raw(port: number, head: string[], body = "", framing: "length" | "chunked" = "length"): Promise<RawResponse> {
-  const size = Buffer.byteLength(body);
-  const framed =
-    framing === "chunked"
-      ? `transfer-encoding: chunked\r\n\r\n${size.toString(16)}\r\n${body}\r\n0\r\n\r\n`
-      : `${body ? `content-length: ${size}\r\n` : ""}\r\n${body}`;
-  const text = `${head.join("\r\n")}\r\n${framed}`;
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(port, "127.0.0.1", () => socket.write(text));
-    const chunks: Buffer[] = [];
-    socket.on("data", (chunk) => chunks.push(Buffer.from(chunk)));
-    socket.on("error", reject);
-    socket.on("close", () => {
-      const all = Buffer.concat(chunks).toString("utf8");
-      const end = all.indexOf("\r\n\r\n");
-      if (end === -1) return reject(new Error(`no HTTP answer: ${JSON.stringify(all)}`));
-      const [statusLine, ...lines] = all.slice(0, end).split("\r\n");
-      const headers = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()]));
-      resolve({ status: Number(statusLine!.split(" ")[1]), headers, body: all.slice(end + 4) });
-    });
-  });
-}
-
-const http10 = (requestLine: string, ...headers: string[]) => [`${requestLine} HTTP/1.0`, ...headers];
-const http11 = (requestLine: string, ...headers: string[]) => [`${requestLine} HTTP/1.1`, ...headers, "connection: close"];
 const bearer = `authorization: Bearer ${await tokenFor()}`;
 const chargeHeaders = (key: string) => ["content-type: application/json", `idempotency-key: ${key}`, bearer];
 

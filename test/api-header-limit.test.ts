@@ -3,10 +3,10 @@
 // add a problem document to that answer (docs/api.md says so); this test notices the day a Bun
 // upgrade changes either half, the limit or who answers.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
-import net from "node:net";
 import { apiTestContext, counts } from "../testkit/api.ts";
 import { serve } from "../lib/shared/runtime.ts";
 import { tokenFor } from "../testkit/auth.ts";
+import { exchange } from "../testkit/raw-http.ts";
 
 setDefaultTimeout(30_000);
 
@@ -17,20 +17,10 @@ afterAll(() => server.stop());
 // Bun's request-header limit (its default, 16 KiB): one header of this many bytes is over it.
 const OVER_THE_LIMIT_BYTES = 17 * 1024;
 
-/** Sends `text` as written and reads until the server closes the connection. */
-function exchange(text: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(server.port, "127.0.0.1", () => socket.write(text));
-    const chunks: Buffer[] = [];
-    socket.on("data", (chunk) => chunks.push(Buffer.from(chunk)));
-    socket.on("error", reject);
-    socket.on("close", () => resolve(Buffer.concat(chunks).toString("utf8")));
-  });
-}
-
 test("a POST /charges whose headers are over the limit: Bun's bare 431, connection closed, nothing written", async () => {
   const body = JSON.stringify({ amountCents: 4900 });
   const answer = await exchange(
+    server.port,
     [
       "POST /charges HTTP/1.1",
       "host: localhost",

@@ -91,7 +91,9 @@ function declare(app: AnyElysia, route: Route, options: AppOptions): AnyElysia {
     // Before the parse (POST) or the checks (GET): the token first, so nothing of a request
     // without one is read.
     transform: ({ request }: { request: Request }) => enter(request, route),
-    ...(schema.body && { parse: async ({ request }: { request: Request }) => (await enter(request, route), readJsonBody(request)) }),
+    // Ours answers every body (a value, or a throw for 415, 413 or 400); the media type's name
+    // after it is what the document shows.
+    ...(schema.body && { parse: [async ({ request }: { request: Request }) => (await enter(request, route), readJsonBody(request)), "application/json"] }),
   };
   const handler = (ctx: Context) => {
     const state = stateOf(ctx.request);

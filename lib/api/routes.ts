@@ -79,7 +79,13 @@ export const ROUTES: readonly Route[] = [
     },
     detail: { operationId: "getRefund", security: bearer },
   },
-  { method: "GET", path: "/healthz", handle: () => Response.json({ status: "ok" }), detail: { operationId: "health", description: "200 while the process runs" } },
+  {
+    method: "GET",
+    path: "/healthz",
+    handle: () => Response.json({ status: "ok" }),
+    schema: { response: { 200: t.Object({ status: t.Literal("ok") }, { description: "The process runs" }) } },
+    detail: { operationId: "health" },
+  },
   {
     method: "GET",
     path: "/readyz",
@@ -87,14 +93,15 @@ export const ROUTES: readonly Route[] = [
       (await probeDatabase(ctx.deps.sql, READY_TIMEOUT_MS)).up
         ? Response.json({ status: "ready" })
         : problemResponse("unavailable", "the database does not answer", {}, { "retry-after": RETRY_AFTER_S }),
-    schema: { response: { 503: problem("The database does not answer") } },
-    detail: { operationId: "ready", description: "200 when the database answers" },
+    schema: { response: { 200: t.Object({ status: t.Literal("ready") }, { description: "The database answers" }), 503: problem("The database does not answer") } },
+    detail: { operationId: "ready" },
   },
   {
     method: "GET",
     path: "/metrics",
     handle: (ctx) => (ctx.metrics ? ctx.metrics() : problemResponse("notFound", "metrics are not enabled")),
-    detail: { operationId: "metrics", description: "Prometheus text exposition" },
+    schema: { response: { 200: t.String({ description: "Prometheus text exposition" }), 404: problem("No exposition wired in this process") } },
+    detail: { operationId: "metrics" },
   },
 ];
 
