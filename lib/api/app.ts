@@ -68,7 +68,8 @@ export function buildApp(routes: readonly Route[], options: AppOptions): AnyElys
         specPath: "/openapi.json",
         openapiVersion: "3.1.0",
         provider: options.docs ? "swagger-ui" : null,
-        swagger: options.docs && { cdn: options.docs.script, theme: options.docs.stylesheet, autoDarkMode: false },
+        // No validator badge: Swagger UI would send the document to its public validator.
+        swagger: options.docs && { cdn: options.docs.script, theme: options.docs.stylesheet, autoDarkMode: false, displayOperationId: true, validatorUrl: "none" },
         documentation: { info: DOCUMENT_INFO, components: { schemas: COMPONENTS, securitySchemes: { bearer: BEARER_SCHEME } } },
       }),
     )

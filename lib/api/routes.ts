@@ -53,7 +53,7 @@ export function operationRoute(op: Operation): Route {
         ...Object.fromEntries(Object.entries(op.refusals).map(([status, description]) => [Number(status), problem(description)])),
       },
     },
-    detail: { operationId: op.name, description: `Idempotent: the key's scope is (tenant, key, "${endpointOf(op)}").`, security: bearer },
+    detail: { operationId: op.name, summary: op.summary, description: `Idempotent: the key's scope is (tenant, key, "${endpointOf(op)}").`, security: bearer },
   };
 }
 
@@ -67,7 +67,7 @@ export const ROUTES: readonly Route[] = [
       params: uuidParams(["id"]),
       response: { 200: described(ChargeView, "The charge, with its refunded total"), 400: problem("Not a UUID"), 401: unauthorized, 404: problem("Unknown charge, or another tenant's") },
     },
-    detail: { operationId: "getCharge", security: bearer },
+    detail: { operationId: "getCharge", summary: "A charge, with its refunded total", security: bearer },
   },
   {
     method: "GET",
@@ -77,14 +77,14 @@ export const ROUTES: readonly Route[] = [
       params: uuidParams(["id", "refundId"]),
       response: { 200: described(Refund, "The refund"), 400: problem("Not a UUID"), 401: unauthorized, 404: problem("Unknown refund or charge, or another tenant's") },
     },
-    detail: { operationId: "getRefund", security: bearer },
+    detail: { operationId: "getRefund", summary: "A refund of a charge", security: bearer },
   },
   {
     method: "GET",
     path: "/healthz",
     handle: () => Response.json({ status: "ok" }),
     schema: { response: { 200: t.Object({ status: t.Literal("ok") }, { description: "The process runs" }) } },
-    detail: { operationId: "health" },
+    detail: { operationId: "health", summary: "Liveness: the process runs" },
   },
   {
     method: "GET",
@@ -94,14 +94,14 @@ export const ROUTES: readonly Route[] = [
         ? Response.json({ status: "ready" })
         : problemResponse("unavailable", "the database does not answer", {}, { "retry-after": RETRY_AFTER_S }),
     schema: { response: { 200: t.Object({ status: t.Literal("ready") }, { description: "The database answers" }), 503: problem("The database does not answer") } },
-    detail: { operationId: "ready" },
+    detail: { operationId: "ready", summary: "Readiness: the database answers" },
   },
   {
     method: "GET",
     path: "/metrics",
     handle: (ctx) => (ctx.metrics ? ctx.metrics() : problemResponse("notFound", "metrics are not enabled")),
     schema: { response: { 200: t.String({ description: "Prometheus text exposition" }), 404: problem("No exposition wired in this process") } },
-    detail: { operationId: "metrics" },
+    detail: { operationId: "metrics", summary: "Prometheus metrics" },
   },
 ];
 

@@ -69,6 +69,8 @@ export interface OperationSql {
 export interface Operation<Schema extends TObject = TObject, Columns extends Record<string, ColumnValue> = Record<string, ColumnValue>> {
   /** The OpenAPI operationId. */
   readonly name: string;
+  /** One line for the API reference ("Create a charge"). */
+  readonly summary: string;
   readonly method: "POST";
   /** The route template ("/charges/:id/refunds"); `${method} ${path}` is the key's endpoint scope. */
   readonly path: string;

@@ -33,6 +33,7 @@ type ChargeColumns = { charge_id: string; amount_cents: number; created_at: stri
 
 export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   name: "createCharge",
+  summary: "Create a charge",
   method: "POST",
   path: "/charges",
   uuidParams: [],

@@ -28,6 +28,7 @@ const EXCEEDS_CHARGE = "refund_exceeds_charge";
 
 export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   name: "createRefund",
+  summary: "Refund part or all of a charge",
   method: "POST",
   path: "/charges/:id/refunds",
   uuidParams: ["id"],

@@ -1,0 +1,80 @@
+// The API's document and its reference page, from the real `bun api.ts`: /openapi.json is
+// valid OpenAPI 3.1 with every route, each operation's request and response schemas, the
+// problem answers and the bearer scheme; /docs renders in a real browser (Debian's headless
+// Chromium) from assets the API serves itself, and lists the operations by name.
+import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { Validator } from "@seriousme/openapi-schema-validator";
+import { freshDatabase } from "../testkit/services.ts";
+import { killAll, startEntrypoint } from "../testkit/processes.ts";
+import { authEnv } from "../testkit/auth.ts";
+import { chromiumBinary, renderedDom } from "../testkit/chromium.ts";
+import { ROUTES } from "../lib/api/routes.ts";
+
+setDefaultTimeout(90_000);
+
+const db = await freshDatabase("api_docs");
+const api = await startEntrypoint("api", { env: { DATABASE_URL: db.url, API_POOL_SIZE: "2", ...authEnv() } });
+afterAll(async () => {
+  await killAll();
+  await db.drop();
+});
+
+interface Operation {
+  operationId: string;
+  security?: unknown;
+  requestBody?: { content: Record<string, { schema: unknown }> };
+  responses: Record<string, { description: string; content?: Record<string, { schema: { properties?: Record<string, unknown> } }> }>;
+}
+type Document = { openapi: string; paths: Record<string, Record<string, Operation>>; components: { securitySchemes: Record<string, unknown> } };
+
+const doc = (await (await fetch(`${api.base}/openapi.json`)).json()) as Document;
+const openApiPath = (template: string) => template.replace(/:([A-Za-z]+)/g, "{$1}");
+
+describe("/openapi.json", () => {
+  test("is valid OpenAPI 3.1", async () => {
+    expect(doc.openapi).toBe("3.1.0");
+    expect(await new Validator().validate(doc as unknown as object)).toEqual({ valid: true });
+  });
+
+  test("has every route the API serves, and nothing else", () => {
+    const documented = Object.entries(doc.paths).flatMap(([path, methods]) => Object.keys(methods).map((m) => `${m.toUpperCase()} ${path}`));
+    expect(documented.sort()).toEqual(ROUTES.map((r) => `${r.method} ${openApiPath(r.path)}`).sort());
+  });
+
+  test("each idempotent operation: its body's schema, its 201's, every problem answer, the bearer scheme", () => {
+    for (const [path, id] of [["/charges", "createCharge"], ["/charges/{id}/refunds", "createRefund"]] as const) {
+      const op = doc.paths[path]!.post!;
+      expect(op.operationId).toBe(id);
+      expect(op.security).toEqual([{ bearer: [] }]);
+      expect(op.requestBody?.content["application/json"]?.schema).toMatchObject({ type: "object", required: ["amountCents"], additionalProperties: false });
+      expect(op.responses["201"]!.content!["application/json"]!.schema.properties).toHaveProperty("id");
+      for (const status of ["400", "401", "409", "413", "415", "422", "503"]) {
+        expect(op.responses[status]!.content!["application/json"]!.schema.properties).toHaveProperty("type");
+      }
+    }
+    expect(doc.paths["/charges/{id}/refunds"]!.post!.responses["404"]).toBeDefined();
+    expect(doc.components.securitySchemes.bearer).toMatchObject({ type: "http", scheme: "bearer" });
+  });
+});
+
+describe("/docs", () => {
+  test("its page loads only what this API serves", async () => {
+    const res = await fetch(`${api.base}/docs`);
+    expect(res.status).toBe(200);
+    const html = await res.text();
+    const sources = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]!);
+    expect(sources.length).toBeGreaterThan(0);
+    for (const source of sources) {
+      expect(source.startsWith("/")).toBe(true);
+      expect((await fetch(`${api.base}${source}`)).status).toBe(200);
+    }
+  });
+
+  test.skipIf(chromiumBinary() === undefined)("renders in headless Chromium, listing the operations by name", async () => {
+    const dom = await renderedDom(`${api.base}/docs`);
+    for (const route of ROUTES) expect(dom).toContain(String(route.detail.operationId));
+    expect(dom).toContain("Create a charge");
+  });
+});
+
+if (chromiumBinary() === undefined) console.warn("test/api-docs.test.ts: the browser test is skipped: `chromium` is not installed (apt-get install -y chromium; .ci/run installs it)");
