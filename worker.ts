@@ -16,7 +16,8 @@ import { startPushTelemetry, type PushTelemetry } from "./lib/shared/telemetry-p
 import { apiSql, boundedCore, logNotifyFailure } from "./lib/api/services.ts";
 import { createApiHandler } from "./lib/api/http/pipeline.ts";
 import type { RequestDeps } from "./lib/api/http/context.ts";
-import { ROUTES, SCHEMAS } from "./lib/api/routes.ts";
+import { OPERATIONS, ROUTES, SCHEMAS } from "./lib/api/routes.ts";
+import { endpointOf } from "./lib/api/core/operation.ts";
 import { createApiMetrics } from "./lib/api/metrics.ts";
 import { createAuthenticator } from "./lib/api/auth.ts";
 import { problemResponse } from "./lib/api/problem.ts";
@@ -90,7 +91,7 @@ function buildIsolate(env: Env): Isolate {
     const config = loadConfig(env);
     const log = createLogger(config.logLevel, "api");
     const telemetry = config.otlpEndpoint ? startPushTelemetry("charges-worker", config.otlpEndpoint) : undefined;
-    const shared = { auth: createAuthenticator(config.auth), log, counters: createApiMetrics(telemetry?.meter) };
+    const shared = { auth: createAuthenticator(config.auth), log, counters: createApiMetrics(telemetry?.meter, OPERATIONS.map(endpointOf)) };
     return { ok: true, config, shared, telemetry };
   } catch (error) {
     if (error instanceof ConfigError) return { ok: false, message: error.message };

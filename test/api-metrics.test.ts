@@ -11,6 +11,8 @@ import { labelValues, samples, valueOf } from "../testkit/prometheus.ts";
 import { createHttpServerMetrics, UNMATCHED_ROUTE } from "../lib/shared/http-metrics.ts";
 import { loadConfig } from "../lib/shared/config.ts";
 import { ROUTES } from "../lib/api/routes.ts";
+import { AUTH_FAILURE_REASONS } from "../lib/api/auth.ts";
+import { OUTCOME_KINDS } from "../lib/api/core/service.ts";
 
 setDefaultTimeout(30_000);
 
@@ -35,6 +37,17 @@ function sample(text: string, name: string, labels: Record<string, string>): num
   }
   return undefined;
 }
+
+// Runs first: nothing has been asked of this API yet.
+test("before any request, every series whose labels are known is on /metrics at 0", async () => {
+  const text = await (await api.fetch(new Request("http://localhost/metrics"))).text();
+  for (const reason of AUTH_FAILURE_REASONS) expect([reason, sample(text, "auth_failures_total", { reason })]).toEqual([reason, 0]);
+  for (const endpoint of ["POST /charges", "POST /charges/:id/refunds"]) {
+    for (const outcome of OUTCOME_KINDS) {
+      expect([endpoint, outcome, sample(text, "idempotency_requests_total", { endpoint, outcome })]).toEqual([endpoint, outcome, 0]);
+    }
+  }
+});
 
 test("idempotency_requests_total counts each outcome exactly, without keys or ids in labels", async () => {
   const a = crypto.randomUUID();

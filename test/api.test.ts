@@ -1,4 +1,4 @@
-// POST /charges against real Postgres: every row of SPEC's table, asserting rows as well
+// POST /charges against real Postgres: every row of the table in docs/api.md ("Answers"), asserting rows as well
 // as responses.
 import { setDefaultTimeout } from "bun:test";
 import { describe, expect, test } from "bun:test";

@@ -4,7 +4,7 @@ import { ConfigError, loadConfig } from "../lib/shared/config.ts";
 import { runToExit } from "../testkit/processes.ts";
 import { authEnv } from "../testkit/auth.ts";
 
-test("defaults are SPEC's", () => {
+test("defaults are the README's (Configuration)", () => {
   const config = loadConfig({});
   expect(config).toMatchObject({
     databaseUrl: "postgres://localhost:5432/postgres",

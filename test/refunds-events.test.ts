@@ -87,6 +87,6 @@ test("ChargeCreated then two ChargeRefunded: their topics, envelopes (sequence 1
       "aggregate-sequence": String(i + 1),
     });
   });
-  // The refund events' data in key order, as SPEC lists it.
+  // The refund events' data in key order, as docs/relay.md lists it.
   expect(Object.keys(received[1]!.body.data as object)).toEqual(["chargeId", "refundId", "amountCents", "refundedCents"]);
 });

@@ -1,4 +1,4 @@
-// POST /charges/:id/refunds against real Postgres: every row of SPEC's refunds table and the
+// POST /charges/:id/refunds against real Postgres: every row of the refunds table in docs/api.md and the
 // text around it, asserting rows as well as responses; and the GETs that show refunds.
 import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { startTelemetry } from "../lib/shared/telemetry.ts";

@@ -1,4 +1,4 @@
-// GET /metrics on RELAY_PORT of the real `bun relay.ts`: SPEC's names, types and labels,
+// GET /metrics on RELAY_PORT of the real `bun relay.ts`: the names, types and labels of docs/operations.md ("Metrics"),
 // values that match the database, the operator port's own request histogram, the process
 // metrics, and no per-event value in any label.
 import { setDefaultTimeout } from "bun:test";
@@ -24,7 +24,7 @@ function value(text: string, series: string): number | undefined {
   return line === undefined ? undefined : Number(line.slice(series.length + 1));
 }
 
-test("the relay's /metrics carries SPEC's outbox metrics with the values the database shows", async () => {
+test("the relay's /metrics carries docs/operations.md's outbox metrics with the values the database shows", async () => {
   const prefix = `metrics-${crypto.randomUUID().slice(0, 8)}/`;
   const destination = topicOf(prefix, CHARGE_CREATED);
   const rows = await insertPending(db.sql, 25);

@@ -1,8 +1,8 @@
 // The API's metrics through the OpenTelemetry API only; the entrypoint registers the SDK.
 // Labels hold the endpoint and the outcome, never a key or an id.
 import { metrics, type Attributes, type Meter } from "@opentelemetry/api";
-import type { OutcomeKind } from "./core/service.ts";
-import type { AuthFailureReason } from "./auth.ts";
+import { OUTCOME_KINDS, type OutcomeKind } from "./core/service.ts";
+import { AUTH_FAILURE_REASONS, type AuthFailureReason } from "./auth.ts";
 import type { StatementStats } from "./core/batcher.ts";
 import { observePool, type PoolView } from "../shared/runtime-metrics.ts";
 
@@ -22,7 +22,12 @@ interface Tally {
   count: number;
 }
 
-export function createApiMetrics(meter: Meter = metrics.getMeter("charges")): ApiMetrics {
+/**
+ * Every series whose labels are known up front starts at zero (each of `endpoints` by each
+ * outcome, each auth failure reason), as Prometheus's instrumentation guide advises: a
+ * dashboard shows 0 rather than "no data", and a rate() alert works before the first event.
+ */
+export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), endpoints: readonly string[] = []): ApiMetrics {
   // Counted here and reported when metrics are collected: a synchronous counter's add()
   // hashes its attribute set on every call (sorting and joining the labels), once per POST;
   // an observable counter reports the same monotonic sums at each scrape or push.
@@ -36,6 +41,10 @@ export function createApiMetrics(meter: Meter = metrics.getMeter("charges")): Ap
   const authFailures = meter.createCounter("auth_failures_total", {
     description: "Requests to /charges refused for their bearer token (or left unverified: keys_unavailable), by reason",
   });
+  for (const reason of AUTH_FAILURE_REASONS) authFailures.add(0, { reason });
+  for (const endpoint of endpoints) {
+    tallies.set(endpoint, new Map(OUTCOME_KINDS.map((outcome) => [outcome, { attributes: { endpoint, outcome }, count: 0 }])));
+  }
   return {
     observeStatements(stats) {
       // Read at collection: the hot path only bumps the batcher's own integers.

@@ -10,7 +10,8 @@ import type { HttpServerMetrics } from "../shared/http-metrics.ts";
 import { createApiHandler } from "./http/pipeline.ts";
 import type { RequestDeps } from "./http/context.ts";
 import { swaggerUiAssets } from "./docs-assets.ts";
-import { ROUTES, SCHEMAS } from "./routes.ts";
+import { OPERATIONS, ROUTES, SCHEMAS } from "./routes.ts";
+import { endpointOf } from "./core/operation.ts";
 import { createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { createOutboxNotifier } from "../shared/wakeup.ts";
@@ -62,7 +63,7 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
   }
   const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log));
-  const counters = createApiMetrics(options.meter);
+  const counters = createApiMetrics(options.meter, OPERATIONS.map(endpointOf));
   const core = boundedCore(config, sql, poolSize, notifier.poke, counters);
   const deps: RequestDeps = { sql, core, auth, log, counters };
   const fetch = createApiHandler(ROUTES, SCHEMAS, () => deps, { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: swaggerUiAssets() });

@@ -20,6 +20,10 @@ export type Outcome =
 
 export type OutcomeKind = Outcome["kind"];
 
+// Every kind, for the counters that start at zero: a Record, so a new kind fails to compile until named here.
+const OUTCOME_KIND_SET: Readonly<Record<OutcomeKind, true>> = { created: true, replayed: true, payload_conflict: true, in_flight: true, refused: true };
+export const OUTCOME_KINDS = Object.keys(OUTCOME_KIND_SET) as readonly OutcomeKind[];
+
 export interface OperationRequest<Body> {
   /** Whose key and rows these are: every read and write is scoped to it. */
   readonly tenant: string;
