@@ -13,6 +13,9 @@ export const ORDER_BASELINE = "14a3b2877bc4435616e946e8ed2c0971059ad02b";
 // The API before it counted its pool's open connections (commit "bench: the HTTP histogram's
 // cost measured side by side", the parent of the count). BENCH_API_BASELINE names another.
 export const OPEN_COUNT_BASELINE = "36eeacb6e50e0d165ce6f99fc89f1b5a627d8c86";
+// The API before the HTTP layer moved to Elysia (commit "deps: stripe 23.1.0 …", whose API is
+// the hand-written router's). BENCH_ELYSIA_BASELINE names another.
+export const ELYSIA_BASELINE = "f9554e7";
 
 export interface Checkout {
   readonly dir: string;

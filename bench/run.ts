@@ -8,7 +8,7 @@ import { bareRun, describeThroughput, scaledRun, type Throughput } from "./api-l
 import { e2eRun } from "./e2e-bench.ts";
 import { compareSideBySide, type Comparison } from "./side-by-side.ts";
 import { brokerLimit, relayDrain, REFUNDS_PER_CHARGE, type BrokerLimit, type RelayDrain } from "./mqtt-bench.ts";
-import { checkoutOf, OPEN_COUNT_BASELINE, ORDER_BASELINE } from "./relay-baseline.ts";
+import { checkoutOf, ELYSIA_BASELINE, OPEN_COUNT_BASELINE, ORDER_BASELINE } from "./relay-baseline.ts";
 import { relayCost, type RelayCost } from "./relay-cost.ts";
 import { benchServices, log, median } from "./support.ts";
 import { createReport } from "./report.ts";
@@ -182,6 +182,22 @@ await section("open connections cost (this API vs the one before the count)", as
     row("API created/s, open connections counted vs the API before (side by side)", c.aPerSec, "/s", "-", null, c.bPerSec, c.ratio);
     row("API CPU µs/charge, open connections counted vs the API before (side by side)", c.aUsPerCharge, "µs", "-", null, c.bUsPerCharge, c.cpuRatio);
     sideBySideNotes("open connections cost", c);
+  } finally {
+    await baseline.remove();
+  }
+});
+
+// Elysia's cost: this API (Elysia) beside the API of the commit before it (the hand-written
+// router and pipeline), side by side on one database, as the histogram's cost is measured.
+await section("Elysia cost (this API vs the hand-written router before it)", async () => {
+  const baseline = await checkoutOf(process.env.BENCH_ELYSIA_BASELINE ?? ELYSIA_BASELINE);
+  try {
+    const c = await compareSideBySide(P.sideBySideRounds, CONNECTIONS, P.seconds, { label: "elysia", env: {} }, { label: "router", env: {}, cwd: baseline.dir });
+    raw.elysiaCost = c;
+    row("API created/s, Elysia vs the router before (side by side)", c.aPerSec, "/s", ">= 0.93", (v) => v >= 0.93, c.bPerSec, c.ratio);
+    row("API p99 ms, Elysia vs the router before (side by side)", c.aP99Us / 1000, "ms", "<= 1.1", (v) => v <= 1.1, c.bP99Us / 1000, c.p99Ratio);
+    row("API CPU µs/charge, Elysia vs the router before (side by side)", c.aUsPerCharge, "µs", "-", null, c.bUsPerCharge, c.cpuRatio);
+    sideBySideNotes("Elysia cost", c);
   } finally {
     await baseline.remove();
   }

@@ -18,6 +18,9 @@ export interface SideBySide {
   /** µs of API process CPU per charge each created (null: /proc not readable). */
   readonly aUsPerCharge: number | null;
   readonly bUsPerCharge: number | null;
+  /** Each API's p99 latency over the measured seconds (µs, as wrk reports it). */
+  readonly aP99Us: number;
+  readonly bP99Us: number;
   /** Answers other than 201, socket errors and timeouts, both APIs, warm-up included. */
   readonly errors: number;
 }
@@ -38,6 +41,10 @@ export interface Comparison {
   readonly aUsPerCharge: number;
   readonly bUsPerCharge: number;
   readonly cpuRatio: number;
+  /** Medians of each API's p99 (µs), and of the per-round ratios a/b. */
+  readonly aP99Us: number;
+  readonly bP99Us: number;
+  readonly p99Ratio: number;
   readonly errors: number;
 }
 
@@ -53,6 +60,9 @@ export async function compareSideBySide(rounds: number, connections: number, sec
     aUsPerCharge: median(results.map((r) => us(r.aUsPerCharge))),
     bUsPerCharge: median(results.map((r) => us(r.bUsPerCharge))),
     cpuRatio: median(results.map((r) => us(r.aUsPerCharge) / us(r.bUsPerCharge))),
+    aP99Us: median(results.map((r) => r.aP99Us)),
+    bP99Us: median(results.map((r) => r.bP99Us)),
+    p99Ratio: median(results.map((r) => r.aP99Us / r.bP99Us)),
     errors: results.reduce((n, r) => n + r.errors, 0),
   };
 }
@@ -79,9 +89,11 @@ export async function sideBySideRun(connections: number, seconds: number, a: Set
       bPerSec: created(runB) / (runB.durationUs / 1e6),
       aUsPerCharge: microsPer(costA.processS, created(runA)),
       bUsPerCharge: microsPer(costB.processS, created(runB)),
+      aP99Us: runA.p99Us,
+      bP99Us: runB.p99Us,
       errors: [...warm, runA, runB].reduce((n, r) => n + errorsOf(r), 0),
     };
-    log(`side by side (${(aFirst ? a : b).label} started first): ${a.label} ${describe(result.aPerSec, result.aUsPerCharge)} | ${b.label} ${describe(result.bPerSec, result.bUsPerCharge)}`);
+    log(`side by side (${(aFirst ? a : b).label} started first): ${a.label} ${describe(result.aPerSec, result.aUsPerCharge, result.aP99Us)} | ${b.label} ${describe(result.bPerSec, result.bUsPerCharge, result.bP99Us)}`);
     return result;
   } finally {
     await Promise.all(apis.map((api) => api.child.stop()));
@@ -89,6 +101,6 @@ export async function sideBySideRun(connections: number, seconds: number, a: Set
   }
 }
 
-function describe(perSec: number, us: number | null): string {
-  return `${Math.round(perSec)} created/s, ${us === null ? "-" : us.toFixed(1)} µs/charge`;
+function describe(perSec: number, us: number | null, p99Us: number): string {
+  return `${Math.round(perSec)} created/s, ${us === null ? "-" : us.toFixed(1)} µs/charge, p99 ${(p99Us / 1000).toFixed(1)} ms`;
 }
