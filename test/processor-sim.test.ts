@@ -17,7 +17,7 @@ beforeAll(async () => {
 });
 afterAll(() => sim.stop());
 
-const CARD_ONLY = { payment_method_types: ["card"] };
+const CARD_ONLY = { allowed_payment_method_types: ["card"] };
 
 function charge(paymentMethod: string, metadata: Record<string, string> = {}, amount = 4900): Stripe.PaymentIntentCreateParams {
   return { amount, currency: "usd", payment_method: paymentMethod, confirm: true, metadata, ...CARD_ONLY };
@@ -130,6 +130,20 @@ test("a confirmation that could redirect needs a return_url, as on Stripe, unles
   expect(refused).toMatchObject({ statusCode: 400, rawType: "invalid_request_error" });
   const noRedirects = await stripe.paymentIntents.create({ amount: 4900, currency: "usd", payment_method: "pm_card_visa", confirm: true, automatic_payment_methods: { enabled: true, allow_redirects: "never" } });
   expect(noRedirects.status).toBe("succeeded");
+});
+
+test("payment_method_types is refused on the package's API version (endive), as on Stripe; allowed_payment_method_types is its replacement", async () => {
+  const params = { amount: 4900, currency: "usd", payment_method: "pm_card_visa", confirm: true, payment_method_types: ["card"] };
+  const refused = await failure(stripe.paymentIntents.create(params as Stripe.PaymentIntentCreateParams));
+  expect(refused).toMatchObject({ statusCode: 400, code: "payment_method_types_no_longer_supported", param: "payment_method_types" });
+  const older = await fetch(`${sim.url}/v1/payment_intents`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${SIM_KEY}`, "Stripe-Version": "2025-09-30.clover" },
+    body: "amount=4900&currency=usd&payment_method=pm_card_visa&confirm=true&payment_method_types[0]=card",
+  });
+  expect(older.status).toBe(200);
+  const both = await failure(stripe.paymentIntents.create({ ...charge("pm_card_visa"), automatic_payment_methods: { enabled: true } }));
+  expect(both).toMatchObject({ statusCode: 400, code: "parameters_exclusive" });
 });
 
 test("unknown objects are 404 resource_missing; a wrong or missing API key is 401", async () => {

@@ -96,7 +96,7 @@ export class Api {
     const fault = this.faults.pick(route.op, method, ALL_FAULTS);
     if (fault === "hang") return this.hang(flight, () => finish?.(undefined));
     await this.pace();
-    let answer = fault === "500-before" ? errorAnswer(500, INTERNAL_ERROR, true) : this.execute(route, form, flight.key);
+    let answer = fault === "500-before" ? errorAnswer(500, INTERNAL_ERROR, true) : this.execute(route, form, flight);
     if (fault === "500-after" && answer.stored) answer = errorAnswer(500, INTERNAL_ERROR, true);
     const body = JSON.stringify(answer.body, null, 2);
     finish?.(answer.stored ? { status: answer.status, body, requestId: flight.requestId } : undefined);
@@ -113,13 +113,13 @@ export class Api {
     return fault === "drop-after" ? { kind: "drop" } : reply;
   }
 
-  private execute(route: Route, form: FormObject, key: string | null): ApiAnswer {
-    const ctx = { idempotencyKey: key };
+  private execute(route: Route, form: FormObject, flight: InFlight): ApiAnswer {
+    const ctx = { idempotencyKey: flight.key, apiVersion: stripeVersion(flight.call) };
     switch (route.op) {
       case "create":
         return createIntent(this.store, form, ctx);
       case "confirm":
-        return confirmIntent(this.store, route.id ?? "", form);
+        return confirmIntent(this.store, route.id ?? "", form, ctx);
       case "retrieve":
         return retrieveIntent(this.store, route.id ?? "", form);
       case "refund":
@@ -142,7 +142,7 @@ export class Api {
     const headers: Record<string, string> = {
       "Content-Type": "application/json",
       "Request-Id": flight.requestId,
-      "Stripe-Version": flight.call.header("stripe-version") ?? DEFAULT_STRIPE_VERSION,
+      "Stripe-Version": stripeVersion(flight.call),
       ...(flight.key === null ? {} : { "Idempotency-Key": flight.key }),
       ...extra,
     };
@@ -160,6 +160,10 @@ export class Api {
     const ms = this.faults.latency(this.latencyMs());
     if (ms > 0) await new Promise((resolve) => setTimeout(resolve, ms));
   }
+}
+
+function stripeVersion(call: Call): string {
+  return call.header("stripe-version") ?? DEFAULT_STRIPE_VERSION;
 }
 
 function routeOf(method: string, path: string): Route | undefined {

@@ -8,7 +8,12 @@ import { DECLINE_MESSAGES, intentJson, newIntentSecret, paymentMethodJson, TEST_
 
 export interface CallContext {
   readonly idempotencyKey: string | null;
+  /** The call's Stripe-Version (the package pins one): some parameters depend on it. */
+  readonly apiVersion: string;
 }
+
+// From this API version (endive), payment_method_types is no longer writable on PaymentIntents.
+const PAYMENT_METHOD_TYPES_REMOVED_IN = "2026-09-30";
 
 const CONFIRM_SPEC: ParamSpec = {
   payment_method: "string",
@@ -26,6 +31,8 @@ const CREATE_SPEC: ParamSpec = {
   metadata: "metadata",
   description: "string",
   payment_method_types: "list",
+  allowed_payment_method_types: "list",
+  excluded_payment_method_types: "list",
   automatic_payment_methods: { enabled: "boolean", allow_redirects: "string" },
   capture_method: "string",
   statement_descriptor: "string",
@@ -43,11 +50,12 @@ const REDIRECT_MESSAGE =
   "This PaymentIntent is configured to accept payment methods enabled in your Dashboard, some of which may require a full page redirect to succeed. If you do not want to accept redirect-based payment methods, set `automatic_payment_methods[enabled]` to `true` and `automatic_payment_methods[allow_redirects]` to `never` when creating Setup Intents and Payment Intents.";
 
 export function createIntent(store: Store, form: FormObject, ctx: CallContext): ApiAnswer {
-  const wrong = checkParams(form, CREATE_SPEC) ?? checkAmount(form) ?? checkCreateOptions(store, form);
+  const wrong = checkParams(form, CREATE_SPEC) ?? checkVersioned(form, ctx.apiVersion) ?? checkAmount(form) ?? checkCreateOptions(store, form);
   if (wrong) return wrong;
   const amount = Number(form.amount);
   const methodName = typeof form.payment_method === "string" ? store.testMethodName(form.payment_method) ?? null : null;
   const types = formList(form.payment_method_types);
+  const allowed = formList(form.allowed_payment_method_types);
   const id = newId("pi");
   const intent: IntentRecord = {
     id,
@@ -57,7 +65,8 @@ export function createIntent(store: Store, form: FormObject, ctx: CallContext): 
     created: nowSeconds(),
     description: typeof form.description === "string" ? form.description : null,
     paymentMethodTypes: types ?? ["card"],
-    automatic: types ? null : automaticMethods(form),
+    allowedTypes: allowed ?? null,
+    automatic: types || allowed ? null : automaticMethods(form),
     captureMethod: typeof form.capture_method === "string" ? form.capture_method : "automatic_async",
     idempotencyKey: ctx.idempotencyKey,
     metadata: metadataOf(form.metadata),
@@ -79,10 +88,10 @@ export function createIntent(store: Store, form: FormObject, ctx: CallContext): 
   return confirm && methodName ? charge(store, intent, methodName) : { status: 200, body: intentJson(intent), stored: true };
 }
 
-export function confirmIntent(store: Store, id: string, form: FormObject): ApiAnswer {
+export function confirmIntent(store: Store, id: string, form: FormObject, ctx: CallContext): ApiAnswer {
   const intent = store.intents.get(id);
   if (!intent) return noSuch("payment_intent", id, "intent", 404);
-  const wrong = checkParams(form, CONFIRM_SPEC) ?? checkMethod(store, form);
+  const wrong = checkVersioned(form, ctx.apiVersion) ?? checkParams(form, CONFIRM_SPEC) ?? checkMethod(store, form);
   if (wrong) return wrong;
   if (intent.status === "succeeded") {
     return unexpectedState(intent, "You cannot confirm this PaymentIntent because it has already succeeded after being previously confirmed.");
@@ -118,10 +127,25 @@ function checkAmount(form: FormObject): ApiAnswer | undefined {
   return undefined;
 }
 
+/** Parameters whose meaning depends on the API version: payment_method_types is gone from endive on. */
+function checkVersioned(form: FormObject, apiVersion: string): ApiAnswer | undefined {
+  if (form.payment_method_types !== undefined && apiVersion.slice(0, 10) >= PAYMENT_METHOD_TYPES_REMOVED_IN) {
+    const message = "payment_method_types is no longer supported on this API version. Use allowed_payment_method_types or excluded_payment_method_types, or dynamic payment methods.";
+    return invalidParam(message, "payment_method_types", "payment_method_types_no_longer_supported");
+  }
+  return undefined;
+}
+
 function checkCreateOptions(store: Store, form: FormObject): ApiAnswer | undefined {
   const capture = form.capture_method;
   if (typeof capture === "string" && !SUPPORTED_CAPTURE.has(capture)) {
     return invalidParam(`capture_method "${capture}" is not supported by the simulator (automatic capture only)`, "capture_method");
+  }
+  if (form.allowed_payment_method_types !== undefined) {
+    const clash = ["payment_method_types", "excluded_payment_method_types", "automatic_payment_methods"].find((name) => form[name] !== undefined);
+    if (clash) return invalidParam(`You cannot specify both allowed_payment_method_types and ${clash}.`, clash, "parameters_exclusive");
+    // Stripe drops the types that cannot be used; the simulator's only one is card.
+    if (!formList(form.allowed_payment_method_types)?.includes("card")) return invalidParam("None of allowed_payment_method_types can be used: the simulator has card only.", "allowed_payment_method_types");
   }
   const types = formList(form.payment_method_types);
   if (types && types.some((type) => type !== "card")) return invalidParam("The simulator accepts payment_method_types of card only.", "payment_method_types");

@@ -37,6 +37,8 @@ export interface IntentRecord {
   readonly created: number;
   readonly description: string | null;
   readonly paymentMethodTypes: readonly string[];
+  /** allowed_payment_method_types as given, or null. */
+  readonly allowedTypes: readonly string[] | null;
   readonly automatic: AutomaticMethods | null;
   readonly captureMethod: string;
   readonly idempotencyKey: string | null;
@@ -113,6 +115,7 @@ export function intentJson(intent: IntentRecord): Record<string, unknown> {
   return {
     id: intent.id,
     object: "payment_intent",
+    allowed_payment_method_types: intent.allowedTypes ? [...intent.allowedTypes] : null,
     amount: intent.amount,
     amount_capturable: 0,
     amount_details: { tip: {} },
@@ -129,6 +132,7 @@ export function intentJson(intent: IntentRecord): Record<string, unknown> {
     currency: intent.currency,
     customer: null,
     description: intent.description,
+    excluded_payment_method_types: null,
     last_payment_error: intent.lastPaymentError,
     latest_charge: intent.latestCharge,
     livemode: false,
