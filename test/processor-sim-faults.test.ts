@@ -125,6 +125,8 @@ test("drop-after: the client sees a connection error, the money moved once, and 
 });
 
 test("rules hit only their operation and payment method, and lift themselves after `times`", async () => {
+  sim.setFaults({ rules: [{ kind: "500-before", probability: 0 }] });
+  expect((await stripe.paymentIntents.create(payment(), { idempotencyKey: crypto.randomUUID() })).status).toBe("succeeded");
   sim.setFaults({ rules: [{ kind: "500-before", op: "create", paymentMethod: "pm_card_mastercard", times: 1 }] });
   expect((await stripe.paymentIntents.create(payment(), { idempotencyKey: crypto.randomUUID() })).status).toBe("succeeded");
   const hit = await failure(stripe.paymentIntents.create(payment(4900, "pm_card_mastercard"), { idempotencyKey: crypto.randomUUID() }));

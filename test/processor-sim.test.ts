@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
 import Stripe from "stripe";
 import { responseHeader, SIM_KEY, startProcessorSim, stripeFor, type ProcessorSim } from "../testkit/processor-sim.ts";
+import { spawnChild, spawnScript } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(20_000);
@@ -190,4 +191,36 @@ test("every call is in the request log, with its key and what became of it", asy
   await stripe.paymentIntents.create(charge("pm_card_visa"), { idempotencyKey: key });
   const seen = await waitUntil(() => sim.requests().find((request) => request.idempotencyKey === key && request.state === "answered"));
   expect(seen).toMatchObject({ method: "POST", path: "/v1/payment_intents", op: "create", status: 200, replayed: false });
+});
+
+test("a key is kept 24 hours: after that, the same call is a new one", async () => {
+  let now = Date.now();
+  const timed = await startProcessorSim({ now: () => now });
+  try {
+    const client = stripeFor(timed);
+    const key = crypto.randomUUID();
+    const first = await client.paymentIntents.create(charge("pm_card_visa"), { idempotencyKey: key });
+    now += 24 * 3600 * 1000 - 1;
+    const kept = await client.paymentIntents.create(charge("pm_card_visa"), { idempotencyKey: key });
+    expect(kept.id).toBe(first.id);
+    now += 1;
+    const renewed = await client.paymentIntents.create(charge("pm_card_visa"), { idempotencyKey: key });
+    expect(renewed.id).not.toBe(first.id);
+    expect(responseHeader(renewed.lastResponse.headers, "idempotent-replayed")).toBeUndefined();
+  } finally {
+    await timed.stop();
+  }
+});
+
+test("the CLI prints one line with its URL, serves, and exits 0 on SIGTERM", async () => {
+  const lines: string[] = [];
+  const cli = spawnScript("dev/processor-sim/cli.ts", { stdout: (line) => void lines.push(line) });
+  const url = await waitUntil(() => lines[0]?.match(/http:\/\/127\.0\.0\.1:\d+/)?.[0], 10_000, "the CLI's line");
+  const ledger = await fetch(`${url}/_sim/ledger`).then((response) => response.json());
+  expect(ledger).toEqual({ paymentIntents: [], refunds: [], totals: { captured: 0, refunded: 0 } });
+  expect(await cli.stop()).toBe(0);
+  expect(lines).toHaveLength(1);
+  const bad = spawnChild(["bun", "dev/processor-sim/cli.ts", "--port", "x"], { stdout: "tail" });
+  expect(await bad.done).toBe(1);
+  expect(bad.output()).toBe('processor-sim: --port must be an integer from 0 to 65535, got "x"');
 });

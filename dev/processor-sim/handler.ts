@@ -51,10 +51,12 @@ interface InFlight {
 
 export class Api {
   readonly store = new Store();
-  readonly keys = new IdempotencyKeys();
+  readonly keys: IdempotencyKeys;
   readonly log = new RequestLog();
 
-  constructor(private readonly faults: FaultSet, private readonly latencyMs: () => number) {}
+  constructor(private readonly faults: FaultSet, private readonly latencyMs: () => number, now: () => number = Date.now) {
+    this.keys = new IdempotencyKeys(now);
+  }
 
   async handle(call: Call): Promise<Reply> {
     const requestId = newRequestId();

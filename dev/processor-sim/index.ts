@@ -32,6 +32,8 @@ export interface ProcessorSimOptions {
   readonly hostname?: string;
   /** Delay before each answer, unless the faults set their own. */
   readonly latencyMs?: number;
+  /** The clock of the idempotency keys' 24-hour retention (milliseconds); Date.now unless a test moves time. */
+  readonly now?: () => number;
 }
 
 // A Stripe v1 request body is a small form; anything this big is not one.
@@ -40,7 +42,7 @@ const MAX_BODY_BYTES = 1024 * 1024;
 export async function startProcessorSim(options: ProcessorSimOptions = {}): Promise<ProcessorSim> {
   const hostname = options.hostname ?? "127.0.0.1";
   const faults = new FaultSet();
-  const api = new Api(faults, () => options.latencyMs ?? 0);
+  const api = new Api(faults, () => options.latencyMs ?? 0, options.now);
   let refusalTimer: ReturnType<typeof setTimeout> | undefined;
   let stopped = false;
 
