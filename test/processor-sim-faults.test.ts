@@ -87,11 +87,24 @@ test("hang: the client times out, nothing happened, and the key is free again on
   sim.setFaults({ rules: [{ kind: "hang", op: "create", times: 1 }] });
   const timedOut = await failure(stripeFor(sim, { timeoutMs: SHORT_TIMEOUT_MS }).paymentIntents.create(payment(), { idempotencyKey: key }));
   expect(timedOut).toBeInstanceOf(Stripe.errors.StripeConnectionError);
-  await waitUntil(() => callsWithKey(key).every((call) => call.state === "abandoned"), 5000, "the hung call to end");
+  await waitUntil(() => callsWithKey(key).length > 0 && callsWithKey(key).every((call) => call.state === "abandoned"), 5000, "the hung call to end");
   expect(withKey(key)).toHaveLength(0);
   const after = await stripe.paymentIntents.create(payment(), { idempotencyKey: key });
   expect(after.status).toBe("succeeded");
   expect(responseHeader(after.lastResponse.headers, "idempotent-replayed")).toBeUndefined();
+});
+
+test("a client that times out during the latency: the money moved all the same, and the key replays the success", async () => {
+  const key = crypto.randomUUID();
+  sim.setFaults({ latencyMs: 1000 });
+  const timedOut = await failure(stripeFor(sim, { timeoutMs: SHORT_TIMEOUT_MS }).paymentIntents.create(payment(1700), { idempotencyKey: key }));
+  expect(timedOut).toBeInstanceOf(Stripe.errors.StripeConnectionError);
+  await waitUntil(() => callsWithKey(key).some((call) => call.state === "abandoned"), 5000, "the call to finish without its caller");
+  expect(withKey(key)).toMatchObject([{ status: "succeeded", confirmations: 1, amountCaptured: 1700 }]);
+  sim.clearFaults();
+  const retried = await stripe.paymentIntents.create(payment(1700), { idempotencyKey: key });
+  expect(responseHeader(retried.lastResponse.headers, "idempotent-replayed")).toBe("true");
+  expect(withKey(key)).toMatchObject([{ confirmations: 1 }]);
 });
 
 test("a key in flight: a second call with it is a 409 idempotency_key_in_use, at once", async () => {

@@ -58,8 +58,13 @@ export class FaultSet {
   }
 
   snapshot(): SimFaults {
-    return { ...(this.latencyMs === undefined ? {} : { latencyMs: this.latencyMs }), rules: this.rules.filter((live) => live.left > 0).map((live) => live.rule) };
+    return { ...(this.latencyMs === undefined ? {} : { latencyMs: this.latencyMs }), rules: this.rules.filter((live) => live.left > 0).map(remaining) };
   }
+}
+
+/** A rule as it stands: `times` is what is left of it. */
+function remaining(live: LiveRule): SimFaultRule {
+  return Number.isFinite(live.left) ? { ...live.rule, times: live.left } : live.rule;
 }
 
 /** What is wrong with a SimFaults value (from JSON, say), or undefined when it is one. */

@@ -26,6 +26,8 @@ export interface Call {
   header(name: string): string | undefined;
   /** Resolves when the caller's connection closes (it gave up, or the answer went out). */
   readonly closed: Promise<void>;
+  /** True once the caller has gone: an answer now reaches nobody. */
+  gone(): boolean;
 }
 
 export type Reply = { readonly kind: "answer"; readonly status: number; readonly body: string; readonly headers: Record<string, string> } | { readonly kind: "hang" } | { readonly kind: "drop" };
@@ -64,7 +66,7 @@ export class Api {
     const key = call.method === "POST" ? call.header("idempotency-key") ?? null : null;
     const entry = this.log.add({ requestId, method: call.method, path: call.path, op: route?.op ?? null, idempotencyKey: key, state: "in-flight", status: null, replayed: false });
     const reply = await this.reply({ call, requestId, key, entry }, route);
-    entry.state = reply.kind === "answer" ? "answered" : reply.kind === "hang" ? "abandoned" : "dropped";
+    entry.state = reply.kind === "drop" ? "dropped" : reply.kind === "hang" || call.gone() ? "abandoned" : "answered";
     return reply;
   }
 

@@ -111,6 +111,7 @@ async function serve(request: IncomingMessage, response: ServerResponse, api: Ap
         return Array.isArray(value) ? value.join(", ") : value;
       },
       closed,
+      gone: () => response.destroyed || request.socket.destroyed,
     };
     const reply = await api.handle(call);
     if (reply.kind === "drop") request.socket.destroy();

@@ -66,7 +66,11 @@ export interface SimLedger {
   totals: { captured: number; refunded: number };
 }
 
-/** What became of a call, for tests that wait on a call being seen rather than on time. */
+/**
+ * What became of a call, for tests that wait on a call being seen rather than on time:
+ * "hung" while a hang holds it, "abandoned" when the caller left before the answer (a hang,
+ * or a latency longer than its timeout: the effect may have happened all the same).
+ */
 export type SimRequestState = "in-flight" | "answered" | "hung" | "dropped" | "abandoned";
 
 export interface SimRequestEntry {
