@@ -43,39 +43,28 @@ export async function startProcessorSim(options: ProcessorSimOptions = {}): Prom
   const hostname = options.hostname ?? "127.0.0.1";
   const faults = new FaultSet();
   const api = new Api(faults, () => options.latencyMs ?? 0, options.now);
-  let refusalTimer: ReturnType<typeof setTimeout> | undefined;
-  let stopped = false;
-
-  const applyRefusal = (): void => {
-    clearTimeout(refusalTimer);
-    const rule = faults.refusal();
-    if (!stopped) listener.want(rule === undefined);
-    if (rule?.refuseForMs !== undefined) {
-      refusalTimer = setTimeout(() => {
-        if (faults.liftRefusal(rule)) applyRefusal();
-      }, rule.refuseForMs);
-    }
-  };
+  // The listener starts below, after `controls` exists: no request reaches serve before.
+  const listener = new Listener((request, response) => void serve(request, response, api, controls), hostname);
+  const refusals = new RefusalSwitch(faults, listener);
   const setFaults = (next: SimFaults): void => {
     faults.replace(next);
-    applyRefusal();
+    refusals.apply();
   };
   const clearFaults = (): void => {
     faults.clear();
-    applyRefusal();
+    refusals.apply();
   };
   const controls: Controls = {
     ledger: () => api.store.ledger(),
     faults: () => faults.snapshot(),
     requests: () => api.log.list(),
+    // Over HTTP, a refusal waits for its own answer to go out.
     setFaults: (next, answered) => {
       faults.replace(next);
-      void answered.then(applyRefusal);
+      void answered.then(() => refusals.apply());
     },
     clearFaults,
   };
-
-  const listener = new Listener((request, response) => void serve(request, response, api, controls), hostname);
   const port = await listener.start(options.port ?? 0);
   const host = hostname.includes(":") ? `[${hostname}]` : hostname;
   return {
@@ -87,11 +76,34 @@ export async function startProcessorSim(options: ProcessorSimOptions = {}): Prom
     requests: () => api.log.list(),
     settled: () => listener.settled(),
     stop: async () => {
-      stopped = true;
-      clearTimeout(refusalTimer);
+      refusals.stop();
       await listener.close();
     },
   };
+}
+
+/** Keeps the listener in step with the "refuse" rule in force, and lifts one whose refuseForMs has passed. */
+class RefusalSwitch {
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private stopped = false;
+
+  constructor(private readonly faults: FaultSet, private readonly listener: Listener) {}
+
+  apply(): void {
+    clearTimeout(this.timer);
+    if (this.stopped) return;
+    const rule = this.faults.refusal();
+    this.listener.want(rule === undefined);
+    if (rule?.refuseForMs === undefined) return;
+    this.timer = setTimeout(() => {
+      if (this.faults.liftRefusal(rule)) this.apply();
+    }, rule.refuseForMs);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+  }
 }
 
 async function serve(request: IncomingMessage, response: ServerResponse, api: Api, controls: Controls): Promise<void> {
