@@ -78,7 +78,8 @@ export function buildApp(routes: readonly Route[], options: AppOptions): AnyElys
     app = app.get(path, () => serveFile(), { detail: { hide: true } });
   }
   for (const route of routes) app = declare(app, route, options);
-  return options.aheadOfTime ? app.compile() : app;
+  // Every handler composed now rather than on its first request.
+  return app.compile();
 }
 
 function declare(app: AnyElysia, route: Route, options: AppOptions): AnyElysia {
