@@ -43,6 +43,16 @@ test("key-retention deletes expired COMPLETED keys in bounded batches and nothin
   expect(left.map((r) => r.key)).toEqual(["live", "started-expired"]);
 });
 
+test("key-retention deletes an expired key of one tenant, never another tenant's live key of the same name", async () => {
+  await db.sql`insert into idempotency_keys (tenant, key, endpoint, request_hash, status, response_status, response_body, expires_at) values
+               ('tenant-a', 'order-1', 'POST /charges', 'h', 'COMPLETED', 201, '{}', now() - interval '1 minute'),
+               ('tenant-b', 'order-1', 'POST /charges', 'h', 'COMPLETED', 201, '{}', now() + interval '1 hour')`;
+  const result = await runJob("key-retention", db.sql, config, newGauges(), silentLogger);
+  expect(result).toMatchObject({ deleted: 1 });
+  const left = await db.sql<{ tenant: string }[]>`select tenant from idempotency_keys where key = 'order-1'`;
+  expect(left.map((r) => r.tenant)).toEqual(["tenant-b"]);
+});
+
 test("stale-keys reports old STARTED keys with their age and deletes none", async () => {
   await db.sql`insert into idempotency_keys (key, endpoint, request_hash, status, created_at, expires_at) values
                ('stuck', 'POST /charges', 'h', 'STARTED', now() - interval '10 minutes', now() + interval '1 hour'),

@@ -3,12 +3,15 @@
 import type { Sql } from "../shared/db.ts";
 import { isUuid } from "../shared/uuid.ts";
 
-/** Deletes up to `batch` COMPLETED keys past their expiry; returns how many. */
+/**
+ * Deletes up to `batch` COMPLETED keys past their expiry; returns how many. A key is unique per
+ * (tenant, key, endpoint): another tenant's live key of the same name is not this one.
+ */
 export async function deleteExpiredKeys(sql: Sql, batch: number): Promise<number> {
   const result = await sql`
     delete from idempotency_keys
-     where (key, endpoint) in (
-       select key, endpoint from idempotency_keys
+     where (tenant, key, endpoint) in (
+       select tenant, key, endpoint from idempotency_keys
         where status = 'COMPLETED' and expires_at <= now()
         order by expires_at
         limit ${batch}
