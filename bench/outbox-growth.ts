@@ -67,6 +67,24 @@ export interface JobCost {
   /** CPU µs per row deleted: the `bun run ops` processes, and their Postgres backends. */
   readonly opsUsPerRow: number;
   readonly postgresUsPerRow: number;
+  /** The VACUUM after it (autovacuum's work, done at once): its backend's CPU less the other database's, per row deleted. */
+  readonly vacuumUsPerRow?: number;
+}
+
+/**
+ * `vacuum outbox` on a connection of its own, without parallel workers (their CPU would be in
+ * other processes): its backend's CPU seconds.
+ */
+async function vacuumCpuSeconds(db: FreshDb): Promise<number> {
+  const conn = await db.sql.reserve();
+  try {
+    const [row] = await conn<{ pid: number }[]>`select pg_backend_pid() as pid`;
+    const before = ticks(row!.pid) ?? 0;
+    await conn`vacuum (parallel 0) outbox`;
+    return ((ticks(row!.pid) ?? before) - before) / TICKS_PER_SECOND;
+  } finally {
+    conn.release();
+  }
 }
 
 /** A day of published rows, `SEED_AGE_DAYS` back, as the relay leaves them; then vacuumed, as a table that old would be. */
@@ -158,7 +176,7 @@ export async function growthRound(cluster: BenchCluster, p: GrowthParams, retent
     for (const a of arms) await untilDrained(a.db.sql, DRAIN_TIMEOUT_MS);
     const afterSoak = [await size(withJob.db), await size(without.db)];
     const heapAfterSoak = [await size(withJob.db, true), await size(without.db, true)];
-    for (const a of arms) await a.db.sql`vacuum outbox`;
+    const vacuumS = [await vacuumCpuSeconds(withJob.db), await vacuumCpuSeconds(without.db)];
     const soak2 = await pace(p.seconds);
     for (const a of arms) await untilDrained(a.db.sql, DRAIN_TIMEOUT_MS);
     const afterSecond = [await size(withJob.db), await size(without.db)];
@@ -170,7 +188,7 @@ export async function growthRound(cluster: BenchCluster, p: GrowthParams, retent
       seeded: p.seeded,
       retention: { soak: soakOf(soak[0]!, p.seconds), soak2: soakOf(soak2[0]!, p.seconds), sizes: sizes(0) },
       none: { soak: soakOf(soak[1]!, p.seconds), soak2: soakOf(soak2[1]!, p.seconds), sizes: sizes(1) },
-      job,
+      job: { ...job, vacuumUsPerRow: job.deleted > 0 ? ((vacuumS[0]! - vacuumS[1]!) * 1e6) / job.deleted : Number.NaN },
     };
     log(`growth: ${describe(round)}`);
     return round;
@@ -187,7 +205,7 @@ function describe(r: GrowthRound): string {
     `${name}: ${Math.round(a.soak.createdPerSec)} created/s p99 ${a.soak.p99Ms.toFixed(1)} ms (then ${a.soak2.p99Ms.toFixed(1)}), ` +
     `outbox ${mb(a.sizes.seeded)} → ${mb(a.sizes.afterSoak)} → ${mb(a.sizes.afterSecondSoak)} (heap ${mb(a.sizes.heapAfterSoak)} → ${mb(a.sizes.heapAfterSecondSoak)})`;
   return `${arm("with retention", r.retention)} | ${arm("without", r.none)} | job: ${r.job.deleted} rows in ${r.job.runs} runs, ${r.job.seconds.toFixed(1)} s, ` +
-    `${r.job.opsUsPerRow.toFixed(1)} + ${r.job.postgresUsPerRow.toFixed(1)} µs/row (ops + its backend)`;
+    `${r.job.opsUsPerRow.toFixed(1)} + ${r.job.postgresUsPerRow.toFixed(1)} µs/row (ops + its backend), vacuum ${r.job.vacuumUsPerRow?.toFixed(1) ?? "-"} µs/row`;
 }
 
 export interface GrowthParams {
@@ -218,6 +236,7 @@ export function reportGrowth(report: Report, rounds: readonly GrowthRound[]): vo
   report.row("outbox retention job: rows deleted per second", m((r) => r.job.deleted / r.job.seconds), "/s", "-", null);
   report.row("outbox retention job: CPU per row deleted, ops process", m((r) => r.job.opsUsPerRow), "µs", "-", null);
   report.row("outbox retention job: CPU per row deleted, its Postgres backend", m((r) => r.job.postgresUsPerRow), "µs", "-", null);
+  report.row("outbox retention: VACUUM CPU per row deleted", m((r) => r.job.vacuumUsPerRow ?? Number.NaN), "µs", "-", null);
   const growth = (a: GrowthRound["retention"]) => a.sizes.afterSecondSoak - a.sizes.afterSoak;
   report.row("outbox growth over the second soak (after vacuum), with retention vs without", m((r) => growth(r.retention) / 2 ** 20), "MB", "-", null, m((r) => growth(r.none) / 2 ** 20), null);
   for (const r of rounds) report.notes.push(`outbox growth: ${describe(r)}`);
