@@ -200,18 +200,26 @@ export function reportUnitCosts(report: Report, rounds: readonly Round[]): void 
   report.row("per charge (API alone): Postgres cluster CPU", m((r) => r.api.postgresUs), "µs", "-", null);
   report.row("per charge (API alone): wrk CPU", m((r) => r.api.clientUs), "µs", "-", null);
   report.row("per charge (API alone): WAL bytes", m((r) => r.api.walBytes), "B", "-", null);
-  report.row("per charge (API alone): write transactions", m((r) => r.api.writeTransactions), "", "-", null);
+  report.row("per 1,000 charges (API alone): write transactions", m((r) => r.api.writeTransactions * 1000), "", "-", null);
   report.row("per event (relay drain): relay process CPU", m((r) => r.relay.processUs), "µs", "-", null);
   report.row("per event (relay drain): Postgres cluster CPU", m((r) => r.relay.postgresUs), "µs", "-", null);
   report.row("per event (relay drain): WAL bytes", m((r) => r.relay.walBytes), "B", "-", null);
-  report.row("per event (relay drain): write transactions", m((r) => r.relay.writeTransactions), "", "-", null);
+  report.row("per 1,000 events (relay drain): write transactions", m((r) => r.relay.writeTransactions * 1000), "", "-", null);
   report.row("per charge (API + relay at once): API process CPU", m((r) => r.both.apiUs), "µs", "-", null);
   report.row("per charge (API + relay at once): relay process CPU", m((r) => r.both.relayUs), "µs", "-", null);
   report.row("per charge (API + relay at once): Postgres cluster CPU", m((r) => r.both.postgresUs), "µs", "-", null);
   report.row("per charge (API + relay at once): WAL bytes", m((r) => r.both.walBytes), "B", "-", null);
-  report.row("per charge (API + relay at once): write transactions", m((r) => r.both.writeTransactions), "", "-", null);
+  report.row("per 1,000 charges (API + relay at once): write transactions", m((r) => r.both.writeTransactions * 1000), "", "-", null);
   report.row("API + relay created/s: measured vs the model's prediction", m((r) => r.both.perSec), "/s", "-", null, m((r) => r.predictedPerSec), m((r) => r.both.perSec / r.predictedPerSec));
   report.row("API + relay created/s over what their own CPU per charge allows", m((r) => r.cpuBound), "", "-", null);
+  // The steady-state model tested across rounds: each round's rate predicted from the other
+  // rounds' CPU per charge and its own free cores.
+  const total = (r: Round) => r.both.processUs + r.both.postgresUs + r.both.clientUs;
+  const crossRatios = rounds.length < 2 ? [] : rounds.map((r, i) => r.both.perSec / (((CORES - r.both.othersCores) * 1e6) / median(rounds.filter((_, j) => j !== i).map(total))));
+  if (crossRatios.length > 0) {
+    report.row("API + relay created/s: measured vs predicted from the other rounds' CPU per charge", m((r) => r.both.perSec), "/s", "-", null, null, median(crossRatios));
+    report.notes.push(`unit costs: measured/predicted from the other rounds' CPU per charge, per round ${crossRatios.map((x) => x.toFixed(2)).join(", ")}`);
+  }
   report.notes.push(`unit costs: measured/predicted per round ${rounds.map((r) => (r.both.perSec / r.predictedPerSec).toFixed(2)).join(", ")}; other processes took ${rounds.map((r) => r.both.othersCores.toFixed(2)).join(", ")} cores`);
 }
 
