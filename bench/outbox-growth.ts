@@ -9,7 +9,7 @@
 // reuse the space. Reported: created/s and p99 with and without retention, the job's rows/s and its
 // CPU per row deleted (the ops process, its Postgres backend), and pg_total_relation_size of
 // each outbox at each step. Which database gets the job alternates from round to round.
-//   bun bench/outbox-growth.ts [rounds=2] [seconds=30] [rate=300] [seeded=300000]
+//   bun bench/outbox-growth.ts [rounds=2] [seconds=30] [rate=150] [seeded=300000]
 import { readFileSync } from "node:fs";
 import { runAlone, type Report } from "./report.ts";
 import { startApi, WARM_UP_SECONDS } from "./api-bench.ts";
@@ -256,7 +256,7 @@ export async function growthSection(report: Report, p: GrowthParams): Promise<vo
   reportGrowth(report, await outboxGrowth(p));
 }
 
-export const GROWTH_DEFAULTS: GrowthParams = { rounds: 2, seconds: 30, rate: 300, seeded: 300_000 };
+export const GROWTH_DEFAULTS: GrowthParams = { rounds: 2, seconds: 30, rate: 150, seeded: 300_000 };
 
 if (import.meta.main) {
   const [rounds, seconds, rate, seeded] = process.argv.slice(2).map(Number);
