@@ -137,7 +137,7 @@ async function underLoad(cluster: BenchCluster, db: FreshDb, seconds: number, wi
 }
 
 /** Phase 2: `rows` committed at once and drained by a warm relay. */
-async function relayDrain(cluster: BenchCluster, db: FreshDb, rows: number): Promise<UnitCost> {
+async function relayBacklog(cluster: BenchCluster, db: FreshDb, rows: number): Promise<UnitCost> {
   const relay = await startProcess("relay", db, { ...RELAY_ENV, MQTT_TOPIC_PREFIX: `bench/${db.name}/` });
   try {
     await insertPending(db.sql, RELAY_WARM_UP_ROWS);
@@ -169,7 +169,7 @@ export async function unitCostRound(cluster: BenchCluster, seconds: number): Pro
   };
   try {
     const api = await underLoad(cluster, await fresh("unit_api"), seconds, false);
-    const relay = await relayDrain(cluster, await fresh("unit_relay"), api.units);
+    const relay = await relayBacklog(cluster, await fresh("unit_relay"), api.units);
     const both = await underLoad(cluster, await fresh("unit_both"), seconds, true);
     const predictedPerSec = predictedRate(api, relay, CORES - both.othersCores);
     const cpuBound = both.perSec / (((CORES - both.othersCores) * 1e6) / (both.processUs + both.postgresUs + both.clientUs));
