@@ -90,7 +90,11 @@ async function vacuumCpuSeconds(db: FreshDb): Promise<number> {
   }
 }
 
-/** A day of published rows, `SEED_AGE_DAYS` back, as the relay leaves them; then vacuumed, as a table that old would be. */
+/**
+ * A day of published rows, `SEED_AGE_DAYS` back, as the relay leaves them (time-ordered ids as
+ * the API makes them: uuidv7() is Postgres 18's, the embedded cluster's); then vacuumed, as a
+ * table that old would be.
+ */
 async function seed(db: FreshDb, rows: number): Promise<void> {
   await db.sql`
     insert into outbox (id, tenant, aggregate_id, event_type, payload, created_at, published_at)
