@@ -75,3 +75,11 @@ function printTable(rows: readonly Row[], notes: readonly string[]): void {
   for (const line of table) console.log(line.map((cell, c) => cell.padEnd(widths[c]!)).join("  ").trimEnd());
   for (const note of notes) console.log(`note: ${note}`);
 }
+
+/** A bench script run alone: its one section, the table, the JSON file; exits with the code `bun run bench` would. */
+export async function runAlone(name: string, body: (report: Report) => Promise<void>): Promise<never> {
+  const started = Date.now();
+  const report = createReport(undefined, {});
+  await report.section(name, () => body(report));
+  process.exit(await report.finish(false, started));
+}

@@ -10,6 +10,8 @@ import { compareSideBySide, type Comparison } from "./side-by-side.ts";
 import { brokerLimit, relayDrain, REFUNDS_PER_CHARGE, type BrokerLimit, type RelayDrain } from "./mqtt-bench.ts";
 import { checkoutOf, ELYSIA_BASELINE, OPEN_COUNT_BASELINE, ORDER_BASELINE } from "./relay-baseline.ts";
 import { relayCost, type RelayCost } from "./relay-cost.ts";
+import { growthSection, GROWTH_DEFAULTS } from "./outbox-growth.ts";
+import { unitCostsSection } from "./unit-costs.ts";
 import { benchServices, log, median } from "./support.ts";
 import { createReport } from "./report.ts";
 import { ServicesUnavailable } from "../testkit/services.ts";
@@ -293,5 +295,9 @@ await section("end to end", async () => {
   row("POST response -> subscriber p50 (info)", e.fromResponse.p50, "ms", "-", null);
   if (e.received < e.created) notes.push(`e2e: only ${e.received} of ${e.created} events received`);
 });
+
+// Both on a Postgres cluster of their own (bench/cluster.ts), for its WAL, CPU and autovacuum.
+await section("outbox growth", () => growthSection(report, quick ? { rounds: 1, seconds: 10, rate: GROWTH_DEFAULTS.rate, seeded: 100_000 } : GROWTH_DEFAULTS));
+await section("unit costs", () => unitCostsSection(report, quick ? 1 : 3, P.seconds));
 
 process.exit(await report.finish(quick, started));
