@@ -4,7 +4,7 @@ import { afterAll, afterEach, expect, setDefaultTimeout, test } from "bun:test";
 import { loadConfig } from "../lib/shared/config.ts";
 import { createSql, type Sql } from "../lib/shared/db.ts";
 import { createLogger, silentLogger } from "../lib/shared/log.ts";
-import { JOB_LOCK_IDS, JOB_NAMES, newGauges, registerOpsGauges, runJob, startOpsLoop, type JobName } from "../lib/ops/jobs.ts";
+import { DELETE_BATCH, JOB_LOCK_IDS, JOB_NAMES, MAX_BATCHES_PER_RUN, newGauges, registerOpsGauges, runJob, startOpsLoop, type JobName } from "../lib/ops/jobs.ts";
 import { startTelemetry } from "../lib/shared/telemetry.ts";
 import { waitForBackendOnLock } from "../testkit/database.ts";
 import { runToExit } from "../testkit/processes.ts";
@@ -98,6 +98,24 @@ test("the relay's loop skips a job whose lock another process holds (debug line)
   expect(skipped).toEqual(["outbox-retention"]);
   expect(gauges.computedAt["stale-keys"]).toBeDefined();
   expect(gauges.computedAt.reconcile).toBeDefined();
+});
+
+test("the relay's loop runs a retention job again at once while its runs stop at their batch bound, not an interval later", async () => {
+  const backlog = MAX_BATCHES_PER_RUN * DELETE_BATCH + 500;
+  await db.sql`insert into idempotency_keys (key, endpoint, request_hash, status, response_status, response_body, expires_at)
+               select gen_random_uuid()::text, 'POST /backlog', 'h', 'COMPLETED', 201, '{}', now() - interval '1 minute'
+                 from generate_series(1, ${backlog})`;
+  const runs: Array<{ deleted: number; batches: number }> = [];
+  const log = createLogger("info", "relay", (line) => {
+    const entry = JSON.parse(line) as { msg: string; deleted?: number; batches?: number };
+    if (entry.msg === "expired idempotency keys deleted") runs.push({ deleted: entry.deleted ?? 0, batches: entry.batches ?? 0 });
+  });
+  const loop = startOpsLoop(relayPool("charges-relay-backlog"), config, newGauges(), log);
+  cleanups.push(() => loop.stop());
+  // Far inside key-retention's 60 s interval: only a run due at once gets there in time.
+  await waitUntil(async () => (await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where endpoint = 'POST /backlog'`)[0]!.n === 0, 45_000, "the whole backlog deleted");
+  await loop.stop();
+  expect(runs.slice(0, 2)).toEqual([{ deleted: MAX_BATCHES_PER_RUN * DELETE_BATCH, batches: MAX_BATCHES_PER_RUN }, { deleted: 500, batches: 1 }]);
 });
 
 test("bun run ops <job> while a relay runs it prints skipped and exits 0", async () => {
