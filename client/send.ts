@@ -20,6 +20,8 @@ export interface TryReport {
   readonly outcome: "answer" | "network" | "timeout";
   /** The HTTP status, 0 without an answer. */
   readonly status: number;
+  /** Whether the answer was a replay of the one stored under the key (Idempotent-Replayed: true). */
+  readonly replayed: boolean;
 }
 
 /** The part of fetch the client uses: any runtime's fetch, or a wrapper of it, fits. */
@@ -64,6 +66,7 @@ export async function send(t: Transport, plan: Plan, limits: Limits): Promise<{ 
       idempotencyKey: plan.idempotencyKey,
       outcome: outcome.kind,
       status: outcome.kind === "answer" ? outcome.exchange.status : 0,
+      replayed: outcome.kind === "answer" && outcome.exchange.headers.get("idempotent-replayed") === "true",
     };
     t.onTry?.(report);
     limits.onTry?.(report);

@@ -32,8 +32,8 @@ export interface FaultProxyOptions {
 export interface FaultProxy {
   readonly port: number;
   readonly url: string;
-  /** Requests by fate, and those no upstream accepted. */
-  readonly counts: Record<Fate | "requests" | "unrouted", number>;
+  /** Requests by fate, those no upstream accepted, and those whose upstream closed before a whole answer (a killed API). */
+  readonly counts: Record<Fate | "requests" | "unrouted" | "cut", number>;
   /** Every distinct body hash seen per key. */
   readonly bodiesByKey: Map<string, Set<string>>;
   close(): Promise<void>;
@@ -69,7 +69,7 @@ export function seeded(seed: number): () => number {
 }
 
 export async function startFaultProxy(options: FaultProxyOptions): Promise<FaultProxy> {
-  const counts = { pass: 0, drop: 0, reset: 0, delay: 0, requests: 0, unrouted: 0 };
+  const counts = { pass: 0, drop: 0, reset: 0, delay: 0, requests: 0, unrouted: 0, cut: 0 };
   const bodiesByKey = new Map<string, Set<string>>();
   const sockets = new Set<Socket>();
   let next = 0;
@@ -92,8 +92,8 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
       }
       const fate = options.decide?.(seen) ?? "pass";
       counts[fate] += 1;
-      void forward(client, withConnectionClose(request), route(), fate, options.delayMs ?? DEFAULT_DELAY_MS, sockets).then((routed) => {
-        if (!routed) counts.unrouted += 1;
+      void forward(client, withConnectionClose(request), route(), fate, options.delayMs ?? DEFAULT_DELAY_MS, sockets).then((end) => {
+        if (end !== "answered" && end !== "reset") counts[end] += 1;
       });
     });
   });
@@ -155,23 +155,28 @@ function withConnectionClose(message: Buffer): Buffer {
   return Buffer.concat([Buffer.from(`${lines.join("\r\n")}\r\nConnection: close`, "latin1"), message.subarray(end)]);
 }
 
-/** Sends the request to the first upstream that accepts it and hands the answer its fate; false when none accepted. */
-async function forward(client: Socket, request: Buffer, ports: readonly number[], fate: Fate, delayMs: number, sockets: Set<Socket>): Promise<boolean> {
+type End = "answered" | "reset" | "unrouted" | "cut";
+
+/** Sends the request to the first upstream that accepts it and hands the answer its fate; how it ended. */
+async function forward(client: Socket, request: Buffer, ports: readonly number[], fate: Fate, delayMs: number, sockets: Set<Socket>): Promise<End> {
   const upstream = await firstAccepting(ports, sockets);
   if (!upstream) {
     client.destroy();
-    return false;
+    return "unrouted";
   }
   if (fate === "reset") {
     upstream.write(request.subarray(0, Math.floor(request.length / 2)), () => upstream.resetAndDestroy());
     client.resetAndDestroy();
-    return true;
+    return "reset";
   }
   let answered = false;
+  let settle: (end: End) => void = () => {};
+  const ended = new Promise<End>((resolve) => (settle = resolve));
   upstream.on("error", () => {});
   // An upstream that closes before a whole answer (a killed API) loses the answer too.
   upstream.on("close", () => {
     if (!answered) client.destroy();
+    settle(answered ? "answered" : "cut");
   });
   upstream.write(request);
   readMessage(upstream, (answer) => {
@@ -182,7 +187,7 @@ async function forward(client: Socket, request: Buffer, ports: readonly number[]
     if (fate === "delay") setTimeout(send, delayMs);
     else send();
   });
-  return true;
+  return ended;
 }
 
 function firstAccepting(ports: readonly number[], sockets: Set<Socket>): Promise<Socket | undefined> {
