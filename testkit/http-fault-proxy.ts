@@ -68,47 +68,62 @@ export function seeded(seed: number): () => number {
   };
 }
 
+interface ProxyState {
+  readonly options: FaultProxyOptions;
+  readonly counts: FaultProxy["counts"];
+  readonly bodiesByKey: Map<string, Set<string>>;
+  readonly sockets: Set<Socket>;
+  /** The upstreams in the order to try for the next request (round robin). */
+  route(): number[];
+}
+
 export async function startFaultProxy(options: FaultProxyOptions): Promise<FaultProxy> {
-  const counts = { pass: 0, drop: 0, reset: 0, delay: 0, requests: 0, unrouted: 0, cut: 0 };
-  const bodiesByKey = new Map<string, Set<string>>();
-  const sockets = new Set<Socket>();
   let next = 0;
-  const route = (): number[] => {
-    const list = options.upstreams;
-    next = (next + 1) % list.length;
-    return list.map((_, i) => list[(next + i) % list.length]!);
+  const state: ProxyState = {
+    options,
+    counts: { pass: 0, drop: 0, reset: 0, delay: 0, requests: 0, unrouted: 0, cut: 0 },
+    bodiesByKey: new Map(),
+    sockets: new Set(),
+    route: () => {
+      const list = options.upstreams;
+      next = (next + 1) % list.length;
+      return list.map((_, i) => list[(next + i) % list.length]!);
+    },
   };
-  const server: Server = createServer((client) => {
-    sockets.add(client);
-    client.on("close", () => sockets.delete(client));
-    client.on("error", () => {});
-    readMessage(client, (request) => {
-      const seen = describe(request);
-      counts.requests += 1;
-      if (seen.key !== undefined) {
-        const set = bodiesByKey.get(seen.key) ?? new Set<string>();
-        set.add(seen.bodyHash);
-        bodiesByKey.set(seen.key, set);
-      }
-      const fate = options.decide?.(seen) ?? "pass";
-      counts[fate] += 1;
-      void forward(client, withConnectionClose(request), route(), fate, options.delayMs ?? DEFAULT_DELAY_MS, sockets).then((end) => {
-        if (end !== "answered" && end !== "reset") counts[end] += 1;
-      });
-    });
-  });
+  const server: Server = createServer((client) => onConnection(state, client));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const port = (server.address() as { port: number }).port;
   return {
     port,
     url: `http://127.0.0.1:${port}`,
-    counts,
-    bodiesByKey,
+    counts: state.counts,
+    bodiesByKey: state.bodiesByKey,
     close: () => {
-      for (const socket of sockets) socket.destroy();
+      for (const socket of state.sockets) socket.destroy();
       return new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+function onConnection(state: ProxyState, client: Socket): void {
+  state.sockets.add(client);
+  client.on("close", () => state.sockets.delete(client));
+  client.on("error", () => {});
+  readMessage(client, (request) => {
+    const seen = describe(request);
+    state.counts.requests += 1;
+    if (seen.key !== undefined) {
+      const bodies = state.bodiesByKey.get(seen.key) ?? new Set<string>();
+      bodies.add(seen.bodyHash);
+      state.bodiesByKey.set(seen.key, bodies);
+    }
+    const fate = state.options.decide?.(seen) ?? "pass";
+    state.counts[fate] += 1;
+    const delayMs = state.options.delayMs ?? DEFAULT_DELAY_MS;
+    void forward(client, withConnectionClose(request), state.route(), fate, delayMs, state.sockets).then((end) => {
+      if (end === "unrouted" || end === "cut") state.counts[end] += 1;
+    });
+  });
 }
 
 /** Reads one HTTP message (head + Content-Length body) from `socket`, then calls `onMessage` once. */
