@@ -17,7 +17,11 @@ export class FileKeyStore implements KeyStore {
   #records: Promise<Records> | undefined;
   #writes: Promise<void> = Promise.resolve();
 
-  constructor(readonly path: string) {}
+  readonly path: string;
+
+  constructor(path: string) {
+    this.path = path;
+  }
 
   async get(intentId: string): Promise<IntentRecord | undefined> {
     return (await this.#load()).get(intentId);

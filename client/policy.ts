@@ -61,10 +61,13 @@ export class RetryBudget {
   #granted = 0;
   #refused = 0;
 
-  constructor(
-    readonly options: RetryBudgetOptions,
-    private readonly now: () => number = () => Date.now(),
-  ) {
+  readonly options: RetryBudgetOptions;
+  readonly #now: () => number;
+
+  // Plain fields, no parameter properties: the module stays erasable TypeScript (Node's type stripping).
+  constructor(options: RetryBudgetOptions, now: () => number = () => Date.now()) {
+    this.options = options;
+    this.#now = now;
     this.#tokens = options.burst;
     this.#at = now();
   }
@@ -93,7 +96,7 @@ export class RetryBudget {
   }
 
   #refill(): void {
-    const now = this.now();
+    const now = this.#now();
     this.#tokens = Math.min(this.options.burst, this.#tokens + ((now - this.#at) / 1000) * this.options.perSecond);
     this.#at = now;
   }

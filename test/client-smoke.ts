@@ -1,10 +1,11 @@
-// `bun test/client-smoke.ts`: proves charges-outbox/client runs unchanged on Deno and on
-// workerd (a worker module that imports it), against a real `bun api.ts` behind the fault
+// `bun test/client-smoke.ts`: proves charges-outbox/client runs unchanged on Deno, on Node
+// (its built export, `bun run client:build`) and on workerd (a worker module that imports
+// it), against a real `bun api.ts` behind the fault
 // proxy, which drops the answer to each runtime's first POST /charges: the client must retry
 // with the same key and get the replay. Exit 0 with one "ok" line per runtime, or 1 with one
 // "FAILED" line followed by the processes' last output.
 import { createRequire } from "node:module";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "../dev/ports.ts";
@@ -36,10 +37,10 @@ async function main(): Promise<void> {
     children.push(api.child);
     const proxy = await startFaultProxy({ upstreams: [api.port], decide });
     try {
-      for (const runtime of ["deno", "workerd"] as const) {
+      for (const runtime of ["deno", "node", "workerd"] as const) {
         const started = performance.now();
         dropNext = true;
-        const result = runtime === "deno" ? await onDeno(proxy) : await onWorkerd(proxy);
+        const result = await RUNNERS[runtime](proxy);
         await verify(runtime, result, db);
         console.log(`client smoke: ok on ${runtime} in ${Math.round(performance.now() - started)} ms (first answer lost, retried into the replay)`);
       }
@@ -56,6 +57,24 @@ async function onDeno(proxy: FaultProxy): Promise<ExerciseResult> {
   const run = await runToExit(["deno", "run", "-A", "test/fixtures/client-deno.ts", proxy.url, await tokenFor()]);
   if (run.code !== 0) throw new SmokeFailure(`deno exited with ${run.code}: ${run.stderr.slice(-800)}`);
   return JSON.parse(run.stdout.trim().split("\n").pop() ?? "") as ExerciseResult;
+}
+
+/** Builds the client's Node export, bundles test/fixtures/client-node.ts inside the repo (so the package's own name resolves), runs it with node. */
+async function onNode(proxy: FaultProxy): Promise<ExerciseResult> {
+  const build = await runToExit(["bun", "run", "client:build"]);
+  if (build.code !== 0) throw new SmokeFailure(`bun run client:build failed: ${build.stderr.slice(-500)}`);
+  mkdirSync(join(ROOT, ".data"), { recursive: true });
+  const dir = mkdtempSync(join(ROOT, ".data", "client-node-"));
+  try {
+    const entry = join(ROOT, "test/fixtures/client-node.ts");
+    const built = await Bun.build({ entrypoints: [entry], outdir: dir, naming: "client-node.mjs", target: "node", format: "esm", external: ["charges-outbox/client"] });
+    if (!built.success) throw new SmokeFailure(`bundling the Node fixture failed: ${built.logs.map(String).join("; ")}`);
+    const run = await runToExit(["node", join(dir, "client-node.mjs"), proxy.url, await tokenFor()]);
+    if (run.code !== 0) throw new SmokeFailure(`node exited with ${run.code}: ${run.stderr.slice(-800)}`);
+    return JSON.parse(run.stdout.trim().split("\n").pop() ?? "") as ExerciseResult;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 /** Bundles test/fixtures/client-worker.ts, serves it on workerd, and calls it once. */
@@ -82,6 +101,8 @@ async function onWorkerd(proxy: FaultProxy): Promise<ExerciseResult> {
     rmSync(dir, { recursive: true, force: true });
   }
 }
+
+const RUNNERS = { deno: onDeno, node: onNode, workerd: onWorkerd } as const;
 
 async function workerdConfig(port: number): Promise<string> {
   const toml = Bun.TOML.parse(await Bun.file(join(ROOT, "wrangler.toml")).text()) as { compatibility_date: string; compatibility_flags?: string[] };
