@@ -85,7 +85,7 @@ test("the budget runs out: the call stops there, retryable, and the key's one ch
 test("the deadline comes first: the call stops, retryable; a later call with the key gets the charge", async () => {
   script = Array<Fate>(1000).fill("drop");
   const c = client({ retryBudget: { burst: 1000, perSecond: 0, ratio: 0 } });
-  const error = (await c.charges.create({ amountCents: 800 }, { deadlineMs: 1_000 }).catch((e: unknown) => e)) as ChargesApiError;
+  const error = (await c.charges.create({ amountCents: 800 }, { deadlineMs: 2_500 }).catch((e: unknown) => e)) as ChargesApiError;
   expect({ type: error.type, retryable: error.retryable }).toEqual({ type: CLIENT_PROBLEM.deadline, retryable: true });
   expect(error.attempts).toBeGreaterThan(1);
   script = [];

@@ -65,8 +65,12 @@ test("a 409 while the first request is in flight is retried after Retry-After an
   };
   const answer = await client().charges.create({ amountCents: 4900 }, { idempotencyKey: key, onTry });
   expect((await first).status).toBe(201);
-  expect(tries.map((t) => t.status)).toEqual([409, 201]);
-  expect(answer).toMatchObject({ replayed: true, attempts: 2, idempotencyKey: key });
+  // One 409 or more (the held request may take a moment to commit once released), then the replay.
+  const statuses = tries.map((t) => t.status);
+  expect(statuses.at(-1)).toBe(201);
+  expect(statuses.slice(0, -1).length).toBeGreaterThan(0);
+  expect(statuses.slice(0, -1).every((s) => s === 409)).toBe(true);
+  expect(answer).toMatchObject({ replayed: true, attempts: tries.length, idempotencyKey: key });
   expect(await counts(db.sql)).toMatchObject({ charges: 1, keys: 1 });
 });
 
