@@ -3,15 +3,20 @@
 // makes its key once, or takes the caller's or the key store's, and serializes the body once.
 import { CLIENT_PROBLEM, ChargesApiError } from "./errors.ts";
 import { requestHash, type KeyStore } from "./key-store.ts";
-import type { components } from "./openapi.d.ts";
+import type { paths } from "./openapi.d.ts";
 import { RetryBudget, type BackoffOptions, type RetryBudgetOptions } from "./policy.ts";
 import { parseObject, problemError, send, type Exchange, type FetchLike, type Transport, type TryReport } from "./send.ts";
 
-export type ChargeBody = components["schemas"]["ChargeBody"];
-export type RefundBody = components["schemas"]["RefundBody"];
-export type Charge = components["schemas"]["Charge"];
-export type ChargeView = components["schemas"]["ChargeView"];
-export type Refund = components["schemas"]["Refund"];
+// Taken by route and status, not by schema name: the routes are the contract (SPEC), the
+// names of the document's components are the server's choice.
+type JsonRequest<Op> = Op extends { requestBody?: { content: { "application/json": infer B } } } ? B : never;
+type JsonAnswer<Op, Status extends number> = Op extends { responses: { [S in Status]: { content: { "application/json": infer R } } } } ? R : never;
+
+export type ChargeBody = JsonRequest<paths["/charges"]["post"]>;
+export type Charge = JsonAnswer<paths["/charges"]["post"], 201>;
+export type ChargeView = JsonAnswer<paths["/charges/{id}"]["get"], 200>;
+export type RefundBody = JsonRequest<paths["/charges/{id}/refunds"]["post"]>;
+export type Refund = JsonAnswer<paths["/charges/{id}/refunds"]["post"], 201>;
 
 // A try that has no answer after this long is abandoned and sent again with the same key.
 const DEFAULT_PER_TRY_TIMEOUT_MS = 10_000;
