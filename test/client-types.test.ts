@@ -10,16 +10,13 @@ import { CLIENT_TYPES_PATH, servedOpenApi, typesOf } from "../testkit/openapi-ty
 // document, the type would be never and `bun run typecheck` fails on this line.
 type IsNever<T> = [T] extends [never] ? true : false;
 const resolved: [IsNever<ChargeBody>, IsNever<Charge>, IsNever<ChargeView>, IsNever<RefundBody>, IsNever<Refund>] = [false, false, false, false, false];
+void resolved; // a compile-time check only
 
 setDefaultTimeout(30_000);
 
 test("client/openapi.d.ts is generated from the API's /openapi.json (run `bun run client:types` when this fails)", async () => {
   const generated = await typesOf(await servedOpenApi());
   expect(readFileSync(CLIENT_TYPES_PATH, "utf8")).toBe(generated);
-});
-
-test("every type the client takes from the document is a real type", () => {
-  expect(resolved).toEqual([false, false, false, false, false]);
 });
 
 test("the generator sees a change in the document: another schema, other types", async () => {
