@@ -20,8 +20,9 @@ import { scenario, type Ctx } from "./lib/report.ts";
 
 const LOAD: IntentLoad = { charges: 1000, concurrency: 50, deadlineMs: 30_000 };
 // Shares of the requests: answer dropped after the server answered, reset mid-request, held
-// past the per-try timeout. Seeded, so a run's faults can be replayed (CHAOS_SEED).
-const FAULTS = { drop: 0.08, reset: 0.04, delay: 0.03 } as const;
+// past the per-try timeout, a 503 from the proxy itself (Retry-After: 1). Seeded, so a run's
+// faults can be replayed (CHAOS_SEED).
+const FAULTS = { drop: 0.08, reset: 0.04, delay: 0.03, unavailable: 0.02 } as const;
 const SEED = Number(process.env.CHAOS_SEED ?? 14);
 // A try with no answer after this is abandoned; the proxy's held answers come after it.
 const PER_TRY_TIMEOUT_MS = 1_500;
@@ -107,10 +108,12 @@ async function invariants(ctx: Ctx, log: IntentLog, proxy: FaultProxy, tries: Tr
     `${proxy.counts.requests} requests at the proxy, ${tries.total} tries`);
   const replays = log.intents.filter((i) => i.replayed).length;
   const c = proxy.counts;
-  checks.check(c.drop > 0 && c.reset > 0 && c.delay > 0 && replays > 0, "faults happened: answers dropped, resets, held answers, and replays came back",
-    `drop ${c.drop}, reset ${c.reset}, delay ${c.delay}, replays ${replays}`);
+  checks.check(c.drop > 0 && c.reset > 0 && c.delay > 0 && c.unavailable > 0 && replays > 0,
+    "faults happened: answers dropped, resets, held answers, 503s, and replays came back",
+    `drop ${c.drop}, reset ${c.reset}, delay ${c.delay}, 503 ${c.unavailable}, replays ${replays}`);
   console.log(`  intents ${log.finished}, tries ${tries.total} (${retries} retries, ${tries.noAnswer} without an answer), ` +
-    `replays ${replays}; proxy: ${c.requests} requests, ${c.drop} dropped, ${c.reset} reset, ${c.delay} held, ${c.unrouted} unrouted, ${c.cut} cut by the kill; ${seconds.toFixed(1)} s`);
+    `replays ${replays}; proxy: ${c.requests} requests, ${c.drop} dropped, ${c.reset} reset, ${c.delay} held, ${c.unavailable} 503s, ` +
+    `${c.unrouted} unrouted, ${c.cut} cut by the kill; ${seconds.toFixed(1)} s`);
   // Lost here: intents that did not end with their charge or refund (delivery is scenarios 1-12's).
   const [outbox] = await sql<{ n: number }[]>`select count(*)::int as n from outbox`;
   return { charges: rows?.charges ?? 0, outbox: outbox?.n ?? 0, unpublished: 0, lost: 2 * LOAD.charges - (log.finished - failures.length) };

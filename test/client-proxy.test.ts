@@ -16,7 +16,10 @@ const db = await freshDatabase("client_proxy");
 const api = await startEntrypoint("api", { env: { DATABASE_URL: db.url, LOG_LEVEL: "warn", ...authEnv() } });
 // The fates of the next requests, in order; "pass" once the script runs out.
 let script: Fate[] = [];
-const proxy = await startFaultProxy({ upstreams: [api.port], decide: () => script.shift() ?? "pass", delayMs: 6_000 });
+// The Retry-After of the proxy's own 503s: an HTTP date, `retryAfterMs` from now.
+let retryAfterMs = 0;
+const retryAfter = (): string => new Date(Date.now() + retryAfterMs).toUTCString();
+const proxy = await startFaultProxy({ upstreams: [api.port], decide: () => script.shift() ?? "pass", delayMs: 6_000, retryAfter });
 
 afterAll(async () => {
   await proxy.close();
@@ -92,4 +95,21 @@ test("the deadline comes first: the call stops, retryable; a later call with the
   const later = await c.charges.create({ amountCents: 800 }, { idempotencyKey: error.idempotencyKey });
   expect(later).toMatchObject({ replayed: true, attempts: 1 });
   expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
+});
+
+test("a 503 from in front of the API is tried again; nothing reached the API, so the retry creates the charge", async () => {
+  retryAfterMs = 0;
+  const { replayed, attempts, tries } = await created(["unavailable", "unavailable"]);
+  expect({ replayed, attempts }).toEqual({ replayed: false, attempts: 3 });
+  expect(tries.map((t) => t.status)).toEqual([503, 503, 201]);
+  expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
+});
+
+test("a Retry-After (an HTTP date) past the deadline: no second try, the 503 problem, retryable", async () => {
+  retryAfterMs = 60_000;
+  script = ["unavailable"];
+  const error = (await client().charges.create({ amountCents: 900 }, { deadlineMs: 10_000 }).catch((e: unknown) => e)) as ChargesApiError;
+  const { type, status, attempts, retryable } = error;
+  expect({ type, status, attempts, retryable }).toEqual({ type: "about:blank", status: 503, attempts: 1, retryable: true });
+  expect(await counts(db.sql)).toEqual({ charges: 0, outbox: 0, keys: 0 });
 });

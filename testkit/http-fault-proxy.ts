@@ -4,12 +4,13 @@
 // the client gets: the answer ("pass"), nothing after the server has answered ("drop": the
 // connection closes, the answer is lost), a reset halfway through the request ("reset": the
 // server gets half of it), or the answer after `delayMs` ("delay": past the client's per-try
-// timeout). Each connection carries one request (Connection: close both ways), so a lost
+// timeout), or, without forwarding, a 503 of its own with a Retry-After ("unavailable": a load
+// balancer with no upstream). Each connection carries one request (Connection: close both ways), so a lost
 // answer never poisons a pooled connection. It records the body hashes each key was sent with.
 import { createHash } from "node:crypto";
 import { createServer, connect, type Server, type Socket } from "node:net";
 
-export type Fate = "pass" | "drop" | "reset" | "delay";
+export type Fate = "pass" | "drop" | "reset" | "delay" | "unavailable";
 
 export interface SeenRequest {
   readonly method: string;
@@ -25,6 +26,8 @@ export interface FaultProxyOptions {
   readonly upstreams: readonly number[];
   /** The fate of each request; "pass" for all by default. */
   readonly decide?: (request: SeenRequest) => Fate;
+  /** The Retry-After of an "unavailable" answer (default "1"). */
+  readonly retryAfter?: () => string;
   /** How long a "delay" holds the answer back. */
   readonly delayMs?: number;
 }
@@ -48,7 +51,7 @@ const DEFAULT_DELAY_MS = 2_000;
 export function sharesDecider(shares: Partial<Record<Exclude<Fate, "pass">, number>>, random: () => number = Math.random): () => Fate {
   return () => {
     let r = random();
-    for (const fate of ["drop", "reset", "delay"] as const) {
+    for (const fate of ["drop", "reset", "delay", "unavailable"] as const) {
       r -= shares[fate] ?? 0;
       if (r < 0) return fate;
     }
@@ -81,7 +84,7 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
   let next = 0;
   const state: ProxyState = {
     options,
-    counts: { pass: 0, drop: 0, reset: 0, delay: 0, requests: 0, unrouted: 0, cut: 0 },
+    counts: { pass: 0, drop: 0, reset: 0, delay: 0, unavailable: 0, requests: 0, unrouted: 0, cut: 0 },
     bodiesByKey: new Map(),
     sockets: new Set(),
     route: () => {
@@ -119,11 +122,25 @@ function onConnection(state: ProxyState, client: Socket): void {
     }
     const fate = state.options.decide?.(seen) ?? "pass";
     state.counts[fate] += 1;
+    if (fate === "unavailable") return void client.end(unavailable(state.options.retryAfter?.() ?? "1"));
     const delayMs = state.options.delayMs ?? DEFAULT_DELAY_MS;
     void forward(client, withConnectionClose(request), state.route(), fate, delayMs, state.sockets).then((end) => {
       if (end === "unrouted" || end === "cut") state.counts[end] += 1;
     });
   });
+}
+
+/** A load balancer's 503: a problem body, Retry-After, and the connection closed. */
+function unavailable(retryAfter: string): Buffer {
+  const body = JSON.stringify({ type: "about:blank", title: "Service Unavailable", status: 503, detail: "no upstream (fault proxy)" });
+  const head = [
+    "HTTP/1.1 503 Service Unavailable",
+    "Content-Type: application/problem+json",
+    `Retry-After: ${retryAfter}`,
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    "Connection: close",
+  ];
+  return Buffer.from(`${head.join("\r\n")}\r\n\r\n${body}`, "latin1");
 }
 
 /** Reads one HTTP message (head + Content-Length body) from `socket`, then calls `onMessage` once. */
