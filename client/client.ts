@@ -119,6 +119,10 @@ export class ChargesClient {
 
   /** The intent's key: the store's when it has the intent (same request only), else the caller's or a new one. */
   async #keyFor(path: string, bytes: Uint8Array, options: CreateOptions): Promise<string> {
+    if (options.intentId !== undefined && this.#store === undefined) {
+      // A bug in the caller, not an outcome: without a store the intent would not survive a restart.
+      throw new TypeError("ChargesClient: intentId needs the client's keyStore option");
+    }
     if (options.intentId === undefined || this.#store === undefined) return options.idempotencyKey ?? crypto.randomUUID();
     const hash = await requestHash("POST", path, bytes);
     const known = await this.#store.get(options.intentId);

@@ -84,6 +84,7 @@ test("a key store: the same intent is one key (a replay, not a second charge); a
   const conflict = await failure(client({ keyStore: store }).charges.create({ amountCents: 2600 }, { intentId: "order-42" }));
   expect(conflict).toMatchObject({ type: CLIENT_PROBLEM.intentConflict, status: 0, attempts: 0, retryable: false });
   expect(await counts(db.sql)).toMatchObject({ charges: 1 });
+  await expect(client().charges.create(body, { intentId: "order-43" })).rejects.toThrow(TypeError);
 });
 
 test("an aborted signal sends nothing; the key comes back for a later try", async () => {
