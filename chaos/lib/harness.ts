@@ -37,10 +37,11 @@ export function chaosChild(name: string, env: Record<string, string>): SpawnOpti
   return { name, processGroup: true, stderrFile: join(LOG_DIR, `${name}-${Date.now()}.log`), env: { LOG_LEVEL: "warn", ...env } };
 }
 
-export async function startApi(dbUrl: string, prefix: string, port?: number): Promise<Service> {
+/** `bun api.ts`, with `env` added (e.g. a smaller API_POOL_SIZE where several run on a shared server). */
+export async function startApi(dbUrl: string, prefix: string, port?: number, env: Record<string, string> = {}): Promise<Service> {
   const { mqttUrl } = await chaosServices();
   // Authentication on, as deployed: the API accepts the test kit's tokens (chaos/lib/client.ts).
-  return startEntrypoint("api", { ...chaosChild("api", { DATABASE_URL: dbUrl, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, ...authEnv() }), port });
+  return startEntrypoint("api", { ...chaosChild("api", { DATABASE_URL: dbUrl, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, ...authEnv(), ...env }), port });
 }
 
 /**

@@ -1,0 +1,182 @@
+// One call's tries: the same method, URL, key and bytes each time, a per-try timeout, waits
+// from Retry-After or the back-off, and the three limits (deadline, AbortSignal, the client's
+// retry budget). Answers the first final HTTP answer; throws ChargesApiError when none came.
+import { CLIENT_PROBLEM, ChargesApiError } from "./errors.ts";
+import { backoffMs, isRetriedStatus, parseRetryAfter, type BackoffOptions, type RetryBudget } from "./policy.ts";
+
+/** An HTTP answer, read whole while its try's timeout still ran. */
+export interface Exchange {
+  readonly status: number;
+  readonly headers: Headers;
+  readonly text: string;
+}
+
+/** What the caller sees of each try (ChargesClientOptions.onTry / CallOptions.onTry). */
+export interface TryReport {
+  /** 1 for the first try. */
+  readonly attempt: number;
+  readonly idempotencyKey: string | undefined;
+  /** "answer" (with its status), "network" (no answer: refused, reset, closed) or "timeout" (the per-try timeout). */
+  readonly outcome: "answer" | "network" | "timeout";
+  /** The HTTP status, 0 without an answer. */
+  readonly status: number;
+  /** Whether the answer was a replay of the one stored under the key (Idempotent-Replayed: true). */
+  readonly replayed: boolean;
+}
+
+/** The part of fetch the client uses: any runtime's fetch, or a wrapper of it, fits. */
+export type FetchLike = (url: string, init: RequestInit) => Promise<Response>;
+
+export interface Transport {
+  readonly fetch: FetchLike;
+  readonly token: () => Promise<string>;
+  readonly perTryTimeoutMs: number;
+  readonly backoff: BackoffOptions;
+  readonly budget: RetryBudget;
+  readonly random: () => number;
+  readonly onTry?: (report: TryReport) => void;
+}
+
+export interface Plan {
+  readonly method: "GET" | "POST";
+  readonly url: string;
+  readonly headers: Readonly<Record<string, string>>;
+  /** Serialized once by the caller; every try sends these bytes. */
+  readonly body?: Uint8Array<ArrayBuffer>;
+  readonly idempotencyKey?: string;
+}
+
+export interface Limits {
+  /** Epoch ms after which no try starts and no wait begins. */
+  readonly deadline: number;
+  readonly signal?: AbortSignal;
+  readonly onTry?: (report: TryReport) => void;
+}
+
+type Outcome = { readonly kind: "answer"; readonly exchange: Exchange } | { readonly kind: "network" | "timeout"; readonly error: unknown };
+
+/** Tries `plan` until a final answer; that answer and the number of tries. */
+export async function send(t: Transport, plan: Plan, limits: Limits): Promise<{ exchange: Exchange; attempts: number }> {
+  if (limits.signal?.aborted) throw giveUp("aborted", { kind: "network", error: limits.signal.reason }, plan, 0);
+  t.budget.deposit();
+  for (let attempt = 1; ; attempt += 1) {
+    const outcome = await tryOnce(t, plan, limits);
+    const report: TryReport = {
+      attempt,
+      idempotencyKey: plan.idempotencyKey,
+      outcome: outcome.kind,
+      status: outcome.kind === "answer" ? outcome.exchange.status : 0,
+      replayed: outcome.kind === "answer" && outcome.exchange.headers.get("idempotent-replayed") === "true",
+    };
+    t.onTry?.(report);
+    limits.onTry?.(report);
+    if (outcome.kind === "answer" && !isRetriedStatus(outcome.exchange.status)) return { exchange: outcome.exchange, attempts: attempt };
+    const wait = waitBefore(t, outcome, attempt);
+    const stop = stopReason(t, limits, wait);
+    if (stop) throw giveUp(stop, outcome, plan, attempt);
+    await pause(wait, limits.signal);
+    if (limits.signal?.aborted) throw giveUp("aborted", outcome, plan, attempt);
+  }
+}
+
+function waitBefore(t: Transport, outcome: Outcome, attempt: number): number {
+  const asked = outcome.kind === "answer" ? parseRetryAfter(outcome.exchange.headers.get("retry-after"), Date.now()) : undefined;
+  return asked ?? backoffMs(attempt, t.backoff, t.random());
+}
+
+type Stop = "aborted" | "deadline" | "budget";
+
+/** Why no further try is sent, if none is; the budget is only asked once the others allow it. */
+function stopReason(t: Transport, limits: Limits, waitMs: number): Stop | undefined {
+  if (limits.signal?.aborted) return "aborted";
+  if (Date.now() + waitMs >= limits.deadline) return "deadline";
+  if (!t.budget.withdraw()) return "budget";
+  return undefined;
+}
+
+const STOP_TYPE = { aborted: CLIENT_PROBLEM.aborted, deadline: CLIENT_PROBLEM.deadline, budget: CLIENT_PROBLEM.budget } as const;
+const STOP_TEXT = { aborted: "the caller aborted", deadline: "the deadline came first", budget: "the client's retry budget is spent" } as const;
+
+/**
+ * The error of a call that ends without a final answer: the last answer's problem when there
+ * was one (a 503 stays a 503), else the reason the tries stopped. Always retryable: the
+ * same key may still succeed later.
+ */
+function giveUp(stop: Stop, last: Outcome, plan: Plan, attempts: number): ChargesApiError {
+  if (stop !== "aborted" && last.kind === "answer") return problemError(last.exchange, plan.idempotencyKey, attempts, true);
+  const why = last.kind === "answer" ? `the last try answered ${last.exchange.status}` : `the last try got no answer (${last.kind}: ${describe(last.error)})`;
+  return new ChargesApiError({
+    type: STOP_TYPE[stop],
+    status: 0,
+    detail: `${STOP_TEXT[stop]} after ${attempts} ${attempts === 1 ? "try" : "tries"}; ${why}`,
+    idempotencyKey: plan.idempotencyKey,
+    retryable: true,
+    attempts,
+    cause: last.kind === "answer" ? undefined : last.error,
+  });
+}
+
+/** A ChargesApiError from an HTTP answer: its problem body, or about:blank when it has none. */
+export function problemError(exchange: Exchange, idempotencyKey: string | undefined, attempts: number, retryable: boolean): ChargesApiError {
+  const problem = parseObject(exchange.text);
+  const text = (name: string): string | undefined => (typeof problem?.[name] === "string" ? (problem[name] as string) : undefined);
+  return new ChargesApiError({
+    type: text("type") ?? "about:blank",
+    status: exchange.status,
+    title: text("title"),
+    detail: text("detail") ?? `HTTP ${exchange.status}`,
+    idempotencyKey,
+    retryable,
+    attempts,
+    problem,
+  });
+}
+
+export function parseObject(text: string): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(text);
+    return typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function tryOnce(t: Transport, plan: Plan, limits: Limits): Promise<Outcome> {
+  const controller = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    controller.abort();
+  }, Math.max(0, Math.min(t.perTryTimeoutMs, limits.deadline - Date.now())));
+  const onAbort = (): void => controller.abort(limits.signal?.reason);
+  limits.signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    if (limits.signal?.aborted) throw limits.signal.reason;
+    const headers = { ...plan.headers, authorization: `Bearer ${await t.token()}` };
+    const response = await t.fetch(plan.url, { method: plan.method, headers, body: plan.body, signal: controller.signal });
+    const text = await response.text();
+    return { kind: "answer", exchange: { status: response.status, headers: response.headers, text } };
+  } catch (error) {
+    return { kind: timedOut ? "timeout" : "network", error };
+  } finally {
+    clearTimeout(timer);
+    limits.signal?.removeEventListener("abort", onAbort);
+  }
+}
+
+/** Waits `ms`, or less when the signal fires (the loop then stops on it). */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,115 @@
+// The client's retries proven the way faults arrive: a real api.ts process behind the fault
+// proxy (raw TCP). An answer lost after the server committed, a connection reset halfway
+// through the request, an answer held past the per-try timeout: each ends as one charge,
+// and the client says how many tries it took and whether the final answer was a replay.
+import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
+import { ChargesApiError, ChargesClient, CLIENT_PROBLEM, type TryReport } from "charges-outbox/client";
+import { counts } from "../testkit/api.ts";
+import { authEnv, tokenFor } from "../testkit/auth.ts";
+import { startFaultProxy, type Fate } from "../testkit/http-fault-proxy.ts";
+import { startEntrypoint } from "../testkit/processes.ts";
+import { freshDatabase } from "../testkit/services.ts";
+
+setDefaultTimeout(60_000);
+
+const db = await freshDatabase("client_proxy");
+const api = await startEntrypoint("api", { env: { DATABASE_URL: db.url, LOG_LEVEL: "warn", ...authEnv() } });
+// The fates of the next requests, in order; "pass" once the script runs out.
+let script: Fate[] = [];
+// The Retry-After of the proxy's own 503s: an HTTP date, `retryAfterMs` from now.
+let retryAfterMs = 0;
+const retryAfter = (): string => new Date(Date.now() + retryAfterMs).toUTCString();
+const proxy = await startFaultProxy({ upstreams: [api.port], decide: () => script.shift() ?? "pass", delayMs: 6_000, retryAfter });
+
+afterAll(async () => {
+  await proxy.close();
+  await api.child.stop();
+  await db.drop();
+});
+beforeEach(async () => {
+  await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
+});
+
+function client(options: Partial<ConstructorParameters<typeof ChargesClient>[0]> = {}): ChargesClient {
+  // Short waits: the test is about which tries happen, not how long they wait. A try times
+  // out only when the proxy holds its answer (6 s), never on a loaded machine.
+  return new ChargesClient({ baseUrl: proxy.url, token: () => tokenFor(), perTryTimeoutMs: 3_000, backoff: { baseMs: 20, maxMs: 100 }, ...options });
+}
+
+async function created(fates: Fate[]): Promise<{ replayed: boolean; attempts: number; tries: TryReport[] }> {
+  script = [...fates];
+  const tries: TryReport[] = [];
+  const answer = await client().charges.create({ amountCents: 4900 }, { onTry: (t) => tries.push(t) });
+  return { replayed: answer.replayed, attempts: answer.attempts, tries };
+}
+
+test("the answer is lost after the commit: the retry is the replay, one charge", async () => {
+  const { replayed, attempts, tries } = await created(["drop"]);
+  expect({ replayed, attempts }).toEqual({ replayed: true, attempts: 2 });
+  expect(tries.map((t) => [t.outcome, t.status])).toEqual([["network", 0], ["answer", 201]]);
+  expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
+});
+
+test("the connection is reset mid-request: nothing was written, the retry creates the one charge", async () => {
+  const { replayed, attempts } = await created(["reset", "reset"]);
+  expect({ replayed, attempts }).toEqual({ replayed: false, attempts: 3 });
+  expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
+});
+
+test("the answer comes after the per-try timeout: the retry is the replay, one charge", async () => {
+  const { replayed, attempts, tries } = await created(["delay"]);
+  expect({ replayed, attempts }).toEqual({ replayed: true, attempts: 2 });
+  expect(tries[0]?.outcome).toBe("timeout");
+  expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
+});
+
+test("every try of one call carries one key and one body", async () => {
+  const before = new Map([...proxy.bodiesByKey].map(([k, v]) => [k, v.size]));
+  const { charge } = await client().charges.create({ amountCents: 5000 });
+  script = ["drop", "reset", "delay", "drop"];
+  const answer = await client().refunds.create(charge.id, { amountCents: 1000 });
+  expect(answer.attempts).toBe(5);
+  expect(before.has(answer.idempotencyKey)).toBe(false);
+  expect(proxy.bodiesByKey.get(answer.idempotencyKey)?.size).toBe(1);
+  expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 2, keys: 2 });
+});
+
+test("the budget runs out: the call stops there, retryable, and the key's one charge stands", async () => {
+  script = Array<Fate>(20).fill("drop");
+  const c = client({ retryBudget: { burst: 2, perSecond: 0, ratio: 0 } });
+  const error = await c.charges.create({ amountCents: 700 }).catch((e: unknown) => e);
+  expect(error).toBeInstanceOf(ChargesApiError);
+  const { type, attempts, retryable, status } = error as ChargesApiError;
+  expect({ type, attempts, retryable, status }).toEqual({ type: CLIENT_PROBLEM.budget, attempts: 3, retryable: true, status: 0 });
+  expect(c.budget.stats).toEqual({ granted: 2, refused: 1 });
+  expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
+});
+
+test("the deadline comes first: the call stops, retryable; a later call with the key gets the charge", async () => {
+  script = Array<Fate>(1000).fill("drop");
+  const c = client({ retryBudget: { burst: 1000, perSecond: 0, ratio: 0 } });
+  const error = (await c.charges.create({ amountCents: 800 }, { deadlineMs: 2_500 }).catch((e: unknown) => e)) as ChargesApiError;
+  expect({ type: error.type, retryable: error.retryable }).toEqual({ type: CLIENT_PROBLEM.deadline, retryable: true });
+  expect(error.attempts).toBeGreaterThan(1);
+  script = [];
+  const later = await c.charges.create({ amountCents: 800 }, { idempotencyKey: error.idempotencyKey });
+  expect(later).toMatchObject({ replayed: true, attempts: 1 });
+  expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
+});
+
+test("a 503 from in front of the API is tried again; nothing reached the API, so the retry creates the charge", async () => {
+  retryAfterMs = 0;
+  const { replayed, attempts, tries } = await created(["unavailable", "unavailable"]);
+  expect({ replayed, attempts }).toEqual({ replayed: false, attempts: 3 });
+  expect(tries.map((t) => t.status)).toEqual([503, 503, 201]);
+  expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
+});
+
+test("a Retry-After (an HTTP date) past the deadline: no second try, the 503 problem, retryable", async () => {
+  retryAfterMs = 60_000;
+  script = ["unavailable"];
+  const error = (await client().charges.create({ amountCents: 900 }, { deadlineMs: 10_000 }).catch((e: unknown) => e)) as ChargesApiError;
+  const { type, status, attempts, retryable } = error;
+  expect({ type, status, attempts, retryable }).toEqual({ type: "about:blank", status: 503, attempts: 1, retryable: true });
+  expect(await counts(db.sql)).toEqual({ charges: 0, outbox: 0, keys: 0 });
+});
