@@ -63,7 +63,7 @@ export function banner(endpoints: Endpoints): string[] {
   const auth = endpoints.authorization ? ` -H 'Authorization: ${endpoints.authorization}'` : "";
   return [
     "ready: api, relay and subscriber are running. Ctrl-C stops everything.",
-    `  API        ${endpoints.api}   (${endpoints.api}/openapi.json, /metrics, /readyz)`,
+    `  API        ${endpoints.api}   (reference at ${endpoints.api}/docs; /openapi.json, /metrics, /readyz)`,
     `  relay      ${endpoints.relay}/readyz   (/metrics)`,
     // DATABASE_URL and MQTT_URL, when set, may carry passwords (and a list of hosts).
     `  Postgres   ${maskUrl(endpoints.databaseUrl)}   ${endpoints.databaseNote}`,
@@ -73,5 +73,17 @@ export function banner(endpoints: Endpoints): string[] {
     `  auth       ${endpoints.authNote}`,
     "create a charge (paste it twice: the second answer is the stored one, with Idempotent-Replayed: true):",
     `  curl -i -X POST ${endpoints.api}/charges -H 'Content-Type: application/json'${auth} -H 'Idempotency-Key: ${key}' -d '{"amountCents": 4900}'`,
+    ...clientSnippet(endpoints),
+  ];
+}
+
+/** The same charge from TypeScript, with the client that resends one key and one body (docs/client.md). */
+function clientSnippet(endpoints: Endpoints): string[] {
+  const token = endpoints.authorization?.replace(/^Bearer /, "");
+  return [
+    "or from TypeScript, with the client that retries with one key (docs/client.md), in a file of this project:",
+    `  import { ChargesClient } from "charges-outbox/client";`,
+    `  const client = new ChargesClient({ baseUrl: "${endpoints.api}"${token ? `, token: "${token}"` : ""} });`,
+    `  const { charge, replayed, attempts } = await client.charges.create({ amountCents: 4900 });`,
   ];
 }
