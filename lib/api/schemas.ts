@@ -18,18 +18,27 @@ const checks = new WeakMap<TSchema, TypeCheck<TSchema>>();
 export function checkOf<S extends TSchema>(schema: S): TypeCheck<S> {
   let check = checks.get(schema) as TypeCheck<S> | undefined;
   if (check === undefined) {
-    // TypeBox checks formats through one process-wide registry; whichever module registers
-    // a format first keeps it.
-    if (!FormatRegistry.Has("uuid")) FormatRegistry.Set("uuid", isUuid);
-    if (!FormatRegistry.Has("date-time")) FormatRegistry.Set("date-time", (v) => ISO_INSTANT_RE.test(v));
+    registerFormats();
     check = TypeCompiler.Compile(schema);
     checks.set(schema, check);
   }
   return check;
 }
 
+/**
+ * Our formats in TypeBox's one process-wide registry, set over what a dependency set at its
+ * import: @elysiajs/openapi bundles @sinclair/typemap, which sets "uuid" (and others) to zod
+ * and valibot checks costing ~10× ours, and Elysia's own "date-time" takes any date. Compiled
+ * checks (ours and Elysia's) look the format up on every call, so the last Set wins.
+ */
+export function registerFormats(): void {
+  FormatRegistry.Set("uuid", isUuid);
+  FormatRegistry.Set("date-time", (v) => ISO_INSTANT_RE.test(v));
+}
+
 /** Generates the checks now: a runtime that forbids code generation after load (workerd) calls it at load. */
 export function prepareSchemas(schemas: readonly TSchema[]): void {
+  registerFormats();
   for (const schema of schemas) checkOf(schema);
 }
 
