@@ -22,6 +22,7 @@ afterAll(async () => {
 interface Operation {
   operationId: string;
   security?: unknown;
+  parameters?: unknown[];
   requestBody?: { content: Record<string, { schema: unknown }> };
   responses: Record<string, { description: string; content?: Record<string, { schema: { properties?: Record<string, unknown> } }> }>;
 }
@@ -46,6 +47,7 @@ describe("/openapi.json", () => {
       const op = doc.paths[path]!.post!;
       expect(op.operationId).toBe(id);
       expect(op.security).toEqual([{ bearer: [] }]);
+      expect(op.parameters).toContainEqual(expect.objectContaining({ name: "idempotency-key", in: "header", required: true }));
       expect(op.requestBody?.content["application/json"]?.schema).toMatchObject({ type: "object", required: ["amountCents"], additionalProperties: false });
       expect(op.responses["201"]!.content!["application/json"]!.schema.properties).toHaveProperty("id");
       for (const status of ["400", "401", "409", "413", "415", "422", "503"]) {

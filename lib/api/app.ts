@@ -8,6 +8,7 @@
 import { Elysia, ParseError, ValidationError, type AnyElysia, type Context } from "elysia";
 import { CloudflareAdapter } from "elysia/adapter/cloudflare-worker";
 import { openapi, withHeaders } from "@elysiajs/openapi";
+import type { AdditionalReference } from "@elysiajs/openapi/types";
 import { Type as t, type TSchema } from "@sinclair/typebox";
 import { describeDbError, isTimeBound, isUnavailable } from "../shared/db.ts";
 import { pathOf } from "../shared/runtime.ts";
@@ -71,6 +72,7 @@ export function buildApp(routes: readonly Route[], options: AppOptions): AnyElys
         // No validator badge: Swagger UI would send the document to its public validator.
         swagger: options.docs && { cdn: options.docs.script, theme: options.docs.stylesheet, autoDarkMode: false, displayOperationId: true, validatorUrl: "none" },
         documentation: { info: DOCUMENT_INFO, components: { schemas: COMPONENTS, securitySchemes: { bearer: BEARER_SCHEME } } },
+        references: documentedHeaders(routes),
       }),
     )
     .onError((ctx) => answerError(ctx.request, ctx.code, ctx.error));
@@ -84,24 +86,31 @@ export function buildApp(routes: readonly Route[], options: AppOptions): AnyElys
 
 function declare(app: AnyElysia, route: Route, options: AppOptions): AnyElysia {
   const schema = route.schema ?? {};
-  const hook = {
-    params: schema.params,
-    headers: schema.headers,
-    body: schema.body,
-    response: schema.response && responsesOf(schema.response),
-    detail: route.detail,
-    // Before the parse (POST) or the checks (GET): the token first, so nothing of a request
-    // without one is read.
-    transform: ({ request }: { request: Request }) => enter(request, route),
-    // Ours answers every body (a value, or a throw for 415, 413 or 400); the media type's name
-    // after it is what the document shows.
-    ...(schema.body && { parse: [async ({ request }: { request: Request }) => (await enter(request, route), readJsonBody(request)), "application/json"] }),
-  };
+  // The token first, so nothing of a request without one is read: in the parse of a route with
+  // a body (before Elysia reads it), in the transform of one without (before its params are checked).
+  const entry = schema.body
+    ? {
+        // Ours answers every body (a value, or a throw for 415, 413 or 400); the media type's
+        // name after it is what the document shows.
+        parse: [async ({ request }: { request: Request }) => (await enter(request, route), readJsonBody(request)), "application/json"],
+      }
+    : { transform: ({ request }: { request: Request }) => enter(request, route) };
+  const hook = { params: schema.params, body: schema.body, response: schema.response && responsesOf(schema.response), detail: route.detail, ...entry };
   const handler = (ctx: Context) => {
     const state = stateOf(ctx.request);
     return route.handle({ ...state, request: ctx.request, route, params: ctx.params as Record<string, string>, body: ctx.body, metrics: options.metrics });
   };
   return app.route(route.method, route.path, handler as never, hook as never);
+}
+
+/** The headers routes read themselves, for the document only (@elysiajs/openapi's references). */
+function documentedHeaders(routes: readonly Route[]): AdditionalReference {
+  const reference: Record<string, Record<string, { headers: TSchema }>> = {};
+  for (const route of routes) {
+    const headers = route.schema?.documentedHeaders;
+    if (headers) reference[route.path] = { ...reference[route.path], [route.method.toLowerCase()]: { headers } };
+  }
+  return reference as unknown as AdditionalReference;
 }
 
 /** The 201's headers, documented beside its body. */
@@ -165,12 +174,11 @@ async function answerError(request: Request, code: unknown, error: unknown): Pro
   }
 }
 
-/** A 400 for what failed its schema: the key's header, an id, or the body's fields. */
+/** A 400 for what failed its schema: an id, or the body's fields. */
 function schemaProblem(error: unknown): Response {
   if (!(error instanceof ValidationError)) throw new Error("bug: a VALIDATION error that is not Elysia's ValidationError");
   const faults: readonly SchemaFault[] = error.all;
   const type = error.type;
-  if (type === "headers") return problemResponse("invalidKey", "the Idempotency-Key header is required");
   if (type === "params") {
     const names = faults.map((f) => f.path.replace(/^\//, ""));
     return invalidIdProblem(Object.fromEntries(names.map((n) => [n, ""])), names) ?? problemResponse("invalidId", "an id must be a UUID");

@@ -39,7 +39,7 @@ export function operationRoute(op: Operation): Route {
     handle: operationHandler(op),
     schema: {
       params: uuidParams(op.uuidParams),
-      headers: t.Object({ "idempotency-key": IdempotencyKeyHeader }),
+      documentedHeaders: t.Object({ "idempotency-key": IdempotencyKeyHeader }),
       body: op.body,
       response: {
         [op.status]: described(op.response, "Created; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true)"),

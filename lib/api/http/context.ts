@@ -60,7 +60,11 @@ export interface Route {
 
 export interface RouteSchema {
   readonly params?: TObject;
-  readonly headers?: TObject;
+  /**
+   * Headers the handler reads and checks itself, documented only: Elysia checking them too
+   * would build a headers object per request for what the handler's own parser refuses anyway.
+   */
+  readonly documentedHeaders?: TObject;
   readonly body?: TSchema;
   /** Status → the schema of that answer's body (its `description` is the answer's). */
   readonly response?: Readonly<Record<number, TSchema>>;
