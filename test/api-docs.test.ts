@@ -80,3 +80,13 @@ describe("/docs", () => {
 });
 
 if (chromiumBinary() === undefined) console.warn("test/api-docs.test.ts: the browser test is skipped: `chromium` is not installed (apt-get install -y chromium; .ci/run installs it)");
+
+test("the document, the page and its files are counted under their own routes on /metrics, not as unmatched", async () => {
+  expect((await fetch(`${api.base}/openapi.json`)).status).toBe(200);
+  expect((await fetch(`${api.base}/docs`)).status).toBe(200);
+  expect((await fetch(`${api.base}/docs/swagger-ui.css`)).status).toBe(200);
+  const text = await (await fetch(`${api.base}/metrics`)).text();
+  for (const route of ["/openapi.json", "/docs", "/docs/swagger-ui.css"]) {
+    expect(text).toContain(`http_server_request_duration_seconds_count{http_request_method="GET",http_route="${route}",http_response_status_code="200"}`);
+  }
+});

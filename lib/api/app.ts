@@ -58,6 +58,10 @@ class Answered extends Error {
   }
 }
 
+/** What @elysiajs/openapi serves beside the route table: the document, and the page with the docs assets. */
+export const DOCUMENT_PATH = "/openapi.json";
+export const PAGE_PATH = "/docs";
+
 export function buildApp(routes: readonly Route[], options: AppOptions): AnyElysia {
   // normalize off: an unknown member is a 400, never silently dropped. Ahead of time (the
   // edge worker), the Cloudflare adapter compiles every route in compile(), at module load.
@@ -65,8 +69,8 @@ export function buildApp(routes: readonly Route[], options: AppOptions): AnyElys
   let app: AnyElysia = new Elysia({ aot: true, normalize: false, ...adapter })
     .use(
       openapi({
-        path: "/docs",
-        specPath: "/openapi.json",
+        path: PAGE_PATH,
+        specPath: DOCUMENT_PATH,
         openapiVersion: "3.1.0",
         provider: options.docs ? "swagger-ui" : null,
         // No validator badge: Swagger UI would send the document to its public validator.
@@ -77,7 +81,7 @@ export function buildApp(routes: readonly Route[], options: AppOptions): AnyElys
     )
     .onError((ctx) => answerError(ctx.request, ctx.code, ctx.error));
   for (const [path, serveFile] of Object.entries(options.docs?.files ?? {})) {
-    app = app.get(path, () => serveFile(), { detail: { hide: true } });
+    app = app.get(path, ({ request }) => ((stateOf(request).route = path), serveFile()), { detail: { hide: true } });
   }
   for (const route of routes) app = declare(app, route, options);
   // Every handler composed now rather than on its first request.

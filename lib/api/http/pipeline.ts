@@ -3,10 +3,10 @@
 // request's log line. The long-lived server (start.ts: one pool for every request) and the edge
 // worker (worker.ts: a client of its own per request) both build it here.
 import type { Logger } from "../../shared/log.ts";
-import { routableRequest } from "../../shared/runtime.ts";
+import { pathOf, routableRequest } from "../../shared/runtime.ts";
 import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../../shared/http-metrics.ts";
 import { prepareSchemas } from "../schemas.ts";
-import { buildApp, type DocsAssets } from "../app.ts";
+import { buildApp, DOCUMENT_PATH, PAGE_PATH, type DocsAssets } from "../app.ts";
 import { trackRequest, type LogFields, type RequestDeps, type RequestState, type Route } from "./context.ts";
 
 export interface HandlerOptions {
@@ -40,6 +40,8 @@ export function createApiHandler(routes: readonly Route[], schemas: Parameters<t
     const state: RequestState = { deps: current(), fields: {}, tenant: "", route: UNMATCHED_ROUTE };
     trackRequest(request, state);
     let response = await app.handle(request);
+    // The plugin's routes are not in the table: named by their path, a fixed one.
+    if (state.route === UNMATCHED_ROUTE && response.status !== 404) state.route = pluginRouteOf(request.url) ?? UNMATCHED_ROUTE;
     // HEAD is GET without the body (RFC 9110 §9.3.2): Elysia answers a GET route's so; a
     // problem answered to a HEAD (a 401, a 404) goes without its body too.
     if (request.method === "HEAD" && response.body !== null) response = new Response(null, { status: response.status, headers: response.headers });
@@ -53,6 +55,11 @@ export function createApiHandler(routes: readonly Route[], schemas: Parameters<t
     }
     return response;
   };
+}
+
+function pluginRouteOf(url: string): string | undefined {
+  const path = pathOf(url);
+  return path === DOCUMENT_PATH || path === PAGE_PATH ? path : undefined;
 }
 
 function logRequest(log: Logger, request: Request, route: string, response: Response, durationMs: number, extra: LogFields): void {
