@@ -109,7 +109,7 @@ function asBefore(rows: Row[], like: Row[]): Row[] {
 
 describe("migrating a database of the previous release", () => {
   test("applies every migration, loses no row, and gives old rows the new columns' defaults", async () => {
-    expect(applied).toEqual(["0001_baseline", "0002_refunds_and_sequences", "0003_subscriber_sequences"]);
+    expect(applied).toEqual(["0001_baseline", "0002_refunds_and_sequences", "0003_subscriber_sequences", "0004_payment_processor"]);
     const after = await snapshot(db.sql);
     for (const table of TABLES) {
       expect(after[table]).toHaveLength(before[table].length);

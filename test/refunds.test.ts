@@ -258,7 +258,7 @@ describe("reading refunds", () => {
     expect((await postRefund(api, chargeId, refundBody(150), { key: key() })).status).toBe(201);
     expect((await postRefund(api, chargeId, refundBody(50), { key: key() })).status).toBe(201);
     const after = await view();
-    expect(Object.keys(after).sort()).toEqual(["amountCents", "createdAt", "id", "refundedCents"]);
+    expect(Object.keys(after).sort()).toEqual(["amountCents", "createdAt", "currency", "id", "refundedCents", "status"]);
     expect(after).toMatchObject({ id: chargeId, amountCents: 1000, refundedCents: 200 });
   });
 
