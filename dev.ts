@@ -1,7 +1,8 @@
 // `bun run dev`: the whole system on one machine with nothing installed. Starts an embedded
 // Postgres unless DATABASE_URL is set (data in .data/postgres, kept across runs, or in the
 // temp dir when Postgres's user cannot reach the project: dev/pg-place.ts), an in-process
-// MQTT broker unless MQTT_URL is set, then api, relay and a printing subscriber.
+// MQTT broker unless MQTT_URL is set, an in-process payment-processor simulator (Stripe's
+// API, dev/processor-sim/), then api, relay and a printing subscriber.
 // Ctrl-C stops the three processes first and the services they use last.
 import { relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -9,6 +10,7 @@ import { killChildrenNow, startChild, stopChildren, type Child } from "./dev/chi
 import { DATA_DIR, startEmbeddedPostgres } from "./dev/embedded-postgres.ts";
 import { startLocalBroker } from "./dev/mqtt-broker.ts";
 import { banner, dataPlace, embeddedPostgresLine, print, printPostgres } from "./dev/output.ts";
+import { startDevProcessor } from "./dev/processor.ts";
 import { stopWithSupervisor } from "./dev/watchdog.ts";
 import { freePort } from "./dev/ports.ts";
 import { DEMO_TENANT, devSecret, DEV_SECRET_FILE, mintToken } from "./dev/token.ts";
@@ -36,6 +38,8 @@ async function main(): Promise<void> {
   services.push(database);
   const broker = await brokerService();
   services.push(broker);
+  const processor = await processorService();
+  services.push(processor);
   const apiPort = await portFor("PORT", DEFAULT_API_PORT);
   const relayPort = await portFor("RELAY_PORT", DEFAULT_RELAY_PORT);
   const auth = authSetup();
@@ -59,6 +63,7 @@ async function main(): Promise<void> {
     databaseDirectUrl: process.env.DATABASE_DIRECT_URL || undefined,
     mqttUrl: broker.url,
     mqttNote: broker.note,
+    processorUrl: processor.url,
     authorization: await auth.authorization(),
     authNote: auth.note,
   };
@@ -78,6 +83,12 @@ async function brokerService(): Promise<Service> {
   const broker = await startLocalBroker();
   print("mqtt", `in-process MQTT broker (aedes, MQTT 3.1.1) on port ${broker.port}`);
   return { url: broker.url, note: "(in-process aedes)", stop: () => broker.close() };
+}
+
+async function processorService(): Promise<Service> {
+  const sim = await startDevProcessor();
+  print("processor", `Stripe API simulator (PaymentIntents, Refunds) on port ${sim.port}`);
+  return { url: sim.url, note: "(simulator)", stop: () => sim.stop() };
 }
 
 interface AuthSetup {

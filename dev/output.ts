@@ -4,7 +4,7 @@ import { POSTGRES_USER } from "./pg-user.ts";
 import { maskUrl } from "../lib/shared/redact.ts";
 
 const COLOURS: Record<string, string> = {
-  dev: "1", postgres: "34", mqtt: "35", api: "32", relay: "33", subscriber: "36",
+  dev: "1", postgres: "34", mqtt: "35", processor: "31", api: "32", relay: "33", subscriber: "36",
 };
 const WIDTH = Math.max(...Object.keys(COLOURS).map((name) => name.length));
 const useColour = Boolean(process.stdout.isTTY) && !process.env.NO_COLOR;
@@ -51,6 +51,8 @@ export interface Endpoints {
   readonly databaseDirectUrl: string | undefined;
   readonly mqttUrl: string;
   readonly mqttNote: string;
+  /** The payment-processor simulator (dev/processor-sim/), when dev mode started one. */
+  readonly processorUrl?: string;
   /** The Authorization header value of the printed curl (none with AUTH_MODE=none). */
   readonly authorization: string | undefined;
   readonly authNote: string;
@@ -67,6 +69,7 @@ export function banner(endpoints: Endpoints): string[] {
     `  Postgres   ${maskUrl(endpoints.databaseUrl)}   ${endpoints.databaseNote}`,
     ...(endpoints.databaseDirectUrl ? [`  direct     ${maskUrl(endpoints.databaseDirectUrl)}   (DATABASE_DIRECT_URL: the relay's LISTEN and the jobs' locks)`] : []),
     `  MQTT       ${maskUrl(endpoints.mqttUrl)}   ${endpoints.mqttNote}`,
+    ...(endpoints.processorUrl ? [`  processor  ${endpoints.processorUrl}   (Stripe API simulator; ledger at ${endpoints.processorUrl}/_sim/ledger, docs/dev-mode.md)`] : []),
     `  auth       ${endpoints.authNote}`,
     "create a charge (paste it twice: the second answer is the stored one, with Idempotent-Replayed: true):",
     `  curl -i -X POST ${endpoints.api}/charges -H 'Content-Type: application/json'${auth} -H 'Idempotency-Key: ${key}' -d '{"amountCents": 4900}'`,
