@@ -79,7 +79,14 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
     createPayment: (p, key) =>
       timed("POST", () =>
         stripe.paymentIntents.create(
-          { amount: p.amountCents, currency: p.currency, payment_method: p.paymentMethod, metadata: { charge_id: p.chargeId } },
+          {
+            amount: p.amountCents,
+            currency: p.currency,
+            payment_method: p.paymentMethod,
+            // A server-side confirmation with no customer present: no method that needs a redirect.
+            automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+            metadata: { charge_id: p.chargeId },
+          },
           { idempotencyKey: key },
         ), paymentView),
     confirmPayment: (id, key) => timed("POST", () => stripe.paymentIntents.confirm(id, {}, { idempotencyKey: key }), paymentView),
@@ -120,5 +127,5 @@ function classify(error: unknown): CallResult<never> {
   if (status >= 500 || status === 409 || status === 429) {
     return { kind: "unknown", cause: "processor_error", detail: `the processor answered ${status}${error.code ? ` (${error.code})` : ""}`, status };
   }
-  return { kind: "refused", status, code: error.code ?? error.type, declineCode: error.decline_code ?? null, message: error.message };
+  return { kind: "refused", status, code: error.code ?? error.rawType ?? "refused", declineCode: error.decline_code ?? null, message: error.message };
 }
