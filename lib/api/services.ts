@@ -69,14 +69,18 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
   });
 }
 
+// One processor client per configuration: the edge worker builds a core per request.
+const processors = new WeakMap<Config, ForeignOptions>();
+
 /** With PAYMENT_PROCESSOR=stripe, what the core's foreign operations call; none otherwise. */
 export function processorOptions(config: Config): ForeignOptions | undefined {
   if (config.processor.mode === "none") return undefined;
-  return {
-    processor: createProcessorClient(config.processor),
-    leaseMs: leaseMsFor(config.processor.timeoutMs),
-    onResumed: resumedCounter("request"),
-  };
+  let options = processors.get(config);
+  if (options === undefined) {
+    options = { processor: createProcessorClient(config.processor), leaseMs: leaseMsFor(config.processor.timeoutMs), onResumed: resumedCounter("request") };
+    processors.set(config, options);
+  }
+  return options;
 }
 
 /** A failed wake-up loses nothing: the relay's poll finds the row. */
