@@ -13,6 +13,7 @@ import type { Sql } from "../../shared/db.ts";
 import { boundedStatement } from "../../shared/bounded-statement.ts";
 import { drive } from "../../shared/foreign/drive.ts";
 import { takeLease } from "../../shared/foreign/lease.ts";
+import { findKey } from "./statement.ts";
 import type { DriveResult, HeldKey, Resume } from "../../shared/foreign/types.ts";
 import type { ProcessorClient, UnknownCause } from "../../shared/processor/client.ts";
 import { endpointOf, type ColumnValue, type ForeignDeclaration, type Fragment, type Operation, type OperationInput, type Refusal, type SqlType } from "./operation.ts";
@@ -158,17 +159,25 @@ export async function runForeign(
     const held: HeldKey = { ...ref, token, point: c.foreign.process.firstPoint, resume: row.resume };
     return answer(c, await drive(sql, c.foreign.process, held, false, options));
   }
-  if (row.request_hash !== null) {
-    if (row.request_hash !== r.requestHash) return { kind: "payload_conflict" };
-    if (row.status === "COMPLETED" && row.response_status !== null && row.response_body !== null) return stored(c, row.response_status, row.response_body);
-    // STARTED: its holder is alive (the lease) and this is a 409, or gone and this request goes on from where it stopped.
-    const held = await takeLease(sql, ref, options.leaseMs);
-    if (held === undefined) return { kind: "in_flight" };
-    options.onResumed?.(c.endpoint);
-    return answer(c, await drive(sql, c.foreign.process, held, true, options));
-  }
-  if (row.got === false || row.refusal === null) return { kind: "in_flight" };
-  return { kind: "refused", refusal: c.op.refuse(row.refusal, row.detail, r.input) };
+  if (row.request_hash !== null) return fromExisting(sql, c, r, row, options);
+  if (row.got === false) return { kind: "in_flight" };
+  // Refused, or locked but not written, on a snapshot that may predate the commit of another
+  // request with this key (whose lock this one then took): what that request wrote is the answer.
+  const now = await options.gate((endsAt) => findKey(sql, r.tenant, r.key, c.endpoint, endsAt));
+  if (now) return fromExisting(sql, c, r, now, options);
+  return row.refusal === null ? { kind: "in_flight" } : { kind: "refused", refusal: c.op.refuse(row.refusal, row.detail, r.input) };
+}
+
+type ExistingKey = Pick<BeginRow, "request_hash" | "status" | "response_status" | "response_body">;
+
+/** A key written before: its stored answer, a 409 while its lease lives, or its resume once the lease has expired. */
+async function fromExisting(sql: Sql, c: CompiledForeign, r: ForeignRequest, row: ExistingKey, options: ForeignOptions): Promise<ForeignOutcome> {
+  if (row.request_hash !== r.requestHash) return { kind: "payload_conflict" };
+  if (row.status === "COMPLETED" && row.response_status !== null && row.response_body !== null) return stored(c, row.response_status, row.response_body);
+  const held = await takeLease(sql, { tenant: r.tenant, key: r.key, endpoint: c.endpoint }, options.leaseMs);
+  if (held === undefined) return { kind: "in_flight" };
+  options.onResumed?.(c.endpoint);
+  return answer(c, await drive(sql, c.foreign.process, held, true, options));
 }
 
 function stored(c: CompiledForeign, status: number, body: string): ForeignOutcome {
