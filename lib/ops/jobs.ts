@@ -171,9 +171,13 @@ async function reportStaleKeys(sql: Sql, gauges: OpsGauges, log: Logger): Promis
   return { job, ...summary, sample };
 }
 
-// Keys the completer claims per round: each is driven in turn (a few processor calls), so a
-// round lasts seconds at most, and the relay's other jobs wait that long.
-const COMPLETER_BATCH = 20;
+// Keys the completer claims per round, driven COMPLETER_PARALLEL at a time (a few processor
+// calls each); a run goes on while rounds come back full, up to COMPLETER_ROUNDS, so a
+// backlog left by an outage drains at a few hundred keys a run while a run lasts seconds and
+// the relay's other jobs wait no longer than that.
+const COMPLETER_BATCH = 50;
+const COMPLETER_PARALLEL = 8;
+const COMPLETER_ROUNDS = 5;
 
 // One client per process and configuration, made on the completer's first round (nothing at import).
 const processorClients = new WeakMap<Config, { client: ProcessorClient; resumed: (endpoint: string) => void }>();
@@ -203,16 +207,25 @@ async function runCompleter(sql: Sql, config: Config, gauges: OpsGauges, log: Lo
     return { ran: true, value: { job, processor: "none", parked: counted.value } };
   }
   const { client, resumed } = completerOf(config);
-  const round = await completeRound(sql, {
+  const options = {
     lockId: JOB_LOCK_IDS[job],
     batch: COMPLETER_BATCH,
+    parallel: COMPLETER_PARALLEL,
     resolveWindowSeconds: config.processor.resolveWindowSeconds,
     processes: FOREIGN_PROCESSES,
     processor: client,
     leaseMs: leaseMsFor(config.processor.timeoutMs),
     onResumed: resumed,
-  });
-  if (round === undefined) return { ran: false };
+  };
+  const first = await completeRound(sql, options);
+  if (first === undefined) return { ran: false };
+  let round = first;
+  for (let rounds = 1, last = first; rounds < COMPLETER_ROUNDS && last.claimed === COMPLETER_BATCH; rounds++) {
+    const next = await completeRound(sql, options);
+    if (next === undefined) break;
+    round = { claimed: round.claimed + next.claimed, finished: round.finished + next.finished, unknown: round.unknown + next.unknown, lost: round.lost + next.lost, parked: round.parked + next.parked };
+    last = next;
+  }
   gauges.parkedKeys = await parkedCount(sql);
   gauges.computedAt[job] = Date.now();
   if (round.claimed > 0 || round.parked > 0) log.info("completer round", { job, ...round });

@@ -13,8 +13,13 @@ import type { DriveResult, ForeignProcess, HeldKey, Resume } from "./types.ts";
 
 export interface CompleterOptions extends DriveOptions {
   readonly lockId: bigint;
-  /** Keys claimed per round; each is driven in turn (a round lasts at most this many drives). */
+  /** Keys claimed per round. */
   readonly batch: number;
+  /**
+   * Keys driven at once: their calls wait on the processor, not on this process or the
+   * database (each step's statement borrows a connection for its own moment only).
+   */
+  readonly parallel: number;
   readonly resolveWindowSeconds: number;
   readonly processes: ReadonlyMap<string, ForeignProcess>;
   readonly onResumed?: (endpoint: string) => void;
@@ -48,15 +53,21 @@ export async function completeRound(sql: Sql, options: CompleterOptions): Promis
   });
   if (claim === undefined) return undefined;
   const results: DriveResult[] = [];
-  for (const row of claim.keys) {
-    const process = options.processes.get(row.endpoint);
-    if (process === undefined) throw new Error(`bug: claimed a key of ${row.endpoint}, which has no foreign process`);
-    const held: HeldKey = { tenant: row.tenant, key: row.key, endpoint: row.endpoint, token: row.lease_token, point: row.recovery_point, resume: row.resume };
-    options.onResumed?.(row.endpoint);
-    results.push(await drive(sql, process, held, true, options));
-  }
+  const queue = [...claim.keys];
+  const lane = async (): Promise<void> => {
+    for (let row = queue.shift(); row !== undefined; row = queue.shift()) results.push(await driveClaimed(sql, row, options));
+  };
+  await Promise.all(Array.from({ length: Math.min(options.parallel, queue.length) }, lane));
   const count = (kind: DriveResult["kind"]) => results.filter((r) => r.kind === kind).length;
   return { claimed: claim.keys.length, finished: count("final"), unknown: count("unknown"), lost: count("lost"), parked: claim.parked };
+}
+
+function driveClaimed(sql: Sql, row: ClaimedRow, options: CompleterOptions): Promise<DriveResult> {
+  const process = options.processes.get(row.endpoint);
+  if (process === undefined) throw new Error(`bug: claimed a key of ${row.endpoint}, which has no foreign process`);
+  const held: HeldKey = { tenant: row.tenant, key: row.key, endpoint: row.endpoint, token: row.lease_token, point: row.recovery_point, resume: row.resume };
+  options.onResumed?.(row.endpoint);
+  return drive(sql, process, held, true, options);
 }
 
 /**
