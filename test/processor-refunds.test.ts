@@ -10,7 +10,7 @@ import { createProcessorClient } from "../lib/shared/processor/client.ts";
 import { postCharge } from "../testkit/api.ts";
 import { startProcessorSim, type ProcessorSim } from "../testkit/processor-sim.ts";
 import { chargeWith, keyState, processorEnv, refundsOf, startProcessorApi } from "../testkit/processor.ts";
-import { postRefund, refundBody } from "../testkit/refunds.ts";
+import { getRefund, postRefund, refundBody } from "../testkit/refunds.ts";
 import { freshDatabase, type TestDatabase } from "../testkit/services.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
@@ -69,6 +69,7 @@ describe("the processor's final answers", () => {
     expect(JSON.parse(event!.payload)).toEqual({ chargeId: charge.id, refundId: refund.id, amountCents: 1200, refundedCents: 1200 });
     const [row] = await db.sql`select status, processor_refund_id from refunds where id = ${refund.id}::uuid`;
     expect(row).toEqual({ status: "succeeded", processor_refund_id: refundsOf(sim.ledger(), refund.id)[0]!.id });
+    expect(await (await getRefund(api, charge.id, refund.id)).json()).toEqual({ ...refund, status: "succeeded" });
   });
 
   test("a charge that did not succeed is not refundable: 422 charge-not-refundable, nothing written, the processor untouched", async () => {
@@ -112,6 +113,7 @@ describe("an unknown outcome on refund", () => {
       expect(first.headers.get("retry-after")).not.toBeNull();
       expect(await keyState(db.sql, k)).toMatchObject({ status: "STARTED", recovery_point: "begun", response_status: null });
       expect(await chargeRow(charge.id)).toMatchObject({ refunded_cents: 0, pending_refund_cents: 500 });
+      expect(((await (await getRefund(api, charge.id, await refundIdOf(k))).json()) as { status: string }).status).toBe("pending");
       sim.clearFaults();
       await sim.settled();
       const second = await postRefund(api, charge.id, refundBody(500), { key: k });

@@ -17,6 +17,11 @@ export const Refund = t.Object(
     chargeId: t.String({ format: "uuid" }),
     amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
     createdAt: t.String({ format: "date-time" }),
+    status: t.Optional(
+      t.Union([t.Literal("pending"), t.Literal("succeeded"), t.Literal("failed")], {
+        description: "GET only: pending while the payment processor's refund is not known, then succeeded or failed",
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -161,7 +166,7 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
     "404": "Unknown charge, or another tenant's; the key stays unused",
     "422": "The key was used with another request (idempotency-key-reused), the refund is more than the charge has left (refund-exceeds-charge, with leftCents), or the charge has not succeeded (charge-not-refundable); the key stays unused for the latter two. With a processor, also its refusal (refund-refused), stored under the key",
     "502": "The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After)",
-    "503": "The processor was unreachable: outcome unknown, nothing stored; retry with the same key (Retry-After)",
+    "503": "Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
     "504": "The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After)",
   },
   foreign: foreignRefund,
@@ -179,15 +184,16 @@ interface RefundRow {
   readonly charge_id: string;
   readonly amount_cents: number;
   readonly created_at: Date;
+  readonly status: "pending" | "succeeded" | "failed";
 }
 
 /** A refund of the tenant's charge; another tenant's, or another charge's, is not found. */
 export async function refundView(sql: Sql, tenant: string, chargeId: string, refundId: string, endsAt: number): Promise<string | undefined> {
   const rows = await boundedStatement(sql, endsAt, (q) => q<RefundRow[]>`
-    select id, charge_id, amount_cents, created_at
+    select id, charge_id, amount_cents, created_at, status
       from refunds
      where id = ${refundId}::uuid and charge_id = ${chargeId}::uuid and tenant = ${tenant}`);
   const row = rows[0];
   if (!row) return undefined;
-  return checkedJson(Refund, { id: row.id, chargeId: row.charge_id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString() });
+  return checkedJson(Refund, { id: row.id, chargeId: row.charge_id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString(), status: row.status });
 }
