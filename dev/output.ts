@@ -53,6 +53,8 @@ export interface Endpoints {
   readonly mqttNote: string;
   /** The payment-processor simulator (dev/processor-sim/), when dev mode started one. */
   readonly processorUrl?: string;
+  /** The test payment method the printed curl sends, when the API charges through the simulator. */
+  readonly paymentMethod?: string;
   /** The Authorization header value of the printed curl (none with AUTH_MODE=none). */
   readonly authorization: string | undefined;
   readonly authNote: string;
@@ -72,6 +74,6 @@ export function banner(endpoints: Endpoints): string[] {
     ...(endpoints.processorUrl ? [`  processor  ${endpoints.processorUrl}   (Stripe API simulator; ledger at ${endpoints.processorUrl}/_sim/ledger, docs/dev-mode.md)`] : []),
     `  auth       ${endpoints.authNote}`,
     "create a charge (paste it twice: the second answer is the stored one, with Idempotent-Replayed: true):",
-    `  curl -i -X POST ${endpoints.api}/charges -H 'Content-Type: application/json'${auth} -H 'Idempotency-Key: ${key}' -d '{"amountCents": 4900}'`,
+    `  curl -i -X POST ${endpoints.api}/charges -H 'Content-Type: application/json'${auth} -H 'Idempotency-Key: ${key}' -d '{"amountCents": 4900${endpoints.paymentMethod ? `, "paymentMethod": "${endpoints.paymentMethod}"` : ""}}'`,
   ];
 }
