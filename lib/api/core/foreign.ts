@@ -149,7 +149,13 @@ export async function runForeign(
   },
 ): Promise<ForeignOutcome> {
   const invalid = c.foreign.validate(r.input);
-  if (invalid) return { kind: "refused", refusal: invalid };
+  if (invalid) {
+    // A key completed before the processor was configured (the seed's body, without a payment
+    // method) still replays; anything else is the 400.
+    const stored = await options.gate((endsAt) => findKey(sql, r.tenant, r.key, c.endpoint, endsAt));
+    if (stored?.request_hash === r.requestHash && stored.status === "COMPLETED") return fromExisting(sql, c, r, stored, options);
+    return { kind: "refused", refusal: invalid };
+  }
   const prepared = c.foreign.prepare(r.input, r.traceparent);
   const token = crypto.randomUUID();
   const row = await options.gate((endsAt) => begin(sql, c, r, prepared.columns, prepared.resume, token, options.ttlSeconds, options.leaseMs, endsAt));

@@ -32,6 +32,7 @@ type RefundColumns = { refund_id: string; charge_id: string; amount_cents: numbe
 const CHARGE_NOT_FOUND = "charge_not_found";
 const EXCEEDS_CHARGE = "refund_exceeds_charge";
 const NOT_REFUNDABLE = "charge_not_refundable";
+const NOT_AT_PROCESSOR = "charge_not_at_processor";
 
 // Through a processor: phase 1 reserves the amount against the charge (pending_refund_cents,
 // under the same row lock and check as the single statement's debit) and writes the refund
@@ -53,7 +54,12 @@ const foreignRefund: ForeignDeclaration<Static<typeof RefundBody>> = {
     admit: sql`
       ${target(sql)},
       admit as (
-        select l.n, ${refusal(sql)} as refusal, t.left_cents::text as detail,
+        select l.n,
+               -- A charge the ledger took without a processor (before PAYMENT_PROCESSOR=stripe)
+               -- has no payment there to refund.
+               case when t.id is not null and t.status = 'succeeded' and t.processor_payment_id is null
+                    then ${NOT_AT_PROCESSOR}::text else ${refusal(sql)} end as refusal,
+               t.left_cents::text as detail,
                jsonb_build_object('paymentId', t.processor_payment_id) as resume
           from lock l
           join req r on r.n = l.n
@@ -155,6 +161,7 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
     const chargeId = chargeIdOf(params);
     if (reason === CHARGE_NOT_FOUND) return { problem: "notFound", detail: `no charge with id ${chargeId}` };
     if (reason === NOT_REFUNDABLE) return { problem: "chargeNotRefundable", detail: `charge ${chargeId} has not succeeded (pending or declined): there is nothing to refund` };
+    if (reason === NOT_AT_PROCESSOR) return { problem: "chargeNotRefundable", detail: `charge ${chargeId} was taken without the payment processor: it has no payment there to refund` };
     if (reason === EXCEEDS_CHARGE) {
       const leftCents = Number(detail);
       return { problem: "refundExceedsCharge", detail: `charge ${chargeId} has ${leftCents} cents left to refund`, extensions: { leftCents } };
