@@ -9,6 +9,7 @@ import { startProcessorSim, type ProcessorSim } from "../testkit/processor-sim.t
 import { chargeWith, confirmationsOf, keyState, paymentsOf, startProcessorApi } from "../testkit/processor.ts";
 import { freshDatabase, type TestDatabase } from "../testkit/services.ts";
 import type { SimFaultKind, SimOperation } from "../dev/processor-sim/types.ts";
+import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
 
@@ -89,6 +90,18 @@ describe("the processor's final answers", () => {
     expect(replay.headers.get("idempotent-replayed")).toBe("true");
     expect(await replay.text()).toBe(text);
     expect(paymentsOf(sim.ledger(), chargeId)).toHaveLength(1);
+  });
+
+  test("same key while the first request holds the lease (its confirm held at the processor) → 409 at once with Retry-After, nothing stored", async () => {
+    const k = key();
+    sim.setFaults({ rules: [{ kind: "hang", op: "confirm", times: 1 }] });
+    const first = postCharge(api, chargeWith(610), { key: k });
+    await waitUntil(() => sim.requests().some((r) => r.op === "confirm" && r.state === "hung"), 10_000, "the first request's confirm held");
+    const second = await postCharge(api, chargeWith(610), { key: k });
+    expect(second.status).toBe(409);
+    expect(second.headers.get("retry-after")).toBe("1");
+    expect(await keyState(db.sql, k)).toMatchObject({ status: "STARTED", recovery_point: "created", lease_alive: true });
+    expect((await first).status).toBe(504);
   });
 
   test("same key, another body → 422; no paymentMethod → 400; nothing reaches the processor", async () => {
