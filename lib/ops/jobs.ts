@@ -8,11 +8,7 @@ import { every, type Every } from "../shared/every.ts";
 import { deleteUnderJobLock, withJobLock, type Locked } from "../shared/job-lock.ts";
 import type { Logger } from "../shared/log.ts";
 import { keyHash } from "../shared/redact.ts";
-import { completeRound, parkedCount } from "../shared/foreign/completer.ts";
-import { leaseMsFor } from "../shared/foreign/drive.ts";
-import { resumedCounter } from "../shared/foreign/metrics.ts";
-import { createProcessorClient, type ProcessorClient } from "../shared/processor/client.ts";
-import { FOREIGN_PROCESSES } from "../shared/processor/processes.ts";
+import { completerRun } from "./completer.ts";
 import {
   chargesWithoutOutbox,
   deleteExpiredKeys,
@@ -171,66 +167,20 @@ async function reportStaleKeys(sql: Sql, gauges: OpsGauges, log: Logger): Promis
   return { job, ...summary, sample };
 }
 
-// Keys the completer claims per round, driven COMPLETER_PARALLEL at a time (a few processor
-// calls each); a run goes on while rounds come back full, up to COMPLETER_ROUNDS, so a
-// backlog left by an outage drains at a few hundred keys a run while a run lasts seconds and
-// the relay's other jobs wait no longer than that.
-const COMPLETER_BATCH = 50;
-const COMPLETER_PARALLEL = 8;
-const COMPLETER_ROUNDS = 5;
-
-// One client per process and configuration, made on the completer's first round (nothing at import).
-const processorClients = new WeakMap<Config, { client: ProcessorClient; resumed: (endpoint: string) => void }>();
-
-function completerOf(config: Config): { client: ProcessorClient; resumed: (endpoint: string) => void } {
-  let made = processorClients.get(config);
-  if (made === undefined) {
-    made = { client: createProcessorClient(config.processor), resumed: resumedCounter("completer") };
-    processorClients.set(config, made);
-  }
-  return made;
-}
-
 /**
- * The completer (lib/shared/foreign/completer.ts): one round of STARTED keys with an expired
- * lease driven to their final state, and the parked keys counted. Without a processor there
- * is nothing to drive; the count still runs, under the job's lock, so that a switch back to
- * PAYMENT_PROCESSOR=none keeps the operator's view of keys it left parked.
+ * The completer (lib/ops/completer.ts): STARTED keys with an expired lease driven to their
+ * final state, and the parked keys counted for idempotency_parked_keys.
  */
 async function runCompleter(sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Promise<Locked<JobResult>> {
   const job = "completer";
-  if (config.processor.mode === "none") {
-    const counted = await withJobLock(sql, JOB_LOCK_IDS[job], (conn) => parkedCount(conn));
-    if (!counted.ran) return counted;
-    gauges.parkedKeys = counted.value;
-    gauges.computedAt[job] = Date.now();
-    return { ran: true, value: { job, processor: "none", parked: counted.value } };
-  }
-  const { client, resumed } = completerOf(config);
-  const options = {
-    lockId: JOB_LOCK_IDS[job],
-    batch: COMPLETER_BATCH,
-    parallel: COMPLETER_PARALLEL,
-    resolveWindowSeconds: config.processor.resolveWindowSeconds,
-    processes: FOREIGN_PROCESSES,
-    processor: client,
-    leaseMs: leaseMsFor(config.processor.timeoutMs),
-    onResumed: resumed,
-  };
-  const first = await completeRound(sql, options);
-  if (first === undefined) return { ran: false };
-  let round = first;
-  for (let rounds = 1, last = first; rounds < COMPLETER_ROUNDS && last.claimed === COMPLETER_BATCH; rounds++) {
-    const next = await completeRound(sql, options);
-    if (next === undefined) break;
-    round = { claimed: round.claimed + next.claimed, finished: round.finished + next.finished, unknown: round.unknown + next.unknown, lost: round.lost + next.lost, parked: round.parked + next.parked };
-    last = next;
-  }
-  gauges.parkedKeys = await parkedCount(sql);
+  const run = await completerRun(sql, config, JOB_LOCK_IDS[job]);
+  if (!run.ran) return run;
+  gauges.parkedKeys = run.value.parkedNow;
   gauges.computedAt[job] = Date.now();
-  if (round.claimed > 0 || round.parked > 0) log.info("completer round", { job, ...round });
-  if (round.parked > 0) log.error("idempotency keys parked: not resolved within PAYMENT_PROCESSOR_RESOLVE_WINDOW; see docs/operations.md", { job, parked: round.parked });
-  return { ran: true, value: { job, ...round, parkedNow: gauges.parkedKeys } };
+  const { round } = run.value;
+  if (round && (round.claimed > 0 || round.parked > 0)) log.info("completer round", { job, ...round });
+  if (round && round.parked > 0) log.error("idempotency keys parked: not resolved within PAYMENT_PROCESSOR_RESOLVE_WINDOW; see docs/operations.md", { job, parked: round.parked });
+  return { ran: true, value: round ? { job, ...round, parkedNow: run.value.parkedNow } : { job, processor: "none", parked: run.value.parkedNow } };
 }
 
 // How often each job runs inside the relay. The gauges are cheap (partial indexes);
