@@ -66,6 +66,7 @@ test("500-before: a 500 and no effect; the same key gets the same 500 back (Stri
   const again = await failure(stripe.paymentIntents.create(payment(), { idempotencyKey: key }));
   expect(again).toMatchObject({ statusCode: 500, rawType: "api_error" });
   expect(responseHeader(again.headers, "idempotent-replayed")).toBe("true");
+  expect(responseHeader(again.headers, "stripe-should-retry")).toBe("false");
   expect(withKey(key)).toHaveLength(0);
   expect((await stripe.paymentIntents.create(payment(), { idempotencyKey: crypto.randomUUID() })).status).toBe("succeeded");
 });

@@ -148,6 +148,8 @@ export class Api {
       "Request-Id": flight.requestId,
       "Stripe-Version": stripeVersion(flight.call),
       ...(flight.key === null ? {} : { "Idempotency-Key": flight.key }),
+      // A 500 is kept under its key, so resending it would only get it back: Stripe says not to.
+      ...(status >= 500 ? { "Stripe-Should-Retry": "false" } : {}),
       ...extra,
     };
     return { kind: "answer", status, body, headers };

@@ -15,24 +15,24 @@ export type SimFaultKind =
   | "drop-after";
 
 export interface SimFaultRule {
-  readonly kind: SimFaultKind;
+  kind: SimFaultKind;
   /** Which calls it hits; "any" (the default) is every API call. Ignored by "refuse", which takes the whole port. */
-  readonly op?: SimOperation | "any";
+  op?: SimOperation | "any";
   /** How many calls it hits before it lifts itself; unlimited when absent. Ignored by "refuse". */
-  readonly times?: number;
+  times?: number;
   /** The chance, 0..1, that a matching call is hit (1 when absent). Ignored by "refuse". */
-  readonly probability?: number;
+  probability?: number;
   /** Only calls about this payment method (as the caller named it, e.g. "pm_card_visa"). Ignored by "refuse". */
-  readonly paymentMethod?: string;
+  paymentMethod?: string;
   /** "refuse" only: lifts itself after this long, so a process that cannot reach the control surface any more gets it back. */
-  readonly refuseForMs?: number;
+  refuseForMs?: number;
 }
 
 export interface SimFaults {
   /** Delay before each answer while these faults are set; replaces the simulator's own latencyMs. */
-  readonly latencyMs?: number;
+  latencyMs?: number;
   /** The first matching rule hits a call. */
-  readonly rules?: readonly SimFaultRule[];
+  rules?: SimFaultRule[];
 }
 
 export interface SimPaymentIntentEntry {
