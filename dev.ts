@@ -10,7 +10,7 @@ import { killChildrenNow, startChild, stopChildren, type Child } from "./dev/chi
 import { DATA_DIR, startEmbeddedPostgres } from "./dev/embedded-postgres.ts";
 import { startLocalBroker } from "./dev/mqtt-broker.ts";
 import { banner, dataPlace, embeddedPostgresLine, print, printPostgres } from "./dev/output.ts";
-import { startDevProcessor } from "./dev/processor.ts";
+import { processorEnv, startDevProcessor } from "./dev/processor.ts";
 import { stopWithSupervisor } from "./dev/watchdog.ts";
 import { freePort } from "./dev/ports.ts";
 import { DEMO_TENANT, devSecret, DEV_SECRET_FILE, mintToken } from "./dev/token.ts";
@@ -43,7 +43,10 @@ async function main(): Promise<void> {
   const apiPort = await portFor("PORT", DEFAULT_API_PORT);
   const relayPort = await portFor("RELAY_PORT", DEFAULT_RELAY_PORT);
   const auth = authSetup();
-  const env = { ...process.env, ...auth.env, DATABASE_URL: database.url, MQTT_URL: broker.url, PORT: String(apiPort), RELAY_PORT: String(relayPort) };
+  // Charges go through the simulator (the relay runs the completer for them), unless the
+  // environment chose a processor itself (PAYMENT_PROCESSOR=none for the bare ledger).
+  const charging = process.env.PAYMENT_PROCESSOR ? {} : processorEnv(processor);
+  const env = { ...process.env, ...auth.env, ...charging, DATABASE_URL: database.url, MQTT_URL: broker.url, PORT: String(apiPort), RELAY_PORT: String(relayPort) };
   children.push(startChild("api", [`${ROOT}api.ts`], env, print));
   children.push(startChild("relay", [`${ROOT}relay.ts`], env, print));
   children.push(startChild("subscriber", [subscriberScript()], env, print));
@@ -64,6 +67,7 @@ async function main(): Promise<void> {
     mqttUrl: broker.url,
     mqttNote: broker.note,
     processorUrl: processor.url,
+    paymentMethod: process.env.PAYMENT_PROCESSOR ? undefined : "pm_card_visa",
     authorization: await auth.authorization(),
     authNote: auth.note,
   };

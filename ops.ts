@@ -1,6 +1,6 @@
 // `bun run ops <job>`: run one operations job now and print its result as one JSON line.
 //   key-retention | stale-keys | reconcile | outbox-retention | outbox-gauges | inbox-retention
-//   | requeue <id|all>
+//   | requeue <id|all> | completer | parked | resolve <charge-or-refund-id> [succeeded <processor id> | refused <code>]
 // A job another process is running right now is not run twice: it prints {"skipped":true}.
 import { configOrExit } from "./lib/shared/config.ts";
 import { createSql, describeDbError } from "./lib/shared/db.ts";
@@ -9,21 +9,39 @@ import { exitOnStartupError, openDatabase } from "./lib/shared/startup.ts";
 import { createLogger } from "./lib/shared/log.ts";
 import { JOB_NAMES, newGauges, runJob, type JobName } from "./lib/ops/jobs.ts";
 import { requeue } from "./lib/ops/sql.ts";
+import { listParked, resolveKey, type Resolution } from "./lib/ops/parked.ts";
+import { leaseMsFor } from "./lib/shared/foreign/drive.ts";
+import { createProcessorClient } from "./lib/shared/processor/client.ts";
 import { runInboxRetention } from "./lib/subscriber/inbox-retention.ts";
 import { notifyOutbox } from "./lib/shared/wakeup.ts";
 
 // The reference subscriber's job: its own process runs it too.
 const INBOX_RETENTION = "inbox-retention";
-const USAGE = `usage: bun run ops <${[...JOB_NAMES, INBOX_RETENTION].join("|")}> | bun run ops requeue <outbox-id|all>`;
+const USAGE = `usage: bun run ops <${[...JOB_NAMES, INBOX_RETENTION, "parked"].join("|")}> | bun run ops requeue <outbox-id|all> | bun run ops resolve <charge-or-refund-id> [succeeded <processor id> | refused <code>]`;
+// How many parked keys `bun run ops parked` prints.
+const PARKED_LIST_LIMIT = 100;
 
-const [job, arg] = process.argv.slice(2);
+const [job, arg, verdict, detail] = process.argv.slice(2);
 const isJob = (name: string | undefined): name is JobName => JOB_NAMES.some((j) => j === name);
-if (job !== "requeue" && job !== INBOX_RETENTION && !isJob(job)) {
+if (job !== "requeue" && job !== INBOX_RETENTION && job !== "parked" && job !== "resolve" && !isJob(job)) {
   console.error(job ? `unknown job "${job}"; ${USAGE}` : USAGE);
   process.exit(2);
 }
 if (job === "requeue" && !arg) {
   console.error(`requeue needs an outbox row id or "all"; ${USAGE}`);
+  process.exit(2);
+}
+const resolution = job === "resolve" ? resolutionOf(arg, verdict, detail) : undefined;
+
+function resolutionOf(id: string | undefined, how: string | undefined, value: string | undefined): Resolution {
+  if (!id) return usageExit("resolve needs the id of the parked key's charge or refund");
+  if (how === undefined) return { kind: "retry" };
+  if ((how === "succeeded" || how === "refused") && value) return how === "succeeded" ? { kind: how, processorId: value } : { kind: how, code: value };
+  return usageExit(`resolve's outcome must be "succeeded <processor id>" or "refused <code>", got "${how}${value ? ` ${value}` : ""}"`);
+}
+
+function usageExit(message: string): never {
+  console.error(`${message}; ${USAGE}`);
   process.exit(2);
 }
 
@@ -41,6 +59,14 @@ try {
     const requeued = await requeue(sql, arg!);
     if (requeued > 0) await notifyOutbox(sql);
     console.log(JSON.stringify({ job, target: arg, requeued }));
+  } else if (job === "parked") {
+    console.log(JSON.stringify({ job, keys: await listParked(sql, PARKED_LIST_LIMIT) }));
+  } else if (job === "resolve") {
+    if (resolution!.kind === "retry" && config.processor.mode === "none") usageExit("resolve without an outcome drives the key at the processor: set PAYMENT_PROCESSOR");
+    const processor = config.processor.mode === "none" ? undefined : createProcessorClient(config.processor);
+    const result = await resolveKey(sql, arg!, resolution!, processor, leaseMsFor(config.processor.timeoutMs));
+    if (result.resolved) await notifyOutbox(sql);
+    console.log(JSON.stringify({ job, target: arg, ...result }));
   } else {
     const result = await runJob(job, jobsSql, config, newGauges(), log);
     console.log(JSON.stringify(result));

@@ -25,7 +25,18 @@ create table charges (
     -- The sequence of the charge's latest event: its ChargeCreated is 1, each refund the next.
     last_sequence integer not null default 1,
     created_at timestamptz not null default now(),
-    constraint charges_refunded_within_amount check (refunded_cents between 0 and amount_cents)
+    -- With a payment processor (PAYMENT_PROCESSOR=stripe): 'pending' while the outcome is not
+    -- known, then 'succeeded' (processor_payment_id) or 'failed' (decline_code). Without one,
+    -- every charge is 'succeeded' at once.
+    currency text not null default 'usd',
+    status text not null default 'succeeded',
+    processor_payment_id text,
+    decline_code text,
+    -- Refunds created at the processor and not yet confirmed: reserved against the amount.
+    pending_refund_cents integer not null default 0,
+    constraint charges_refunded_within_amount check (refunded_cents between 0 and amount_cents),
+    constraint charges_status_check check (status in ('pending', 'succeeded', 'failed')),
+    constraint charges_reserved_within_amount check (pending_refund_cents >= 0 and refunded_cents + pending_refund_cents <= amount_cents)
 );
 -- Reconciliation reads the charges younger than the outbox retention; charges are kept for
 -- ever, so without this index it reads them all.
@@ -36,7 +47,12 @@ create table refunds (
     charge_id uuid not null references charges(id),
     tenant text not null,
     amount_cents integer not null check (amount_cents > 0),
-    created_at timestamptz not null default now()
+    created_at timestamptz not null default now(),
+    -- Through a processor: 'pending' until the processor's refund is known.
+    status text not null default 'succeeded',
+    processor_refund_id text,
+    failure_code text,
+    constraint refunds_status_check check (status in ('pending', 'succeeded', 'failed'))
 );
 
 create table idempotency_keys (
@@ -48,7 +64,18 @@ create table idempotency_keys (
     response_status integer,
     response_body text,
     created_at timestamptz not null default now(),
-    expires_at timestamptz not null
+    expires_at timestamptz not null,
+    -- A foreign step's bookkeeping (lib/shared/foreign/): the last step whose result was
+    -- recorded and what it recorded, who may act on the key and until when, the completer's
+    -- back-off, and when it was parked for an operator.
+    recovery_point text,
+    lease_token uuid,
+    lease_until timestamptz,
+    resume jsonb,
+    attempts integer not null default 0,
+    next_attempt_at timestamptz,
+    last_error text,
+    parked_at timestamptz
 );
 -- Keys are unique per tenant: the target of the API's ON CONFLICT, and the safety net under
 -- its advisory lock. Never unique on (key, endpoint) alone: a key one tenant used would make
@@ -60,6 +87,8 @@ create index idempotency_keys_expires_idx on idempotency_keys (expires_at);
 -- The stale-STARTED check reads only STARTED keys: a handful at any time, however many
 -- COMPLETED ones the table holds.
 create index idempotency_keys_started_idx on idempotency_keys (created_at) where status = 'STARTED';
+-- The completer's scan of STARTED keys by lease expiry.
+create index idempotency_keys_lease_idx on idempotency_keys (lease_until) where status = 'STARTED';
 
 -- Events to publish, written in the transaction of the change they announce. No foreign key
 -- to charges: the outbox carries events of any aggregate and must not know their tables.

@@ -41,7 +41,7 @@ async function charge(sql: Sql, statement: CompiledOperation, request: Request):
       responseBody,
       eventId: newEventId(),
       traceparent: null,
-      columns: { charge_id: chargeId, amount_cents: amountCents, created_at: createdAt, payload: JSON.stringify({ chargeId, amountCents }) },
+      columns: { charge_id: chargeId, amount_cents: amountCents, currency: "usd", created_at: createdAt, payload: JSON.stringify({ chargeId, amountCents, currency: "usd" }) },
     },
   ]);
   const body = row!.created === 1 ? responseBody : (row!.response_body ?? "{}");

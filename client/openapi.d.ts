@@ -134,20 +134,38 @@ export interface components {
             amountCents: number;
             /** Format: date-time */
             createdAt: string;
+            /** @description ISO 4217, lower case */
+            currency: string;
             /** Format: uuid */
             id: string;
+            /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
+            processorPaymentId?: string;
+            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined) */
+            status: "pending" | "succeeded" | "failed";
         };
         ChargeBody: {
             /** @description Amount in cents */
             amountCents: number;
+            /** @description ISO 4217 code in lower case; DEFAULT_CURRENCY (usd) when absent */
+            currency?: string;
+            /** @description The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe */
+            paymentMethod?: string;
         };
         ChargeView: {
             amountCents: number;
             /** Format: date-time */
             createdAt: string;
+            /** @description ISO 4217, lower case */
+            currency: string;
+            /** @description The processor's decline code, when it failed */
+            declineCode?: string;
             /** Format: uuid */
             id: string;
+            /** @description The processor's payment id, once it succeeded */
+            processorPaymentId?: string;
             refundedCents: number;
+            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined) */
+            status: "pending" | "succeeded" | "failed";
         };
         Problem: {
             detail: string;
@@ -170,6 +188,8 @@ export interface components {
             createdAt: string;
             /** Format: uuid */
             id: string;
+            /** @description GET only: pending while the payment processor's refund is not known, then succeeded or failed */
+            status?: "pending" | "succeeded" | "failed";
         };
         RefundBody: {
             /** @description Amount to refund, in cents */
@@ -198,6 +218,10 @@ export interface operations {
                 "application/json": {
                     /** @description Amount in cents */
                     amountCents: number;
+                    /** @description ISO 4217 code in lower case; DEFAULT_CURRENCY (usd) when absent */
+                    currency?: string;
+                    /** @description The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe */
+                    paymentMethod?: string;
                 };
             };
         };
@@ -214,8 +238,14 @@ export interface operations {
                         amountCents: number;
                         /** Format: date-time */
                         createdAt: string;
+                        /** @description ISO 4217, lower case */
+                        currency: string;
                         /** Format: uuid */
                         id: string;
+                        /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
+                        processorPaymentId?: string;
+                        /** @enum {string} */
+                        status: "pending" | "succeeded" | "failed";
                     };
                 };
             };
@@ -242,6 +272,27 @@ export interface operations {
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The payment processor declined the charge (card-declined, with declineCode): stored under the key and replayed */
+            402: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -345,8 +396,50 @@ export interface operations {
                     };
                 };
             };
-            /** @description Database unavailable, or the token's signing keys could not be fetched (Retry-After) */
+            /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -389,9 +482,17 @@ export interface operations {
                         amountCents: number;
                         /** Format: date-time */
                         createdAt: string;
+                        /** @description ISO 4217, lower case */
+                        currency: string;
+                        /** @description The processor's decline code, when it failed */
+                        declineCode?: string;
                         /** Format: uuid */
                         id: string;
+                        /** @description The processor's payment id, once it succeeded */
+                        processorPaymentId?: string;
                         refundedCents: number;
+                        /** @enum {string} */
+                        status: "pending" | "succeeded" | "failed";
                     };
                 };
             };
@@ -496,6 +597,8 @@ export interface operations {
                         createdAt: string;
                         /** Format: uuid */
                         id: string;
+                        /** @enum {string} */
+                        status?: "pending" | "succeeded" | "failed";
                     };
                 };
             };
@@ -625,7 +728,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description The key was used with another request (idempotency-key-reused), or the refund is more than the charge has left (refund-exceeds-charge, with leftCents); the key stays unused for the latter */
+            /** @description The key was used with another request (idempotency-key-reused), the refund is more than the charge has left (refund-exceeds-charge, with leftCents), or the charge has not succeeded (charge-not-refundable); the key stays unused for the latter two. With a processor, also its refusal (refund-refused), stored under the key */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -646,8 +749,50 @@ export interface operations {
                     };
                 };
             };
-            /** @description Database unavailable, or the token's signing keys could not be fetched (Retry-After) */
+            /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -695,6 +840,8 @@ export interface operations {
                         createdAt: string;
                         /** Format: uuid */
                         id: string;
+                        /** @enum {string} */
+                        status?: "pending" | "succeeded" | "failed";
                     };
                 };
             };

@@ -53,14 +53,14 @@ export interface Endpoints {
   readonly mqttNote: string;
   /** The payment-processor simulator (dev/processor-sim/), when dev mode started one. */
   readonly processorUrl?: string;
+  /** The test payment method the printed curl sends, when the API charges through the simulator. */
+  readonly paymentMethod?: string;
   /** The Authorization header value of the printed curl (none with AUTH_MODE=none). */
   readonly authorization: string | undefined;
   readonly authNote: string;
 }
 
 export function banner(endpoints: Endpoints): string[] {
-  const key = crypto.randomUUID();
-  const auth = endpoints.authorization ? ` -H 'Authorization: ${endpoints.authorization}'` : "";
   return [
     "ready: api, relay and subscriber are running. Ctrl-C stops everything.",
     `  API        ${endpoints.api}   (reference at ${endpoints.api}/docs; /openapi.json, /metrics, /readyz)`,
@@ -72,9 +72,22 @@ export function banner(endpoints: Endpoints): string[] {
     ...(endpoints.processorUrl ? [`  processor  ${endpoints.processorUrl}   (Stripe API simulator; ledger at ${endpoints.processorUrl}/_sim/ledger, docs/dev-mode.md)`] : []),
     `  auth       ${endpoints.authNote}`,
     "create a charge (paste it twice: the second answer is the stored one, with Idempotent-Replayed: true):",
-    `  curl -i -X POST ${endpoints.api}/charges -H 'Content-Type: application/json'${auth} -H 'Idempotency-Key: ${key}' -d '{"amountCents": 4900}'`,
+    curlFor(endpoints, crypto.randomUUID(), endpoints.paymentMethod),
+    ...(endpoints.paymentMethod ? ["a card the processor declines (a 402 card-declined, stored under its key and replayed as well):", curlFor(endpoints, crypto.randomUUID(), DECLINED_CARD)] : []),
     ...clientSnippet(endpoints),
   ];
+}
+
+// Stripe's test card that declines (generic_decline): the simulator declines it as Stripe does.
+const DECLINED_CARD = "pm_card_chargeDeclined";
+
+function curlFor(endpoints: Endpoints, key: string, paymentMethod: string | undefined): string {
+  const auth = endpoints.authorization ? ` -H 'Authorization: ${endpoints.authorization}'` : "";
+  return `  curl -i -X POST ${endpoints.api}/charges -H 'Content-Type: application/json'${auth} -H 'Idempotency-Key: ${key}' -d '${chargeBody(paymentMethod)}'`;
+}
+
+function chargeBody(paymentMethod: string | undefined): string {
+  return `{"amountCents": 4900${paymentMethod ? `, "paymentMethod": "${paymentMethod}"` : ""}}`;
 }
 
 /** The same charge from TypeScript, with the client that resends one key and one body (docs/client.md). */
@@ -84,6 +97,6 @@ function clientSnippet(endpoints: Endpoints): string[] {
     "or from TypeScript, with the client that retries with one key (docs/client.md), in a file of this project:",
     `  import { ChargesClient } from "charges-outbox/client";`,
     `  const client = new ChargesClient({ baseUrl: "${endpoints.api}"${token ? `, token: "${token}"` : ""} });`,
-    `  const { charge, replayed, attempts } = await client.charges.create({ amountCents: 4900 });`,
+    `  const { charge, replayed, attempts } = await client.charges.create(${chargeBody(endpoints.paymentMethod)});`,
   ];
 }

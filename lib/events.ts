@@ -11,13 +11,26 @@ export const CHARGE = "charge";
 export const CHARGE_CREATED = "ChargeCreated";
 /** A refund of a charge committed, in the refund's own transaction; its aggregate is the charge. */
 export const CHARGE_REFUNDED = "ChargeRefunded";
-export type EventType = typeof CHARGE_CREATED | typeof CHARGE_REFUNDED;
-export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED, CHARGE_REFUNDED];
+/** The payment processor declined a charge: written in the transaction that records its final state. */
+export const CHARGE_FAILED = "ChargeFailed";
+export type EventType = typeof CHARGE_CREATED | typeof CHARGE_REFUNDED | typeof CHARGE_FAILED;
+export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED, CHARGE_REFUNDED, CHARGE_FAILED];
 
 /** The `data` of a ChargeCreated event. */
 export interface ChargeCreatedData {
   readonly chargeId: string;
   readonly amountCents: number;
+  /** ISO 4217, lower case. Absent from events written before currencies existed. */
+  readonly currency?: string;
+}
+
+/** The `data` of a ChargeFailed event. */
+export interface ChargeFailedData {
+  readonly chargeId: string;
+  readonly amountCents: number;
+  readonly currency: string;
+  /** The processor's decline code (generic_decline, insufficient_funds, …). */
+  readonly declineCode: string;
 }
 
 /** The `data` of a ChargeRefunded event. */
@@ -123,7 +136,12 @@ export function isPublishableType(eventType: string): boolean {
 
 /** The outbox payload of a ChargeCreated event (the envelope's `data`), as JSON text. */
 export function chargeCreatedPayload(data: ChargeCreatedData): string {
-  return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents });
+  return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, ...(data.currency !== undefined && { currency: data.currency }) });
+}
+
+/** The outbox payload of a ChargeFailed event, as JSON text. */
+export function chargeFailedPayload(data: ChargeFailedData): string {
+  return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, currency: data.currency, declineCode: data.declineCode });
 }
 
 /** The wire payload: the envelope as JSON text. */

@@ -53,7 +53,7 @@ function chargeRow(tenant: string, key: string, amountCents = 4900): ChargeReque
     responseBody: JSON.stringify({ id: chargeId, amountCents, createdAt }),
     eventId: crypto.randomUUID(),
     traceparent: null,
-    columns: { charge_id: chargeId, amount_cents: amountCents, created_at: createdAt, payload: chargeCreatedPayload({ chargeId, amountCents }) },
+    columns: { charge_id: chargeId, amount_cents: amountCents, currency: "usd", created_at: createdAt, payload: chargeCreatedPayload({ chargeId, amountCents, currency: "usd" }) },
   };
 }
 

@@ -32,14 +32,17 @@ describe("created", () => {
     expect(res.headers.get("content-type")).toBe("application/json");
     expect(res.headers.get("idempotent-replayed")).toBeNull();
     const text = await res.text();
-    const charge = JSON.parse(text) as { id: string; amountCents: number; createdAt: string };
+    const charge = JSON.parse(text) as { id: string; amountCents: number; currency: string; status: string; createdAt: string };
     expect(charge.amountCents).toBe(4900);
+    // PAYMENT_PROCESSOR=none: the default currency, and succeeded at once.
+    expect(charge.currency).toBe("usd");
+    expect(charge.status).toBe("succeeded");
     expect(res.headers.get("location")).toBe(`/charges/${charge.id}`);
     const [row] = await db.sql`select amount_cents from charges where id = ${charge.id}`;
     expect(row?.amount_cents).toBe(4900);
     const [event] = await db.sql`select event_type, payload, published_at from outbox where aggregate_id = ${charge.id}`;
     expect(event?.event_type).toBe("ChargeCreated");
-    expect(JSON.parse(event?.payload)).toEqual({ chargeId: charge.id, amountCents: 4900 });
+    expect(JSON.parse(event?.payload)).toEqual({ chargeId: charge.id, amountCents: 4900, currency: "usd" });
     expect(event?.published_at).toBeNull();
     const [stored] = await db.sql`
       select status, response_status, response_body, extract(epoch from expires_at - created_at)::int as ttl

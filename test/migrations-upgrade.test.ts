@@ -109,7 +109,7 @@ function asBefore(rows: Row[], like: Row[]): Row[] {
 
 describe("migrating a database of the previous release", () => {
   test("applies every migration, loses no row, and gives old rows the new columns' defaults", async () => {
-    expect(applied).toEqual(["0001_baseline", "0002_refunds_and_sequences", "0003_subscriber_sequences"]);
+    expect(applied).toEqual(["0001_baseline", "0002_refunds_and_sequences", "0003_subscriber_sequences", "0004_payment_processor"]);
     const after = await snapshot(db.sql);
     for (const table of TABLES) {
       expect(after[table]).toHaveLength(before[table].length);
@@ -118,9 +118,13 @@ describe("migrating a database of the previous release", () => {
     expect(before.outbox).toHaveLength(CHARGES);
     expect(new Set(after.outbox.map((r) => `${r.aggregate_type} ${r.sequence}`))).toEqual(new Set(["charge 1"]));
     expect(new Set(after.charges.map((r) => `${r.refunded_cents} ${r.last_sequence}`))).toEqual(new Set(["0 1"]));
+    // Charges before the payment processor: succeeded at once, in the default currency, nothing reserved.
+    expect(new Set(after.charges.map((r) => `${r.status} ${r.currency} ${r.pending_refund_cents} ${r.processor_payment_id}`))).toEqual(new Set(["succeeded usd 0 null"]));
+    // Keys before leases: none held, none to resume.
+    expect(new Set(after.idempotency_keys.map((r) => `${r.lease_token} ${r.recovery_point} ${r.attempts}`))).toEqual(new Set(["null null 0"]));
     const [ledger] = await db.sql<{ old: string | null; n: number }[]>`
       select to_regclass('schema_migrations')::text as old, (select count(*)::int from schema_history) as n`;
-    expect(ledger).toEqual({ old: null, n: 3 });
+    expect(ledger).toEqual({ old: null, n: 4 });
   });
 
   test("ends with exactly the schema schema.sql describes, and migrating again does nothing", async () => {

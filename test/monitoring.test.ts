@@ -142,7 +142,7 @@ async function scrapeAfterWork(): Promise<{ exposed: Set<string>; types: Map<str
 }
 
 // Computed by the operations jobs, every 5 s or every minute, all due at the relay's start.
-const RELAY_GAUGES = ["outbox_pending_events", "outbox_parked_events", "outbox_held_events", "outbox_oldest_pending_age_seconds", "charges_without_outbox", "idempotency_stale_started_keys"];
+const RELAY_GAUGES = ["outbox_pending_events", "outbox_parked_events", "outbox_held_events", "outbox_oldest_pending_age_seconds", "charges_without_outbox", "idempotency_stale_started_keys", "idempotency_parked_keys"];
 
 async function scrape(url: string): Promise<string> {
   const res = await fetch(url);

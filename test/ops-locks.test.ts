@@ -63,6 +63,7 @@ const TABLE_OF: Record<JobName, string> = {
   reconcile: "charges",
   "outbox-retention": "outbox",
   "outbox-gauges": "outbox",
+  completer: "idempotency_keys",
 };
 
 test.each(JOB_NAMES.map((job) => [job]))("two relays, one database: while relay A runs %s, relay B skips it", async (job) => {

@@ -217,7 +217,8 @@ async function postCharge(api: string, key: string, authorization: string): Prom
   const response = await fetch(`${api}/charges`, {
     method: "POST",
     headers: { "Content-Type": "application/json", "Idempotency-Key": key, Authorization: authorization },
-    body: JSON.stringify({ amountCents: 4900 }),
+    // Dev mode charges through the processor simulator: a test card.
+    body: JSON.stringify({ amountCents: 4900, paymentMethod: "pm_card_visa" }),
   });
   return { status: response.status, replayed: response.headers.get("Idempotent-Replayed"), body: await response.text() };
 }

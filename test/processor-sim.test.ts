@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
 import Stripe from "stripe";
 import { responseHeader, SIM_KEY, startProcessorSim, stripeFor, type ProcessorSim } from "../testkit/processor-sim.ts";
+import { processorEnv } from "../dev/processor.ts";
 import { spawnChild, spawnScript } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
@@ -223,4 +224,13 @@ test("the CLI prints one line with its URL, serves, and exits 0 on SIGTERM", asy
   const bad = spawnChild(["bun", "dev/processor-sim/cli.ts", "--port", "x"], { stdout: "tail" });
   expect(await bad.done).toBe(1);
   expect(bad.output()).toBe('processor-sim: --port must be an integer from 0 to 65535, got "x"');
+});
+
+test("dev mode's processorEnv names a processor the stripe package reaches with the key it gives", async () => {
+  const env = processorEnv(sim);
+  expect(env.PAYMENT_PROCESSOR).toBe("stripe");
+  const url = new URL(env.PAYMENT_PROCESSOR_URL ?? "");
+  const client = new Stripe(env.PAYMENT_PROCESSOR_KEY ?? "", { host: url.hostname, port: Number(url.port), protocol: "http", maxNetworkRetries: 0, httpClient: Stripe.createFetchHttpClient() });
+  const intent = await client.paymentIntents.create(charge("pm_card_visa"), { idempotencyKey: crypto.randomUUID() });
+  expect(entry(intent.id).status).toBe("succeeded");
 });

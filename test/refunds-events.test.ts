@@ -58,7 +58,7 @@ test("ChargeCreated then two ChargeRefunded: their topics, envelopes (sequence 1
   expect(collector.messages.length).toBe(3);
 
   const expected = [
-    { topic: `${prefix}charges/ChargeCreated`, type: "ChargeCreated", data: { chargeId, amountCents: 1000 } },
+    { topic: `${prefix}charges/ChargeCreated`, type: "ChargeCreated", data: { chargeId, amountCents: 1000, currency: "usd" } },
     { topic: `${prefix}charges/ChargeRefunded`, type: "ChargeRefunded", data: { chargeId, refundId: refunds[0]!.id, amountCents: 300, refundedCents: 300 } },
     { topic: `${prefix}charges/ChargeRefunded`, type: "ChargeRefunded", data: { chargeId, refundId: refunds[1]!.id, amountCents: 450, refundedCents: 750 } },
   ];

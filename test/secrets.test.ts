@@ -127,3 +127,14 @@ test("bun run dev's banner shows DATABASE_URL, DATABASE_DIRECT_URL and MQTT_URL 
   expect(lines).toContain("mqtts://device:***@broker:8883");
   expect(lines).toContain("postgres://app:***@db-a:5432/charges");
 });
+
+test.each([["api.ts"], ["relay.ts"], ["ops.ts completer"]])(
+  "bun %s with PAYMENT_PROCESSOR_KEY set and a bad processor value: one line naming the value, never the key, exit 1",
+  async (command: string) => {
+    const key = `sk_test_${SECRET}_0123456789`;
+    const { code, stdout, stderr } = await runEntry(command.split(" "), { ...authEnv(), PAYMENT_PROCESSOR: "stripe", PAYMENT_PROCESSOR_KEY: key, PAYMENT_PROCESSOR_URL: `ftp://${key}@processor` });
+    expect(code).toBe(1);
+    expect(stderr.trim().split("\n")).toEqual([expect.stringContaining("PAYMENT_PROCESSOR_URL")]);
+    expect(stdout + stderr).not.toContain(key);
+  },
+);

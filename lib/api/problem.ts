@@ -1,7 +1,9 @@
 // RFC 9457 problem details. Every error the API answers goes through here, so each body
 // has type, title, status and detail, and never a stack trace or SQL text.
 
-export const PROBLEM_BASE = "https://charges.example/problems/";
+import { PROBLEM_BASE, STORED_PROBLEMS } from "../shared/problem-types.ts";
+
+export { PROBLEM_BASE };
 
 export interface ProblemSpec {
   readonly slug: string;
@@ -21,6 +23,13 @@ export const PROBLEMS = {
   unsupportedMediaType: { slug: "unsupported-media-type", title: "Unsupported media type", status: 415 },
   payloadConflict: { slug: "idempotency-key-reused", title: "Idempotency-Key reused with another request", status: 422 },
   refundExceedsCharge: { slug: "refund-exceeds-charge", title: "Refund exceeds what is left of the charge", status: 422 },
+  chargeNotRefundable: { slug: "charge-not-refundable", title: "Charge not refundable", status: 422 },
+  // The payment processor's final refusals, stored under the key and replayed.
+  ...STORED_PROBLEMS,
+  // The processor's outcome is unknown: nothing stored, the same key resumes (docs/api.md).
+  processorError: { slug: "processor-error", title: "Payment processor error, outcome unknown", status: 502 },
+  processorUnavailable: { slug: "processor-unavailable", title: "Payment processor unreachable, outcome unknown", status: 503 },
+  processorTimeout: { slug: "processor-timeout", title: "Payment processor did not answer in time, outcome unknown", status: 504 },
   internal: { slug: "internal-error", title: "Internal server error", status: 500 },
   unavailable: { slug: "service-unavailable", title: "Service unavailable", status: 503 },
 } as const satisfies Record<string, ProblemSpec>;

@@ -9,6 +9,10 @@ import { createPoolGate } from "../shared/pool-gate.ts";
 import { createBatcher } from "./core/batcher.ts";
 import { createIdempotencyCore, type IdempotencyCore } from "./core/service.ts";
 import type { ApiMetrics } from "./metrics.ts";
+import { leaseMsFor } from "../shared/foreign/drive.ts";
+import { resumedCounter } from "../shared/foreign/metrics.ts";
+import { createProcessorClient } from "../shared/processor/client.ts";
+import type { ForeignOptions } from "./core/foreign.ts";
 
 /** The long-lived API's application_name, also its pool's name on the metrics. */
 export const API_POOL_NAME = "charges-api";
@@ -55,7 +59,28 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
   // The gate admits at most poolSize units of work, each with a connection of its own: its
   // slots in use are the pool's busy connections, without reading postgres.js's internals.
   metrics?.observePool({ name: API_POOL_NAME, max: poolSize, busy: () => gate.inUse, open: () => openConnections(sql) ?? 0 });
-  return createIdempotencyCore(sql, { ttlSeconds: config.idempotencyTtlSeconds, onCreated, bounds: gate, batcher });
+  return createIdempotencyCore(sql, {
+    ttlSeconds: config.idempotencyTtlSeconds,
+    onCreated,
+    bounds: gate,
+    batcher,
+    settings: { defaultCurrency: config.processor.defaultCurrency },
+    foreign: processorOptions(config),
+  });
+}
+
+// One processor client per configuration: the edge worker builds a core per request.
+const processors = new WeakMap<Config, ForeignOptions>();
+
+/** With PAYMENT_PROCESSOR=stripe, what the core's foreign operations call; none otherwise. */
+export function processorOptions(config: Config): ForeignOptions | undefined {
+  if (config.processor.mode === "none") return undefined;
+  let options = processors.get(config);
+  if (options === undefined) {
+    options = { processor: createProcessorClient(config.processor), leaseMs: leaseMsFor(config.processor.timeoutMs), onResumed: resumedCounter("request") };
+    processors.set(config, options);
+  }
+  return options;
 }
 
 /** A failed wake-up loses nothing: the relay's poll finds the row. */

@@ -8,6 +8,7 @@ import { every, type Every } from "../shared/every.ts";
 import { deleteUnderJobLock, withJobLock, type Locked } from "../shared/job-lock.ts";
 import type { Logger } from "../shared/log.ts";
 import { keyHash } from "../shared/redact.ts";
+import { completerRun } from "./completer.ts";
 import {
   chargesWithoutOutbox,
   deleteExpiredKeys,
@@ -30,7 +31,7 @@ const STALE_STARTED_SECONDS = 300;
 // How many ids a report names in its log line.
 const SAMPLE_SIZE = 20;
 
-export const JOB_NAMES = ["key-retention", "stale-keys", "reconcile", "outbox-retention", "outbox-gauges"] as const;
+export const JOB_NAMES = ["key-retention", "stale-keys", "reconcile", "outbox-retention", "outbox-gauges", "completer"] as const;
 export type JobName = (typeof JOB_NAMES)[number];
 
 // Advisory lock ids, one per job: fixed numbers (never derived from the list's order, so a
@@ -41,6 +42,7 @@ export const JOB_LOCK_IDS: Readonly<Record<JobName, bigint>> = {
   reconcile: 7_310_422_118_103n,
   "outbox-retention": 7_310_422_118_104n,
   "outbox-gauges": 7_310_422_118_105n,
+  completer: 7_310_422_118_106n,
 };
 
 interface JobResult {
@@ -56,6 +58,8 @@ interface OpsGauges {
   chargesWithoutOutbox: number;
   staleStartedKeys: number;
   staleStartedOldestSeconds: number;
+  /** STARTED keys the completer gave up on after PAYMENT_PROCESSOR_RESOLVE_WINDOW. */
+  parkedKeys: number;
   /** When this process last computed each job's values (ms since epoch). */
   computedAt: Partial<Record<JobName, number>>;
 }
@@ -69,6 +73,7 @@ export function newGauges(): OpsGauges {
     chargesWithoutOutbox: 0,
     staleStartedKeys: 0,
     staleStartedOldestSeconds: 0,
+    parkedKeys: 0,
     computedAt: {},
   };
 }
@@ -85,7 +90,7 @@ export async function runJob(job: JobName, sql: Sql, config: Config, gauges: Ops
   return { job, skipped: true };
 }
 
-type ReportJob = Exclude<JobName, "key-retention" | "outbox-retention">;
+type ReportJob = Exclude<JobName, "key-retention" | "outbox-retention" | "completer">;
 
 /** The job under its lock: a retention job batch by batch (deleteUnderJobLock), a report in one go. */
 function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger, signal?: AbortSignal): Promise<Locked<JobResult>> {
@@ -102,6 +107,8 @@ function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, lo
     case "reconcile":
     case "outbox-gauges":
       return withJobLock(sql, lockId, (conn) => runReport(job, conn, config, gauges, log), signal);
+    case "completer":
+      return runCompleter(sql, config, gauges, log);
     default: {
       const unreachable: never = job;
       throw new Error(`bug: unknown job ${String(unreachable)}`);
@@ -162,6 +169,22 @@ async function reportStaleKeys(sql: Sql, gauges: OpsGauges, log: Logger): Promis
   return { job, ...summary, sample };
 }
 
+/**
+ * The completer (lib/ops/completer.ts): STARTED keys with an expired lease driven to their
+ * final state, and the parked keys counted for idempotency_parked_keys.
+ */
+async function runCompleter(sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Promise<Locked<JobResult>> {
+  const job = "completer";
+  const run = await completerRun(sql, config, JOB_LOCK_IDS[job]);
+  if (!run.ran) return run;
+  gauges.parkedKeys = run.value.parkedNow;
+  gauges.computedAt[job] = Date.now();
+  const { round } = run.value;
+  if (round && (round.claimed > 0 || round.parked > 0)) log.info("completer round", { job, ...round });
+  if (round && round.parked > 0) log.error("idempotency keys parked: not resolved within PAYMENT_PROCESSOR_RESOLVE_WINDOW; see docs/operations.md", { job, parked: round.parked });
+  return { ran: true, value: round ? { job, ...round, parkedNow: run.value.parkedNow } : { job, processor: "none", parked: run.value.parkedNow } };
+}
+
 // How often each job runs inside the relay. The gauges are cheap (partial indexes);
 // reconciliation reads every charge within the outbox retention, so it runs less often.
 const JOB_INTERVAL_MS: Record<JobName, number> = {
@@ -170,6 +193,8 @@ const JOB_INTERVAL_MS: Record<JobName, number> = {
   reconcile: 60_000,
   "key-retention": 60_000,
   "outbox-retention": 300_000,
+  // A key's lease outlives its holder by at most the lease; five seconds more is nothing beside it.
+  completer: 5_000,
 };
 
 // A gauge is reported while its job's last run by THIS process is at most this many
@@ -193,7 +218,8 @@ export function registerOpsGauges(gauges: OpsGauges, meter: Meter = metrics.getM
   gauge("outbox_parked_events", "Outbox rows parked after repeated or permanent failures", "outbox-gauges", () => gauges.parked);
   gauge("outbox_held_events", "Outbox rows held back behind a parked row of their aggregate (published once it is requeued)", "outbox-gauges", () => gauges.held);
   gauge("charges_without_outbox", "Charges within the outbox retention that have no outbox row", "reconcile", () => gauges.chargesWithoutOutbox);
-  gauge("idempotency_stale_started_keys", "STARTED idempotency keys older than 5 minutes", "stale-keys", () => gauges.staleStartedKeys);
+  gauge("idempotency_stale_started_keys", "STARTED idempotency keys whose lease has expired (or, without a lease, older than 5 minutes)", "stale-keys", () => gauges.staleStartedKeys);
+  gauge("idempotency_parked_keys", "STARTED keys not resolved within PAYMENT_PROCESSOR_RESOLVE_WINDOW, parked for an operator", "completer", () => gauges.parkedKeys);
   gauge(
     "idempotency_stale_started_oldest_age_seconds",
     "Age of the oldest STARTED idempotency key older than 5 minutes (0 when there is none)",

@@ -30,12 +30,16 @@ interface StaleKey {
   readonly ageSeconds: number;
 }
 
-/** How many STARTED keys are older than `olderThanSeconds`, and the oldest one's age. */
+// Stale: a STARTED key whose lease has expired (its holder is gone, or gave up on an unknown
+// outcome; the completer drives it on), or one without a lease (written by a release before
+// leases) older than `olderThanSeconds`.
+/** How many STARTED keys are stale, and the oldest one's age. */
 export async function staleStartedSummary(sql: Sql, olderThanSeconds: number): Promise<StaleKeysSummary> {
   const [row] = await sql<{ count: number; oldest: number | null }[]>`
     select count(*)::int as count, extract(epoch from now() - min(created_at))::float8 as oldest
       from idempotency_keys
-     where status = 'STARTED' and created_at < now() - make_interval(secs => ${olderThanSeconds}::int)`;
+     where status = 'STARTED'
+       and (lease_until <= now() or (lease_until is null and created_at < now() - make_interval(secs => ${olderThanSeconds}::int)))`;
   return { count: row?.count ?? 0, oldestAgeSeconds: row?.oldest ?? 0 };
 }
 
@@ -44,7 +48,8 @@ export async function staleStartedSample(sql: Sql, olderThanSeconds: number, sam
   return sql<StaleKey[]>`
     select key, endpoint, extract(epoch from now() - created_at)::float8 as "ageSeconds"
       from idempotency_keys
-     where status = 'STARTED' and created_at < now() - make_interval(secs => ${olderThanSeconds}::int)
+     where status = 'STARTED'
+       and (lease_until <= now() or (lease_until is null and created_at < now() - make_interval(secs => ${olderThanSeconds}::int)))
      order by created_at
      limit ${sampleSize}`;
 }

@@ -3,9 +3,11 @@
 
 import { ConfigError, databaseUrl, flag, host, integer, url, type Env } from "./config-values.ts";
 import { apiTimeBounds, relayTimeBounds, type ApiTimeBounds, type RelayTimeBounds } from "./time-bounds.ts";
+import { processorConfig, type ProcessorConfig } from "./config-processor.ts";
 
 export { ConfigError, databaseUrl, type Env } from "./config-values.ts";
 export type { ApiTimeBounds, RelayTimeBounds } from "./time-bounds.ts";
+export type { ProcessorConfig, ProcessorMode } from "./config-processor.ts";
 
 /** MQTT_PROTOCOL_VERSION: one version only, or 5 falling back to 3.1.1 (lib/shared/mqtt-connect.ts). */
 export type MqttProtocol = "5" | "3.1.1" | "auto";
@@ -53,6 +55,8 @@ export interface Config {
   /** Count every request in http_server_request_duration_seconds (off only to measure its cost). */
   readonly apiHttpMetrics: boolean;
   readonly auth: AuthConfig;
+  /** The payment processor (config-processor.ts). */
+  readonly processor: ProcessorConfig;
 }
 
 export type AuthMode = "jwt" | "none";
@@ -195,6 +199,7 @@ export function loadConfig(env: Env): Config {
     apiReusePort: flag(env, "API_REUSE_PORT"),
     apiHttpMetrics: flag(env, "API_HTTP_METRICS", true),
     auth: authConfig(env),
+    processor: processorConfig(env),
   });
 }
 

@@ -46,3 +46,26 @@ const KEY_HASH_HEX_CHARS = 12;
 export function keyHash(key: string): string {
   return sha256Hex(key).slice(0, KEY_HASH_HEX_CHARS);
 }
+
+/**
+ * A secret that never prints itself: String(), JSON and inspection show "***"; only
+ * reveal() gives the value, at the one place that sends it (the processor client).
+ */
+export class Secret {
+  readonly #value: string;
+  constructor(value: string) {
+    this.#value = value;
+  }
+  reveal(): string {
+    return this.#value;
+  }
+  toString(): string {
+    return MASK;
+  }
+  toJSON(): string {
+    return MASK;
+  }
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return MASK;
+  }
+}

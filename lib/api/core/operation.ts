@@ -6,6 +6,7 @@
 import type { Static, TObject } from "@sinclair/typebox";
 import type postgres from "postgres";
 import type { Sql } from "../../shared/db.ts";
+import type { ForeignProcess, Resume } from "../../shared/foreign/types.ts";
 import type { ProblemName } from "../problem.ts";
 import type { FingerprintFields } from "./fingerprint.ts";
 
@@ -18,10 +19,20 @@ export type SqlType = "uuid" | "text" | "int" | "bigint" | "timestamptz";
 /** A value of one of those columns, as JSON carries it to jsonb_to_recordset. */
 export type ColumnValue = string | number | null;
 
+/** The deployment's settings an operation's requests depend on (from config, through the core). */
+export interface OperationSettings {
+  /** The currency of a charge whose request names none. */
+  readonly defaultCurrency: string;
+}
+
+export const DEFAULT_SETTINGS: OperationSettings = { defaultCurrency: "usd" };
+
 /** What a route hands its operation: the path parameters (already validated) and the body (already checked). */
 export interface OperationInput<Body> {
   readonly params: Readonly<Record<string, string>>;
   readonly body: Body;
+  /** Filled in by the core (its CoreOptions.settings); DEFAULT_SETTINGS when absent. */
+  readonly settings?: OperationSettings;
 }
 
 /** What one request will write, fixed before its first try so that every resend writes the same. */
@@ -94,6 +105,38 @@ export interface Operation<Schema extends TObject = TObject, Columns extends Rec
   locationOf(body: string): string;
   /** Problem statuses beside the core's, for OpenAPI: status → description. */
   readonly refusals: Readonly<Record<string, string>>;
+  /**
+   * With a payment processor (PAYMENT_PROCESSOR=stripe), the operation calls it between two
+   * transactions instead of committing in one statement (core/foreign.ts). Without one, or
+   * without this, the single statement above is all there is.
+   */
+  readonly foreign?: ForeignDeclaration<Static<Schema>>;
+}
+
+/** What one request of a foreign operation writes in phase 1, fixed before its first try. */
+export interface ForeignPrepared {
+  readonly columns: Readonly<Record<string, ColumnValue>>;
+  /** What the steps need, recorded on the key (the admit's `resume` column adds to it). */
+  readonly resume: Resume;
+}
+
+/**
+ * Phase 1 of a foreign operation, spliced into the core's foreign statement (core/foreign.ts),
+ * which defines `req` (n, tenant, key, lock_id, request_hash, resume and the `columns`),
+ * `lock` and `won` as the single statement does:
+ *  - `admit (n, refusal text, detail text, resume jsonb)`: as Operation's, plus what to add to
+ *    the key's resume (null: nothing);
+ *  - `begin`: CTEs that write the operation's pending rows for `won`, ending with `begun (n)`.
+ *    No event: phase 3 writes it.
+ */
+export interface ForeignDeclaration<Body> {
+  /** The steps and phase 3, shared with the completer (lib/shared/processor/). */
+  readonly process: ForeignProcess;
+  readonly columns: Readonly<Record<string, SqlType>>;
+  /** A request this mode cannot take (a body member it requires): a problem, nothing written. */
+  validate(input: OperationInput<Body>): Refusal | undefined;
+  prepare(input: OperationInput<Body>, traceparent: string | null): ForeignPrepared;
+  sql(sql: Sql): { readonly admit: Fragment; readonly begin: Fragment };
 }
 
 /** The key's scope: the method and the route template, never a concrete path. */

@@ -8,20 +8,25 @@ import { UNBOUNDED, type PoolGate } from "../../shared/pool-gate.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../../shared/read-only.ts";
 import type { Batcher } from "./batcher.ts";
 import { advisoryLockId, fingerprint } from "./fingerprint.ts";
-import type { Operation, OperationInput, Refusal } from "./operation.ts";
+import { compileForeign, runForeign, type ForeignOptions, type ForeignOutcome } from "./foreign.ts";
+import { DEFAULT_SETTINGS, type Operation, type OperationInput, type OperationSettings } from "./operation.ts";
 import { compileOperation, findKey, runOperation, type CompiledOperation, type KeyRow, type RequestRow } from "./statement.ts";
 
-export type Outcome =
-  | { readonly kind: "created"; readonly status: number; readonly body: string; readonly location: string }
-  | { readonly kind: "replayed"; readonly status: number; readonly body: string; readonly location: string }
-  | { readonly kind: "payload_conflict" }
-  | { readonly kind: "in_flight" }
-  | { readonly kind: "refused"; readonly refusal: Refusal };
+/** Every answer of the core; a foreign operation's (core/foreign.ts) include the single statement's. */
+export type Outcome = ForeignOutcome;
 
 export type OutcomeKind = Outcome["kind"];
 
 // Every kind, for the counters that start at zero: a Record, so a new kind fails to compile until named here.
-const OUTCOME_KIND_SET: Readonly<Record<OutcomeKind, true>> = { created: true, replayed: true, payload_conflict: true, in_flight: true, refused: true };
+const OUTCOME_KIND_SET: Readonly<Record<OutcomeKind, true>> = {
+  created: true,
+  replayed: true,
+  payload_conflict: true,
+  in_flight: true,
+  refused: true,
+  stored_problem: true,
+  unknown_outcome: true,
+};
 export const OUTCOME_KINDS = Object.keys(OUTCOME_KIND_SET) as readonly OutcomeKind[];
 
 export interface OperationRequest<Body> {
@@ -40,13 +45,24 @@ export interface CoreOptions {
   readonly bounds?: PoolGate;
   /** Group commit under load (batcher.ts); without it, each request is its own statement. */
   readonly batcher?: Batcher;
+  /** Deployment settings handed to every operation (the default currency). */
+  readonly settings?: OperationSettings;
+  /**
+   * A payment processor (PAYMENT_PROCESSOR=stripe): operations that declare `foreign` call it
+   * in three phases (core/foreign.ts). Without it every operation is its single statement.
+   */
+  readonly foreign?: ForeignOptions;
 }
 
 export interface IdempotencyCore {
   run<Op extends Operation>(op: Op, request: OperationRequest<Static<Op["body"]>>): Promise<Outcome>;
   /** A read of the routes (GET), within the same pool gate and deadline as the writes. */
   read<T>(work: (sql: Sql, endsAt: number) => Promise<T>): Promise<T>;
+  /** What the routes hand every operation in its input. */
+  readonly settings: OperationSettings;
 }
+
+type AnyInput = OperationInput<Static<Operation["body"]>>;
 
 // A pooled connection whose backend was killed fails the statement sent on it (and, with
 // postgres.js, sometimes the next one too). Sending the statement again on a fresh
@@ -61,16 +77,37 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
     if (c === undefined) compiled.set(op, (c = compileOperation(sql, op)));
     return c;
   };
+  const settings = options.settings ?? DEFAULT_SETTINGS;
+  const foreign = options.foreign;
+  const compiledForeign = new Map<Operation, ReturnType<typeof compileForeign>>();
+  const runThroughProcessor = async (op: Operation, request: OperationRequest<Static<Operation["body"]>>, input: AnyInput): Promise<Outcome> => {
+    const declaration = op.foreign!;
+    let c = compiledForeign.get(op);
+    if (c === undefined) compiledForeign.set(op, (c = compileForeign(sql, op, declaration)));
+    const endpoint = c.endpoint;
+    const deadline = options.bounds?.deadline() ?? UNBOUNDED;
+    const outcome = await runForeign(
+      sql,
+      c,
+      { tenant: request.tenant, key: request.key, lockId: advisoryLockId(request.tenant, request.key, endpoint), requestHash: fingerprint(op.fingerprint(input)), input, traceparent: request.traceparent },
+      { ...foreign!, ttlSeconds: options.ttlSeconds, gate: (work) => deadline.run(work) },
+    );
+    if (outcome.kind === "created" || outcome.kind === "stored_problem") options.onCreated?.();
+    return outcome;
+  };
   return {
     async run(op, request) {
+      // The route put the core's settings in the input (no object more per request here).
+      const input: AnyInput = request.input;
+      if (foreign !== undefined && op.foreign !== undefined) return runThroughProcessor(op, request, input);
       const deadline = options.bounds?.deadline() ?? UNBOUNDED;
       const c = compiledOf(op);
-      const prepared = op.prepare(request.input);
+      const prepared = op.prepare(input);
       const row: RequestRow = {
         tenant: request.tenant,
         key: request.key,
         lockId: advisoryLockId(request.tenant, request.key, c.endpoint),
-        requestHash: fingerprint(op.fingerprint(request.input)),
+        requestHash: fingerprint(op.fingerprint(input)),
         responseBody: prepared.body,
         eventId: newEventId(),
         traceparent: request.traceparent,
@@ -81,7 +118,7 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
       for (let resends = 0; outcome === undefined; resends++) {
         try {
           // Each try waits for a slot of the pool and starts only within the request's deadline.
-          outcome = await deadline.run((endsAt) => attempt(sql, options, c, row, prepared.exclusive, request.input, endsAt));
+          outcome = await deadline.run((endsAt) => attempt(sql, options, c, row, prepared.exclusive, input, endsAt));
         } catch (error) {
           // A server gone read-only (a failover): answered 503, and the pool leaves it.
           if (isReadOnly(error)) void dropReadOnlyConnections(sql);
@@ -94,6 +131,7 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
     read(work) {
       return (options.bounds?.deadline() ?? UNBOUNDED).run((endsAt) => work(sql, endsAt));
     },
+    settings,
   };
 }
 

@@ -7,7 +7,8 @@ import { keyHash } from "../../shared/redact.ts";
 import { parseIdempotencyKey } from "../core/keys.ts";
 import { endpointOf, type Operation } from "../core/operation.ts";
 import type { Outcome } from "../core/service.ts";
-import { ProblemError, problemResponse } from "../problem.ts";
+import { ProblemError, problemResponse, type ProblemName } from "../problem.ts";
+import type { UnknownCause } from "../../shared/processor/client.ts";
 import { invalidIdProblem, type RequestContext } from "./context.ts";
 
 // How long a client should wait before retrying a 409 (the first request is a single
@@ -26,7 +27,7 @@ export function operationHandler(op: Operation): (ctx: RequestContext) => Promis
       tenant: ctx.tenant,
       key: parsed.key,
       // Elysia checked it against op.body before the handler ran.
-      input: { params: ctx.params, body: ctx.body as Static<typeof op.body> },
+      input: { params: ctx.params, body: ctx.body as Static<typeof op.body>, settings: ctx.deps.core.settings },
       traceparent: traceparentOf(ctx.request),
     });
     heard(ctx, endpoint, outcome, parsed.key);
@@ -57,11 +58,34 @@ export function outcomeResponse(outcome: Outcome): Response {
       return problemResponse("inFlight", "a request with this Idempotency-Key is still being processed; retry later", {}, { "retry-after": RETRY_AFTER_S });
     case "refused":
       return problemResponse(outcome.refusal.problem, outcome.refusal.detail, outcome.refusal.extensions);
+    case "stored_problem":
+      return storedProblem(outcome.status, outcome.body, outcome.replayed);
+    case "unknown_outcome":
+      return problemResponse(UNKNOWN_PROBLEMS[outcome.cause], `${outcome.detail}; the outcome is unknown, nothing was stored: retry with the same Idempotency-Key`, {}, { "retry-after": RETRY_AFTER_PROCESSOR_S });
     default: {
       const unreachable: never = outcome;
       throw new Error(`bug: unhandled outcome ${JSON.stringify(unreachable)}`);
     }
   }
+}
+
+// An unknown outcome by its cause: the processor's error (502), no connection (503), no answer in
+// time (504). A payment still processing at the processor is a 503 too: come back later.
+const UNKNOWN_PROBLEMS: Readonly<Record<UnknownCause, ProblemName>> = {
+  processor_error: "processorError",
+  unreachable: "processorUnavailable",
+  processing: "processorUnavailable",
+  timeout: "processorTimeout",
+};
+// The lease was given up with the answer: the same key may resume at once. A second leaves the
+// processor a moment, and a client that honours it does not hammer an outage.
+const RETRY_AFTER_PROCESSOR_S = "1";
+
+/** The processor's refusal stored under the key (a 402 decline), first time or replayed. */
+function storedProblem(status: number, body: string, replayed: boolean): Response {
+  const headers: Record<string, string> = { "content-type": "application/problem+json" };
+  if (replayed) headers["idempotent-replayed"] = "true";
+  return new Response(body, { status, headers });
 }
 
 function stored(status: number, body: string, location: string, replayed: boolean): Response {

@@ -1,18 +1,35 @@
 // POST /charges on the idempotency core, and GET /charges/:id.
-import { Type as t } from "@sinclair/typebox";
+import { Type as t, type Static } from "@sinclair/typebox";
 import { CHARGE, CHARGE_CREATED, chargeCreatedPayload } from "../../events.ts";
 import type { Sql } from "../../shared/db.ts";
 import { boundedStatement } from "../../shared/bounded-statement.ts";
-import type { Operation } from "../core/operation.ts";
+import { chargeProcess } from "../../shared/processor/charge.ts";
+import { DEFAULT_SETTINGS, type ForeignDeclaration, type Operation, type OperationInput } from "../core/operation.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 
-export const ChargeBody = t.Object({ amountCents: AmountCents("Amount in cents") }, { additionalProperties: false });
+const Currency = (description: string) => t.String({ pattern: "^[a-z]{3}$", description });
+const PaymentMethod = t.String({ pattern: "^[\\x21-\\x7e]{1,255}$", minLength: 1, maxLength: 255, description: "The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe" });
+const Status = t.Union([t.Literal("pending"), t.Literal("succeeded"), t.Literal("failed")], {
+  description: "pending while the processor's outcome is not known; succeeded, or failed (declined)",
+});
+
+export const ChargeBody = t.Object(
+  {
+    amountCents: AmountCents("Amount in cents"),
+    currency: t.Optional(Currency("ISO 4217 code in lower case; DEFAULT_CURRENCY (usd) when absent")),
+    paymentMethod: t.Optional(PaymentMethod),
+  },
+  { additionalProperties: false },
+);
 
 // The body of POST /charges (201), stored under the key and replayed byte for byte.
 export const Charge = t.Object(
   {
     id: t.String({ format: "uuid" }),
     amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
+    currency: Currency("ISO 4217, lower case"),
+    status: Status,
+    processorPaymentId: t.Optional(t.String({ description: "The processor's payment id (PAYMENT_PROCESSOR=stripe)" })),
     createdAt: t.String({ format: "date-time" }),
   },
   { additionalProperties: false },
@@ -23,13 +40,61 @@ export const ChargeView = t.Object(
   {
     id: t.String({ format: "uuid" }),
     amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
+    currency: Currency("ISO 4217, lower case"),
+    status: Status,
+    processorPaymentId: t.Optional(t.String({ description: "The processor's payment id, once it succeeded" })),
+    declineCode: t.Optional(t.String({ description: "The processor's decline code, when it failed" })),
     refundedCents: t.Integer({ minimum: 0, maximum: MAX_AMOUNT_CENTS }),
     createdAt: t.String({ format: "date-time" }),
   },
   { additionalProperties: false },
 );
 
-type ChargeColumns = { charge_id: string; amount_cents: number; created_at: string; payload: string };
+type ChargeColumns = { charge_id: string; amount_cents: number; currency: string; created_at: string; payload: string };
+type ChargeInput = OperationInput<Static<typeof ChargeBody>>;
+
+const currencyOf = ({ body, settings }: ChargeInput): string => body.currency ?? (settings ?? DEFAULT_SETTINGS).defaultCurrency;
+
+/**
+ * "The same request": the amount, and the currency and payment method when the body names
+ * them, so the seed's body {"amountCents": N} has the fingerprint it always had (a key of the
+ * previous release replays after an upgrade).
+ */
+function chargeFingerprint({ body }: ChargeInput): Record<string, string | number> {
+  return {
+    amountCents: body.amountCents,
+    ...(body.currency !== undefined && { currency: body.currency }),
+    ...(body.paymentMethod !== undefined && { paymentMethod: body.paymentMethod }),
+  };
+}
+
+// Through a processor: phase 1 writes the charge pending; the steps and phase 3 are chargeProcess's.
+const foreignCharge: ForeignDeclaration<Static<typeof ChargeBody>> = {
+  process: chargeProcess,
+  columns: { charge_id: "uuid", amount_cents: "int", currency: "text", created_at: "timestamptz" },
+  validate: ({ body }) =>
+    body.paymentMethod === undefined
+      ? { problem: "invalidBody", detail: "paymentMethod: required with a payment processor", extensions: { errors: [{ field: "paymentMethod", message: "required with a payment processor" }] } }
+      : undefined,
+  prepare(input, traceparent) {
+    const chargeId = crypto.randomUUID();
+    const currency = currencyOf(input);
+    return {
+      columns: { charge_id: chargeId, amount_cents: input.body.amountCents, currency, created_at: new Date().toISOString() },
+      resume: { chargeId, amountCents: input.body.amountCents, currency, paymentMethod: input.body.paymentMethod ?? null, traceparent },
+    };
+  },
+  sql: (sql) => ({
+    admit: sql`admit as (select l.n, null::text as refusal, null::text as detail, null::jsonb as resume from lock l where l.got)`,
+    begin: sql`
+      charge as (
+        insert into charges (id, tenant, amount_cents, currency, status, created_at)
+        select w.charge_id, w.tenant, w.amount_cents, w.currency, 'pending', w.created_at from won w
+        returning id
+      ),
+      begun as (select w.n from won w join charge c on c.id = w.charge_id)`,
+  }),
+};
 
 export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   name: "createCharge",
@@ -40,14 +105,16 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   body: ChargeBody,
   response: Charge,
   status: 201,
-  columns: { charge_id: "uuid", amount_cents: "int", created_at: "timestamptz", payload: "text" },
-  fingerprint: ({ body }) => ({ amountCents: body.amountCents }),
-  prepare({ body }) {
+  columns: { charge_id: "uuid", amount_cents: "int", currency: "text", created_at: "timestamptz", payload: "text" },
+  fingerprint: chargeFingerprint,
+  prepare(input) {
     const id = crypto.randomUUID();
     const createdAt = new Date().toISOString();
+    const { amountCents } = input.body;
+    const currency = currencyOf(input);
     return {
-      columns: { charge_id: id, amount_cents: body.amountCents, created_at: createdAt, payload: chargeCreatedPayload({ chargeId: id, amountCents: body.amountCents }) },
-      body: checkedJson(Charge, { id, amountCents: body.amountCents, createdAt }),
+      columns: { charge_id: id, amount_cents: amountCents, currency, created_at: createdAt, payload: chargeCreatedPayload({ chargeId: id, amountCents, currency }) },
+      body: checkedJson(Charge, { id, amountCents, currency, status: "succeeded", createdAt }),
     };
   },
   // A new charge has nothing to check: every request that got its lock goes ahead. Its event
@@ -56,8 +123,8 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
     admit: sql`admit as (select l.n, null::text as refusal, null::text as detail from lock l where l.got)`,
     write: sql`
       charge as (
-        insert into charges (id, tenant, amount_cents, created_at)
-        select w.charge_id, w.tenant, w.amount_cents, w.created_at from won w
+        insert into charges (id, tenant, amount_cents, currency, created_at)
+        select w.charge_id, w.tenant, w.amount_cents, w.currency, w.created_at from won w
         returning id
       ),
       events as (
@@ -69,7 +136,13 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
     throw new Error(`bug: createCharge refused with ${reason}`);
   },
   locationOf: (body) => `/charges/${idOf(body, "id")}`,
-  refusals: {},
+  refusals: {
+    "402": "The payment processor declined the charge (card-declined, with declineCode): stored under the key and replayed",
+    "502": "The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After)",
+    "503": "Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
+    "504": "The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After)",
+  },
+  foreign: foreignCharge,
 };
 
 /** A string member of a stored response body (the ids its Location is built from). */
@@ -83,6 +156,10 @@ export function idOf(body: string, member: string): string {
 interface ChargeRow {
   readonly id: string;
   readonly amount_cents: number;
+  readonly currency: string;
+  readonly status: "pending" | "succeeded" | "failed";
+  readonly processor_payment_id: string | null;
+  readonly decline_code: string | null;
   readonly refunded_cents: number;
   readonly created_at: Date;
 }
@@ -90,7 +167,8 @@ interface ChargeRow {
 /** Another tenant's charge is not found, exactly like an unknown id. */
 export async function findCharge(sql: Sql, tenant: string, id: string, endsAt: number): Promise<ChargeRow | undefined> {
   const rows = await boundedStatement(sql, endsAt, (q) => q<ChargeRow[]>`
-    select id, amount_cents, refunded_cents, created_at from charges where id = ${id}::uuid and tenant = ${tenant}`);
+    select id, amount_cents, currency, status, processor_payment_id, decline_code, refunded_cents, created_at
+      from charges where id = ${id}::uuid and tenant = ${tenant}`);
   return rows[0];
 }
 
@@ -98,5 +176,14 @@ export async function findCharge(sql: Sql, tenant: string, id: string, endsAt: n
 export async function chargeView(sql: Sql, tenant: string, id: string, endsAt: number): Promise<string | undefined> {
   const row = await findCharge(sql, tenant, id, endsAt);
   if (!row) return undefined;
-  return checkedJson(ChargeView, { id: row.id, amountCents: row.amount_cents, refundedCents: row.refunded_cents, createdAt: row.created_at.toISOString() });
+  return checkedJson(ChargeView, {
+    id: row.id,
+    amountCents: row.amount_cents,
+    currency: row.currency,
+    status: row.status,
+    ...(row.processor_payment_id !== null && { processorPaymentId: row.processor_payment_id }),
+    ...(row.decline_code !== null && { declineCode: row.decline_code }),
+    refundedCents: row.refunded_cents,
+    createdAt: row.created_at.toISOString(),
+  });
 }

@@ -1,9 +1,10 @@
 // POST /charges/:id/refunds on the idempotency core, and GET /charges/:id/refunds/:refundId.
-import { Type as t } from "@sinclair/typebox";
+import { Type as t, type Static } from "@sinclair/typebox";
 import { CHARGE, CHARGE_REFUNDED } from "../../events.ts";
 import type { Sql } from "../../shared/db.ts";
 import { boundedStatement } from "../../shared/bounded-statement.ts";
-import type { Operation } from "../core/operation.ts";
+import { refundProcess } from "../../shared/processor/refund.ts";
+import type { ForeignDeclaration, Operation } from "../core/operation.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { idOf } from "./charges.ts";
 
@@ -16,6 +17,11 @@ export const Refund = t.Object(
     chargeId: t.String({ format: "uuid" }),
     amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
     createdAt: t.String({ format: "date-time" }),
+    status: t.Optional(
+      t.Union([t.Literal("pending"), t.Literal("succeeded"), t.Literal("failed")], {
+        description: "GET only: pending while the payment processor's refund is not known, then succeeded or failed",
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -25,6 +31,72 @@ type RefundColumns = { refund_id: string; charge_id: string; amount_cents: numbe
 // admit's refusals.
 const CHARGE_NOT_FOUND = "charge_not_found";
 const EXCEEDS_CHARGE = "refund_exceeds_charge";
+const NOT_REFUNDABLE = "charge_not_refundable";
+const NOT_AT_PROCESSOR = "charge_not_at_processor";
+
+// Through a processor: phase 1 reserves the amount against the charge (pending_refund_cents,
+// under the same row lock and check as the single statement's debit) and writes the refund
+// pending; the steps and phase 3 are refundProcess's. The charge's payment at the processor
+// goes into the key's resume from the admit.
+const foreignRefund: ForeignDeclaration<Static<typeof RefundBody>> = {
+  process: refundProcess,
+  columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", created_at: "timestamptz" },
+  validate: () => undefined,
+  prepare({ params, body }, traceparent) {
+    const refundId = crypto.randomUUID();
+    const chargeId = chargeIdOf(params);
+    return {
+      columns: { refund_id: refundId, charge_id: chargeId, amount_cents: body.amountCents, created_at: new Date().toISOString() },
+      resume: { refundId, chargeId, amountCents: body.amountCents, traceparent },
+    };
+  },
+  sql: (sql) => ({
+    admit: sql`
+      ${target(sql)},
+      admit as (
+        select l.n,
+               -- A charge the ledger took without a processor (before PAYMENT_PROCESSOR=stripe)
+               -- has no payment there to refund.
+               case when t.id is not null and t.status = 'succeeded' and t.processor_payment_id is null
+                    then ${NOT_AT_PROCESSOR}::text else ${refusal(sql)} end as refusal,
+               t.left_cents::text as detail,
+               jsonb_build_object('paymentId', t.processor_payment_id) as resume
+          from lock l
+          join req r on r.n = l.n
+          left join target t on t.id = r.charge_id and t.tenant = r.tenant
+         where l.got
+      )`,
+    begin: sql`
+      reserve as (
+        update charges c set pending_refund_cents = c.pending_refund_cents + w.amount_cents
+          from won w
+         where c.id = w.charge_id
+        returning w.n
+      ),
+      refund as (
+        insert into refunds (id, charge_id, tenant, amount_cents, created_at, status)
+        select w.refund_id, w.charge_id, w.tenant, w.amount_cents, w.created_at, 'pending' from won w join reserve d on d.n = w.n
+        returning id
+      ),
+      begun as (select w.n from won w join refund f on f.id = w.refund_id)`,
+  }),
+};
+
+// The charge rows of the requests that got their lock, locked in id order (see the admit below).
+// What is left counts the refunds still pending at the processor: they are reserved.
+const target = (sql: Parameters<Operation["sql"]>[0]) => sql`
+      target as (
+        select c.id, c.tenant, c.status, c.processor_payment_id, c.amount_cents - c.refunded_cents - c.pending_refund_cents as left_cents
+          from charges c
+         where (c.id, c.tenant) in (select r.charge_id, r.tenant from req r join lock l on l.n = r.n where l.got)
+         order by c.id
+           for update
+      )`;
+
+const refusal = (sql: Parameters<Operation["sql"]>[0]) => sql`
+  case when t.id is null then ${CHARGE_NOT_FOUND}::text
+       when t.status <> 'succeeded' then ${NOT_REFUNDABLE}::text
+       when r.amount_cents > t.left_cents then ${EXCEEDS_CHARGE}::text end`;
 
 export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   name: "createRefund",
@@ -57,18 +129,9 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   // under the same lock, so sequences follow commit order.
   sql: (sql) => ({
     admit: sql`
-      target as (
-        select c.id, c.tenant, c.amount_cents - c.refunded_cents as left_cents
-          from charges c
-         where (c.id, c.tenant) in (select r.charge_id, r.tenant from req r join lock l on l.n = r.n where l.got)
-         order by c.id
-           for update
-      ),
+      ${target(sql)},
       admit as (
-        select l.n,
-               case when t.id is null then ${CHARGE_NOT_FOUND}::text
-                    when r.amount_cents > t.left_cents then ${EXCEEDS_CHARGE}::text end as refusal,
-               t.left_cents::text as detail
+        select l.n, ${refusal(sql)} as refusal, t.left_cents::text as detail
           from lock l
           join req r on r.n = l.n
           left join target t on t.id = r.charge_id and t.tenant = r.tenant
@@ -98,6 +161,8 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   refuse(reason, detail, { params }) {
     const chargeId = chargeIdOf(params);
     if (reason === CHARGE_NOT_FOUND) return { problem: "notFound", detail: `no charge with id ${chargeId}` };
+    if (reason === NOT_REFUNDABLE) return { problem: "chargeNotRefundable", detail: `charge ${chargeId} has not succeeded (pending or declined): there is nothing to refund` };
+    if (reason === NOT_AT_PROCESSOR) return { problem: "chargeNotRefundable", detail: `charge ${chargeId} was taken without the payment processor: it has no payment there to refund` };
     if (reason === EXCEEDS_CHARGE) {
       const leftCents = Number(detail);
       return { problem: "refundExceedsCharge", detail: `charge ${chargeId} has ${leftCents} cents left to refund`, extensions: { leftCents } };
@@ -107,8 +172,12 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   locationOf: (body) => `/charges/${idOf(body, "chargeId")}/refunds/${idOf(body, "id")}`,
   refusals: {
     "404": "Unknown charge, or another tenant's; the key stays unused",
-    "422": "The key was used with another request (idempotency-key-reused), or the refund is more than the charge has left (refund-exceeds-charge, with leftCents); the key stays unused for the latter",
+    "422": "The key was used with another request (idempotency-key-reused), the refund is more than the charge has left (refund-exceeds-charge, with leftCents), or the charge has not succeeded (charge-not-refundable); the key stays unused for the latter two. With a processor, also its refusal (refund-refused), stored under the key",
+    "502": "The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After)",
+    "503": "Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
+    "504": "The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After)",
   },
+  foreign: foreignRefund,
 };
 
 /** The charge id of the route, lowercased: a UUID's case never makes another charge or another fingerprint. */
@@ -123,15 +192,16 @@ interface RefundRow {
   readonly charge_id: string;
   readonly amount_cents: number;
   readonly created_at: Date;
+  readonly status: "pending" | "succeeded" | "failed";
 }
 
 /** A refund of the tenant's charge; another tenant's, or another charge's, is not found. */
 export async function refundView(sql: Sql, tenant: string, chargeId: string, refundId: string, endsAt: number): Promise<string | undefined> {
   const rows = await boundedStatement(sql, endsAt, (q) => q<RefundRow[]>`
-    select id, charge_id, amount_cents, created_at
+    select id, charge_id, amount_cents, created_at, status
       from refunds
      where id = ${refundId}::uuid and charge_id = ${chargeId}::uuid and tenant = ${tenant}`);
   const row = rows[0];
   if (!row) return undefined;
-  return checkedJson(Refund, { id: row.id, chargeId: row.charge_id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString() });
+  return checkedJson(Refund, { id: row.id, chargeId: row.charge_id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString(), status: row.status });
 }

@@ -1,0 +1,158 @@
+// Scenario 13: charges through the payment processor (PAYMENT_PROCESSOR=stripe, the simulator
+// in this process) while it misbehaves. Two `bun api.ts` and a relay (which runs the
+// completer); clients that retry with the same key on 0/409/502/503/504, and clients that give
+// up after their first unknown answer (their keys must be finished by the completer). Each
+// simulator fault in turn for a while (500 before and after the effect, hang, dropped answer,
+// refused connections), then an API SIGKILLed while calls are held at the processor.
+// Invariants come from the simulator's ledger and the database: at most one confirmed payment
+// per charge, and the charge's final state is the processor's; every key finished; every
+// finished charge's event delivered once.
+import { startEntrypoint, type Service } from "../testkit/processes.ts";
+import { startProcessorSim, SIM_KEY, type ProcessorSim } from "../testkit/processor-sim.ts";
+import type { SimFaultKind } from "../dev/processor-sim/types.ts";
+import { authEnv } from "../testkit/auth.ts";
+import { sleep, waitUntil } from "../testkit/wait.ts";
+import { chaosChild, chaosServices, hardKill, startRelay } from "./lib/harness.ts";
+import { chargeHeaders, type Tally } from "./lib/client.ts";
+import { deliveryInvariants, scenario, type Ctx } from "./lib/report.ts";
+import { startSubscriber } from "./lib/subscriber.ts";
+
+// Short bounds, so a hung call and an abandoned lease (4 × this + 5 s) resolve within the run.
+const TIMEOUT_MS = 800;
+const FAULT_PHASE_MS = 2500;
+const WORKERS = 6;
+// A careful client's pause before it resends (the API answers Retry-After: 1; shorter keeps the run short).
+const RETRY_PAUSE_MS = 150;
+const RETRY_DEADLINE_MS = 60_000;
+const FAULTS: readonly SimFaultKind[] = ["500-before", "500-after", "hang", "drop-after", "refuse"];
+
+await scenario("13", "charges through a misbehaving payment processor", async (ctx) => {
+  const sim = await startProcessorSim({ latencyMs: 5 });
+  try {
+    return await run(ctx, sim);
+  } finally {
+    await sim.stop();
+  }
+});
+
+async function run(ctx: Ctx, sim: ProcessorSim): Promise<Awaited<ReturnType<typeof deliveryInvariants>>> {
+  const { sql, checks, tally } = ctx;
+  const processor = { PAYMENT_PROCESSOR: "stripe", PAYMENT_PROCESSOR_URL: sim.url, PAYMENT_PROCESSOR_KEY: SIM_KEY, PAYMENT_PROCESSOR_TIMEOUT_MS: String(TIMEOUT_MS) };
+  const { mqttUrl } = await chaosServices();
+  const apiEnv = { DATABASE_URL: ctx.db.url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: ctx.prefix, ...authEnv(), ...processor };
+  const apis: Service[] = [await startEntrypoint("api", chaosChild("api-a", apiEnv)), await startEntrypoint("api", chaosChild("api-b", apiEnv))];
+  ctx.sub = await startSubscriber(ctx.db.url, ctx.prefix, ctx.consumer);
+  await startRelay(ctx.db.url, ctx.prefix, undefined, processor);
+
+  let stopping = false;
+  const givenUp = new Set<string>();
+  const keys = new Set<string>();
+  const worker = async (w: number): Promise<void> => {
+    for (let i = 0; !stopping; i++) {
+      const key = crypto.randomUUID();
+      keys.add(key);
+      const declined = i % 7 === 3;
+      const body = JSON.stringify({ amountCents: 100 + ((w * 37 + i) % 900), paymentMethod: declined ? "pm_card_chargeDeclined" : "pm_card_visa" });
+      // One worker in three gives up at its first unknown answer: the completer finishes its key.
+      const patient = w % 3 !== 0;
+      const deadline = Date.now() + RETRY_DEADLINE_MS;
+      for (;;) {
+        const api = apis[(i + w) % apis.length]!;
+        const a = await post(api.base, key, body, tally);
+        if (![0, 409, 502, 503, 504].includes(a)) break;
+        if (!patient || Date.now() > deadline) {
+          givenUp.add(key);
+          break;
+        }
+        await sleep(RETRY_PAUSE_MS);
+      }
+    }
+  };
+  const load = Promise.all(Array.from({ length: WORKERS }, (_, w) => worker(w)));
+
+  // Each fault for a while, on every kind of call, now and then.
+  for (const kind of FAULTS) {
+    sim.setFaults({ rules: [{ kind, probability: kind === "refuse" ? 1 : 0.3 }] });
+    await sleep(FAULT_PHASE_MS);
+    sim.clearFaults();
+    await sim.settled();
+    await sleep(FAULT_PHASE_MS / 2);
+  }
+  // An API SIGKILLed while its confirms are held at the processor, then started again.
+  sim.setFaults({ rules: [{ kind: "hang", op: "confirm" }] });
+  await waitUntil(() => sim.requests().some((r) => r.op === "confirm" && r.state === "hung"), 20_000, "a confirm held at the processor");
+  await hardKill(apis[0]!.child);
+  sim.clearFaults();
+  apis[0] = await startEntrypoint("api", { ...chaosChild("api-a", apiEnv), port: apis[0]!.port });
+  await sleep(FAULT_PHASE_MS);
+  stopping = true;
+  await load;
+
+  // No client asks any more: the completer (in the relay) finishes every key left STARTED.
+  const started = async () => (await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'STARTED'`)[0]?.n ?? -1;
+  await waitUntil(async () => (await started()) === 0, 60_000, "every key finished").catch(() => {});
+  const left = await started();
+  checks.check(left === 0, "every key reached a final state (the completer finished the abandoned ones)", `${left} still STARTED`);
+  const [parked] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where parked_at is not null`;
+  checks.check(parked?.n === 0, "no key parked", `${parked?.n} parked`);
+  checks.check(givenUp.size > 0, "some clients gave up on an unknown outcome", `${givenUp.size} keys`);
+
+  await ledgerInvariants(ctx, sim, keys);
+  return deliveryInvariants(ctx, 30_000);
+}
+
+/** POST /charges with its JSON body; the status (0: no answer), tallied. */
+async function post(base: string, key: string, body: string, tally: Tally): Promise<number> {
+  let status = 0;
+  let text = "";
+  let replayed = false;
+  try {
+    const r = await fetch(`${base}/charges`, { method: "POST", headers: await chargeHeaders(key), body, signal: AbortSignal.timeout(15_000) });
+    status = r.status;
+    text = await r.text();
+    replayed = r.headers.get("idempotent-replayed") === "true";
+  } catch {}
+  tally.answers.push({ key, amountCents: 0, status, replayed, body: text, at: Date.now() });
+  return status;
+}
+
+interface ChargeRow {
+  readonly id: string;
+  readonly amount_cents: number;
+  readonly status: string;
+  readonly processor_payment_id: string | null;
+}
+
+/** The simulator's ledger against the charges: money moved once per charge, and our state is the processor's. */
+async function ledgerInvariants(ctx: Ctx, sim: ProcessorSim, keys: Set<string>): Promise<void> {
+  const { sql, checks } = ctx;
+  const ledger = sim.ledger();
+  const charges = await sql<ChargeRow[]>`select id::text, amount_cents, status, processor_payment_id from charges`;
+  const byCharge = new Map<string, typeof ledger.paymentIntents>();
+  for (const p of ledger.paymentIntents) {
+    const id = p.metadata.charge_id ?? "";
+    byCharge.set(id, [...(byCharge.get(id) ?? []), p]);
+  }
+  const twice = charges.filter((c) => (byCharge.get(c.id) ?? []).reduce((n, p) => n + p.confirmations, 0) > 1);
+  checks.check(twice.length === 0, "at most one confirmed payment per charge (no charge paid twice)", `${twice.length} charges paid more than once`);
+  const mismatched = charges.filter((c) => {
+    const confirmed = (byCharge.get(c.id) ?? []).filter((p) => p.confirmations > 0);
+    if (c.status === "succeeded") return confirmed.length !== 1 || confirmed[0]!.id !== c.processor_payment_id || confirmed[0]!.amountCaptured !== c.amount_cents;
+    return confirmed.length !== 0;
+  });
+  checks.check(mismatched.length === 0, "each charge's state is the processor's: succeeded with its one confirmed payment for its amount, failed with none", `${mismatched.length} differ, e.g. ${mismatched[0]?.id}`);
+  const known = new Set(charges.map((c) => c.id));
+  const stray = ledger.paymentIntents.filter((p) => p.confirmations > 0 && !known.has(p.metadata.charge_id ?? ""));
+  checks.check(stray.length === 0, "no money moved for a charge we have no row of", `${stray.length} confirmed payments without a charge`);
+  // A key whose only requests got no answer (the API killed under them) and whose client gave
+  // up may have no row: its phase 1 never committed. Every other key has its row and its charge.
+  const answered = new Set(ctx.tally.answers.filter((a) => a.status !== 0).map((a) => a.key));
+  const rows = await sql<{ key: string; charge: string | null }[]>`
+    select k.key, (k.resume->>'chargeId') as charge from idempotency_keys k`;
+  const withRow = new Set(rows.map((r) => r.key));
+  const missing = [...answered].filter((key) => !withRow.has(key));
+  checks.check(missing.length === 0 && rows.length <= keys.size, "every client key that got an answer has its key row", `${missing.length} without one`);
+  checks.check(charges.length === rows.length && rows.every((r) => r.charge !== null && known.has(r.charge)), "one charge per key row", `${charges.length} charges for ${rows.length} key rows`);
+  const captured = charges.filter((c) => c.status === "succeeded").reduce((n, c) => n + c.amount_cents, 0);
+  checks.check(ledger.totals.captured === captured, "the processor captured exactly what our succeeded charges add up to", `${ledger.totals.captured} captured, ${captured} in succeeded charges`);
+}

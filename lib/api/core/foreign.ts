@@ -1,0 +1,211 @@
+// An operation that calls a payment processor (its `foreign` declaration), with a processor
+// configured: three phases instead of one statement (docs/api.md, "Charging through a payment
+// processor").
+//  1. One statement like the single one (key lookup, advisory lock, admit), which writes the
+//     key STARTED with a lease and a recovery point, and the operation's pending rows.
+//  2. The steps (lib/shared/foreign/drive.ts), with nothing held but the lease.
+//  3. One transaction by the lease holder: final rows, event, stored response.
+// A request that finds its key STARTED with an expired lease takes the lease over and resumes
+// from the recovery point; with the lease alive it is a 409. Nothing here runs for an
+// operation without `foreign`, nor in PAYMENT_PROCESSOR=none: the ledger's statement stays as it was.
+import type { Static } from "@sinclair/typebox";
+import type { Sql } from "../../shared/db.ts";
+import { boundedStatement } from "../../shared/bounded-statement.ts";
+import { drive } from "../../shared/foreign/drive.ts";
+import { takeLease } from "../../shared/foreign/lease.ts";
+import { findKey } from "./statement.ts";
+import type { DriveResult, HeldKey, Resume } from "../../shared/foreign/types.ts";
+import type { ProcessorClient, UnknownCause } from "../../shared/processor/client.ts";
+import { endpointOf, type ColumnValue, type ForeignDeclaration, type Fragment, type Operation, type OperationInput, type Refusal, type SqlType } from "./operation.ts";
+
+export interface ForeignOptions {
+  readonly processor: ProcessorClient;
+  readonly leaseMs: number;
+  /** A key taken over from a holder that is gone (idempotency_resumed_total{by="request"}). */
+  readonly onResumed?: (endpoint: string) => void;
+}
+
+/** What a foreign operation answers beside the single statement's outcomes. */
+export type ForeignOutcome =
+  | { readonly kind: "created"; readonly status: number; readonly body: string; readonly location: string }
+  | { readonly kind: "replayed"; readonly status: number; readonly body: string; readonly location: string }
+  /** The processor's final refusal (a decline), stored under the key: answered as the problem it stored. */
+  | { readonly kind: "stored_problem"; readonly status: number; readonly body: string; readonly replayed: boolean }
+  /** The processor's outcome is unknown: nothing stored, the key resumes at its recovery point. */
+  | { readonly kind: "unknown_outcome"; readonly cause: UnknownCause; readonly detail: string }
+  | { readonly kind: "payload_conflict" }
+  | { readonly kind: "in_flight" }
+  | { readonly kind: "refused"; readonly refusal: Refusal };
+
+interface CompiledForeign {
+  readonly op: Operation;
+  readonly foreign: ForeignDeclaration<Static<Operation["body"]>>;
+  readonly endpoint: string;
+  readonly record: Fragment;
+  readonly admit: Fragment;
+  readonly begin: Fragment;
+}
+
+const CORE_COLUMNS: Readonly<Record<string, SqlType>> = { n: "int", tenant: "text", key: "text", lock_id: "bigint", request_hash: "text", resume: "text" };
+const COLUMN_NAME = /^[a-z_][a-z0-9_]*$/;
+
+export function compileForeign(sql: Sql, op: Operation, foreign: ForeignDeclaration<Static<Operation["body"]>>): CompiledForeign {
+  const record = Object.entries({ ...CORE_COLUMNS, ...foreign.columns }).map(([name, type]) => {
+    if (!COLUMN_NAME.test(name)) throw new Error(`bug: operation ${op.name} declares foreign column ${name}`);
+    return `${name} ${type}`;
+  });
+  const { admit, begin } = foreign.sql(sql);
+  return { op, foreign, endpoint: endpointOf(op), record: sql.unsafe(record.join(", ")), admit, begin };
+}
+
+export interface ForeignRequest {
+  readonly tenant: string;
+  readonly key: string;
+  readonly lockId: string;
+  readonly requestHash: string;
+  readonly input: OperationInput<Static<Operation["body"]>>;
+  readonly traceparent: string | null;
+}
+
+interface BeginRow {
+  readonly got: boolean | null;
+  readonly created: number;
+  readonly refusal: string | null;
+  readonly detail: string | null;
+  readonly request_hash: string | null;
+  readonly status: "STARTED" | "COMPLETED" | null;
+  readonly response_status: number | null;
+  readonly response_body: string | null;
+  readonly resume: Resume | null;
+}
+
+/**
+ * Phase 1 in one statement, for one request. A STARTED key is never overwritten, even past
+ * its expiry: its payment may have moved money, and only its steps may finish it (the
+ * completer parks it long before it expires).
+ */
+async function begin(sql: Sql, c: CompiledForeign, r: ForeignRequest, columns: Readonly<Record<string, ColumnValue>>, resume: Resume, token: string, ttlSeconds: number, leaseMs: number, endsAt: number): Promise<BeginRow> {
+  const row = { n: 0, tenant: r.tenant, key: r.key, lock_id: r.lockId, request_hash: r.requestHash, resume: JSON.stringify(resume), ...columns };
+  const [result] = await boundedStatement(sql, endsAt, (q) => q<BeginRow[]>`
+    with req as (
+      select * from jsonb_to_recordset(${q.json([row])}) as r(${c.record})
+    ),
+    existing as (
+      select r.n, e.request_hash, e.status, e.response_status, e.response_body
+        from req r
+       cross join lateral (
+         select request_hash, status, response_status, response_body
+           from idempotency_keys
+          where tenant = r.tenant and key = r.key and endpoint = ${c.endpoint} and (expires_at > now() or status = 'STARTED')
+         offset 0
+       ) as e
+    ),
+    lock as (
+      select r.n, pg_try_advisory_xact_lock(r.lock_id) as got
+        from req r
+       where not exists (select 1 from existing x where x.n = r.n)
+    ),
+    ${c.admit},
+    claimed as (
+      insert into idempotency_keys as k
+             (tenant, key, endpoint, request_hash, status, expires_at, recovery_point, lease_token, lease_until, resume)
+      select r.tenant, r.key, ${c.endpoint}, r.request_hash, 'STARTED', now() + make_interval(secs => ${ttlSeconds}::int),
+             ${c.foreign.process.firstPoint}, ${token}::uuid, now() + make_interval(secs => ${leaseMs / 1000}::float8),
+             r.resume::jsonb || coalesce(a.resume, '{}'::jsonb)
+        from req r join admit a on a.n = r.n
+       where a.refusal is null
+      on conflict (tenant, key, endpoint) do update
+         set request_hash = excluded.request_hash, status = excluded.status, response_status = null, response_body = null,
+             created_at = now(), expires_at = excluded.expires_at, recovery_point = excluded.recovery_point,
+             lease_token = excluded.lease_token, lease_until = excluded.lease_until, resume = excluded.resume,
+             attempts = 0, next_attempt_at = null, last_error = null, parked_at = null
+       where k.expires_at <= now() and k.status = 'COMPLETED'
+      returning k.tenant, k.key, k.resume
+    ),
+    won as (
+      select r.* from req r join claimed k on k.tenant = r.tenant and k.key = r.key
+    ),
+    ${c.begin}
+    select l.got, (exists (select 1 from begun b where b.n = r.n))::int as created, a.refusal, a.detail,
+           e.request_hash, e.status, e.response_status, e.response_body,
+           (select k.resume from claimed k) as resume
+      from req r
+      left join lock l on l.n = r.n
+      left join admit a on a.n = r.n
+      left join existing e on e.n = r.n`);
+  if (!result) throw new Error(`bug: ${c.op.name}'s phase 1 returned no row`);
+  return result;
+}
+
+/** Phases 1 to 3 of one request, or its resume; every expected answer a value. */
+export async function runForeign(
+  sql: Sql,
+  c: CompiledForeign,
+  r: ForeignRequest,
+  options: ForeignOptions & {
+    readonly ttlSeconds: number;
+    /** Runs phase 1 within the pool gate and the request's deadline; the steps run outside it. */
+    readonly gate: <T>(work: (endsAt: number) => Promise<T>) => Promise<T>;
+  },
+): Promise<ForeignOutcome> {
+  const invalid = c.foreign.validate(r.input);
+  if (invalid) {
+    // A key completed before the processor was configured (the seed's body, without a payment
+    // method) still replays; anything else is the 400.
+    const stored = await options.gate((endsAt) => findKey(sql, r.tenant, r.key, c.endpoint, endsAt));
+    if (stored?.request_hash === r.requestHash && stored.status === "COMPLETED") return fromExisting(sql, c, r, stored, options);
+    return { kind: "refused", refusal: invalid };
+  }
+  const prepared = c.foreign.prepare(r.input, r.traceparent);
+  const token = crypto.randomUUID();
+  const row = await options.gate((endsAt) => begin(sql, c, r, prepared.columns, prepared.resume, token, options.ttlSeconds, options.leaseMs, endsAt));
+  const ref = { tenant: r.tenant, key: r.key, endpoint: c.endpoint };
+  if (row.created === 1) {
+    if (row.resume === null) throw new Error(`bug: ${c.op.name} began without a resume`);
+    const held: HeldKey = { ...ref, token, point: c.foreign.process.firstPoint, resume: row.resume };
+    return answer(c, await drive(sql, c.foreign.process, held, false, options));
+  }
+  if (row.request_hash !== null) return fromExisting(sql, c, r, row, options);
+  if (row.got === false) return { kind: "in_flight" };
+  // Refused, or locked but not written, on a snapshot that may predate the commit of another
+  // request with this key (whose lock this one then took): what that request wrote is the answer.
+  const now = await options.gate((endsAt) => findKey(sql, r.tenant, r.key, c.endpoint, endsAt));
+  if (now) return fromExisting(sql, c, r, now, options);
+  return row.refusal === null ? { kind: "in_flight" } : { kind: "refused", refusal: c.op.refuse(row.refusal, row.detail, r.input) };
+}
+
+type ExistingKey = Pick<BeginRow, "request_hash" | "status" | "response_status" | "response_body">;
+
+/** A key written before: its stored answer, a 409 while its lease lives, or its resume once the lease has expired. */
+async function fromExisting(sql: Sql, c: CompiledForeign, r: ForeignRequest, row: ExistingKey, options: ForeignOptions): Promise<ForeignOutcome> {
+  if (row.request_hash !== r.requestHash) return { kind: "payload_conflict" };
+  if (row.status === "COMPLETED" && row.response_status !== null && row.response_body !== null) return stored(c, row.response_status, row.response_body);
+  const held = await takeLease(sql, { tenant: r.tenant, key: r.key, endpoint: c.endpoint }, options.leaseMs);
+  if (held === undefined) return { kind: "in_flight" };
+  options.onResumed?.(c.endpoint);
+  return answer(c, await drive(sql, c.foreign.process, held, true, options));
+}
+
+function stored(c: CompiledForeign, status: number, body: string): ForeignOutcome {
+  if (status === c.op.status) return { kind: "replayed", status, body, location: c.op.locationOf(body) };
+  return { kind: "stored_problem", status, body, replayed: true };
+}
+
+function answer(c: CompiledForeign, result: DriveResult): ForeignOutcome {
+  switch (result.kind) {
+    case "final": {
+      const { status, body } = result.response;
+      if (status === c.op.status) return { kind: "created", status, body, location: c.op.locationOf(body) };
+      return { kind: "stored_problem", status, body, replayed: false };
+    }
+    case "unknown":
+      return { kind: "unknown_outcome", cause: result.cause, detail: result.detail };
+    case "lost":
+      // Another holder took the key over while this one called the processor: it answers later.
+      return { kind: "in_flight" };
+    default: {
+      const unreachable: never = result;
+      throw new Error(`bug: unhandled drive result ${JSON.stringify(unreachable)}`);
+    }
+  }
+}

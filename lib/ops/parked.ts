@@ -1,0 +1,97 @@
+// `bun run ops parked` and `bun run ops resolve`: the operator's side of the keys the completer
+// parked (docs/operations.md, "Parked idempotency keys"). Keys are named by their hash and by
+// the charge or refund they began, never by the key itself.
+import type { Sql } from "../shared/db.ts";
+import { drive } from "../shared/foreign/drive.ts";
+import { finishUnderLease, takeLease } from "../shared/foreign/lease.ts";
+import type { FinalOutcome, Resume } from "../shared/foreign/types.ts";
+import type { ProcessorClient } from "../shared/processor/client.ts";
+import { FOREIGN_PROCESSES } from "../shared/processor/processes.ts";
+import { keyHash } from "../shared/redact.ts";
+import { isUuid } from "../shared/uuid.ts";
+
+interface ParkedRow {
+  readonly tenant: string;
+  readonly key: string;
+  readonly endpoint: string;
+  readonly recovery_point: string;
+  readonly resume: Resume;
+  readonly attempts: number;
+  readonly last_error: string | null;
+  readonly created_at: Date;
+  readonly parked_at: Date | null;
+}
+
+/** The parked keys, oldest first, as the operator reads them. */
+export async function listParked(sql: Sql, limit: number): Promise<Record<string, unknown>[]> {
+  const rows = await sql<ParkedRow[]>`
+    select tenant, key, endpoint, recovery_point, resume, attempts, last_error, created_at, parked_at
+      from idempotency_keys
+     where status = 'STARTED' and parked_at is not null
+     order by created_at
+     limit ${limit}`;
+  return rows.map((r) => ({
+    keyHash: keyHash(r.key),
+    tenant: r.tenant,
+    endpoint: r.endpoint,
+    recoveryPoint: r.recovery_point,
+    ...idsOf(r.resume),
+    attempts: r.attempts,
+    lastError: r.last_error,
+    createdAt: r.created_at.toISOString(),
+    parkedAt: r.parked_at?.toISOString() ?? null,
+  }));
+}
+
+/** The ids an operator looks up at the processor; never the key, the payment method or the trace. */
+function idsOf(resume: Resume): Record<string, string> {
+  const ids: Record<string, string> = {};
+  for (const name of ["chargeId", "refundId", "paymentId", "processorRefundId"]) {
+    const value = resume[name];
+    if (typeof value === "string") ids[name] = value;
+  }
+  return ids;
+}
+
+/** What the operator decided after reading the processor: drive it again, or its outcome as the processor shows it. */
+export type Resolution =
+  | { readonly kind: "retry" }
+  | { readonly kind: "succeeded"; readonly processorId: string }
+  | { readonly kind: "refused"; readonly code: string };
+
+export type ResolveResult =
+  | { readonly resolved: false; readonly reason: "not_found" | "held" }
+  | { readonly resolved: true; readonly outcome: string; readonly status?: number };
+
+/**
+ * Resolves the STARTED key of a charge or refund (by its id): its lease taken (a live one is
+ * refused), then either driven once now, or finished with the operator's outcome (phase 3, as
+ * the steps would have written it: the processor's payment or refund id, or its refusal code).
+ */
+export async function resolveKey(sql: Sql, id: string, resolution: Resolution, processor: ProcessorClient | undefined, leaseMs: number): Promise<ResolveResult> {
+  if (!isUuid(id)) return { resolved: false, reason: "not_found" };
+  const [row] = await sql<{ tenant: string; key: string; endpoint: string }[]>`
+    update idempotency_keys set parked_at = null, next_attempt_at = null
+     where status = 'STARTED'
+       and ((endpoint = 'POST /charges' and resume->>'chargeId' = ${id.toLowerCase()})
+         or (endpoint = 'POST /charges/:id/refunds' and resume->>'refundId' = ${id.toLowerCase()}))
+    returning tenant, key, endpoint`;
+  if (!row) return { resolved: false, reason: "not_found" };
+  const process = FOREIGN_PROCESSES.get(row.endpoint);
+  if (process === undefined) throw new Error(`bug: a STARTED key of ${row.endpoint}`);
+  const held = await takeLease(sql, row, leaseMs);
+  if (held === undefined) return { resolved: false, reason: "held" };
+  if (resolution.kind === "retry") {
+    if (processor === undefined) throw new Error("bug: a retry without a processor client");
+    const result = await drive(sql, process, held, true, { processor, leaseMs });
+    return result.kind === "final" ? { resolved: true, outcome: result.outcome, status: result.response.status } : { resolved: true, outcome: result.kind };
+  }
+  const outcome: FinalOutcome = resolution.kind;
+  const refund = row.endpoint !== "POST /charges";
+  const patch: Resume =
+    resolution.kind === "succeeded"
+      ? { [refund ? "processorRefundId" : "paymentId"]: resolution.processorId }
+      : { [refund ? "failureCode" : "declineCode"]: resolution.code };
+  const response = await finishUnderLease(sql, process, held, outcome, { ...held.resume, ...patch, resolvedBy: "operator" });
+  return response === undefined ? { resolved: false, reason: "held" } : { resolved: true, outcome, status: response.status };
+}

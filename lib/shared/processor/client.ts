@@ -1,0 +1,131 @@
+// The payment processor as this project uses it: five calls of Stripe's v1 API (PaymentIntents
+// and Refunds) through Stripe's official package, each answered as a value: the object, a
+// final refusal, or an unknown outcome. Shared by the API (requests) and the operations jobs
+// (the completer), which both drive foreign steps (lib/shared/foreign/).
+import { metrics, type Meter } from "@opentelemetry/api";
+import Stripe from "stripe";
+import type { ProcessorConfig } from "../config-processor.ts";
+
+/** Why nobody knows what the processor did: its 5xx, no connection, no answer in time, or an object it is still processing. */
+export type UnknownCause = "processor_error" | "unreachable" | "timeout" | "processing";
+
+export type CallResult<T> =
+  | { readonly kind: "ok"; readonly value: T }
+  /** A final answer of the processor: a decline, or a request it will never accept. */
+  | { readonly kind: "refused"; readonly status: number; readonly code: string; readonly declineCode: string | null; readonly message: string }
+  /** The processor may or may not have acted: resolved later by reading its objects. status: its answer, null when none came. */
+  | { readonly kind: "unknown"; readonly cause: UnknownCause; readonly detail: string; readonly status: number | null };
+
+export interface PaymentView {
+  readonly id: string;
+  /** Stripe's PaymentIntent status: requires_confirmation, processing, succeeded, requires_payment_method, canceled, … */
+  readonly status: string;
+  /** The last decline's code, when the last confirmation was declined. */
+  readonly declineCode: string | null;
+}
+
+export interface RefundView {
+  readonly id: string;
+  /** pending, succeeded, failed, canceled, requires_action. */
+  readonly status: string;
+  readonly failureCode: string | null;
+}
+
+export interface ProcessorClient {
+  createPayment(p: { amountCents: number; currency: string; paymentMethod: string; chargeId: string }, key: string): Promise<CallResult<PaymentView>>;
+  confirmPayment(paymentId: string, key: string): Promise<CallResult<PaymentView>>;
+  retrievePayment(paymentId: string): Promise<CallResult<PaymentView>>;
+  createRefund(p: { paymentId: string; amountCents: number; refundId: string; chargeId: string }, key: string): Promise<CallResult<RefundView>>;
+  retrieveRefund(refundId: string): Promise<CallResult<RefundView>>;
+}
+
+// Seconds: a processor call takes tens of milliseconds to seconds, and up to the timeout.
+const CLIENT_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+/**
+ * The client for PAYMENT_PROCESSOR=stripe, built on first use (nothing runs at import).
+ * Stripe's own retries are off: a retry is ours to decide, under our idempotency keys and our
+ * lease. Its fetch HTTP client serves every runtime this API runs on (Bun, Deno, workerd,
+ * Node 20+), so one code path is tested for all of them.
+ */
+export function createProcessorClient(config: ProcessorConfig, meter: Meter = metrics.getMeter("charges")): ProcessorClient {
+  if (config.key === undefined) throw new Error("bug: a processor client without PAYMENT_PROCESSOR_KEY");
+  const target = new URL(config.url);
+  const protocol = target.protocol === "http:" ? "http" : "https";
+  const stripe = new Stripe(config.key.reveal(), {
+    host: target.hostname,
+    port: target.port || (protocol === "http" ? 80 : 443),
+    protocol,
+    maxNetworkRetries: 0,
+    timeout: config.timeoutMs,
+    httpClient: Stripe.createFetchHttpClient(),
+  });
+  const duration = meter.createHistogram("http_client_request_duration_seconds", {
+    description: "Calls to the payment processor, by method and answer (or error_type when none came)",
+    unit: "s",
+    advice: { explicitBucketBoundaries: CLIENT_BUCKETS_S },
+  });
+  const timed = async <T, V>(method: "GET" | "POST", call: () => Promise<T>, view: (value: T) => V): Promise<CallResult<V>> => {
+    const started = performance.now();
+    const result = await call().then((value): CallResult<V> => ({ kind: "ok", value: view(value) }), classify);
+    const attributes: Record<string, string | number> = { http_request_method: method, server_address: target.hostname };
+    if (result.kind === "ok") attributes.http_response_status_code = 200;
+    else if (result.status === null) attributes.error_type = result.kind === "unknown" ? result.cause : "refused";
+    else attributes.http_response_status_code = result.status;
+    duration.record((performance.now() - started) / 1000, attributes);
+    return result;
+  };
+  return {
+    createPayment: (p, key) =>
+      timed("POST", () =>
+        stripe.paymentIntents.create(
+          {
+            amount: p.amountCents,
+            currency: p.currency,
+            payment_method: p.paymentMethod,
+            // A server-side confirmation with no customer present: no method that needs a redirect.
+            automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+            metadata: { charge_id: p.chargeId },
+          },
+          { idempotencyKey: key },
+        ), paymentView),
+    confirmPayment: (id, key) => timed("POST", () => stripe.paymentIntents.confirm(id, {}, { idempotencyKey: key }), paymentView),
+    retrievePayment: (id) => timed("GET", () => stripe.paymentIntents.retrieve(id), paymentView),
+    createRefund: (p, key) =>
+      timed("POST", () =>
+        stripe.refunds.create(
+          { payment_intent: p.paymentId, amount: p.amountCents, metadata: { refund_id: p.refundId, charge_id: p.chargeId } },
+          { idempotencyKey: key },
+        ), refundView),
+    retrieveRefund: (id) => timed("GET", () => stripe.refunds.retrieve(id), refundView),
+  };
+}
+
+function paymentView(pi: Stripe.PaymentIntent): PaymentView {
+  const error = pi.last_payment_error;
+  return { id: pi.id, status: pi.status, declineCode: error ? (error.decline_code ?? error.code ?? "declined") : null };
+}
+
+function refundView(refund: Stripe.Refund): RefundView {
+  return { id: refund.id, status: refund.status ?? "pending", failureCode: refund.failure_reason ?? null };
+}
+
+/**
+ * Stripe's errors by their class and status, never their text: a 5xx, a rate limit, a key in
+ * flight or no answer is unknown (the processor may have acted); a 402 card error is a
+ * decline; any other 4xx is a final refusal. Anything else is a bug and is thrown.
+ */
+function classify(error: unknown): CallResult<never> {
+  if (!(error instanceof Stripe.errors.StripeError)) throw error;
+  if (error instanceof Stripe.errors.StripeConnectionError) {
+    const detail = error.detail as { code?: string } | undefined;
+    const timeout = detail?.code === "ETIMEDOUT";
+    return { kind: "unknown", cause: timeout ? "timeout" : "unreachable", detail: timeout ? "no answer within the time bound" : "no connection, or it closed before an answer", status: null };
+  }
+  const status = error.statusCode ?? 500;
+  // 409: the processor is still working on this key; 429: it asks us to come back later.
+  if (status >= 500 || status === 409 || status === 429) {
+    return { kind: "unknown", cause: "processor_error", detail: `the processor answered ${status}${error.code ? ` (${error.code})` : ""}`, status };
+  }
+  return { kind: "refused", status, code: error.code ?? error.rawType ?? "refused", declineCode: error.decline_code ?? null, message: error.message };
+}

@@ -1,0 +1,63 @@
+// Helpers for the tests of charges and refunds through the payment processor: an in-process
+// API pointed at the simulator, the key row as the foreign step leaves it, and the simulator's
+// ledger for one charge or refund.
+import type { ApiProcess } from "../lib/api/start.ts";
+import type { Sql } from "../lib/shared/db.ts";
+import type { SimLedger, SimPaymentIntentEntry, SimRefundEntry } from "../dev/processor-sim/types.ts";
+import { startTestApi } from "./api.ts";
+import { SIM_KEY, type ProcessorSim } from "./processor-sim.ts";
+
+/** What the API needs to talk to `sim`; `timeoutMs` bounds each call (a hang answers 504 after it). */
+export function processorEnv(sim: ProcessorSim, timeoutMs = 3000): Record<string, string> {
+  return { PAYMENT_PROCESSOR: "stripe", PAYMENT_PROCESSOR_URL: sim.url, PAYMENT_PROCESSOR_KEY: SIM_KEY, PAYMENT_PROCESSOR_TIMEOUT_MS: String(timeoutMs) };
+}
+
+export function startProcessorApi(databaseUrl: string, sim: ProcessorSim, env: Record<string, string> = {}): Promise<ApiProcess> {
+  return startTestApi(databaseUrl, { ...processorEnv(sim), ...env });
+}
+
+/** A charge's body through the processor. */
+export const chargeWith = (amountCents: number, paymentMethod = "pm_card_visa", currency?: string): string =>
+  JSON.stringify({ amountCents, paymentMethod, ...(currency !== undefined && { currency }) });
+
+export interface KeyState {
+  readonly status: "STARTED" | "COMPLETED";
+  readonly recovery_point: string | null;
+  readonly lease_token: string | null;
+  readonly lease_alive: boolean;
+  readonly resume: Record<string, string | number | null> | null;
+  readonly response_status: number | null;
+  readonly response_body: string | null;
+  readonly attempts: number;
+  readonly last_error: string | null;
+  readonly parked: boolean;
+}
+
+/** The key row (any tenant: tests use distinct keys). */
+export async function keyState(sql: Sql, key: string): Promise<KeyState | undefined> {
+  const [row] = await sql<KeyState[]>`
+    select status, recovery_point, lease_token, coalesce(lease_until > now(), false) as lease_alive, resume,
+           response_status, response_body, attempts, last_error, parked_at is not null as parked
+      from idempotency_keys where key = ${key}`;
+  return row;
+}
+
+/** The key's holder is gone: its lease ends now (what a SIGKILL leaves once the lease runs out). */
+export async function expireLease(sql: Sql, key: string): Promise<void> {
+  await sql`update idempotency_keys set lease_until = now() - interval '1 second', next_attempt_at = null where key = ${key}`;
+}
+
+/** The simulator's payments made for one charge (its metadata[charge_id]). */
+export function paymentsOf(ledger: SimLedger, chargeId: string): SimPaymentIntentEntry[] {
+  return ledger.paymentIntents.filter((p) => p.metadata.charge_id === chargeId);
+}
+
+/** The simulator's refunds made for one refund (its metadata[refund_id]). */
+export function refundsOf(ledger: SimLedger, refundId: string): SimRefundEntry[] {
+  return ledger.refunds.filter((r) => r.metadata.refund_id === refundId);
+}
+
+/** Money moved for a charge: the confirmations of all its payments (at most one, ever). */
+export function confirmationsOf(ledger: SimLedger, chargeId: string): number {
+  return paymentsOf(ledger, chargeId).reduce((n, p) => n + p.confirmations, 0);
+}
