@@ -118,7 +118,7 @@ async function checkApi(runtime: Runtime, base: string, db: ScratchDatabase, col
   const got = await fetch(`${base}/charges/${charge.id}`, { headers: auth });
   const gotBody = await got.text();
   // The charge as it is now (ChargeView): the created one, nothing refunded, in the schema's order.
-  const view = JSON.stringify({ id: charge.id, amountCents: charge.amountCents, refundedCents: 0, createdAt: charge.createdAt });
+  const view = JSON.stringify({ id: charge.id, amountCents: charge.amountCents, currency: "usd", status: "succeeded", refundedCents: 0, createdAt: charge.createdAt });
   check(got.status === 200 && gotBody === view, `GET /charges/:id answered ${got.status}: ${gotBody.slice(0, 200)}, not ${view}`);
 
   await checkRefund(runtime, base, auth, charge.id, db, collector, check);
