@@ -54,7 +54,20 @@ export function openSession(options: SessionOptions, onMessage: (packet: IPublis
   });
   // mqtt.js calls handleMessage for each received PUBLISH and sends the PUBACK when `ack` is
   // called; it handles one received packet at a time, so events are processed in arrival order.
-  client.handleMessage = (packet, callback) => onMessage(packet, () => callback());
+  // A PUBACK goes out only on the connection its PUBLISH came in on. One for a PUBLISH of a
+  // connection since closed would be sent (or queued by mqtt.js and sent) on the next, where the
+  // packet identifier may by then name another message: a broker that resumes the session on
+  // another node (NATS 2.9 does) took such a PUBACK for the message it had just given that
+  // identifier, and never delivered the one it was meant for. Unacknowledged, the PUBLISH comes
+  // again in the resumed session (MQTT 3.1.1 §4.4, 5 §4.4), and the inbox knows it.
+  let connection = 0;
+  client.on("close", () => void (connection += 1));
+  client.handleMessage = (packet, callback) => {
+    const on = connection;
+    onMessage(packet, () => {
+      if (on === connection && client.connected) callback();
+    });
+  };
   // On a broker without our session (a move to a broker that does not share sessions, or an
   // expired one), mqtt.js subscribes again by itself: the CONNACK says no session is present.
   return { client, brokers, ready: subscribed(client, options) };
