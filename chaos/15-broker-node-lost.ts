@@ -2,8 +2,8 @@
 // JetStream on each node, sessions and QoS 1 messages kept cluster-wide) serves the relay,
 // given MQTT_URL n1,n2,n3, and the reference subscriber, given n3,n2,n1: each starts on its own
 // node. Under a load of charges and refunds, n1, the node the relay publishes to, is SIGKILLed
-// (no goodbye to the cluster or its clients), and started again; once it serves sessions
-// again, n3, the node the subscriber reads from, the same way. Proves: the relay moves to n2
+// (no goodbye to the cluster or its clients), and started again; once it has caught up, n3,
+// the node the subscriber reads from, the same way. Proves: the relay moves to n2
 // and publishes again within a stated bound; the subscriber moves to n2 and gets what its
 // session had queued; every committed event reaches the subscriber and is processed once,
 // each charge's in `sequence` order; a persistent collector on n2 sees each charge's first
@@ -12,7 +12,10 @@
 // Deterministic: each step comes once the subscriber has processed a count of events since the
 // last, n1 is started again once the relay publishes on another node or the bound has passed
 // (a relay that does not move is seen failing the bound, never rescued by the restart), and n3
-// goes once a probe session on n1 gets a message published on n2.
+// goes once every replica of the cluster's streams is current again (the load paused for it).
+// Known limit: Debian's NATS 2.9.10 sometimes leaves the restarted node's replica behind for
+// good; the scenario then says so ("n1 ... caught up" violated) and the loss of n3 that follows
+// is a second fault, under which that NATS lost QoS 1 messages (docs/chaos.md).
 // CHAOS_15_RELAY_FIRST_URL_ONLY=1 gives the relay n1 alone: the relay that keeps only the first
 // URL, to show the scenario red (docs/chaos.md).
 import { collect, type Collector } from "../testkit/mqtt.ts";
@@ -40,7 +43,7 @@ const EVENTS_PER_STEP = 40;
 // Bounds a step whose condition never comes; the checks below then report it, with the numbers.
 const STEP_TIMEOUT_MS = 30_000;
 const SETTLE_MS = 40_000;
-// A restarted node rejoins and serves sessions again: seconds.
+// A restarted node, the load paused, catches up within seconds (about 4 s measured).
 const CATCH_UP_MS = 60_000;
 const WORKERS = 4;
 // Paced: about 30 events a second, well within what one subscriber processes as they come.
@@ -58,12 +61,16 @@ interface Run {
   readonly collector: Collector;
 }
 
-/** Charges and refunds of them, until `stop` says so. */
-function load(run: Run, stop: () => boolean): Promise<void> {
+/** Charges and refunds of them, until `stop` says so; none while `paused` says so. */
+function load(run: Run, stop: () => boolean, paused: () => boolean): Promise<void> {
   const charges: string[] = [];
   const deadline = (): number => Date.now() + 20_000;
   const worker = async (w: number): Promise<void> => {
     for (let i = 0; !stop(); i++) {
+      if (paused()) {
+        await sleep(PAUSE_MS);
+        continue;
+      }
       const chargeId = charges[Math.floor(Math.random() * charges.length)];
       if (chargeId === undefined || i % 3 === 0) {
         const a = await postUntilFinal(() => run.api.base, crypto.randomUUID(), AMOUNT_CENTS + w, run.ctx.tally, deadline());
@@ -115,7 +122,8 @@ async function body(ctx: Ctx, nats: NatsCluster): Promise<Totals> {
   const collector = await collect(n2, ctx.prefix, { clientId: `chaos-15-order-${ctx.consumer}`, persistent: true });
   const run: Run = { ctx, nats, api, relay, sub, collector };
   let stopped = false;
-  const traffic = load(run, () => stopped);
+  let paused = false;
+  const traffic = load(run, () => stopped, () => paused);
   try {
     checks.check(await eventsFlow(sub), `the load flows: ${EVENTS_PER_STEP} events processed before the first kill`);
     const before = await readyz(relay);
@@ -125,12 +133,20 @@ async function body(ctx: Ctx, nats: NatsCluster): Promise<Totals> {
     console.log(`  (relay publishing again ${republishMs === undefined ? `not within ${REPUBLISH_BOUND_MS} ms` : `${republishMs} ms after its node was SIGKILLed`})`);
     checks.check(republishMs !== undefined, `the relay published again within ${REPUBLISH_BOUND_MS / 1000} s of losing its node`, `${republishMs ?? "no row"} published`);
     const after = await readyz(relay);
-    checks.check(after.brokerUrl === n2 && after.broker === "connected", "the relay's /readyz names n2, the next of its list, connected", `${String(after.brokerUrl)} ${String(after.broker)}`);
+    // n2 unless n2 too closed the connection while JetStream elected new leaders (then n3).
+    checks.check(after.brokerUrl !== n1 && after.broker === "connected", "the relay's /readyz names another node of its list, connected", `${String(after.brokerUrl)} ${String(after.broker)}`);
     await nats.nodes[0]!.start();
-    // One node lost at a time: n1 serves sessions again before n3 goes.
-    const back = await nats.serving(0, CATCH_UP_MS).then(() => true, () => false);
-    checks.check(back, `n1, started again, serves MQTT sessions within ${CATCH_UP_MS / 1000} s`);
     checks.check(await eventsFlow(sub), "events flow with n1 back in the cluster");
+    // One node lost at a time: n1 has caught up before n3 goes. With n1's replicas behind, the
+    // loss of n3 would leave the sessions' and messages' replicated state one current copy, no
+    // quorum: NATS 2.9 then lost acknowledged QoS 1 messages of the subscriber's session. Its
+    // restarted replicas catch up only while nothing is published (docs/chaos.md): the load
+    // pauses until they have, as an operator would wait before taking another node down.
+    paused = true;
+    const caughtUp = await nats.caughtUp(1, CATCH_UP_MS).then(() => true, () => false);
+    paused = false;
+    checks.check(caughtUp, `n1, started again, caught up with the cluster within ${CATCH_UP_MS / 1000} s (the load paused)`);
+    checks.check(await eventsFlow(sub), "events flow again before n3 is lost");
 
     await nats.nodes[2]!.kill();
     const moved = await eventsFlow(sub);

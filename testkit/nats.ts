@@ -10,8 +10,7 @@ import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { acceptsTcp, spawnChild, type Child } from "./processes.ts";
-import mqtt, { type MqttClient } from "mqtt";
-import { waitUntil, within } from "./wait.ts";
+import { waitUntil } from "./wait.ts";
 
 // Debian's package installs it outside a normal user's PATH.
 const DEBIAN_BINARY = "/usr/sbin/nats-server";
@@ -58,11 +57,12 @@ export interface NatsCluster {
   /** The nodes' logs so far, for a failed assertion's message. */
   output(): string;
   /**
-   * Until a persistent MQTT session opened on node `i` gets a QoS 1 message published on another
-   * node: the node serves sessions again after a restart. (Not /healthz, nor the streams'
-   * replicas: after a restart under load 2.9 reports some "not current" for minutes.)
+   * Until, as node `via` sees them, every stream (the MQTT sessions and messages) has a leader
+   * and all its replicas current: a restarted node has caught up. NATS
+   * 2.9's restarted replica of a stream catches up only while the stream is quiet (under a steady
+   * publish rate its lag grows for good): pause the writers meanwhile.
    */
-  serving(i: number, timeoutMs?: number): Promise<void>;
+  caughtUp(via: number, timeoutMs?: number): Promise<void>;
   /** Stops every node and removes the folder. */
   stop(): Promise<void>;
 }
@@ -90,8 +90,6 @@ export async function natsCluster(): Promise<NatsCluster> {
   const nodes = all.map((own, i) => natsNode(binary, dir, `n${i + 1}`, own, all, cluster));
   const allHealthy = (timeoutMs = READY_TIMEOUT_MS): Promise<void> =>
     Promise.all(all.map((own, i) => waitUntil(() => healthy(own.http), timeoutMs, `nats-server n${i + 1} healthy`, 100))).then(() => {});
-  const serving = (i: number, timeoutMs = READY_TIMEOUT_MS): Promise<void> =>
-    waitUntil(() => roundTrip(nodes[i]!.mqttUrl, nodes[(i + 1) % NODES]!.mqttUrl), timeoutMs, `n${i + 1} serving MQTT sessions`, 200).then(() => {});
   try {
     await Promise.all(nodes.map((n) => n.start()));
     // A new cluster: every node's JetStream in contact with a meta leader before the first client.
@@ -106,7 +104,8 @@ export async function natsCluster(): Promise<NatsCluster> {
     mqttUrls: nodes.map((n) => n.mqttUrl),
     monitorUrls: all.map((p) => `http://127.0.0.1:${p.http}`),
     output: () => nodes.map((n) => `${n.name}: ${n.output()}`).join("\n"),
-    serving,
+    caughtUp: (via, timeoutMs = READY_TIMEOUT_MS) =>
+      waitUntil(() => streamsCurrent(all[via]!.http), timeoutMs, "every stream's replicas current", 200).then(() => {}),
     async stop() {
       await Promise.all(nodes.map((n) => n.stop()));
       rmSync(dir, { recursive: true, force: true });
@@ -166,30 +165,22 @@ async function healthy(httpPort: number): Promise<boolean> {
   }
 }
 
-// One probe's bound: a node that serves sessions answers within a second or two.
-const PROBE_ROUND_TRIP_MS = 5000;
+interface Jsz {
+  readonly account_details?: readonly { readonly stream_detail?: readonly { readonly name?: string; readonly cluster?: { readonly leader?: string; readonly replicas?: readonly { readonly current?: boolean }[] } }[] }[];
+}
 
-/** A persistent session at `at` gets a QoS 1 message published at `from`, within the bound. */
-async function roundTrip(at: string, from: string): Promise<boolean> {
-  const topic = `testkit/probe/${crypto.randomUUID()}`;
-  const clients: MqttClient[] = [];
+// The retained messages' stream: nothing here publishes a retained message, and 2.9 leaves a
+// restarted node's replica of it "not current" for good.
+const RETAINED = "$MQTT_rmsgs";
+
+/** Every stream (but RETAINED) has a leader and every replica current, as the node on `httpPort` sees them. */
+async function streamsCurrent(httpPort: number): Promise<boolean> {
   try {
-    const work = (async () => {
-      const sub = await mqtt.connectAsync(at, { protocolVersion: 4, clean: false, clientId: `probe-${crypto.randomUUID().slice(0, 8)}`, reconnectPeriod: 0 });
-      clients.push(sub);
-      const got = new Promise<boolean>((resolve) => sub.on("message", () => resolve(true)));
-      await sub.subscribeAsync(topic, { qos: 1 });
-      const pub = await mqtt.connectAsync(from, { protocolVersion: 4, reconnectPeriod: 0 });
-      clients.push(pub);
-      await pub.publishAsync(topic, "probe", { qos: 1 });
-      return got;
-    })();
-    return (await within(work, PROBE_ROUND_TRIP_MS)) === true;
+    const response = await fetch(`http://127.0.0.1:${httpPort}/jsz?accounts=true&streams=true`, { signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
+    const streams = ((await response.json()) as Jsz).account_details?.flatMap((a) => a.stream_detail ?? []) ?? [];
+    return streams.length > 0 && streams.every((s) => s.name === RETAINED || (s.cluster?.leader !== undefined && (s.cluster.replicas ?? []).every((r) => r.current === true)));
   } catch {
     return false;
-  } finally {
-    // The probe's session is removed with it (Clean Session on the last connect).
-    await Promise.all(clients.map((c) => c.endAsync(true).catch(() => {})));
   }
 }
 
