@@ -41,10 +41,10 @@ const REPUBLISH_BOUND_MS = 15_000;
 // Events processed by the subscriber between one step and the next: the load flows in each state.
 const EVENTS_PER_STEP = 40;
 // Bounds a step whose condition never comes; the checks below then report it, with the numbers.
-const STEP_TIMEOUT_MS = 30_000;
-const SETTLE_MS = 40_000;
+const STEP_TIMEOUT_MS = 20_000;
+const SETTLE_MS = 30_000;
 // A restarted node, the load paused, catches up within seconds (about 4 s measured).
-const CATCH_UP_MS = 60_000;
+const CATCH_UP_MS = 30_000;
 const WORKERS = 4;
 // Paced: about 30 events a second, well within what one subscriber processes as they come.
 const PAUSE_MS = 100;
