@@ -4,7 +4,7 @@
 import { configOrExit } from "./lib/shared/config.ts";
 import { describeDbError } from "./lib/shared/db.ts";
 import { createLogger } from "./lib/shared/log.ts";
-import { maskUrl } from "./lib/shared/redact.ts";
+import { maskUrl, maskUrlList } from "./lib/shared/redact.ts";
 import { databaseModeLine } from "./lib/shared/pooler.ts";
 import { onShutdownSignal, serve } from "./lib/shared/runtime.ts";
 import { exitOnStartupError, stopOnUnhandledRejection } from "./lib/shared/startup.ts";
@@ -28,7 +28,7 @@ const gauges = newGauges();
 registerOpsGauges(gauges);
 const ops = startOpsLoop(relay.jobsSql, config, gauges, log);
 const server = serve(config.relayPort, relay.fetch, config.relayHost);
-log.info("relay started", { host: config.relayHost, port: server.port, databaseUrl: maskUrl(config.databaseUrl), mqttUrl: maskUrl(config.mqttUrl), batchSize: config.outboxBatchSize, mqttConnections: config.relayMqttConnections, gcEveryRows: relay.gcEveryRows });
+log.info("relay started", { host: config.relayHost, port: server.port, databaseUrl: maskUrl(config.databaseUrl), mqttUrl: maskUrlList(config.mqttUrls), batchSize: config.outboxBatchSize, mqttConnections: config.relayMqttConnections, gcEveryRows: relay.gcEveryRows });
 const database = databaseModeLine(config, { listen: { pollMs: config.outboxPollMs }, locks: "ops job locks" });
 log.info(database.msg, database.fields);
 

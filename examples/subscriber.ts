@@ -1,6 +1,7 @@
 // A runnable subscriber: prints one JSON line per event on stdout, for people and for the
 // chaos harness. Lines:
-//   {"event":"ready","consumer":"...","topic":"..."}
+//   {"event":"ready","consumer":"...","topic":"...","broker":"mqtt://..."}
+//   {"event":"broker-moved","from":"mqtt://...","to":"mqtt://..."}   (MQTT_URL a list: the broker in use was lost)
 //   {"event":"received","id":"...","type":"...","aggregateId":"...","sequence":1,"topic":"...","duplicate":false,"redelivered":false,"held":false,"gapSkipped":false,"processed":1,"duplicates":0}
 //   {"event":"held","id":"...","aggregateId":"...","sequence":3,"expected":2,"topic":"..."}
 //   {"event":"rejected","topic":"...","reason":"..."}
@@ -70,7 +71,7 @@ log.info(database.msg, database.fields);
 
 const subscriber = startSubscriber({
   sql,
-  mqttUrl: config.mqttUrl,
+  mqttUrl: config.mqttUrls,
   mqttProtocol: config.mqttProtocol,
   topic,
   consumer,
@@ -99,8 +100,10 @@ const subscriber = startSubscriber({
   onDeadLetter: (letter) =>
     print({ event: "dead-lettered", id: letter.eventId, topic: letter.topic, error: letter.error, attempts: letter.attempts }),
   onError: (description) => console.error(`subscriber: ${description}`),
+  onBrokerMove: (move) => print({ event: "broker-moved", ...move }),
 });
-void subscriber.ready.then(() => print({ event: "ready", consumer, topic }));
+// The broker in use, masked: the first of MQTT_URL that answered.
+void subscriber.ready.then(() => print({ event: "ready", consumer, topic, broker: subscriber.broker }));
 const retention = startInboxRetention(lockSql, config.subscriberInboxRetentionSeconds, log);
 
 onShutdownSignal(() => {

@@ -8,7 +8,7 @@ test("defaults are the README's (Configuration)", () => {
   const config = loadConfig({});
   expect(config).toMatchObject({
     databaseUrl: "postgres://localhost:5432/postgres",
-    mqttUrl: "mqtt://localhost:1883",
+    mqttUrls: ["mqtt://localhost:1883"],
     port: 3000,
     relayPort: 9465,
     idempotencyTtlSeconds: 86_400,
@@ -147,6 +147,31 @@ test.each([
   expect(error).toBeInstanceOf(ConfigError);
   expect((error as Error).message).toStartWith("DATABASE_URL ");
   expect((error as Error).message).toContain(why);
+});
+
+test.each([
+  ["mqtt://a:1883", ["mqtt://a:1883"]],
+  [" mqtt://a:1883 ", ["mqtt://a:1883"]],
+  ["mqtt://a:1883,mqtt://b:1884,mqtt://c:1885", ["mqtt://a:1883", "mqtt://b:1884", "mqtt://c:1885"]],
+  ["mqtt://a:1883, mqtts://u:p@b:8883 ,wss://c/mqtt", ["mqtt://a:1883", "mqtts://u:p@b:8883", "wss://c/mqtt"]],
+])("MQTT_URL=%p: the brokers in the order given", (value, urls) => {
+  const config = loadConfig({ MQTT_URL: value });
+  expect(config.mqttUrls).toEqual(urls);
+  expect(Object.isFrozen(config.mqttUrls)).toBe(true);
+});
+
+test.each([
+  ["mqtt://a:1883,,mqtt://c:1885", "MQTT_URL entry 2 of 3 is empty"],
+  ["mqtt://a:1883,", "MQTT_URL entry 2 of 2 is empty"],
+  ["mqtt://a:1883,http://b:1884", 'MQTT_URL entry 2 must use mqtt: or mqtts: or tcp: or ws: or wss:, got "http:"'],
+  ["mqtt://a:1883,b:1884", 'MQTT_URL entry 2 must use'],
+  ["mqtt://a:1883,not a url", 'MQTT_URL entry 2 is not a URL: "not a url"'],
+  ["mqtt://a:1883,mqtt://b:1884,mqtt://a:1883", 'MQTT_URL entry 3 repeats entry 1: "mqtt://a:1883"'],
+  // One URL is refused in the words it always was.
+  ["http://a:1883", 'MQTT_URL must use mqtt: or mqtts: or tcp: or ws: or wss:, got "http:"'],
+])("MQTT_URL=%p is refused: %p", (value, why) => {
+  expect(() => loadConfig({ MQTT_URL: value })).toThrow(ConfigError);
+  expect(() => loadConfig({ MQTT_URL: value })).toThrow(why);
 });
 
 /** Runs an entrypoint to its exit; returns its exit code and stderr lines. */

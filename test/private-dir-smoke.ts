@@ -31,7 +31,7 @@ const DEV_STOP_TIMEOUT_MS = 30_000;
 // The watchdog stops the test run's Postgres within a poll of the run's exit.
 const POSTGRES_GONE_TIMEOUT_MS = 20_000;
 const OUTPUT_TAIL_LINES = 25;
-// Twelve scenarios, each bounded by run-all (60 s plus twice the soak); about 4 minutes when well.
+// Every scenario, each bounded by run-all (60 s plus twice the soak); about 5 minutes when well.
 const CHAOS_RUN_TIMEOUT_MS = 900_000;
 const CHAOS_SOAK_SECONDS = "10";
 

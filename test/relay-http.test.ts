@@ -94,7 +94,7 @@ test("HTTP/1.0 without Host: /healthz and /readyz answer 200 JSON; an unknown pa
 
   await waitUntil(async () => (await raw(port, "GET /readyz HTTP/1.0\r\n\r\n")).status === 200, 10_000, "readyz 200 without Host");
   const ready = await raw(port, "GET /readyz?verbose=1 HTTP/1.0\r\n\r\n");
-  expect(JSON.parse(ready.body)).toEqual({ status: "ready", database: "up", broker: "connected" });
+  expect(JSON.parse(ready.body)).toEqual({ status: "ready", database: "up", broker: "connected", brokerUrl: mqttUrl });
 
   const missing = await raw(port, "GET /nope HTTP/1.0\r\n\r\n");
   expect(missing.status).toBe(404);
@@ -122,7 +122,7 @@ test("/readyz with the database gone: 503 naming the database as down, no error 
     return r.status === 503 && JSON.parse(r.body).database === "down" && r;
   }, 10_000, "readyz to see the database down");
   expect(ready.headers["content-type"]).toStartWith("application/json");
-  expect(JSON.parse(ready.body)).toEqual({ status: "not ready", database: "down", broker: "connected" });
+  expect(JSON.parse(ready.body)).toEqual({ status: "not ready", database: "down", broker: "connected", brokerUrl: mqttUrl });
   const logged = await waitUntil(() => lines.find((l) => l.includes("readiness: database down")), 5000, "the reason logged");
   expect(JSON.parse(logged).error).toBeString();
 });

@@ -1,7 +1,7 @@
 // Passwords in DATABASE_URL / DATABASE_DIRECT_URL / MQTT_URL / AUTH_JWKS_URL, and AUTH_JWT_SECRET, never reach an error message or stderr.
 import { expect, test } from "bun:test";
 import { ConfigError, loadConfig } from "../lib/shared/config.ts";
-import { maskUrl } from "../lib/shared/redact.ts";
+import { maskUrl, maskUrlList } from "../lib/shared/redact.ts";
 import { databaseModeLine } from "../lib/shared/pooler.ts";
 import { banner } from "../dev/output.ts";
 import { authEnv } from "../testkit/auth.ts";
@@ -29,6 +29,10 @@ test.each([
   expect(maskUrl(input)).toBe(masked);
 });
 
+test("maskUrlList masks every broker of MQTT_URL's list, and keeps the rest", () => {
+  expect(maskUrlList(["mqtt://u:s3cret@a:1883", "mqtts://b:8883", "wss://u:s3cret@c/mqtt"])).toBe("mqtt://u:***@a:1883,mqtts://b:8883,wss://u:***@c/mqtt");
+});
+
 function configError(env: Record<string, string>): string {
   try {
     loadConfig(env);
@@ -53,6 +57,10 @@ test.each([
   ["DATABASE_URL", "postgres://u:s3cret@h1,h2/db?target_session_attrs=standby"],
   ["MQTT_URL", "mqtt://u:s3cret@h:99999"],
   ["MQTT_URL", "http://u:s3cret@h:1883"],
+  ["MQTT_URL", "mqtt://u:s3cret@a:1883,mqtt://u:s3cret@b:99999"],
+  ["MQTT_URL", "mqtt://u:s3cret@a:1883,http://u:s3cret@b:1883"],
+  ["MQTT_URL", "mqtt://u:s3cret@a:1883,mqtt://u:s3cret@a:1883"],
+  ["MQTT_URL", "mqtt://u:s3cret@a:1883,u:s3cret@b"],
   ["AUTH_JWKS_URL", "ftp://u:s3cret@idp/jwks"],
   ["AUTH_JWT_SECRET", "s3cret-but-shorter-than-32"],
 ])("a bad %s names the variable and never echoes the password (%p)", (name, value) => {

@@ -108,3 +108,20 @@ export async function insertChains(sql: Sql, charges: number, refundsEach: numbe
   }
   return [...chains].map(([aggregateId, events]) => ({ aggregateId, events }));
 }
+
+/**
+ * `more` ChargeRefunded rows after each chain's last event (sequence n + 1, n + 2, …), as
+ * refunds written later would add them: the same aggregates go on where they stopped.
+ */
+export async function extendChains(sql: Sql, chains: readonly Chain[], more: number): Promise<Chain[]> {
+  const added = chains.map((c) => ({ aggregateId: c.aggregateId, events: Array.from({ length: more }, newEventId), from: c.events.length + 1 }));
+  const rows = added.flatMap((c) => c.events.map((id, i) => ({ id, aggregateId: c.aggregateId, sequence: c.from + i })));
+  await sql`
+    insert into outbox (id, aggregate_id, aggregate_type, sequence, event_type, payload)
+    select t.id, t.aggregate_id, 'charge', t.sequence, 'ChargeRefunded',
+           json_build_object('chargeId', t.aggregate_id, 'refundId', gen_random_uuid(), 'amountCents', 1,
+                             'refundedCents', t.sequence - 1)::text
+    from unnest(${rows.map((r) => r.id)}::uuid[], ${rows.map((r) => r.aggregateId)}::uuid[], ${rows.map((r) => r.sequence)}::int[])
+      as t(id, aggregate_id, sequence)`;
+  return chains.map((c, i) => ({ aggregateId: c.aggregateId, events: [...c.events, ...(added[i]?.events ?? [])] }));
+}

@@ -20,6 +20,11 @@ export interface SubscriberLine {
   readonly duplicate?: boolean;
   readonly held?: boolean;
   readonly gapSkipped?: boolean;
+  /** `ready`: the broker in use, masked. */
+  readonly broker?: string;
+  /** `broker-moved`: the broker lost and the next one, masked. */
+  readonly from?: string;
+  readonly to?: string;
 }
 
 export interface SubscriberOptions {

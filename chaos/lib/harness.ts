@@ -50,10 +50,15 @@ export async function startApi(dbUrl: string, prefix: string, port?: number, env
  * was written to catch (docs/chaos.md).
  */
 export async function startRelay(dbUrl: string, prefix: string, mqttUrl?: string, env: Record<string, string> = {}): Promise<Child> {
+  return (await startRelayService(dbUrl, prefix, mqttUrl, env)).child;
+}
+
+/** As startRelay, with its port (its /readyz). */
+export async function startRelayService(dbUrl: string, prefix: string, mqttUrl?: string, env: Record<string, string> = {}): Promise<Service> {
   const broker = mqttUrl ?? (await chaosServices()).mqttUrl;
   const vars = { DATABASE_URL: dbUrl, MQTT_URL: broker, MQTT_TOPIC_PREFIX: prefix, OUTBOX_POLL_MS: RELAY_POLL_MS, ...env };
   const cwd = process.env.CHAOS_RELAY_CHECKOUT || undefined;
-  return (await startEntrypoint("relay", { ...chaosChild("relay", vars), cwd })).child;
+  return startEntrypoint("relay", { ...chaosChild("relay", vars), cwd });
 }
 
 /** SIGKILL, and wait until it is gone. */

@@ -20,6 +20,14 @@ export interface SubscriberView {
   readonly processedTwice: () => string[];
   readonly deliveries: () => number;
   readonly rejected: () => number;
+  /** Aggregate id → the sequences of its events in the order they were processed (duplicates left out). */
+  readonly processedOrder: Map<string, number[]>;
+  /** Events processed past a missing predecessor (after the gap timeout). */
+  readonly gapsSkipped: () => number;
+  /** The broker its `ready` line named (masked). */
+  readonly broker: () => string | undefined;
+  /** Its moves to the next broker of MQTT_URL, in order. */
+  readonly moves: { readonly from: string; readonly to: string }[];
   stop(): Promise<void>;
 }
 
@@ -27,10 +35,16 @@ interface Line {
   event?: string;
   id?: string;
   duplicate?: boolean;
+  aggregateId?: string;
+  sequence?: number;
+  gapSkipped?: boolean;
+  broker?: string;
+  from?: string;
+  to?: string;
 }
 
 export async function startSubscriber(dbUrl: string, prefix: string, consumer: string, mqttUrl?: string): Promise<SubscriberView> {
-  const broker = mqttUrl ?? (await chaosServices()).mqttUrl;
+  const brokers = mqttUrl ?? (await chaosServices()).mqttUrl;
   const arrivals = new Map<string, number>();
   // Event id → deliveries the subscriber processed (not dropped by its inbox). A commit whose
   // answer was lost with the connection is processed once and then seen as a duplicate only.
@@ -39,6 +53,10 @@ export async function startSubscriber(dbUrl: string, prefix: string, consumer: s
   let deliveries = 0;
   let rejected = 0;
   let ready = false;
+  let broker: string | undefined;
+  let gapsSkipped = 0;
+  const processedOrder = new Map<string, number[]>();
+  const moves: { from: string; to: string }[] = [];
   const onLine = (text: string): void => {
     if (!text.startsWith("{")) return;
     let line: Line;
@@ -47,16 +65,25 @@ export async function startSubscriber(dbUrl: string, prefix: string, consumer: s
     } catch {
       return;
     }
-    if (line.event === "ready") ready = true;
-    else if (line.event === "rejected") rejected += 1;
+    if (line.event === "ready") {
+      ready = true;
+      broker = line.broker;
+    } else if (line.event === "rejected") rejected += 1;
+    else if (line.event === "broker-moved") moves.push({ from: line.from ?? "", to: line.to ?? "" });
     else if (line.event === "received" && typeof line.id === "string") {
       deliveries += 1;
       arrivals.set(line.id, (arrivals.get(line.id) ?? 0) + 1);
       if (line.duplicate) dropped += 1;
-      else processed.set(line.id, (processed.get(line.id) ?? 0) + 1);
+      else {
+        processed.set(line.id, (processed.get(line.id) ?? 0) + 1);
+        if (line.gapSkipped) gapsSkipped += 1;
+        if (line.aggregateId !== undefined && line.sequence !== undefined) {
+          processedOrder.set(line.aggregateId, [...(processedOrder.get(line.aggregateId) ?? []), line.sequence]);
+        }
+      }
     }
   };
-  const env = { DATABASE_URL: dbUrl, MQTT_URL: broker, MQTT_TOPIC_PREFIX: prefix, SUBSCRIBER_CONSUMER: consumer };
+  const env = { DATABASE_URL: dbUrl, MQTT_URL: brokers, MQTT_TOPIC_PREFIX: prefix, SUBSCRIBER_CONSUMER: consumer };
   const child = spawnScript("examples/subscriber.ts", { ...chaosChild("subscriber", env), stdout: onLine });
   await waitUntil(
     () => {
@@ -74,6 +101,10 @@ export async function startSubscriber(dbUrl: string, prefix: string, consumer: s
     processedTwice: () => [...processed].filter(([, n]) => n > 1).map(([id]) => id),
     deliveries: () => deliveries,
     rejected: () => rejected,
+    processedOrder,
+    gapsSkipped: () => gapsSkipped,
+    broker: () => broker,
+    moves,
     async stop() {
       await child.stop(STOP_TIMEOUT_MS);
     },

@@ -10,7 +10,8 @@ import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../shared/http-metrics.
 
 export interface RelayAppDeps {
   readonly sql: Sql;
-  readonly broker: { readonly connected: boolean; readonly lastError?: string | undefined };
+  /** `url`: the broker in use, masked (of MQTT_URL's list). */
+  readonly broker: { readonly connected: boolean; readonly lastError?: string | undefined; readonly url?: string };
   /** Extra GET routes by exact path, e.g. { "/metrics": handler }. */
   readonly routes?: Readonly<Record<string, FetchHandler>>;
   /** Hears why the database is down (the /readyz body only says that it is) and handler failures. */
@@ -60,6 +61,8 @@ export function createRelayFetch(deps: RelayAppDeps): FetchHandler {
         status: ready ? "ready" : "not ready",
         database: database.up ? "up" : "down",
         broker: broker ? "connected" : "disconnected",
+        // The broker in use, or the one being tried while disconnected.
+        ...(deps.broker.url !== undefined && { brokerUrl: deps.broker.url }),
         // Why the broker connection failed last (a refusal, no CONNACK, a socket error), while it is down.
         ...(!broker && deps.broker.lastError !== undefined && { brokerError: deps.broker.lastError }),
       });

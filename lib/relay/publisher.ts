@@ -7,6 +7,7 @@
 import type { IConnackPacket, IDisconnectPacket, IStream, MqttClient } from "mqtt";
 import type { Duplex } from "node:stream";
 import { connectMqtt, type MqttProtocol } from "../shared/mqtt-connect.ts";
+import { brokerList, type BrokerList, type BrokerMove, type Brokers } from "../shared/mqtt-brokers.ts";
 import { describeMqttError } from "../shared/mqtt-errors.ts";
 import { AckTap } from "./ack-tap.ts";
 import { PublishWindow, type Delivered, type OutboundMessage } from "./window.ts";
@@ -22,10 +23,14 @@ export interface Broker {
   readonly connected: boolean;
   /** Why the last connection attempt failed, until every connection is up again (for /readyz). */
   readonly lastError: string | undefined;
+  /** The broker in use (of MQTT_URL's list), its password masked. */
+  readonly url: string;
   publish: PublishFn;
   deliver: DeliverFn;
   /** Called with true when the last connection is up and false when the first is lost. Returns an unsubscribe. */
   onConnectionChange(listener: (connected: boolean) => void): () => void;
+  /** Called once per move to the next broker of the list after the one in use was lost. Returns an unsubscribe. */
+  onMove(listener: (move: BrokerMove) => void): () => void;
   close(): Promise<void>;
 }
 
@@ -85,7 +90,9 @@ interface Connection {
   readonly window: PublishWindow;
 }
 
-export function connectBroker(url: string, options: BrokerOptions = {}): Broker {
+/** The relay's connections to one broker, or to the broker in use of a list, all moving together. */
+export function connectBroker(brokers: Brokers, options: BrokerOptions = {}): Broker {
+  const list = brokerList(brokers);
   const listeners = new Set<(connected: boolean) => void>();
   const base = options.clientId ?? `charges-relay-${crypto.randomUUID().slice(0, 8)}`;
   const allConnected = (): boolean => connections.every((c) => c.client.connected);
@@ -106,7 +113,7 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
     options.onError?.(description);
   };
   const connections = Array.from({ length: Math.max(1, options.connections ?? 1) }, (_, i) =>
-    openConnection(url, { ...options, clientId: i === 0 ? base : `${base}-${i + 1}`, onError: failed }, changed),
+    openConnection(list, { ...options, clientId: i === 0 ? base : `${base}-${i + 1}`, onError: failed }, changed),
   );
   const count = connections.length;
   const windowOf = (message: OutboundMessage): PublishWindow => (connections[connectionOf(message.key, count)] as Connection).window;
@@ -117,12 +124,16 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
     get lastError() {
       return lastError;
     },
+    get url() {
+      return list.inUse;
+    },
     publish: (message) => windowOf(message).publish(message),
     deliver: (message, done) => windowOf(message).deliver(message, done),
     onConnectionChange(listener) {
       listeners.add(listener);
       return () => listeners.delete(listener);
     },
+    onMove: (listener) => list.onMove(listener),
     async close() {
       listeners.clear();
       await Promise.all(connections.map((c) => closeClient(c.client)));
@@ -130,7 +141,7 @@ export function connectBroker(url: string, options: BrokerOptions = {}): Broker 
   };
 }
 
-function openConnection(url: string, options: BrokerOptions & { clientId: string }, notify: () => void): Connection {
+function openConnection(list: BrokerList, options: BrokerOptions & { clientId: string }, notify: () => void): Connection {
   // Read only once the client below exists (on publish, on its events).
   const connection = {
     get connected() {
@@ -142,7 +153,7 @@ function openConnection(url: string, options: BrokerOptions & { clientId: string
     write: (bytes: Buffer) => void client.stream.write(bytes),
   };
   const window = new PublishWindow(connection, options.maxInFlight ?? MAX_IN_FLIGHT);
-  const client = openClient(url, options, window);
+  const client = openClient(list, options, window);
   followSession(client, window, notify);
   return { client, window };
 }
@@ -179,8 +190,8 @@ function followSession(client: MqttClient, publishes: PublishWindow, notify: () 
 }
 
 /** The mqtt.js client keeping the session; each connection it opens goes through a PUBACK tap feeding `publishes`. */
-function openClient(url: string, options: BrokerOptions & { clientId: string }, publishes: PublishWindow): MqttClient {
-  return connectMqtt(url, {
+function openClient(list: BrokerList, options: BrokerOptions & { clientId: string }, publishes: PublishWindow): MqttClient {
+  return connectMqtt(list, {
     clientId: options.clientId,
     version: options.version ?? "auto",
     protocolVersion: options.protocolVersion ?? 5,

@@ -79,13 +79,15 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   // named as the pool so that pg_stat_activity shows it with the relay's other connections.
   const listenPool = direct ?? (isTransactionPooled(sql) ? null : createSql(config.databaseUrl, { max: 1, applicationName: RELAY_POOL_NAME, ...bounds }));
   // Not awaited: a broker that is away at start is retried, and the relay waits for it.
-  const broker = connectBroker(config.mqttUrl, {
+  const broker = connectBroker(config.mqttUrls, {
     connections: config.relayMqttConnections,
     version: config.mqttProtocol,
     // Once per cause, not once per retry (publisher.ts); /readyz names the last one.
     onError: (error) => log.warn("broker connection failed", { error }),
   });
-  broker.onConnectionChange((connected) => log.info(connected ? "broker connected" : "broker connection lost"));
+  broker.onConnectionChange((connected) => log.info(connected ? "broker connected" : "broker connection lost", { broker: broker.url }));
+  // Once per loss, by the first connection to notice it (lib/shared/mqtt-brokers.ts).
+  broker.onMove((move) => log.warn("broker lost; moving to the next of MQTT_URL", { ...move }));
   const collect = await youngCollection();
   const relay = createRelay({
     pacer: collect ? createGcPacer(collect, GC_EVERY_ROWS) : UNPACED,

@@ -40,6 +40,27 @@ export function url(env: Env, name: string, fallback: string, protocols: readonl
   return raw.trim();
 }
 
+/**
+ * One URL or a comma-separated list of them (MQTT_URL's brokers), each checked as url() checks
+ * one; an entry is named by its place and shown masked. A "," inside an entry (a password)
+ * must be written %2C.
+ */
+export function urlList(env: Env, name: string, fallback: string, protocols: readonly string[]): readonly string[] {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === "") return Object.freeze([fallback]);
+  const entries = raw.split(",").map((entry) => entry.trim());
+  // One URL is refused in the words it always was.
+  if (entries.length === 1) return Object.freeze([url(env, name, fallback, protocols)]);
+  for (const [i, entry] of entries.entries()) {
+    if (entry === "") throw new ConfigError(`${name} entry ${i + 1} of ${entries.length} is empty`);
+    url({ [`${name} entry ${i + 1}`]: entry }, `${name} entry ${i + 1}`, "", protocols);
+    const first = entries.indexOf(entry);
+    // A broker named twice is a typo: the move after its loss would come back to it at once.
+    if (first < i) throw new ConfigError(`${name} entry ${i + 1} repeats entry ${first + 1}: "${maskUrl(entry)}"`);
+  }
+  return Object.freeze(entries);
+}
+
 /** A libpq-style URL, one host or a list (lib/shared/database-url.ts); refused with its masked form. */
 export function databaseUrl(env: Env, name: string, fallback: string): string {
   const raw = env[name]?.trim();

@@ -1,7 +1,7 @@
 // Configuration: read from the environment once, validated, frozen. A bad value is a
 // ConfigError naming the variable; the entrypoints print its message and exit 1.
 
-import { ConfigError, databaseUrl, flag, host, integer, url, type Env } from "./config-values.ts";
+import { ConfigError, databaseUrl, flag, host, integer, url, urlList, type Env } from "./config-values.ts";
 import { apiTimeBounds, relayTimeBounds, type ApiTimeBounds, type RelayTimeBounds } from "./time-bounds.ts";
 import { processorConfig, type ProcessorConfig } from "./config-processor.ts";
 
@@ -26,7 +26,8 @@ export interface Config {
   readonly databasePooler: DatabasePooler;
   /** Postgres itself, past the pooler: for what needs a session of its own (LISTEN, session advisory locks). */
   readonly databaseDirectUrl: string | undefined;
-  readonly mqttUrl: string;
+  /** MQTT_URL: the broker, or brokers in the order they are tried (lib/shared/mqtt-brokers.ts). */
+  readonly mqttUrls: readonly string[];
   readonly port: number;
   readonly relayPort: number;
   /** The address the relay's health/metrics listener binds to. */
@@ -177,7 +178,7 @@ export function loadConfig(env: Env): Config {
     databaseUrl: databaseUrl(env, "DATABASE_URL", "postgres://localhost:5432/postgres"),
     databasePooler: pooler,
     databaseDirectUrl: directUrl,
-    mqttUrl: url(env, "MQTT_URL", "mqtt://localhost:1883", ["mqtt:", "mqtts:", "tcp:", "ws:", "wss:"]),
+    mqttUrls: urlList(env, "MQTT_URL", "mqtt://localhost:1883", ["mqtt:", "mqtts:", "tcp:", "ws:", "wss:"]),
     port: integer(env, "PORT", 3000, 0, 65535),
     relayPort: integer(env, "RELAY_PORT", 9465, 0, 65535),
     relayHost: host(env, "RELAY_HOST", "0.0.0.0"),

@@ -10,11 +10,15 @@
 // The client is mqtt.js's public `new MqttClient(streamBuilder, options)`: the stream builder
 // here opens each connection (TCP, TLS or WebSocket, from the URL) and puts the caller's tap
 // around it before mqtt.js reads from it, on the first connection and on every reconnect.
+// Given several brokers (MQTT_URL as a list), each connection goes to the one in use, and a
+// connection that ends moves the process to the next (mqtt-brokers.ts); the client, its session
+// state and its packet ids stay the same across the move, as across any reconnect.
 import { connect as tcpConnect, isIP } from "node:net";
 import { connect as tlsConnect, type ConnectionOptions } from "node:tls";
 import { MqttClient, type IClientOptions, type IStream } from "mqtt";
 import WebSocket, { createWebSocketStream } from "ws";
 import { reasonCodeOf } from "./mqtt-errors.ts";
+import { brokerList, type BrokerList, type Brokers } from "./mqtt-brokers.ts";
 import type { MqttProtocol } from "./config.ts";
 
 export type { MqttProtocol };
@@ -52,33 +56,47 @@ interface Target {
 
 /** What one connection attempt has seen: a transport that opened, and a CONNACK on it. */
 interface Attempt {
+  /** The broker it went to: its place in the list. */
+  readonly index: number;
   established: boolean;
   answered: boolean;
+  /** The CONNACK accepted it: a session was up. */
+  accepted: boolean;
+  /** Ended for the protocol fallback: the next attempt tries the same broker in the other version. */
+  stay: boolean;
 }
 
-export function connectMqtt(url: string, options: MqttConnectOptions): MqttClient {
+const newAttempt = (index: number): Attempt => ({ index, established: false, answered: false, accepted: false, stay: false });
+
+/** A client for one broker, or for the broker in use of a list (moving on when its connection ends). */
+export function connectMqtt(brokers: Brokers, options: MqttConnectOptions): MqttClient {
   const { onError, tap, version = "auto", ...clientOptions } = options;
-  const target = targetOf(url);
+  const list = brokerList(brokers);
+  const targets = list.urls.map(targetOf);
+  const first = targets[0] as Target;
   const clientConfig: IClientOptions = {
     // A refused CONNECT (server unavailable, busy, or the protocol fallback below) is retried.
     reconnectOnConnackError: true,
     // mqtt.js formats a debug line per packet even when debugging is off: measurable per message.
     log: () => {},
-    ...credentialsOf(target.url),
     ...clientOptions,
     protocolVersion: version === "3.1.1" ? 4 : version === "5" ? 5 : (clientOptions.protocolVersion ?? 5),
   };
-  // As mqtt.connect does: a clientId in the URL's query wins over the options'.
-  const queryClientId = target.url.searchParams.get("clientId");
+  // As mqtt.connect does: a clientId in the URL's query wins over the options'. The first URL's
+  // only: a session is the client id's, and it must stay one across the brokers.
+  const queryClientId = first.url.searchParams.get("clientId");
   if (queryClientId !== null) clientConfig.clientId = queryClientId;
-  let attempt: Attempt = { established: false, answered: false };
+  let attempt = newAttempt(list.current.index);
   const open = (): IStream => {
-    const current: Attempt = { established: false, answered: false };
+    const current = newAttempt(list.current.index);
     attempt = current;
+    const target = targets[current.index] as Target;
+    // mqtt.js reads the credentials from this object when it sends the CONNECT, after this.
+    Object.assign(clientConfig, { username: clientOptions.username, password: clientOptions.password }, credentialsOf(target.url));
     return openStream(target, clientConfig, () => (current.established = true));
   };
   const client = new MqttClient(tap ? () => tap(open()) : open, clientConfig);
-  followProtocol(client, version === "auto", () => attempt, onceEach(onError));
+  followProtocol(client, version === "auto", () => attempt, onceEach(onError), list);
   return client;
 }
 
@@ -101,7 +119,7 @@ function onceEach(report: ((error: Error) => void) | undefined): { report: (erro
  * an attempt refused for its version, or closed after the transport opened but before any
  * CONNACK, makes the next one speak the other version.
  */
-function followProtocol(client: MqttClient, auto: boolean, attempt: () => Attempt, failures: ReturnType<typeof onceEach>): void {
+function followProtocol(client: MqttClient, auto: boolean, attempt: () => Attempt, failures: ReturnType<typeof onceEach>, list: BrokerList): void {
   let settled = !auto;
   const other = (): void => void (client.options.protocolVersion = client.options.protocolVersion === 4 ? 5 : 4);
   const version = (): string => (client.options.protocolVersion === 4 ? "3.1.1" : "5");
@@ -110,22 +128,30 @@ function followProtocol(client: MqttClient, auto: boolean, attempt: () => Attemp
   });
   client.on("connect", () => {
     settled = true;
+    attempt().accepted = true;
     failures.reset();
   });
   // Without an 'error' listener an error event would throw; the reconnect loop recovers.
   client.on("error", (error) => {
     const code = reasonCodeOf(error);
     if (!settled && client.options.protocolVersion === 5 && code !== undefined && UNSUPPORTED_PROTOCOL.has(code)) {
-      other(); // the next reconnect speaks 3.1.1
+      other(); // the next reconnect speaks 3.1.1, to the same broker
+      attempt().stay = true;
       return;
     }
     failures.report(error);
   });
   client.on("close", () => {
-    const { established, answered } = attempt();
-    if (!established || answered) return;
-    failures.report(new NoConnackError(`no CONNACK for the MQTT ${version()} CONNECT: the connection closed first`));
-    if (!settled) other();
+    const current = attempt();
+    if (current.established && !current.answered) {
+      failures.report(new NoConnackError(`no CONNACK for the MQTT ${version()} CONNECT: the connection closed first`));
+      if (!settled) other();
+      // From 5 to 3.1.1 the same broker gets another try; back to 5, both versions failed there.
+      if (!settled && client.options.protocolVersion === 4) current.stay = true;
+    }
+    // Our own end() moves nothing; the protocol fallback tries the same broker again.
+    if (client.disconnecting || current.stay) return;
+    list.leave(current.index, current.accepted);
   });
 }
 

@@ -23,6 +23,11 @@ export function maskUrl(url: string): string {
   return parsed.host === "" ? maskUserinfo(url) : url;
 }
 
+/** A list of URLs (MQTT_URL's brokers), each masked, comma-separated as configured. */
+export function maskUrlList(urls: readonly string[]): string {
+  return urls.map(maskUrl).join(",");
+}
+
 // Userinfo is what precedes the last "@" (after "//" when there is one); the password is its
 // part after the first ":". Up to the last "@", so a password holding "@" or ":" is covered whole.
 // The last "@" of the authority (up to the first "/", "?" or "#") when it holds one, so that

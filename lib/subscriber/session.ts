@@ -1,9 +1,13 @@
 // The subscriber's MQTT side: a persistent session (MQTT 5 Clean Start 0 + Session Expiry,
 // stable client id; Clean Session 0 on 3.1.1), so QoS 1 events published while it is offline
 // are kept by the broker and arrive when it returns; the subscription; a bounded close.
+// Given several brokers (a cluster's nodes), it connects to one and moves to the next when that
+// one is lost (lib/shared/mqtt-brokers.ts), under the same client id: a cluster that keeps
+// sessions cluster-wide hands it the same session there, with what was queued for it.
 import type { IPublishPacket, MqttClient } from "mqtt";
 import { connectMqtt, type MqttProtocol } from "../shared/mqtt-connect.ts";
 import { describeMqttError } from "../shared/mqtt-errors.ts";
+import { brokerList, type BrokerList, type BrokerMove, type Brokers } from "../shared/mqtt-brokers.ts";
 
 // The broker keeps the session (subscription + queued QoS 1 events) this long while the
 // subscriber is away: a day covers a deploy or an outage. Mosquitto also caps the queue
@@ -15,24 +19,31 @@ const RECONNECT_MS = 1000;
 const CLOSE_TIMEOUT_MS = 2000;
 
 export interface SessionOptions {
-  readonly mqttUrl: string;
+  readonly mqttUrl: Brokers;
   readonly mqttProtocol?: MqttProtocol;
   readonly topic: string;
   readonly consumer: string;
   readonly clientId?: string;
   readonly sessionExpirySeconds?: number;
   readonly onError?: (description: string) => void;
+  /** A move to the next broker after the one in use was lost, once per loss. */
+  readonly onBrokerMove?: (move: BrokerMove) => void;
 }
 
 export interface Session {
   readonly client: MqttClient;
+  /** MQTT_URL's brokers and the one in use. */
+  readonly brokers: BrokerList;
   /** Resolves once subscribed. */
   readonly ready: Promise<void>;
 }
 
 /** Connects and subscribes; each received PUBLISH goes to `onMessage`, whose `ack` sends its PUBACK. */
 export function openSession(options: SessionOptions, onMessage: (packet: IPublishPacket, ack: () => void) => void): Session {
-  const client: MqttClient = connectMqtt(options.mqttUrl, {
+  const brokers = brokerList(options.mqttUrl);
+  const { onBrokerMove } = options;
+  if (onBrokerMove) brokers.onMove(onBrokerMove);
+  const client: MqttClient = connectMqtt(brokers, {
     clientId: options.clientId ?? options.consumer,
     clean: false,
     properties: { sessionExpiryInterval: options.sessionExpirySeconds ?? SESSION_EXPIRY_S },
@@ -43,8 +54,23 @@ export function openSession(options: SessionOptions, onMessage: (packet: IPublis
   });
   // mqtt.js calls handleMessage for each received PUBLISH and sends the PUBACK when `ack` is
   // called; it handles one received packet at a time, so events are processed in arrival order.
-  client.handleMessage = (packet, callback) => onMessage(packet, () => callback());
-  return { client, ready: subscribed(client, options) };
+  // A PUBACK goes out only on the connection its PUBLISH came in on. One for a PUBLISH of a
+  // connection since closed would be sent (or queued by mqtt.js and sent) on the next, where the
+  // packet identifier may by then name another message: a broker that resumes the session on
+  // another node (NATS 2.9 does) took such a PUBACK for the message it had just given that
+  // identifier, and never delivered the one it was meant for. Unacknowledged, the PUBLISH comes
+  // again in the resumed session (MQTT 3.1.1 §4.4, 5 §4.4), and the inbox knows it.
+  let connection = 0;
+  client.on("close", () => void (connection += 1));
+  client.handleMessage = (packet, callback) => {
+    const on = connection;
+    onMessage(packet, () => {
+      if (on === connection && client.connected) callback();
+    });
+  };
+  // On a broker without our session (a move to a broker that does not share sessions, or an
+  // expired one), mqtt.js subscribes again by itself: the CONNACK says no session is present.
+  return { client, brokers, ready: subscribed(client, options) };
 }
 
 /** Subscribes on every connect until a SUBACK comes back; resolves then. */

@@ -32,7 +32,7 @@ export type { Delivery, Held, Subscriber, SubscriberOptions } from "./types.ts";
 export function startSubscriber(options: SubscriberOptions): Subscriber {
   const receiver = new Receiver(options);
   const { counts } = receiver.report;
-  const { client, ready } = openSession(options, (packet, ack) => receiver.receive(packet, ack));
+  const { client, brokers, ready } = openSession(options, (packet, ack) => receiver.receive(packet, ack));
   const sweep = startGapSweep({
     sql: options.sql,
     consumer: options.consumer,
@@ -62,6 +62,9 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
     },
     get connected() {
       return client.connected;
+    },
+    get broker() {
+      return brokers.inUse;
     },
     ready,
     async close() {

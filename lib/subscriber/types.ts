@@ -2,6 +2,7 @@
 import type { Meter } from "@opentelemetry/api";
 import type { Sql, Tx } from "../shared/db.ts";
 import type { MqttProtocol } from "../shared/config.ts";
+import type { BrokerMove, Brokers } from "../shared/mqtt-brokers.ts";
 import type { Logger } from "../shared/log.ts";
 import type { EventEnvelope } from "../events.ts";
 import type { DeadLetter } from "./inbox-sql.ts";
@@ -31,7 +32,8 @@ export interface Held {
 
 export interface SubscriberOptions {
   readonly sql: Sql;
-  readonly mqttUrl: string;
+  /** One broker, or several (MQTT_URL's list): it connects to one and moves to the next when that one is lost. */
+  readonly mqttUrl: Brokers;
   /** MQTT_PROTOCOL_VERSION (default auto: 5, falling back to 3.1.1). */
   readonly mqttProtocol?: MqttProtocol;
   /** Topic filter, e.g. `${MQTT_TOPIC_PREFIX}charges/#`. */
@@ -57,6 +59,8 @@ export interface SubscriberOptions {
   /** An event the handler kept failing on, once kept in subscriber_dead_letters, before the PUBACK. */
   readonly onDeadLetter?: (letter: DeadLetter) => void;
   readonly onError?: (description: string) => void;
+  /** A move to the next broker of the list after the one in use was lost: once per loss. */
+  readonly onBrokerMove?: (move: BrokerMove) => void;
   /** Where the gap lines go (warn: held, skipped after the timeout, late); none by default. */
   readonly log?: Logger;
   /** SUBSCRIBER_GAP_TIMEOUT_MS: how long a held event waits for its predecessor (default 5 minutes). */
@@ -76,6 +80,8 @@ export interface Subscriber {
   /** Events this subscriber processed past a missing predecessor, after the gap timeout. */
   readonly gapsSkipped: number;
   readonly connected: boolean;
+  /** The broker in use, its password masked. */
+  readonly broker: string;
   /** Resolves once subscribed. */
   readonly ready: Promise<void>;
   /** Disconnects, keeping the session: what arrives meanwhile waits at the broker. */
