@@ -1,18 +1,27 @@
 // Intents driven through the project's client (charges-outbox/client): each worker creates a
-// charge, then refunds part of it, each an intent with its own key, with bounded concurrency.
+// charge through the payment processor, then, when the processor took the money, refunds part
+// of it; each an intent with its own key, with bounded concurrency. A charge made with the
+// card the processor declines ends with a 402 stored under its key: final, and not refunded.
 // What each intent ended with is kept for the invariants (chaos/14-answers-lost.ts).
 import { ChargesApiError, type ChargesClient } from "charges-outbox/client";
+
+/** The simulator's test cards (dev/processor-sim/): one that pays, one that is declined. */
+export const PAYING_CARD = "pm_card_visa";
+export const DECLINED_CARD = "pm_card_chargeDeclined";
+const DECLINED_TYPE = "https://charges.example/problems/card-declined";
 
 export interface Intent {
   readonly kind: "charge" | "refund";
   /** 0-based, per kind: charge i and its refund share i. */
   readonly index: number;
   readonly idempotencyKey?: string;
-  /** The charge or the refund as the client answered it. */
+  /** The final answer's status: 201, or 402 for a declined charge. */
+  readonly status?: number;
+  /** The final answer's body: the charge or the refund, or the 402's problem. */
   readonly value?: Readonly<Record<string, unknown>>;
   readonly replayed?: boolean;
   readonly attempts?: number;
-  /** The error's type and detail when the intent failed. */
+  /** The error's type and detail when the intent failed (no final answer). */
   readonly failure?: string;
 }
 
@@ -21,6 +30,8 @@ export interface IntentLoad {
   readonly concurrency: number;
   /** Each intent's deadline, ms. */
   readonly deadlineMs: number;
+  /** Charge i is made with the declined card when i % declineEvery === declineEvery - 1. */
+  readonly declineEvery: number;
 }
 
 /** The intents' outcomes so far; `finished` counts those that ended (success or failure). */
@@ -34,11 +45,11 @@ export class IntentLog {
   }
 }
 
-/** Runs `load.charges` charge intents, each followed by a refund of a tenth of it. */
+/** Runs `load.charges` charge intents, each that succeeded followed by a refund of a tenth of it. */
 export async function runIntents(client: ChargesClient, load: IntentLoad, log: IntentLog): Promise<void> {
   let next = 0;
   const worker = async (): Promise<void> => {
-    for (let i = next++; i < load.charges; i = next++) await chargeThenRefund(client, i, load.deadlineMs, log);
+    for (let i = next++; i < load.charges; i = next++) await chargeThenRefund(client, i, load, log);
   };
   await Promise.all(Array.from({ length: load.concurrency }, worker));
 }
@@ -48,20 +59,36 @@ export function amountOf(index: number): number {
   return 1000 + index;
 }
 
-async function chargeThenRefund(client: ChargesClient, index: number, deadlineMs: number, log: IntentLog): Promise<void> {
+/** The card charge i is made with. */
+export function cardOf(index: number, load: IntentLoad): string {
+  return index % load.declineEvery === load.declineEvery - 1 ? DECLINED_CARD : PAYING_CARD;
+}
+
+/** A refund's amount: a tenth of its charge. */
+export function refundOf(index: number): number {
+  return Math.floor(amountOf(index) / 10);
+}
+
+async function chargeThenRefund(client: ChargesClient, index: number, load: IntentLoad, log: IntentLog): Promise<void> {
   let chargeId: string | undefined;
+  const { deadlineMs } = load;
   try {
-    const a = await client.charges.create({ amountCents: amountOf(index) }, { deadlineMs });
+    const a = await client.charges.create({ amountCents: amountOf(index), paymentMethod: cardOf(index, load) }, { deadlineMs });
     chargeId = a.charge.id;
-    log.intents.push({ kind: "charge", index, idempotencyKey: a.idempotencyKey, value: a.charge, replayed: a.replayed, attempts: a.attempts });
+    log.intents.push({ kind: "charge", index, idempotencyKey: a.idempotencyKey, status: 201, value: a.charge, replayed: a.replayed, attempts: a.attempts });
   } catch (error) {
+    // A decline is the intent's final answer, as a 201 is: recorded, and nothing to refund.
+    if (error instanceof ChargesApiError && error.status === 402 && error.type === DECLINED_TYPE) {
+      log.intents.push({ kind: "charge", index, idempotencyKey: error.idempotencyKey, status: 402, value: error.problem, attempts: error.attempts });
+      return;
+    }
     log.intents.push({ kind: "charge", index, ...failed(error) });
     log.intents.push({ kind: "refund", index, failure: "not sent: its charge failed" });
     return;
   }
   try {
-    const r = await client.refunds.create(chargeId, { amountCents: Math.floor(amountOf(index) / 10) }, { deadlineMs });
-    log.intents.push({ kind: "refund", index, idempotencyKey: r.idempotencyKey, value: r.refund, replayed: r.replayed, attempts: r.attempts });
+    const r = await client.refunds.create(chargeId, { amountCents: refundOf(index) }, { deadlineMs });
+    log.intents.push({ kind: "refund", index, idempotencyKey: r.idempotencyKey, status: 201, value: r.refund, replayed: r.replayed, attempts: r.attempts });
   } catch (error) {
     log.intents.push({ kind: "refund", index, ...failed(error) });
   }
