@@ -41,7 +41,10 @@ const CONCURRENCY = 50;
 // faults can be replayed (CHAOS_SEED).
 const FAULTS = { drop: 0.08, reset: 0.04, delay: 0.03, unavailable: 0.02 } as const;
 const SEED = Number(process.env.CHAOS_SEED ?? 14);
-// A try with no answer after this is abandoned; the proxy's held answers come after it.
+// A try with no answer after this is abandoned; the proxy's held answers come after it. Longer
+// than a ledger-mode try's: a try whose processor call hangs answers its 504 only after the
+// API's bound (PROCESSOR_TIMEOUT_MS), and on a loaded machine that 504 should come back as an
+// answer, not be cut by the client.
 const PER_TRY_TIMEOUT_MS = 2_500;
 const HELD_ANSWER_MS = 3_500;
 // The API's bound on each processor call: short, so a hung call is a 504 within a try, and
