@@ -5,6 +5,7 @@
 // clients' concurrency over the calls' latency, not by the pool. Then the ledger path against
 // the API before the processor (LEDGER_BASELINE), side by side, for the cost of its new column.
 //   bun bench/processor-bench.ts [pairs=2] [seconds=10] [sideBySideRounds=3]
+//   bun bench/processor-bench.ts --runs <latencyMs>@<clients> …: only processor runs at those settings (pool 8, 10 s)
 import { runAlone, type Report } from "./report.ts";
 import { answered, errorsOf, startApi, wrk, WARM_UP_SECONDS, type WrkResult } from "./api-bench.ts";
 import { machineState } from "./cluster.ts";
@@ -194,7 +195,24 @@ export async function processorSection(report: Report, pairs: number, seconds: n
   }
 }
 
-if (import.meta.main) {
+/** Processor-mode runs alone, one per `<latencyMs>@<clients>`: where its own ceiling is, and what 400 clients change. */
+async function adHocRuns(settings: readonly string[]): Promise<void> {
+  const sim = await startProcessorSim({ latencyMs: PROCESSOR_LATENCY_MS });
+  try {
+    for (const setting of settings) {
+      const [latencyMs, clients] = setting.split("@").map(Number);
+      sim.setFaults({ latencyMs: latencyMs ?? PROCESSOR_LATENCY_MS });
+      console.log(`${latencyMs} ms a call: ${describeMode(await modeRun("processor", clients ?? PROCESSOR_CONNECTIONS, 10, sim))}`);
+    }
+  } finally {
+    await sim.stop();
+  }
+}
+
+if (import.meta.main && process.argv[2] === "--runs") {
+  await adHocRuns(process.argv.slice(3));
+  process.exit(0);
+} else if (import.meta.main) {
   const [pairs, seconds, rounds] = [Number(process.argv[2] ?? 2), Number(process.argv[3] ?? 10), Number(process.argv[4] ?? 3)];
   await runAlone("processor mode", (report) => processorSection(report, pairs, seconds, rounds));
 }
