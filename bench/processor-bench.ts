@@ -7,15 +7,15 @@
 //   bun bench/processor-bench.ts [pairs=2] [seconds=10] [sideBySideRounds=3]
 //   bun bench/processor-bench.ts --runs <latencyMs>@<clients> …: only processor runs at those settings (pool 8, 10 s)
 import { runAlone, type Report } from "./report.ts";
-import { answered, errorsOf, startApi, wrk, WARM_UP_SECONDS, type WrkResult } from "./api-bench.ts";
+import { answered, errorsOf, wrk, WARM_UP_SECONDS, type WrkResult } from "./api-bench.ts";
 import { machineState } from "./cluster.ts";
 import { microsPer, sampleCpu } from "./cpu.ts";
 import { checkoutOf, LEDGER_BASELINE } from "./relay-baseline.ts";
 import { reportProcessor, type ProcessorPair } from "./processor-report.ts";
 import { compareSideBySide } from "./side-by-side.ts";
-import { freshDatabase, log, type FreshDb } from "./support.ts";
-import { tokenFor } from "../testkit/auth.ts";
-import { API_APP } from "../testkit/processes.ts";
+import { benchServices, freshDatabase, log, type FreshDb } from "./support.ts";
+import { authEnv, tokenFor } from "../testkit/auth.ts";
+import { API_APP, startEntrypoint } from "../testkit/processes.ts";
 import { chargeWith, processorEnv } from "../testkit/processor.ts";
 import { startProcessorSim, type ProcessorSim } from "../testkit/processor-sim.ts";
 import { waitUntil } from "../testkit/wait.ts";
@@ -45,6 +45,8 @@ export interface ConnectionSample {
   /** The longest any of them had been idle inside a transaction, and the oldest open transaction (ms). */
   readonly longestIdleInTxMs: number;
   readonly oldestTransactionMs: number;
+  /** The last statement of each connection idle in a transaction (its first words): which phase holds it. */
+  readonly idleStatements: readonly string[];
   /** Calls the simulator held (in flight) at that moment; null in the ledger mode. */
   readonly callsInFlight: number | null;
 }
@@ -67,20 +69,24 @@ export interface ModeRun {
   /** Processor mode, over the process's whole life once settled: payments created and confirmations, per charge. */
   readonly createsPerCharge: number | null;
   readonly confirmsPerCharge: number | null;
+  /** The API's error log lines by answer and cause (e.g. "503 POOL_WAIT_TIMEOUT"), and the first few other than the pool's. */
+  readonly errorCauses: Record<string, number>;
+  readonly errorLines: readonly string[];
   /** Charges by status once the requests cut off by wrk's end have finished. */
   readonly chargesByStatus: Record<string, number>;
 }
 
 async function sampleConnections(db: FreshDb, sim: ProcessorSim | undefined): Promise<ConnectionSample> {
-  const [row] = await db.sql<{ connections: number; idle_in_tx: number; active: number; idle_ms: number; xact_ms: number }[]>`
+  const [row] = await db.sql<{ connections: number; idle_in_tx: number; active: number; idle_ms: number; xact_ms: number; idle_statements: string[] | null }[]>`
     select count(*)::int as connections,
            (count(*) filter (where state = 'idle in transaction'))::int as idle_in_tx,
            (count(*) filter (where state = 'active'))::int as active,
            coalesce(max(extract(epoch from clock_timestamp() - state_change) * 1000) filter (where state = 'idle in transaction'), 0)::float8 as idle_ms,
-           coalesce(max(extract(epoch from clock_timestamp() - xact_start) * 1000), 0)::float8 as xact_ms
+           coalesce(max(extract(epoch from clock_timestamp() - xact_start) * 1000), 0)::float8 as xact_ms,
+           array_agg(distinct left(btrim(regexp_replace(query, '\\s+', ' ', 'g')), 48)) filter (where state = 'idle in transaction') as idle_statements
       from pg_stat_activity where application_name = ${API_APP} and datname = current_database()`;
   const callsInFlight = sim ? sim.requests().filter((r) => r.state === "in-flight").length : null;
-  return { connections: row?.connections ?? 0, idleInTransaction: row?.idle_in_tx ?? 0, active: row?.active ?? 0, longestIdleInTxMs: row?.idle_ms ?? 0, oldestTransactionMs: row?.xact_ms ?? 0, callsInFlight };
+  return { connections: row?.connections ?? 0, idleInTransaction: row?.idle_in_tx ?? 0, active: row?.active ?? 0, longestIdleInTxMs: row?.idle_ms ?? 0, oldestTransactionMs: row?.xact_ms ?? 0, idleStatements: row?.idle_statements ?? [], callsInFlight };
 }
 
 /** Samples every SAMPLE_EVERY_MS until `done` settles: the measured run's connections. */
@@ -100,6 +106,25 @@ async function chargesByStatus(db: FreshDb): Promise<Record<string, number>> {
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
 }
 
+// Enough to see what an unexpected answer was, without keeping a flood of the same line.
+const KEPT_ERROR_LINES = 5;
+
+/** The API's error lines (its stdout, one JSON object a line), counted by answer and cause. */
+function errorLog(): { line: (line: string) => void; close: () => void; causes: Record<string, number>; kept: string[] } {
+  const causes: Record<string, number> = {};
+  const kept: string[] = [];
+  let closed = false;
+  const line = (text: string): void => {
+    if (closed || !text.includes('"level":"error"') && !text.includes('"level":"warn"')) return;
+    const entry = JSON.parse(text) as { status?: number; error?: string; msg?: string };
+    const cause = `${entry.status ?? "-"} ${(entry.error ?? entry.msg ?? "").split(":")[0]}`;
+    causes[cause] = (causes[cause] ?? 0) + 1;
+    if (!cause.includes("POOL_WAIT_TIMEOUT") && kept.length < KEPT_ERROR_LINES) kept.push(text);
+  };
+  // Closed before the API is stopped: requests wrk left behind fail at the stop, not under the load.
+  return { line, close: () => (closed = true), causes, kept };
+}
+
 const total = (byStatus: Record<string, number>): number => Object.values(byStatus).reduce((n, v) => n + v, 0);
 
 function addStatuses(runs: readonly WrkResult[]): Record<string, number> {
@@ -113,7 +138,8 @@ export async function modeRun(mode: Mode, connections: number, seconds: number, 
   const db = await freshDatabase(mode);
   const processor = mode === "processor";
   const env = { API_POOL_SIZE: String(POOL_SIZE), ...(processor ? processorEnv(sim, CALL_TIMEOUT_MS) : { PAYMENT_PROCESSOR: "none" }) };
-  const api = await startApi(db, "info", env);
+  const apiLog = errorLog();
+  const api = await startEntrypoint("api", { env: { DATABASE_URL: db.url, MQTT_URL: (await benchServices()).mqttUrl, LOG_LEVEL: "info", ...authEnv(), ...env }, stdout: apiLog.line });
   const token = await tokenFor();
   const body = processor ? chargeWith(4900) : undefined;
   const paymentsBefore = sim.ledger().paymentIntents.length;
@@ -130,6 +156,7 @@ export async function modeRun(mode: Mode, connections: number, seconds: number, 
     // The charges cut off by wrk's end finish in the API: wait for them before counting calls.
     await waitUntil(async () => ((await chargesByStatus(db)).pending ?? 0) === 0 || undefined, SETTLE_TIMEOUT_MS, "cut-off charges to finish").catch(() => undefined);
     const byStatus = await chargesByStatus(db);
+    apiLog.close();
     const payments = sim.ledger().paymentIntents.slice(paymentsBefore);
     const perCharge = (n: number) => (processor && total(byStatus) > 0 ? n / total(byStatus) : null);
     return {
@@ -148,6 +175,8 @@ export async function modeRun(mode: Mode, connections: number, seconds: number, 
       createsPerCharge: perCharge(payments.length),
       confirmsPerCharge: perCharge(payments.reduce((n, p) => n + p.confirmations, 0)),
       chargesByStatus: byStatus,
+      errorCauses: apiLog.causes,
+      errorLines: apiLog.kept,
     };
   } finally {
     await api.child.stop();
@@ -159,6 +188,8 @@ export function describeMode(r: ModeRun): string {
   const peak = (f: (s: ConnectionSample) => number | null) => Math.max(...r.samples.map((s) => f(s) ?? 0));
   return `${r.mode} at ${r.connections}: ${Math.round(r.createdPerSec)} created/s, p50 ${r.p50Ms.toFixed(0)} p99 ${r.p99Ms.toFixed(0)} ms, ` +
     `API ${r.apiUsPerCharge?.toFixed(0) ?? "-"} µs/charge, statuses ${JSON.stringify(r.statuses)}, errors ${r.errors}, ` +
+    `error causes ${JSON.stringify(r.errorCauses)}${r.errorLines.length > 0 ? ` (${r.errorLines.join(" ")})` : ""}, ` +
+    `idle-in-transaction statements ${JSON.stringify([...new Set(r.samples.flatMap((s) => s.idleStatements))])}, ` +
     `bench (simulator) ${r.benchUsPerCharge?.toFixed(0) ?? "-"} µs/charge, ` +
     `connections ≤ ${peak((s) => s.connections)} (idle in transaction ≤ ${peak((s) => s.idleInTransaction)} for ≤ ${peak((s) => s.longestIdleInTxMs).toFixed(0)} ms, oldest transaction ${peak((s) => s.oldestTransactionMs).toFixed(0)} ms; calls in flight ≥ ${Math.min(...r.samples.map((s) => s.callsInFlight ?? 0))})` +
     (r.createsPerCharge === null ? "" : `, creates/confirms per charge ${r.createsPerCharge.toFixed(3)}/${r.confirmsPerCharge?.toFixed(3)}`);

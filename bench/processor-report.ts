@@ -68,6 +68,11 @@ export function reportProcessor(report: Report, pairs: readonly ProcessorPair[],
     for (const r of [p.ledger, p.processor, p.ledgerAt32]) {
       if (r.errors > 0) notes.push(`pair ${i + 1}, ${r.mode} at ${r.connections}: ${r.errors} answers not 201 or socket errors (statuses ${JSON.stringify(r.statuses)})`);
     }
+    for (const r of [p.ledger, p.processor, p.ledgerAt32]) {
+      if (Object.keys(r.errorCauses).length > 0) notes.push(`pair ${i + 1}, ${r.mode} at ${r.connections}: API error lines by cause ${JSON.stringify(r.errorCauses)}`);
+      for (const line of r.errorLines) notes.push(`pair ${i + 1}, ${r.mode} at ${r.connections}: ${line}`);
+    }
+    notes.push(`pair ${i + 1}, processor: statements of the connections idle in transaction ${JSON.stringify([...new Set(p.processor.samples.flatMap((s) => s.idleStatements))])}`);
     notes.push(`pair ${i + 1}, processor charges by status once settled: ${JSON.stringify(p.processor.chargesByStatus)}`);
   }
   if (side.errors > 0) notes.push(`ledger vs before: ${side.errors} non-201 or socket errors`);
