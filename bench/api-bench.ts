@@ -45,13 +45,13 @@ export function errorsOf(r: WrkResult): number {
   return answeredOtherThan(r, 201) + r.socketErrors + r.timeouts;
 }
 
-/** `token`: sent as a Bearer token with every request (AUTH_MODE=jwt); none with AUTH_MODE=none. */
-export async function wrk(port: number, connections: number, seconds: number, key?: string, token?: string): Promise<WrkResult> {
+/** `token`: sent as a Bearer token with every request (AUTH_MODE=jwt); none with AUTH_MODE=none. `body`: the JSON body, default the script's. */
+export async function wrk(port: number, connections: number, seconds: number, key?: string, token?: string, body?: string): Promise<WrkResult> {
   const bin = requireTool("wrk", "wrk");
   const threads = Math.min(2, connections);
   const out = await run(
     [bin, "-t", String(threads), "-c", String(connections), "-d", `${seconds}s`, "--timeout", "5s", "-s", SCRIPT, `http://127.0.0.1:${port}`],
-    { ...(key ? { BENCH_KEY: key } : {}), ...(token ? { BENCH_TOKEN: token } : {}) },
+    { ...(key ? { BENCH_KEY: key } : {}), ...(token ? { BENCH_TOKEN: token } : {}), ...(body ? { BENCH_BODY: body } : {}) },
   );
   const line = out.split("\n").find((l) => l.startsWith("BENCHJSON "));
   if (!line) throw new Error(`cannot parse wrk output: ${out.slice(0, 400)}`);

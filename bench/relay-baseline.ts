@@ -16,6 +16,10 @@ export const OPEN_COUNT_BASELINE = "36eeacb6e50e0d165ce6f99fc89f1b5a627d8c86";
 // The API before the HTTP layer moved to Elysia (commit "deps: stripe 23.1.0 …", whose API is
 // the hand-written router's). BENCH_ELYSIA_BASELINE names another.
 export const ELYSIA_BASELINE = "f9554e7";
+// The API before the processor mode (commit "api: the document, the page and its files are
+// counted …", the last before the processor's merge): its ledger's statement has no currency
+// column. BENCH_LEDGER_BASELINE names another.
+export const LEDGER_BASELINE = "7e04ac1";
 
 export interface Checkout {
   readonly dir: string;

@@ -12,6 +12,7 @@ import { checkoutOf, ELYSIA_BASELINE, OPEN_COUNT_BASELINE, ORDER_BASELINE } from
 import { relayCost, type RelayCost } from "./relay-cost.ts";
 import { growthSection, GROWTH_DEFAULTS } from "./outbox-growth.ts";
 import { unitCostsSection } from "./unit-costs.ts";
+import { processorSection } from "./processor-bench.ts";
 import { benchServices, log, median } from "./support.ts";
 import { createReport } from "./report.ts";
 import { ServicesUnavailable } from "../testkit/services.ts";
@@ -35,10 +36,7 @@ function per(values: (number | null)[]): number {
 }
 
 /** The per-round ratios, and any failed answers, of a side-by-side comparison. */
-function sideBySideNotes(name: string, c: Comparison): void {
-  notes.push(`${name}: created/s per round ${c.rounds.map((r) => (r.aPerSec / r.bPerSec).toFixed(3)).join(", ")}`);
-  if (c.errors > 0) notes.push(`${name}: ${c.errors} non-2xx or socket errors`);
-}
+const sideBySideNotes = (name: string, c: Comparison): void => void notes.push(`${name}: created/s per round ${c.rounds.map((r) => (r.aPerSec / r.bPerSec).toFixed(3)).join(", ")}`, ...(c.errors > 0 ? [`${name}: ${c.errors} non-2xx or socket errors`] : []));
 
 await benchServices().catch((error: unknown) => {
   if (!(error instanceof ServicesUnavailable)) throw error;
@@ -299,5 +297,6 @@ await section("end to end", async () => {
 // Both on a Postgres cluster of their own (bench/cluster.ts), for its WAL, CPU and autovacuum.
 await section("outbox growth", () => growthSection(report, quick ? { rounds: 1, seconds: 10, rate: GROWTH_DEFAULTS.rate, seeded: 100_000 } : GROWTH_DEFAULTS));
 await section("unit costs", () => unitCostsSection(report, quick ? 1 : 3, P.seconds));
+await section("processor mode", () => processorSection(report, quick ? 1 : 2, P.seconds, quick ? 1 : 3));
 
 process.exit(await report.finish(quick, started));

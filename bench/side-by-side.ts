@@ -7,7 +7,7 @@
 // Row 6 (the HTTP histogram's cost) runs here.
 import { microsPer, sampleCpu } from "./cpu.ts";
 import { answered, errorsOf, startApi, wrk, WARM_UP_SECONDS, type WrkResult } from "./api-bench.ts";
-import { freshDatabase, log, median } from "./support.ts";
+import { freshDatabase, log, median, type FreshDb } from "./support.ts";
 import { tokenFor } from "../testkit/auth.ts";
 import { API_APP, type Service } from "../testkit/processes.ts";
 
@@ -30,6 +30,12 @@ export interface Setting {
   readonly env: Record<string, string>;
   /** A checkout of another commit to run `api.ts` from (relay-baseline.ts checkoutOf); default this one. */
   readonly cwd?: string;
+  /**
+   * A database of its own, left empty for its `api.ts` to migrate: for a release whose schema
+   * differs (an older api.ts stops on a database migrated past what it knows). Default: the
+   * one database both APIs share.
+   */
+  readonly ownDatabase?: boolean;
 }
 
 /** Rounds of sideBySideRun, the start order alternated: medians of the per-round ratios a/b. */
@@ -72,11 +78,13 @@ const created = (r: WrkResult): number => answered(r, 201);
 /** One round: both APIs started (`a` first when `aFirst`), warmed up together, then measured together. */
 export async function sideBySideRun(connections: number, seconds: number, a: Setting, b: Setting, aFirst: boolean): Promise<SideBySide> {
   const db = await freshDatabase("sidebyside");
+  const own = new Map<Setting, FreshDb>();
+  for (const s of [a, b]) if (s.ownDatabase) own.set(s, await freshDatabase("sidebyside", 4, false));
   const half = Math.max(1, Math.floor(connections / 2));
   const token = await tokenFor();
   const apis: Service[] = [];
   try {
-    for (const s of aFirst ? [a, b] : [b, a]) apis.push(await startApi(db, "info", { ...s.env, API_POOL_SIZE: String(half) }, "jwt", s.cwd));
+    for (const s of aFirst ? [a, b] : [b, a]) apis.push(await startApi(own.get(s) ?? db, "info", { ...s.env, API_POOL_SIZE: String(half) }, "jwt", s.cwd));
     const [apiA, apiB] = aFirst ? [apis[0]!, apis[1]!] : [apis[1]!, apis[0]!];
     const both = (s: number) => Promise.all([wrk(apiA.port, half, s, undefined, token), wrk(apiB.port, half, s, undefined, token)]);
     const warm = await both(WARM_UP_SECONDS);
@@ -97,7 +105,7 @@ export async function sideBySideRun(connections: number, seconds: number, a: Set
     return result;
   } finally {
     await Promise.all(apis.map((api) => api.child.stop()));
-    await db.drop();
+    await Promise.all([db, ...own.values()].map((d) => d.drop()));
   }
 }
 

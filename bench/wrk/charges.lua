@@ -1,11 +1,13 @@
 -- wrk script for POST /charges. BENCH_KEY set: every request uses that key (replays, 409s);
 -- unset: every request gets a fresh random UUID key (thread id + counter keep them unique).
 -- BENCH_TOKEN set: every request carries "Authorization: Bearer <token>" (AUTH_MODE=jwt).
+-- BENCH_BODY set: the JSON body of every request (e.g. with a paymentMethod for the processor
+-- mode); unset: {"amountCents":4900}.
 -- Every answer's status is counted per thread; done() adds them up and prints one line
 -- "BENCHJSON {...}" that bench/api-bench.ts parses (latencies in µs, statuses by code).
 local fixed = os.getenv("BENCH_KEY")
 local token = os.getenv("BENCH_TOKEN")
-local body = '{"amountCents":4900}'
+local body = os.getenv("BENCH_BODY") or '{"amountCents":4900}'
 local counter = 0
 local threads = {}
 -- Per thread (each thread has a Lua state of its own): status code -> answers.
