@@ -59,6 +59,10 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
     maxNetworkRetries: 0,
     timeout: config.timeoutMs,
     httpClient: Stripe.createFetchHttpClient(),
+    // The package's request telemetry (latency headers on the next call) is for Stripe's own
+    // dashboards; ours is http_client_request_duration_seconds. Under load its buffer fills and
+    // it writes a line to stderr per dropped message.
+    telemetry: false,
   });
   const duration = meter.createHistogram("http_client_request_duration_seconds", {
     description: "Calls to the payment processor, by method and answer (or error_type when none came)",
