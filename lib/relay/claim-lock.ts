@@ -49,3 +49,32 @@ export function createClaimFrontier(): ClaimFrontier {
     },
   };
 }
+
+/**
+ * How many heads a claim takes, so that their followers fill the rest of it (claims are
+ * serialized: one per relay). A backlog of many events per aggregate is then claimed as whole
+ * chains, a few heads and every due row behind them, not as a claim full of heads whose later
+ * events every following claim walks past, one probe each, while those heads are in flight
+ * (bench/README.md, "Relay order").
+ */
+export interface HeadLimit {
+  /** The heads a claim of `limit` rows takes. */
+  of(limit: number): number;
+  /** A claim of `limit` rows took `heads` heads and `followers` followers. */
+  claimed(limit: number, heads: number, followers: number): void;
+}
+
+export function createHeadLimit(): HeadLimit {
+  // Followers per head, as the last claims found them: 0 while every head stands alone.
+  let ratio = 0;
+  return {
+    of: (limit) => Math.max(1, Math.min(limit, Math.floor(limit / (1 + ratio)))),
+    claimed(limit, heads, followers) {
+      if (heads === 0) return;
+      const found = followers / heads;
+      // Cut by the claim's size: the chains are longer than found, so take fewer heads next.
+      const cut = followers > 0 && heads + followers >= limit;
+      ratio = cut ? Math.max(found, ratio) * 2 : found;
+    },
+  };
+}

@@ -62,17 +62,43 @@ export async function batchSettings(tx: Db): Promise<void> {
   await tx`select set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('synchronous_commit', 'off', true)`.execute();
 }
 
+// The due rows a claim looks at, in created_at order from `from` (or the top of the pending
+// index): `walk` of them at most, locked or not.
+function dueWindow(tx: Db, walk: number, from: string | undefined) {
+  return tx`
+    select created_at from outbox
+    where published_at is null and parked_at is null
+      and (next_attempt_at is null or next_attempt_at <= now())
+      ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
+    order by created_at offset ${walk - 1} limit 1`;
+}
+
 /**
- * Locks up to `limit` heads that are due, oldest first, from `from` (a created_at as the claim
- * returns it) or from the top of the pending index. A head is its aggregate's oldest
- * unpublished event; a row behind an unpublished one (in flight in another batch, backing
- * off, parked) is not a head: it waits, and only its aggregate waits with it. A `sequence` of
- * 1 (every ChargeCreated) is a head without looking further; any other row the walk passes
- * costs a probe of its aggregate's rows (the hash index on aggregate_id). SKIP LOCKED: rows
+ * Where the claim's window (claimHeads) ends: the created_at of its `walk`-th due row from
+ * `from`, as claimHeads returns created_at; undefined when fewer are due (the window reaches
+ * the end of the pending index). Pipelined with the claim: no round trip of its own.
+ */
+export async function claimWindowEnd(tx: Db, walk: number, from?: string): Promise<string | undefined> {
+  const [row] = await tx<{ windowEnd: string }[]>`
+    select to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "windowEnd"
+    from (${dueWindow(tx, walk, from)}) as w`.execute();
+  return row?.windowEnd;
+}
+
+/**
+ * Locks the heads that are due among the first `walk` due rows from `from` (a created_at as
+ * the claim returns it) or from the top of the pending index, `limit` at most, oldest first.
+ * A head is its aggregate's oldest unpublished event; a row behind an unpublished one (in
+ * flight in another batch, backing off, parked) is not a head: it waits, and only its
+ * aggregate waits with it. A `sequence` of 1 (every ChargeCreated) is a head without looking
+ * further; any other row the walk passes costs a probe of its aggregate's rows (the hash index
+ * on aggregate_id). The walk is bounded: behind a backlog of one aggregate's events in flight,
+ * an unbounded walk probed every row of the backlog for each claim (bench/README.md, "Relay
+ * order"); the next claim starts where this window ended (claimWindowEnd). SKIP LOCKED: rows
  * another relay (or lane) holds are passed over, never waited for. The scan follows the
  * partial index on pending rows; parked rows and rows still backing off are filtered out.
  */
-export async function claimHeads(tx: Db, limit: number, from?: string): Promise<OutboxRow[]> {
+export async function claimHeads(tx: Db, limit: number, from?: string, walk: number = limit): Promise<OutboxRow[]> {
   // Named as OutboxRow's fields in SQL: the rows come back in their final shape, with no
   // per-row copy on the drain's hot path.
   return await tx<OutboxRow[]>`
@@ -84,6 +110,7 @@ export async function claimHeads(tx: Db, limit: number, from?: string): Promise<
       and parked_at is null
       and (next_attempt_at is null or next_attempt_at <= now())
       ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
+      and created_at <= coalesce((${dueWindow(tx, walk, from)}), 'infinity')
       and (sequence = 1 or not exists (
         select 1 from outbox p
         where p.aggregate_id = o.aggregate_id and p.aggregate_type = o.aggregate_type
