@@ -6,7 +6,7 @@
 // the commit leaves every row pending, so the worst case is a second delivery, never a loss.
 import type { Sql, Tx } from "../shared/db.ts";
 import { transaction } from "../shared/tx.ts";
-import { claimFollowers, claimHeads, claimWindowEnd, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
+import { claimFollowers, claimHeads, claimWindow, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
 import type { GcPacer } from "../shared/gc-pacer.ts";
 import type { ClaimFrontier, ClaimLock, HeadLimit } from "./claim-lock.ts";
@@ -88,14 +88,18 @@ function handOver(ctx: BatchContext, claimed: readonly OutboxRow[]): { rows: Out
 async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: OutboxRow[]; heads: number; full: boolean; fromTop: boolean }> {
   const from = turn.frontier.from(performance.now());
   const headLimit = turn.heads.of(limit);
-  const [, end, heads] = await Promise.all([batchSettings(tx), claimWindowEnd(tx, limit, from), claimHeads(tx, headLimit, from, limit)]);
+  const [, window, heads] = await Promise.all([batchSettings(tx), claimWindow(tx, limit, from), claimHeads(tx, headLimit, from, limit)]);
   // Stopped at its head limit, the walk ended at its last head: the next claim starts there.
   // Otherwise it walked the whole window, and the next starts where that ended.
   const stopped = heads.length === headLimit;
-  const full = stopped || end !== undefined;
-  turn.frontier.claimed(limit, full ? limit : heads.length, stopped ? heads.at(-1)?.createdAt : end);
-  const followers = heads.length < limit ? await claimFollowers(tx, heads, limit - heads.length) : [];
-  if (heads.length < limit) turn.heads.claimed(limit, heads.length, followers.length);
+  const full = stopped || window.end !== undefined;
+  turn.frontier.claimed(limit, full ? limit : heads.length, stopped ? heads.at(-1)?.createdAt : window.end);
+  // No room, or no other due row in the window (every one a head it took: a few ChargeCreated
+  // at live rates): no followers to look for, no round trip. One that lies before the window
+  // waits to be a head.
+  const room = heads.length < limit && window.rows > heads.length;
+  const followers = room ? await claimFollowers(tx, heads, limit - heads.length) : [];
+  if (room) turn.heads.claimed(limit, heads.length, followers.length);
   return { rows: followers.length > 0 ? [...heads, ...followers] : heads, heads: heads.length, full, fromTop: from === undefined };
 }
 

@@ -70,19 +70,30 @@ function dueWindow(tx: Db, walk: number, from: string | undefined) {
     where published_at is null and parked_at is null
       and (next_attempt_at is null or next_attempt_at <= now())
       ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
-    order by created_at offset ${walk - 1} limit 1`;
+    order by created_at limit ${walk}`;
 }
 
-/**
- * Where the claim's window (claimHeads) ends: the created_at of its `walk`-th due row from
- * `from`, as claimHeads returns created_at; undefined when fewer are due (the window reaches
- * the end of the pending index). Pipelined with the claim: no round trip of its own.
- */
-export async function claimWindowEnd(tx: Db, walk: number, from?: string): Promise<string | undefined> {
-  const [row] = await tx<{ windowEnd: string }[]>`
-    select to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "windowEnd"
+function windowBound(tx: Db, walk: number, from: string | undefined) {
+  return tx`select max(created_at) from (${dueWindow(tx, walk, from)}) as w having count(*) = ${walk}`;
+}
+
+export interface ClaimWindow {
+  /** The due rows in the window (at most `walk`), locked or not. */
+  readonly rows: number;
+  /**
+   * The created_at of its last row, as claimHeads returns created_at, when the window is full;
+   * undefined when fewer are due (it reaches the end of the pending index).
+   */
+  readonly end: string | undefined;
+}
+
+/** The claim's window (claimHeads). Pipelined with the claim: no round trip of its own. */
+export async function claimWindow(tx: Db, walk: number, from?: string): Promise<ClaimWindow> {
+  const [row] = await tx<{ rows: number; end: string | null }[]>`
+    select count(*)::int as rows,
+           case when count(*) = ${walk} then to_char(max(created_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') end as "end"
     from (${dueWindow(tx, walk, from)}) as w`.execute();
-  return row?.windowEnd;
+  return { rows: row?.rows ?? 0, end: row?.end ?? undefined };
 }
 
 /**
@@ -94,7 +105,7 @@ export async function claimWindowEnd(tx: Db, walk: number, from?: string): Promi
  * further; any other row the walk passes costs a probe of its aggregate's rows (the hash index
  * on aggregate_id). The walk is bounded: behind a backlog of one aggregate's events in flight,
  * an unbounded walk probed every row of the backlog for each claim (bench/README.md, "Relay
- * order"); the next claim starts where this window ended (claimWindowEnd). SKIP LOCKED: rows
+ * order"); the next claim starts where this window ended (claimWindow). SKIP LOCKED: rows
  * another relay (or lane) holds are passed over, never waited for. The scan follows the
  * partial index on pending rows; parked rows and rows still backing off are filtered out.
  */
@@ -110,7 +121,7 @@ export async function claimHeads(tx: Db, limit: number, from?: string, walk: num
       and parked_at is null
       and (next_attempt_at is null or next_attempt_at <= now())
       ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
-      and created_at <= coalesce((${dueWindow(tx, walk, from)}), 'infinity')
+      and created_at <= coalesce((${windowBound(tx, walk, from)}), 'infinity')
       and (sequence = 1 or not exists (
         select 1 from outbox p
         where p.aggregate_id = o.aggregate_id and p.aggregate_type = o.aggregate_type
