@@ -47,18 +47,17 @@ export interface PacedRun {
 
 interface RelayProcess {
   readonly service: Service;
-  /** Batches logged so far, and the rows they claimed. */
-  readonly batches: { count: number; rows: number };
+  /** Its "batch" log lines so far: when (epoch ms, the line's own time) and the rows claimed. */
+  readonly batches: { at: number; rows: number }[];
 }
 
 async function startRelay(db: FreshDb, cwd: string | undefined): Promise<RelayProcess> {
   const { mqttUrl } = await benchServices();
-  const batches = { count: 0, rows: 0 };
+  const batches: { at: number; rows: number }[] = [];
   const onLine = (line: string): void => {
     if (!line.includes('"msg":"batch"')) return;
-    const claimed = (JSON.parse(line) as { claimed?: number }).claimed ?? 0;
-    batches.count += 1;
-    batches.rows += claimed;
+    const { time, claimed } = JSON.parse(line) as { time: string; claimed?: number };
+    batches.push({ at: Date.parse(time), rows: claimed ?? 0 });
   };
   const env = { DATABASE_URL: db.url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: `bench/${db.name}/`, LOG_LEVEL: "info" };
   const service = await startEntrypoint("relay", { name: "relay", env, cwd, stdout: onLine });
@@ -97,25 +96,28 @@ export async function pacedRun(rate: number, seconds: number, cwd?: string): Pro
     await openLoop([api.base], rate, PACED_WARM_UP_SECONDS, token);
     await untilDrained(db.sql, DRAIN_TIMEOUT_MS);
     const pid = relay.service.child.pid;
-    const before = { cpu: processCpuSeconds(pid), ...relay.batches };
+    const before = processCpuSeconds(pid);
     const backends = await sampleCpu(db.sql, RELAY_APP, [pid]);
-    const started = performance.now();
+    const started = { ms: performance.now(), at: Date.now() };
     const [paced] = await openLoop([api.base], rate, seconds, token);
     await untilDrained(db.sql, DRAIN_TIMEOUT_MS);
     const cost = await backends.stop();
-    const elapsed = (performance.now() - started) / 1000;
+    const cpu = processCpuSeconds(pid) - before;
+    const elapsed = (performance.now() - started.ms) / 1000;
+    const ended = Date.now();
+    // Its log lines are read to the end once it has stopped (a pipe holds the last ones back).
+    await relay.service.child.stop();
+    const batches = relay.batches.filter((b) => b.at >= started.at && b.at <= ended);
     const events = paced?.created ?? 0;
-    const batches = relay.batches.count - before.count;
-    const cpu = processCpuSeconds(pid) - before.cpu;
     return {
       rate,
       events,
       relayUsPerEvent: (cpu * 1e6) / events,
-      relayUsPerBatch: (cpu * 1e6) / Math.max(batches, 1),
+      relayUsPerBatch: (cpu * 1e6) / Math.max(batches.length, 1),
       // Postgres's own processes (WAL writer, …) are in sampleCpu's figure too: shared with the API.
       relayPostgresUsPerEvent: ((cost.postgresS ?? Number.NaN) * 1e6) / events,
-      batchesPerSec: batches / elapsed,
-      rowsPerBatch: (relay.batches.rows - before.rows) / Math.max(batches, 1),
+      batchesPerSec: batches.length / elapsed,
+      rowsPerBatch: batches.reduce((n, b) => n + b.rows, 0) / Math.max(batches.length, 1),
     };
   } finally {
     await relay.service.child.stop();

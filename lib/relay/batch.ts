@@ -9,7 +9,7 @@ import { transaction } from "../shared/tx.ts";
 import { claimFollowers, claimHeads, claimWindow, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
 import type { GcPacer } from "../shared/gc-pacer.ts";
-import type { ClaimFrontier, ClaimLock, HeadLimit } from "./claim-lock.ts";
+import type { ClaimFrontier, ClaimLock, HeadLimit, WindowSize } from "./claim-lock.ts";
 import { EMPTY_RESULT, tally, type BatchResult, type Outcome } from "./outcome.ts";
 import { chainsOf, publishChains, publishInTurn } from "./handover.ts";
 
@@ -32,8 +32,9 @@ export interface BatchTurn {
   readonly lock: ClaimLock;
   /** Where the next claim starts. */
   readonly frontier: ClaimFrontier;
-  /** How many heads it takes. */
+  /** How many heads it takes, and how many due rows it looks at. */
   readonly heads: HeadLimit;
+  readonly window: WindowSize;
   /** Aborted once the relay is stopping: no new claim. */
   readonly stop: AbortSignal;
 }
@@ -88,7 +89,9 @@ function handOver(ctx: BatchContext, claimed: readonly OutboxRow[]): { rows: Out
 async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: OutboxRow[]; heads: number; full: boolean; fromTop: boolean }> {
   const from = turn.frontier.from(performance.now());
   const headLimit = turn.heads.of(limit);
-  const [, window, heads] = await Promise.all([batchSettings(tx), claimWindow(tx, limit, from), claimHeads(tx, headLimit, from, limit)]);
+  const walk = turn.window.of(limit);
+  const [, window, heads] = await Promise.all([batchSettings(tx), claimWindow(tx, walk, from), claimHeads(tx, headLimit, from, walk)]);
+  if (window.end !== undefined) turn.window.claimed(walk, window.firstEvents, heads.length);
   // Stopped at its head limit, the walk ended at its last head: the next claim starts there.
   // Otherwise it walked the whole window, and the next starts where that ended.
   const stopped = heads.length === headLimit;
@@ -122,6 +125,8 @@ export function startBatch(ctx: BatchContext, turn: BatchTurn, limit: number): B
     () => handOff(NOTHING),
     () => handOff(NOTHING),
   );
+  const release = (): void => void claimed.then((c) => turn.window.hold(-c.rows));
+  result.then(release, release);
   return { claimed, result };
 }
 
@@ -141,6 +146,8 @@ async function batchInTx(
     // (Never parked while holding the lock: the other lanes wait on it.)
     if (turn.stop.aborted || !ctx.broker.connected || lost()) return undefined;
     const { rows: claimedRows, heads, full, fromTop } = await claim(turn, limit, tx);
+    // Held until the batch settles (startBatch).
+    turn.window.hold(claimedRows.length);
     const since = performance.now();
     // Every head is handed to the broker before the next claim, so the heads' publish order
     // follows created_at; a small claim is published in turn before the lock is let go.

@@ -78,3 +78,36 @@ export function createHeadLimit(): HeadLimit {
     },
   };
 }
+
+/**
+ * How many due rows a claim of `limit` rows looks at (its window, outbox-sql.ts claimHeads):
+ * `limit` of them, more while the windows' ChargeCreated rows (heads without a probe) are
+ * mostly held by another relay's claims. Two relays on one database took turns at each
+ * other's locked windows, one claim in two finding nothing (bench/README.md, "Relay order").
+ */
+export interface WindowSize {
+  of(limit: number): number;
+  /** Rows this relay's batches hold now (claimed, not yet committed): `rows` more, or fewer. */
+  hold(rows: number): void;
+  /** A full window of `walk` rows held `firstEvents` ChargeCreated rows, of which the claim took `heads`. */
+  claimed(walk: number, firstEvents: number, heads: number): void;
+}
+
+// Windows grow to this many times the claim at most: past the claims of the other relays' lanes.
+const MAX_WINDOW_FACTOR = 8;
+
+export function createWindowSize(): WindowSize {
+  let factor = 1;
+  let held = 0;
+  return {
+    of: (limit) => limit * factor,
+    hold(rows) {
+      held += rows;
+    },
+    claimed(walk, firstEvents, heads) {
+      // ChargeCreated rows it did not take are locked; those this relay's lanes hold are no reason to look further.
+      const heldElsewhere = firstEvents - heads - held > walk / 2;
+      factor = heldElsewhere ? Math.min(MAX_WINDOW_FACTOR, factor * 2) : Math.max(1, factor / 2);
+    },
+  };
+}

@@ -66,7 +66,7 @@ export async function batchSettings(tx: Db): Promise<void> {
 // index): `walk` of them at most, locked or not.
 function dueWindow(tx: Db, walk: number, from: string | undefined) {
   return tx`
-    select created_at from outbox
+    select created_at, sequence from outbox
     where published_at is null and parked_at is null
       and (next_attempt_at is null or next_attempt_at <= now())
       ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
@@ -80,6 +80,8 @@ function windowBound(tx: Db, walk: number, from: string | undefined) {
 export interface ClaimWindow {
   /** The due rows in the window (at most `walk`), locked or not. */
   readonly rows: number;
+  /** Of which ChargeCreated rows (sequence 1: heads unless locked). */
+  readonly firstEvents: number;
   /**
    * The created_at of its last row, as claimHeads returns created_at, when the window is full;
    * undefined when fewer are due (it reaches the end of the pending index).
@@ -89,11 +91,11 @@ export interface ClaimWindow {
 
 /** The claim's window (claimHeads). Pipelined with the claim: no round trip of its own. */
 export async function claimWindow(tx: Db, walk: number, from?: string): Promise<ClaimWindow> {
-  const [row] = await tx<{ rows: number; end: string | null }[]>`
-    select count(*)::int as rows,
+  const [row] = await tx<{ rows: number; firstEvents: number; end: string | null }[]>`
+    select count(*)::int as rows, count(*) filter (where sequence = 1)::int as "firstEvents",
            case when count(*) = ${walk} then to_char(max(created_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') end as "end"
     from (${dueWindow(tx, walk, from)}) as w`.execute();
-  return { rows: row?.rows ?? 0, end: row?.end ?? undefined };
+  return { rows: row?.rows ?? 0, firstEvents: row?.firstEvents ?? 0, end: row?.end ?? undefined };
 }
 
 /**
