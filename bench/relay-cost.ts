@@ -63,7 +63,7 @@ async function relayBackends(sql: Sql, database: string): Promise<number[]> {
 
 const sum = (pids: readonly number[]): number => pids.reduce((total, pid) => total + cpuSeconds(pid), 0);
 
-async function startRelays(db: FreshDb, count: number, prefix: string, profileDir: string | undefined): Promise<Child[]> {
+async function startRelays(db: FreshDb, count: number, prefix: string, profileDir: string | undefined, cwd: string | undefined): Promise<Child[]> {
   const { mqttUrl } = await benchServices();
   return Promise.all(
     Array.from({ length: count }, async (_, i) => {
@@ -71,6 +71,7 @@ async function startRelays(db: FreshDb, count: number, prefix: string, profileDi
       const cmd = profileDir ? ["bun", "--cpu-prof", "--cpu-prof-dir", profileDir, "relay.ts"] : ["bun", "relay.ts"];
       const child = spawnChild(cmd, {
         name: `relay ${i + 1}`,
+        cwd,
         env: { DATABASE_URL: db.url, MQTT_URL: mqttUrl, RELAY_PORT: String(port), MQTT_TOPIC_PREFIX: prefix },
       });
       await waitForHttp(child, `http://127.0.0.1:${port}/readyz`);
@@ -82,11 +83,12 @@ async function startRelays(db: FreshDb, count: number, prefix: string, profileDi
 /**
  * Starts the relays on an empty outbox, then commits `rows` pending rows in one transaction
  * and measures the CPU spent until they are all published. The pool's connections open
- * during the drain; their backends' CPU is counted from their start.
+ * during the drain; their backends' CPU is counted from their start. `cwd`: another checkout's
+ * relay (relay-baseline.ts checkoutOf), on the schema of this one.
  */
-export async function relayCost(rows: number, relays = 1, profileDir?: string): Promise<RelayCost> {
+export async function relayCost(rows: number, relays = 1, profileDir?: string, cwd?: string): Promise<RelayCost> {
   const db = await freshDatabase("cost", 4);
-  const relayChildren = await startRelays(db, relays, `bench/${db.name}/`, profileDir);
+  const relayChildren = await startRelays(db, relays, `bench/${db.name}/`, profileDir, cwd);
   try {
     const pgPids = postgresPids();
     const backendsBefore = await relayBackends(db.sql, db.name);

@@ -18,7 +18,7 @@ export interface Report {
   readonly notes: string[];
   readonly raw: Record<string, unknown>;
   row(figure: string, ours: number | null, unit: string, target: string, check: ((v: number) => boolean) | null, limit?: number | null, ratio?: number | null): void;
-  /** Runs `body` unless `--only` names another section. */
+  /** Runs `body` unless `--only` names other sections (several with `|`: `--only "relay|end to end"`). */
   section(name: string, body: () => Promise<void>): Promise<void>;
   /** Prints the table and notes, writes the JSON file; the process's exit code. */
   finish(quick: boolean, started: number): Promise<number>;
@@ -36,7 +36,7 @@ export function createReport(only: string | undefined, raw: Record<string, unkno
       rows.push({ figure, ours, limit, ratio, unit, target, met: check && judged !== null && Number.isFinite(judged) ? check(judged) : null });
     },
     async section(name, body) {
-      if (only !== undefined && !name.includes(only)) return;
+      if (only !== undefined && !only.split("|").some((part) => name.includes(part))) return;
       try {
         await body();
       } catch (error) {

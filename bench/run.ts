@@ -10,6 +10,7 @@ import { compareSideBySide, type Comparison } from "./side-by-side.ts";
 import { brokerLimit, relayDrain, REFUNDS_PER_CHARGE, type BrokerLimit, type RelayDrain } from "./mqtt-bench.ts";
 import { checkoutOf, ELYSIA_BASELINE, OPEN_COUNT_BASELINE, ORDER_BASELINE } from "./relay-baseline.ts";
 import { relayCost, type RelayCost } from "./relay-cost.ts";
+import { besideSection, liveCpuSection } from "./relay-live.ts";
 import { growthSection, GROWTH_DEFAULTS } from "./outbox-growth.ts";
 import { unitCostsSection } from "./unit-costs.ts";
 import { processorSection } from "./processor-bench.ts";
@@ -283,6 +284,8 @@ await section("relay cost and scale-out", async () => {
   row("2 relays rows/s vs 1 relay (one database)", median(two.map((c) => c.rowsPerSec)), "/s", "-", null, median(one.map((c) => c.rowsPerSec)), median(ratios));
 });
 
+await section("relay beside the API", () => besideSection(report, P.pairs, P.seconds));
+await section("relay CPU at live rates", () => liveCpuSection(report, P.pairs, quick ? 3 : 5));
 await section("end to end", async () => {
   const e = await e2eRun(E2E_RATE, P.e2eSeconds);
   raw.e2e = e;

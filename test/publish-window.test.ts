@@ -88,6 +88,18 @@ test("a read that frees slots for waiting publishes sends them, not a PINGREQ", 
   expect(packets()).toEqual([PUBLISH_QOS1, PUBLISH_QOS1]);
 });
 
+test("a publish sent from a PUBACK's callback (the next row of a chain) carries the ACK: no PINGREQ with it", async () => {
+  const { window, packets } = recorded(20);
+  // Two publishes in flight; the first's PUBACK hands over the next, as a chain of rows does.
+  window.deliver(message(1), () => window.deliver(message(3), () => {}));
+  window.deliver(message(2), () => {});
+  await turn();
+  window.acked(1, 0);
+  window.readDone();
+  await turn();
+  expect(packets()).toEqual([PUBLISH_QOS1, PUBLISH_QOS1, PUBLISH_QOS1]);
+});
+
 test("a lost connection fails every publish, the oldest in flight with the DISCONNECT's reason", async () => {
   const { window } = recorded(1);
   const settled = [1, 2].map((n) => window.publish(message(n)).catch((error: unknown) => error));

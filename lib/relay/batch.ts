@@ -6,10 +6,10 @@
 // the commit leaves every row pending, so the worst case is a second delivery, never a loss.
 import type { Sql, Tx } from "../shared/db.ts";
 import { transaction } from "../shared/tx.ts";
-import { claimFollowers, claimHeads, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
+import { claimFollowers, claimHeads, claimWindow, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
 import type { GcPacer } from "../shared/gc-pacer.ts";
-import type { ClaimFrontier, ClaimLock } from "./claim-lock.ts";
+import type { ClaimFrontier, ClaimLock, HeadLimit, WindowSize } from "./claim-lock.ts";
 import { EMPTY_RESULT, tally, type BatchResult, type Outcome } from "./outcome.ts";
 import { chainsOf, publishChains, publishInTurn } from "./handover.ts";
 
@@ -32,17 +32,24 @@ export interface BatchTurn {
   readonly lock: ClaimLock;
   /** Where the next claim starts. */
   readonly frontier: ClaimFrontier;
+  /** How many heads it takes, and how many due rows it looks at. */
+  readonly heads: HeadLimit;
+  readonly window: WindowSize;
   /** Aborted once the relay is stopping: no new claim. */
   readonly stop: AbortSignal;
 }
 
-/** What a claim took: its rows, and how many of them are heads (outbox-sql.ts claimHeads). */
+/**
+ * What a claim took: its rows, how many of them are heads (outbox-sql.ts claimHeads), and
+ * whether its window was full (as many due rows as it asked for, locked or not: more may be due).
+ */
 export interface Claimed {
   readonly rows: number;
   readonly heads: number;
+  readonly full: boolean;
 }
 
-const NOTHING: Claimed = { rows: 0, heads: 0 };
+const NOTHING: Claimed = { rows: 0, heads: 0, full: false };
 
 export interface BatchRun {
   /** What was claimed, known as soon as it is handed to the publisher (nothing when none or failed). */
@@ -74,6 +81,31 @@ function handOver(ctx: BatchContext, claimed: readonly OutboxRow[]): { rows: Out
   return { rows, outcomes, inTurn };
 }
 
+/**
+ * The claim, under the claim lock: the heads of a window of due rows and, with room left,
+ * their followers. The settings, the window's end and the heads leave in one write
+ * (pipelined): one round trip; the followers one more, when the heads left room.
+ */
+async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: OutboxRow[]; heads: number; full: boolean; fromTop: boolean }> {
+  const from = turn.frontier.from(performance.now());
+  const headLimit = turn.heads.of(limit);
+  const walk = turn.window.of(limit);
+  const [, window, heads] = await Promise.all([batchSettings(tx), claimWindow(tx, walk, from), claimHeads(tx, headLimit, from, walk)]);
+  if (window.end !== undefined) turn.window.claimed(walk, window.firstEvents, heads.length);
+  // Stopped at its head limit, the walk ended at its last head: the next claim starts there.
+  // Otherwise it walked the whole window, and the next starts where that ended.
+  const stopped = heads.length === headLimit;
+  const full = stopped || window.end !== undefined;
+  turn.frontier.claimed(limit, full ? limit : heads.length, stopped ? heads.at(-1)?.createdAt : window.end);
+  // No room, or no other due row in the window (every one a head it took: a few ChargeCreated
+  // at live rates): no followers to look for, no round trip. One that lies before the window
+  // waits to be a head.
+  const room = heads.length < limit && window.rows > heads.length;
+  const followers = room ? await claimFollowers(tx, heads, limit - heads.length) : [];
+  if (room) turn.heads.claimed(limit, heads.length, followers.length);
+  return { rows: followers.length > 0 ? [...heads, ...followers] : heads, heads: heads.length, full, fromTop: from === undefined };
+}
+
 /** Never settles; what awaits it is dropped with it (nothing else references it). */
 const forever = (): Promise<never> => new Promise<never>(() => {});
 
@@ -93,6 +125,8 @@ export function startBatch(ctx: BatchContext, turn: BatchTurn, limit: number): B
     () => handOff(NOTHING),
     () => handOff(NOTHING),
   );
+  const release = (): void => void claimed.then((c) => turn.window.hold(-c.rows));
+  result.then(release, release);
   return { claimed, result };
 }
 
@@ -111,24 +145,19 @@ async function batchInTx(
     // Checked under the lock: no claim while the broker is away (no attempts burnt) or stopping.
     // (Never parked while holding the lock: the other lanes wait on it.)
     if (turn.stop.aborted || !ctx.broker.connected || lost()) return undefined;
-    // Both statements leave in one write (pipelined): one round trip.
-    const from = turn.frontier.from(performance.now());
-    const [, heads] = await Promise.all([batchSettings(tx), claimHeads(tx, limit, from)]);
-    turn.frontier.claimed(limit, heads.length, heads.at(-1)?.createdAt);
-    // A claim full of heads has no room for followers; one that is not looks for them, one
-    // more round trip, when few rows are due.
-    const claimedRows = heads.length < limit ? [...heads, ...(await claimFollowers(tx, heads, limit - heads.length))] : heads;
+    const { rows: claimedRows, heads, full, fromTop } = await claim(turn, limit, tx);
+    // Held until the batch settles (startBatch).
+    turn.window.hold(claimedRows.length);
     const since = performance.now();
-    const fromTop = from === undefined;
     // Every head is handed to the broker before the next claim, so the heads' publish order
     // follows created_at; a small claim is published in turn before the lock is let go.
     const { rows, outcomes, inTurn } = handOver(ctx, claimedRows);
-    return { rows, heads: heads.length, since, fromTop, outcomes: inTurn ? Promise.resolve(await outcomes) : outcomes };
+    return { rows, heads, full, since, fromTop, outcomes: inTurn ? Promise.resolve(await outcomes) : outcomes };
   });
-  handOff(claimed ? { rows: claimed.rows.length, heads: claimed.heads } : NOTHING);
+  handOff(claimed ? { rows: claimed.rows.length, heads: claimed.heads, full: claimed.full } : NOTHING);
   if (!claimed || claimed.rows.length === 0) {
     await stopIfLost();
-    return claimed?.fromTop === false ? { ...EMPTY_RESULT, fromTop: false } : EMPTY_RESULT;
+    return claimed ? { ...EMPTY_RESULT, fromTop: claimed.fromTop, full: claimed.full } : EMPTY_RESULT;
   }
   const outcomes = await claimed.outcomes;
   const answeredMs = performance.now() - claimed.since;
@@ -137,5 +166,5 @@ async function batchInTx(
   // The updates leave in one write (pipelined); postgres.js sends COMMIT after them.
   await Promise.all([markPublished(tx, acked), recordFailures(tx, failures, ctx.retry), recordReleases(tx, releases)]);
   await stopIfLost();
-  return { ...result, answeredMs, fromTop: claimed.fromTop };
+  return { ...result, answeredMs, fromTop: claimed.fromTop, full: claimed.full };
 }

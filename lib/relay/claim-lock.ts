@@ -49,3 +49,65 @@ export function createClaimFrontier(): ClaimFrontier {
     },
   };
 }
+
+/**
+ * How many heads a claim takes, so that their followers fill the rest of it (claims are
+ * serialized: one per relay). A backlog of many events per aggregate is then claimed as whole
+ * chains, a few heads and every due row behind them, not as a claim full of heads whose later
+ * events every following claim walks past, one probe each, while those heads are in flight
+ * (bench/README.md, "Relay order").
+ */
+export interface HeadLimit {
+  /** The heads a claim of `limit` rows takes. */
+  of(limit: number): number;
+  /** A claim of `limit` rows took `heads` heads and `followers` followers. */
+  claimed(limit: number, heads: number, followers: number): void;
+}
+
+export function createHeadLimit(): HeadLimit {
+  // Followers per head, as the last claims found them: 0 while every head stands alone.
+  let ratio = 0;
+  return {
+    of: (limit) => Math.max(1, Math.min(limit, Math.floor(limit / (1 + ratio)))),
+    claimed(limit, heads, followers) {
+      if (heads === 0) return;
+      const found = followers / heads;
+      // Cut by the claim's size: the chains are longer than found, so take fewer heads next.
+      const cut = followers > 0 && heads + followers >= limit;
+      ratio = cut ? Math.max(found, ratio) * 2 : found;
+    },
+  };
+}
+
+/**
+ * How many due rows a claim of `limit` rows looks at (its window, outbox-sql.ts claimHeads):
+ * `limit` of them, more while the windows' ChargeCreated rows (heads without a probe) are
+ * mostly held by another relay's claims. Two relays on one database took turns at each
+ * other's locked windows, one claim in two finding nothing (bench/README.md, "Relay order").
+ */
+export interface WindowSize {
+  of(limit: number): number;
+  /** Rows this relay's batches hold now (claimed, not yet committed): `rows` more, or fewer. */
+  hold(rows: number): void;
+  /** A full window of `walk` rows held `firstEvents` ChargeCreated rows, of which the claim took `heads`. */
+  claimed(walk: number, firstEvents: number, heads: number): void;
+}
+
+// Windows grow to this many times the claim at most: past the claims of the other relays' lanes.
+const MAX_WINDOW_FACTOR = 8;
+
+export function createWindowSize(): WindowSize {
+  let factor = 1;
+  let held = 0;
+  return {
+    of: (limit) => limit * factor,
+    hold(rows) {
+      held += rows;
+    },
+    claimed(walk, firstEvents, heads) {
+      // ChargeCreated rows it did not take are locked; those this relay's lanes hold are no reason to look further.
+      const heldElsewhere = firstEvents - heads - held > walk / 2;
+      factor = heldElsewhere ? Math.min(MAX_WINDOW_FACTOR, factor * 2) : Math.max(1, factor / 2);
+    },
+  };
+}

@@ -92,17 +92,18 @@ export function drain(options: DrainOptions): Promise<void> {
       while (going()) {
         const limit = sizer.next();
         const run = options.startBatch(limit);
-        const { rows: claimed, heads } = await run.claimed;
-        sizer.record(limit, claimed);
-        // A claim full of heads means more may be due: another lane starts while this one
-        // awaits its PUBACKs. One with room for followers took every head due: until a batch
-        // commits, another lane's claim would only walk the rows behind them.
-        if (heads === limit && lanes < maxLanes && going()) spawn();
+        const { rows: claimed, full } = await run.claimed;
+        // A full window grows the next: its rows that were not heads (their aggregate's
+        // earlier event in flight) are no reason to claim less.
+        sizer.record(limit, full ? limit : claimed);
+        // A full window means more may be due past it: another lane starts while this one
+        // awaits its PUBACKs, and claims from where this window ended.
+        if (full && lanes < maxLanes && going()) spawn();
         const result = await run.result;
         sizer.answered(result.claimed, result.answeredMs);
         // Short from the top of the pending index: nothing due is left. Short from the
         // frontier: the next claim starts at the top (claim-lock.ts) and looks again.
-        if (result.claimed < limit && result.fromTop) return;
+        if (!result.full && result.fromTop) return;
       }
     };
     const spawn = (): void => {

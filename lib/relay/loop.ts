@@ -14,7 +14,7 @@ import type { RetryPolicy } from "./outbox-sql.ts";
 import { deliverVia, type Broker, type PublishFn } from "./publisher.ts";
 import { startBatch, type BatchContext, type BatchRun, type BatchTurn } from "./batch.ts";
 import type { BatchResult } from "./outcome.ts";
-import { createClaimFrontier, createClaimLock } from "./claim-lock.ts";
+import { createClaimFrontier, createClaimLock, createHeadLimit, createWindowSize } from "./claim-lock.ts";
 import { createClaimSizer, drain, laneCount } from "./lanes.ts";
 import { createWaker, type Waker } from "./wake.ts";
 import { listenForOutbox, type OutboxListener } from "../shared/wakeup.ts";
@@ -204,7 +204,7 @@ export function createRelay(options: RelayOptions): Relay {
     listening: false,
   };
   const ctx = batchContext(options);
-  const turn: BatchTurn = { lock: createClaimLock(), frontier: createClaimFrontier(), stop: run.stopping.signal };
+  const turn: BatchTurn = { lock: createClaimLock(), frontier: createClaimFrontier(), heads: createHeadLimit(), window: createWindowSize(), stop: run.stopping.signal };
   const maxLanes = options.lanes ?? laneCount(options.batchSize);
   const sizer = createClaimSizer(options.batchSize, ctx.publishTimeoutMs, maxLanes);
   const batch = (limit: number): BatchRun => trackedBatch(run, ctx, turn, limit);

@@ -42,12 +42,14 @@ export interface BatchResult {
    * came back short, nothing due was left. A short claim from the frontier proves nothing.
    */
   readonly fromTop: boolean;
+  /** The claim's window was full (batch.ts Claimed): more rows may be due past it. */
+  readonly full: boolean;
   /** Per destination topic: delivery lags (seconds, row created → PUBACK) and failures. */
   readonly lags: Map<string, number[]>;
   readonly errors: Map<string, number>;
 }
 
-export const EMPTY_RESULT: BatchResult = { claimed: 0, published: 0, answeredMs: 0, fromTop: true, lags: new Map(), errors: new Map() };
+export const EMPTY_RESULT: BatchResult = { claimed: 0, published: 0, answeredMs: 0, fromTop: true, full: false, lags: new Map(), errors: new Map() };
 
 /** The outcome of a publish that rejected with `error`. */
 export function classify(error: unknown, brokerConnected: boolean): Outcome {
@@ -76,7 +78,7 @@ function add<V>(map: Map<string, V[]>, key: string, value: V): void {
 
 export interface Tally {
   /** The batch's result, but for what only the batch knows (answeredMs, fromTop). */
-  readonly result: Omit<BatchResult, "answeredMs" | "fromTop">;
+  readonly result: Omit<BatchResult, "answeredMs" | "fromTop" | "full">;
   /** The `tid`s of the rows the broker acknowledged (markPublished). */
   readonly acked: string[];
   readonly failures: Failure[];

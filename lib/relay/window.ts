@@ -149,11 +149,13 @@ export class PublishWindow {
    * until what it sent last is ACKed, and a client with nothing to send ACKs only when its
    * delayed-ACK timer fires, 40 ms later on Linux. Each time the relay ran out of rows to
    * publish, its last PUBACKs waited that long, and their batch could not commit meanwhile.
+   * Whatever this turn writes carries the ACK, a publish sent from a PUBACK's callback too (the
+   * next row of an aggregate's chain, handover.ts): a PINGREQ after it would make Mosquitto
+   * hold the next PUBACK behind its PINGRESP until our delayed ACK, 40 ms per row of a chain.
    */
   readDone(): void {
-    const before = this.unwritten.length;
     this.refill();
-    if (this.unwritten.length > before || this.inFlight.size === 0 || !this.ackedSinceNudge) return;
+    if (this.unwritten.length > 0 || this.inFlight.size === 0 || !this.ackedSinceNudge) return;
     this.ackedSinceNudge = false;
     this.queue(PINGREQ);
   }
