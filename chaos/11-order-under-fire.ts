@@ -130,7 +130,10 @@ async function deliveryChecks(run: Run, what: string): Promise<void> {
 
 await scenario("11", "order under fire: refunds through two APIs, two relays SIGKILLed, a broker restart, a quarantine", async (ctx) => {
   const broker = await privateMosquitto("max_queued_messages 0");
-  const apis = await Promise.all([startApi(ctx.db.url, ctx.prefix), startApi(ctx.db.url, ctx.prefix)]);
+  // 8 connections each (its 6 workers send 3 refunds at a time): two APIs, two relays and a
+  // subscriber fit on a server other work shares (a run aborted on "too many clients" with 32).
+  const pool = { API_POOL_SIZE: "8" };
+  const apis = await Promise.all([startApi(ctx.db.url, ctx.prefix, undefined, pool), startApi(ctx.db.url, ctx.prefix, undefined, pool)]);
   ctx.sub = await startSubscriber(ctx.db.url, ctx.prefix, ctx.consumer, broker.url);
   const collector = await collect(broker.url, ctx.prefix, { clientId: `chaos-11-order-${ctx.consumer}`, persistent: true });
   const [large, small] = await startRelays(ctx, broker);

@@ -1,7 +1,7 @@
 // `bun run chaos`: runs every scenario in chaos/ (files named <n>-*.ts) one after the other,
 // each as its own process, streams its output, and ends with a table of results and the line
 // "N passed, N failed". Exit 0 only when every scenario held every invariant; a scenario that
-// cannot run here (a tool it needs is missing: chaos/lib/skip.ts) is counted as skipped.
+// cannot run here (a tool or an opt-in it needs is missing: chaos/lib/skip.ts) is counted as skipped.
 // `bun chaos/run-all.ts 1 4` runs only scenarios 1 and 4.
 // Services as `bun test` finds them (testkit/services.ts). The embedded ones are started once,
 // here, and handed to every scenario through the environment: the cluster is started (and on a
@@ -59,6 +59,6 @@ const skipped = results.filter((r) => r.skipped).length;
 const failed = results.length - passed - skipped;
 console.log("chaos summary");
 for (const r of results) console.log(`  ${r.ok ? "PASS" : r.skipped ? "SKIP" : "FAIL"}  ${r.name.padEnd(34)} ${r.seconds.toFixed(1).padStart(6)} s`);
-console.log(`  total: ${results.length} scenarios in ${((Date.now() - started) / 1000).toFixed(1)} s${skipped > 0 ? `, ${skipped} skipped (a tool they need is missing: their lines above say which)` : ""}`);
+console.log(`  total: ${results.length} scenarios in ${((Date.now() - started) / 1000).toFixed(1)} s${skipped > 0 ? `, ${skipped} skipped (a tool or an opt-in they need is missing: their lines above say which)` : ""}`);
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 && passed + skipped > 0 ? 0 : 1);
