@@ -40,6 +40,16 @@ function answeredOtherThan(r: WrkResult, status: number): number {
   return Object.values(r.statuses).reduce((n, count) => n + count, 0) - answered(r, status);
 }
 
+/** A run's p50, p99 and max latency in ms. */
+export function latencyMs(r: WrkResult): { p50Ms: number; p99Ms: number; maxMs: number } {
+  return { p50Ms: r.p50Us / 1000, p99Ms: r.p99Us / 1000, maxMs: r.maxUs / 1000 };
+}
+
+/** A run's charges created (201s) per second, and its latencies in ms. */
+export function createdAndLatency(r: WrkResult): { createdPerSec: number; p50Ms: number; p99Ms: number; maxMs: number } {
+  return { createdPerSec: answered(r, 201) / (r.durationUs / 1e6), ...latencyMs(r) };
+}
+
 /** Answers other than 201, socket errors and timeouts. */
 export function errorsOf(r: WrkResult): number {
   return answeredOtherThan(r, 201) + r.socketErrors + r.timeouts;
@@ -144,7 +154,6 @@ export async function apiRun(connections: number, seconds: number, logLevel: str
   const { token } = await authFor(auth);
   try {
     const { start, run: r, cost, chargesInRun: inRun } = await warmThenMeasure(db, api.port, connections, seconds, token, API_APP, [api.child.pid]);
-    const created = answered(r, 201);
     let replay: { replaysPerSec: number; replayNon2xx: number } | undefined;
     if (replaySeconds > 0) {
       const key = crypto.randomUUID();
@@ -156,10 +165,7 @@ export async function apiRun(connections: number, seconds: number, logLevel: str
     return {
       logLevel,
       auth,
-      createdPerSec: created / (r.durationUs / 1e6),
-      p50Ms: r.p50Us / 1000,
-      p99Ms: r.p99Us / 1000,
-      maxMs: r.maxUs / 1000,
+      ...createdAndLatency(r),
       non2xx: answeredOtherThan(r, 201) + answeredOtherThan(start, 201),
       socketErrors: r.socketErrors + r.timeouts + start.socketErrors + start.timeouts,
       chargesInDb: inRun,
@@ -227,9 +233,7 @@ export async function conflictRun(connections: number, seconds: number): Promise
       requests: r.requests,
       non409: answeredOtherThan(r, 409) + r.socketErrors + r.timeouts,
       statuses: r.statuses,
-      p50Ms: r.p50Us / 1000,
-      p99Ms: r.p99Us / 1000,
-      maxMs: r.maxUs / 1000,
+      ...latencyMs(r),
       winnerStatus,
     };
   } finally {

@@ -3,7 +3,7 @@
 // (API_REUSE_PORT), each with its own pool. Both with their CPU per charge from /proc.
 import { BARE_APP } from "./bare-api.ts";
 import { microsPer } from "./cpu.ts";
-import { answered, errorsOf, warmThenMeasure, WARM_UP_SECONDS, type MeasuredRun } from "./api-bench.ts";
+import { createdAndLatency, errorsOf, warmThenMeasure, WARM_UP_SECONDS, type MeasuredRun } from "./api-bench.ts";
 import { benchServices, freshDatabase } from "./support.ts";
 import { API_APP, spawnScript, startEntrypoint, waitForHttp, type Child } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
@@ -33,13 +33,9 @@ export interface Throughput {
 }
 
 function throughput(label: string, { start, run: r, cost, chargesInRun: chargesInDb }: MeasuredRun): Throughput {
-  const created = answered(r, 201);
   return {
     label,
-    createdPerSec: created / (r.durationUs / 1e6),
-    p50Ms: r.p50Us / 1000,
-    p99Ms: r.p99Us / 1000,
-    maxMs: r.maxUs / 1000,
+    ...createdAndLatency(r),
     startP99Ms: start.p99Us / 1000,
     startMaxMs: start.maxUs / 1000,
     errors: errorsOf(start) + errorsOf(r),

@@ -7,7 +7,7 @@
 //   bun bench/processor-bench.ts [pairs=2] [seconds=10] [sideBySideRounds=3]
 //   bun bench/processor-bench.ts --runs <latencyMs>@<clients> …: only processor runs at those settings (pool 8, 10 s)
 import { runAlone, type Report } from "./report.ts";
-import { answered, errorsOf, wrk, WARM_UP_SECONDS, type WrkResult } from "./api-bench.ts";
+import { answered, createdAndLatency, errorsOf, wrk, WARM_UP_SECONDS, type WrkResult } from "./api-bench.ts";
 import { machineState } from "./cluster.ts";
 import { microsPer, sampleCpu } from "./cpu.ts";
 import { checkoutOf, LEDGER_BASELINE } from "./relay-baseline.ts";
@@ -162,10 +162,7 @@ export async function modeRun(mode: Mode, connections: number, seconds: number, 
     return {
       mode,
       connections,
-      createdPerSec: created / (run.durationUs / 1e6),
-      p50Ms: run.p50Us / 1000,
-      p99Ms: run.p99Us / 1000,
-      maxMs: run.maxUs / 1000,
+      ...createdAndLatency(run),
       statuses: addStatuses([warm, run]),
       errors: errorsOf(warm) + errorsOf(run),
       apiUsPerCharge: microsPer(cost.processS, created),

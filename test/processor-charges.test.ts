@@ -2,12 +2,9 @@
 // row of SPEC's processor table, and each ambiguous answer of the processor on create and on
 // confirm. What is asserted is what the user cares about: the answer, the rows, the event,
 // and the simulator's ledger (at most one confirmed payment per charge, for its amount).
-import { afterAll, beforeAll, beforeEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import type { ApiProcess } from "../lib/api/start.ts";
+import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { getCharge, postCharge } from "../testkit/api.ts";
-import { startProcessorSim, type ProcessorSim } from "../testkit/processor-sim.ts";
-import { chargeWith, confirmationsOf, keyState, paymentsOf, startProcessorApi } from "../testkit/processor.ts";
-import { freshDatabase, type TestDatabase } from "../testkit/services.ts";
+import { chargeWith, confirmationsOf, keyState, paymentsOf, processorTestContext } from "../testkit/processor.ts";
 import type { SimFaultKind, SimOperation } from "../dev/processor-sim/types.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
@@ -15,21 +12,7 @@ setDefaultTimeout(30_000);
 
 // Each call's bound: a hang answers 504 after it.
 const TIMEOUT_MS = 1500;
-let db: TestDatabase;
-let sim: ProcessorSim;
-let api: ApiProcess;
-
-beforeAll(async () => {
-  db = await freshDatabase("processor_charges");
-  sim = await startProcessorSim();
-  api = await startProcessorApi(db.url, sim, { PAYMENT_PROCESSOR_TIMEOUT_MS: String(TIMEOUT_MS) });
-});
-afterAll(async () => {
-  await api.close();
-  await sim.stop();
-  await db.drop();
-});
-beforeEach(() => sim.clearFaults());
+const { db, sim, api } = await processorTestContext("processor_charges", TIMEOUT_MS);
 
 const key = () => crypto.randomUUID();
 

@@ -2,44 +2,21 @@
 // racing to resume one key, a lease taken over while its old holder is still calling (whose
 // phase 3 then writes nothing), parking after the resolve window, and what Postgres shows
 // while calls are held at the processor: no open transaction, no lock.
-import { afterAll, beforeAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
-import type { ApiProcess } from "../lib/api/start.ts";
+import { expect, setDefaultTimeout, test } from "bun:test";
 import { listParked } from "../lib/ops/parked.ts";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import { loadConfig } from "../lib/shared/config.ts";
 import { silentLogger } from "../lib/shared/log.ts";
 import { postCharge, TEST_API_APP } from "../testkit/api.ts";
-import { startProcessorSim, type ProcessorSim } from "../testkit/processor-sim.ts";
-import { chargeWith, confirmationsOf, expireLease, keyState, paymentsOf, processorEnv, startProcessorApi } from "../testkit/processor.ts";
-import { freshDatabase, type TestDatabase } from "../testkit/services.ts";
+import { chargeWith, confirmationsOf, expireLease, keyState, paymentsOf, processorEnv, processorTestContext } from "../testkit/processor.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(60_000);
 
 // Long enough that a held call outlives the checks made while it is held.
 const TIMEOUT_MS = 5000;
-let db: TestDatabase;
-let sim: ProcessorSim;
-let api: ApiProcess;
-let other: ApiProcess;
-
-beforeAll(async () => {
-  db = await freshDatabase("processor_recovery");
-  sim = await startProcessorSim();
-  const env = { PAYMENT_PROCESSOR_TIMEOUT_MS: String(TIMEOUT_MS) };
-  api = await startProcessorApi(db.url, sim, env);
-  other = await startProcessorApi(db.url, sim, env);
-});
-afterAll(async () => {
-  await api.close();
-  await other.close();
-  await sim.stop();
-  await db.drop();
-});
-beforeEach(async () => {
-  sim.clearFaults();
-  await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
-});
+const { db, sim, api, startApi } = await processorTestContext("processor_recovery", TIMEOUT_MS);
+const other = await startApi();
 
 const key = () => crypto.randomUUID();
 const config = () => loadConfig({ DATABASE_URL: db.url, ...processorEnv(sim, TIMEOUT_MS) });

@@ -2,36 +2,19 @@
 // phase 1, the processor's refund under a key derived from the refund, phase 3's confirmation
 // or release, and each ambiguous answer on the refund call. The simulator's ledger is the
 // judge: at most one refund per refund key, and never more refunded than charged.
-import { afterAll, beforeAll, beforeEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import type { ApiProcess } from "../lib/api/start.ts";
+import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { resolveKey } from "../lib/ops/parked.ts";
 import { loadConfig } from "../lib/shared/config.ts";
 import { createProcessorClient } from "../lib/shared/processor/client.ts";
 import { postCharge } from "../testkit/api.ts";
-import { startProcessorSim, type ProcessorSim } from "../testkit/processor-sim.ts";
-import { chargeWith, keyState, processorEnv, refundsOf, startProcessorApi } from "../testkit/processor.ts";
+import { chargeWith, keyState, processorEnv, processorTestContext, refundsOf } from "../testkit/processor.ts";
 import { getRefund, postRefund, refundBody } from "../testkit/refunds.ts";
-import { freshDatabase, type TestDatabase } from "../testkit/services.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
 
 const TIMEOUT_MS = 1500;
-let db: TestDatabase;
-let sim: ProcessorSim;
-let api: ApiProcess;
-
-beforeAll(async () => {
-  db = await freshDatabase("processor_refunds");
-  sim = await startProcessorSim();
-  api = await startProcessorApi(db.url, sim, { PAYMENT_PROCESSOR_TIMEOUT_MS: String(TIMEOUT_MS) });
-});
-afterAll(async () => {
-  await api.close();
-  await sim.stop();
-  await db.drop();
-});
-beforeEach(() => sim.clearFaults());
+const { db, sim, api } = await processorTestContext("processor_refunds", TIMEOUT_MS);
 
 const key = () => crypto.randomUUID();
 

@@ -1,11 +1,13 @@
 // Helpers for the tests of charges and refunds through the payment processor: an in-process
-// API pointed at the simulator, the key row as the foreign step leaves it, and the simulator's
-// ledger for one charge or refund.
+// API pointed at the simulator (and a test file's whole setup of them), the key row as the
+// foreign step leaves it, and the simulator's ledger for one charge or refund.
+import { afterAll, beforeEach } from "bun:test";
 import type { ApiProcess } from "../lib/api/start.ts";
 import type { Sql } from "../lib/shared/db.ts";
 import type { SimLedger, SimPaymentIntentEntry, SimRefundEntry } from "../dev/processor-sim/types.ts";
 import { startTestApi } from "./api.ts";
-import { SIM_KEY, type ProcessorSim } from "./processor-sim.ts";
+import { SIM_KEY, startProcessorSim, type ProcessorSim } from "./processor-sim.ts";
+import { freshDatabase, type TestDatabase } from "./services.ts";
 
 /** What the API needs to talk to `sim`; `timeoutMs` bounds each call (a hang answers 504 after it). */
 export function processorEnv(sim: ProcessorSim, timeoutMs = 3000): Record<string, string> {
@@ -14,6 +16,41 @@ export function processorEnv(sim: ProcessorSim, timeoutMs = 3000): Record<string
 
 export function startProcessorApi(databaseUrl: string, sim: ProcessorSim, env: Record<string, string> = {}): Promise<ApiProcess> {
   return startTestApi(databaseUrl, { ...processorEnv(sim), ...env });
+}
+
+export interface ProcessorTestContext {
+  readonly db: TestDatabase;
+  readonly sim: ProcessorSim;
+  readonly api: ApiProcess;
+  /** One more API on the same database and simulator, closed with the first. */
+  readonly startApi: () => Promise<ApiProcess>;
+}
+
+/**
+ * For a test file: its own database, a simulator and an in-process API talking to it (each
+ * call bounded by `timeoutMs`), all closed after the file; before each test the simulator's
+ * faults are cleared and the four tables emptied.
+ */
+export async function processorTestContext(label: string, timeoutMs: number): Promise<ProcessorTestContext> {
+  const db = await freshDatabase(label);
+  const sim = await startProcessorSim();
+  const apis: ApiProcess[] = [];
+  const startApi = async (): Promise<ApiProcess> => {
+    const api = await startProcessorApi(db.url, sim, { PAYMENT_PROCESSOR_TIMEOUT_MS: String(timeoutMs) });
+    apis.push(api);
+    return api;
+  };
+  const api = await startApi();
+  afterAll(async () => {
+    for (const each of apis) await each.close();
+    await sim.stop();
+    await db.drop();
+  });
+  beforeEach(async () => {
+    sim.clearFaults();
+    await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
+  });
+  return { db, sim, api, startApi };
 }
 
 /** A charge's body through the processor. */
