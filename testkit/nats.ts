@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { BrokerCluster, BrokerNode } from "./broker-cluster.ts";
 import { acceptsTcp, spawnChild, type Child } from "./processes.ts";
 import { waitUntil } from "./wait.ts";
 
@@ -32,30 +33,11 @@ export function natsMissing(): string | undefined {
   return natsServerBinary() === undefined ? "`nats-server` is not installed (apt-get install -y nats-server; .ci/run installs it)" : undefined;
 }
 
-export interface NatsNode {
-  /** n1, n2, n3: its server_name. */
-  readonly name: string;
-  /** mqtt://127.0.0.1:<its MQTT port> */
-  readonly mqttUrl: string;
-  readonly running: boolean;
-  /**
-   * Starts it again on its ports and store: it rejoins the cluster. Resolves once it takes MQTT
-   * connections; its JetStream replicas catch up afterwards (under load that can take longer
-   * than a test should wait, and clients are served meanwhile).
-   */
-  start(): Promise<void>;
-  /** SIGKILL: no goodbye to the cluster or to its clients; resolves once it is gone. */
-  kill(): Promise<void>;
-}
+export type NatsNode = BrokerNode;
 
-export interface NatsCluster {
-  readonly nodes: readonly NatsNode[];
-  /** The nodes' MQTT URLs, n1 first. */
-  readonly mqttUrls: readonly string[];
+export interface NatsCluster extends BrokerCluster {
   /** The nodes' HTTP monitoring (/healthz, /jsz, /connz), n1 first. */
   readonly monitorUrls: readonly string[];
-  /** The nodes' logs so far, for a failed assertion's message. */
-  output(): string;
   /**
    * Until, as node `via` sees them, every stream (the MQTT sessions and messages) has a leader
    * and all its replicas current: a restarted node has caught up. NATS
@@ -63,8 +45,6 @@ export interface NatsCluster {
    * publish rate its lag grows for good): pause the writers meanwhile.
    */
   caughtUp(via: number, timeoutMs?: number): Promise<void>;
-  /** Stops every node and removes the folder. */
-  stop(): Promise<void>;
 }
 
 interface Ports {
@@ -100,6 +80,7 @@ export async function natsCluster(): Promise<NatsCluster> {
     throw error;
   }
   return {
+    kind: "nats",
     nodes,
     mqttUrls: nodes.map((n) => n.mqttUrl),
     monitorUrls: all.map((p) => `http://127.0.0.1:${p.http}`),
