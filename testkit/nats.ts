@@ -6,9 +6,9 @@
 // and JetStream store in a temp folder. NATS's MQTT speaks 3.1.1 only (QoS 0 and 1): the
 // processes' MQTT_PROTOCOL_VERSION=auto falls back to it.
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { freePorts } from "../dev/ports.ts";
 import type { BrokerCluster, BrokerNode } from "./broker-cluster.ts";
 import { acceptsTcp, spawnChild, type Child } from "./processes.ts";
 import { waitUntil } from "./wait.ts";
@@ -162,26 +162,5 @@ async function streamsCurrent(httpPort: number): Promise<boolean> {
     return streams.length > 0 && streams.every((s) => s.name === RETAINED || (s.cluster?.leader !== undefined && (s.cluster.replicas ?? []).every((r) => r.current === true)));
   } catch {
     return false;
-  }
-}
-
-/** `count` distinct free loopback ports: all held open at once, so none is handed out twice. */
-async function freePorts(count: number): Promise<number[]> {
-  const servers: Server[] = [];
-  try {
-    for (let i = 0; i < count; i++) {
-      const server = createServer();
-      servers.push(server);
-      await new Promise<void>((resolve, reject) => {
-        server.once("error", reject);
-        server.listen(0, "127.0.0.1", () => resolve());
-      });
-    }
-    return servers.map((s) => {
-      const address = s.address();
-      return typeof address === "object" && address ? address.port : 0;
-    });
-  } finally {
-    await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))));
   }
 }
