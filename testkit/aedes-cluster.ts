@@ -3,15 +3,15 @@
 // sessions, subscriptions and queued QoS 1 messages (aedes-persistence-redis) and for the
 // messages that cross from one node to another (mqemitter-redis). A node holds no state of its
 // own: a QoS 1 message is queued in Redis for every persistent session it matches before its
-// publisher gets the PUBACK, so a client that loses its node finds its session, and whatever
-// it had not acknowledged, on another. The Redis is a `redis-server` of its own on a free port
+// publisher gets the PUBACK (aedes-node.ts sees to that: aedes itself answers first), so a
+// client that loses its node finds its session, and whatever it had not acknowledged, on another. The Redis is a `redis-server` of its own on a free port
 // (no keys left on the machine's, no other work's keys seen), not persisted: it is not the
 // node a test kills. aedes speaks MQTT 3.1.1 only: the processes' MQTT_PROTOCOL_VERSION=auto
 // falls back to it.
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freePort } from "../dev/ports.ts";
+import { freePorts } from "../dev/ports.ts";
 import type { BrokerCluster, BrokerNode } from "./broker-cluster.ts";
 import { acceptsTcp, spawnChild, type Child } from "./processes.ts";
 import { waitUntil } from "./wait.ts";
@@ -37,6 +37,8 @@ export function aedesClusterMissing(): string | undefined {
 export interface AedesCluster extends BrokerCluster {
   /** The shared Redis: redis://127.0.0.1:<port>. */
   readonly redisUrl: string;
+  /** A signal to the shared Redis: SIGSTOP freezes it (every node's next step waits on it), SIGCONT thaws it. */
+  signalRedis(signal: NodeJS.Signals): void;
 }
 
 /** Redis, then three nodes on it, each taking MQTT connections before it resolves. */
@@ -44,7 +46,9 @@ export async function aedesCluster(): Promise<AedesCluster> {
   const binary = redisServerBinary();
   if (binary === undefined) throw new Error(`an aedes cluster needs ${aedesClusterMissing()}`);
   const dir = mkdtempSync(join(tmpdir(), "testkit-aedes-"));
-  const redisPort = await freePort();
+  // Held open together, so none is handed out twice.
+  const ports = await freePorts(NODES + 1);
+  const redisPort = ports[0]!;
   const redis = spawnChild([binary, "--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir], { name: "redis-server", stdout: "tail" });
   const nodes: AedesNode[] = [];
   try {
@@ -52,7 +56,7 @@ export async function aedesCluster(): Promise<AedesCluster> {
       if (redis.exited) throw new Error(`redis-server exited with ${redis.exitCode}: ${redis.output()}`);
       return acceptsTcp(redisPort);
     }, READY_TIMEOUT_MS, "redis-server taking connections", 50);
-    for (let i = 0; i < NODES; i++) nodes.push(aedesNode(`n${i + 1}`, await freePort(), redisPort));
+    nodes.push(...ports.slice(1).map((port, i) => aedesNode(`n${i + 1}`, port, redisPort)));
     await Promise.all(nodes.map((n) => n.start()));
   } catch (error) {
     await Promise.all(nodes.map((n) => n.kill()));
@@ -65,6 +69,7 @@ export async function aedesCluster(): Promise<AedesCluster> {
     nodes,
     mqttUrls: nodes.map((n) => n.mqttUrl),
     redisUrl: `redis://127.0.0.1:${redisPort}`,
+    signalRedis: (signal) => redis.kill(signal),
     output: () => [...nodes.map((n) => `${n.name}: ${n.output()}`), `redis: ${redis.output()}`].join("\n"),
     // Nothing to catch up: a node started again reads what it needs from Redis as clients come.
     caughtUp: () => Promise.resolve(),
