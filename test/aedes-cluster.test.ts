@@ -2,6 +2,7 @@
 // Redis): the relay publishes to one node, the reference subscriber reads from another, and
 // every event gets there, each charge's in sequence order. Both are given the cluster as a
 // list, their own node first, and speak 3.1.1 by the `auto` fallback (aedes refuses MQTT 5).
+// And a node's PUBACK comes only once the message is queued (testkit/aedes-node.ts).
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
 import mqttPacket, { type Packet } from "mqtt-packet";
 import { createSql } from "../lib/shared/db.ts";
