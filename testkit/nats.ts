@@ -6,9 +6,10 @@
 // and JetStream store in a temp folder. NATS's MQTT speaks 3.1.1 only (QoS 0 and 1): the
 // processes' MQTT_PROTOCOL_VERSION=auto falls back to it.
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { freePorts } from "../dev/ports.ts";
+import type { BrokerCluster, BrokerNode } from "./broker-cluster.ts";
 import { acceptsTcp, spawnChild, type Child } from "./processes.ts";
 import { waitUntil } from "./wait.ts";
 
@@ -32,30 +33,11 @@ export function natsMissing(): string | undefined {
   return natsServerBinary() === undefined ? "`nats-server` is not installed (apt-get install -y nats-server; .ci/run installs it)" : undefined;
 }
 
-export interface NatsNode {
-  /** n1, n2, n3: its server_name. */
-  readonly name: string;
-  /** mqtt://127.0.0.1:<its MQTT port> */
-  readonly mqttUrl: string;
-  readonly running: boolean;
-  /**
-   * Starts it again on its ports and store: it rejoins the cluster. Resolves once it takes MQTT
-   * connections; its JetStream replicas catch up afterwards (under load that can take longer
-   * than a test should wait, and clients are served meanwhile).
-   */
-  start(): Promise<void>;
-  /** SIGKILL: no goodbye to the cluster or to its clients; resolves once it is gone. */
-  kill(): Promise<void>;
-}
+export type NatsNode = BrokerNode;
 
-export interface NatsCluster {
-  readonly nodes: readonly NatsNode[];
-  /** The nodes' MQTT URLs, n1 first. */
-  readonly mqttUrls: readonly string[];
+export interface NatsCluster extends BrokerCluster {
   /** The nodes' HTTP monitoring (/healthz, /jsz, /connz), n1 first. */
   readonly monitorUrls: readonly string[];
-  /** The nodes' logs so far, for a failed assertion's message. */
-  output(): string;
   /**
    * Until, as node `via` sees them, every stream (the MQTT sessions and messages) has a leader
    * and all its replicas current: a restarted node has caught up. NATS
@@ -63,8 +45,6 @@ export interface NatsCluster {
    * publish rate its lag grows for good): pause the writers meanwhile.
    */
   caughtUp(via: number, timeoutMs?: number): Promise<void>;
-  /** Stops every node and removes the folder. */
-  stop(): Promise<void>;
 }
 
 interface Ports {
@@ -100,6 +80,7 @@ export async function natsCluster(): Promise<NatsCluster> {
     throw error;
   }
   return {
+    kind: "nats",
     nodes,
     mqttUrls: nodes.map((n) => n.mqttUrl),
     monitorUrls: all.map((p) => `http://127.0.0.1:${p.http}`),
@@ -181,26 +162,5 @@ async function streamsCurrent(httpPort: number): Promise<boolean> {
     return streams.length > 0 && streams.every((s) => s.name === RETAINED || (s.cluster?.leader !== undefined && (s.cluster.replicas ?? []).every((r) => r.current === true)));
   } catch {
     return false;
-  }
-}
-
-/** `count` distinct free loopback ports: all held open at once, so none is handed out twice. */
-async function freePorts(count: number): Promise<number[]> {
-  const servers: Server[] = [];
-  try {
-    for (let i = 0; i < count; i++) {
-      const server = createServer();
-      servers.push(server);
-      await new Promise<void>((resolve, reject) => {
-        server.once("error", reject);
-        server.listen(0, "127.0.0.1", () => resolve());
-      });
-    }
-    return servers.map((s) => {
-      const address = s.address();
-      return typeof address === "object" && address ? address.port : 0;
-    });
-  } finally {
-    await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))));
   }
 }
