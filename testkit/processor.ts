@@ -1,7 +1,7 @@
 // Helpers for the tests of charges and refunds through the payment processor: an in-process
 // API pointed at the simulator, the key row as the foreign step leaves it, and the simulator's
 // ledger for one charge or refund.
-import type { ApiProcess } from "../lib/api/start.ts";
+import type { ApiOptions, ApiProcess } from "../lib/api/start.ts";
 import type { Sql } from "../lib/shared/db.ts";
 import type { SimLedger, SimPaymentIntentEntry, SimRefundEntry } from "../dev/processor-sim/types.ts";
 import { startTestApi } from "./api.ts";
@@ -12,8 +12,8 @@ export function processorEnv(sim: ProcessorSim, timeoutMs = 3000): Record<string
   return { PAYMENT_PROCESSOR: "stripe", PAYMENT_PROCESSOR_URL: sim.url, PAYMENT_PROCESSOR_KEY: SIM_KEY, PAYMENT_PROCESSOR_TIMEOUT_MS: String(timeoutMs) };
 }
 
-export function startProcessorApi(databaseUrl: string, sim: ProcessorSim, env: Record<string, string> = {}): Promise<ApiProcess> {
-  return startTestApi(databaseUrl, { ...processorEnv(sim), ...env });
+export function startProcessorApi(databaseUrl: string, sim: ProcessorSim, env: Record<string, string> = {}, options: ApiOptions = {}): Promise<ApiProcess> {
+  return startTestApi(databaseUrl, { ...processorEnv(sim), ...env }, options);
 }
 
 /** A charge's body through the processor. */

@@ -32,6 +32,11 @@ export function apiSql(config: Config, max: number, applicationName: string, sin
   });
 }
 
+// Rows in one foreign statement at most (core/group.ts): enough to carry a few hundred
+// requests a second in a handful of statements, small enough that one statement stays a few
+// milliseconds (a statement's rows are JSON the server parses).
+const FOREIGN_MAX_BATCH = 64;
+
 /**
  * The idempotency core of every operation, admitting at most `poolSize` requests at once (one
  * pool gate for the process) within their bounds, and batching them beyond
@@ -66,6 +71,9 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
     batcher,
     settings: { defaultCurrency: config.processor.defaultCurrency },
     foreign: processorOptions(config),
+    // The foreign statements grouped as the single statement is, as many at once; their batches
+    // are not bounded by the pool (their requests hold no slot while they queue).
+    groupCommit: { maxInFlight: Math.min(config.apiChargeStatements, poolSize), maxBatch: FOREIGN_MAX_BATCH, statementTimeoutMs: bounds.statementTimeoutMs },
   });
 }
 

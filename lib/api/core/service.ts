@@ -8,7 +8,8 @@ import { UNBOUNDED, type PoolGate } from "../../shared/pool-gate.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../../shared/read-only.ts";
 import type { Batcher } from "./batcher.ts";
 import { advisoryLockId, fingerprint } from "./fingerprint.ts";
-import { compileForeign, runForeign, type ForeignOptions, type ForeignOutcome } from "./foreign.ts";
+import { compileForeign, runForeign, type ForeignOptions, type ForeignOutcome, type ForeignRuntime } from "./foreign.ts";
+import { createGroupCommit, type GroupOptions } from "./group.ts";
 import { DEFAULT_SETTINGS, type Operation, type OperationInput, type OperationSettings } from "./operation.ts";
 import { compileOperation, findKey, runOperation, type CompiledOperation, type KeyRow, type RequestRow } from "./statement.ts";
 
@@ -52,6 +53,11 @@ export interface CoreOptions {
    * in three phases (core/foreign.ts). Without it every operation is its single statement.
    */
   readonly foreign?: ForeignOptions;
+  /**
+   * Group commit of the foreign operations' statements under load (group.ts), as `batcher`'s
+   * for the single statement; without it, each statement is sent at once.
+   */
+  readonly groupCommit?: GroupOptions;
 }
 
 export interface IdempotencyCore {
@@ -80,17 +86,22 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
   const settings = options.settings ?? DEFAULT_SETTINGS;
   const foreign = options.foreign;
   const compiledForeign = new Map<Operation, ReturnType<typeof compileForeign>>();
+  const slot = <T>(work: (endsAt: number) => Promise<T>): Promise<T> => (options.bounds?.deadline() ?? UNBOUNDED).run(work);
+  const runtime: ForeignRuntime = {
+    group: createGroupCommit({ ...(options.groupCommit ?? { maxInFlight: Number.POSITIVE_INFINITY, maxBatch: 1, statementTimeoutMs: 0 }), slot }),
+    stepEndsAt: () => (options.bounds?.deadline() ?? UNBOUNDED).endsAt,
+  };
   const runThroughProcessor = async (op: Operation, request: OperationRequest<Static<Operation["body"]>>, input: AnyInput): Promise<Outcome> => {
     const declaration = op.foreign!;
     let c = compiledForeign.get(op);
-    if (c === undefined) compiledForeign.set(op, (c = compileForeign(sql, op, declaration)));
+    if (c === undefined) compiledForeign.set(op, (c = compileForeign(sql, op, declaration, runtime, foreign!.leaseMs)));
     const endpoint = c.endpoint;
     const deadline = options.bounds?.deadline() ?? UNBOUNDED;
     const outcome = await runForeign(
       sql,
       c,
       { tenant: request.tenant, key: request.key, lockId: advisoryLockId(request.tenant, request.key, endpoint), requestHash: fingerprint(op.fingerprint(input)), input, traceparent: request.traceparent },
-      { ...foreign!, ttlSeconds: options.ttlSeconds, gate: (work) => deadline.run(work) },
+      { ...foreign!, ttlSeconds: options.ttlSeconds, gate: (work) => deadline.run(work), endsAt: deadline.endsAt, runtime },
     );
     if (outcome.kind === "created" || outcome.kind === "stored_problem") options.onCreated?.();
     return outcome;
