@@ -124,8 +124,9 @@ async function send(batch: readonly Pending[], sendIn: SendIn): Promise<void> {
       for (const p of batch) p.reject(error);
       return;
     }
-    // Rolled back whole; each item is sent again alone and answered by its own statement.
-    await Promise.all(batch.map((p) => sendIn(statement, [p.item], p.endsAt).then((r) => p.resolve(r[0]), p.reject)));
+    // Rolled back whole; each item is sent again alone, one after the other (one slot, and no
+    // statements pipelined behind a failing one), and answered by its own statement.
+    for (const p of batch) await sendIn(statement, [p.item], p.endsAt).then((r) => p.resolve(r[0]), p.reject);
     return;
   }
   batch.forEach((p, i) => p.resolve(results[i]));
