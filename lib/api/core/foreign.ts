@@ -125,6 +125,8 @@ export interface ForeignRequest {
 }
 
 interface BeginRow {
+  /** The request's place in its batch. */
+  readonly n: number;
   readonly got: boolean | null;
   readonly created: number;
   readonly refusal: string | null;
@@ -196,7 +198,7 @@ async function begin(sql: Sql, c: Pick<CompiledForeign, "op" | "foreign" | "endp
       select r.* from req r join claimed k on k.tenant = r.tenant and k.key = r.key
     ),
     ${c.begin}
-    select l.got, (exists (select 1 from begun b where b.n = r.n))::int as created, a.refusal, a.detail,
+    select r.n, l.got, (exists (select 1 from begun b where b.n = r.n))::int as created, a.refusal, a.detail,
            e.request_hash, e.status, e.response_status, e.response_body, k.resume
       from req r
       left join lock l on l.n = r.n
@@ -204,8 +206,12 @@ async function begin(sql: Sql, c: Pick<CompiledForeign, "op" | "foreign" | "endp
       left join existing e on e.n = r.n
       left join claimed k on k.tenant = r.tenant and k.key = r.key
      order by r.n`);
-  if (result.length !== items.length) throw new Error(`bug: ${c.op.name}'s phase 1 returned ${result.length} rows for ${items.length} requests`);
-  return result;
+  // By n, not by position: postgres.js 3.4.9 can hand the next query on a connection whose
+  // previous one failed mid-stream a sparse array (porsager/postgres#1119).
+  const byN: BeginRow[] = [];
+  for (const row of result) if (row !== undefined) byN[row.n] = row;
+  if (items.some((_, n) => byN[n] === undefined)) throw new Error(`bug: ${c.op.name}'s phase 1 returned ${result.count} rows for ${items.length} requests`);
+  return byN;
 }
 
 /** Phases 1 to 3 of one request, or its resume; every expected answer a value. */

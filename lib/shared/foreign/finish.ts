@@ -101,6 +101,7 @@ export async function finishKeys(sql: Sql, c: CompiledFinish, requests: readonly
     ${c.write},
     ${c.event}
     select n from completed`);
+  // A Set of n, not positions: postgres.js 3.4.9 can hand back a sparse array (porsager/postgres#1119).
   const won = new Set(done.map((d) => d.n));
   return finals.map((f, n) => (won.has(n) ? f.response : undefined));
 }
