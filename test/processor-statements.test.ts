@@ -86,6 +86,13 @@ test("phase 3, after the processor's calls, holds a slot of the pool gate: busy 
     select (select count(*) from charges where status = 'succeeded')::int as succeeded, (select count(*) from outbox)::int as events`;
   expect(row).toEqual({ succeeded: REQUESTS, events: REQUESTS });
   expect(await busySlots()).toBe(0);
+  // Each charge's three statements (phase 1, the payment's id recorded, phase 3) counted, some in batches.
+  const text = await (await api.fetch(new Request("http://localhost/metrics"))).text();
+  const rows = valueOf(text, "api_charge_statement_requests_total", {}) ?? 0;
+  const statements = valueOf(text, "api_charge_statements_total", {}) ?? 0;
+  expect(rows).toBe(3 * REQUESTS);
+  expect(statements).toBeGreaterThan(0);
+  expect(statements).toBeLessThan(rows);
 });
 
 /** A STARTED key at `created` with its pending charge, held by `token`, written as phase 1 and a recorded step leave it. */

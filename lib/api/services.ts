@@ -60,11 +60,10 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
           statementTimeoutMs: bounds.statementTimeoutMs,
         })
       : undefined;
-  if (batcher) metrics?.observeStatements(batcher);
   // The gate admits at most poolSize units of work, each with a connection of its own: its
   // slots in use are the pool's busy connections, without reading postgres.js's internals.
   metrics?.observePool({ name: API_POOL_NAME, max: poolSize, busy: () => gate.inUse, open: () => openConnections(sql) ?? 0 });
-  return createIdempotencyCore(sql, {
+  const core = createIdempotencyCore(sql, {
     ttlSeconds: config.idempotencyTtlSeconds,
     onCreated,
     bounds: gate,
@@ -75,6 +74,22 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
     // are not bounded by the pool (their requests hold no slot while they queue).
     groupCommit: { maxInFlight: Math.min(config.apiChargeStatements, poolSize), maxBatch: FOREIGN_MAX_BATCH, statementTimeoutMs: bounds.statementTimeoutMs },
   });
+  // One set of statement counters for both: with a processor the operations' statements are the foreign ones.
+  const foreign = core.foreignStatements;
+  if (batcher || config.processor.mode !== "none") {
+    metrics?.observeStatements({
+      get statements() {
+        return (batcher?.statements ?? 0) + foreign.statements;
+      },
+      get requests() {
+        return (batcher?.requests ?? 0) + foreign.requests;
+      },
+      get queued() {
+        return (batcher?.queued ?? 0) + foreign.queued;
+      },
+    });
+  }
+  return core;
 }
 
 // One processor client per configuration: the edge worker builds a core per request.

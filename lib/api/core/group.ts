@@ -13,6 +13,7 @@
 // gate's slots in use are the statements running, and a batch can be larger than the pool.
 import { isConnectionLost, isUnavailable, sqlState } from "../../shared/db.ts";
 import { REQUEST_DEADLINE, TimeBoundError } from "../../shared/pool-gate.ts";
+import type { StatementStats } from "./batcher.ts";
 
 /** A statement that takes any number of items and answers each, in order. */
 export interface GroupStatement<I, R> {
@@ -32,7 +33,7 @@ export interface GroupOptions {
   readonly slot?: <T>(work: (endsAt: number) => Promise<T>) => Promise<T>;
 }
 
-export interface GroupCommit {
+export interface GroupCommit extends StatementStats {
   run<I, R>(statement: GroupStatement<I, R>, item: I, endsAt: number): Promise<R>;
 }
 
@@ -51,6 +52,8 @@ export function createGroupCommit(options: GroupOptions): GroupCommit {
     slot((slotEndsAt) => statement.send(items, Math.min(endsAt, slotEndsAt)));
   let inFlight = 0;
   let queue: Pending[] = [];
+  let statements = 0;
+  let requests = 0;
   const finished = (): void => {
     inFlight--;
     pump();
@@ -61,6 +64,8 @@ export function createGroupCommit(options: GroupOptions): GroupCommit {
       queue = rest;
       if (batch.length === 0) continue;
       inFlight++;
+      statements++;
+      requests += batch.length;
       // send() settles every item itself; a bug that escapes it still answers them.
       void send(batch, sendIn)
         .catch((error: unknown) => batch.forEach((p) => p.reject(error)))
@@ -71,6 +76,8 @@ export function createGroupCommit(options: GroupOptions): GroupCommit {
     run<I, R>(statement: GroupStatement<I, R>, item: I, endsAt: number): Promise<R> {
       if (inFlight < options.maxInFlight && queue.length === 0) {
         inFlight++;
+        statements++;
+        requests++;
         const sent = sendIn(statement, [item], endsAt).then((results) => results[0]!);
         void sent.then(finished, finished);
         return sent;
@@ -79,6 +86,15 @@ export function createGroupCommit(options: GroupOptions): GroupCommit {
         queue.push({ statement: statement as GroupStatement<unknown, unknown>, item, endsAt, resolve: resolve as (r: unknown) => void, reject });
         pump();
       });
+    },
+    get statements() {
+      return statements;
+    },
+    get requests() {
+      return requests;
+    },
+    get queued() {
+      return queue.length;
     },
   };
 }

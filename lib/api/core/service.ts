@@ -6,7 +6,7 @@ import { newEventId } from "../../events.ts";
 import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../../shared/db.ts";
 import { UNBOUNDED, type PoolGate } from "../../shared/pool-gate.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../../shared/read-only.ts";
-import type { Batcher } from "./batcher.ts";
+import type { Batcher, StatementStats } from "./batcher.ts";
 import { advisoryLockId, fingerprint } from "./fingerprint.ts";
 import { compileForeign, runForeign, type ForeignOptions, type ForeignOutcome, type ForeignRuntime } from "./foreign.ts";
 import { createGroupCommit, type GroupOptions } from "./group.ts";
@@ -66,6 +66,8 @@ export interface IdempotencyCore {
   read<T>(work: (sql: Sql, endsAt: number) => Promise<T>): Promise<T>;
   /** What the routes hand every operation in its input. */
   readonly settings: OperationSettings;
+  /** The foreign operations' grouped statements (group.ts): their totals, for the metrics. */
+  readonly foreignStatements: StatementStats;
 }
 
 type AnyInput = OperationInput<Static<Operation["body"]>>;
@@ -143,6 +145,7 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
       return (options.bounds?.deadline() ?? UNBOUNDED).run((endsAt) => work(sql, endsAt));
     },
     settings,
+    foreignStatements: runtime.group,
   };
 }
 
