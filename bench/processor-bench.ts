@@ -30,6 +30,11 @@ const LEDGER_CONNECTIONS = 32;
 const CALLS_PER_CHARGE = 2;
 // Far above a call's 200 ms: a timeout would be the machine's stall, not the simulator's latency.
 const CALL_TIMEOUT_MS = 10_000;
+// Bun's fetch sends at most 256 requests at once unless BUN_CONFIG_MAX_HTTP_REQUESTS says more
+// (its docs, "fetch"); the rest queue inside Bun. 400 clients hold up to 400 calls at once, so
+// the API is started with room for them, as docs/operations.md tells a deployment to.
+// BENCH_BUN_MAX_HTTP_REQUESTS=256 measures Bun's default.
+const BUN_MAX_HTTP_REQUESTS = process.env.BENCH_BUN_MAX_HTTP_REQUESTS ?? "1024";
 // How often the run's connections are looked at in pg_stat_activity (a handful of samples a run).
 const SAMPLE_EVERY_MS = 1_000;
 // Requests cut off by wrk's end finish on their own (two calls, then phase 3) within this.
@@ -137,7 +142,10 @@ function addStatuses(runs: readonly WrkResult[]): Record<string, number> {
 export async function modeRun(mode: Mode, connections: number, seconds: number, sim: ProcessorSim): Promise<ModeRun> {
   const db = await freshDatabase(mode);
   const processor = mode === "processor";
-  const env = { API_POOL_SIZE: String(POOL_SIZE), ...(processor ? processorEnv(sim, CALL_TIMEOUT_MS) : { PAYMENT_PROCESSOR: "none" }) };
+  const env = {
+    API_POOL_SIZE: String(POOL_SIZE),
+    ...(processor ? { ...processorEnv(sim, CALL_TIMEOUT_MS), BUN_CONFIG_MAX_HTTP_REQUESTS: BUN_MAX_HTTP_REQUESTS } : { PAYMENT_PROCESSOR: "none" }),
+  };
   const apiLog = errorLog();
   const api = await startEntrypoint("api", { env: { DATABASE_URL: db.url, MQTT_URL: (await benchServices()).mqttUrl, LOG_LEVEL: "info", ...authEnv(), ...env }, stdout: apiLog.line });
   const token = await tokenFor();

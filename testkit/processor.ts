@@ -2,7 +2,7 @@
 // API pointed at the simulator (and a test file's whole setup of them), the key row as the
 // foreign step leaves it, and the simulator's ledger for one charge or refund.
 import { afterAll, beforeEach } from "bun:test";
-import type { ApiProcess } from "../lib/api/start.ts";
+import type { ApiOptions, ApiProcess } from "../lib/api/start.ts";
 import type { Sql } from "../lib/shared/db.ts";
 import type { SimLedger, SimPaymentIntentEntry, SimRefundEntry } from "../dev/processor-sim/types.ts";
 import { startTestApi } from "./api.ts";
@@ -14,8 +14,8 @@ export function processorEnv(sim: ProcessorSim, timeoutMs = 3000): Record<string
   return { PAYMENT_PROCESSOR: "stripe", PAYMENT_PROCESSOR_URL: sim.url, PAYMENT_PROCESSOR_KEY: SIM_KEY, PAYMENT_PROCESSOR_TIMEOUT_MS: String(timeoutMs) };
 }
 
-export function startProcessorApi(databaseUrl: string, sim: ProcessorSim, env: Record<string, string> = {}): Promise<ApiProcess> {
-  return startTestApi(databaseUrl, { ...processorEnv(sim), ...env });
+export function startProcessorApi(databaseUrl: string, sim: ProcessorSim, env: Record<string, string> = {}, options: ApiOptions = {}): Promise<ApiProcess> {
+  return startTestApi(databaseUrl, { ...processorEnv(sim), ...env }, options);
 }
 
 export interface ProcessorTestContext {

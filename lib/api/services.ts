@@ -32,6 +32,11 @@ export function apiSql(config: Config, max: number, applicationName: string, sin
   });
 }
 
+// Rows in one foreign statement at most (core/group.ts): enough to carry a few hundred
+// requests a second in a handful of statements, small enough that one statement stays a few
+// milliseconds (a statement's rows are JSON the server parses).
+const FOREIGN_MAX_BATCH = 64;
+
 /**
  * The idempotency core of every operation, admitting at most `poolSize` requests at once (one
  * pool gate for the process) within their bounds, and batching them beyond
@@ -55,18 +60,36 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
           statementTimeoutMs: bounds.statementTimeoutMs,
         })
       : undefined;
-  if (batcher) metrics?.observeStatements(batcher);
   // The gate admits at most poolSize units of work, each with a connection of its own: its
   // slots in use are the pool's busy connections, without reading postgres.js's internals.
   metrics?.observePool({ name: API_POOL_NAME, max: poolSize, busy: () => gate.inUse, open: () => openConnections(sql) ?? 0 });
-  return createIdempotencyCore(sql, {
+  const core = createIdempotencyCore(sql, {
     ttlSeconds: config.idempotencyTtlSeconds,
     onCreated,
     bounds: gate,
     batcher,
     settings: { defaultCurrency: config.processor.defaultCurrency },
     foreign: processorOptions(config),
+    // The foreign statements grouped as the single statement is, as many at once; their batches
+    // are not bounded by the pool (their requests hold no slot while they queue).
+    groupCommit: { maxInFlight: Math.min(config.apiChargeStatements, poolSize), maxBatch: FOREIGN_MAX_BATCH, statementTimeoutMs: bounds.statementTimeoutMs },
   });
+  // One set of statement counters for both: with a processor the operations' statements are the foreign ones.
+  const foreign = core.foreignStatements;
+  if (batcher || config.processor.mode !== "none") {
+    metrics?.observeStatements({
+      get statements() {
+        return (batcher?.statements ?? 0) + foreign.statements;
+      },
+      get requests() {
+        return (batcher?.requests ?? 0) + foreign.requests;
+      },
+      get queued() {
+        return (batcher?.queued ?? 0) + foreign.queued;
+      },
+    });
+  }
+  return core;
 }
 
 // One processor client per configuration: the edge worker builds a core per request.

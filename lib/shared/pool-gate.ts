@@ -43,6 +43,8 @@ export interface PoolGateOptions {
 }
 
 export interface Deadline {
+  /** The request's end (a performance.now() time), as run() hands it to its work. */
+  readonly endsAt: number;
   /**
    * Runs `work` holding one slot; a TimeBoundError, with nothing sent, when none frees in time.
    * `work` gets the request's end (a performance.now() time) for settleBy().
@@ -59,7 +61,7 @@ export interface PoolGate {
 }
 
 /** For callers without bounds (tools, tests of the service alone): runs work at once. */
-export const UNBOUNDED: Deadline = { run: (work) => work(Number.POSITIVE_INFINITY) };
+export const UNBOUNDED: Deadline = { endsAt: Number.POSITIVE_INFINITY, run: (work) => work(Number.POSITIVE_INFINITY) };
 
 // After the cancel at the deadline, how long a statement may take to answer it: one the
 // client never sent is rejected at once, and a server answers a cancel within a round trip.
@@ -125,7 +127,7 @@ class SlotGate implements PoolGate {
 
   deadline(): Deadline {
     const startBy = performance.now() + this.options.requestTimeoutMs - this.options.statementTimeoutMs;
-    return { run: (work) => this.run(startBy, work) };
+    return { endsAt: startBy + this.options.statementTimeoutMs, run: (work) => this.run(startBy, work) };
   }
 
   private async run<T>(startBy: number, work: (endsAt: number) => Promise<T>): Promise<T> {

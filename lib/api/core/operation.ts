@@ -118,6 +118,8 @@ export interface ForeignPrepared {
   readonly columns: Readonly<Record<string, ColumnValue>>;
   /** What the steps need, recorded on the key (the admit's `resume` column adds to it). */
   readonly resume: Resume;
+  /** As Prepared's: requests with the same value never share a phase 1 statement. */
+  readonly exclusive?: string;
 }
 
 /**

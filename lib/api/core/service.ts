@@ -6,9 +6,10 @@ import { newEventId } from "../../events.ts";
 import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../../shared/db.ts";
 import { UNBOUNDED, type PoolGate } from "../../shared/pool-gate.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../../shared/read-only.ts";
-import type { Batcher } from "./batcher.ts";
+import type { Batcher, StatementStats } from "./batcher.ts";
 import { advisoryLockId, fingerprint } from "./fingerprint.ts";
-import { compileForeign, runForeign, type ForeignOptions, type ForeignOutcome } from "./foreign.ts";
+import { compileForeign, runForeign, type ForeignOptions, type ForeignOutcome, type ForeignRuntime } from "./foreign.ts";
+import { createGroupCommit, type GroupOptions } from "./group.ts";
 import { DEFAULT_SETTINGS, type Operation, type OperationInput, type OperationSettings } from "./operation.ts";
 import { compileOperation, findKey, runOperation, type CompiledOperation, type KeyRow, type RequestRow } from "./statement.ts";
 
@@ -52,6 +53,11 @@ export interface CoreOptions {
    * in three phases (core/foreign.ts). Without it every operation is its single statement.
    */
   readonly foreign?: ForeignOptions;
+  /**
+   * Group commit of the foreign operations' statements under load (group.ts), as `batcher`'s
+   * for the single statement; without it, each statement is sent at once.
+   */
+  readonly groupCommit?: GroupOptions;
 }
 
 export interface IdempotencyCore {
@@ -60,6 +66,8 @@ export interface IdempotencyCore {
   read<T>(work: (sql: Sql, endsAt: number) => Promise<T>): Promise<T>;
   /** What the routes hand every operation in its input. */
   readonly settings: OperationSettings;
+  /** The foreign operations' grouped statements (group.ts): their totals, for the metrics. */
+  readonly foreignStatements: StatementStats;
 }
 
 type AnyInput = OperationInput<Static<Operation["body"]>>;
@@ -80,17 +88,22 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
   const settings = options.settings ?? DEFAULT_SETTINGS;
   const foreign = options.foreign;
   const compiledForeign = new Map<Operation, ReturnType<typeof compileForeign>>();
+  const slot = <T>(work: (endsAt: number) => Promise<T>): Promise<T> => (options.bounds?.deadline() ?? UNBOUNDED).run(work);
+  const runtime: ForeignRuntime = {
+    group: createGroupCommit({ ...(options.groupCommit ?? { maxInFlight: Number.POSITIVE_INFINITY, maxBatch: 1, statementTimeoutMs: 0 }), slot }),
+    stepEndsAt: () => (options.bounds?.deadline() ?? UNBOUNDED).endsAt,
+  };
   const runThroughProcessor = async (op: Operation, request: OperationRequest<Static<Operation["body"]>>, input: AnyInput): Promise<Outcome> => {
     const declaration = op.foreign!;
     let c = compiledForeign.get(op);
-    if (c === undefined) compiledForeign.set(op, (c = compileForeign(sql, op, declaration)));
+    if (c === undefined) compiledForeign.set(op, (c = compileForeign(sql, op, declaration, runtime, foreign!.leaseMs)));
     const endpoint = c.endpoint;
     const deadline = options.bounds?.deadline() ?? UNBOUNDED;
     const outcome = await runForeign(
       sql,
       c,
       { tenant: request.tenant, key: request.key, lockId: advisoryLockId(request.tenant, request.key, endpoint), requestHash: fingerprint(op.fingerprint(input)), input, traceparent: request.traceparent },
-      { ...foreign!, ttlSeconds: options.ttlSeconds, gate: (work) => deadline.run(work) },
+      { ...foreign!, ttlSeconds: options.ttlSeconds, gate: (work) => deadline.run(work), endsAt: deadline.endsAt, runtime },
     );
     if (outcome.kind === "created" || outcome.kind === "stored_problem") options.onCreated?.();
     return outcome;
@@ -132,6 +145,7 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
       return (options.bounds?.deadline() ?? UNBOUNDED).run((endsAt) => work(sql, endsAt));
     },
     settings,
+    foreignStatements: runtime.group,
   };
 }
 

@@ -4,6 +4,7 @@
 // and no statement is written twice.
 import type { Sql } from "../../shared/db.ts";
 import { boundedStatement } from "../../shared/bounded-statement.ts";
+import { insertEvents } from "../../shared/outbox-insert.ts";
 import { endpointOf, type ColumnValue, type Fragment, type Operation, type SqlType } from "./operation.ts";
 
 /** One request's row of the statement (`req`). */
@@ -40,6 +41,8 @@ export interface CompiledOperation {
   readonly record: Fragment;
   readonly admit: Fragment;
   readonly write: Fragment;
+  /** The outbox insert (lib/shared/outbox-insert.ts). */
+  readonly event: Fragment;
 }
 
 // The core's columns of `req`, before the operation's own.
@@ -65,7 +68,7 @@ export function compileOperation(sql: Sql, op: Operation): CompiledOperation {
     return `${name} ${type}`;
   });
   const { admit, write } = op.sql(sql);
-  return { op, endpoint: endpointOf(op), record: sql.unsafe(record.join(", ")), admit, write };
+  return { op, endpoint: endpointOf(op), record: sql.unsafe(record.join(", ")), admit, write, event: insertEvents(sql) };
 }
 
 /** The rows as jsonb_to_recordset reads them: the core's columns, then the operation's. */
@@ -144,12 +147,7 @@ export async function runOperation(sql: Sql, c: CompiledOperation, ttlSeconds: n
       select r.* from req r join claimed k on k.tenant = r.tenant and k.key = r.key
     ),
     ${c.write},
-    event as (
-      insert into outbox (id, aggregate_type, aggregate_id, sequence, tenant, event_type, payload, traceparent)
-      select w.event_id, e.aggregate_type, e.aggregate_id, e.sequence, w.tenant, e.event_type, e.payload, w.traceparent
-        from events e join won w on w.n = e.n
-      returning id
-    )
+    ${c.event}
     select l.got,
            (exists (select 1 from event v where v.id = r.event_id))::int as created,
            a.refusal, a.detail,

@@ -79,9 +79,11 @@ const foreignCharge: ForeignDeclaration<Static<typeof ChargeBody>> = {
   prepare(input, traceparent) {
     const chargeId = crypto.randomUUID();
     const currency = currencyOf(input);
+    // In the resume too: phase 3 answers with it without reading the charge back.
+    const createdAt = new Date().toISOString();
     return {
-      columns: { charge_id: chargeId, amount_cents: input.body.amountCents, currency, created_at: new Date().toISOString() },
-      resume: { chargeId, amountCents: input.body.amountCents, currency, paymentMethod: input.body.paymentMethod ?? null, traceparent },
+      columns: { charge_id: chargeId, amount_cents: input.body.amountCents, currency, created_at: createdAt },
+      resume: { chargeId, amountCents: input.body.amountCents, currency, paymentMethod: input.body.paymentMethod ?? null, createdAt, traceparent },
     };
   },
   sql: (sql) => ({

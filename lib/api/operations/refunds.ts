@@ -45,9 +45,13 @@ const foreignRefund: ForeignDeclaration<Static<typeof RefundBody>> = {
   prepare({ params, body }, traceparent) {
     const refundId = crypto.randomUUID();
     const chargeId = chargeIdOf(params);
+    // In the resume too: phase 3 answers with it without reading the refund back.
+    const createdAt = new Date().toISOString();
     return {
-      columns: { refund_id: refundId, charge_id: chargeId, amount_cents: body.amountCents, created_at: new Date().toISOString() },
-      resume: { refundId, chargeId, amountCents: body.amountCents, traceparent },
+      columns: { refund_id: refundId, charge_id: chargeId, amount_cents: body.amountCents, created_at: createdAt },
+      resume: { refundId, chargeId, amountCents: body.amountCents, createdAt, traceparent },
+      // Two reservations of one charge in one statement would write its row once (UPDATE … FROM).
+      exclusive: chargeId,
     };
   },
   sql: (sql) => ({

@@ -3,13 +3,15 @@
 // is held but the lease (no transaction, no row lock, no pooled connection).
 import type { Sql } from "../db.ts";
 import type { ProcessorClient } from "../processor/client.ts";
-import { finishUnderLease, recordStep, releaseLease } from "./lease.ts";
+import { directWrites, type LeaseWrites } from "./lease.ts";
 import type { DriveResult, ForeignProcess, HeldKey } from "./types.ts";
 
 export interface DriveOptions {
   readonly processor: ProcessorClient;
   /** The lease each recorded step renews (leaseMsFor). */
   readonly leaseMs: number;
+  /** How the steps' writes reach the database; each its own statement when absent. */
+  readonly writes?: LeaseWrites;
 }
 
 // A drive makes at most two calls in a row (create then confirm, or read then confirm); the
@@ -32,22 +34,23 @@ const MAX_STEPS = 8;
  */
 export async function drive(sql: Sql, process: ForeignProcess, start: HeldKey, resumed: boolean, options: DriveOptions): Promise<DriveResult> {
   let key = start;
+  const writes = options.writes ?? directWrites(sql, process, options.leaseMs);
   for (let i = 0; i < MAX_STEPS; i++) {
     const step = process.steps[key.point];
     if (step === undefined) throw new Error(`bug: ${process.endpoint} has no step at ${key.point}`);
     const result = await step({ resume: key.resume, processor: options.processor, resumed: resumed && i === 0 });
     switch (result.kind) {
       case "record": {
-        if (!(await recordStep(sql, key, result.point, result.resume, options.leaseMs))) return { kind: "lost" };
+        if (!(await writes.record(key, result.point, result.resume))) return { kind: "lost" };
         key = { ...key, point: result.point, resume: result.resume };
         break;
       }
       case "final": {
-        const response = await finishUnderLease(sql, process, key, result.outcome, result.resume);
+        const response = await writes.finish(key, result.outcome, result.resume);
         return response === undefined ? { kind: "lost" } : { kind: "final", outcome: result.outcome, response };
       }
       case "unknown": {
-        if (!(await releaseLease(sql, key, result.resume, `${result.cause}: ${result.detail}`))) return { kind: "lost" };
+        if (!(await writes.release(key, result.resume, `${result.cause}: ${result.detail}`))) return { kind: "lost" };
         return { kind: "unknown", cause: result.cause, detail: result.detail };
       }
       default: {

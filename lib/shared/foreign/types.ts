@@ -3,6 +3,7 @@
 // (lib/shared/processor/operations.ts) so that the API, which begins it, and the operations
 // jobs, which finish what nobody asks about any more, drive it with the same code
 // (drive.ts). Neither process folder imports the other's.
+import type postgres from "postgres";
 import type { Sql } from "../db.ts";
 import type { ProcessorClient, UnknownCause } from "../processor/client.ts";
 
@@ -54,6 +55,28 @@ export interface StoredResponse {
   readonly body: string;
 }
 
+/** A value of phase 3's rows (jsonb_to_recordset's input). */
+export type FinalValue = string | number | boolean | null;
+
+/** Phase 3 of one key, decided before its statement: the response to store, and the operation's row. */
+export interface FinalRow {
+  readonly response: StoredResponse;
+  /** The operation's columns of phase 3's `req` (finishSql's `columns`). */
+  readonly columns: Readonly<Record<string, FinalValue>>;
+}
+
+/**
+ * Phase 3's SQL (finish.ts), spliced after the holder's compare-and-set, which defines `won`
+ * (n, tenant, event_id, traceparent and the `columns`: the keys this statement completed):
+ *  - `columns`: name → SQL type of the operation's columns;
+ *  - `write`: CTEs that write the final rows for `won`, ending with
+ *    `events (n, aggregate_type, aggregate_id, sequence, event_type, payload)`.
+ */
+export interface FinishSql {
+  readonly columns: Readonly<Record<string, string>>;
+  readonly write: postgres.Fragment;
+}
+
 export interface ForeignProcess {
   /** The key's endpoint scope ("POST /charges"). */
   readonly endpoint: string;
@@ -61,11 +84,15 @@ export interface ForeignProcess {
   readonly firstPoint: string;
   /** Each recovery point's step. */
   readonly steps: Readonly<Record<string, (ctx: StepContext) => Promise<StepResult>>>;
+  /** Phase 3 as values: what the key stores and the row the operation's SQL writes. */
+  final(key: KeyRef, outcome: FinalOutcome, resume: Resume): FinalRow;
+  /** Phase 3's writes, one statement for any number of keys (finish.ts). */
+  finishSql(sql: Sql): FinishSql;
   /**
-   * Phase 3's writes, in `tx` (which holds the key row locked for its lease holder): the
-   * operation's final rows and event, and the response to store.
+   * Keys whose phase 3 share this value never share a statement (an UPDATE … FROM writes a
+   * row once, whatever the rows joined to it): the charge two refunds settle.
    */
-  finish(tx: Sql, key: KeyRef, outcome: FinalOutcome, resume: Resume): Promise<StoredResponse>;
+  exclusive?(resume: Resume): string;
 }
 
 /** What a drive ended with. */

@@ -1,7 +1,7 @@
 // POST /charges through the payment processor: its foreign steps and phase 3. Phase 1 (the
 // key STARTED, the charge pending) is the API's (lib/api/operations/charges.ts); it writes
 // into the key's resume what these steps need: chargeId, amountCents, currency,
-// paymentMethod, traceparent.
+// paymentMethod, createdAt, traceparent.
 //
 // Recovery points: `begun` (nothing at the processor is known) → create the payment under
 // `<charge id>:create:<attempt>`; `created` (the payment's id recorded) → confirm that payment,
@@ -10,12 +10,12 @@
 // answer the same 500 for a day) goes on under the next attempt. A resumed confirm reads the
 // payment first: confirmed or declined, that is the outcome; only an unconfirmed one is
 // confirmed, and the processor lets a payment succeed once.
-import { CHARGE, CHARGE_CREATED, CHARGE_FAILED, chargeCreatedPayload, chargeFailedPayload, newEventId } from "../../events.ts";
+import { CHARGE, CHARGE_CREATED, CHARGE_FAILED, chargeCreatedPayload, chargeFailedPayload } from "../../events.ts";
 import type { Sql } from "../db.ts";
 import { problemJson, STORED_PROBLEMS } from "../problem-types.ts";
-import type { FinalOutcome, ForeignProcess, KeyRef, Resume, StepContext, StepResult, StoredResponse } from "../foreign/types.ts";
+import type { FinalOutcome, FinalRow, FinishSql, ForeignProcess, KeyRef, Resume, StepContext, StepResult } from "../foreign/types.ts";
 import type { CallResult, PaymentView } from "./client.ts";
-import { attemptOf, field, insertEvent, numberField, unknownAfter } from "./steps.ts";
+import { attemptOf, field, numberField, unknownAfter } from "./steps.ts";
 
 export const CHARGE_ENDPOINT = "POST /charges";
 
@@ -89,34 +89,48 @@ function fromPayment(payment: PaymentView, resume: Resume): StepResult | undefin
   }
 }
 
-interface FinalChargeRow {
-  readonly amount_cents: number;
-  readonly currency: string;
-  readonly created_at: Date;
-}
-
-/** Phase 3: the charge's final state, its first event, and the response to store. */
-async function finish(tx: Sql, key: KeyRef, outcome: FinalOutcome, resume: Resume): Promise<StoredResponse> {
+/**
+ * Phase 3 as values: the charge's final state, its first event (ChargeCreated or ChargeFailed)
+ * and the response to store, all from what phase 1 and the steps recorded (createdAt is the
+ * one the charge row was written with).
+ */
+function final(_key: KeyRef, outcome: FinalOutcome, resume: Resume): FinalRow {
   const chargeId = field(resume, "chargeId");
   const paymentId = typeof resume.paymentId === "string" ? resume.paymentId : null;
-  const declineCode = outcome === "refused" ? field(resume, "declineCode") : null;
-  const [row] = await tx<FinalChargeRow[]>`
-    update charges
-       set status = ${outcome === "succeeded" ? "succeeded" : "failed"}, processor_payment_id = ${paymentId}, decline_code = ${declineCode}
-     where id = ${chargeId}::uuid and tenant = ${key.tenant} and status = 'pending'
-    returning amount_cents, currency, created_at`;
-  if (!row) throw new Error(`bug: charge ${chargeId} of a STARTED key is not pending`);
-  const traceparent = typeof resume.traceparent === "string" ? resume.traceparent : null;
-  const common = { chargeId, amountCents: row.amount_cents, currency: row.currency };
+  const common = { chargeId, amountCents: numberField(resume, "amountCents"), currency: field(resume, "currency") };
   if (outcome === "succeeded") {
-    await insertEvent(tx, { id: newEventId(), aggregateType: CHARGE, aggregateId: chargeId, sequence: 1, tenant: key.tenant, type: CHARGE_CREATED, payload: chargeCreatedPayload(common), traceparent });
-    return { status: 201, body: chargeBody({ ...common, status: "succeeded", processorPaymentId: paymentId, createdAt: row.created_at.toISOString() }) };
+    return {
+      response: { status: 201, body: chargeBody({ ...common, status: "succeeded", processorPaymentId: paymentId, createdAt: field(resume, "createdAt") }) },
+      columns: { charge_id: chargeId, charge_status: "succeeded", payment_id: paymentId, decline_code: null, event_type: CHARGE_CREATED, payload: chargeCreatedPayload(common) },
+    };
   }
-  const failed = { ...common, declineCode: declineCode! };
-  await insertEvent(tx, { id: newEventId(), aggregateType: CHARGE, aggregateId: chargeId, sequence: 1, tenant: key.tenant, type: CHARGE_FAILED, payload: chargeFailedPayload(failed), traceparent });
+  const declineCode = field(resume, "declineCode");
+  const failed = { ...common, declineCode };
   return {
-    status: STORED_PROBLEMS.cardDeclined.status,
-    body: problemJson(STORED_PROBLEMS.cardDeclined, `the payment processor declined the charge (${declineCode})`, failed),
+    response: {
+      status: STORED_PROBLEMS.cardDeclined.status,
+      body: problemJson(STORED_PROBLEMS.cardDeclined, `the payment processor declined the charge (${declineCode})`, failed),
+    },
+    columns: { charge_id: chargeId, charge_status: "failed", payment_id: paymentId, decline_code: declineCode, event_type: CHARGE_FAILED, payload: chargeFailedPayload(failed) },
+  };
+}
+
+/** Phase 3's SQL: the pending charge of each completed key made final, and its event (the charge's first: sequence 1). */
+function finishSql(sql: Sql): FinishSql {
+  return {
+    columns: { charge_id: "uuid", charge_status: "text", payment_id: "text", decline_code: "text", event_type: "text", payload: "text" },
+    write: sql`
+      charge as (
+        update charges c
+           set status = w.charge_status, processor_payment_id = w.payment_id, decline_code = w.decline_code
+          from won w
+         where c.id = w.charge_id and c.tenant = w.tenant and c.status = 'pending'
+        returning w.n
+      ),
+      events as (
+        select w.n, ${CHARGE}::text as aggregate_type, w.charge_id as aggregate_id, 1 as sequence, w.event_type, w.payload
+          from won w join charge c on c.n = w.n
+      )`,
   };
 }
 
@@ -140,5 +154,6 @@ export const chargeProcess: ForeignProcess = {
   endpoint: CHARGE_ENDPOINT,
   firstPoint: "begun",
   steps: { begun: create, created: confirm },
-  finish,
+  final,
+  finishSql,
 };

@@ -1,6 +1,5 @@
 // What the processor's steps share: reading what phase 1 and earlier steps recorded, the
-// attempt numbers of their idempotency keys, and the outbox insert of phase 3.
-import type { Sql } from "../db.ts";
+// attempt numbers of their idempotency keys.
 import type { Resume, StepResult } from "../foreign/types.ts";
 import type { CallResult } from "./client.ts";
 
@@ -33,22 +32,4 @@ export function attemptOf(resume: Resume, name: string): number {
 export function unknownAfter(call: Extract<CallResult<unknown>, { kind: "unknown" }>, resume: Resume, attemptName: string): StepResult {
   const next = call.status !== null && call.status >= 500 ? { ...resume, [attemptName]: attemptOf(resume, attemptName) + 1 } : resume;
   return { kind: "unknown", cause: call.cause, detail: call.detail, resume: next };
-}
-
-export interface OutboxEvent {
-  readonly id: string;
-  readonly aggregateType: string;
-  readonly aggregateId: string;
-  readonly sequence: number;
-  readonly tenant: string;
-  readonly type: string;
-  readonly payload: string;
-  readonly traceparent: string | null;
-}
-
-/** The outbox row of phase 3's event, in its transaction. */
-export async function insertEvent(tx: Sql, e: OutboxEvent): Promise<void> {
-  await tx`
-    insert into outbox (id, aggregate_type, aggregate_id, sequence, tenant, event_type, payload, traceparent)
-    values (${e.id}::uuid, ${e.aggregateType}, ${e.aggregateId}::uuid, ${e.sequence}, ${e.tenant}, ${e.type}, ${e.payload}, ${e.traceparent})`;
 }
