@@ -111,7 +111,7 @@ const forever = (): Promise<never> => new Promise<never>(() => {});
 
 /**
  * Starts one batch in a transaction. Round trips: BEGIN, claim, the followers when the claim
- * was not full, the updates (pipelined), COMMIT.
+ * was not full, the updates and the COMMIT (pipelined).
  * The transaction never touches a connection that closed under it (lib/shared/tx.ts): once
  * lost, the batch stops before its next statement and is left pending, and the pool opens a
  * fresh connection for the next one.
@@ -119,7 +119,12 @@ const forever = (): Promise<never> => new Promise<never>(() => {});
 export function startBatch(ctx: BatchContext, turn: BatchTurn, limit: number): BatchRun {
   let handOff: (claimed: Claimed) => void = () => {};
   const claimed = new Promise<Claimed>((resolve) => (handOff = resolve));
-  const result = transaction(ctx.sql, (tx, lost) => batchInTx(ctx, turn, limit, tx, handOff, lost));
+  // The updates' outcomes are awaited past the COMMIT (batchInTx): one that failed aborted the
+  // transaction, which the COMMIT then rolled back, and the batch fails with its error.
+  const result = transaction(ctx.sql, (tx, lost) => batchInTx(ctx, turn, limit, tx, handOff, lost)).then(async ({ result, marked }) => {
+    await marked;
+    return result;
+  });
   // A batch that failed before its claim claimed nothing.
   result.then(
     () => handOff(NOTHING),
@@ -130,6 +135,14 @@ export function startBatch(ctx: BatchContext, turn: BatchTurn, limit: number): B
   return { claimed, result };
 }
 
+/** A batch's result, and its updates' outcomes (settled by the time the COMMIT's answer is in). */
+interface Settled {
+  readonly result: BatchResult;
+  readonly marked: Promise<unknown>;
+}
+
+const NONE_MARKED: Promise<unknown> = Promise.resolve();
+
 async function batchInTx(
   ctx: BatchContext,
   turn: BatchTurn,
@@ -137,7 +150,7 @@ async function batchInTx(
   tx: Tx,
   handOff: (claimed: Claimed) => void,
   lost: () => boolean,
-): Promise<BatchResult> {
+): Promise<Settled> {
   const stopIfLost = async (): Promise<void> => {
     if (lost()) await forever();
   };
@@ -157,14 +170,16 @@ async function batchInTx(
   handOff(claimed ? { rows: claimed.rows.length, heads: claimed.heads, full: claimed.full } : NOTHING);
   if (!claimed || claimed.rows.length === 0) {
     await stopIfLost();
-    return claimed ? { ...EMPTY_RESULT, fromTop: claimed.fromTop, full: claimed.full } : EMPTY_RESULT;
+    return { result: claimed ? { ...EMPTY_RESULT, fromTop: claimed.fromTop, full: claimed.full } : EMPTY_RESULT, marked: NONE_MARKED };
   }
   const outcomes = await claimed.outcomes;
   const answeredMs = performance.now() - claimed.since;
   const { result, acked, failures, releases } = tally(ctx.topicPrefix, claimed.rows, outcomes);
   await stopIfLost();
-  // The updates leave in one write (pipelined); postgres.js sends COMMIT after them.
-  await Promise.all([markPublished(tx, acked), recordFailures(tx, failures, ctx.retry), recordReleases(tx, releases)]);
-  await stopIfLost();
-  return { ...result, answeredMs, fromTop: claimed.fromTop, full: claimed.full };
+  // The updates leave in one write (pipelined) and postgres.js sends the COMMIT right behind
+  // them, without waiting for their answers: one round trip for the batch's end, not two. Their
+  // outcomes are awaited after the COMMIT (startBatch); meanwhile a failure is only kept.
+  const marked = Promise.all([markPublished(tx, acked), recordFailures(tx, failures, ctx.retry), recordReleases(tx, releases)]);
+  marked.catch(() => {});
+  return { result: { ...result, answeredMs, fromTop: claimed.fromTop, full: claimed.full }, marked };
 }
