@@ -275,7 +275,7 @@ await section("relay cost and scale-out", async () => {
   row("2 relays rows/s vs 1 relay (one database)", median(two.map((c) => c.rowsPerSec)), "/s", "-", null, median(one.map((c) => c.rowsPerSec)), median(ratios));
 });
 
-await section("relay beside the API", () => besideSection(report, P.pairs, P.seconds));
+await section("relay beside the API", () => besideSection(report, quick ? 2 : 6, quick ? 3 : 5));
 await section("relay CPU at live rates", () => liveCpuSection(report, P.pairs, quick ? 3 : 5));
 await section("end to end", async () => {
   const e = await e2eRun(E2E_RATE, P.e2eSeconds);
