@@ -5,10 +5,11 @@
 // bare client met different machine states on the shared VM (run T: per-pair ratios 0.41 to
 // 2.39); seconds apart, both meet the same one.
 import { readFileSync } from "node:fs";
+import { processCpuSeconds } from "./cluster.ts";
 import { insertChains, insertPending } from "../testkit/outbox.ts";
 import type { Service } from "../testkit/processes.ts";
 import { openBareClient, REFUNDS_PER_CHARGE, WARMUP, type BareClient, type RelayDrain } from "./mqtt-bench.ts";
-import { drainRate, freshDatabase, median, startProcess, untilDrained, type FreshDb } from "./support.ts";
+import { BENCH_APP, drainRate, freshDatabase, median, startProcess, untilDrained, type FreshDb } from "./support.ts";
 
 // Bounds a stuck drain; a healthy one of a round's rows takes about a second.
 const DRAIN_TIMEOUT_MS = 180_000;
@@ -16,8 +17,14 @@ const DRAIN_TIMEOUT_MS = 180_000;
 export type Backlog = "created" | "chains";
 
 /** A `bun relay.ts` kept running on its own database: each drain() commits a backlog at once and times it. */
+/** A drain, and the CPU per row the relay process and the database's other backends took for it (`/proc`). */
+export interface CostedDrain extends RelayDrain {
+  readonly relayUsPerRow: number;
+  readonly postgresUsPerRow: number;
+}
+
 export interface WarmRelay {
-  drain(rows: number, backlog?: Backlog): Promise<RelayDrain>;
+  drain(rows: number, backlog?: Backlog): Promise<CostedDrain>;
   stop(): Promise<void>;
 }
 
@@ -41,13 +48,25 @@ export async function warmRelay(env: Record<string, string> = {}, cwd?: string):
   return {
     async drain(rows, backlog = "created") {
       const started = performance.now();
+      const before = await cpuOf(db, service.child.pid);
       const ids =
         backlog === "chains"
           ? (await insertChains(db.sql, Math.ceil(rows / (REFUNDS_PER_CHARGE + 1)), REFUNDS_PER_CHARGE)).flatMap((chain) => chain.events)
           : (await insertPending(db.sql, rows)).map((row) => row.id);
       const drainedAt = await untilDrained(db.sql, DRAIN_TIMEOUT_MS);
+      const after = await cpuOf(db, service.child.pid);
       const { rowsPerSec, seconds } = await drainRate(db.sql, ids, drainedAt);
-      return { rowsPerSec, rows: ids.length, wallSeconds: (performance.now() - started) / 1000, drainSeconds: seconds };
+      const us = (cpuSeconds: number): number => (cpuSeconds * 1e6) / ids.length;
+      // A backend that opened during the drain counts from its start.
+      const postgres = [...after.backends].reduce((total, [pid, cpu]) => total + cpu - (before.backends.get(pid) ?? 0), 0);
+      return {
+        rowsPerSec,
+        rows: ids.length,
+        wallSeconds: (performance.now() - started) / 1000,
+        drainSeconds: seconds,
+        relayUsPerRow: us(after.relay - before.relay),
+        postgresUsPerRow: us(postgres),
+      };
     },
     async stop() {
       await service.child.stop();
@@ -56,16 +75,36 @@ export async function warmRelay(env: Record<string, string> = {}, cwd?: string):
   };
 }
 
+/**
+ * CPU seconds so far of the relay process and of each backend on its database but the bench's
+ * own (the relay's pool, whatever its release calls it); the insert's backend is the bench's.
+ */
+async function cpuOf(db: FreshDb, relayPid: number): Promise<{ relay: number; backends: Map<number, number> }> {
+  const rows = await db.sql<{ pid: number }[]>`
+    select pid from pg_stat_activity where datname = ${db.name} and application_name <> ${BENCH_APP} and pid <> pg_backend_pid()`;
+  return { relay: processCpuSeconds(relayPid), backends: new Map(rows.map((r) => [r.pid, processCpuSeconds(r.pid)])) };
+}
+
 /** One side of a comparison: a name and a run of `rows` that answers rows (or messages) per second. */
 export interface Side {
   readonly name: string;
   run(rows: number): Promise<number>;
+  /** A relay's drains so far, with their CPU. */
+  readonly drains?: CostedDrain[];
 }
 
-export const relaySide = (name: string, relay: WarmRelay, backlog: Backlog = "created"): Side => ({
-  name,
-  run: async (rows) => (await relay.drain(rows, backlog)).rowsPerSec,
-});
+export function relaySide(name: string, relay: WarmRelay, backlog: Backlog = "created"): Side {
+  const drains: CostedDrain[] = [];
+  return {
+    name,
+    drains,
+    async run(rows) {
+      const d = await relay.drain(rows, backlog);
+      drains.push(d);
+      return d.rowsPerSec;
+    },
+  };
+}
 
 export const clientSide = (name: string, client: BareClient): Side => ({ name, run: (rows) => client.publish(rows) });
 

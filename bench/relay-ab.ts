@@ -6,8 +6,8 @@
 // takes its turns too, and the drains are also given against it.
 //   bun bench/relay-ab.ts <baseline ref> [rounds=9] [rows=10000] [created|chains ...] [--client]
 import { checkoutOf } from "./relay-baseline.ts";
-import { alternate, clientSide, loadAverage, openBareClient, ratiosOf, relaySide, warmRelay, type BareClient, type Side } from "./drain-pairs.ts";
-import { log } from "./support.ts";
+import { alternate, clientSide, loadAverage, openBareClient, ratiosOf, relaySide, warmRelay, type BareClient, type CostedDrain, type Side } from "./drain-pairs.ts";
+import { log, median } from "./support.ts";
 
 const args = process.argv.slice(2).filter((a) => a !== "--client");
 const withClient = process.argv.includes("--client");
@@ -34,6 +34,10 @@ try {
         const x = ratiosOf(r, side, `bare ${c.window}`);
         console.log(`${backlog}: ${side} / bare client at ${c.window} in flight: ${x.median.toFixed(2)} (${fixed(x.each)})`);
       }
+    }
+    for (const side of sides.filter((x) => x.drains)) {
+      const cpu = (f: (d: CostedDrain) => number): string => median(side.drains!.map(f)).toFixed(1);
+      console.log(`${backlog}: ${side.name}: CPU per row, median: relay ${cpu((d) => d.relayUsPerRow)} µs, its Postgres backends ${cpu((d) => d.postgresUsPerRow)} µs`);
     }
     console.log(`load average per round: ${r.loadAverages.join(" | ")}`);
   }
