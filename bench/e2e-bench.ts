@@ -27,12 +27,13 @@ export interface E2e {
   readonly fromResponse: Latency;
 }
 
-export async function e2eRun(rate: number, seconds: number): Promise<E2e> {
+/** `cwd`: another checkout whose relay runs (relay-baseline.ts checkoutOf), beside this API. */
+export async function e2eRun(rate: number, seconds: number, cwd?: string): Promise<E2e> {
   const { mqttUrl } = await benchServices();
   const db = await freshDatabase("e2e");
   const prefix = `bench/${db.name}/`;
   const api = await startApi(db, "info");
-  const relay = await startProcess("relay", db, { MQTT_TOPIC_PREFIX: prefix });
+  const relay = await startProcess("relay", db, { MQTT_TOPIC_PREFIX: prefix }, "/readyz", cwd);
   const sub = await collect(mqttUrl, prefix);
   const respondedAt = new Map<string, number>();
   try {

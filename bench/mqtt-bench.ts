@@ -67,6 +67,37 @@ async function publishWindow(client: mqtt.MqttClient, messages: number, window: 
   }
 }
 
+/** A bare client kept connected and warm, for drains alternated with it round by round (drain-pairs.ts). */
+export interface BareClient {
+  /** The window it keeps (the Receive Maximum's when asked for it). */
+  readonly window: number;
+  /** Publishes `messages` as brokerLimit does; their PUBACKs per second. */
+  publish(messages: number): Promise<number>;
+  close(): Promise<void>;
+}
+
+export async function openBareClient(window: number | "receive-maximum" = MAX_IN_FLIGHT): Promise<BareClient> {
+  const { mqttUrl } = await benchServices();
+  const client = mqtt.connect(mqttUrl, { protocolVersion: 5, clean: true, reconnectPeriod: 0 });
+  const connack = await new Promise<mqtt.IConnackPacket>((resolve, reject) => {
+    client.once("connect", resolve);
+    client.once("error", reject);
+  });
+  const inFlight = window === "receive-maximum" ? (connack.properties?.receiveMaximum ?? PROTOCOL_RECEIVE_MAXIMUM) : window;
+  const payload = sampleEnvelope();
+  const topic = topicOf(`bench/limit-${crypto.randomUUID().slice(0, 8)}/`, CHARGE_CREATED);
+  await publishAll(client, topic, payload, WARMUP, inFlight);
+  return {
+    window: inFlight,
+    async publish(messages) {
+      const started = performance.now();
+      await publishAll(client, topic, payload, messages, inFlight);
+      return messages / ((performance.now() - started) / 1000);
+    },
+    close: () => client.endAsync(),
+  };
+}
+
 /** `messages` QoS 1 publishes with the relay's properties, `window` of them unacknowledged at a time. */
 async function publishAll(client: mqtt.MqttClient, topic: string, payload: string, messages: number, window: number): Promise<void> {
   let next = 0;

@@ -1,37 +1,47 @@
-// A relay change against the code before it, alternated in one run: this checkout's `bun
-// relay.ts` and a `git worktree` of another commit's (relay-baseline.ts checkoutOf) drain the
-// same backlog in turn, pair after pair; per pair the ratio this / before, and their median.
-//   bun bench/relay-ab.ts <baseline ref> [pairs=3] [rows=50000] [created|chains ...]
+// A relay change against the code before it, in tight alternation (drain-pairs.ts): this
+// checkout's `bun relay.ts` and a `git worktree` of another commit's (relay-baseline.ts
+// checkoutOf), each kept running and warm on a database of its own, drain the same backlog in
+// turn, round after round, the order alternated; per round the ratio this / before, and their
+// median. With `--client`, a bare mqtt.js client (1,000 and the Receive Maximum in flight)
+// takes its turns too, and the drains are also given against it.
+//   bun bench/relay-ab.ts <baseline ref> [rounds=9] [rows=10000] [created|chains ...] [--client]
 import { checkoutOf } from "./relay-baseline.ts";
-import { relayDrain, type RelayDrain } from "./mqtt-bench.ts";
+import { alternate, clientSide, loadAverage, openBareClient, ratiosOf, relaySide, warmRelay, type BareClient, type CostedDrain, type Side } from "./drain-pairs.ts";
 import { log, median } from "./support.ts";
-import { machineState } from "./cluster.ts";
 
-const [ref, pairsArg, rowsArg, ...kinds] = process.argv.slice(2);
+const args = process.argv.slice(2).filter((a) => a !== "--client");
+const withClient = process.argv.includes("--client");
+const [ref, roundsArg, rowsArg, ...kinds] = args;
 if (!ref) {
-  console.error("usage: bun bench/relay-ab.ts <baseline ref> [pairs=3] [rows=50000] [created|chains ...]");
+  console.error("usage: bun bench/relay-ab.ts <baseline ref> [rounds=9] [rows=10000] [created|chains ...] [--client]");
   process.exit(2);
 }
-const pairs = Number(pairsArg ?? 3);
-const rows = Number(rowsArg ?? 50_000);
+const rounds = Number(roundsArg ?? 9);
+const rows = Number(rowsArg ?? 10_000);
 const backlogs = (kinds.length > 0 ? kinds : ["created", "chains"]) as ("created" | "chains")[];
 const baseline = await checkoutOf(ref);
-const rate = (d: RelayDrain): number => Math.round(d.rowsPerSec);
+const clients: BareClient[] = withClient ? [await openBareClient(), await openBareClient("receive-maximum")] : [];
+const [ours, before] = [await warmRelay(), await warmRelay({}, baseline.dir)];
+const fixed = (xs: number[]): string => xs.map((x) => x.toFixed(2)).join(", ");
 try {
-  log(`machine: ${JSON.stringify(await machineState())}`);
   for (const backlog of backlogs) {
-    const ratios: number[] = [];
-    for (let i = 0; i < pairs; i++) {
-      // The order within a pair alternates too, so a drift during the run falls on both.
-      const first = i % 2 === 0;
-      const a = first ? await relayDrain(rows, {}, { backlog }) : undefined;
-      const b = await relayDrain(rows, {}, { backlog, cwd: baseline.dir });
-      const now = a ?? (await relayDrain(rows, {}, { backlog }));
-      ratios.push(now.rowsPerSec / b.rowsPerSec);
-      log(`${backlog} pair ${i + 1}: this ${rate(now)} rows/s, before ${rate(b)} rows/s: ${(now.rowsPerSec / b.rowsPerSec).toFixed(2)}`);
+    const sides: Side[] = [relaySide("this", ours, backlog), relaySide("before", before, backlog), ...clients.map((c) => clientSide(`bare ${c.window}`, c))];
+    const r = await alternate(sides, rounds, rows, (i, x) => log(`${backlog} round ${i + 1} (load ${loadAverage()}): ${Object.entries(x).map(([k, v]) => `${k} ${Math.round(v)}/s`).join(", ")}`));
+    const ab = ratiosOf(r, "this", "before");
+    console.log(`${backlog}: this / before, median of ${rounds} rounds: ${ab.median.toFixed(2)} (${fixed(ab.each)})`);
+    for (const c of clients) {
+      for (const side of ["this", "before"]) {
+        const x = ratiosOf(r, side, `bare ${c.window}`);
+        console.log(`${backlog}: ${side} / bare client at ${c.window} in flight: ${x.median.toFixed(2)} (${fixed(x.each)})`);
+      }
     }
-    console.log(`${backlog}: this / before, median of ${pairs} pairs: ${median(ratios).toFixed(2)} (${ratios.map((r) => r.toFixed(2)).join(", ")})`);
+    for (const side of sides.filter((x) => x.drains)) {
+      const cpu = (f: (d: CostedDrain) => number): string => median(side.drains!.map(f)).toFixed(1);
+      console.log(`${backlog}: ${side.name}: CPU per row, median: relay ${cpu((d) => d.relayUsPerRow)} µs, its Postgres backends ${cpu((d) => d.postgresUsPerRow)} µs`);
+    }
+    console.log(`load average per round: ${r.loadAverages.join(" | ")}`);
   }
 } finally {
+  await Promise.allSettled([ours.stop(), before.stop(), ...clients.map((c) => c.close())]);
   await baseline.remove();
 }

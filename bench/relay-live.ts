@@ -1,14 +1,15 @@
 // The relay at live traffic, through the real API:
-//  (1) beside the API: `bun api.ts` under wrk at 32 connections (3 s warm-up, then measured)
-//      with `bun relay.ts` publishing what it creates, against the same with no relay, each
-//      on a fresh database, the order alternated pair by pair; created/s, and the relay's CPU
-//      per event at that rate;
+//  (1) beside the API: `bun api.ts` under wrk at 32 connections with `bun relay.ts`
+//      publishing what it creates, against another `bun api.ts` with no relay, each on a
+//      database of its own, both kept up and warm, short wrk runs on each in turn (besideSection);
+//      created/s, and the relay's CPU per event at that rate;
 //  (2) per event at paced rates (open loop through the API, bench/pacer.ts): the relay
 //      process's CPU and its Postgres backends' (/proc), and its batches (the "batch" lines
 //      of its log: one per claim that took rows; an empty claim writes none).
 // `cwd` runs another checkout's relay (relay-baseline.ts checkoutOf) beside this API.
-//   bun bench/relay-live.ts [pairs=3] [seconds=10] [baseline ref]
-import { answered, startApi, warmThenMeasure } from "./api-bench.ts";
+//   bun bench/relay-live.ts [pairs=3] [seconds=10] [baseline ref]   ((1) in 2 × pairs rounds; the paced runs with the ref's relay in turn)
+import { answered, startApi, wrk, WARM_UP_SECONDS } from "./api-bench.ts";
+import { loadAverage } from "./drain-pairs.ts";
 import { processCpuSeconds } from "./cluster.ts";
 import { sampleCpu } from "./cpu.ts";
 import { openLoop } from "./pacer.ts";
@@ -16,7 +17,7 @@ import { checkoutOf } from "./relay-baseline.ts";
 import { benchServices, freshDatabase, log, median, untilDrained, type FreshDb } from "./support.ts";
 import type { Report } from "./report.ts";
 import { tokenFor } from "../testkit/auth.ts";
-import { API_APP, RELAY_APP, startEntrypoint, type Service } from "../testkit/processes.ts";
+import { RELAY_APP, startEntrypoint, type Service } from "../testkit/processes.ts";
 
 const CONNECTIONS = 32;
 // Paced runs are warmed at their own rate first: a new process compiles in its first second.
@@ -64,28 +65,6 @@ async function startRelay(db: FreshDb, cwd: string | undefined): Promise<RelayPr
   return { service, batches };
 }
 
-/** One run of (1): a fresh database and API, with or without a relay beside it. */
-export async function besideRun(withRelay: boolean, seconds: number, cwd?: string): Promise<BesideRun> {
-  const db = await freshDatabase("live", 4);
-  const api = await startApi(db, "info");
-  const relay = withRelay ? await startRelay(db, cwd) : undefined;
-  try {
-    const token = await tokenFor();
-    const relayCpu = relay ? processCpuSeconds(relay.service.child.pid) : 0;
-    const { run, start } = await warmThenMeasure(db, api.port, CONNECTIONS, seconds, token, API_APP, [api.child.pid]);
-    // The warm-up's CPU is left out: measured from the end of the warm-up would need a sample
-    // between the two wrk runs; the relay's share of it is the same each pair.
-    const created = answered(run, 201);
-    const cpu = relay ? processCpuSeconds(relay.service.child.pid) - relayCpu : 0;
-    const events = created + answered(start, 201);
-    return { withRelay, createdPerSec: created / seconds, p99Ms: run.p99Us / 1000, relayUsPerEvent: relay ? (cpu * 1e6) / events : null };
-  } finally {
-    await relay?.service.child.stop();
-    await api.child.stop();
-    await db.drop();
-  }
-}
-
 /** One run of (2): `rate` POST/s through the API for `seconds`, after a warm-up at the same rate. */
 export async function pacedRun(rate: number, seconds: number, cwd?: string): Promise<PacedRun> {
   const db = await freshDatabase("live", 4);
@@ -130,22 +109,80 @@ export function describePaced(p: PacedRun): string {
   return `${p.rate}/s: ${p.events} events, relay ${p.relayUsPerEvent.toFixed(0)} µs/event, its Postgres ${p.relayPostgresUsPerEvent.toFixed(0)} µs/event, ${p.batchesPerSec.toFixed(0)} batches/s of ${p.rowsPerBatch.toFixed(1)} rows`;
 }
 
-/** `bun run bench`'s "relay beside the API": (1) above, `pairs` pairs alternated. */
-export async function besideSection(report: Report, pairs: number, seconds: number): Promise<void> {
-  const alone: BesideRun[] = [];
-  const beside: BesideRun[] = [];
-  for (let i = 0; i < pairs; i++) {
-    // The order within a pair alternates, so a drift during the run falls on both.
-    const first = i % 2 === 0 ? await besideRun(false, seconds) : undefined;
-    beside.push(await besideRun(true, seconds));
-    alone.push(first ?? (await besideRun(false, seconds)));
-    log(`pair ${i + 1}: API alone ${alone[i]!.createdPerSec.toFixed(0)}/s, with the relay ${beside[i]!.createdPerSec.toFixed(0)}/s (relay ${beside[i]!.relayUsPerEvent?.toFixed(0)} µs/event)`);
+/** An API on a database of its own, kept up for a whole comparison, with or without a relay beside it. */
+interface Stack {
+  readonly db: FreshDb;
+  readonly api: Service;
+  readonly relay: RelayProcess | undefined;
+}
+
+async function startStack(withRelay: boolean, cwd: string | undefined): Promise<Stack> {
+  const db = await freshDatabase("live", 2);
+  const api = await startApi(db, "info");
+  const relay = withRelay ? await startRelay(db, cwd) : undefined;
+  return { db, api, relay };
+}
+
+async function stopStack(s: Stack): Promise<void> {
+  await s.relay?.service.child.stop();
+  await s.api.child.stop();
+  await s.db.drop();
+}
+
+/**
+ * One turn of a tight comparison: wrk on the stack's API for `seconds`; with a relay, the
+ * turn ends when it has published what the run created, so its work never spills into the
+ * other stack's turn. The relay's CPU from the run's start to then, per charge created.
+ */
+async function turn(s: Stack, seconds: number, token: string): Promise<BesideRun> {
+  const relayPid = s.relay?.service.child.pid;
+  const relayCpu = relayPid === undefined ? 0 : processCpuSeconds(relayPid);
+  const run = await wrk(s.api.port, CONNECTIONS, seconds, undefined, token);
+  if (relayPid !== undefined) await untilDrained(s.db.sql, DRAIN_TIMEOUT_MS);
+  const created = answered(run, 201);
+  const cpu = relayPid === undefined ? 0 : processCpuSeconds(relayPid) - relayCpu;
+  return { withRelay: relayPid !== undefined, createdPerSec: created / seconds, p99Ms: run.p99Us / 1000, relayUsPerEvent: relayPid === undefined ? null : (cpu * 1e6) / created };
+}
+
+/**
+ * `bun run bench`'s "relay beside the API", in tight alternation: two APIs, each on a database
+ * of its own, one with a relay publishing what it creates, both up and warm (a wrk warm-up
+ * each) for the whole section; then `rounds` rounds of a `seconds` wrk run on each, the order
+ * alternated; the median of the per-round ratios. Measured as fresh stacks minutes apart, the
+ * pairs swung 0.62..1.39 with the machine (run T).
+ */
+export async function besideSection(report: Pick<Report, "row" | "notes" | "raw">, rounds: number, seconds: number, cwd?: string): Promise<void> {
+  const alone = await startStack(false, undefined);
+  const withRelay = await startStack(true, cwd);
+  const runs: { alone: BesideRun; beside: BesideRun; load: string }[] = [];
+  try {
+    const token = await tokenFor();
+    for (const s of [alone, withRelay]) await wrk(s.api.port, CONNECTIONS, WARM_UP_SECONDS, undefined, token);
+    await untilDrained(withRelay.db.sql, DRAIN_TIMEOUT_MS);
+    for (let i = 0; i < rounds; i++) {
+      const load = loadAverage();
+      const first = i % 2 === 0 ? await turn(alone, seconds, token) : undefined;
+      const beside = await turn(withRelay, seconds, token);
+      const a = first ?? (await turn(alone, seconds, token));
+      runs.push({ alone: a, beside, load });
+      log(`round ${i + 1} (load ${load}): API alone ${a.createdPerSec.toFixed(0)}/s, with the relay ${beside.createdPerSec.toFixed(0)}/s (relay ${beside.relayUsPerEvent?.toFixed(0)} µs/event): ${(beside.createdPerSec / a.createdPerSec).toFixed(2)}`);
+    }
+  } finally {
+    await Promise.allSettled([stopStack(alone), stopStack(withRelay)]);
   }
-  report.raw.relayBeside = { alone, beside };
-  const ratios = beside.map((b, i) => b.createdPerSec / (alone[i]?.createdPerSec ?? Number.NaN));
-  report.row("API created/s with the relay publishing them vs with no relay (wrk, 32 conns)", median(beside.map((b) => b.createdPerSec)), "/s", ">= 0.85", (r) => r >= 0.85, median(alone.map((a) => a.createdPerSec)), median(ratios));
-  report.row("relay CPU per event beside the API at its full rate", median(beside.map((b) => b.relayUsPerEvent ?? Number.NaN)), "µs", "-", null);
-  report.notes.push(`relay beside the API: created/s ratio per pair ${ratios.map((r) => r.toFixed(2)).join(", ")}`);
+  report.raw.relayBeside = runs;
+  const ratios = runs.map((r) => r.beside.createdPerSec / r.alone.createdPerSec);
+  report.row(
+    `API created/s with the relay publishing them vs with no relay (wrk, 32 conns, ${rounds} rounds of ${seconds} s alternated)`,
+    median(runs.map((r) => r.beside.createdPerSec)),
+    "/s",
+    ">= 0.85",
+    (r) => r >= 0.85,
+    median(runs.map((r) => r.alone.createdPerSec)),
+    median(ratios),
+  );
+  report.row("relay CPU per event beside the API at its full rate", median(runs.map((r) => r.beside.relayUsPerEvent ?? Number.NaN)), "µs", "-", null);
+  report.notes.push(`relay beside the API: created/s ratio per round ${ratios.map((r) => r.toFixed(2)).join(", ")}; load average per round ${runs.map((r) => r.load).join(" | ")}`);
 }
 
 /** `bun run bench`'s "relay CPU at live rates": (2) above at 200 and 2,000 events/s, `runs` each. */
@@ -173,16 +210,15 @@ async function main(): Promise<void> {
   const seconds = Number(secondsArg ?? 10);
   const baseline = ref ? await checkoutOf(ref) : undefined;
   try {
-    const ratios: number[] = [];
-    for (let i = 0; i < pairs; i++) {
-      const first = i % 2 === 0;
-      const alone = first ? await besideRun(false, seconds) : undefined;
-      const beside = await besideRun(true, seconds);
-      const a = alone ?? (await besideRun(false, seconds));
-      ratios.push(beside.createdPerSec / a.createdPerSec);
-      log(`pair ${i + 1}: alone ${a.createdPerSec.toFixed(0)}/s, with the relay ${beside.createdPerSec.toFixed(0)}/s (relay ${beside.relayUsPerEvent?.toFixed(0)} µs/event): ${(beside.createdPerSec / a.createdPerSec).toFixed(2)}`);
-    }
-    console.log(`beside the API: created/s with / without the relay, median of ${pairs}: ${median(ratios).toFixed(2)} (${ratios.map((r) => r.toFixed(2)).join(", ")})`);
+    // The figures as lines rather than bun run bench's table.
+    const notes: string[] = [];
+    const lines: Pick<Report, "row" | "notes" | "raw"> = {
+      notes,
+      raw: {},
+      row: (figure, ours, _unit, _target, _check, limit, ratio) => console.log(`${figure}: ${ours?.toFixed(0)} vs ${limit?.toFixed(0) ?? "-"}: ${ratio?.toFixed(2) ?? "-"}`),
+    };
+    await besideSection(lines, pairs * 2, seconds);
+    for (const note of notes) console.log(note);
     for (const rate of [200, 2000]) {
       for (let i = 0; i < pairs; i++) {
         const now = await pacedRun(rate, seconds);

@@ -7,7 +7,8 @@ import { dbLimit, type DbLimit } from "./db-limit.ts";
 import { bareRun, describeThroughput, scaledRun, type Throughput } from "./api-limits.ts";
 import { e2eRun } from "./e2e-bench.ts";
 import { compareSideBySide, type Comparison } from "./side-by-side.ts";
-import { brokerLimit, relayDrain, REFUNDS_PER_CHARGE, type BrokerLimit, type RelayDrain } from "./mqtt-bench.ts";
+import { REFUNDS_PER_CHARGE } from "./mqtt-bench.ts";
+import { alternate, clientSide, loadAverage, openBareClient, ratiosOf, relaySide, warmRelay } from "./drain-pairs.ts";
 import { checkoutOf, ELYSIA_BASELINE, OPEN_COUNT_BASELINE, ORDER_BASELINE } from "./relay-baseline.ts";
 import { relayCost, type RelayCost } from "./relay-cost.ts";
 import { besideSection, liveCpuSection } from "./relay-live.ts";
@@ -23,8 +24,8 @@ const quick = process.argv.includes("--quick");
 const onlyAt = process.argv.indexOf("--only");
 const only = onlyAt >= 0 ? process.argv[onlyAt + 1] : undefined;
 const P = quick
-  ? { pairs: 1, seconds: 4, replaySeconds: 2, conflictSeconds: 2, brokerMessages: 10_000, drainRows: 10_000, e2eSeconds: 5, logCompare: false, sideBySideRounds: 2 }
-  : { pairs: 3, seconds: 10, replaySeconds: 5, conflictSeconds: 5, brokerMessages: 50_000, drainRows: 50_000, e2eSeconds: 20, logCompare: true, sideBySideRounds: 5 };
+  ? { pairs: 1, seconds: 4, replaySeconds: 2, conflictSeconds: 2, brokerMessages: 10_000, drainRows: 10_000, drainRounds: 3, roundRows: 5_000, e2eSeconds: 5, logCompare: false, sideBySideRounds: 2 }
+  : { pairs: 3, seconds: 10, replaySeconds: 5, conflictSeconds: 5, brokerMessages: 50_000, drainRows: 50_000, drainRounds: 9, roundRows: 10_000, e2eSeconds: 20, logCompare: true, sideBySideRounds: 5 };
 const CONNECTIONS = 32;
 const E2E_RATE = 200;
 
@@ -204,66 +205,56 @@ await section("Elysia cost (this API vs the hand-written router before it)", asy
   }
 });
 
+// Tight alternation (drain-pairs.ts): every side up and warm for the whole section, short runs
+// of the same row count in turn, the order rotated each round, the median of per-round ratios.
 await section("relay drain vs broker limit", async () => {
-  const limits: BrokerLimit[] = [];
-  const legal: BrokerLimit[] = [];
-  const ours: RelayDrain[] = [];
-  const oneConnection: RelayDrain[] = [];
-  for (let i = 0; i < P.pairs; i++) {
-    const limit = await brokerLimit(P.brokerMessages);
-    const atReceiveMaximum = await brokerLimit(P.brokerMessages, "receive-maximum");
-    log(`pair ${i + 1}: bare mqtt.js ${Math.round(limit.acksPerSec)} PUBACKs/s (${limit.payloadBytes} B, window ${limit.window}), ${Math.round(atReceiveMaximum.acksPerSec)} (window ${atReceiveMaximum.window})`);
-    limits.push(limit);
-    legal.push(atReceiveMaximum);
-    const drain = await relayDrain(P.drainRows);
-    log(`pair ${i + 1}: relay drained ${drain.rows} rows at ${Math.round(drain.rowsPerSec)} rows/s (wall ${drain.wallSeconds.toFixed(1)} s)`);
-    ours.push(drain);
-    const single = await relayDrain(P.drainRows, { RELAY_MQTT_CONNECTIONS: "1" });
-    log(`pair ${i + 1}: relay on one MQTT connection drained ${single.rows} rows at ${Math.round(single.rowsPerSec)} rows/s`);
-    oneConnection.push(single);
+  const relay = await warmRelay();
+  const single = await warmRelay({ RELAY_MQTT_CONNECTIONS: "1" });
+  const wide = await openBareClient();
+  const legal = await openBareClient("receive-maximum");
+  try {
+    const sides = [relaySide("relay", relay), clientSide("bare", wide), relaySide("one connection", single), clientSide("legal", legal)];
+    const r = await alternate(sides, P.drainRounds, P.roundRows, (i, x) =>
+      log(`round ${i + 1} (load ${loadAverage()}): relay ${Math.round(x.relay ?? 0)} rows/s, on one MQTT connection ${Math.round(x["one connection"] ?? 0)} | bare mqtt.js ${Math.round(x.bare ?? 0)} PUBACKs/s (window ${wide.window}), ${Math.round(x.legal ?? 0)} (window ${legal.window})`),
+    );
+    raw.relayDrainRounds = r;
+    const rate = (name: string): number => median(r.rates[name] ?? []);
+    const pairs = (a: string, b: string): string => ratiosOf(r, a, b).each.map((x) => x.toFixed(2)).join(", ");
+    const rows = `${P.roundRows} rows, ${P.drainRounds} rounds alternated`;
+    row(`relay drain rows/s (${rows}) vs bare mqtt.js PUBACKs/s, ${wide.window} in flight`, rate("relay"), "/s", ">= 0.8", (v) => v >= 0.8, rate("bare"), ratiosOf(r, "relay", "bare").median);
+    row(`relay drain vs the bare client at the broker's Receive Maximum (${legal.window} in flight)`, rate("relay"), "/s", ">= 0.9", (v) => v >= 0.9, rate("legal"), ratiosOf(r, "relay", "legal").median);
+    row("relay drain, RELAY_MQTT_CONNECTIONS default (3) vs 1", rate("relay"), "/s", "-", null, rate("one connection"), ratiosOf(r, "relay", "one connection").median);
+    notes.push(`relay drain per round: vs ${wide.window} in flight ${pairs("relay", "bare")}; vs ${legal.window} in flight ${pairs("relay", "legal")}; load average per round ${r.loadAverages.join(" | ")}`);
+  } finally {
+    await Promise.allSettled([relay.stop(), single.stop(), wide.close(), legal.close()]);
   }
-  raw.brokerLimit = limits;
-  raw.relayDrainOneConnection = oneConnection;
-  raw.brokerLimitAtReceiveMaximum = legal;
-  raw.relayDrain = ours;
-  const rates = ours.map((d) => d.rowsPerSec);
-  const ratios = ours.map((d, i) => d.rowsPerSec / (limits[i]?.acksPerSec ?? Number.NaN));
-  row(`relay drain rows/s (${P.drainRows} rows) vs broker PUBACKs/s`, median(rates), "/s", ">= 0.6", (r) => r >= 0.6, median(limits.map((l) => l.acksPerSec)), median(ratios));
-  const legalRatios = ours.map((d, i) => d.rowsPerSec / (legal[i]?.acksPerSec ?? Number.NaN));
-  row(`relay drain vs the bare client at the broker's Receive Maximum (${legal[0]?.window ?? "?"} in flight)`, median(rates), "/s", "-", null, median(legal.map((l) => l.acksPerSec)), median(legalRatios));
-  const connectionRatios = ours.map((d, i) => d.rowsPerSec / (oneConnection[i]?.rowsPerSec ?? Number.NaN));
-  row("relay drain, RELAY_MQTT_CONNECTIONS default (3) vs 1", median(rates), "/s", "-", null, median(oneConnection.map((d) => d.rowsPerSec)), median(connectionRatios));
 });
 
 await section("relay order cost", async () => {
   // The per-aggregate rule's cost: this relay beside the one before it (bench/relay-baseline.ts),
-  // on a ChargeCreated-only backlog, pairs alternated; then a backlog of 20 refunds per charge.
+  // on a ChargeCreated-only backlog and on one of 20 refunds per charge, in tight alternation.
   const baseline = await checkoutOf(process.env.BENCH_RELAY_BASELINE ?? ORDER_BASELINE);
-  const before: RelayDrain[] = [];
-  const ours: RelayDrain[] = [];
-  const chains: RelayDrain[] = [];
-  const chainsBefore: RelayDrain[] = [];
   try {
-    for (let i = 0; i < P.pairs; i++) {
-      const old = await relayDrain(P.drainRows, {}, { cwd: baseline.dir });
-      const now = await relayDrain(P.drainRows);
-      const many = await relayDrain(P.drainRows, {}, { backlog: "chains" });
-      const manyBefore = await relayDrain(P.drainRows, {}, { cwd: baseline.dir, backlog: "chains" });
-      log(`pair ${i + 1}: ChargeCreated backlog ${Math.round(now.rowsPerSec)} rows/s, before ${Math.round(old.rowsPerSec)} | ${REFUNDS_PER_CHARGE} refunds per charge ${Math.round(many.rowsPerSec)} rows/s, before (no order) ${Math.round(manyBefore.rowsPerSec)}`);
-      before.push(old);
-      ours.push(now);
-      chains.push(many);
-      chainsBefore.push(manyBefore);
+    const ours = await warmRelay();
+    const before = await warmRelay({}, baseline.dir);
+    try {
+      const sides = [relaySide("ours", ours), relaySide("before", before), relaySide("chains", ours, "chains"), relaySide("chains before", before, "chains")];
+      const r = await alternate(sides, P.drainRounds, P.roundRows, (i, x) =>
+        log(`round ${i + 1} (load ${loadAverage()}): ChargeCreated backlog ${Math.round(x.ours ?? 0)} rows/s, before ${Math.round(x.before ?? 0)} | ${REFUNDS_PER_CHARGE} refunds per charge ${Math.round(x.chains ?? 0)} rows/s, before (no order) ${Math.round(x["chains before"] ?? 0)}`),
+      );
+      raw.relayOrderRounds = r;
+      const rate = (name: string): number => median(r.rates[name] ?? []);
+      const pairs = (a: string, b: string): string => ratiosOf(r, a, b).each.map((x) => x.toFixed(2)).join(", ");
+      row(`relay drain, ChargeCreated backlog (${P.roundRows} rows, ${P.drainRounds} rounds): per-aggregate order vs the relay before it`, rate("ours"), "/s", "-", null, rate("before"), ratiosOf(r, "ours", "before").median);
+      row(`relay drain, ${REFUNDS_PER_CHARGE} refunds per charge vs the ChargeCreated backlog`, rate("chains"), "/s", ">= 0.5", (v) => v >= 0.5, rate("ours"), ratiosOf(r, "chains", "ours").median);
+      row(`relay drain, ${REFUNDS_PER_CHARGE} refunds per charge: in order vs the relay before it (no order)`, rate("chains"), "/s", "-", null, rate("chains before"), ratiosOf(r, "chains", "chains before").median);
+      notes.push(`relay order per round: vs before ${pairs("ours", "before")}; chains vs ChargeCreated ${pairs("chains", "ours")}; load average per round ${r.loadAverages.join(" | ")}`);
+    } finally {
+      await Promise.allSettled([ours.stop(), before.stop()]);
     }
   } finally {
     await baseline.remove();
   }
-  raw.relayOrder = { before, ours, chains, chainsBefore };
-  const ratio = (a: RelayDrain[], b: RelayDrain[]) => median(a.map((d, i) => d.rowsPerSec / (b[i]?.rowsPerSec ?? Number.NaN)));
-  const rate = (a: RelayDrain[]) => median(a.map((d) => d.rowsPerSec));
-  row(`relay drain, ChargeCreated backlog (${P.drainRows} rows): per-aggregate order vs the relay before it`, rate(ours), "/s", ">= 0.9", (r) => r >= 0.9, rate(before), ratio(ours, before));
-  row(`relay drain, ${REFUNDS_PER_CHARGE} refunds per charge (${chains[0]?.rows ?? "?"} rows) vs the ChargeCreated backlog`, rate(chains), "/s", "-", null, rate(ours), ratio(chains, ours));
-  row(`relay drain, ${REFUNDS_PER_CHARGE} refunds per charge: in order vs the relay before it (no order)`, rate(chains), "/s", "-", null, rate(chainsBefore), ratio(chains, chainsBefore));
 });
 
 await section("relay cost and scale-out", async () => {
@@ -284,7 +275,7 @@ await section("relay cost and scale-out", async () => {
   row("2 relays rows/s vs 1 relay (one database)", median(two.map((c) => c.rowsPerSec)), "/s", "-", null, median(one.map((c) => c.rowsPerSec)), median(ratios));
 });
 
-await section("relay beside the API", () => besideSection(report, P.pairs, P.seconds));
+await section("relay beside the API", () => besideSection(report, quick ? 2 : 6, quick ? 3 : 5));
 await section("relay CPU at live rates", () => liveCpuSection(report, P.pairs, quick ? 3 : 5));
 await section("end to end", async () => {
   const e = await e2eRun(E2E_RATE, P.e2eSeconds);

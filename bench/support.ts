@@ -25,6 +25,9 @@ export function requireTool(tool: string, pkg: string): string {
 
 export type FreshDb = ScratchDatabase;
 
+/** The application_name of the bench's own pools on its fresh databases. */
+export const BENCH_APP = "bench";
+
 /**
  * A new database on the services' server, migrations applied by lib/shared/migrations.ts
  * migrate(); `migrate: false` leaves it empty for a process of another checkout to apply its
@@ -32,7 +35,7 @@ export type FreshDb = ScratchDatabase;
  */
 export async function freshDatabase(label: string, max = 4, migrate = true): Promise<FreshDb> {
   const { adminDatabaseUrl } = await benchServices();
-  return createScratchDatabase(adminDatabaseUrl, scratchName("bench", label), { max, applicationName: "bench", migrate });
+  return createScratchDatabase(adminDatabaseUrl, scratchName("bench", label), { max, applicationName: BENCH_APP, migrate });
 }
 
 /**
