@@ -43,14 +43,19 @@ export interface BrokerLimit {
  * client to exceed and the relay honours; a bare mqtt.js client does not enforce it.
  */
 export async function brokerLimit(messages: number, window: number | "receive-maximum" = MAX_IN_FLIGHT): Promise<BrokerLimit> {
+  const { client, inFlight } = await connectBare(window);
+  return publishWindow(client, messages, inFlight);
+}
+
+/** A bare MQTT 5 client on the bench's broker, and the window it keeps (the Receive Maximum's when asked for it). */
+async function connectBare(window: number | "receive-maximum"): Promise<{ client: mqtt.MqttClient; inFlight: number }> {
   const { mqttUrl } = await benchServices();
   const client = mqtt.connect(mqttUrl, { protocolVersion: 5, clean: true, reconnectPeriod: 0 });
   const connack = await new Promise<mqtt.IConnackPacket>((resolve, reject) => {
     client.once("connect", resolve);
     client.once("error", reject);
   });
-  const inFlight = window === "receive-maximum" ? (connack.properties?.receiveMaximum ?? PROTOCOL_RECEIVE_MAXIMUM) : window;
-  return publishWindow(client, messages, inFlight);
+  return { client, inFlight: window === "receive-maximum" ? (connack.properties?.receiveMaximum ?? PROTOCOL_RECEIVE_MAXIMUM) : window };
 }
 
 async function publishWindow(client: mqtt.MqttClient, messages: number, window: number): Promise<BrokerLimit> {
@@ -77,13 +82,7 @@ export interface BareClient {
 }
 
 export async function openBareClient(window: number | "receive-maximum" = MAX_IN_FLIGHT): Promise<BareClient> {
-  const { mqttUrl } = await benchServices();
-  const client = mqtt.connect(mqttUrl, { protocolVersion: 5, clean: true, reconnectPeriod: 0 });
-  const connack = await new Promise<mqtt.IConnackPacket>((resolve, reject) => {
-    client.once("connect", resolve);
-    client.once("error", reject);
-  });
-  const inFlight = window === "receive-maximum" ? (connack.properties?.receiveMaximum ?? PROTOCOL_RECEIVE_MAXIMUM) : window;
+  const { client, inFlight } = await connectBare(window);
   const payload = sampleEnvelope();
   const topic = topicOf(`bench/limit-${crypto.randomUUID().slice(0, 8)}/`, CHARGE_CREATED);
   await publishAll(client, topic, payload, WARMUP, inFlight);
