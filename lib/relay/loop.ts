@@ -79,7 +79,7 @@ const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 10, baseSeconds: 1, maxSeconds
 // After a database error the loop pauses this long, doubling up to the maximum.
 const DB_BACKOFF_MIN_MS = 100;
 const DB_BACKOFF_MAX_MS = 5000;
-// A drain that claimed this many rows or more means events come faster than the relay's cycle
+// Two drains in a row that claimed this many rows or more mean events come faster than the relay's cycle
 // (claim, publish, mark, commit: a few ms): the next drain then starts GATHER_MS after this one
 // began, not at the next NOTIFY, so it claims that time's rows in one transaction. A claim
 // costs about the same CPU whatever its rows (bench/README.md, "Relay at live traffic"): at
@@ -187,6 +187,9 @@ async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<number>,
   const listenerReady = listenUntilStopped(run);
   const unsubscribe = broker.onConnectionChange((connected) => connected && waker.wake());
   let backoff = DB_BACKOFF_MIN_MS;
+  // Rows the last drain claimed: a gather needs two busy drains in a row (a stream), not one
+  // (a stall at a low rate, whose next rows should go at once).
+  let lastRows = 0;
   while (!stopping.signal.aborted) {
     if (!broker.connected) {
       setState(run, "waiting-for-broker");
@@ -199,7 +202,9 @@ async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<number>,
     try {
       const rows = await drainOnce();
       backoff = DB_BACKOFF_MIN_MS;
-      if (rows >= GATHER_MIN_ROWS) {
+      const busy = rows >= GATHER_MIN_ROWS && lastRows >= GATHER_MIN_ROWS;
+      lastRows = rows;
+      if (busy) {
         await gather(began + GATHER_MS - performance.now(), stopping.signal);
         // Room for twice the last drain's rows: the claim comes back short (no second lane
         // starts, no empty claim), and takes what was gathered in one transaction.
