@@ -1,7 +1,6 @@
 // The outbox relay's loop. States:
 //   idle               nothing due; waits for a NOTIFY, a broker reconnect or the fallback poll
-//   draining           lanes claim and publish batches until a claim comes back short (lanes.ts);
-//                      after a drain of many rows, the next waits out the gather time
+//   draining           lanes claim and publish batches until a claim comes back short (lanes.ts)
 //   waiting-for-broker disconnected: claims nothing (no attempts burnt) until the CONNACK
 //   backing-off        the database failed; waits, doubling the pause, then drains again
 //   stopping/stopped   stop(): no new claim; batches in flight finish (PUBACKs awaited, rows marked)
@@ -79,15 +78,6 @@ const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 10, baseSeconds: 1, maxSeconds
 // After a database error the loop pauses this long, doubling up to the maximum.
 const DB_BACKOFF_MIN_MS = 100;
 const DB_BACKOFF_MAX_MS = 5000;
-// Two drains in a row that claimed this many rows or more mean events come faster than the relay's cycle
-// (claim, publish, mark, commit: a few ms): the next drain then starts GATHER_MS after this one
-// began, not at the next NOTIFY, so it claims that time's rows in one transaction. A claim
-// costs about the same CPU whatever its rows (bench/README.md, "Relay at live traffic"): at
-// 2,000 events/s claims of 21 rows instead of 12, 0.6x as many. At 200 events/s a drain claims
-// 1 or 2 rows and the next starts at once, so commit -> subscriber latency there is untouched;
-// past the threshold a row waits at most GATHER_MS more.
-const GATHER_MIN_ROWS = 8;
-const GATHER_MS = 10;
 // A LISTEN that could not be set up (database away at start) is retried this often; the
 // fallback poll covers the gap.
 const LISTEN_RETRY_MS = 2000;
@@ -166,30 +156,13 @@ async function listenUntilStopped(run: RelayRun): Promise<OutboxListener | undef
   return undefined;
 }
 
-/** Resolves after `ms`, or at once when the relay stops. */
-function gather(ms: number, stop: AbortSignal): Promise<void> {
-  if (ms <= 0 || stop.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = (): void => {
-      clearTimeout(timer);
-      stop.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    stop.addEventListener("abort", done);
-  });
-}
-
 /** The loop of the states above, until stop(). */
-async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<number>, expect: (rows: number) => void): Promise<void> {
+async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<void>): Promise<void> {
   const { broker, pollMs } = run.options;
   const { waker, stopping } = run;
   const listenerReady = listenUntilStopped(run);
   const unsubscribe = broker.onConnectionChange((connected) => connected && waker.wake());
   let backoff = DB_BACKOFF_MIN_MS;
-  // Rows the last drain claimed: a gather needs two busy drains in a row (a stream), not one
-  // (a stall at a low rate, whose next rows should go at once).
-  let lastRows = 0;
   while (!stopping.signal.aborted) {
     if (!broker.connected) {
       setState(run, "waiting-for-broker");
@@ -198,18 +171,9 @@ async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<number>,
     }
     setState(run, "draining");
     waker.take();
-    const began = performance.now();
     try {
-      const rows = await drainOnce();
+      await drainOnce();
       backoff = DB_BACKOFF_MIN_MS;
-      const busy = rows >= GATHER_MIN_ROWS && lastRows >= GATHER_MIN_ROWS;
-      lastRows = rows;
-      if (busy) {
-        await gather(began + GATHER_MS - performance.now(), stopping.signal);
-        // Room for twice the last drain's rows: the claim comes back short (no second lane
-        // starts, no empty claim), and takes what was gathered in one transaction.
-        expect(rows * 2);
-      }
     } catch (error) {
       setState(run, "backing-off");
       run.logger.warn("batch failed; backing off", { retryInMs: backoff, error: describeDbError(error) });
@@ -256,7 +220,7 @@ export function createRelay(options: RelayOptions): Relay {
       return (await batch(options.batchSize).result).published;
     },
     run() {
-      loop ??= loopUntilStopped(run, () => drain({ maxLanes, sizer, stop: run.stopping.signal, startBatch: batch }), sizer.expect);
+      loop ??= loopUntilStopped(run, () => drain({ maxLanes, sizer, stop: run.stopping.signal, startBatch: batch }));
       return loop;
     },
     async stop() {
