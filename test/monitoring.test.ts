@@ -117,14 +117,21 @@ async function scrapeAfterWork(): Promise<{ exposed: Set<string>; types: Map<str
   const prefix = `monitoring-${crypto.randomUUID().slice(0, 8)}/`;
   const telemetry = startTelemetry("charges-subscriber-test", undefined, false);
   const env = { DATABASE_URL: db.url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, LOG_LEVEL: "warn" };
-  const api = await startEntrypoint("api", { env: { ...env, ...authEnv() } });
-  const relay = await startEntrypoint("relay", { env });
-  const subscriber = startSubscriber({ sql: db.sql, mqttUrl, topic: subscriptionFilter(prefix), consumer: "monitoring", meter: telemetry.provider.getMeter("charges") });
+  // Everything started is stopped, whichever start fails: a live `bun api.ts` left behind holds
+  // its pool for the rest of the run.
+  const started: { child: { stop: () => Promise<unknown> } }[] = [];
+  let subscriber: ReturnType<typeof startSubscriber> | undefined;
   try {
-    await subscriber.ready;
+    const api = await startEntrypoint("api", { env: { ...env, ...authEnv() } });
+    started.push(api);
+    const relay = await startEntrypoint("relay", { env });
+    started.push(relay);
+    const sub = startSubscriber({ sql: db.sql, mqttUrl, topic: subscriptionFilter(prefix), consumer: "monitoring", meter: telemetry.provider.getMeter("charges") });
+    subscriber = sub;
+    await sub.ready;
     await exercise(api.base);
     await waitUntil(async () => (await countWhere(db.sql, "published")) === 2, 15_000, "both events published");
-    await waitUntil(() => subscriber.processed === 2, 15_000, "both events processed by the subscriber");
+    await waitUntil(() => sub.processed === 2, 15_000, "both events processed by the subscriber");
     // The relay's gauges appear once its operations jobs have run.
     const relayPage = await waitUntil(async () => {
       const page = await scrape(`${relay.base}/metrics`);
@@ -134,8 +141,8 @@ async function scrapeAfterWork(): Promise<{ exposed: Set<string>; types: Map<str
     const pages = [await scrape(`${api.base}/metrics`), relayPage, await (await telemetry.scrape()).text()];
     return { exposed: new Set(pages.flatMap((page) => [...exposedFamilies(page)])), types: new Map(pages.flatMap((page) => [...metricTypes(page)])) };
   } finally {
-    await subscriber.close();
-    await Promise.all([api.child.stop(), relay.child.stop()]);
+    await subscriber?.close();
+    await Promise.all(started.map((p) => p.child.stop()));
     await telemetry.shutdown();
     await db.drop();
   }
