@@ -42,11 +42,11 @@ if (missing !== undefined) skipScenario("15", `a broker node lost needs ${onNats
 
 // The promise: the relay publishes again this soon after its node is SIGKILLed. It sees the
 // loss at once (the kernel closes the dead node's sockets) and moves to the next node after its
-// first reconnect delay (250 ms). An aedes node answers the CONNECT at once: 0.23-0.57 s in
-// all 29 runs measured here; 5 s is ten times the slowest, room for a machine loaded by other
-// work. A NATS node answers once JetStream has elected new leaders for what the lost node led
-// (about 5 s measured here); one that hangs instead costs a CONNECT timeout (5 s) before the
-// next: 15 s covers an election and two of those.
+// first reconnect delay (250 ms). An aedes node answers the CONNECT at once, so 5 s is about
+// ten times the slowest move measured (docs/chaos.md, Limits), room for a machine loaded by
+// other work. A NATS node answers once JetStream has elected new leaders for what the lost
+// node led (seconds); one that hangs instead costs a CONNECT timeout (5 s) before the next:
+// 15 s covers an election and two of those.
 const REPUBLISH_BOUND_MS = onNats ? 15_000 : 5000;
 // Events processed by the subscriber between one step and the next: the load flows in each state.
 const EVENTS_PER_STEP = 40;
