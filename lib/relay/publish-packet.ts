@@ -47,33 +47,68 @@ function writeVarint(buf: Buffer, at: number, value: number): number {
   return o;
 }
 
+// Strings up to this many UTF-16 units are measured and copied by a loop here when they are
+// ASCII (every property name and the relay's values: ids, types, tenants, the topic): a
+// packet's two dozen Buffer.byteLength and Buffer.write calls cost more, each a native call,
+// than the loops (bench/README.md, "Relay drain: the row's CPU"). Longer ones (the payload)
+// take the native calls, which copy faster than a loop once past a few dozen bytes.
+const ASCII_LOOP_MAX = 64;
+// The first code unit that is not ASCII (UTF-8 writes it in two bytes or more).
+const FIRST_NON_ASCII = 0x80;
+
+/** The UTF-8 length of `s`. */
+function utf8Bytes(s: string): number {
+  if (s.length > ASCII_LOOP_MAX) return Buffer.byteLength(s);
+  for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) >= FIRST_NON_ASCII) return Buffer.byteLength(s);
+  return s.length;
+}
+
 function stringBytes(s: string): number {
-  const n = Buffer.byteLength(s);
+  const n = utf8Bytes(s);
   if (n > MAX_STRING_BYTES) throw new UnencodableMessage(`an MQTT string of ${n} bytes (at most ${MAX_STRING_BYTES})`);
   return n;
 }
 
-function writeString(buf: Buffer, at: number, s: string, bytes: number): number {
-  buf.writeUInt16BE(bytes, at);
-  buf.write(s, at + 2, bytes, "utf8");
-  return at + 2 + bytes;
+/** `bytes` of `s` at `at` (its UTF-8 length: as many as its code units only when ASCII). */
+function writeUtf8(buf: Buffer, at: number, s: string, bytes: number): number {
+  if (bytes === s.length && bytes <= ASCII_LOOP_MAX) for (let i = 0; i < bytes; i++) buf[at + i] = s.charCodeAt(i);
+  else buf.write(s, at, bytes, "utf8");
+  return at + bytes;
 }
 
-function propertiesSize(fields: PublishFields): number {
-  let size = 3 + stringBytes(fields.contentType);
-  for (const name in fields.userProperties) size += 5 + stringBytes(name) + stringBytes(fields.userProperties[name] as string);
+function writeString(buf: Buffer, at: number, s: string, bytes: number): number {
+  buf[at] = bytes >> 8;
+  buf[at + 1] = bytes & 0xff;
+  return writeUtf8(buf, at + 2, s, bytes);
+}
+
+// The UTF-8 lengths of the user properties' names and values, in order, from propertiesSize
+// to writeProperties of the same packet (the encoder never yields in between).
+const propertyBytes: number[] = [];
+
+function propertiesSize(fields: PublishFields, contentTypeBytes: number): number {
+  let size = 3 + contentTypeBytes;
+  let k = 0;
+  for (const name in fields.userProperties) {
+    const nameBytes = stringBytes(name);
+    const valueBytes = stringBytes(fields.userProperties[name] as string);
+    propertyBytes[k++] = nameBytes;
+    propertyBytes[k++] = valueBytes;
+    size += 5 + nameBytes + valueBytes;
+  }
   return size;
 }
 
-function writeProperties(buf: Buffer, at: number, fields: PublishFields, size: number): number {
+function writeProperties(buf: Buffer, at: number, fields: PublishFields, size: number, contentTypeBytes: number): number {
   let o = writeVarint(buf, at, size);
   buf[o++] = CONTENT_TYPE;
-  o = writeString(buf, o, fields.contentType, Buffer.byteLength(fields.contentType));
+  o = writeString(buf, o, fields.contentType, contentTypeBytes);
+  let k = 0;
   for (const name in fields.userProperties) {
     const value = fields.userProperties[name] as string;
     buf[o++] = USER_PROPERTY;
-    o = writeString(buf, o, name, Buffer.byteLength(name));
-    o = writeString(buf, o, value, Buffer.byteLength(value));
+    o = writeString(buf, o, name, propertyBytes[k++] as number);
+    o = writeString(buf, o, value, propertyBytes[k++] as number);
   }
   return o;
 }
@@ -81,8 +116,9 @@ function writeProperties(buf: Buffer, at: number, fields: PublishFields, size: n
 /** The whole packet; `protocolVersion` 4 (3.1.1) leaves the properties out. Throws UnencodableMessage. */
 export function encodePublish(fields: PublishFields, protocolVersion: number): Buffer {
   const topicBytes = stringBytes(fields.topic);
-  const payloadBytes = Buffer.byteLength(fields.payload);
-  const propsSize = protocolVersion === 5 ? propertiesSize(fields) : -1;
+  const payloadBytes = utf8Bytes(fields.payload);
+  const contentTypeBytes = protocolVersion === 5 ? stringBytes(fields.contentType) : 0;
+  const propsSize = protocolVersion === 5 ? propertiesSize(fields, contentTypeBytes) : -1;
   const propsTotal = propsSize < 0 ? 0 : varintSize(propsSize) + propsSize;
   const remaining = 2 + topicBytes + 2 + propsTotal + payloadBytes;
   if (remaining > MAX_REMAINING_LENGTH) throw new UnencodableMessage(`a PUBLISH of ${remaining} bytes (MQTT allows ${MAX_REMAINING_LENGTH})`);
@@ -90,9 +126,9 @@ export function encodePublish(fields: PublishFields, protocolVersion: number): B
   buf[0] = PUBLISH_QOS1;
   let o = writeVarint(buf, 1, remaining);
   o = writeString(buf, o, fields.topic, topicBytes);
-  buf.writeUInt16BE(fields.messageId, o);
-  o += 2;
-  if (propsSize >= 0) o = writeProperties(buf, o, fields, propsSize);
-  buf.write(fields.payload, o, payloadBytes, "utf8");
+  buf[o++] = fields.messageId >> 8;
+  buf[o++] = fields.messageId & 0xff;
+  if (propsSize >= 0) o = writeProperties(buf, o, fields, propsSize, contentTypeBytes);
+  writeUtf8(buf, o, fields.payload, payloadBytes);
   return buf;
 }
