@@ -70,8 +70,8 @@ const IN_TURN_MAX = 50;
 const LEFT_FOR_LATER: Outcome = { kind: "released", error: "not attempted: a row before it in its aggregate was not in the claim" };
 
 /** The claim's rows in the order they are handed over, and their outcomes to come in that order. */
-function handOver(ctx: BatchContext, claimed: readonly OutboxRow[]): { rows: OutboxRow[]; outcomes: Promise<Outcome[]>; inTurn: boolean } {
-  const { chains, left } = chainsOf(claimed);
+function handOver(ctx: BatchContext, claimed: readonly OutboxRow[], heads: number): { rows: OutboxRow[]; outcomes: Promise<Outcome[]>; inTurn: boolean } {
+  const { chains, left } = chainsOf(claimed, heads);
   const rows = [...chains.flat(), ...left];
   const leftOutcomes = left.map(() => LEFT_FOR_LATER);
   // A large claim goes out at once (throughput); a small one in turn (latency), still under
@@ -172,7 +172,7 @@ async function batchInTx(
     const since = performance.now();
     // Every head is handed to the broker before the next claim, so the heads' publish order
     // follows created_at; a small claim is published in turn before the lock is let go.
-    const { rows, outcomes, inTurn } = handOver(ctx, claimedRows);
+    const { rows, outcomes, inTurn } = handOver(ctx, claimedRows, heads);
     return { rows, heads, full, since, fromTop, outcomes: inTurn ? Promise.resolve(await outcomes) : outcomes };
   });
   handOff(claimed ? { rows: claimed.rows.length, heads: claimed.heads, full: claimed.full } : NOTHING);

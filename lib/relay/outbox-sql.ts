@@ -32,12 +32,6 @@ export interface OutboxRow {
   /** Times the row was the oldest publish in flight when the broker closed the connection. */
   readonly releases: number;
   readonly traceparent: string | null;
-  /**
-   * The oldest unpublished event of its aggregate when claimed (claimHeads). A row that is not
-   * follows a head of the same claim (claimFollowers): it goes to the broker only after the row
-   * before it is acknowledged.
-   */
-  readonly head: boolean;
 }
 
 /**
@@ -116,7 +110,7 @@ export async function claimHeads(tx: Db, limit: number, from?: string, walk: num
   // per-row copy on the drain's hot path.
   return await tx<OutboxRow[]>`
     select id, ctid::text as tid, aggregate_id as "aggregateId", aggregate_type as "aggregateType", sequence,
-           tenant, event_type as "eventType", payload, releases, traceparent, true as head,
+           tenant, event_type as "eventType", payload, releases, traceparent,
            to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"
     from outbox o
     where published_at is null
@@ -150,7 +144,7 @@ export async function claimFollowers(tx: Db, heads: readonly OutboxRow[], limit:
   if (heads.length === 0 || limit <= 0) return [];
   return await tx<OutboxRow[]>`
     select f.id, f.ctid::text as tid, f.aggregate_id as "aggregateId", f.aggregate_type as "aggregateType", f.sequence,
-           f.tenant, f.event_type as "eventType", f.payload, f.releases, f.traceparent, false as head,
+           f.tenant, f.event_type as "eventType", f.payload, f.releases, f.traceparent,
            to_char(f.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"
     from unnest(${heads.map((h) => h.aggregateId)}::uuid[], ${heads.map((h) => h.aggregateType)}::text[],
                 ${heads.map((h) => h.sequence)}::int[]) as h(aggregate_id, aggregate_type, sequence)
