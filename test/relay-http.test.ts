@@ -145,7 +145,7 @@ test("the start line names MQTT_URL and DATABASE_URL with their passwords masked
   expect(JSON.parse(startLine).mqttUrl).toBe(`mqtt://relay:***@${url.host}`);
   expect(JSON.parse(startLine).databaseUrl).toBe(maskUrl(db.url));
   // The relay paces young collections on Bun (lib/shared/gc-pacer.ts) and says so.
-  expect(JSON.parse(startLine)).toMatchObject({ mqttConnections: 3, gcEveryRows: 1000 });
+  expect(JSON.parse(startLine)).toMatchObject({ mqttConnections: 3, gcEveryRows: 4000 });
   expect(lines.join("\n")).not.toContain("s3cret-broker-pw");
 });
 
