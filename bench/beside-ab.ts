@@ -16,14 +16,17 @@ if (!ref) {
   process.exit(2);
 }
 const [rounds, seconds] = [Number(roundsArg ?? 6), Number(secondsArg ?? 5)];
+// Three APIs at the default pool (32) and two relays would take more than Postgres's 100
+// connections; all three get the same smaller pool.
+const API_ENV = { API_POOL_SIZE: "16" };
 const baseline = await checkoutOf(ref);
 const stacks: Stack[] = [];
 try {
-  const alone = await startStack(false, undefined);
+  const alone = await startStack(false, undefined, API_ENV);
   stacks.push(alone);
-  const ours = await startStack(true, undefined);
+  const ours = await startStack(true, undefined, API_ENV);
   stacks.push(ours);
-  const before = await startStack(true, baseline.dir);
+  const before = await startStack(true, baseline.dir, API_ENV);
   stacks.push(before);
   const token = await tokenFor();
   for (const s of stacks) await wrk(s.api.port, CONNECTIONS, WARM_UP_SECONDS, undefined, token);

@@ -116,11 +116,18 @@ export interface Stack {
   readonly relay: RelayProcess | undefined;
 }
 
-export async function startStack(withRelay: boolean, cwd: string | undefined): Promise<Stack> {
+export async function startStack(withRelay: boolean, cwd: string | undefined, apiEnv: Record<string, string> = {}): Promise<Stack> {
   const db = await freshDatabase("live", 2);
-  const api = await startApi(db, "info");
-  const relay = withRelay ? await startRelay(db, cwd) : undefined;
-  return { db, api, relay };
+  let api: Service | undefined;
+  try {
+    api = await startApi(db, "info", apiEnv);
+    const relay = withRelay ? await startRelay(db, cwd) : undefined;
+    return { db, api, relay };
+  } catch (error) {
+    await api?.child.stop();
+    await db.drop();
+    throw error;
+  }
 }
 
 export async function stopStack(s: Stack): Promise<void> {
