@@ -32,6 +32,7 @@ const seconds = Number(process.argv[2] ?? 10);
 for (const withRelay of [false, true, false, true]) {
   const s = await startStack(withRelay, undefined);
   try {
+    if (process.env.FF) await s.db.sql.unsafe(`alter table outbox set (fillfactor = ${Number(process.env.FF)})`);
     await wrk(s.api.port, CONNECTIONS, WARM_UP_SECONDS, undefined, token);
     if (withRelay) await untilDrained(s.db.sql, DRAIN_TIMEOUT_MS);
     const g = await groups(s.db.name);

@@ -175,6 +175,7 @@ async function gatherAfter(run: RelayRun, drains: Drains, began: number, rows: n
   const next = drains.gather.drained(began, rows);
   if (next <= began) return false;
   const wait = next - performance.now();
+  run.logger.debug("gathering", { sinceDrainBeganMs: Math.round(next - began), waitMs: Math.max(0, Math.round(wait)) });
   if (wait > 0) await run.waker.sleep(wait);
   drains.expect(drains.gather.expected(performance.now()));
   return true;
