@@ -19,11 +19,11 @@ import type { Report } from "./report.ts";
 import { tokenFor } from "../testkit/auth.ts";
 import { RELAY_APP, startEntrypoint, type Service } from "../testkit/processes.ts";
 
-const CONNECTIONS = 32;
+export const CONNECTIONS = 32;
 // Paced runs are warmed at their own rate first: a new process compiles in its first second.
 const PACED_WARM_UP_SECONDS = 3;
 // The events of the last paced second reach the broker within this.
-const DRAIN_TIMEOUT_MS = 30_000;
+export const DRAIN_TIMEOUT_MS = 30_000;
 
 export interface BesideRun {
   readonly withRelay: boolean;
@@ -110,20 +110,27 @@ export function describePaced(p: PacedRun): string {
 }
 
 /** An API on a database of its own, kept up for a whole comparison, with or without a relay beside it. */
-interface Stack {
+export interface Stack {
   readonly db: FreshDb;
   readonly api: Service;
   readonly relay: RelayProcess | undefined;
 }
 
-async function startStack(withRelay: boolean, cwd: string | undefined): Promise<Stack> {
+export async function startStack(withRelay: boolean, cwd: string | undefined, apiEnv: Record<string, string> = {}): Promise<Stack> {
   const db = await freshDatabase("live", 2);
-  const api = await startApi(db, "info");
-  const relay = withRelay ? await startRelay(db, cwd) : undefined;
-  return { db, api, relay };
+  let api: Service | undefined;
+  try {
+    api = await startApi(db, "info", apiEnv);
+    const relay = withRelay ? await startRelay(db, cwd) : undefined;
+    return { db, api, relay };
+  } catch (error) {
+    await api?.child.stop();
+    await db.drop();
+    throw error;
+  }
 }
 
-async function stopStack(s: Stack): Promise<void> {
+export async function stopStack(s: Stack): Promise<void> {
   await s.relay?.service.child.stop();
   await s.api.child.stop();
   await s.db.drop();
@@ -134,7 +141,7 @@ async function stopStack(s: Stack): Promise<void> {
  * turn ends when it has published what the run created, so its work never spills into the
  * other stack's turn. The relay's CPU from the run's start to then, per charge created.
  */
-async function turn(s: Stack, seconds: number, token: string): Promise<BesideRun> {
+export async function turn(s: Stack, seconds: number, token: string): Promise<BesideRun> {
   const relayPid = s.relay?.service.child.pid;
   const relayCpu = relayPid === undefined ? 0 : processCpuSeconds(relayPid);
   const run = await wrk(s.api.port, CONNECTIONS, seconds, undefined, token);

@@ -15,12 +15,18 @@ test("defaults are the README's (Configuration)", () => {
     outboxBatchSize: 2000,
     outboxPollMs: 1000,
     relayMqttConnections: 3,
+    relayGatherMs: 40,
     outboxRetentionSeconds: 604_800,
     mqttTopicPrefix: "",
     mqttProtocol: "auto",
     logLevel: "info",
   });
   expect(Object.isFrozen(config)).toBe(true);
+});
+
+test("RELAY_GATHER_MS: 0 turns gathering off; up to a second", () => {
+  expect(loadConfig({ RELAY_GATHER_MS: "0" }).relayGatherMs).toBe(0);
+  expect(loadConfig({ RELAY_GATHER_MS: "1000" }).relayGatherMs).toBe(1000);
 });
 
 test("MQTT_PROTOCOL_VERSION: auto by default; 5 and 3.1.1 taken as they are", () => {
@@ -80,6 +86,8 @@ test.each([
   ["RELAY_MQTT_CONNECTIONS", "0"],
   ["API_CHARGE_STATEMENTS", "0"],
   ["RELAY_MQTT_CONNECTIONS", "17"],
+  ["RELAY_GATHER_MS", "-1"],
+  ["RELAY_GATHER_MS", "1001"],
   ["OUTBOX_RETENTION_SECONDS", "1e3"],
   ["DATABASE_URL", "not a url"],
   ["DATABASE_URL", "mysql://localhost/x"],

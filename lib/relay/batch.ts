@@ -64,19 +64,21 @@ export interface BatchRun {
 // stall to every claim, which makes it fall further behind (a claim of the whole
 // OUTBOX_BATCH_SIZE, when that is 50 or less, still goes out at once: the backlog is not
 // drained). Past about 50 rows, a local round trip per row costs more than the one stall of a
-// burst (bench/README.md, "Relay drain").
+// burst (bench/README.md, "Relay drain"). A claim that asked for more (a growing drain, or a
+// gathered stream: gather.ts) goes out at once whatever it found: the outbox is busy, and the
+// PINGREQ of window.ts keeps its last PUBACKs from the stall.
 const IN_TURN_MAX = 50;
 
 const LEFT_FOR_LATER: Outcome = { kind: "released", error: "not attempted: a row before it in its aggregate was not in the claim" };
 
 /** The claim's rows in the order they are handed over, and their outcomes to come in that order. */
-function handOver(ctx: BatchContext, claimed: readonly OutboxRow[], heads: number): { rows: OutboxRow[]; outcomes: Promise<Outcome[]>; inTurn: boolean } {
+function handOver(ctx: BatchContext, limit: number, claimed: readonly OutboxRow[], heads: number): { rows: OutboxRow[]; outcomes: Promise<Outcome[]>; inTurn: boolean } {
   const { chains, left } = chainsOf(claimed, heads);
   const rows = [...chains.flat(), ...left];
   const leftOutcomes = left.map(() => LEFT_FOR_LATER);
   // A large claim goes out at once (throughput); a small one in turn (latency), still under
   // the claim lock either way.
-  const inTurn = !(claimed.length > IN_TURN_MAX || claimed.length === ctx.maxClaim);
+  const inTurn = !(limit > IN_TURN_MAX || claimed.length === ctx.maxClaim);
   const outcomes = (inTurn ? publishInTurn(ctx, chains) : publishChains(ctx, chains)).then((o) => [...o, ...leftOutcomes]);
   return { rows, outcomes, inTurn };
 }
@@ -172,7 +174,7 @@ async function batchInTx(
     const since = performance.now();
     // Every head is handed to the broker before the next claim, so the heads' publish order
     // follows created_at; a small claim is published in turn before the lock is let go.
-    const { rows, outcomes, inTurn } = handOver(ctx, claimedRows, heads);
+    const { rows, outcomes, inTurn } = handOver(ctx, limit, claimedRows, heads);
     return { rows, heads, full, since, fromTop, outcomes: inTurn ? Promise.resolve(await outcomes) : outcomes };
   });
   handOff(claimed ? { rows: claimed.rows.length, heads: claimed.heads, full: claimed.full } : NOTHING);

@@ -41,6 +41,8 @@ export interface ClaimSizer {
   record(limit: number, claimed: number): void;
   /** A batch of `rows` was all answered `ms` after its claim (BatchResult.answeredMs). */
   answered(rows: number, ms: number): void;
+  /** About `rows` are due at once (a gathered stream, gather.ts): the next claim asks for them all. */
+  expect(rows: number): void;
 }
 
 // Every row of a batch must be answered within the publish timeout, counted from its claim,
@@ -67,6 +69,9 @@ export function createClaimSizer(cap: number, publishTimeoutMs: number, lanes: n
       budget = Math.max(min, Math.floor((pace * publishTimeoutMs * TIMEOUT_SHARE_FOR_CLAIMED_ROWS) / lanes));
       size = Math.min(size, budget);
     },
+    expect(rows) {
+      size = Math.min(cap, budget, Math.max(size, rows));
+    },
   };
 }
 
@@ -80,11 +85,15 @@ export interface DrainOptions {
   readonly startBatch: (limit: number) => BatchRun;
 }
 
-/** Runs lanes until a claim comes back short; rejects with the first lane's error once all have ended. */
-export function drain(options: DrainOptions): Promise<void> {
+/**
+ * Runs lanes until a claim comes back short; resolves with the rows claimed, or rejects with
+ * the first lane's error once all have ended.
+ */
+export function drain(options: DrainOptions): Promise<number> {
   const { maxLanes, sizer, stop } = options;
   return new Promise((resolve, reject) => {
     let lanes = 0;
+    let rows = 0;
     let failure: unknown;
     const going = (): boolean => failure === undefined && !stop.aborted;
 
@@ -93,6 +102,7 @@ export function drain(options: DrainOptions): Promise<void> {
         const limit = sizer.next();
         const run = options.startBatch(limit);
         const { rows: claimed, full } = await run.claimed;
+        rows += claimed;
         // A full window grows the next: its rows that were not heads (their aggregate's
         // earlier event in flight) are no reason to claim less.
         sizer.record(limit, full ? limit : claimed);
@@ -113,7 +123,7 @@ export function drain(options: DrainOptions): Promise<void> {
         .finally(() => {
           lanes -= 1;
           if (lanes > 0) return;
-          if (failure === undefined) resolve();
+          if (failure === undefined) resolve(rows);
           else reject(failure);
         });
     };

@@ -1,6 +1,8 @@
 // The outbox relay's loop. States:
 //   idle               nothing due; waits for a NOTIFY, a broker reconnect or the fallback poll
-//   draining           lanes claim and publish batches until a claim comes back short (lanes.ts)
+//   draining           lanes claim and publish batches until a claim comes back short (lanes.ts);
+//                      on a stream past 1,000 events/s the next drain first waits out the
+//                      gather time, whatever NOTIFYs come (gather.ts)
 //   waiting-for-broker disconnected: claims nothing (no attempts burnt) until the CONNACK
 //   backing-off        the database failed; waits, doubling the pause, then drains again
 //   stopping/stopped   stop(): no new claim; batches in flight finish (PUBACKs awaited, rows marked)
@@ -17,6 +19,7 @@ import type { BatchResult } from "./outcome.ts";
 import { createClaimFrontier, createClaimLock, createHeadLimit, createWindowSize } from "./claim-lock.ts";
 import { createClaimSizer, drain, laneCount } from "./lanes.ts";
 import { createWaker, type Waker } from "./wake.ts";
+import { createGather, type Gather } from "./gather.ts";
 import { listenForOutbox, type OutboxListener } from "../shared/wakeup.ts";
 import { UNPACED, type GcPacer } from "../shared/gc-pacer.ts";
 
@@ -52,6 +55,8 @@ export interface RelayOptions {
   readonly lanes?: number;
   /** Counts every row answered (PUBACK, failure, timeout): young collections paced by the drain. */
   readonly pacer?: GcPacer;
+  /** RELAY_GATHER_MS: the longest a busy stream's events wait to be claimed together (gather.ts); 0 or unset, none. */
+  readonly gatherMs?: number;
 }
 
 export interface Relay {
@@ -157,7 +162,26 @@ async function listenUntilStopped(run: RelayRun): Promise<OutboxListener | undef
 }
 
 /** The loop of the states above, until stop(). */
-async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<void>): Promise<void> {
+/** The drain, and what gathers a busy stream into its claims. */
+interface Drains {
+  run(): Promise<number>;
+  readonly gather: Gather;
+  /** About `rows` are due: the next claim asks for them all (lanes.ts ClaimSizer.expect). */
+  expect(rows: number): void;
+}
+
+/** After a drain that began at `began` and claimed `rows`: on a busy stream, waits out the gather. Returns whether it did. */
+async function gatherAfter(run: RelayRun, drains: Drains, began: number, rows: number): Promise<boolean> {
+  const next = drains.gather.drained(began, rows);
+  if (next <= began) return false;
+  const wait = next - performance.now();
+  run.logger.debug("gathering", { sinceDrainBeganMs: Math.round(next - began), waitMs: Math.max(0, Math.round(wait)) });
+  if (wait > 0) await run.waker.sleep(wait);
+  drains.expect(drains.gather.expected(performance.now()));
+  return true;
+}
+
+async function loopUntilStopped(run: RelayRun, drains: Drains): Promise<void> {
   const { broker, pollMs } = run.options;
   const { waker, stopping } = run;
   const listenerReady = listenUntilStopped(run);
@@ -171,9 +195,12 @@ async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<void>): 
     }
     setState(run, "draining");
     waker.take();
+    const began = performance.now();
+    let gathered: boolean;
     try {
-      await drainOnce();
+      const rows = await drains.run();
       backoff = DB_BACKOFF_MIN_MS;
+      gathered = await gatherAfter(run, drains, began, rows);
     } catch (error) {
       setState(run, "backing-off");
       run.logger.warn("batch failed; backing off", { retryInMs: backoff, error: describeDbError(error) });
@@ -183,7 +210,7 @@ async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<void>): 
       backoff = Math.min(DB_BACKOFF_MAX_MS, backoff * 2);
       continue;
     }
-    if (waker.take() || stopping.signal.aborted) continue;
+    if (waker.take() || gathered || stopping.signal.aborted) continue;
     setState(run, "idle");
     await waker.pause(pollMs);
   }
@@ -220,7 +247,13 @@ export function createRelay(options: RelayOptions): Relay {
       return (await batch(options.batchSize).result).published;
     },
     run() {
-      loop ??= loopUntilStopped(run, () => drain({ maxLanes, sizer, stop: run.stopping.signal, startBatch: batch }));
+      if (loop) return loop;
+      const drains: Drains = {
+        run: () => drain({ maxLanes, sizer, stop: run.stopping.signal, startBatch: batch }),
+        gather: createGather(options.gatherMs ?? 0),
+        expect: (rows) => sizer.expect(rows),
+      };
+      loop = loopUntilStopped(run, drains);
       return loop;
     },
     async stop() {

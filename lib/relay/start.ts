@@ -99,6 +99,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     broker,
     batchSize: config.outboxBatchSize,
     pollMs: config.outboxPollMs,
+    gatherMs: config.relayGatherMs,
     topicPrefix: config.mqttTopicPrefix,
     events: otelRelayEvents(EVENT_TYPES.map((type) => topicOf(config.mqttTopicPrefix, type))),
     logger: log,

@@ -1,11 +1,14 @@
 // The loop's wake-up: a NOTIFY, a broker reconnect or stop() ends the current pause early,
-// and a wake that arrives while the loop is busy is remembered for after its drain.
+// and a wake that arrives while the loop is busy is remembered for after its drain. A gather
+// (gather.ts) sleeps through the NOTIFYs it is there to gather; only stop() ends it.
 
 export interface Waker {
   /** Something may be due: end the current pause, or remember it for the next one. */
   wake(): void;
   /** Resolves on wake(), on close() or after `ms`. */
   pause(ms: number): Promise<void>;
+  /** Resolves after `ms`, or at once on close(): a wake() does not end it. */
+  sleep(ms: number): Promise<void>;
   /** Whether a wake arrived since the last take(); clears it. */
   take(): boolean;
   /** From now on every pause ends at once (the loop is stopping). */
@@ -16,6 +19,7 @@ export function createWaker(): Waker {
   let pending = false;
   let closed = false;
   const waiters = new Set<() => void>();
+  const sleepers = new Set<() => void>();
   const wake = (): void => {
     pending = true;
     for (const waiter of waiters) waiter();
@@ -34,6 +38,18 @@ export function createWaker(): Waker {
         if (closed) done();
       });
     },
+    sleep(ms) {
+      return new Promise((resolve) => {
+        const timer = setTimeout(done, ms);
+        function done(): void {
+          clearTimeout(timer);
+          sleepers.delete(done);
+          resolve();
+        }
+        sleepers.add(done);
+        if (closed) done();
+      });
+    },
     take() {
       const was = pending;
       pending = false;
@@ -42,6 +58,7 @@ export function createWaker(): Waker {
     close() {
       closed = true;
       wake();
+      for (const sleeper of sleepers) sleeper();
     },
   };
 }

@@ -37,6 +37,8 @@ export interface Config {
   readonly outboxBatchSize: number;
   /** MQTT connections the relay publishes over, each with the broker's Receive Maximum in flight. */
   readonly relayMqttConnections: number;
+  /** RELAY_GATHER_MS: on a stream past 1,000 events/s, how long the relay gathers events into one claim (0 = never). */
+  readonly relayGatherMs: number;
   readonly outboxPollMs: number;
   readonly outboxRetentionSeconds: number;
   readonly subscriberInboxRetentionSeconds: number;
@@ -124,6 +126,13 @@ const MAX_OUTBOX_BATCH_SIZE = 10_000;
 // one aggregate share a connection.
 export const DEFAULT_RELAY_MQTT_CONNECTIONS = 3;
 const MAX_RELAY_MQTT_CONNECTIONS = 16;
+// On a stream past 1,000 events/s the relay claims at most this often, each claim taking what
+// came meanwhile (lib/relay/gather.ts): beside the API at its full rate, 40 ms cut the relay's
+// CPU per event to about a third of claiming at every NOTIFY, for at most 40 ms more commit →
+// subscriber time at those rates (bench/README.md, "Relay beside the API"). A second is the
+// most: past it events wait longer than a poll would make them.
+const DEFAULT_RELAY_GATHER_MS = 40;
+const MAX_RELAY_GATHER_MS = 1000;
 const INBOX_RETENTION_S = 7 * 86_400;
 const MIN_INBOX_RETENTION_S = 86_400;
 // How long the reference subscriber holds an event that came ahead of its turn before it gives
@@ -187,6 +196,7 @@ export function loadConfig(env: Env): Config {
     outboxBatchSize: integer(env, "OUTBOX_BATCH_SIZE", DEFAULT_OUTBOX_BATCH_SIZE, 1, MAX_OUTBOX_BATCH_SIZE),
     outboxPollMs: integer(env, "OUTBOX_POLL_MS", pollMs, 1, 3_600_000),
     relayMqttConnections: integer(env, "RELAY_MQTT_CONNECTIONS", DEFAULT_RELAY_MQTT_CONNECTIONS, 1, MAX_RELAY_MQTT_CONNECTIONS),
+    relayGatherMs: integer(env, "RELAY_GATHER_MS", DEFAULT_RELAY_GATHER_MS, 0, MAX_RELAY_GATHER_MS),
     outboxRetentionSeconds: integer(env, "OUTBOX_RETENTION_SECONDS", 7 * 86_400, 1, TEN_YEARS_S),
     subscriberInboxRetentionSeconds: integer(env, "SUBSCRIBER_INBOX_RETENTION_SECONDS", INBOX_RETENTION_S, MIN_INBOX_RETENTION_S, TEN_YEARS_S),
     subscriberGapTimeoutMs: integer(env, "SUBSCRIBER_GAP_TIMEOUT_MS", DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS, 1, MAX_SUBSCRIBER_GAP_TIMEOUT_MS),
