@@ -81,6 +81,39 @@ test("pokes spread over several windows: at most one notify per window, the last
   expect(sent.length).toBeGreaterThanOrEqual(2); // more than the leading one: the pokes kept coming
 });
 
+test("an API past 1,000 commits a second widens its window: after the trailing notify, the busy window's pokes wait for its end", async () => {
+  notifies.length = 0;
+  // 200 pokes at once read as a busy stream; the busy window is longer than the test.
+  const notifier = createOutboxNotifier(db.sql, 20, undefined, LONG_WINDOW_MS);
+  for (let i = 0; i < 200; i++) notifier.poke();
+  await waitUntil(() => notifies.length >= 2, 10_000, "the leading and the trailing notify");
+  for (let i = 0; i < 200; i++) notifier.poke();
+  // Nothing else while the busy window is open: a marker sent now arrives after anything sent before it.
+  const marker = crypto.randomUUID();
+  await db.sql`select pg_notify(${OUTBOX_CHANNEL}, ${marker})`;
+  await waitUntil(() => markers.has(marker), 10_000, "the marker notify");
+  expect(notifies).toHaveLength(2);
+  // The pokes of the busy window are owed their notify, sent at its end (here: close()).
+  expect(await allNotifiesOf(notifier)).toHaveLength(3);
+});
+
+test("pokes at 200 a second keep the short window: the last poke is followed by a notify without close()", async () => {
+  notifies.length = 0;
+  const notifier = createOutboxNotifier(db.sql, 2, undefined, LONG_WINDOW_MS);
+  const started = performance.now();
+  let lastPoke = started;
+  // The load under test: a poke every 5 ms for 250 ms. Had the busy window opened, every poke
+  // after it would wait for close().
+  for (let i = 0; i < 50; i++) {
+    await waitUntil(() => performance.now() >= started + i * 5, 2000, "the next poke's time", 1);
+    lastPoke = performance.now();
+    notifier.poke();
+  }
+  await waitUntil(() => notifies.length > 0 && notifies.at(-1)! >= lastPoke, 5000, "a notify after the last poke");
+  // About one per poke: two pokes in one 2 ms window (a stalled test process) share one.
+  expect((await allNotifiesOf(notifier)).length).toBeGreaterThanOrEqual(25);
+});
+
 test("close() sends the notify still owed; a failing notify never throws into the caller", async () => {
   notifies.length = 0;
   const notifier = createOutboxNotifier(db.sql, 10_000);

@@ -7,11 +7,13 @@
 // Past GATHER_MIN_RATE the next drain therefore starts only once the gather time has passed
 // since the last one began, and claims what came meanwhile in one claim, published at once.
 // Below it (200 events/s, the latency case) nothing waits.
+import { BUSY_STREAM_PER_S } from "../shared/wakeup.ts";
 
-// Events a second past which the relay gathers. At 200/s the commit → subscriber p99 is held
+// Events a second past which the relay gathers (an API process past it notifies less often:
+// lib/shared/wakeup.ts). At 200/s the commit → subscriber p99 is held
 // to 10 ms (bench/README.md); a claim there takes one row, and a few hundred claims a second
 // cost a fraction of a core. Well below the rates where claims start to cost the API its rate.
-export const GATHER_MIN_RATE_PER_S = 1000;
+export const GATHER_MIN_RATE_PER_S = BUSY_STREAM_PER_S;
 // The rows a claim need not exceed: past them the claim's fixed cost is a few µs per row.
 const GATHER_ROWS = 200;
 // The arrival rate is a moving figure over about this long: a burst of a few rows at 200/s

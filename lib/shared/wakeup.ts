@@ -6,8 +6,9 @@
 // sends `select pg_notify(...)` as its own statement at most once per short window per
 // process: the first poke of a quiet period notifies at once (leading edge); pokes inside
 // the window only set a flag, and one trailing notify goes out when the window ends. Every
-// commit is thus followed by a notify within `windowMs`, and a busy API sends at most
-// 1000/windowMs notifies a second, whatever its request rate. The relay LISTENs and drains
+// commit is thus followed by a notify within `windowMs` (within the busy window past
+// BUSY_STREAM_PER_S), and a busy API sends at most 1000/window notifies a second, whatever
+// its request rate. The relay LISTENs and drains
 // until a claim comes back short, so one notify covers every row committed before it;
 // OUTBOX_POLL_MS is only the idle fallback.
 import type { Sql } from "./db.ts";
@@ -21,6 +22,20 @@ export const OUTBOX_CHANNEL = "outbox_pending";
 // At 200 charges/s a 5 ms window delayed every other event by up to 5 ms; 2 ms gave a lower
 // commit → subscriber p50 at no cost seen in created/s (bench/README.md, "Relay wake-up").
 export const NOTIFY_WINDOW_MS = 2;
+
+// A busy stream: past this many events a second the relay stops claiming at every notify and
+// gathers the stream for RELAY_GATHER_MS (lib/relay/gather.ts). An API process whose own commits
+// pass it widens its window to BUSY_NOTIFY_WINDOW_MS: the relay is gathering anyway (the
+// stream is at least this API's rate), and each notify it sent woke the relay's connection
+// and its process for nothing, 500 times a second. Below it (200 charges/s, the latency case)
+// the window stays NOTIFY_WINDOW_MS.
+export const BUSY_STREAM_PER_S = 1000;
+// 62 notifies a second per busy API process instead of 500: the API, its Postgres and the
+// relay's spent 5-10 µs less per charge beside the relay (bench/README.md, "Relay beside the
+// API"). Well inside the relay's default gather (40 ms), so a gathering relay waits no longer.
+export const BUSY_NOTIFY_WINDOW_MS = 16;
+// The poke rate is a moving figure over about this long, as the relay's gather reads its stream.
+const POKE_RATE_WINDOW_MS = 100;
 
 export interface OutboxNotifier {
   /** Call after a transaction that wrote outbox rows has committed. Never throws. */
@@ -42,11 +57,19 @@ export function createOutboxNotifier(
   sql: Sql,
   windowMs: number = NOTIFY_WINDOW_MS,
   onError: (error: unknown) => void = () => {},
+  busyWindowMs: number = BUSY_NOTIFY_WINDOW_MS,
 ): OutboxNotifier {
   let window: ReturnType<typeof setTimeout> | undefined;
   let owed = false;
   let closed = false;
   const inFlight = new Set<Promise<void>>();
+  // Pokes, decayed with POKE_RATE_WINDOW_MS as time constant: pokes / window ≈ the rate.
+  let pokes = 0;
+  let lastPoke = performance.now();
+  const nextWindowMs = (): number => {
+    const recent = pokes * Math.exp(-(performance.now() - lastPoke) / POKE_RATE_WINDOW_MS);
+    return (recent / POKE_RATE_WINDOW_MS) * 1000 >= BUSY_STREAM_PER_S ? Math.max(windowMs, busyWindowMs) : windowMs;
+  };
 
   const send = (): void => {
     const sent: Promise<void> = notifyOutbox(sql)
@@ -59,18 +82,21 @@ export function createOutboxNotifier(
     if (!owed) return;
     owed = false;
     send();
-    window = setTimeout(endWindow, windowMs);
+    window = setTimeout(endWindow, nextWindowMs());
   };
 
   return {
     poke() {
       if (closed) return;
+      const now = performance.now();
+      pokes = pokes * Math.exp(-(now - lastPoke) / POKE_RATE_WINDOW_MS) + 1;
+      lastPoke = now;
       if (window !== undefined) {
         owed = true;
         return;
       }
       send();
-      window = setTimeout(endWindow, windowMs);
+      window = setTimeout(endWindow, nextWindowMs());
     },
     async close() {
       closed = true;
