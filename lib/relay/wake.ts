@@ -18,38 +18,28 @@ export interface Waker {
 export function createWaker(): Waker {
   let pending = false;
   let closed = false;
+  // Those a wake() ends (pauses), and those only close() ends (sleeps).
   const waiters = new Set<() => void>();
   const sleepers = new Set<() => void>();
   const wake = (): void => {
     pending = true;
     for (const waiter of waiters) waiter();
   };
+  const wait = (ending: Set<() => void>, ms: number): Promise<void> =>
+    new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done(): void {
+        clearTimeout(timer);
+        ending.delete(done);
+        resolve();
+      }
+      ending.add(done);
+      if (closed) done();
+    });
   return {
     wake,
-    pause(ms) {
-      return new Promise((resolve) => {
-        const timer = setTimeout(done, ms);
-        function done(): void {
-          clearTimeout(timer);
-          waiters.delete(done);
-          resolve();
-        }
-        waiters.add(done);
-        if (closed) done();
-      });
-    },
-    sleep(ms) {
-      return new Promise((resolve) => {
-        const timer = setTimeout(done, ms);
-        function done(): void {
-          clearTimeout(timer);
-          sleepers.delete(done);
-          resolve();
-        }
-        sleepers.add(done);
-        if (closed) done();
-      });
-    },
+    pause: (ms) => wait(waiters, ms),
+    sleep: (ms) => wait(sleepers, ms),
     take() {
       const was = pending;
       pending = false;
