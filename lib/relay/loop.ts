@@ -161,7 +161,6 @@ async function listenUntilStopped(run: RelayRun): Promise<OutboxListener | undef
   return undefined;
 }
 
-/** The loop of the states above, until stop(). */
 /** The drain, and what gathers a busy stream into its claims. */
 interface Drains {
   run(): Promise<number>;
@@ -181,6 +180,7 @@ async function gatherAfter(run: RelayRun, drains: Drains, began: number, rows: n
   return true;
 }
 
+/** The loop of the states above, until stop(). */
 async function loopUntilStopped(run: RelayRun, drains: Drains): Promise<void> {
   const { broker, pollMs } = run.options;
   const { waker, stopping } = run;
