@@ -4,6 +4,7 @@ import { CHARGE, CHARGE_REFUNDED } from "../../events.ts";
 import type { Sql } from "../../shared/db.ts";
 import { boundedStatement } from "../../shared/bounded-statement.ts";
 import { refundProcess } from "../../shared/processor/refund.ts";
+import { chargeRefundedPayload } from "../../shared/outbox-insert.ts";
 import type { ForeignDeclaration, Operation } from "../core/operation.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { idOf } from "./charges.ts";
@@ -157,8 +158,7 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
       events as (
         select d.n, ${CHARGE}::text as aggregate_type, d.id as aggregate_id, d.last_sequence as sequence,
                ${CHARGE_REFUNDED}::text as event_type,
-               json_build_object('chargeId', w.charge_id, 'refundId', w.refund_id,
-                                 'amountCents', w.amount_cents, 'refundedCents', d.refunded_cents)::text as payload
+               ${chargeRefundedPayload(sql, "d")} as payload
           from debit d join won w on w.n = d.n join refund f on f.id = w.refund_id
       )`,
   }),

@@ -10,6 +10,7 @@
 // ChargeRefunded) or releases it (the processor's refusal, stored as a problem).
 import { CHARGE, CHARGE_REFUNDED } from "../../events.ts";
 import type { Sql } from "../db.ts";
+import { chargeRefundedPayload } from "../outbox-insert.ts";
 import { problemJson, STORED_PROBLEMS } from "../problem-types.ts";
 import type { FinalOutcome, FinalRow, FinishSql, ForeignProcess, KeyRef, Resume, StepContext, StepResult } from "../foreign/types.ts";
 import type { CallResult, RefundView } from "./client.ts";
@@ -109,8 +110,7 @@ function finishSql(sql: Sql): FinishSql {
       events as (
         select s.n, ${CHARGE}::text as aggregate_type, w.charge_id as aggregate_id, s.last_sequence as sequence,
                ${CHARGE_REFUNDED}::text as event_type,
-               json_build_object('chargeId', w.charge_id, 'refundId', w.refund_id,
-                                 'amountCents', w.amount_cents, 'refundedCents', s.refunded_cents)::text as payload
+               ${chargeRefundedPayload(sql, "s")} as payload
           from settle s join won w on w.n = s.n join refund f on f.n = s.n
          where w.succeeded
       )`,
