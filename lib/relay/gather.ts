@@ -2,12 +2,12 @@
 // the same whatever its rows: a transaction (BEGIN, the claim, the mark and COMMIT), a wake-up
 // per round trip, a log line. At a live rate of thousands of events a second a notify wakes
 // the relay every few milliseconds and each claim takes a handful of rows, so that fixed cost
-// falls on few rows: about 95 µs of relay CPU per event beside the API at its full rate,
-// against 30 µs per row in a backlog's drain (bench/README.md, "Relay beside the API").
-// Past GATHER_MIN_RATE the next drain therefore starts only once the gather time has passed
+// falls on few rows: several times a backlog's CPU per row (bench/README.md, "Relay beside
+// the API"). Past GATHER_MIN_RATE_PER_S the next drain therefore starts only once the gather time has passed
 // since the last one began, and claims what came meanwhile in one claim, published at once.
 // Below it (200 events/s, the latency case) nothing waits.
 import { BUSY_STREAM_PER_S } from "../shared/wakeup.ts";
+import { createMovingRate } from "../shared/moving-rate.ts";
 
 // Events a second past which the relay gathers (an API process past it notifies less often:
 // lib/shared/wakeup.ts). At 200/s the commit → subscriber p99 is held
@@ -16,8 +16,9 @@ import { BUSY_STREAM_PER_S } from "../shared/wakeup.ts";
 export const GATHER_MIN_RATE_PER_S = BUSY_STREAM_PER_S;
 // The rows a claim need not exceed: past them the claim's fixed cost is a few µs per row.
 const GATHER_ROWS = 200;
-// The arrival rate is a moving figure over about this long: a burst of a few rows at 200/s
-// (rows that committed together) must not read as a busy stream, nor a lull end one at once.
+// The arrival rate is a moving figure over about this long (lib/shared/moving-rate.ts): a burst
+// of a few rows at 200/s (rows that committed together) must not read as a busy stream, nor a
+// lull end one at once.
 const RATE_WINDOW_MS = 100;
 // The claim after a gather asks for this much more than the rows expected, so a stream that
 // sped up meanwhile still comes in one claim (a claim that comes back short ends the drain).
@@ -35,28 +36,20 @@ export interface Gather {
 
 /** `maxMs` (RELAY_GATHER_MS): the longest an event waits to be gathered; 0 gathers nothing. */
 export function createGather(maxMs: number): Gather {
-  // Rows claimed and the time they took to come (from one drain's start to the next's), both
-  // decayed with RATE_WINDOW_MS as time constant: their ratio is the recent rate. After a quiet
-  // spell the spell is in the time, so a burst that committed together reads as what it is.
-  let rows = 0;
-  let span = 0;
-  let last: number | undefined;
+  // Rows claimed over the time they took to come, from one drain's start to the next's.
+  const rate = createMovingRate(RATE_WINDOW_MS);
   let began = 0;
-  const ratePerMs = (): number => (span > 0 ? rows / span : 0);
   return {
     drained(at, claimed) {
-      const since = last === undefined ? RATE_WINDOW_MS : Math.max(0, at - last);
-      const decay = Math.exp(-since / RATE_WINDOW_MS);
-      rows = rows * decay + claimed;
-      span = span * decay + since;
-      last = at;
+      rate.add(claimed, at);
       began = at;
-      const rate = ratePerMs();
-      if (maxMs <= 0 || rate * 1000 < GATHER_MIN_RATE_PER_S) return at;
-      return at + Math.min(maxMs, GATHER_ROWS / rate);
+      const perMs = rate.perMs(at);
+      if (maxMs <= 0 || perMs * 1000 < GATHER_MIN_RATE_PER_S) return at;
+      return at + Math.min(maxMs, GATHER_ROWS / perMs);
     },
     expected(at) {
-      return Math.ceil(ratePerMs() * Math.max(0, at - began) * CLAIM_MARGIN);
+      // The rate as the last drain left it: the time since is the gather, not a lull.
+      return Math.ceil(rate.perMs(began) * Math.max(0, at - began) * CLAIM_MARGIN);
     },
   };
 }

@@ -128,8 +128,8 @@ export const DEFAULT_RELAY_MQTT_CONNECTIONS = 3;
 const MAX_RELAY_MQTT_CONNECTIONS = 16;
 // On a stream past 1,000 events/s the relay claims at most this often, each claim taking what
 // came meanwhile (lib/relay/gather.ts): beside the API at its full rate, 40 ms cut the relay's
-// CPU per event to about a third of claiming at every NOTIFY, for at most 40 ms more commit →
-// subscriber time at those rates (bench/README.md, "Relay beside the API"). A second is the
+// CPU per event most of the shorter gathers tried, for at most 40 ms more commit → subscriber
+// time at those rates (bench/README.md, "Relay beside the API"). A second is the
 // most: past it events wait longer than a poll would make them.
 const DEFAULT_RELAY_GATHER_MS = 40;
 const MAX_RELAY_GATHER_MS = 1000;

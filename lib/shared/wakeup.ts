@@ -13,6 +13,7 @@
 // OUTBOX_POLL_MS is only the idle fallback.
 import type { Sql } from "./db.ts";
 import { isTransactionPooled } from "./pooler.ts";
+import { createMovingRate } from "./moving-rate.ts";
 
 /** The LISTEN/NOTIFY channel the API pokes and the relay listens on. */
 export const OUTBOX_CHANNEL = "outbox_pending";
@@ -27,14 +28,15 @@ export const NOTIFY_WINDOW_MS = 2;
 // gathers the stream for RELAY_GATHER_MS (lib/relay/gather.ts). An API process whose own commits
 // pass it widens its window to BUSY_NOTIFY_WINDOW_MS: the relay is gathering anyway (the
 // stream is at least this API's rate), and each notify it sent woke the relay's connection
-// and its process for nothing, 500 times a second. Below it (200 charges/s, the latency case)
+// and its process for nothing, up to 1000/NOTIFY_WINDOW_MS times a second. Below it (200 charges/s, the latency case)
 // the window stays NOTIFY_WINDOW_MS.
 export const BUSY_STREAM_PER_S = 1000;
-// 62 notifies a second per busy API process instead of 500: the API, its Postgres and the
-// relay's spent 5-10 µs less per charge beside the relay (bench/README.md, "Relay beside the
-// API"). Well inside the relay's default gather (40 ms), so a gathering relay waits no longer.
+// An eighth of the notifies of NOTIFY_WINDOW_MS: the API, its Postgres and the relay spent less
+// per charge beside the relay (bench/README.md, "Relay beside the API"). Well inside the
+// relay's default gather (40 ms), so a gathering relay waits no longer.
 export const BUSY_NOTIFY_WINDOW_MS = 16;
-// The poke rate is a moving figure over about this long, as the relay's gather reads its stream.
+// The poke rate is a moving figure over about this long (moving-rate.ts), as the relay's gather
+// reads its stream.
 const POKE_RATE_WINDOW_MS = 100;
 
 export interface OutboxNotifier {
@@ -63,13 +65,9 @@ export function createOutboxNotifier(
   let owed = false;
   let closed = false;
   const inFlight = new Set<Promise<void>>();
-  // Pokes, decayed with POKE_RATE_WINDOW_MS as time constant: pokes / window ≈ the rate.
-  let pokes = 0;
-  let lastPoke = performance.now();
-  const nextWindowMs = (): number => {
-    const recent = pokes * Math.exp(-(performance.now() - lastPoke) / POKE_RATE_WINDOW_MS);
-    return (recent / POKE_RATE_WINDOW_MS) * 1000 >= BUSY_STREAM_PER_S ? Math.max(windowMs, busyWindowMs) : windowMs;
-  };
+  const pokes = createMovingRate(POKE_RATE_WINDOW_MS);
+  const nextWindowMs = (): number =>
+    pokes.perMs(performance.now()) * 1000 >= BUSY_STREAM_PER_S ? Math.max(windowMs, busyWindowMs) : windowMs;
 
   const send = (): void => {
     const sent: Promise<void> = notifyOutbox(sql)
@@ -88,9 +86,7 @@ export function createOutboxNotifier(
   return {
     poke() {
       if (closed) return;
-      const now = performance.now();
-      pokes = pokes * Math.exp(-(now - lastPoke) / POKE_RATE_WINDOW_MS) + 1;
-      lastPoke = now;
+      pokes.add(1, performance.now());
       if (window !== undefined) {
         owed = true;
         return;
