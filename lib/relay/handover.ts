@@ -34,7 +34,7 @@ export type Chain = readonly OutboxRow[];
  * untouched, and claimed again once it is a head.
  */
 export function chainsOf(rows: readonly OutboxRow[], heads: number): { chains: Chain[]; left: OutboxRow[] } {
-  const chains = new ChainsByAggregate();
+  const chains = new ByTwoKeys<OutboxRow[]>();
   const all: OutboxRow[][] = [];
   const followers: OutboxRow[] = [];
   const left: OutboxRow[] = [];
@@ -43,16 +43,16 @@ export function chainsOf(rows: readonly OutboxRow[], heads: number): { chains: C
     // Two heads of one aggregate only where its sequences repeat (never written so): the
     // first goes, the other waits for the next claim.
     if (i >= heads) followers.push(row);
-    else if (chains.get(row) !== undefined) left.push(row);
+    else if (chains.get(row.aggregateType, row.aggregateId) !== undefined) left.push(row);
     else {
       const chain = [row];
-      chains.set(row, chain);
+      chains.set(row.aggregateType, row.aggregateId, chain);
       all.push(chain);
     }
   }
   followers.sort((a, b) => a.sequence - b.sequence);
   for (const row of followers) {
-    const chain = chains.get(row);
+    const chain = chains.get(row.aggregateType, row.aggregateId);
     const last = chain?.at(-1);
     if (chain && last && row.sequence === last.sequence + 1) chain.push(row);
     else left.push(row);
@@ -61,18 +61,20 @@ export function chainsOf(rows: readonly OutboxRow[], heads: number): { chains: C
 }
 
 /**
- * A claim's chains by aggregate type, then id: no `type/id` key string built (and hashed) per
- * row, a few percent of the relay's CPU on a drain (bench/README.md, "Relay drain: the row's CPU").
+ * Values under two string keys, a map per first key: no `a/b` key string built (and hashed)
+ * per row, a few percent of the relay's CPU on a drain (bench/README.md, "Relay drain: the
+ * row's CPU"). A claim's chains by aggregate type and id; a hand-over's topics by aggregate
+ * type and event type.
  */
-class ChainsByAggregate {
-  private readonly byType = new Map<string, Map<string, OutboxRow[]>>();
-  get(row: OutboxRow): OutboxRow[] | undefined {
-    return this.byType.get(row.aggregateType)?.get(row.aggregateId);
+class ByTwoKeys<V> {
+  private readonly byFirst = new Map<string, Map<string, V>>();
+  get(a: string, b: string): V | undefined {
+    return this.byFirst.get(a)?.get(b);
   }
-  set(row: OutboxRow, chain: OutboxRow[]): void {
-    let ofType = this.byType.get(row.aggregateType);
-    if (ofType === undefined) this.byType.set(row.aggregateType, (ofType = new Map()));
-    ofType.set(row.aggregateId, chain);
+  set(a: string, b: string, value: V): void {
+    let second = this.byFirst.get(a);
+    if (second === undefined) this.byFirst.set(a, (second = new Map()));
+    second.set(b, value);
   }
 }
 
@@ -111,13 +113,11 @@ class RowMessage implements OutboundMessage {
  * per row: a concatenation, which the encoder then flattened, for every row.
  */
 class Topics {
-  private readonly byType = new Map<string, Map<string, string>>();
+  private readonly built = new ByTwoKeys<string>();
   constructor(private readonly prefix: string) {}
   of(row: OutboxRow): string {
-    let ofType = this.byType.get(row.aggregateType);
-    if (ofType === undefined) this.byType.set(row.aggregateType, (ofType = new Map()));
-    let topic = ofType.get(row.eventType);
-    if (topic === undefined) ofType.set(row.eventType, (topic = topicOf(this.prefix, row.eventType, row.aggregateType)));
+    let topic = this.built.get(row.aggregateType, row.eventType);
+    if (topic === undefined) this.built.set(row.aggregateType, row.eventType, (topic = topicOf(this.prefix, row.eventType, row.aggregateType)));
     return topic;
   }
 }
