@@ -15,8 +15,11 @@ export interface IntentsRun {
   readonly retries: number;
 }
 
-/** `count` charge intents at once, amounts 1000 + i, each with `deadlineMs`. A throw that is not a ChargesApiError is a bug: rethrown. */
-export async function chargeIntents(client: ChargesClient, count: number, deadlineMs: number): Promise<IntentsRun> {
+/**
+ * `count` charge intents at once, amounts 1000 + i, each with `deadlineMs`. A throw that is not
+ * a ChargesApiError (of `errors`: another checkout's client throws its own) is a bug: rethrown.
+ */
+export async function chargeIntents(client: ChargesClient, count: number, deadlineMs: number, errors: typeof ChargesApiError = ChargesApiError): Promise<IntentsRun> {
   let tries = 0;
   let retries = 0;
   const onTry = (t: { attempt: number }): void => {
@@ -29,7 +32,7 @@ export async function chargeIntents(client: ChargesClient, count: number, deadli
       const a = await client.charges.create({ amountCents: 1000 + i }, { deadlineMs, onTry });
       return { ok: true, key: a.idempotencyKey, chargeId: a.charge.id, body: a.charge, replayed: a.replayed, attempts: a.attempts, ms: performance.now() - started };
     } catch (error) {
-      if (!(error instanceof ChargesApiError)) throw error;
+      if (!(error instanceof errors)) throw error;
       return { ok: false, error, ms: performance.now() - started };
     }
   };
