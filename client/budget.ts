@@ -20,6 +20,7 @@ export class RetryBudget {
   #granted = 0;
   #refused = 0;
   #successes = 0;
+  #waited = 0;
   readonly #waiters: Waiter[] = [];
   #timer: ReturnType<typeof setTimeout> | undefined;
 
@@ -74,9 +75,12 @@ export class RetryBudget {
     });
   }
 
-  /** Retries granted, retries whose deadline came while they waited, and successes counted. */
-  get stats(): { granted: number; refused: number; successes: number; waiting: number } {
-    return { granted: this.#granted, refused: this.#refused, successes: this.#successes, waiting: this.#waiters.length };
+  /**
+   * Retries granted (`waited` of them after waiting for a token), retries whose deadline or
+   * signal came while they waited (`refused`), successes counted, and retries waiting now.
+   */
+  get stats(): { granted: number; waited: number; refused: number; successes: number; waiting: number } {
+    return { granted: this.#granted, waited: this.#waited, refused: this.#refused, successes: this.#successes, waiting: this.#waiters.length };
   }
 
   #take(): boolean {
@@ -89,6 +93,7 @@ export class RetryBudget {
   #serve(): void {
     while (this.#waiters.length > 0 && this.#tokens >= 1) {
       this.#take();
+      this.#waited += 1;
       this.#waiters.shift()!.grant(true);
     }
     this.#cap();

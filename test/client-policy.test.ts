@@ -38,7 +38,7 @@ test("the budget: retries never exceed burst + perSecond · seconds + perSuccess
   for (let i = 0; i < 4; i += 1) budget.succeeded();
   now += 1500; // 3 tokens of time
   expect(await grants(100)).toBe(4 + 3);
-  expect(budget.stats).toEqual({ granted: 17, refused: 183, successes: 4, waiting: 0 });
+  expect(budget.stats).toEqual({ granted: 17, waited: 0, refused: 183, successes: 4, waiting: 0 });
   // The bucket never holds more than its burst, however long it was idle or however much succeeded.
   now += 3_600_000;
   for (let i = 0; i < 100; i += 1) budget.succeeded();
@@ -56,6 +56,7 @@ test("the budget: retries never exceed burst + perSecond · seconds + perSuccess
   expect(await third).toBe(false);
   budget.succeeded();
   expect(await second).toBe(true);
+  expect(budget.stats).toMatchObject({ waited: 2, waiting: 0 });
 });
 
 test("the budget's floor: a waiting retry gets the token time makes, and its deadline ends the wait", async () => {
@@ -66,7 +67,7 @@ test("the budget's floor: a waiting retry gets the token time makes, and its dea
   // No floor and nothing succeeding: the wait ends at the deadline, refused.
   const starved = new RetryBudget({ burst: 0, perSecond: 0, perSuccess: 1 });
   expect(await starved.acquire(Date.now() + 20)).toBe(false);
-  expect(starved.stats).toEqual({ granted: 0, refused: 1, successes: 0, waiting: 0 });
+  expect(starved.stats).toEqual({ granted: 0, waited: 0, refused: 1, successes: 0, waiting: 0 });
 });
 
 test("retried statuses: 409, 429, 500, 502, 503, 504; never 400, 401, 402, 404, 413, 415, 422", () => {
