@@ -29,7 +29,15 @@ export class RetryBudget {
 
   // Plain fields, no parameter properties: the module stays erasable TypeScript (Node's type stripping).
   constructor(options: RetryBudgetOptions, now: () => number = () => Date.now()) {
-    this.options = options;
+    for (const name of ["burst", "perSecond", "perSuccess"] as const) {
+      // A bug in the caller (e.g. the options of an older client, with `ratio`): a NaN would
+      // hold every retry until its deadline without a word.
+      const value: unknown = options[name];
+      if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
+        throw new TypeError(`ChargesClient: retryBudget.${name} must be a finite number ≥ 0, got ${String(value)}`);
+      }
+    }
+    this.options = Object.freeze({ burst: options.burst, perSecond: options.perSecond, perSuccess: options.perSuccess });
     this.#now = now;
     this.#tokens = options.burst;
     this.#at = now();

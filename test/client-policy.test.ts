@@ -70,6 +70,12 @@ test("the budget's floor: a waiting retry gets the token time makes, and its dea
   expect(starved.stats).toEqual({ granted: 0, waited: 0, refused: 1, successes: 0, waiting: 0 });
 });
 
+test("budget options: a missing or negative value is a TypeError naming it, before anything is sent", () => {
+  const old = { burst: 10, perSecond: 1, ratio: 0.1 } as unknown as ConstructorParameters<typeof RetryBudget>[0];
+  expect(() => new RetryBudget(old)).toThrow("retryBudget.perSuccess must be a finite number ≥ 0, got undefined");
+  expect(() => new RetryBudget({ burst: -1, perSecond: 1, perSuccess: 1 })).toThrow("retryBudget.burst must be a finite number ≥ 0, got -1");
+});
+
 test("retried statuses: 409, 429, 500, 502, 503, 504; never 400, 401, 402, 404, 413, 415, 422", () => {
   expect([409, 429, 500, 502, 503, 504].every(isRetriedStatus)).toBe(true);
   expect([200, 201, 400, 401, 402, 404, 413, 415, 422].some(isRetriedStatus)).toBe(false);
