@@ -1,5 +1,5 @@
 // The retry budget: a token bucket shared by every call of one client. A retry takes a token;
-// a success (any final answer from the server) adds `perSuccess`, time adds `perSecond`. So
+// a success (a final answer from the server below 500) adds `perSuccess`, time adds `perSecond`. So
 // retries follow what succeeds: a lossy network that still delivers most answers earns its
 // retries back at once, while a server answering 503, dropping every connection or refusing
 // them earns nothing and gets only the floor. A retry with no token waits for one, in turn,
