@@ -17,9 +17,11 @@ const db = await freshDatabase("client_proxy");
 const api = await startEntrypoint("api", { env: { DATABASE_URL: db.url, LOG_LEVEL: "warn", ...authEnv() } });
 // The fates of the next requests, in order; "pass" once the script runs out.
 let script: Fate[] = [];
-// The Retry-After of the proxy's own 503s: an HTTP date, `retryAfterMs` from now.
+// The Retry-After of the proxy's own 503s and 429s: an HTTP date, `retryAfterMs` from now, or
+// delay-seconds when `retryAfterSeconds` is set.
 let retryAfterMs = 0;
-const retryAfter = (): string => new Date(Date.now() + retryAfterMs).toUTCString();
+let retryAfterSeconds: number | undefined;
+const retryAfter = (): string => (retryAfterSeconds !== undefined ? String(retryAfterSeconds) : new Date(Date.now() + retryAfterMs).toUTCString());
 // The Should-Retry header of the proxy's own answers; none unless a test sets it.
 let hint: string | undefined;
 const proxy = await startFaultProxy({ upstreams: [api.port], decide: () => script.shift() ?? "pass", delayMs: 6_000, retryAfter, shouldRetry: () => hint });
@@ -31,6 +33,7 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   hint = undefined;
+  retryAfterSeconds = undefined;
   await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
 });
 
@@ -149,4 +152,17 @@ test("a Retry-After (an HTTP date) past the deadline: no second try, the 503 pro
   const { type, status, attempts, retryable } = error;
   expect({ type, status, attempts, retryable }).toEqual({ type: "about:blank", status: 503, attempts: 1, retryable: true });
   expect(await counts(db.sql)).toEqual({ charges: 0, outbox: 0, keys: 0 });
+});
+
+test("a 429 with Retry-After: 1 is tried again no sooner than a second later, into the charge", async () => {
+  retryAfterSeconds = 1;
+  const at: number[] = [];
+  script = ["limited"];
+  const tries: TryReport[] = [];
+  const answer = await client().charges.create({ amountCents: 740 }, { onTry: (t) => (tries.push(t), at.push(performance.now())) });
+  expect({ replayed: answer.replayed, attempts: answer.attempts }).toEqual({ replayed: false, attempts: 2 });
+  expect(tries.map((t) => t.status)).toEqual([429, 201]);
+  // The second try's answer came at least the asked second after the first's (the wait is a lower bound).
+  expect(at[1]! - at[0]!).toBeGreaterThanOrEqual(1000);
+  expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
 });

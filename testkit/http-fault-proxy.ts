@@ -6,13 +6,14 @@
 // server gets half of it), or the answer after `delayMs` ("delay": past the client's per-try
 // timeout), a 500 of its own in place of the server's answer ("fail": the server committed, the
 // client learns nothing but an error), or, without forwarding, a 503 of its own with a
-// Retry-After ("unavailable": a load balancer with no upstream). Each connection carries one request (Connection: close both ways), so a lost
+// Retry-After ("unavailable": a load balancer with no upstream) or a 429 ("limited": a rate
+// limiter in front). Each connection carries one request (Connection: close both ways), so a lost
 // answer never poisons a pooled connection. It records the body hashes each key was sent with,
 // and the fates each key met, in order.
 import { createHash } from "node:crypto";
 import { createServer, connect, type Server, type Socket } from "node:net";
 
-export type Fate = "pass" | "drop" | "reset" | "delay" | "unavailable" | "fail";
+export type Fate = "pass" | "drop" | "reset" | "delay" | "unavailable" | "limited" | "fail";
 
 export interface SeenRequest {
   readonly method: string;
@@ -28,11 +29,11 @@ export interface FaultProxyOptions {
   readonly upstreams: readonly number[];
   /** The fate of each request; "pass" for all by default. */
   readonly decide?: (request: SeenRequest) => Fate;
-  /** The Retry-After of an "unavailable" answer (default "1"). */
+  /** The Retry-After of an "unavailable" or "limited" answer (default "1"). */
   readonly retryAfter?: () => string;
   /** How long a "delay" holds the answer back. */
   readonly delayMs?: number;
-  /** A `Should-Retry` header on the proxy's own answers ("unavailable", "fail"); none by default. */
+  /** A `Should-Retry` header on the proxy's own answers ("unavailable", "limited", "fail"); none by default. */
   readonly shouldRetry?: () => string | undefined;
 }
 
@@ -57,7 +58,7 @@ const DEFAULT_DELAY_MS = 2_000;
 export function sharesDecider(shares: Partial<Record<Exclude<Fate, "pass">, number>>, random: () => number = Math.random): () => Fate {
   return () => {
     let r = random();
-    for (const fate of ["drop", "reset", "delay", "unavailable", "fail"] as const) {
+    for (const fate of ["drop", "reset", "delay", "unavailable", "limited", "fail"] as const) {
       r -= shares[fate] ?? 0;
       if (r < 0) return fate;
     }
@@ -91,7 +92,7 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
   let next = 0;
   const state: ProxyState = {
     options,
-    counts: { pass: 0, drop: 0, reset: 0, delay: 0, unavailable: 0, fail: 0, requests: 0, unrouted: 0, cut: 0 },
+    counts: { pass: 0, drop: 0, reset: 0, delay: 0, unavailable: 0, limited: 0, fail: 0, requests: 0, unrouted: 0, cut: 0 },
     bodiesByKey: new Map(),
     fatesByKey: new Map(),
     sockets: new Set(),
@@ -134,6 +135,7 @@ function onConnection(state: ProxyState, client: Socket): void {
     if (seen.key !== undefined) state.fatesByKey.set(seen.key, [...(state.fatesByKey.get(seen.key) ?? []), fate]);
     const hint = state.options.shouldRetry?.();
     if (fate === "unavailable") return void client.end(ownAnswer(503, "no upstream (fault proxy)", hint, state.options.retryAfter?.() ?? "1"));
+    if (fate === "limited") return void client.end(ownAnswer(429, "rate limited (fault proxy)", hint, state.options.retryAfter?.() ?? "1"));
     const delayMs = state.options.delayMs ?? DEFAULT_DELAY_MS;
     const failure = ownAnswer(500, "the answer was replaced (fault proxy)", hint);
     void forward(client, withConnectionClose(request), state.route(), { fate, delayMs, failure }, state.sockets).then((end) => {
@@ -142,9 +144,11 @@ function onConnection(state: ProxyState, client: Socket): void {
   });
 }
 
-/** The proxy's own answer (a load balancer's 503 or 500): a problem body, optional Retry-After and Should-Retry, the connection closed. */
-function ownAnswer(status: 500 | 503, detail: string, shouldRetry: string | undefined, retryAfter?: string): Buffer {
-  const title = status === 503 ? "Service Unavailable" : "Internal Server Error";
+const TITLES = { 429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable" } as const;
+
+/** The proxy's own answer (a load balancer's 503, a rate limiter's 429, a 500): a problem body, optional Retry-After and Should-Retry, the connection closed. */
+function ownAnswer(status: keyof typeof TITLES, detail: string, shouldRetry: string | undefined, retryAfter?: string): Buffer {
+  const title = TITLES[status];
   const body = JSON.stringify({ type: "about:blank", title, status, detail });
   const head = [
     `HTTP/1.1 ${status} ${title}`,
