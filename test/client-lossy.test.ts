@@ -4,7 +4,7 @@
 // api.ts: 10 % of the connections reset halfway through the request (nothing reaches the
 // server whole), 30 % with the server's answer dropped after it committed, 10 % answered 3 s
 // late. Each intent ends with exactly one charge, its answer the one stored under its key, and
-// a replay exactly when an earlier try's answer was lost after the commit.
+// a replay exactly when the server had answered it 201 before (that answer lost on the way).
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
 import { ChargesClient } from "charges-outbox/client";
 import { authEnv, tokenFor } from "../testkit/auth.ts";
@@ -52,10 +52,12 @@ test("300 intents through a network losing 40 % of tries, default options: each 
   });
   expect(wrong.map((e) => e.key)).toEqual([]);
 
-  // A replay exactly when an earlier try's answer was dropped after the server committed; the
+  // A replay exactly when the server had answered the key 201 before (an answer lost on the way:
+  // dropped, or late past the per-try timeout), as the proxy saw the server's answers; the
   // proxy saw exactly the client's tries (no hidden resend by the runtime's fetch).
-  const mismatched = ends.filter((e) => e.replayed !== (proxy.fatesByKey.get(e.key) ?? []).includes("drop"));
-  expect(mismatched.map((e) => [e.replayed, proxy.fatesByKey.get(e.key)])).toEqual([]);
+  const created = (key: string): number => (proxy.answersByKey.get(key) ?? []).filter((status) => status === 201).length;
+  const mismatched = ends.filter((e) => e.replayed !== created(e.key) >= 2 || created(e.key) === 0);
+  expect(mismatched.map((e) => [e.replayed, proxy.answersByKey.get(e.key), proxy.fatesByKey.get(e.key)])).toEqual([]);
   expect(ends.filter((e) => e.replayed).length).toBeGreaterThan(0);
   expect(ends.reduce((n, e) => n + e.attempts, 0)).toBe(run.tries);
   expect(proxy.counts.requests).toBe(run.tries);

@@ -9,7 +9,7 @@
 // Retry-After ("unavailable": a load balancer with no upstream) or a 429 ("limited": a rate
 // limiter in front). Each connection carries one request (Connection: close both ways), so a lost
 // answer never poisons a pooled connection. It records the body hashes each key was sent with,
-// and the fates each key met, in order.
+// the fates each key met, in order, and the statuses the server answered each key with.
 import { createHash } from "node:crypto";
 import { createServer, connect, type Server, type Socket } from "node:net";
 
@@ -46,6 +46,8 @@ export interface FaultProxy {
   readonly bodiesByKey: Map<string, Set<string>>;
   /** The fates each key's requests met, in the order they came. */
   readonly fatesByKey: Map<string, Fate[]>;
+  /** The statuses the upstream answered each key's requests with (whatever the client then got), in the order answered. */
+  readonly answersByKey: Map<string, number[]>;
   close(): Promise<void>;
 }
 
@@ -83,6 +85,7 @@ interface ProxyState {
   readonly counts: FaultProxy["counts"];
   readonly bodiesByKey: Map<string, Set<string>>;
   readonly fatesByKey: Map<string, Fate[]>;
+  readonly answersByKey: Map<string, number[]>;
   readonly sockets: Set<Socket>;
   /** The upstreams in the order to try for the next request (round robin). */
   route(): number[];
@@ -95,6 +98,7 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
     counts: { pass: 0, drop: 0, reset: 0, delay: 0, unavailable: 0, limited: 0, fail: 0, requests: 0, unrouted: 0, cut: 0 },
     bodiesByKey: new Map(),
     fatesByKey: new Map(),
+    answersByKey: new Map(),
     sockets: new Set(),
     route: () => {
       const list = options.upstreams;
@@ -111,6 +115,7 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
     counts: state.counts,
     bodiesByKey: state.bodiesByKey,
     fatesByKey: state.fatesByKey,
+    answersByKey: state.answersByKey,
     close: () => {
       for (const socket of state.sockets) socket.destroy();
       return new Promise<void>((resolve) => server.close(() => resolve()));
@@ -138,7 +143,10 @@ function onConnection(state: ProxyState, client: Socket): void {
     if (fate === "limited") return void client.end(ownAnswer(429, "rate limited (fault proxy)", hint, state.options.retryAfter?.() ?? "1"));
     const delayMs = state.options.delayMs ?? DEFAULT_DELAY_MS;
     const failure = ownAnswer(500, "the answer was replaced (fault proxy)", hint);
-    void forward(client, withConnectionClose(request), state.route(), { fate, delayMs, failure }, state.sockets).then((end) => {
+    const onAnswer = (status: number): void => {
+      if (seen.key !== undefined) state.answersByKey.set(seen.key, [...(state.answersByKey.get(seen.key) ?? []), status]);
+    };
+    void forward(client, withConnectionClose(request), state.route(), { fate, delayMs, failure, onAnswer }, state.sockets).then((end) => {
       if (end === "unrouted" || end === "cut") state.counts[end] += 1;
     });
   });
@@ -212,6 +220,8 @@ interface Handling {
   readonly delayMs: number;
   /** What a "fail" sends instead of the server's answer. */
   readonly failure: Buffer;
+  /** Told the status of the server's whole answer, before its fate is applied. */
+  readonly onAnswer: (status: number) => void;
 }
 
 /** Sends the request to the first upstream that accepts it and hands the answer its fate; how it ended. */
@@ -239,6 +249,7 @@ async function forward(client: Socket, request: Buffer, ports: readonly number[]
   upstream.write(request);
   readMessage(upstream, (answer) => {
     answered = true;
+    handling.onAnswer(Number(/^HTTP\/1\.[01] (\d{3})/.exec(answer.toString("latin1", 0, 16))?.[1] ?? 0));
     upstream.destroy();
     if (fate === "drop") return void client.destroy();
     if (fate === "fail") return void client.end(handling.failure);
