@@ -33,7 +33,7 @@ import { IntentLog, newKeyPerTry, runIntents, type IntentLoad } from "./lib/inte
 import { scenario, type Ctx } from "./lib/report.ts";
 
 // Charges sent (each that succeeds is also refunded): 1,000 charges make 1,875 intents, about
-// 55 s of load on a loaded 2-core machine (a third of the tries lost), 65 s with the start,
+// 35 to 55 s of load on a loaded 2-core machine (a third of the tries lost), 65 s at most with the start,
 // within run-all's bound (60 s + 2 × the soak: 100 s in CI). The private-dir smoke's short
 // soak (10 s: an 80 s bound, on the embedded services) sends 600, 1,125 intents, about 40 s.
 const SOAK_SECONDS = Number(process.env.CHAOS_SOAK_SECONDS ?? 60);
@@ -135,6 +135,7 @@ async function run(ctx: Ctx, sim: ProcessorSim): ReturnType<typeof intentInvaria
   }
   ctx.checks.check(restartedAt < log.finished, "the API was killed and back while intents were still being sent", `${restartedAt} of ${log.finished} finished before`);
   const seconds = (Date.now() - started) / 1000;
+  console.log(`  the client's budget: ${JSON.stringify(client.budget.stats)}`);
   return intentInvariants({ ctx, log, load: LOAD, proxy, sim, tries, budgetBound: budgetBound(client, seconds, tries.first), granted: client.budget.stats.granted, seconds });
 }
 
