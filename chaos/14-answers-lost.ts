@@ -32,9 +32,9 @@ import { intentInvariants, type Tries } from "./lib/intent-checks.ts";
 import { IntentLog, newKeyPerTry, runIntents, type IntentLoad } from "./lib/intents.ts";
 import { scenario, type Ctx } from "./lib/report.ts";
 
-// Charges sent (each that succeeds is also refunded): 1,000 charges make 1,875 intents, about
-// 35 to 55 s of load on a loaded 2-core machine (a third of the tries lost), 65 s at most with the start,
-// within run-all's bound (60 s + 2 × the soak: 100 s in CI). The private-dir smoke's short
+// Charges sent (each that succeeds is also refunded): 1,000 charges make 1,875 intents, 35 to
+// 55 s of load on a loaded 2-core machine (a third of the tries lost), at most 65 s with the
+// start, within run-all's bound (60 s + 2 × the soak: 100 s in CI). The private-dir smoke's short
 // soak (10 s: an 80 s bound, on the embedded services) sends 600, 1,125 intents, about 40 s.
 const SOAK_SECONDS = Number(process.env.CHAOS_SOAK_SECONDS ?? 60);
 const CHARGES = SOAK_SECONDS >= 20 ? 1000 : 600;
