@@ -4,7 +4,8 @@
 import { CLIENT_PROBLEM, ChargesApiError } from "./errors.ts";
 import { requestHash, type KeyStore } from "./key-store.ts";
 import type { paths } from "./openapi.d.ts";
-import { RetryBudget, type BackoffOptions, type RetryBudgetOptions } from "./policy.ts";
+import { RetryBudget } from "./budget.ts";
+import type { BackoffOptions, RetryBudgetOptions } from "./policy.ts";
 import { parseObject, problemError, send, type Exchange, type FetchLike, type Transport, type TryReport } from "./send.ts";
 
 // Taken by route and status, not by schema name: the routes are the contract (SPEC), the
@@ -24,8 +25,11 @@ const DEFAULT_PER_TRY_TIMEOUT_MS = 10_000;
 const DEFAULT_DEADLINE_MS = 30_000;
 // The first retry waits up to 100 ms, doubling to at most 5 s (full jitter below that).
 const DEFAULT_BACKOFF: BackoffOptions = { baseMs: 100, maxMs: 5_000 };
-// Retries of one client: 10 at once, 1 per second, plus one per 10 first tries (10 %).
-const DEFAULT_BUDGET: RetryBudgetOptions = { burst: 10, perSecond: 1, ratio: 0.1 };
+// Retries of one client (client/budget.ts): each success pays for one retry, so a network
+// that loses up to half the tries pays its own retries (0.67 per success at 40 % lost); 50 at
+// once (a start of 300 calls that lose 40 % sends 120 retries while successes pay them back);
+// 1 per second when nothing succeeds. The floor an outage gets is burst + 1/s: 80 over 30 s.
+const DEFAULT_BUDGET: RetryBudgetOptions = { burst: 50, perSecond: 1, perSuccess: 1 };
 
 export interface ChargesClientOptions {
   /** The API's origin, e.g. "https://api.example" (a path prefix is kept). */
