@@ -21,7 +21,13 @@ import { gapsToFill, type Gap } from "./sequence-sql.ts";
 import type { GapFillApi } from "./types.ts";
 
 // Gaps asked about per sweep; the next sweep takes the rest.
-const GAPS_PER_RUN = 50;
+const GAPS_PER_RUN = 200;
+// Gaps read per sweep, those asked lately included (passed over until their pause ends).
+const GAPS_SCANNED = 2000;
+// Calls to the API at once. After a lost session a subscriber may find a gap in every charge
+// it was told of meanwhile, all aged alike: one call after another, an API slowed by load
+// (tens of milliseconds an answer) would fill them slower than the gap timeout runs out.
+const FILLS_AT_ONCE = 4;
 // After an answer that did not fill the gap, or a failed call, the same gap is asked again
 // after a pause that doubles from fillAfterMs up to this: an API that is down is not asked
 // every second, and one that answered is asked again now and then in case the events appear
@@ -51,30 +57,45 @@ export class GapFiller {
     private readonly timeoutMs: number,
   ) {}
 
-  /** One sweep's fills: the gaps old enough, each asked unless it was lately. */
+  /** One sweep's fills: the gaps old enough, each asked unless it was lately, a few at once. */
   async run(signal: AbortSignal): Promise<void> {
     // After a failed call the API is left alone for a while: the other gaps' calls would fail
     // alike, each up to its timeout, and hold up the sweep's releases behind them.
     if (performance.now() < this.apiPausedUntil) return;
     const { sql, consumer } = this.processing;
-    const gaps = await gapsToFill(sql, consumer, CHARGE, this.api.fillAfterMs, this.timeoutMs, GAPS_PER_RUN);
-    const open = new Set<string>();
-    for (const gap of gaps) {
-      if (signal.aborted) return;
-      const key = gap.place.aggregateId;
-      open.add(key);
-      const asked = this.asked.get(key);
-      if (asked !== undefined && asked.last === gap.last && performance.now() < asked.nextAt) continue;
-      const pauseMs = asked?.last === gap.last ? Math.min(MAX_ASK_PAUSE_MS, asked.pauseMs * 2) : Math.max(1000, this.api.fillAfterMs);
-      this.asked.set(key, { last: gap.last, nextAt: performance.now() + pauseMs, pauseMs });
-      if (!(await this.fill(gap))) {
-        this.apiPauseMs = Math.min(MAX_ASK_PAUSE_MS, Math.max(API_MIN_PAUSE_MS, this.apiPauseMs * 2));
-        this.apiPausedUntil = performance.now() + this.apiPauseMs;
-        return;
+    const gaps = await gapsToFill(sql, consumer, CHARGE, this.api.fillAfterMs, this.timeoutMs, GAPS_SCANNED);
+    this.forgetClosed(gaps);
+    // Those asked lately are passed over here, not in the statement: they must not crowd out the others.
+    const due = gaps.filter((gap) => this.mayAsk(gap)).slice(0, GAPS_PER_RUN).values();
+    let failed = false;
+    const worker = async (): Promise<void> => {
+      for (const gap of due) {
+        if (signal.aborted || failed) return;
+        if (!(await this.fill(gap))) failed = true;
       }
-      this.apiPauseMs = 0;
+    };
+    await Promise.all(Array.from({ length: FILLS_AT_ONCE }, worker));
+    if (!failed) this.apiPauseMs = 0;
+    else {
+      this.apiPauseMs = Math.min(MAX_ASK_PAUSE_MS, Math.max(API_MIN_PAUSE_MS, this.apiPauseMs * 2));
+      this.apiPausedUntil = performance.now() + this.apiPauseMs;
     }
-    // A gap gone from the list was filled, released or skipped: forget it.
+  }
+
+  /** Whether the gap may be asked about now; if so, it is recorded as asked. */
+  private mayAsk(gap: Gap): boolean {
+    const key = gap.place.aggregateId;
+    const asked = this.asked.get(key);
+    const same = asked !== undefined && asked.last === gap.last;
+    if (same && performance.now() < asked.nextAt) return false;
+    const pauseMs = same ? Math.min(MAX_ASK_PAUSE_MS, asked.pauseMs * 2) : Math.max(API_MIN_PAUSE_MS, this.api.fillAfterMs);
+    this.asked.set(key, { last: gap.last, nextAt: performance.now() + pauseMs, pauseMs });
+    return true;
+  }
+
+  /** A gap gone from the list was filled, released or skipped: forgotten. */
+  private forgetClosed(gaps: readonly Gap[]): void {
+    const open = new Set(gaps.map((gap) => gap.place.aggregateId));
     for (const key of this.asked.keys()) if (!open.has(key)) this.asked.delete(key);
   }
 
