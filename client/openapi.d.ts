@@ -45,7 +45,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A charge's events, as the broker carried them */
+        /**
+         * A charge's events, as the broker carried them
+         * @description The MQTT payloads of the relay's AsyncAPI document (its GET /asyncapi.json), read back from the outbox: a subscriber fills here a gap in a charge's sequence that the broker will never fill.
+         */
         get: operations["getChargeEvents"];
         put?: never;
         post?: never;

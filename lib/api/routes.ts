@@ -85,7 +85,12 @@ export const ROUTES: readonly Route[] = [
         503: problem("Database unavailable or slower than the request's time bounds (Retry-After)"),
       },
     },
-    detail: { operationId: "getChargeEvents", summary: "A charge's events, as the broker carried them", security: bearer },
+    detail: {
+      operationId: "getChargeEvents",
+      summary: "A charge's events, as the broker carried them",
+      description: "The MQTT payloads of the relay's AsyncAPI document (its GET /asyncapi.json), read back from the outbox: a subscriber fills here a gap in a charge's sequence that the broker will never fill.",
+      security: bearer,
+    },
   },
   {
     method: "GET",

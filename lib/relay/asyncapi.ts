@@ -75,6 +75,7 @@ const INFO_DESCRIPTION = [
   "Delivery is at least once (QoS 1, not retained): a relay stopped between the broker's PUBACK and its own bookkeeping publishes the event again, so subscribers deduplicate by the envelope's `id`.",
   "Per aggregate, the relay hands the broker the events in `sequence` order; redeliveries may repeat an earlier event later.",
   "On MQTT 5 each publish carries the content type and the user properties described as each message's headers.",
+  "A charge's published events can be read back from the API, byte for byte these payloads, while its outbox keeps them: `GET /charges/{id}/events?after=<sequence>` (its /openapi.json); a subscriber fills there a gap the broker will never fill (a session lost with a broker that kept none).",
 ].join("\n\n");
 
 function message(type: EventType): AsyncApiMessage {
