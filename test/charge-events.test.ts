@@ -16,6 +16,8 @@ import { collect, type Received } from "../testkit/mqtt.ts";
 import { countWhere } from "../testkit/outbox.ts";
 import { newCharge, postRefund, refundBody } from "../testkit/refunds.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
+import { chargeWith, startProcessorApi } from "../testkit/processor.ts";
+import { startProcessorSim } from "../testkit/processor-sim.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
@@ -151,6 +153,30 @@ test("client.charges.events: the envelopes the broker carried; an unknown charge
   expect((await client.charges.events(chargeId, { after: 2 })).map((e) => e.id)).toEqual([received[2]!.envelope!.id]);
   const error = await client.charges.events(crypto.randomUUID()).catch((e: unknown) => e);
   expect((error as { status?: number }).status).toBe(404);
+});
+
+test("PAYMENT_PROCESSOR=stripe: a charge through the processor, its refund, and a declined charge's ChargeFailed, the broker's bytes alike", async () => {
+  const sim = await startProcessorSim();
+  cleanups.push(() => sim.stop());
+  const stripe = await startProcessorApi(db.url, sim);
+  cleanups.push(() => stripe.close());
+  const post = async (path: string, body: string): Promise<Response> =>
+    stripe.fetch(new Request(`http://localhost${path}`, { method: "POST", body, headers: { "content-type": "application/json", "idempotency-key": crypto.randomUUID(), ...(await authHeaders()) } }));
+  const paid = await post("/charges", chargeWith(2500, "pm_card_visa"));
+  expect(paid.status).toBe(201);
+  const paidId = ((await paid.json()) as { id: string }).id;
+  expect((await post(`/charges/${paidId}/refunds`, refundBody(500))).status).toBe(201);
+  const declined = await post("/charges", chargeWith(1200, "pm_card_chargeDeclined"));
+  expect(declined.status).toBe(402);
+  const [failed] = await db.sql<{ id: string }[]>`select id::text from charges where status = 'failed' and amount_cents = 1200`;
+  await collector.waitForMessage((m) => m.envelope?.aggregateId === failed!.id, 10_000, "the ChargeFailed");
+  await collector.waitForMessage((m) => m.envelope?.aggregateId === paidId && m.envelope.sequence === 2, 10_000, "the ChargeRefunded");
+  const carried = (id: string) => collector.messages.filter((m) => m.envelope?.aggregateId === id).sort((a, b) => a.envelope!.sequence! - b.envelope!.sequence!).map(payloadOf);
+  const get = async (id: string) => (await stripe.fetch(new Request(`http://localhost/charges/${id}/events`, { headers: await authHeaders() }))).text();
+  expect(await get(paidId)).toBe(`{"events":[${carried(paidId).join(",")}]}`);
+  expect(carried(paidId).map((p) => (JSON.parse(p) as { type: string }).type)).toEqual(["ChargeCreated", "ChargeRefunded"]);
+  expect(await get(failed!.id)).toBe(`{"events":[${carried(failed!.id).join(",")}]}`);
+  expect((JSON.parse(carried(failed!.id)[0]!) as { type: string }).type).toBe("ChargeFailed");
 });
 
 test("in /openapi.json: the route, its `after` query parameter, its answers and the envelopes' schema", async () => {
