@@ -179,6 +179,26 @@ test("PAYMENT_PROCESSOR=stripe: a charge through the processor, its refund, and 
   expect((JSON.parse(carried(failed!.id)[0]!) as { type: string }).type).toBe("ChargeFailed");
 });
 
+test("bounded as GET /charges/:id: the outbox locked (a migration's ALTER), the read answers 503 within the API's bounds while the lock is still held", async () => {
+  const bounded = await startTestApi(db.url, { API_LOCK_TIMEOUT_MS: "200" });
+  cleanups.push(() => bounded.close());
+  const tx = await db.sql.reserve();
+  await tx`begin`;
+  await tx`lock table outbox in access exclusive mode`;
+  try {
+    const res = await bounded.fetch(new Request(`http://localhost/charges/${chargeId}/events`, { headers: await authHeaders() }));
+    // Answered while the lock is still ours: the bound, not its release, ended the wait.
+    const [held] = await tx<{ n: number }[]>`select count(*)::int as n from pg_locks where pid = pg_backend_pid() and relation = 'outbox'::regclass and mode = 'AccessExclusiveLock' and granted`;
+    expect(held?.n).toBe(1);
+    expect(res.status).toBe(503);
+    expect(res.headers.get("retry-after")).toBe("1");
+    expect(((await res.json()) as { detail: string }).detail).toContain("time bounds");
+  } finally {
+    await tx`rollback`;
+    tx.release();
+  }
+});
+
 test("in /openapi.json: the route, its `after` query parameter, its answers and the envelopes' schema", async () => {
   const doc = (await (await api.fetch(new Request("http://localhost/openapi.json"))).json()) as {
     paths: Record<string, Record<string, { operationId: string; parameters?: { name: string; in: string }[]; responses: Record<string, unknown> }>>;
