@@ -21,6 +21,7 @@ import { collect, type Collector } from "../testkit/mqtt.ts";
 import { valueOf } from "../testkit/prometheus.ts";
 import { newCharge, postRefund, refundBody } from "../testkit/refunds.ts";
 import { freshDatabase } from "../testkit/services.ts";
+import { runToExit } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(60_000);
@@ -146,6 +147,8 @@ async function loseEventTwo(gapTimeoutMs: number, gapFill: GapFillApi | undefine
 withMosquitto("a lost event is read from the API and processed in its turn, before the gap timeout; the held one follows; nothing is skipped", async () => {
   const { chargeId, consumer, collector, run } = await loseEventTwo(LONG_GAP_TIMEOUT_MS, gapApi());
   await waitUntil(async () => (await handled(chargeId)).length === 3, 15_000, "events 2 and 3 processed");
+  // The gap's line comes once its answer is processed, after the handler's commits.
+  await waitUntil(() => run.logs.some((l) => l.msg === "sequence gap filled from the API"), 5000, "the gap's log line");
   expect(await handled(chargeId)).toEqual([1, 2, 3]);
   const mine = run.deliveries.filter((d) => d.event.aggregateId === chargeId);
   const two = mine.find((d) => d.event.sequence === 2)!;
@@ -216,4 +219,11 @@ test("SUBSCRIBER_API_URL and SUBSCRIBER_API_TOKEN: both or neither, a fill wait 
   const spaced = refused({ SUBSCRIBER_API_URL: "http://a.example", SUBSCRIBER_API_TOKEN: "secret token" });
   expect(spaced).toContain("SUBSCRIBER_API_TOKEN");
   expect(spaced).not.toContain("secret");
+});
+
+test("bun examples/subscriber.ts with SUBSCRIBER_API_URL but no token: one line naming both, exit 1, nothing connected", async () => {
+  const run = await runToExit(["bun", "examples/subscriber.ts"], { DATABASE_URL: db.url, SUBSCRIBER_API_URL: "http://127.0.0.1:1", SUBSCRIBER_API_TOKEN: "" });
+  expect(run.code).toBe(1);
+  expect(run.stderr.trim()).toBe("configuration error: SUBSCRIBER_API_URL is set without SUBSCRIBER_API_TOKEN (a bearer token of the events' tenant); set both, or neither");
+  expect(run.stdout).toBe("");
 });
