@@ -26,12 +26,12 @@ export type ApiAnswer =
 /** A refusal or a fault of the API: the gap is asked again later. */
 export class ApiError extends Error {}
 
-/** The charge's events after `after`; throws ApiError when the API does not answer them. */
-export async function fetchChargeEvents(api: GapFillApi, chargeId: string, after: number): Promise<ApiAnswer> {
+/** The charge's events after `after`; throws ApiError when the API does not answer them (or `stop` aborts the call). */
+export async function fetchChargeEvents(api: GapFillApi, chargeId: string, after: number, stop: AbortSignal): Promise<ApiAnswer> {
   const events: FetchedEvent[] = [];
   let path: string | undefined = `/charges/${encodeURIComponent(chargeId)}/events?after=${after}`;
   for (let page = 0; path !== undefined && page < MAX_PAGES; page++) {
-    const response = await get(api, path);
+    const response = await get(api, path, stop);
     if (response.status === 404 && page === 0) return { kind: "unknown" };
     if (response.status !== 200) throw new ApiError(`GET ${path} answered ${response.status}${await problemOf(response)}`);
     events.push(...eventsOf(await response.text(), chargeId, path));
@@ -40,11 +40,11 @@ export async function fetchChargeEvents(api: GapFillApi, chargeId: string, after
   return { kind: "events", events };
 }
 
-async function get(api: GapFillApi, path: string): Promise<Response> {
+async function get(api: GapFillApi, path: string, stop: AbortSignal): Promise<Response> {
   const fetchIt = api.fetch ?? ((url: string, init: RequestInit) => fetch(url, init));
   const headers = { accept: "application/json", authorization: `Bearer ${await api.token()}` };
   try {
-    return await fetchIt(`${api.url}${path}`, { headers, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+    return await fetchIt(`${api.url}${path}`, { headers, signal: AbortSignal.any([stop, AbortSignal.timeout(REQUEST_TIMEOUT_MS)]) });
   } catch (error) {
     throw new ApiError(`GET ${path} failed: ${error instanceof Error ? error.message : String(error)}`);
   }

@@ -29,7 +29,7 @@ const GAPS_SCANNED = 2000;
 // (tens of milliseconds an answer) would fill them slower than the gap timeout runs out.
 const FILLS_AT_ONCE = 4;
 // After an answer that did not fill the gap, or a failed call, the same gap is asked again
-// after a pause that doubles from fillAfterMs up to this: an API that is down is not asked
+// after a pause that doubles from fillAfterMs (a second at least) up to this: an API that is down is not asked
 // every second, and one that answered is asked again now and then in case the events appear
 // (an outbox restored from a backup), until the gap timeout.
 const MAX_ASK_PAUSE_MS = 60_000;
@@ -71,7 +71,7 @@ export class GapFiller {
     const worker = async (): Promise<void> => {
       for (const gap of due) {
         if (signal.aborted || failed) return;
-        if (!(await this.fill(gap))) failed = true;
+        if (!(await this.fill(gap, signal))) failed = true;
       }
     };
     await Promise.all(Array.from({ length: FILLS_AT_ONCE }, worker));
@@ -100,12 +100,14 @@ export class GapFiller {
   }
 
   /** Asks the API for the gap and processes what it answers; false when the API did not answer. */
-  private async fill(gap: Gap): Promise<boolean> {
+  private async fill(gap: Gap, signal: AbortSignal): Promise<boolean> {
     let answer;
     try {
-      answer = await fetchChargeEvents(this.api, gap.place.aggregateId, gap.last);
+      answer = await fetchChargeEvents(this.api, gap.place.aggregateId, gap.last, signal);
     } catch (error) {
       if (!(error instanceof ApiError)) throw error;
+      // The subscriber is closing: the call was cut, not refused.
+      if (signal.aborted) throw new Closing();
       this.report.fillFailed(gap, error.message);
       return false;
     }
