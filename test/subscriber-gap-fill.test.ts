@@ -194,6 +194,27 @@ withMosquitto("a token the API refuses: the gap is asked about again later, and 
   expect(run.errors.join("\n")).not.toContain("not-a-token");
 });
 
+withMosquitto("a call to the API in flight is cut by close(), not waited out: the close's abort, not the call's timeout, ends it", async () => {
+  const calls: AbortSignal[] = [];
+  // An API that never answers: only an abort ends the call.
+  const hanging: GapFillApi = {
+    ...gapApi(),
+    fetch: (_url, init) =>
+      new Promise<Response>((_, reject) => {
+        const signal = init.signal!;
+        calls.push(signal);
+        signal.addEventListener("abort", () => reject(signal.reason));
+      }),
+  };
+  const { run } = await loseEventTwo(LONG_GAP_TIMEOUT_MS, hanging);
+  await waitUntil(() => calls.length > 0, 15_000, "the gap asked about");
+  await run.sub.close();
+  expect(calls[0]!.aborted).toBe(true);
+  expect((calls[0]!.reason as Error).name).not.toBe("TimeoutError");
+  // Closing is not a refusal: nothing told of a failed call.
+  expect(run.errors.filter((e) => e.includes("not filled from the API"))).toEqual([]);
+});
+
 test("SUBSCRIBER_API_URL and SUBSCRIBER_API_TOKEN: both or neither, a fill wait below the gap timeout, the token never echoed", () => {
   const base = { DATABASE_URL: db.url };
   expect(loadConfig(base).subscriberApi).toBeUndefined();
