@@ -16,6 +16,8 @@ type JsonAnswer<Op, Status extends number> = Op extends { responses: { [S in Sta
 export type ChargeBody = JsonRequest<paths["/charges"]["post"]>;
 export type Charge = JsonAnswer<paths["/charges"]["post"], 201>;
 export type ChargeView = JsonAnswer<paths["/charges/{id}"]["get"], 200>;
+/** One event of a charge, the envelope the broker carried (GET /charges/:id/events). */
+export type ChargeEvent = JsonAnswer<paths["/charges/{id}/events"]["get"], 200>["events"][number];
 export type RefundBody = JsonRequest<paths["/charges/{id}/refunds"]["post"]>;
 export type Refund = JsonAnswer<paths["/charges/{id}/refunds"]["post"], 201>;
 
@@ -85,6 +87,21 @@ export class ChargesClient {
       const plan = { method: "GET", url: this.#url(`/charges/${encodeURIComponent(id)}`), headers: { accept: "application/json" } } as const;
       const { exchange, attempts } = await send(this.#transport, plan, this.#limits(options));
       return answerOf(exchange, undefined, attempts) as ChargeView;
+    },
+    /**
+     * The charge's events after sequence `after` (default 0: all), in sequence order, as the
+     * broker carried them, while the API's outbox keeps them; every page, one call each.
+     */
+    events: async (id: string, options: CallOptions & { readonly after?: number } = {}): Promise<ChargeEvent[]> => {
+      const events: ChargeEvent[] = [];
+      let path: string | undefined = `/charges/${encodeURIComponent(id)}/events?after=${options.after ?? 0}`;
+      while (path !== undefined) {
+        const plan = { method: "GET", url: this.#url(path), headers: { accept: "application/json" } } as const;
+        const { exchange, attempts } = await send(this.#transport, plan, this.#limits(options));
+        events.push(...eventsOf(exchange, attempts));
+        path = nextPage(exchange.headers.get("link"));
+      }
+      return events;
     },
   };
 
@@ -171,6 +188,19 @@ function answerOf(exchange: Exchange, key: string | undefined, attempts: number)
     retryable: false,
     attempts,
   });
+}
+
+/** The events of a 200 of GET /charges/:id/events; any other answer throws as answerOf does. */
+function eventsOf(exchange: Exchange, attempts: number): ChargeEvent[] {
+  if (exchange.status < 200 || exchange.status > 299) throw problemError(exchange, undefined, attempts, false);
+  const events = parseObject(exchange.text)?.events;
+  if (Array.isArray(events)) return events as ChargeEvent[];
+  throw new ChargesApiError({ type: CLIENT_PROBLEM.unexpected, status: exchange.status, detail: `a ${exchange.status} without the API's events`, retryable: false, attempts });
+}
+
+/** The path of a Link rel="next" (the API writes one, a path with its query), if any. */
+function nextPage(link: string | null): string | undefined {
+  return link?.match(/^<(\/[^>]*)>;\s*rel="next"$/)?.[1];
 }
 
 /** The key as an RFC 9651 String, the header's canonical form. */

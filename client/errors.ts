@@ -24,6 +24,8 @@ export const PROBLEM = {
   invalidKey: `${API}invalid-idempotency-key`,
   invalidBody: `${API}invalid-body`,
   invalidId: `${API}invalid-id`,
+  /** 400: a query parameter (`after` of charges.events) is not valid. */
+  invalidQuery: `${API}invalid-query`,
   unauthorized: `${API}unauthorized`,
   notFound: `${API}not-found`,
   /** 409: the same key is in flight; retried. */

@@ -2,6 +2,7 @@
 // topic each is published on, the JSON envelope, and the MQTT 5 properties that travel
 // with it. The relay builds with it, the reference subscriber and dev mode parse with it,
 // and tests, chaos and the bench use it instead of writing topics by hand.
+import { Type as t, type TObject } from "@sinclair/typebox";
 import { v7 as uuidV7 } from "uuid";
 import { isUuid } from "./shared/uuid.ts";
 
@@ -75,6 +76,70 @@ export interface EventEnvelope {
 export function newEventId(): string {
   return uuidV7();
 }
+
+// The envelope's JSON Schema, as TypeBox objects: the AsyncAPI document's payloads (lib/relay/
+// asyncapi.ts) and the API's GET /charges/:id/events answer (lib/api/events-read.ts) are these.
+// Patterns rather than `format`: TypeBox checks a format only once a process-wide registry
+// knows it, and any JSON Schema validator reads a pattern the same way.
+export const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+// What the relay's claim writes (to_char with microseconds, UTC): lib/relay/outbox-sql.ts.
+const CREATED_AT_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$";
+const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
+// A Postgres integer column holds every amount.
+const cents = (minimum: number, description: string) => t.Integer({ minimum, maximum: 2_147_483_647, description });
+
+/** The `data` of each event type (lib/events.ts ChargeCreatedData, ChargeRefundedData, ChargeFailedData). */
+export const EVENT_DATA_SCHEMAS: Readonly<Record<EventType, TObject>> = {
+  [CHARGE_CREATED]: t.Object(
+    {
+      chargeId: uuid("The charge's id (also the envelope's aggregateId)"),
+      amountCents: cents(1, "The charge's amount"),
+      currency: t.Optional(t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case; absent from events written before currencies existed" })),
+    },
+    { description: "ChargeCreated data" },
+  ),
+  [CHARGE_FAILED]: t.Object(
+    {
+      chargeId: uuid("The declined charge's id (also the envelope's aggregateId)"),
+      amountCents: cents(1, "The charge's amount"),
+      currency: t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case" }),
+      declineCode: t.String({ minLength: 1, description: "The payment processor's decline code (generic_decline, insufficient_funds, …)" }),
+    },
+    { description: "ChargeFailed data" },
+  ),
+  [CHARGE_REFUNDED]: t.Object(
+    {
+      chargeId: uuid("The refunded charge's id (also the envelope's aggregateId)"),
+      refundId: uuid("The refund's id"),
+      amountCents: cents(1, "This refund's amount"),
+      refundedCents: cents(1, "The charge's refunded total after this refund"),
+    },
+    { description: "ChargeRefunded data" },
+  ),
+};
+
+/** The envelope (buildEnvelope's JSON) of one event type. */
+function envelopeSchema(type: EventType): TObject {
+  return t.Object(
+    {
+      id: uuid("The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it."),
+      type: t.Literal(type, { description: "The event type; also the topic's last level" }),
+      aggregateId: uuid("The id of the aggregate (the charge) the event belongs to"),
+      tenantId: t.String({ minLength: 1, description: "The tenant whose request wrote the event" }),
+      createdAt: t.String({ pattern: CREATED_AT_PATTERN, description: "The outbox row's created_at, ISO-8601 UTC with microseconds" }),
+      sequence: t.Integer({ minimum: 1, description: "1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order" }),
+      data: EVENT_DATA_SCHEMAS[type],
+    },
+    { description: `The ${type} envelope (UTF-8 JSON); subscribers ignore fields they do not know` },
+  );
+}
+
+/** Each event type's envelope schema. */
+export const ENVELOPE_SCHEMAS: Readonly<Record<EventType, TObject>> = {
+  [CHARGE_CREATED]: envelopeSchema(CHARGE_CREATED),
+  [CHARGE_REFUNDED]: envelopeSchema(CHARGE_REFUNDED),
+  [CHARGE_FAILED]: envelopeSchema(CHARGE_FAILED),
+};
 
 /** The MQTT 5 content type of every event. */
 export const EVENT_CONTENT_TYPE = "application/json";

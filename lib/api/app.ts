@@ -107,12 +107,12 @@ function declare(app: AnyElysia, route: Route, options: AppOptions): AnyElysia {
   return app.route(route.method, route.path, handler as never, hook as never);
 }
 
-/** The headers routes read themselves, for the document only (@elysiajs/openapi's references). */
+/** The headers and query parameters routes read themselves, for the document only (@elysiajs/openapi's references). */
 function documentedHeaders(routes: readonly Route[]): AdditionalReference {
-  const reference: Record<string, Record<string, { headers: TSchema }>> = {};
+  const reference: Record<string, Record<string, { headers?: TSchema; query?: TSchema }>> = {};
   for (const route of routes) {
-    const headers = route.schema?.documentedHeaders;
-    if (headers) reference[route.path] = { ...reference[route.path], [route.method.toLowerCase()]: { headers } };
+    const { documentedHeaders: headers, documentedQuery: query } = route.schema ?? {};
+    if (headers || query) reference[route.path] = { ...reference[route.path], [route.method.toLowerCase()]: { ...(headers && { headers }), ...(query && { query }) } };
   }
   return reference as unknown as AdditionalReference;
 }

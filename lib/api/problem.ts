@@ -16,6 +16,7 @@ export const PROBLEMS = {
   invalidKey: { slug: "invalid-idempotency-key", title: "Invalid Idempotency-Key", status: 400 },
   invalidBody: { slug: "invalid-body", title: "Invalid request body", status: 400 },
   invalidId: { slug: "invalid-id", title: "Invalid id", status: 400 },
+  invalidQuery: { slug: "invalid-query", title: "Invalid query parameter", status: 400 },
   unauthorized: { slug: "unauthorized", title: "Unauthorized", status: 401 },
   notFound: { slug: "not-found", title: "Not found", status: 404 },
   inFlight: { slug: "request-in-flight", title: "Request in flight", status: 409 },

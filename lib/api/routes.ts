@@ -7,6 +7,7 @@ import { MAX_BODY_BYTES } from "./body.ts";
 import { endpointOf, type Operation } from "./core/operation.ts";
 import { operationHandler, RETRY_AFTER_S } from "./http/answers.ts";
 import { invalidIdProblem, nounOf, type RequestContext, type Route } from "./http/context.ts";
+import { ChargeEvents, chargeEventsHandler, ChargeEventsQuery } from "./events-read.ts";
 import { Charge, ChargeBody, ChargeView, chargeView, createCharge } from "./operations/charges.ts";
 import { createRefund, Refund, RefundBody, refundView } from "./operations/refunds.ts";
 import { problemResponse } from "./problem.ts";
@@ -71,6 +72,28 @@ export const ROUTES: readonly Route[] = [
   },
   {
     method: "GET",
+    path: "/charges/:id/events",
+    handle: chargeEventsHandler,
+    schema: {
+      params: uuidParams(["id"]),
+      documentedQuery: ChargeEventsQuery,
+      response: {
+        200: described(ChargeEvents, "The charge's published events after `after`, in sequence order, each the envelope the broker carried (byte for byte), while the outbox keeps them (OUTBOX_RETENTION_SECONDS); Link rel=\"next\" when there are more"),
+        400: problem("Not a UUID (invalid-id), or `after` not an integer from 0 to 2147483647 (invalid-query)"),
+        401: unauthorized,
+        404: problem("Unknown charge, or another tenant's"),
+        503: problem("Database unavailable or slower than the request's time bounds (Retry-After)"),
+      },
+    },
+    detail: {
+      operationId: "getChargeEvents",
+      summary: "A charge's events, as the broker carried them",
+      description: "The MQTT payloads of the relay's AsyncAPI document (its GET /asyncapi.json), read back from the outbox: a subscriber fills here a gap in a charge's sequence that the broker will never fill.",
+      security: bearer,
+    },
+  },
+  {
+    method: "GET",
     path: "/charges/:id/refunds/:refundId",
     handle: (ctx) => lookup(ctx, (sql, endsAt) => refundView(sql, ctx.tenant, ctx.params.id!, ctx.params.refundId!, endsAt)),
     schema: {
@@ -106,7 +129,7 @@ export const ROUTES: readonly Route[] = [
 ];
 
 /** Every schema a route checks or documents: compiled at load by the edge worker, and the document's components. */
-export const COMPONENTS: Readonly<Record<string, TObject>> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, Problem };
+export const COMPONENTS: Readonly<Record<string, TObject>> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, Problem };
 export const SCHEMAS: readonly TSchema[] = Object.values(COMPONENTS);
 
 /**

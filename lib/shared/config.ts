@@ -4,10 +4,12 @@
 import { ConfigError, databaseUrl, flag, host, integer, url, urlList, type Env } from "./config-values.ts";
 import { apiTimeBounds, relayTimeBounds, type ApiTimeBounds, type RelayTimeBounds } from "./time-bounds.ts";
 import { processorConfig, type ProcessorConfig } from "./config-processor.ts";
+import { subscriberApiConfig, type SubscriberApiConfig } from "./config-subscriber.ts";
 
 export { ConfigError, databaseUrl, type Env } from "./config-values.ts";
 export type { ApiTimeBounds, RelayTimeBounds } from "./time-bounds.ts";
 export type { ProcessorConfig, ProcessorMode } from "./config-processor.ts";
+export type { SubscriberApiConfig } from "./config-subscriber.ts";
 
 /** MQTT_PROTOCOL_VERSION: one version only, or 5 falling back to 3.1.1 (lib/shared/mqtt-connect.ts). */
 export type MqttProtocol = "5" | "3.1.1" | "auto";
@@ -44,6 +46,8 @@ export interface Config {
   readonly subscriberInboxRetentionSeconds: number;
   /** How long the reference subscriber holds an event whose predecessor has not come before it processes it anyway. */
   readonly subscriberGapTimeoutMs: number;
+  /** Where the reference subscriber asks for the events of a gap (config-subscriber.ts); undefined: it does not. */
+  readonly subscriberApi: SubscriberApiConfig | undefined;
   readonly mqttTopicPrefix: string;
   readonly mqttProtocol: MqttProtocol;
   readonly logLevel: LogLevel;
@@ -183,6 +187,7 @@ export function loadConfig(env: Env): Config {
   const pooler = databasePooler(env);
   const directUrl = databaseDirectUrl(env, pooler);
   const pollMs = pooler === "transaction" && directUrl === undefined ? OUTBOX_POLL_MS_WITHOUT_LISTEN : OUTBOX_POLL_MS;
+  const gapTimeoutMs = integer(env, "SUBSCRIBER_GAP_TIMEOUT_MS", DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS, 1, MAX_SUBSCRIBER_GAP_TIMEOUT_MS);
   return Object.freeze({
     databaseUrl: databaseUrl(env, "DATABASE_URL", "postgres://localhost:5432/postgres"),
     databasePooler: pooler,
@@ -199,7 +204,8 @@ export function loadConfig(env: Env): Config {
     relayGatherMs: integer(env, "RELAY_GATHER_MS", DEFAULT_RELAY_GATHER_MS, 0, MAX_RELAY_GATHER_MS),
     outboxRetentionSeconds: integer(env, "OUTBOX_RETENTION_SECONDS", 7 * 86_400, 1, TEN_YEARS_S),
     subscriberInboxRetentionSeconds: integer(env, "SUBSCRIBER_INBOX_RETENTION_SECONDS", INBOX_RETENTION_S, MIN_INBOX_RETENTION_S, TEN_YEARS_S),
-    subscriberGapTimeoutMs: integer(env, "SUBSCRIBER_GAP_TIMEOUT_MS", DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS, 1, MAX_SUBSCRIBER_GAP_TIMEOUT_MS),
+    subscriberGapTimeoutMs: gapTimeoutMs,
+    subscriberApi: subscriberApiConfig(env, gapTimeoutMs),
     mqttTopicPrefix: topicPrefix(env),
     mqttProtocol: mqttProtocol(env),
     logLevel: logLevel(env),

@@ -65,6 +65,8 @@ export interface RouteSchema {
    * would build a headers object per request for what the handler's own parser refuses anyway.
    */
   readonly documentedHeaders?: TObject;
+  /** Query parameters the handler reads and checks itself (its own problem), documented only. */
+  readonly documentedQuery?: TObject;
   readonly body?: TSchema;
   /** Status → the schema of that answer's body (its `description` is the answer's). */
   readonly response?: Readonly<Record<number, TSchema>>;
