@@ -9,6 +9,13 @@ type OneShot = (algorithm: string, data: string, encoding: "hex" | "buffer") => 
 // Looked up on the namespace, not imported by name: a runtime without it must still load this module.
 const oneShot = (nodeCrypto as unknown as { hash?: OneShot }).hash;
 
+interface BunHasher {
+  update(input: string): BunHasher;
+  digest(encoding: "hex"): string;
+}
+type BunHasherConstructor = new (algorithm: "sha256", hmacKey: Uint8Array) => BunHasher;
+const BunCryptoHasher = (globalThis as { Bun?: { CryptoHasher?: BunHasherConstructor } }).Bun?.CryptoHasher;
+
 interface BunSha256 {
   hash(input: string, encoding: "hex"): string;
   hash(input: string, into: Uint8Array): Uint8Array;
@@ -21,6 +28,12 @@ let scratch: Buffer | undefined;
 export function sha256Hex(text: string): string {
   if (bunSha256) return bunSha256.hash(text, "hex");
   return oneShot ? (oneShot("sha256", text, "hex") as string) : nodeCrypto.createHash("sha256").update(text).digest("hex");
+}
+
+/** HMAC-SHA256 of `text` under `key`, as hex (Bun's hasher on Bun, node:crypto elsewhere). */
+export function hmacSha256Hex(key: Uint8Array, text: string): string {
+  if (BunCryptoHasher) return new BunCryptoHasher("sha256", key).update(text).digest("hex");
+  return nodeCrypto.createHmac("sha256", key).update(text).digest("hex");
 }
 
 /** The first 8 bytes of the SHA-256 of `text`, as a signed big-endian 64-bit integer. */
