@@ -200,7 +200,7 @@ test("API_KEY_HASH_SECRET: unset by default; a secret of 32 bytes is kept and ne
 
 test.each([["api.ts"], ["relay.ts"], ["ops.ts"]])("bun %s with a short API_KEY_HASH_SECRET: exit 1, its length named, the secret never echoed", async (entry) => {
   const secret = "hash-secret-too-short";
-  const { code, stderr, stdout } = await runToExit(["bun", entry, "stale-keys"], { API_KEY_HASH_SECRET: secret, ...authEnv() });
+  const { code, stderr, stdout } = await runToExit(["bun", entry, "stale-keys"], { ...authEnv(), API_KEY_HASH_SECRET: secret });
   expect(code).toBe(1);
   expect(stderr.trim()).toBe(`configuration error: API_KEY_HASH_SECRET must be at least 32 bytes, got ${secret.length}`);
   expect(stdout + stderr).not.toContain(secret);

@@ -43,7 +43,7 @@ setDefaultTimeout(TIME_BUDGET_MS + GIVE_UP_MS + 30_000);
 const db = await freshDatabase("fuzz_api");
 // NODE_ENV unset, as `bun api.ts` runs for a user who sets nothing (bun test sets it to "test").
 const api = await startEntrypoint("api", {
-  env: { DATABASE_URL: db.url, LOG_LEVEL: "error", API_POOL_SIZE: "4", NODE_ENV: undefined, API_KEY_HASH_SECRET: "fuzz-test-key-hash-secret-of-32-bytes", ...authEnv() },
+  env: { DATABASE_URL: db.url, LOG_LEVEL: "error", API_POOL_SIZE: "4", NODE_ENV: undefined, ...authEnv() },
 });
 afterAll(async () => {
   await api.child.stop();
