@@ -5,7 +5,8 @@
 // - no 5xx but a 503 or 429 that says when to come back (Retry-After);
 // - no answer slower than ANSWER_BOUND_MS;
 // - no problem (or any non-2xx, or a POST's answer) over BODY_CAP_BYTES;
-// - no row in charges, refunds, outbox or idempotency_keys written behind a non-2xx;
+// - no row in charges, refunds, outbox or idempotency_keys written behind a non-2xx, and
+//   every charge or refund written with its key and its event;
 // - /healthz answers 200 within HEALTHZ_BOUND_MS throughout.
 // Fixed seed and count, and a time budget, so CI runs the same requests every time. Every
 // violation is collected (the first few of each kind kept) and reported together at the end.
@@ -123,6 +124,8 @@ async function check(r: FuzzRequest): Promise<void> {
   const now = await counts();
   const ok = status >= 200 && status <= 299;
   if (!ok && JSON.stringify(now) !== JSON.stringify(baseline)) violated("a row written behind a non-2xx", `${status}: ${JSON.stringify(baseline)} → ${JSON.stringify(now)}: ${what}`);
+  // Without a processor every 201 writes a key, a charge or a refund, and its event, together.
+  if (now.outbox !== now.charges + now.refunds || now.keys !== now.charges + now.refunds) violated("a write without its key or its event", `${status}: ${JSON.stringify(now)}: ${what}`);
   baseline = now;
   if (ok && r.method === "POST" && path === "/charges") knownCharge = (JSON.parse(body) as { id: string }).id;
 }
