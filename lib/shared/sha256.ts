@@ -2,7 +2,8 @@
 // node:crypto's one-shot `hash()` there (the API hashes three short strings per charge);
 // elsewhere node:crypto's `hash()` (Deno, Node >= 20.12), itself a fraction of
 // `createHash().update().digest()`, which runtimes without it (older workerd) fall back to.
-// Every path gives the same bytes (test/fingerprint.test.ts).
+// Every path gives the same bytes (test/fingerprint.test.ts). Its HMAC (keyHash's, in the logs)
+// likewise: Bun's CryptoHasher on Bun, node:crypto's createHmac elsewhere.
 import * as nodeCrypto from "node:crypto";
 
 type OneShot = (algorithm: string, data: string, encoding: "hex" | "buffer") => string | Buffer;
