@@ -7,7 +7,8 @@
 //   for one request to serve another (Hyperdrive pools connections in front of the database);
 // - no migrations: run `bun run migrate` once per deploy;
 // - the relay is woken by a notify sent after the response (waitUntil), its poll as fallback;
-// - metrics are pushed over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; /metrics is off.
+// - metrics are pushed over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; /metrics is off;
+// - keyHash's key is the API_KEY_HASH_SECRET binding, or one the isolate makes (and says so).
 import { AsyncLocalStorage } from "node:async_hooks";
 import { ConfigError, loadConfig, type Config, type Env } from "./lib/shared/config.ts";
 import { createLogger } from "./lib/shared/log.ts";
@@ -21,6 +22,7 @@ import { endpointOf } from "./lib/api/core/operation.ts";
 import { createApiMetrics } from "./lib/api/metrics.ts";
 import { createAuthenticator } from "./lib/api/auth.ts";
 import { problemResponse } from "./lib/api/problem.ts";
+import { useKeyHashSecret } from "./lib/shared/redact.ts";
 
 // A request runs one statement at a time (an operation is one statement; a resend follows the
 // failed try), so one connection is all it can use.
@@ -90,6 +92,7 @@ function buildIsolate(env: Env): Isolate {
   try {
     const config = loadConfig(env);
     const log = createLogger(config.logLevel, "api");
+    useKeyHashSecret(config.keyHashSecret, log);
     const telemetry = config.otlpEndpoint ? startPushTelemetry("charges-worker", config.otlpEndpoint) : undefined;
     const shared = { auth: createAuthenticator(config.auth), log, counters: createApiMetrics(telemetry?.meter, OPERATIONS.map(endpointOf)) };
     return { ok: true, config, shared, telemetry };

@@ -97,6 +97,7 @@ test.each([
   ["LOG_LEVEL", "loud"],
   ["AUTH_MODE", "basic"],
   ["AUTH_JWT_SECRET", "x".repeat(31)],
+  ["API_KEY_HASH_SECRET", "x".repeat(31)],
   ["AUTH_JWKS_URL", "file:///etc/jwks.json"],
   ["API_POOL_SIZE", "0"],
   ["API_REUSE_PORT", "yes"],
@@ -187,6 +188,23 @@ async function runEntry(entry: string, env: Record<string, string>): Promise<{ c
   const { code, stderr } = await runToExit(["bun", entry], env);
   return { code, lines: stderr.trim().split("\n") };
 }
+
+test("API_KEY_HASH_SECRET: unset by default; a secret of 32 bytes is kept and never prints itself", () => {
+  expect(loadConfig({}).keyHashSecret).toBeUndefined();
+  const secret = "k".repeat(32);
+  const config = loadConfig({ API_KEY_HASH_SECRET: secret });
+  expect(config.keyHashSecret?.reveal()).toBe(secret);
+  expect(JSON.stringify(config)).not.toContain(secret);
+  expect(String(config.keyHashSecret)).toBe("***");
+});
+
+test.each([["api.ts"], ["relay.ts"], ["ops.ts"]])("bun %s with a short API_KEY_HASH_SECRET: exit 1, its length named, the secret never echoed", async (entry) => {
+  const secret = "hash-secret-too-short";
+  const { code, stderr, stdout } = await runToExit(["bun", entry, "stale-keys"], { ...authEnv(), API_KEY_HASH_SECRET: secret });
+  expect(code).toBe(1);
+  expect(stderr.trim()).toBe(`configuration error: API_KEY_HASH_SECRET must be at least 32 bytes, got ${secret.length}`);
+  expect(stdout + stderr).not.toContain(secret);
+});
 
 test.each([["api.ts"], ["relay.ts"]])("bun %s with a bad value: one line on stderr, exit 1", async (entry) => {
   const { code, lines } = await runEntry(entry, { PORT: "nope", RELAY_PORT: "nope" });

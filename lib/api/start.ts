@@ -17,6 +17,7 @@ import { createLogger, type Logger } from "../shared/log.ts";
 import { createOutboxNotifier } from "../shared/wakeup.ts";
 import { createAuthenticator, IMPLICIT_TENANT, type AuthOptions } from "./auth.ts";
 import { openPool } from "./pool-open.ts";
+import { useKeyHashSecret } from "../shared/redact.ts";
 
 export interface ApiProcess {
   readonly sql: Sql;
@@ -53,6 +54,7 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const sql = apiSql(config, poolSize, API_POOL_NAME);
   await applySchema(sql);
   const log = options.logger ?? createLogger(config.logLevel, "api");
+  useKeyHashSecret(config.keyHashSecret, log);
   if (options.openPool ?? true) {
     const opening = await openPool(sql, poolSize);
     if (opening.failure !== undefined) {

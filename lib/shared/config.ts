@@ -5,6 +5,7 @@ import { ConfigError, databaseUrl, flag, host, integer, url, urlList, type Env }
 import { apiTimeBounds, relayTimeBounds, type ApiTimeBounds, type RelayTimeBounds } from "./time-bounds.ts";
 import { processorConfig, type ProcessorConfig } from "./config-processor.ts";
 import { subscriberApiConfig, type SubscriberApiConfig } from "./config-subscriber.ts";
+import { Secret } from "./redact.ts";
 
 export { ConfigError, databaseUrl, type Env } from "./config-values.ts";
 export type { ApiTimeBounds, RelayTimeBounds } from "./time-bounds.ts";
@@ -62,6 +63,8 @@ export interface Config {
   /** Count every request in http_server_request_duration_seconds (off only to measure its cost). */
   readonly apiHttpMetrics: boolean;
   readonly auth: AuthConfig;
+  /** API_KEY_HASH_SECRET: the HMAC key of keyHash in every log line (redact.ts); unset, each process makes one. */
+  readonly keyHashSecret: Secret | undefined;
   /** The payment processor (config-processor.ts). */
   readonly processor: ProcessorConfig;
 }
@@ -216,6 +219,7 @@ export function loadConfig(env: Env): Config {
     apiReusePort: flag(env, "API_REUSE_PORT"),
     apiHttpMetrics: flag(env, "API_HTTP_METRICS", true),
     auth: authConfig(env),
+    keyHashSecret: keyHashSecret(env),
     processor: processorConfig(env),
   });
 }
@@ -223,6 +227,18 @@ export function loadConfig(env: Env): Config {
 // RFC 7518 §3.2: an HS256 key must be at least as long as the hash output (256 bits); a
 // shorter secret can be brute-forced from one token.
 export const MIN_JWT_SECRET_BYTES = 32;
+
+// As for AUTH_JWT_SECRET: an HMAC key shorter than the hash's output is the weak point.
+export const MIN_KEY_HASH_SECRET_BYTES = 32;
+
+function keyHashSecret(env: Env): Secret | undefined {
+  const raw = env.API_KEY_HASH_SECRET || undefined;
+  if (raw === undefined) return undefined;
+  // The secret itself is never echoed, only its length.
+  const bytes = new TextEncoder().encode(raw).byteLength;
+  if (bytes < MIN_KEY_HASH_SECRET_BYTES) throw new ConfigError(`API_KEY_HASH_SECRET must be at least ${MIN_KEY_HASH_SECRET_BYTES} bytes, got ${bytes}`);
+  return new Secret(raw);
+}
 
 function authConfig(env: Env): AuthConfig {
   const rawMode = (env.AUTH_MODE ?? "").trim().toLowerCase() || "jwt";
