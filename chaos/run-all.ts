@@ -8,7 +8,7 @@
 // first run created) once, and the in-process aedes broker lives in this process, which stays
 // up for the whole run while the scenarios come and go.
 import { readdirSync } from "node:fs";
-import { dockerAnswers } from "../testkit/containers.ts";
+import { dockerUsable } from "../testkit/containers.ts";
 import { chooseSource, handedOver, services } from "../testkit/services.ts";
 import { SCENARIO_SKIPPED } from "./lib/skip.ts";
 
@@ -24,7 +24,7 @@ const SCENARIO_TIMEOUT_MS = 60_000 + 2000 * Number(process.env.CHAOS_SOAK_SECOND
 
 /** The scenarios' environment: this one, plus the embedded services when they are the choice. */
 async function scenarioEnv(): Promise<Record<string, string | undefined>> {
-  const source = await chooseSource({ env: process.env, dockerAnswers });
+  const source = await chooseSource({ env: process.env, dockerAnswers: dockerUsable });
   if (source === "env") console.log("chaos: services: DATABASE_URL and MQTT_URL");
   if (source === "docker") console.log("chaos: services: Docker (each scenario starts its own containers)");
   if (source !== "embedded") return process.env;
