@@ -151,6 +151,14 @@ export async function sweepStale(): Promise<number> {
 /** Mosquitto 2 listens on localhost only unless told otherwise; persistence as the official image. */
 export const MOSQUITTO_CONF = "listener 1883 0.0.0.0\nallow_anonymous true\npersistence true\npersistence_location /mosquitto/data/\n";
 
+/**
+ * "localhost" as 127.0.0.1: the ports are published on IPv4, and a client that tries ::1 first
+ * (or an engine run with --userland-proxy=false, which forwards IPv4 only) must not pay for it.
+ */
+function loopback(host: string): string {
+  return host === "localhost" ? "127.0.0.1" : host;
+}
+
 /** Both containers, started side by side; the reaper removes them when this process ends. */
 export async function startContainers(): Promise<{ adminDatabaseUrl: string; mqttUrl: string }> {
   const { GenericContainer, Wait } = await import("testcontainers");
@@ -170,8 +178,7 @@ export async function startContainers(): Promise<{ adminDatabaseUrl: string; mqt
       .withWaitStrategy(Wait.forLogMessage(/mosquitto version .* running/))
       .start(),
   ]);
-  return {
-    adminDatabaseUrl: pg.getConnectionUri(),
-    mqttUrl: `mqtt://${broker.getHost()}:${broker.getMappedPort(1883)}`,
-  };
+  const pgUrl = new URL(pg.getConnectionUri());
+  pgUrl.hostname = loopback(pg.getHost());
+  return { adminDatabaseUrl: pgUrl.href, mqttUrl: `mqtt://${loopback(broker.getHost())}:${broker.getMappedPort(1883)}` };
 }

@@ -82,7 +82,12 @@ async function resolve(): Promise<Services> {
     if (!env.DATABASE_URL || !env.MQTT_URL) throw new Error("TEST_SERVICES=env needs both DATABASE_URL and MQTT_URL");
     return { source, adminDatabaseUrl: env.DATABASE_URL, mqttUrl: env.MQTT_URL, mqtt5: env.TEST_MQTT5 !== "0" };
   }
-  if (source === "docker") return { source, ...(await startContainers()), mqtt5: true };
+  if (source === "docker") {
+    // As on the embedded path, variables that are set are used: under `bun run chaos` they are
+    // the containers run-all started once for every scenario (handedOver).
+    if (env.DATABASE_URL && env.MQTT_URL) return { source, adminDatabaseUrl: env.DATABASE_URL, mqttUrl: env.MQTT_URL, mqtt5: env.TEST_MQTT5 !== "0" };
+    return { source, ...(await startContainers()), mqtt5: true };
+  }
   return { source, ...(await startEmbedded(env)) };
 }
 
