@@ -9,7 +9,7 @@
 import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { hostname } from "node:os";
-import type { ContainerRuntimeClient } from "testcontainers";
+import type { ContainerRuntimeClient, StartedTestContainer } from "testcontainers";
 import { within } from "./wait.ts";
 
 const DOCKER_SOCKET = "/var/run/docker.sock";
@@ -161,24 +161,38 @@ function loopback(host: string): string {
 
 /** Both containers, started side by side; the reaper removes them when this process ends. */
 export async function startContainers(): Promise<{ adminDatabaseUrl: string; mqttUrl: string }> {
-  const { GenericContainer, Wait } = await import("testcontainers");
-  const { PostgreSqlContainer } = await import("@testcontainers/postgresql");
   const images = containerImages();
   for (const image of [images.postgres, images.mqtt]) {
     const why = await imageMissing(image);
     if (why !== undefined) throw new Error(`TEST_SERVICES=docker: image ${image} cannot be had (${why}); bun run test:images builds both here`);
   }
-  const labels = await sessionLabels();
-  const [pg, broker] = await Promise.all([
-    new PostgreSqlContainer(images.postgres).withLabels(labels).start(),
-    new GenericContainer(images.mqtt)
-      .withLabels(labels)
-      .withExposedPorts(1883)
-      .withCopyContentToContainer([{ content: MOSQUITTO_CONF, target: "/mosquitto/config/mosquitto.conf" }])
-      .withWaitStrategy(Wait.forLogMessage(/mosquitto version .* running/))
-      .start(),
-  ]);
-  const pgUrl = new URL(pg.getConnectionUri());
-  pgUrl.hostname = loopback(pg.getHost());
-  return { adminDatabaseUrl: pgUrl.href, mqttUrl: `mqtt://${loopback(broker.getHost())}:${broker.getMappedPort(1883)}` };
+  const [pg, broker] = await Promise.all([startPostgresContainer(), startMosquittoContainer()]);
+  return { adminDatabaseUrl: pg.url, mqttUrl: broker.url };
+}
+
+export interface StartedService {
+  readonly container: StartedTestContainer;
+  /** Reached through the port published on this host. */
+  readonly url: string;
+}
+
+/** A Postgres of TEST_POSTGRES_IMAGE, labelled for the reaper; its URL may CREATE DATABASE. */
+export async function startPostgresContainer(): Promise<StartedService> {
+  const { PostgreSqlContainer } = await import("@testcontainers/postgresql");
+  const pg = await new PostgreSqlContainer(containerImages().postgres).withLabels(await sessionLabels()).start();
+  const url = new URL(pg.getConnectionUri());
+  url.hostname = loopback(pg.getHost());
+  return { container: pg, url: url.href };
+}
+
+/** A Mosquitto of TEST_MQTT_IMAGE listening on every address (MOSQUITTO_CONF), labelled for the reaper. */
+export async function startMosquittoContainer(): Promise<StartedService> {
+  const { GenericContainer, Wait } = await import("testcontainers");
+  const broker = await new GenericContainer(containerImages().mqtt)
+    .withLabels(await sessionLabels())
+    .withExposedPorts(1883)
+    .withCopyContentToContainer([{ content: MOSQUITTO_CONF, target: "/mosquitto/config/mosquitto.conf" }])
+    .withWaitStrategy(Wait.forLogMessage(/mosquitto version .* running/))
+    .start();
+  return { container: broker, url: `mqtt://${loopback(broker.getHost())}:${broker.getMappedPort(1883)}` };
 }
