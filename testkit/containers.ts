@@ -36,17 +36,22 @@ export function containerImages(env: Record<string, string | undefined> = proces
   return { postgres: env.TEST_POSTGRES_IMAGE || DEFAULT_POSTGRES_IMAGE, mqtt: env.TEST_MQTT_IMAGE || DEFAULT_MQTT_IMAGE };
 }
 
-async function runtimeClient(): Promise<ContainerRuntimeClient> {
+async function testcontainers(): Promise<typeof import("testcontainers")> {
   // Before testcontainers reads it: Ryuk's image is one more that cannot be pulled everywhere.
   process.env.TESTCONTAINERS_RYUK_DISABLED ??= "true";
-  const { getContainerRuntimeClient } = await import("testcontainers");
-  return getContainerRuntimeClient();
+  return import("testcontainers");
+}
+
+async function runtimeClient(): Promise<ContainerRuntimeClient> {
+  return (await testcontainers()).getContainerRuntimeClient();
 }
 
 export async function dockerAnswers(): Promise<boolean> {
   if (!process.env.DOCKER_HOST && !existsSync(DOCKER_SOCKET)) return false;
   try {
-    return (await within(runtimeClient(), DOCKER_PING_TIMEOUT_MS)) !== undefined;
+    // The module first, outside the bound: loading it takes seconds on a busy machine.
+    const { getContainerRuntimeClient } = await testcontainers();
+    return (await within(getContainerRuntimeClient(), DOCKER_PING_TIMEOUT_MS)) !== undefined;
   } catch {
     return false;
   }
@@ -55,7 +60,7 @@ export async function dockerAnswers(): Promise<boolean> {
 /** Why `image` cannot be had (not here and not pulled in time), or undefined when it is here. */
 export async function imageMissing(image: string): Promise<string | undefined> {
   const client = await runtimeClient();
-  const { ImageName } = await import("testcontainers");
+  const { ImageName } = await testcontainers();
   const name = ImageName.fromString(image);
   if (await client.image.exists(name)) return undefined;
   try {
@@ -63,7 +68,7 @@ export async function imageMissing(image: string): Promise<string | undefined> {
     return pulled ? undefined : `not here, and not pulled within ${IMAGE_PULL_TIMEOUT_MS / 1000} s`;
   } catch (error) {
     const why = error instanceof Error ? error.message : String(error);
-    return `not here, and the pull failed: ${why.split("\n")[0]}`;
+    return `not here, and the pull failed: ${why.split("\n")[0]?.trim()}`;
   }
 }
 
@@ -187,7 +192,7 @@ export async function startPostgresContainer(): Promise<StartedService> {
 
 /** A Mosquitto of TEST_MQTT_IMAGE listening on every address (MOSQUITTO_CONF), labelled for the reaper. */
 export async function startMosquittoContainer(): Promise<StartedService> {
-  const { GenericContainer, Wait } = await import("testcontainers");
+  const { GenericContainer, Wait } = await testcontainers();
   const broker = await new GenericContainer(containerImages().mqtt)
     .withLabels(await sessionLabels())
     .withExposedPorts(1883)
