@@ -3,7 +3,7 @@
 // waiting) and, once the owner is gone however it ended (exit, signal, SIGKILL, or a `bun test`
 // that fires no exit event), removes every container and network labelled with the session,
 // then exits. It runs no handler of the owner's, so nothing the owner does can skip it.
-import { LABEL_SESSION, ownerAlive, ownerLabel } from "./containers.ts";
+import { dockerode, LABEL_SESSION, ownerAlive, ownerLabel } from "./containers.ts";
 import { sleep } from "./wait.ts";
 
 // The owner's containers outlive it by at most this (a poll is a read of /proc).
@@ -13,9 +13,7 @@ const [pidText, session] = process.argv.slice(2);
 const owner = ownerLabel(Number(pidText));
 if (!session || !pidText) throw new Error("usage: bun testkit/container-reaper.ts <owner pid> <session>");
 // The client first, so removal starts the moment the owner is gone.
-process.env.TESTCONTAINERS_RYUK_DISABLED ??= "true";
-const { getContainerRuntimeClient } = await import("testcontainers");
-const docker = (await getContainerRuntimeClient()).container.dockerode;
+const docker = await dockerode();
 while (ownerAlive(owner)) await sleep(POLL_MS);
 
 const filters = { label: [`${LABEL_SESSION}=${session}`] };

@@ -46,6 +46,11 @@ async function runtimeClient(): Promise<ContainerRuntimeClient> {
   return (await testcontainers()).getContainerRuntimeClient();
 }
 
+/** The engine's API client (dockerode), as Testcontainers found the engine. */
+export async function dockerode(): Promise<ContainerRuntimeClient["container"]["dockerode"]> {
+  return (await runtimeClient()).container.dockerode;
+}
+
 export async function dockerAnswers(): Promise<boolean> {
   if (!process.env.DOCKER_HOST && !existsSync(DOCKER_SOCKET)) return false;
   try {
@@ -143,7 +148,7 @@ export function sessionLabels(): Promise<Record<string, string>> {
 
 /** Removes every container and network labelled by the kit whose owner is gone; how many containers. */
 export async function sweepStale(): Promise<number> {
-  const docker = (await runtimeClient()).container.dockerode;
+  const docker = await dockerode();
   const containers = await docker.listContainers({ all: true, filters: { label: [LABEL_OWNER] } });
   const stale = containers.filter((c) => !ownerAlive(c.Labels[LABEL_OWNER] ?? ""));
   await Promise.all(stale.map((c) => docker.getContainer(c.Id).remove({ force: true, v: true }).catch(() => {})));

@@ -7,7 +7,7 @@
 // same address, and what TCP still holds goes through. Docker only: partitionUnavailable says
 // why not, in one line, for the scenario's skip.
 import type Dockerode from "dockerode";
-import { containerImages, dockerAnswers, imageMissing, sessionLabels, startMosquittoContainer, startPostgresContainer, type StartedService } from "./containers.ts";
+import { containerImages, dockerAnswers, dockerode, imageMissing, sessionLabels, startMosquittoContainer, startPostgresContainer, type StartedService } from "./containers.ts";
 
 const POSTGRES_PORT = 5432;
 const MQTT_PORT = 1883;
@@ -40,11 +40,6 @@ export async function partitionUnavailable(): Promise<string | undefined> {
     if (why !== undefined) return `image ${image} cannot be had (${why}); bun run test:images builds it here`;
   }
   return undefined;
-}
-
-async function dockerode(): Promise<Dockerode> {
-  const { getContainerRuntimeClient } = await import("testcontainers");
-  return (await getContainerRuntimeClient()).container.dockerode;
 }
 
 /** A labelled bridge network with a subnet of our choosing (an address can only be pinned on one). */
