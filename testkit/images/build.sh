@@ -29,7 +29,7 @@ fi
 hash_of() { sha256sum | cut -c1-16; }
 label_of() { docker image inspect --format "{{ index .Config.Labels \"$LABEL\" }}" "$1" 2>/dev/null || true; }
 
-# The base. Its hash names the release, the mirror and the packages added to minbase.
+# The base. Its hash names the release, the mirror and the variant (minbase: nothing added).
 base="$REPO/debian:$release"
 base_inputs=$(printf '%s\n' "$release" "$mirror" "minbase" | hash_of)
 if [ "$(label_of "$base")" = "$base_inputs" ]; then
