@@ -13,7 +13,9 @@ import { Type as t, type TSchema } from "@sinclair/typebox";
 import { describeDbError, isTimeBound, isUnavailable } from "../shared/db.ts";
 import { pathOf } from "../shared/runtime.ts";
 import { authFailureDetail, type AuthResult } from "./auth.ts";
-import { readJsonBody } from "./body.ts";
+import { invalidBody, readJsonBody, schemaFaults } from "./body.ts";
+import { checkOf } from "./schemas.ts";
+import { MAX_FAULTS } from "./strict-json.ts";
 import { bodyProblem, RETRY_AFTER_S, validationProblem, type SchemaFault } from "./http/answers.ts";
 import { invalidIdProblem, needsToken, stateOf, type RequestState, type Route } from "./http/context.ts";
 import { PROBLEM_BASE, problemResponse } from "./problem.ts";
@@ -92,13 +94,14 @@ function declare(app: AnyElysia, route: Route, options: AppOptions): AnyElysia {
   const schema = route.schema ?? {};
   // The token first, so nothing of a request without one is read: in the parse of a route with
   // a body (before Elysia reads it), in the transform of one without (before its params are checked).
-  const entry = schema.body
+  const body = schema.body;
+  const entry = body
     ? {
         // Ours answers every body (a value, or a throw for 415, 413 or 400); the media type's
         // name after it is what the document shows.
-        parse: [async ({ request }: { request: Request }) => (await enter(request, route), readJsonBody(request)), "application/json"],
+        parse: [async ({ request, params }: { request: Request; params: Record<string, string> }) => (await enter(request, route, params), checkedBody(request, body)), "application/json"],
       }
-    : { transform: ({ request }: { request: Request }) => enter(request, route) };
+    : { transform: ({ request, params }: { request: Request; params: Record<string, string> }) => enter(request, route, params) };
   const hook = { params: schema.params, body: schema.body, response: schema.response && responsesOf(schema.response), detail: route.detail, ...entry };
   const handler = (ctx: Context) => {
     const state = stateOf(ctx.request);
@@ -122,12 +125,29 @@ function responsesOf(response: Readonly<Record<number, TSchema>>): Record<number
   return Object.fromEntries(Object.entries(response).map(([status, s]) => [status, status === "201" ? withHeaders(s, CREATED_HEADERS) : s]));
 }
 
-/** The request has reached `route`: named for logs and metrics, and its token checked once. */
-async function enter(request: Request, route: Route): Promise<void> {
+/** The request has reached `route`: named for logs and metrics, its token checked once, then its ids. */
+async function enter(request: Request, route: Route, params: Record<string, string> | undefined): Promise<void> {
   const state = stateOf(request);
   if (state.route === route.path) return;
   state.route = route.path;
   if (needsToken(route.path)) await authenticate(state, request);
+  // Checked before Elysia's own check, which would format the value it refuses.
+  const names = params ? Object.keys(params) : [];
+  const badId = params && names.length > 0 ? invalidIdProblem(params, names) : undefined;
+  if (badId) throw new Answered(badId);
+}
+
+/**
+ * The body read as strict JSON and checked against `schema` here, so Elysia's check after it
+ * never fails: its ValidationError formats the whole value it refused (pretty-printed unless
+ * NODE_ENV=production), work and memory that grow with the input. Ours names a few fields.
+ */
+async function checkedBody(request: Request, schema: TSchema): Promise<unknown> {
+  const value = await readJsonBody(request);
+  const check = checkOf(schema);
+  if (check.Check(value)) return value;
+  const { faults, more } = schemaFaults(check.Errors(value));
+  throw invalidBody(faults, more);
 }
 
 async function authenticate(state: RequestState, request: Request): Promise<void> {
@@ -187,7 +207,7 @@ function schemaProblem(error: unknown): Response {
     const names = faults.map((f) => f.path.replace(/^\//, ""));
     return invalidIdProblem(Object.fromEntries(names.map((n) => [n, ""])), names) ?? problemResponse("invalidId", "an id must be a UUID");
   }
-  return validationProblem(faults);
+  return validationProblem(faults.slice(0, MAX_FAULTS), Math.max(0, faults.length - MAX_FAULTS));
 }
 
 /**

@@ -8,6 +8,7 @@ import { parseIdempotencyKey } from "../core/keys.ts";
 import { endpointOf, type Operation } from "../core/operation.ts";
 import type { Outcome } from "../core/service.ts";
 import { ProblemError, problemResponse, type ProblemName } from "../problem.ts";
+import { invalidBody, schemaFaults } from "../body.ts";
 import type { UnknownCause } from "../../shared/processor/client.ts";
 import { invalidIdProblem, type RequestContext } from "./context.ts";
 
@@ -106,11 +107,10 @@ export interface SchemaFault {
   readonly message: string;
 }
 
-/** A 400 naming every field that fails the schema ("amountCents", "meta.a"; "(body)" for the whole). */
-export function validationProblem(faults: readonly SchemaFault[]): Response {
-  const errors = faults.map((e) => ({ field: e.path.replace(/^\//, "").replace(/\//g, ".") || "(body)", message: e.message }));
-  const detail = errors.map((e) => `${e.field}: ${e.message}`).join("; ") || "the body does not match the schema";
-  return problemResponse("invalidBody", detail, { errors });
+/** A 400 naming a few fields that fail the schema ("amountCents", "meta.a"; "(body)" for the whole), then how many more. */
+export function validationProblem(faults: readonly SchemaFault[], more: number): Response {
+  const named = schemaFaults(faults);
+  return bodyProblem(invalidBody(named.faults, named.more + more));
 }
 
 // W3C Trace Context version 00: only a well-formed traceparent is carried into the outbox;
