@@ -16,7 +16,7 @@ import { startPushTelemetry, type PushTelemetry } from "./lib/shared/telemetry-p
 import { apiSql, boundedCore, logNotifyFailure } from "./lib/api/services.ts";
 import { createApiHandler } from "./lib/api/http/pipeline.ts";
 import type { RequestDeps } from "./lib/api/http/context.ts";
-import { OPERATIONS, ROUTES, SCHEMAS } from "./lib/api/routes.ts";
+import { OPERATIONS, SCHEMAS } from "./lib/api/routes.ts";
 import { endpointOf } from "./lib/api/core/operation.ts";
 import { createApiMetrics } from "./lib/api/metrics.ts";
 import { createAuthenticator } from "./lib/api/auth.ts";
@@ -39,16 +39,32 @@ type Isolate =
   | { readonly ok: false; readonly message: string };
 
 const scope = new AsyncLocalStorage<RequestDeps>();
-const handle = createApiHandler(
-  ROUTES,
-  SCHEMAS,
-  () => {
+
+/** The dependencies of the request being served: built before any request, each read resolves to that request's own. */
+class ScopedDeps implements RequestDeps {
+  private get current(): RequestDeps {
     const deps = scope.getStore();
     if (!deps) throw new Error("bug: a request ran outside its scope");
     return deps;
-  },
-  { aheadOfTime: true },
-);
+  }
+  get sql() {
+    return this.current.sql;
+  }
+  get core() {
+    return this.current.core;
+  }
+  get auth() {
+    return this.current.auth;
+  }
+  get log() {
+    return this.current.log;
+  }
+  get counters() {
+    return this.current.counters;
+  }
+}
+
+const handle = createApiHandler(SCHEMAS, new ScopedDeps(), { aheadOfTime: true });
 const isolates = new WeakMap<object, Isolate>();
 let denoIsolate: Isolate | undefined;
 

@@ -7,10 +7,10 @@ import type { Sql } from "../shared/db.ts";
 import { applySchema } from "../shared/startup.ts";
 import { API_POOL_NAME, apiSql, boundedCore, logNotifyFailure } from "./services.ts";
 import type { HttpServerMetrics } from "../shared/http-metrics.ts";
-import { createApiHandler } from "./http/pipeline.ts";
+import { createApi, type ServedRoute } from "./http/pipeline.ts";
 import type { RequestDeps } from "./http/context.ts";
 import { swaggerUiAssets } from "./docs-assets.ts";
-import { OPERATIONS, ROUTES, SCHEMAS } from "./routes.ts";
+import { OPERATIONS, SCHEMAS } from "./routes.ts";
 import { endpointOf } from "./core/operation.ts";
 import { createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
@@ -21,6 +21,8 @@ import { openPool } from "./pool-open.ts";
 export interface ApiProcess {
   readonly sql: Sql;
   readonly fetch: (request: Request) => Promise<Response>;
+  /** Every documented route it serves. */
+  readonly routes: readonly ServedRoute[];
   close(): Promise<void>;
 }
 
@@ -66,10 +68,11 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const counters = createApiMetrics(options.meter, OPERATIONS.map(endpointOf));
   const core = boundedCore(config, sql, poolSize, notifier.poke, counters);
   const deps: RequestDeps = { sql, core, auth, log, counters };
-  const fetch = createApiHandler(ROUTES, SCHEMAS, () => deps, { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: swaggerUiAssets() });
+  const { handle: fetch, routes } = createApi(SCHEMAS, deps, { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: swaggerUiAssets() });
   return {
     sql,
     fetch,
+    routes,
     async close() {
       await notifier.close();
       await sql.end({ timeout: 5 });
