@@ -64,8 +64,9 @@ export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
       .use(observability(context, options.httpMetrics))
       .onError(({ request, code, error, trail }) => answerError(deps, trail, request, code, error))
       .use(documentation(options.docs))
-      .use(operatorRoutes(context, options.metrics))
+      // In this order, the document's paths are in the order they always were.
       .use(chargeRoutes(context))
+      .use(operatorRoutes(context, options.metrics))
       // Every handler composed now rather than on its first request.
       .compile()
   );

@@ -11,7 +11,7 @@ import { endpointOf, type Operation } from "./core/operation.ts";
 import { operationHandler, RETRY_AFTER_S } from "./http/answers.ts";
 import { nounOf, type RequestContextPlugin, type RequestDeps } from "./http/context.ts";
 import { authentication } from "./http/authentication.ts";
-import { DEFERRED_BODY, readBody, refuseBadIds } from "./http/checks.ts";
+import { checkBody, DEFERRED_BODY, readBody, refuseBadIds } from "./http/checks.ts";
 import { Charge, ChargeBody, ChargeView, chargeView, createCharge } from "./operations/charges.ts";
 import { createRefund, Refund, RefundBody, refundView } from "./operations/refunds.ts";
 import { problemResponse } from "./problem.ts";
@@ -70,9 +70,11 @@ export function chargeRoutes(context: RequestContextPlugin) {
       params: uuidParams(op.uuidParams),
       body: op.body,
       parse: DEFERRED_BODY,
+      // Elysia's order: the body read (415, 413, strict JSON), then the ids, then the body's schema.
       transform: async (ctx) => {
-        ctx.body = await readBody(ctx.request, op.body);
+        const value = await readBody(ctx.request);
         refuseBadIds(ctx.params);
+        ctx.body = checkBody(op.body, value);
       },
       response: operationResponses(op),
       detail: { operationId: op.name, summary: op.summary, description: `Idempotent: the key's scope is (tenant, key, "${endpointOf(op)}").`, security: bearer },

@@ -28,14 +28,17 @@ export class Answered extends Error {
  */
 export const DEFERRED_BODY: [() => null, "application/json"] = [() => null, "application/json"];
 
-/** The body as strict JSON that passes `schema`; else throws its answer (415, 413, 400). */
-export async function readBody<S extends TSchema>(request: Request, schema: S): Promise<Static<S>> {
-  let value: unknown;
+/** The body as strict JSON; else throws its answer (415, 413, 400). */
+export async function readBody(request: Request): Promise<unknown> {
   try {
-    value = await readJsonBody(request);
+    return await readJsonBody(request);
   } catch (error) {
     throw new Answered(bodyProblem(error));
   }
+}
+
+/** `value` if it passes `schema`; else throws the 400 naming a few failing fields. */
+export function checkBody<S extends TSchema>(schema: S, value: unknown): Static<S> {
   const check = checkOf(schema);
   if (check.Check(value)) return value;
   const { faults, more } = schemaFaults(check.Errors(value));
