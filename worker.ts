@@ -20,6 +20,8 @@ import { OPERATIONS, SCHEMAS } from "./lib/api/routes.ts";
 import { endpointOf } from "./lib/api/core/operation.ts";
 import { createApiMetrics } from "./lib/api/metrics.ts";
 import { createAuthenticator } from "./lib/api/auth.ts";
+import { createAdmission } from "./lib/api/admission.ts";
+import { createReadiness } from "./lib/api/readiness.ts";
 import { problemResponse } from "./lib/api/problem.ts";
 
 // A request runs one statement at a time (an operation is one statement; a resend follows the
@@ -61,6 +63,12 @@ class ScopedDeps implements RequestDeps {
   }
   get counters() {
     return this.current.counters;
+  }
+  get admission() {
+    return this.current.admission;
+  }
+  get readiness() {
+    return this.current.readiness;
   }
 }
 
@@ -107,7 +115,14 @@ function buildIsolate(env: Env): Isolate {
     const config = loadConfig(env);
     const log = createLogger(config.logLevel, "api");
     const telemetry = config.otlpEndpoint ? startPushTelemetry("charges-worker", config.otlpEndpoint) : undefined;
-    const shared = { auth: createAuthenticator(config.auth), log, counters: createApiMetrics(telemetry?.meter, OPERATIONS.map(endpointOf)) };
+    const shared = {
+      auth: createAuthenticator(config.auth),
+      log,
+      counters: createApiMetrics(telemetry?.meter, OPERATIONS.map(endpointOf)),
+      // Per isolate: workerd spreads a deployment's requests over many.
+      admission: createAdmission(config.admission),
+      readiness: createReadiness(),
+    };
     return { ok: true, config, shared, telemetry };
   } catch (error) {
     if (error instanceof ConfigError) return { ok: false, message: error.message };

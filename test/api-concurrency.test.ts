@@ -10,6 +10,8 @@ import { createCharge } from "../lib/api/operations/charges.ts";
 import { createSql } from "../lib/shared/db.ts";
 import { createApiHandler } from "../lib/api/http/pipeline.ts";
 import { SCHEMAS } from "../lib/api/routes.ts";
+import { createAdmission } from "../lib/api/admission.ts";
+import { createReadiness } from "../lib/api/readiness.ts";
 import { createAuthenticator } from "../lib/api/auth.ts";
 import { createApiMetrics } from "../lib/api/metrics.ts";
 import { loadConfig } from "../lib/shared/config.ts";
@@ -106,6 +108,8 @@ test("a database that stops answering after start-up: 503 + Retry-After and /rea
     auth: createAuthenticator(loadConfig({ AUTH_MODE: "none" }).auth),
     log: silentLogger,
     counters: createApiMetrics(),
+    admission: createAdmission(loadConfig({}).admission),
+    readiness: createReadiness(),
   };
   const handle = createApiHandler(SCHEMAS, deps);
   const app = { handle };

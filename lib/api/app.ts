@@ -17,6 +17,7 @@ import { authenticate } from "./http/authentication.ts";
 import { Answered, bodyProblem } from "./http/checks.ts";
 import { needsToken, requestContext, type RequestDeps, type RequestTrail } from "./http/context.ts";
 import { observability } from "./http/observe.ts";
+import { inFlightCap } from "./http/in-flight.ts";
 import { PROBLEM_BASE, problemResponse } from "./problem.ts";
 import { chargeRoutes, COMPONENTS, documentedHeaders, operatorRoutes } from "./routes.ts";
 
@@ -35,6 +36,11 @@ export interface AppOptions {
   readonly docs?: DocsAssets;
   /** Compose every handler now (workerd allows code generation only while the module loads). */
   readonly aheadOfTime: boolean;
+  /**
+   * What this app serves: "all" on one port; with OPERATOR_PORT, "api" (the /charges routes)
+   * on PORT and "operator" (health, readiness, metrics, the document, /docs) on its own.
+   */
+  readonly surface: "all" | "api" | "operator";
 }
 
 const DOCUMENT_INFO = {
@@ -58,18 +64,19 @@ export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
   // edge worker), the Cloudflare adapter compiles every route in compile(), at module load.
   const adapter = options.aheadOfTime ? { adapter: CloudflareAdapter } : {};
   const context = requestContext(deps);
-  return (
-    new Elysia({ aot: true, normalize: false, ...adapter })
-      .use(context)
-      .use(observability(context, options.httpMetrics))
-      .onError(({ request, code, error, trail }) => answerError(deps, trail, request, code, error))
-      .use(documentation(options.docs))
-      // In this order, the document's paths are in the order they always were.
-      .use(chargeRoutes(context))
-      .use(operatorRoutes(context, options.metrics))
-      // Every handler composed now rather than on its first request.
-      .compile()
-  );
+  const app = new Elysia({ aot: true, normalize: false, ...adapter })
+    .use(context)
+    .use(inFlightCap(context))
+    .use(observability(context, options.httpMetrics))
+    // The operator's port has no /charges: a path there is a plain 404, with or without a token.
+    .onError(({ request, code, error, trail }) => answerError(deps, trail, request, code, error, options.surface !== "operator"));
+  const operator = options.surface !== "api";
+  if (operator) app.use(documentation(options.docs));
+  // In this order, the document's paths are in the order they always were.
+  if (options.surface !== "operator") app.use(chargeRoutes(context));
+  if (operator) app.use(operatorRoutes(context, options.metrics));
+  // Every handler composed now rather than on its first request.
+  return app.compile();
 }
 
 /** /openapi.json and, with the assets, the interactive reference at /docs. */
@@ -91,19 +98,19 @@ function documentation(docs: DocsAssets | undefined) {
 }
 
 /** Every failure Elysia raises or a handler throws, as a problem (`code`: Elysia's error code); HEAD gets it without its body. */
-async function answerError(deps: RequestDeps, trail: RequestTrail, request: Request, code: unknown, error: unknown): Promise<Response> {
-  const answer = trail.answer(await problemOf(deps, trail, request, code, error));
+async function answerError(deps: RequestDeps, trail: RequestTrail, request: Request, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
+  const answer = trail.answer(await problemOf(deps, trail, request, code, error, tokenFirst));
   // HEAD is GET without the body (RFC 9110 §9.3.2): a problem answered to one goes without it too.
   return request.method === "HEAD" ? new Response(null, { status: answer.status, headers: answer.headers }) : answer;
 }
 
-async function problemOf(deps: RequestDeps, trail: RequestTrail, request: Request, code: unknown, error: unknown): Promise<Response> {
+async function problemOf(deps: RequestDeps, trail: RequestTrail, request: Request, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
   // A route's own check answered (http/checks.ts): route-level onError sees it before Elysia's toResponse.
   if (error instanceof Answered) return error.response;
   switch (code) {
     case "NOT_FOUND": {
       // Under /charges the token comes first, matched or not.
-      if (needsToken(pathOf(request.url))) {
+      if (tokenFirst && needsToken(pathOf(request.url))) {
         const verdict = await authenticate(deps, trail, request);
         if (verdict instanceof Response) return verdict;
       }

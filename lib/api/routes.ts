@@ -5,7 +5,8 @@ import { Elysia } from "elysia";
 import { withHeaders } from "@elysiajs/openapi";
 import type { AdditionalReference } from "@elysiajs/openapi/types";
 import { Type as t, type TObject, type TSchema } from "@sinclair/typebox";
-import { probeDatabase, type Sql } from "../shared/db.ts";
+import type { Sql } from "../shared/db.ts";
+import { READY_MAX_AGE_MS } from "./readiness.ts";
 import { MAX_BODY_BYTES } from "./body.ts";
 import { endpointOf, type Operation } from "./core/operation.ts";
 import { operationHandler, RETRY_AFTER_S } from "./http/answers.ts";
@@ -20,13 +21,13 @@ import { IdempotencyKeyHeader, Problem } from "./schemas.ts";
 /** The idempotent operations: one line each. */
 export const OPERATIONS: readonly Operation[] = [createCharge, createRefund];
 
-// /readyz answers "not ready" rather than hang when the database does not answer.
-const READY_TIMEOUT_MS = 2000;
 const bearer = [{ bearer: [] }];
 const uuid = (noun: string) => t.String({ format: "uuid", description: `The ${noun}'s id` });
 
 /** A problem answer's schema, described (the description is the answer's in /openapi.json). */
 const problem = (description: string): TSchema => ({ ...Problem, description });
+const overloaded = problem("Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After)");
+const rateLimited = problem("The tenant is over its request rate, API_RATE_LIMIT (Retry-After)");
 const unauthorized = problem("Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer)");
 const described = (schema: TObject, description: string): TSchema => ({ ...schema, description });
 // What a 201 of an idempotent operation carries besides its body.
@@ -48,10 +49,11 @@ function operationResponses(op: Operation): Record<number, TSchema> {
     400: problem(`Missing or invalid Idempotency-Key, body not JSON or not matching the schema${op.uuidParams.length > 0 ? ", or an id that is not a UUID" : ""}`),
     401: unauthorized,
     409: problem("A request with the same key is still in flight (Retry-After)"),
+    429: rateLimited,
     413: problem(`Body over ${MAX_BODY_BYTES} bytes`),
     415: problem("Content-Type is not JSON"),
     422: problem("The key was used with another request"),
-    503: problem("Database unavailable, or the token's signing keys could not be fetched (Retry-After)"),
+    503: overloaded,
     ...Object.fromEntries(Object.entries(op.refusals).map(([status, description]) => [Number(status), problem(description)])),
   };
 }
@@ -84,7 +86,14 @@ export function chargeRoutes(context: RequestContextPlugin) {
     .get("/charges/:id", async (ctx) => lookup(ctx, ctx.params, (sql, endsAt) => chargeView(sql, ctx.tenant, ctx.params.id, endsAt)), {
       params: t.Object({ id: uuid("charge") }),
       transform: ({ params }) => refuseBadIds(params),
-      response: { 200: described(ChargeView, "The charge, with its refunded total"), 400: problem("Not a UUID"), 401: unauthorized, 404: problem("Unknown charge, or another tenant's") },
+      response: {
+        200: described(ChargeView, "The charge, with its refunded total"),
+        400: problem("Not a UUID"),
+        401: unauthorized,
+        404: problem("Unknown charge, or another tenant's"),
+        429: rateLimited,
+        503: overloaded,
+      },
       detail: { operationId: "getCharge", summary: "A charge, with its refunded total", security: bearer },
     })
     .get(
@@ -93,7 +102,14 @@ export function chargeRoutes(context: RequestContextPlugin) {
       {
         params: t.Object({ id: uuid("charge"), refundId: uuid("refund") }),
         transform: ({ params }) => refuseBadIds(params),
-        response: { 200: described(Refund, "The refund"), 400: problem("Not a UUID"), 401: unauthorized, 404: problem("Unknown refund or charge, or another tenant's") },
+        response: {
+          200: described(Refund, "The refund"),
+          400: problem("Not a UUID"),
+          401: unauthorized,
+          404: problem("Unknown refund or charge, or another tenant's"),
+          429: rateLimited,
+          503: overloaded,
+        },
         detail: { operationId: "getRefund", summary: "A refund of a charge", security: bearer },
       },
     );
@@ -110,11 +126,14 @@ export function operatorRoutes(context: RequestContextPlugin, metrics: (() => Pr
     .get(
       "/readyz",
       async ({ deps }) =>
-        (await probeDatabase(deps.sql, READY_TIMEOUT_MS)).up
+        (await deps.readiness.check(deps.sql))
           ? Response.json({ status: "ready" })
           : problemResponse("unavailable", "the database does not answer", {}, { "retry-after": RETRY_AFTER_S }),
       {
-        response: { 200: t.Object({ status: t.Literal("ready") }, { description: "The database answers" }), 503: problem("The database does not answer") },
+        response: {
+          200: t.Object({ status: t.Literal("ready") }, { description: `The database answered (a probe at most ${READY_MAX_AGE_MS} ms old)` }),
+          503: problem("The database does not answer"),
+        },
         detail: { operationId: "ready", summary: "Readiness: the database answers" },
       },
     )

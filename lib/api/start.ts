@@ -17,12 +17,16 @@ import { createLogger, type Logger } from "../shared/log.ts";
 import { createOutboxNotifier } from "../shared/wakeup.ts";
 import { createAuthenticator, IMPLICIT_TENANT, type AuthOptions } from "./auth.ts";
 import { openPool } from "./pool-open.ts";
+import { createAdmission } from "./admission.ts";
+import { createReadiness } from "./readiness.ts";
 
 export interface ApiProcess {
   readonly sql: Sql;
   readonly fetch: (request: Request) => Promise<Response>;
-  /** Every documented route it serves. */
+  /** Every documented route it serves (on both ports). */
   readonly routes: readonly ServedRoute[];
+  /** With OPERATOR_PORT: what that port serves (`fetch` then serves the /charges routes only). */
+  readonly operatorFetch: ((request: Request) => Promise<Response>) | undefined;
   close(): Promise<void>;
 }
 
@@ -67,12 +71,18 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log));
   const counters = createApiMetrics(options.meter, OPERATIONS.map(endpointOf));
   const core = boundedCore(config, sql, poolSize, notifier.poke, counters);
-  const deps: RequestDeps = { sql, core, auth, log, counters };
-  const { handle: fetch, routes } = createApi(SCHEMAS, deps, { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: swaggerUiAssets() });
+  const deps: RequestDeps = { sql, core, auth, log, counters, admission: createAdmission(config.admission), readiness: createReadiness() };
+  const handlerOptions = { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: swaggerUiAssets() };
+  const split = config.admission.operatorPort !== undefined;
+  const api = createApi(SCHEMAS, deps, { ...handlerOptions, surface: split ? "api" : "all" });
+  const operator = split ? createApi(SCHEMAS, deps, { ...handlerOptions, surface: "operator" }) : undefined;
+  const fetch = api.handle;
+  const routes = [...api.routes, ...(operator?.routes ?? [])];
   return {
     sql,
     fetch,
     routes,
+    operatorFetch: operator?.handle,
     async close() {
       await notifier.close();
       await sql.end({ timeout: 5 });

@@ -4,10 +4,12 @@
 import { ConfigError, databaseUrl, flag, host, integer, url, urlList, type Env } from "./config-values.ts";
 import { apiTimeBounds, relayTimeBounds, type ApiTimeBounds, type RelayTimeBounds } from "./time-bounds.ts";
 import { processorConfig, type ProcessorConfig } from "./config-processor.ts";
+import { admissionConfig, type AdmissionConfig } from "./config-admission.ts";
 
 export { ConfigError, databaseUrl, type Env } from "./config-values.ts";
 export type { ApiTimeBounds, RelayTimeBounds } from "./time-bounds.ts";
 export type { ProcessorConfig, ProcessorMode } from "./config-processor.ts";
+export type { AdmissionConfig } from "./config-admission.ts";
 
 /** MQTT_PROTOCOL_VERSION: one version only, or 5 falling back to 3.1.1 (lib/shared/mqtt-connect.ts). */
 export type MqttProtocol = "5" | "3.1.1" | "auto";
@@ -58,6 +60,8 @@ export interface Config {
   /** Count every request in http_server_request_duration_seconds (off only to measure its cost). */
   readonly apiHttpMetrics: boolean;
   readonly auth: AuthConfig;
+  /** Rate limit per tenant, cap in flight, operator port. */
+  readonly admission: AdmissionConfig;
   /** The payment processor (config-processor.ts). */
   readonly processor: ProcessorConfig;
 }
@@ -210,6 +214,7 @@ export function loadConfig(env: Env): Config {
     apiReusePort: flag(env, "API_REUSE_PORT"),
     apiHttpMetrics: flag(env, "API_HTTP_METRICS", true),
     auth: authConfig(env),
+    admission: admissionConfig(env),
     processor: processorConfig(env),
   });
 }

@@ -1,8 +1,8 @@
 // The bearer token of the /charges routes, as an Elysia plugin: a group that `use`s it gets
 // `tenant` in its context (derive, scoped to that group), or the request is answered 401 (503
-// when the key set cannot be fetched) before anything else of it is read: derive runs before
-// the routes' own transform, where their body is read (routes.ts). The verification itself is
-// auth.ts's.
+// when the key set cannot be fetched), or 429 when the tenant is past its rate (admission.ts),
+// before anything else of it is read: derive runs before the routes' own transform, where
+// their body is read (routes.ts). The verification itself is auth.ts's.
 import { Elysia, status } from "elysia";
 import { authFailureDetail, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
@@ -14,8 +14,16 @@ export function authentication(context: RequestContextPlugin) {
     .use(context)
     .derive({ as: "scoped" }, async ({ request, deps, trail }) => {
       const verdict = await authenticate(deps, trail, request);
-      return typeof verdict === "string" ? { tenant: verdict } : status(verdict.status, trail.answer(verdict));
+      if (typeof verdict !== "string") return status(verdict.status, trail.answer(verdict));
+      const admitted = deps.admission.take(verdict);
+      if (!admitted.ok) return status(429, trail.answer(rateLimited(admitted.retryAfterS)));
+      return { tenant: verdict };
     });
+}
+
+function rateLimited(retryAfterS: number): Response {
+  const detail = "this tenant is over its request rate (API_RATE_LIMIT); retry after Retry-After seconds";
+  return problemResponse("rateLimited", detail, {}, { "retry-after": String(retryAfterS) });
 }
 
 /** The request's tenant, or the answer refusing it (counted, and named on its log line). */

@@ -9,6 +9,8 @@ import { UNMATCHED_ROUTE } from "../../shared/http-metrics.ts";
 import type { IdempotencyCore } from "../core/service.ts";
 import type { Authenticator } from "../auth.ts";
 import type { ApiMetrics } from "../metrics.ts";
+import type { Admission } from "../admission.ts";
+import type { Readiness } from "../readiness.ts";
 import type { OutcomeKind } from "../core/service.ts";
 import { isUuid } from "../../shared/uuid.ts";
 import { problemResponse } from "../problem.ts";
@@ -20,6 +22,10 @@ export interface RequestDeps {
   readonly auth: Authenticator;
   readonly log: Logger;
   readonly counters: ApiMetrics;
+  /** The tenants' buckets and the requests in flight (admission.ts). */
+  readonly admission: Admission;
+  /** /readyz's last probe (readiness.ts). */
+  readonly readiness: Readiness;
 }
 
 /**
@@ -75,6 +81,8 @@ export class RequestTrail {
   readonly fields: LogFields = {};
   answeredAt: number | undefined;
   status: number | undefined;
+  /** Counted in flight (admission.ts), so counted out once answered. */
+  admitted = false;
 
   /** Stamps `response` as this request's answer, and hands it back. */
   answer(response: Response): Response {

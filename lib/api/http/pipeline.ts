@@ -20,6 +20,8 @@ export interface HandlerOptions {
   readonly httpMetrics?: HttpServerMetrics;
   /** The interactive reference at /docs, from installed assets; none when unset (the worker). */
   readonly docs?: DocsAssets;
+  /** What the app serves (app.ts AppOptions.surface); "all" by default. */
+  readonly surface?: "all" | "api" | "operator";
 }
 
 export type ApiHandler = (request: Request) => Promise<Response>;
@@ -43,7 +45,7 @@ export { UNMATCHED_ROUTE };
 /** `deps` are read while a request is served: the worker's resolve to that request's own. */
 export function createApi(schemas: readonly TSchema[], deps: RequestDeps, options: HandlerOptions = {}): Api {
   prepareSchemas(schemas);
-  const app = buildApp(deps, { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: options.docs, aheadOfTime: options.aheadOfTime ?? false });
+  const app = buildApp(deps, { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: options.docs, aheadOfTime: options.aheadOfTime ?? false, surface: options.surface ?? "all" });
   const routes = app.routes.flatMap((r) => {
     const operationId = r.hooks?.detail?.operationId;
     return typeof operationId === "string" ? [{ method: r.method, path: r.path, operationId }] : [];
