@@ -99,7 +99,8 @@ function documentation(docs: DocsAssets | undefined) {
 
 /** Every failure Elysia raises or a handler throws, as a problem (`code`: Elysia's error code); HEAD gets it without its body. */
 async function answerError(deps: RequestDeps, trail: RequestTrail, request: Request, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
-  const answer = trail.answer(await problemOf(deps, trail, request, code, error, tokenFirst));
+  // Never throws: a throw here would skip Elysia's onAfterResponse (the log line, the count in flight).
+  const answer = trail.answer(await problemOf(deps, trail, request, code, error, tokenFirst).catch((bug: unknown) => failure(trail, bug)));
   // HEAD is GET without the body (RFC 9110 §9.3.2): a problem answered to one goes without it too.
   return request.method === "HEAD" ? new Response(null, { status: answer.status, headers: answer.headers }) : answer;
 }

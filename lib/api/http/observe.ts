@@ -16,9 +16,11 @@ export function observability(context: RequestContextPlugin, httpMetrics: HttpSe
     .onAfterHandle({ as: "global" }, ({ responseValue, trail }) => {
       if (responseValue instanceof Response) trail.answer(responseValue);
     })
-    .onAfterResponse({ as: "global" }, ({ request, route, set, trail, deps }) => {
+    // `set` is not read: a hook that reads it makes Elysia map every answer through it.
+    .onAfterResponse({ as: "global" }, ({ request, route, trail, deps }) => {
       const durationMs = (trail.answeredAt ?? performance.now()) - trail.started;
-      const status = trail.status ?? Number(set.status ?? 200);
+      // Every answer is stamped (onAfterHandle, onError, the token's refusal, the cap in flight).
+      const status = trail.status ?? 200;
       const name = routeOf(route);
       httpMetrics?.record(request.method, name, status, durationMs / MS_PER_S);
       try {
