@@ -17,10 +17,12 @@ import { startPushTelemetry, type PushTelemetry } from "./lib/shared/telemetry-p
 import { apiSql, boundedCore, logNotifyFailure } from "./lib/api/services.ts";
 import { createApiHandler } from "./lib/api/http/pipeline.ts";
 import type { RequestDeps } from "./lib/api/http/context.ts";
-import { OPERATIONS, ROUTES, SCHEMAS } from "./lib/api/routes.ts";
+import { OPERATIONS, SCHEMAS } from "./lib/api/routes.ts";
 import { endpointOf } from "./lib/api/core/operation.ts";
 import { createApiMetrics } from "./lib/api/metrics.ts";
 import { createAuthenticator } from "./lib/api/auth.ts";
+import { createAdmission } from "./lib/api/admission.ts";
+import { createReadiness } from "./lib/api/readiness.ts";
 import { problemResponse } from "./lib/api/problem.ts";
 import { useKeyHashSecret } from "./lib/shared/redact.ts";
 
@@ -41,16 +43,38 @@ type Isolate =
   | { readonly ok: false; readonly message: string };
 
 const scope = new AsyncLocalStorage<RequestDeps>();
-const handle = createApiHandler(
-  ROUTES,
-  SCHEMAS,
-  () => {
+
+/** The dependencies of the request being served: built before any request, each read resolves to that request's own. */
+class ScopedDeps implements RequestDeps {
+  private get current(): RequestDeps {
     const deps = scope.getStore();
     if (!deps) throw new Error("bug: a request ran outside its scope");
     return deps;
-  },
-  { aheadOfTime: true },
-);
+  }
+  get sql() {
+    return this.current.sql;
+  }
+  get core() {
+    return this.current.core;
+  }
+  get auth() {
+    return this.current.auth;
+  }
+  get log() {
+    return this.current.log;
+  }
+  get counters() {
+    return this.current.counters;
+  }
+  get admission() {
+    return this.current.admission;
+  }
+  get readiness() {
+    return this.current.readiness;
+  }
+}
+
+const handle = createApiHandler(SCHEMAS, new ScopedDeps(), { aheadOfTime: true });
 const isolates = new WeakMap<object, Isolate>();
 let denoIsolate: Isolate | undefined;
 
@@ -94,7 +118,14 @@ function buildIsolate(env: Env): Isolate {
     const log = createLogger(config.logLevel, "api");
     useKeyHashSecret(config.keyHashSecret, log);
     const telemetry = config.otlpEndpoint ? startPushTelemetry("charges-worker", config.otlpEndpoint) : undefined;
-    const shared = { auth: createAuthenticator(config.auth), log, counters: createApiMetrics(telemetry?.meter, OPERATIONS.map(endpointOf)) };
+    const shared = {
+      auth: createAuthenticator(config.auth),
+      log,
+      counters: createApiMetrics(telemetry?.meter, OPERATIONS.map(endpointOf)),
+      // Per isolate: workerd spreads a deployment's requests over many.
+      admission: createAdmission(config.admission),
+      readiness: createReadiness(),
+    };
     return { ok: true, config, shared, telemetry };
   } catch (error) {
     if (error instanceof ConfigError) return { ok: false, message: error.message };

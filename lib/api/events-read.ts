@@ -9,7 +9,7 @@ import { Type as t, type Static } from "@sinclair/typebox";
 import { boundedStatement } from "../shared/bounded-statement.ts";
 import type { Sql } from "../shared/db.ts";
 import { buildEnvelope, CHARGE, ENVELOPE_SCHEMAS } from "../events.ts";
-import { invalidIdProblem, type RequestContext } from "./http/context.ts";
+import type { RequestContext } from "./http/context.ts";
 import { problemResponse } from "./problem.ts";
 import { checkOf } from "./schemas.ts";
 
@@ -98,10 +98,8 @@ function afterOf(request: Request): number | Response {
   return problemResponse("invalidQuery", `after must be a sequence, an integer from 0 to ${MAX_SEQUENCE}`, { errors: [{ field: "after", message: "not an integer from 0 to 2147483647" }] });
 }
 
-/** GET /charges/:id/events: 400 for an id or an `after` that is not one, 404 for an unknown charge, else the page. */
-export async function chargeEventsHandler(ctx: RequestContext): Promise<Response> {
-  const badId = invalidIdProblem(ctx.params, ["id"]);
-  if (badId) return badId;
+/** GET /charges/:id/events (its id already checked): 400 for an `after` that is not one, 404 for an unknown charge, else the page. */
+export async function chargeEventsHandler(ctx: Pick<RequestContext, "request" | "params" | "tenant" | "deps">): Promise<Response> {
   const after = afterOf(ctx.request);
   if (after instanceof Response) return after;
   const id = ctx.params.id!.toLowerCase();

@@ -31,6 +31,8 @@ export const PROBLEMS = {
   processorError: { slug: "processor-error", title: "Payment processor error, outcome unknown", status: 502 },
   processorUnavailable: { slug: "processor-unavailable", title: "Payment processor unreachable, outcome unknown", status: 503 },
   processorTimeout: { slug: "processor-timeout", title: "Payment processor did not answer in time, outcome unknown", status: 504 },
+  rateLimited: { slug: "rate-limited", title: "Too many requests", status: 429 },
+  overloaded: { slug: "overloaded", title: "Too many requests in flight", status: 503 },
   internal: { slug: "internal-error", title: "Internal server error", status: 500 },
   unavailable: { slug: "service-unavailable", title: "Service unavailable", status: 503 },
 } as const satisfies Record<string, ProblemSpec>;

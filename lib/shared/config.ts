@@ -6,11 +6,13 @@ import { apiTimeBounds, relayTimeBounds, type ApiTimeBounds, type RelayTimeBound
 import { processorConfig, type ProcessorConfig } from "./config-processor.ts";
 import { subscriberApiConfig, type SubscriberApiConfig } from "./config-subscriber.ts";
 import { Secret } from "./redact.ts";
+import { admissionConfig, type AdmissionConfig } from "./config-admission.ts";
 
 export { ConfigError, databaseUrl, type Env } from "./config-values.ts";
 export type { ApiTimeBounds, RelayTimeBounds } from "./time-bounds.ts";
 export type { ProcessorConfig, ProcessorMode } from "./config-processor.ts";
 export type { SubscriberApiConfig } from "./config-subscriber.ts";
+export type { AdmissionConfig } from "./config-admission.ts";
 
 /** MQTT_PROTOCOL_VERSION: one version only, or 5 falling back to 3.1.1 (lib/shared/mqtt-connect.ts). */
 export type MqttProtocol = "5" | "3.1.1" | "auto";
@@ -65,6 +67,8 @@ export interface Config {
   readonly auth: AuthConfig;
   /** API_KEY_HASH_SECRET: the HMAC key of keyHash in every log line (redact.ts); unset, each process makes one. */
   readonly keyHashSecret: Secret | undefined;
+  /** Rate limit per tenant, cap in flight, operator port. */
+  readonly admission: AdmissionConfig;
   /** The payment processor (config-processor.ts). */
   readonly processor: ProcessorConfig;
 }
@@ -220,6 +224,7 @@ export function loadConfig(env: Env): Config {
     apiHttpMetrics: flag(env, "API_HTTP_METRICS", true),
     auth: authConfig(env),
     keyHashSecret: keyHashSecret(env),
+    admission: admissionConfig(env),
     processor: processorConfig(env),
   });
 }
