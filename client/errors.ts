@@ -48,6 +48,10 @@ export const PROBLEM = {
   internal: `${API}internal-error`,
   /** 503: the API cannot serve now (its database); retried. */
   unavailable: `${API}service-unavailable`,
+  /** 429: the tenant is past the API's rate limit; retried after its Retry-After. */
+  rateLimited: `${API}rate-limited`,
+  /** 503: the API has too many requests in flight; retried after its Retry-After. */
+  overloaded: `${API}overloaded`,
 } as const;
 
 /** Every problem type the client names: the API's and its own. */

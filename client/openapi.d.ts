@@ -500,6 +500,27 @@ export interface operations {
                     };
                 };
             };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
                 headers: {
@@ -644,6 +665,48 @@ export interface operations {
             };
             /** @description Unknown charge, or another tenant's */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -832,7 +895,28 @@ export interface operations {
                     };
                 };
             };
-            /** @description Database unavailable or slower than the request's time bounds (Retry-After) */
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable or slower than the request's time bounds, or too many requests in flight (Retry-After) */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1043,6 +1127,27 @@ export interface operations {
                     };
                 };
             };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
                 headers: {
@@ -1202,6 +1307,48 @@ export interface operations {
                     };
                 };
             };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     health: {
@@ -1277,7 +1424,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The database answers */
+            /** @description The database answered (a probe at most 1000 ms old) */
             200: {
                 headers: {
                     [name: string]: unknown;
