@@ -83,6 +83,13 @@ function handOver(ctx: BatchContext, limit: number, claimed: readonly OutboxRow[
   return { rows, outcomes, inTurn };
 }
 
+/** The claimed heads created at `end` (the last of them, in created_at order). */
+function atEnd(heads: readonly OutboxRow[], end: string | undefined): number {
+  let n = 0;
+  for (let i = heads.length - 1; i >= 0 && heads[i]?.createdAt === end; i--) n++;
+  return n;
+}
+
 /**
  * The claim, under the claim lock: the heads of a window of due rows and, with room left,
  * their followers. The settings, the window's end and the heads leave in one write
@@ -91,14 +98,19 @@ function handOver(ctx: BatchContext, limit: number, claimed: readonly OutboxRow[
 async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: OutboxRow[]; heads: number; full: boolean; fromTop: boolean }> {
   const from = turn.frontier.from(performance.now());
   const headLimit = turn.heads.of(limit);
-  const walk = turn.window.of(limit);
+  // From the frontier, the window would count the last claim's rows at its end again (still
+  // locked, so never heads): it walks as many more. Without them a backlog was claimed one row
+  // short of every window (49 of 50), which at a cap of 50 or less also sent every claim in
+  // turn (handOver): 0.4x the drain rate of claims that took their window's heads.
+  const walk = turn.window.of(limit) + (from === undefined ? 0 : turn.frontier.overlap);
   const [, window, heads] = await Promise.all([batchSettings(tx), claimWindow(tx, walk, from), claimHeads(tx, headLimit, from, walk)]);
   if (window.end !== undefined) turn.window.claimed(walk, window.firstEvents, heads.length);
   // Stopped at its head limit, the walk ended at its last head: the next claim starts there.
   // Otherwise it walked the whole window, and the next starts where that ended.
   const stopped = heads.length === headLimit;
   const full = stopped || window.end !== undefined;
-  turn.frontier.claimed(limit, full ? limit : heads.length, stopped ? heads.at(-1)?.createdAt : window.end);
+  const end = stopped ? heads.at(-1)?.createdAt : window.end;
+  turn.frontier.claimed(limit, full ? limit : heads.length, end, atEnd(heads, end));
   // No room, or no other due row in the window (every one a head it took: a few ChargeCreated
   // at live rates), or none that could follow a head (every one a ChargeCreated, sequence 1:
   // a backlog of them, where the claim from the frontier finds the last claim's row still
