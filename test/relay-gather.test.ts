@@ -3,6 +3,7 @@
 // wait, one claim published at once) is checked against a real relay in test/relay-wakeup.test.ts.
 import { expect, test } from "bun:test";
 import { createGather, GATHER_MIN_RATE_PER_S } from "../lib/relay/gather.ts";
+import { IN_TURN_MAX } from "../lib/relay/batch.ts";
 import { createWaker } from "../lib/relay/wake.ts";
 
 const MAX_MS = 40;
@@ -39,9 +40,12 @@ test("at 2,000 events/s the next drain waits the longest gather, and its claim a
   expect(asked).toBeLessThanOrEqual(130);
 });
 
-test("at 600 events/s, an API sharing its cores, the drain waits the longest gather too", () => {
-  const waits = stream(createGather(MAX_MS), 600, 5, 100);
+test("at 600 events/s, an API sharing its cores, the drain waits the longest gather too, and its claim goes out at once", () => {
+  const gather = createGather(MAX_MS);
+  const waits = stream(gather, 600, 5, 100);
   expect(waits.slice(50).every((w) => w === MAX_MS)).toBe(true);
+  // 40 ms at 600/s: 24 rows; the claim asks for more than a claim published in turn (batch.ts).
+  expect(gather.expected(10_000 + 99 * 5 + MAX_MS)).toBe(IN_TURN_MAX + 1);
 });
 
 test("a stream fast enough to fill a claim sooner waits only for that", () => {

@@ -67,7 +67,7 @@ export interface BatchRun {
 // burst (bench/README.md, "Relay drain"). A claim that asked for more (a growing drain, or a
 // gathered stream: gather.ts) goes out at once whatever it found: the outbox is busy, and the
 // PINGREQ of window.ts keeps its last PUBACKs from the stall.
-const IN_TURN_MAX = 50;
+export const IN_TURN_MAX = 50;
 
 const LEFT_FOR_LATER: Outcome = { kind: "released", error: "not attempted: a row before it in its aggregate was not in the claim" };
 

@@ -7,6 +7,7 @@
 // since the last one began, and claims what came meanwhile in one claim, published at once.
 // Below it (200 events/s, the latency case) nothing waits.
 import { createMovingRate } from "../shared/moving-rate.ts";
+import { IN_TURN_MAX } from "./batch.ts";
 
 // Events a second past which the relay gathers. At 200/s the commit → subscriber p99 is held
 // to 10 ms (bench/README.md); a claim there takes one row, and 200 claims a second cost a
@@ -34,7 +35,7 @@ export interface Gather {
    * drain may start: `began` when nothing need wait, later on a busy stream.
    */
   drained(began: number, rows: number): number;
-  /** The rows due by `at`, with a margin: the size of the claim that takes them. */
+  /** The rows due by `at`, with a margin, and never so few that their claim is published in turn: the size of the claim that takes them. */
   expected(at: number): number;
 }
 
@@ -52,8 +53,10 @@ export function createGather(maxMs: number): Gather {
       return at + Math.min(maxMs, GATHER_ROWS / perMs);
     },
     expected(at) {
-      // The rate as the last drain left it: the time since is the gather, not a lull.
-      return Math.ceil(rate.perMs(began) * Math.max(0, at - began) * CLAIM_MARGIN);
+      // The rate as the last drain left it: the time since is the gather, not a lull. At
+      // least a claim that goes out at once (batch.ts): a gather at 400-1,000 events/s brings
+      // 16-40 rows, which a claim asking for that few would publish one row at a time.
+      return Math.max(IN_TURN_MAX + 1, Math.ceil(rate.perMs(began) * Math.max(0, at - began) * CLAIM_MARGIN));
     },
   };
 }
