@@ -6,7 +6,7 @@
 // the commit leaves every row pending, so the worst case is a second delivery, never a loss.
 import type { Sql, Tx } from "../shared/db.ts";
 import { transaction } from "../shared/tx.ts";
-import { claimFollowers, claimHeads, claimWindow, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
+import { claimFollowers, claimHeads, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
 import type { GcPacer } from "../shared/gc-pacer.ts";
 import type { ClaimFrontier, ClaimLock, HeadLimit, WindowSize } from "./claim-lock.ts";
@@ -92,8 +92,8 @@ function atEnd(heads: readonly OutboxRow[], end: string | undefined): number {
 
 /**
  * The claim, under the claim lock: the heads of a window of due rows and, with room left,
- * their followers. The settings, the window's end and the heads leave in one write
- * (pipelined): one round trip; the followers one more, when the heads left room.
+ * their followers. The settings and the heads (with their window's figures) leave in one
+ * write (pipelined): one round trip; the followers one more, when the heads left room.
  */
 async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: OutboxRow[]; heads: number; full: boolean; fromTop: boolean }> {
   const from = turn.frontier.from(performance.now());
@@ -103,7 +103,7 @@ async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: Ou
   // short of every window (49 of 50), which at a cap of 50 or less also sent every claim in
   // turn (handOver): 0.4x the drain rate of claims that took their window's heads.
   const walk = turn.window.of(limit) + (from === undefined ? 0 : turn.frontier.overlap);
-  const [, window, heads] = await Promise.all([batchSettings(tx), claimWindow(tx, walk, from), claimHeads(tx, headLimit, from, walk)]);
+  const [, { heads, window }] = await Promise.all([batchSettings(tx), claimHeads(tx, headLimit, from, walk)]);
   if (window.end !== undefined) turn.window.claimed(walk, window.firstEvents, heads.length);
   // Stopped at its head limit, the walk ended at its last head: the next claim starts there.
   // Otherwise it walked the whole window, and the next starts where that ended.
