@@ -98,11 +98,14 @@ function atEnd(heads: readonly OutboxRow[], end: string | undefined): number {
 async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: OutboxRow[]; heads: number; full: boolean; fromTop: boolean }> {
   const from = turn.frontier.from(performance.now());
   const headLimit = turn.heads.of(limit);
-  // From the frontier, the window would count the last claim's rows at its end again (still
-  // locked, so never heads): it walks as many more. Without them a backlog was claimed one row
-  // short of every window (49 of 50), which at a cap of 50 or less also sent every claim in
-  // turn (handOver): 0.4x the drain rate of claims that took their window's heads.
-  const walk = turn.window.of(limit) + (from === undefined ? 0 : turn.frontier.overlap);
+  // The window walks past the rows this relay holds, still locked and never heads. From the
+  // frontier those are the last claim's rows at its end, found again: without them a backlog
+  // was claimed one row short of every window (49 of 50), which at a cap of 50 or less also
+  // sent every claim in turn (handOver), 0.4x the drain rate. From the top they are all the
+  // rows in flight: a window of 10 rows behind 8 lanes' 80 took none, and moved the frontier
+  // back to its end, so the next claims walked the same locked rows, each a transaction for
+  // nothing, once a second.
+  const walk = turn.window.of(limit) + (from === undefined ? turn.window.held : turn.frontier.overlap);
   const [, { heads, window }] = await Promise.all([batchSettings(tx), claimHeads(tx, headLimit, from, walk)]);
   if (window.end !== undefined) turn.window.claimed(walk, window.firstEvents, heads.length);
   // Stopped at its head limit, the walk ended at its last head: the next claim starts there.

@@ -100,6 +100,8 @@ export function createHeadLimit(): HeadLimit {
  */
 export interface WindowSize {
   of(limit: number): number;
+  /** Rows this relay's batches hold now (claimed, locked, not yet committed). */
+  readonly held: number;
   /** Rows this relay's batches hold now (claimed, not yet committed): `rows` more, or fewer. */
   hold(rows: number): void;
   /** A full window of `walk` rows held `firstEvents` ChargeCreated rows, of which the claim took `heads`. */
@@ -114,6 +116,9 @@ export function createWindowSize(): WindowSize {
   let held = 0;
   return {
     of: (limit) => limit * factor,
+    get held() {
+      return held;
+    },
     hold(rows) {
       held += rows;
     },
