@@ -41,8 +41,8 @@ export async function readBody(request: Request): Promise<unknown> {
 export function checkBody<S extends TSchema>(schema: S, value: unknown): Static<S> {
   const check = checkOf(schema);
   if (check.Check(value)) return value;
-  const { faults, more } = schemaFaults(check.Errors(value));
-  throw new Answered(bodyProblem(invalidBody(faults, more)));
+  const { faults, more, cut } = schemaFaults(check.Errors(value));
+  throw new Answered(bodyProblem(invalidBody(faults, more, cut)));
 }
 
 /** What reading the body threw: our 415, 413 or 400, or anything else as "not valid JSON". */
