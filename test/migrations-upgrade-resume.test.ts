@@ -4,7 +4,7 @@
 // copies it from their charge or refund row, and this release finishes such a key with the
 // creation time its charge row holds.
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { fingerprint } from "../lib/api/core/fingerprint.ts";
+import { fingerprint } from "../lib/shared/operations/fingerprint.ts";
 import { createSql, type Sql } from "../lib/shared/db.ts";
 import { migrate, readMigrations } from "../lib/shared/migrations.ts";
 import { applySchema } from "../lib/shared/startup.ts";

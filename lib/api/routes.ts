@@ -4,16 +4,17 @@
 import { Type as t, type TObject, type TSchema } from "@sinclair/typebox";
 import { probeDatabase, type Sql } from "../shared/db.ts";
 import { MAX_BODY_BYTES } from "./body.ts";
-import { endpointOf, type Operation } from "./core/operation.ts";
+import { endpointOf, type Operation } from "../shared/operations/model.ts";
+import { OPERATIONS } from "../shared/operations/index.ts";
 import { operationHandler, RETRY_AFTER_S } from "./http/answers.ts";
 import { invalidIdProblem, nounOf, type RequestContext, type Route } from "./http/context.ts";
-import { Charge, ChargeBody, ChargeView, chargeView, createCharge } from "./operations/charges.ts";
-import { createRefund, Refund, RefundBody, refundView } from "./operations/refunds.ts";
+import { Charge, ChargeBody, ChargeView, chargeView } from "../shared/operations/charges.ts";
+import { Refund, RefundBody, refundView } from "../shared/operations/refunds.ts";
 import { problemResponse } from "./problem.ts";
 import { IdempotencyKeyHeader, Problem } from "./schemas.ts";
 
-/** The idempotent operations: one line each. */
-export const OPERATIONS: readonly Operation[] = [createCharge, createRefund];
+/** The idempotent operations: one line each, in lib/shared/operations/index.ts (the operations jobs read it too). */
+export { OPERATIONS };
 
 // /readyz answers "not ready" rather than hang when the database does not answer.
 const READY_TIMEOUT_MS = 2000;
@@ -42,7 +43,7 @@ export function operationRoute(op: Operation): Route {
       documentedHeaders: t.Object({ "idempotency-key": IdempotencyKeyHeader }),
       body: op.body,
       response: {
-        [op.status]: described(op.response, "Created; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true)"),
+        [op.status]: described(op.response, (op.status === 201 ? "Created" : "Done") + "; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true)"),
         400: problem(`Missing or invalid Idempotency-Key, body not JSON or not matching the schema${op.uuidParams.length > 0 ? ", or an id that is not a UUID" : ""}`),
         401: unauthorized,
         409: problem("A request with the same key is still in flight (Retry-After)"),

@@ -11,7 +11,7 @@ import { createApiHandler } from "./http/pipeline.ts";
 import type { RequestDeps } from "./http/context.ts";
 import { swaggerUiAssets } from "./docs-assets.ts";
 import { OPERATIONS, ROUTES, SCHEMAS } from "./routes.ts";
-import { endpointOf } from "./core/operation.ts";
+import { endpointOf } from "../shared/operations/model.ts";
 import { createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { createOutboxNotifier } from "../shared/wakeup.ts";

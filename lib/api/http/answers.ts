@@ -5,9 +5,9 @@
 import type { Static } from "@sinclair/typebox";
 import { keyHash } from "../../shared/redact.ts";
 import { parseIdempotencyKey } from "../core/keys.ts";
-import { endpointOf, type Operation } from "../core/operation.ts";
+import { endpointOf, type Operation } from "../../shared/operations/model.ts";
 import type { Outcome } from "../core/service.ts";
-import { ProblemError, problemResponse, type ProblemName } from "../problem.ts";
+import { ProblemError, problemResponse, specResponse, type ProblemName } from "../problem.ts";
 import type { UnknownCause } from "../../shared/processor/client.ts";
 import { invalidIdProblem, type RequestContext } from "./context.ts";
 
@@ -57,9 +57,11 @@ export function outcomeResponse(outcome: Outcome): Response {
     case "in_flight":
       return problemResponse("inFlight", "a request with this Idempotency-Key is still being processed; retry later", {}, { "retry-after": RETRY_AFTER_S });
     case "refused":
-      return problemResponse(outcome.refusal.problem, outcome.refusal.detail, outcome.refusal.extensions);
+      return specResponse(outcome.refusal.problem, outcome.refusal.detail, outcome.refusal.extensions);
     case "stored_problem":
       return storedProblem(outcome.status, outcome.body, outcome.replayed);
+    case "parked":
+      return problemResponse("keyParked", `this Idempotency-Key's recovery data is unreadable (${outcome.reason}); an operator resolves it (bun run ops parked)`);
     case "unknown_outcome":
       return problemResponse(UNKNOWN_PROBLEMS[outcome.cause], `${outcome.detail}; the outcome is unknown, nothing was stored: retry with the same Idempotency-Key`, {}, { "retry-after": RETRY_AFTER_PROCESSOR_S });
     default: {
@@ -88,8 +90,8 @@ function storedProblem(status: number, body: string, replayed: boolean): Respons
   return new Response(body, { status, headers });
 }
 
-function stored(status: number, body: string, location: string, replayed: boolean): Response {
-  const headers: Record<string, string> = { "content-type": "application/json", location };
+function stored(status: number, body: string, location: string | undefined, replayed: boolean): Response {
+  const headers: Record<string, string> = location === undefined ? { "content-type": "application/json" } : { "content-type": "application/json", location };
   if (replayed) headers["idempotent-replayed"] = "true";
   return new Response(body, { status, headers });
 }

@@ -6,7 +6,7 @@ import type { Sql } from "../../shared/db.ts";
 import type { IdempotencyCore } from "../core/service.ts";
 import type { Authenticator } from "../auth.ts";
 import type { ApiMetrics } from "../metrics.ts";
-import type { OutcomeKind } from "../core/service.ts";
+import type { OutcomeKind } from "../core/outcome.ts";
 import type { TObject, TSchema } from "@sinclair/typebox";
 import { isUuid } from "../../shared/uuid.ts";
 import { problemResponse } from "../problem.ts";

@@ -1,0 +1,16 @@
+// The route table of the idempotent operations: one line each. The API serves each line's
+// route (lib/api/routes.ts), and the operations jobs find an operation's steps here by its
+// key's endpoint (the completer, `bun run ops parked|resolve`). Every process may import it.
+import { createCharge } from "./charges.ts";
+import { endpointOf, type Operation } from "./model.ts";
+import { createRefund } from "./refunds.ts";
+
+export const OPERATIONS: readonly Operation[] = [
+  createCharge,
+  createRefund,
+];
+
+/** The operations that call the processor, by their key's endpoint. */
+export function foreignOperations(): ReadonlyMap<string, Operation> {
+  return new Map(OPERATIONS.filter((op) => op.foreign !== undefined).map((op) => [endpointOf(op), op]));
+}
