@@ -177,7 +177,10 @@ async function attempt(
     if (sqlState(error) === UNIQUE_VIOLATION) return { kind: "in_flight" };
     throw error;
   }
-  if (row.created === 1) return { kind: "created", status: c.op.status, body, location: c.op.locationOf(body) };
+  if (row.created === 1) {
+    const answer = row.answer ?? body;
+    return { kind: "created", status: c.op.status, body: answer, location: c.op.locationOf(answer) };
+  }
   // This request's own earlier try may have committed before its connection was lost (its
   // body holds the ids this request drew): still the creation, answered and counted as one.
   const answer = await fromUnwritten(c.op, row, requestHash, () => findKey(sql, item.row.tenant as string, item.row.key as string, c.endpoint, endsAt), (reason, detail) => c.op.refuse(reason, detail, input), body);

@@ -239,7 +239,7 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   // ledger it is succeeded at once, its event the charge's first (sequence 1); through the
   // processor it is pending until phase 3.
   sql: (sql, mode) => ({
-    admit: sql`admit as (select l.n, null::text as refusal, null::text as detail, null::jsonb as resume from lock l where l.got)`,
+    admit: sql`admit as (select l.n, null::text as refusal, null::text as detail, null::jsonb as resume, null::text as answer from lock l where l.got)`,
     write:
       mode === "ledger"
         ? sql`

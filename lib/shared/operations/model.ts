@@ -63,10 +63,11 @@ export type Mode = "ledger" | "processor";
  * The operation's SQL, CTEs spliced into the skeleton (skeleton.ts), which defines `req` (one
  * row per request: the core's columns and the operation's `columns`) and `lock (n, got)`.
  *
- * `admit` is one CTE `admit (n, refusal text, detail text, resume jsonb)` with a row for every
- * `lock` row that got its lock: refusal null to go ahead, or a reason `refuse` turns into a
- * problem (nothing is written); `resume`, what phase 1 adds to the key's recovery data (the
- * single statement ignores it). A check that must hold until the commit takes its row locks
+ * `admit` is one CTE `admit (n, refusal text, detail text, resume jsonb, answer text)` with a
+ * row for every `lock` row that got its lock: refusal null to go ahead, or a reason `refuse`
+ * turns into a problem (nothing is written); `resume`, what phase 1 adds to the key's recovery
+ * data (the single statement ignores it); `answer`, the response body when it is made of the
+ * rows the admit read (null: the request's own, Prepared.body), stored and answered as it is. A check that must hold until the commit takes its row locks
  * here (SELECT … FOR UPDATE, in a stable order). The same admit serves both statements.
  *
  * `write` is one or more CTEs (comma-separated, no trailing comma) that read `won`, the `req`

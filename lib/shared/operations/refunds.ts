@@ -175,7 +175,8 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
                     when ${mode === "processor"} and t.processor_payment_id is null then ${NOT_AT_PROCESSOR}::text
                     when r.amount_cents > t.left_cents then ${EXCEEDS_CHARGE}::text end as refusal,
                t.left_cents::text as detail,
-               jsonb_build_object('paymentId', t.processor_payment_id) as resume
+               jsonb_build_object('paymentId', t.processor_payment_id) as resume,
+               null::text as answer
           from lock l
           join req r on r.n = l.n
           left join target t on t.id = r.charge_id and t.tenant = r.tenant

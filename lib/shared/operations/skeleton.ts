@@ -22,6 +22,8 @@ export interface KeyRow {
   readonly status: "STARTED" | "COMPLETED" | null;
   readonly response_status: number | null;
   readonly response_body: string | null;
+  /** The response the admit made in SQL (an answer that needs the rows it read), stored in place of the request's. */
+  readonly answer?: string | null;
   /** Phase 1: the key's recovery data as written. */
   readonly resume?: Resume | null;
 }
@@ -155,7 +157,7 @@ export async function runSingle(sql: Sql, c: Compiled, ttlSeconds: number, rows:
       insert into idempotency_keys as k
              (tenant, key, endpoint, request_hash, status, response_status, response_body, expires_at)
       select r.tenant, r.key, ${c.endpoint}, r.request_hash, 'COMPLETED', ${c.op.status}::int,
-             r.response_body, now() + make_interval(secs => ${ttlSeconds}::int)
+             coalesce(a.answer, r.response_body), now() + make_interval(secs => ${ttlSeconds}::int)
         from req r join admit a on a.n = r.n
        where a.refusal is null
       on conflict (tenant, key, endpoint) do update
@@ -172,7 +174,7 @@ export async function runSingle(sql: Sql, c: Compiled, ttlSeconds: number, rows:
     ${c.event}
     select l.got,
            (exists (select 1 from event v where v.id = r.event_id))::int as created,
-           a.refusal, a.detail,
+           a.refusal, a.detail, a.answer,
            e.request_hash, e.status, e.response_status, e.response_body
       from req r
       left join lock l on l.n = r.n
