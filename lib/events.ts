@@ -2,6 +2,7 @@
 // topic each is published on, the JSON envelope, and the MQTT 5 properties that travel
 // with it. The relay builds with it, the reference subscriber and dev mode parse with it,
 // and tests, chaos and the bench use it instead of writing topics by hand.
+import { Type as t, type TObject } from "@sinclair/typebox";
 import { v7 as uuidV7 } from "uuid";
 import { isUuid } from "./shared/uuid.ts";
 
@@ -41,6 +42,49 @@ export interface ChargeRefundedData {
   /** The charge's refunded total after this refund. */
   readonly refundedCents: number;
 }
+
+// The AsyncAPI document's payload schemas (lib/relay/asyncapi.ts) are these: patterns rather
+// than `format`, since TypeBox checks a format only once a process-wide registry knows it.
+const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
+// A Postgres integer column holds every amount.
+const cents = (minimum: number, description: string) => t.Integer({ minimum, maximum: 2_147_483_647, description });
+
+/** The `data` of each event type (lib/events.ts ChargeCreatedData, ChargeRefundedData, ChargeFailedData). */
+export const EVENT_DATA_SCHEMAS: Readonly<Record<EventType, TObject>> = {
+  [CHARGE_CREATED]: t.Object(
+    {
+      chargeId: uuid("The charge's id (also the envelope's aggregateId)"),
+      amountCents: cents(1, "The charge's amount"),
+      currency: t.Optional(t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case; absent from events written before currencies existed" })),
+    },
+    { description: "ChargeCreated data" },
+  ),
+  [CHARGE_FAILED]: t.Object(
+    {
+      chargeId: uuid("The declined charge's id (also the envelope's aggregateId)"),
+      amountCents: cents(1, "The charge's amount"),
+      currency: t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case" }),
+      declineCode: t.String({ minLength: 1, description: "The payment processor's decline code (generic_decline, insufficient_funds, …)" }),
+    },
+    { description: "ChargeFailed data" },
+  ),
+  [CHARGE_REFUNDED]: t.Object(
+    {
+      chargeId: uuid("The refunded charge's id (also the envelope's aggregateId)"),
+      refundId: uuid("The refund's id"),
+      amountCents: cents(1, "This refund's amount"),
+      refundedCents: cents(1, "The charge's refunded total after this refund"),
+    },
+    { description: "ChargeRefunded data" },
+  ),
+};
+
+export const EVENT_DESCRIPTIONS: Readonly<Record<EventType, string>> = {
+  [CHARGE_CREATED]: "A charge committed; published from the outbox row written in the charge's own transaction.",
+  [CHARGE_REFUNDED]: "A refund of a charge committed; its aggregate is the charge, its sequence the next after the charge's last event.",
+  [CHARGE_FAILED]: "The payment processor declined a charge (PAYMENT_PROCESSOR=stripe); sequence 1, the charge's only event.",
+};
 
 /** What a subscriber receives as the MQTT payload (UTF-8 JSON). */
 export interface EventEnvelope {
