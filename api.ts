@@ -20,6 +20,10 @@ if (httpMetrics) telemetry.addHistogram(httpMetrics);
 const api = await startApi(config, { metrics: telemetry.scrape, logger: log, httpMetrics }).catch(exitOnStartupError("api"));
 const server = serve(config.port, api.fetch, undefined, { reusePort: config.apiReusePort });
 log.info("api listening", { port: server.port, reusePort: config.apiReusePort, poolSize: config.apiPoolSize, databaseUrl: maskUrl(config.databaseUrl) });
+// With OPERATOR_PORT, health, readiness, metrics and the docs there, and PORT serves the API only.
+const operatorPort = config.admission.operatorPort;
+const operator = operatorPort !== undefined && api.operatorFetch ? serve(operatorPort, api.operatorFetch, config.admission.operatorHost) : undefined;
+if (operator) log.info("operator endpoints listening", { port: operator.port, host: config.admission.operatorHost });
 const database = databaseModeLine(config);
 log.info(database.msg, database.fields);
 
@@ -33,7 +37,7 @@ onShutdownSignal(async (signal) => {
   if (stopping) return;
   stopping = true;
   log.info("api stopping", { signal, graceMs: SHUTDOWN_GRACE_MS });
-  await server.stop(SHUTDOWN_GRACE_MS);
+  await Promise.all([server.stop(SHUTDOWN_GRACE_MS), operator?.stop(SHUTDOWN_GRACE_MS)]);
   await api.close();
   runtime.stop();
   await telemetry.shutdown();

@@ -13,7 +13,7 @@ import { banner, dataPlace, embeddedPostgresLine, print, printPostgres } from ".
 import { processorEnv, startDevProcessor } from "./dev/processor.ts";
 import { stopWithSupervisor } from "./dev/watchdog.ts";
 import { freePort } from "./dev/ports.ts";
-import { DEMO_TENANT, devSecret, DEV_SECRET_FILE, mintToken } from "./dev/token.ts";
+import { DEMO_TENANT, devSecret, DEV_KEY_HASH_SECRET_FILE, DEV_SECRET_FILE, mintToken } from "./dev/token.ts";
 
 const ROOT = fileURLToPath(new URL("./", import.meta.url));
 const DEFAULT_API_PORT = 3000;
@@ -46,7 +46,9 @@ async function main(): Promise<void> {
   // Charges go through the simulator (the relay runs the completer for them), unless the
   // environment chose a processor itself (PAYMENT_PROCESSOR=none for the bare ledger).
   const charging = process.env.PAYMENT_PROCESSOR ? {} : processorEnv(processor);
-  const env = { ...process.env, ...auth.env, ...charging, DATABASE_URL: database.url, MQTT_URL: broker.url, PORT: String(apiPort), RELAY_PORT: String(relayPort) };
+  // One key for the api's and the relay's keyHash, kept in .data/: their logs name a key alike, run after run.
+  const keyHashSecret = process.env.API_KEY_HASH_SECRET || devSecret(DEV_KEY_HASH_SECRET_FILE);
+  const env = { ...process.env, ...auth.env, ...charging, API_KEY_HASH_SECRET: keyHashSecret, DATABASE_URL: database.url, MQTT_URL: broker.url, PORT: String(apiPort), RELAY_PORT: String(relayPort) };
   children.push(startChild("api", [`${ROOT}api.ts`], env, print));
   children.push(startChild("relay", [`${ROOT}relay.ts`], env, print));
   children.push(startChild("subscriber", [subscriberScript()], env, print));

@@ -6,7 +6,8 @@ import { configOrExit } from "./lib/shared/config.ts";
 import { createSql, describeDbError } from "./lib/shared/db.ts";
 import { databaseModeLine } from "./lib/shared/pooler.ts";
 import { exitOnStartupError, openDatabase } from "./lib/shared/startup.ts";
-import { createLogger } from "./lib/shared/log.ts";
+import { createLogger, silentLogger } from "./lib/shared/log.ts";
+import { useKeyHashSecret } from "./lib/shared/redact.ts";
 import { JOB_NAMES, newGauges, runJob, type JobName } from "./lib/ops/jobs.ts";
 import { requeue } from "./lib/ops/sql.ts";
 import { listParked, resolveKey, type Resolution } from "./lib/ops/parked.ts";
@@ -48,6 +49,9 @@ function usageExit(message: string): never {
 const config = configOrExit(process.env);
 const sql = await openDatabase(config.databaseUrl, { max: 2, applicationName: "charges-ops", pooler: config.databasePooler }).catch(exitOnStartupError("ops"));
 const log = createLogger(config.logLevel, "ops", console.error);
+// stale-keys and parked print keys by keyHash: with the deployment's secret they match the API's
+// logs. The other jobs print no hash, so a missing secret is worth a line only for those two.
+useKeyHashSecret(config.keyHashSecret, job === "stale-keys" || job === "parked" ? log : silentLogger);
 // The jobs' locks: session locks past the pooler when it is given (lib/shared/job-lock.ts).
 const jobsSql = config.databaseDirectUrl === undefined ? sql : createSql(config.databaseDirectUrl, { max: 1, applicationName: "charges-ops-direct" });
 const database = databaseModeLine(config, { locks: "job locks" });

@@ -4,7 +4,7 @@
 import { configOrExit } from "./lib/shared/config.ts";
 import { describeDbError } from "./lib/shared/db.ts";
 import { createLogger } from "./lib/shared/log.ts";
-import { maskUrl, maskUrlList } from "./lib/shared/redact.ts";
+import { maskUrl, maskUrlList, useKeyHashSecret } from "./lib/shared/redact.ts";
 import { databaseModeLine } from "./lib/shared/pooler.ts";
 import { onShutdownSignal, serve } from "./lib/shared/runtime.ts";
 import { exitOnStartupError, stopOnUnhandledRejection } from "./lib/shared/startup.ts";
@@ -17,6 +17,8 @@ import { newGauges, registerOpsGauges, startOpsLoop } from "./lib/ops/jobs.ts";
 const config = configOrExit(process.env);
 const log = createLogger(config.logLevel, "relay");
 stopOnUnhandledRejection(log);
+// The jobs name stale and parked keys by keyHash, as the API's request log does.
+useKeyHashSecret(config.keyHashSecret, log);
 
 // Registered before any instrument is created, so lib/'s meters are the SDK's.
 const telemetry = startTelemetry("charges-relay", config.otlpEndpoint);

@@ -7,7 +7,8 @@
 //   for one request to serve another (Hyperdrive pools connections in front of the database);
 // - no migrations: run `bun run migrate` once per deploy;
 // - the relay is woken by a notify sent after the response (waitUntil), its poll as fallback;
-// - metrics are pushed over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; /metrics is off.
+// - metrics are pushed over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; /metrics is off;
+// - keyHash's key is the API_KEY_HASH_SECRET binding, or one the isolate makes (and says so).
 import { AsyncLocalStorage } from "node:async_hooks";
 import { ConfigError, loadConfig, type Config, type Env } from "./lib/shared/config.ts";
 import { createLogger } from "./lib/shared/log.ts";
@@ -16,11 +17,14 @@ import { startPushTelemetry, type PushTelemetry } from "./lib/shared/telemetry-p
 import { apiSql, boundedCore, logNotifyFailure } from "./lib/api/services.ts";
 import { createApiHandler } from "./lib/api/http/pipeline.ts";
 import type { RequestDeps } from "./lib/api/http/context.ts";
-import { OPERATIONS, ROUTES, SCHEMAS } from "./lib/api/routes.ts";
+import { OPERATIONS, SCHEMAS } from "./lib/api/routes.ts";
 import { endpointOf } from "./lib/shared/operations/model.ts";
 import { createApiMetrics } from "./lib/api/metrics.ts";
 import { createAuthenticator } from "./lib/api/auth.ts";
+import { createAdmission } from "./lib/api/admission.ts";
+import { createReadiness } from "./lib/api/readiness.ts";
 import { problemResponse } from "./lib/api/problem.ts";
+import { useKeyHashSecret } from "./lib/shared/redact.ts";
 
 // A request runs one statement at a time (an operation is one statement; a resend follows the
 // failed try), so one connection is all it can use.
@@ -39,16 +43,38 @@ type Isolate =
   | { readonly ok: false; readonly message: string };
 
 const scope = new AsyncLocalStorage<RequestDeps>();
-const handle = createApiHandler(
-  ROUTES,
-  SCHEMAS,
-  () => {
+
+/** The dependencies of the request being served: built before any request, each read resolves to that request's own. */
+class ScopedDeps implements RequestDeps {
+  private get current(): RequestDeps {
     const deps = scope.getStore();
     if (!deps) throw new Error("bug: a request ran outside its scope");
     return deps;
-  },
-  { aheadOfTime: true },
-);
+  }
+  get sql() {
+    return this.current.sql;
+  }
+  get core() {
+    return this.current.core;
+  }
+  get auth() {
+    return this.current.auth;
+  }
+  get log() {
+    return this.current.log;
+  }
+  get counters() {
+    return this.current.counters;
+  }
+  get admission() {
+    return this.current.admission;
+  }
+  get readiness() {
+    return this.current.readiness;
+  }
+}
+
+const handle = createApiHandler(SCHEMAS, new ScopedDeps(), { aheadOfTime: true });
 const isolates = new WeakMap<object, Isolate>();
 let denoIsolate: Isolate | undefined;
 
@@ -90,8 +116,16 @@ function buildIsolate(env: Env): Isolate {
   try {
     const config = loadConfig(env);
     const log = createLogger(config.logLevel, "api");
+    useKeyHashSecret(config.keyHashSecret, log);
     const telemetry = config.otlpEndpoint ? startPushTelemetry("charges-worker", config.otlpEndpoint) : undefined;
-    const shared = { auth: createAuthenticator(config.auth), log, counters: createApiMetrics(telemetry?.meter, OPERATIONS.map(endpointOf)) };
+    const shared = {
+      auth: createAuthenticator(config.auth),
+      log,
+      counters: createApiMetrics(telemetry?.meter, OPERATIONS.map(endpointOf)),
+      // Per isolate: workerd spreads a deployment's requests over many.
+      admission: createAdmission(config.admission),
+      readiness: createReadiness(),
+    };
     return { ok: true, config, shared, telemetry };
   } catch (error) {
     if (error instanceof ConfigError) return { ok: false, message: error.message };

@@ -11,7 +11,8 @@ import { REFUNDS_PER_CHARGE } from "./mqtt-bench.ts";
 import { alternate, clientSide, loadAverage, openBareClient, ratiosOf, relaySide, warmRelay } from "./drain-pairs.ts";
 import { checkoutOf, ELYSIA_BASELINE, OPEN_COUNT_BASELINE, ORDER_BASELINE } from "./relay-baseline.ts";
 import { relayCost, type RelayCost } from "./relay-cost.ts";
-import { besideSection, liveCpuSection } from "./relay-live.ts";
+import { liveCpuSection } from "./relay-live.ts";
+import { besideSection } from "./beside.ts";
 import { growthSection, GROWTH_DEFAULTS } from "./outbox-growth.ts";
 import { unitCostsSection } from "./unit-costs.ts";
 import { processorSection } from "./processor-bench.ts";
@@ -275,7 +276,7 @@ await section("relay cost and scale-out", async () => {
   row("2 relays rows/s vs 1 relay (one database)", median(two.map((c) => c.rowsPerSec)), "/s", "-", null, median(one.map((c) => c.rowsPerSec)), median(ratios));
 });
 
-await section("relay beside the API", () => besideSection(report, quick ? 2 : 6, quick ? 3 : 5));
+await section("relay beside the API", () => besideSection(report, quick ? 2 : 6, quick ? 3 : 10));
 await section("relay CPU at live rates", () => liveCpuSection(report, P.pairs, quick ? 3 : 5));
 await section("end to end", async () => {
   const e = await e2eRun(E2E_RATE, P.e2eSeconds);

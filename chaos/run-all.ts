@@ -3,12 +3,12 @@
 // "N passed, N failed". Exit 0 only when every scenario held every invariant; a scenario that
 // cannot run here (a tool or an opt-in it needs is missing: chaos/lib/skip.ts) is counted as skipped.
 // `bun chaos/run-all.ts 1 4` runs only scenarios 1 and 4.
-// Services as `bun test` finds them (testkit/services.ts). The embedded ones are started once,
-// here, and handed to every scenario through the environment: the cluster is started (and on a
+// Services as `bun test` finds them (testkit/services.ts). The embedded ones, and the Docker
+// containers, are started once, here, and handed to every scenario through the environment: the cluster is started (and on a
 // first run created) once, and the in-process aedes broker lives in this process, which stays
 // up for the whole run while the scenarios come and go.
 import { readdirSync } from "node:fs";
-import { dockerAnswers } from "../testkit/containers.ts";
+import { dockerUsable } from "../testkit/containers.ts";
 import { chooseSource, handedOver, services } from "../testkit/services.ts";
 import { SCENARIO_SKIPPED } from "./lib/skip.ts";
 
@@ -24,11 +24,14 @@ const SCENARIO_TIMEOUT_MS = 60_000 + 2000 * Number(process.env.CHAOS_SOAK_SECOND
 
 /** The scenarios' environment: this one, plus the embedded services when they are the choice. */
 async function scenarioEnv(): Promise<Record<string, string | undefined>> {
-  const source = await chooseSource({ env: process.env, dockerAnswers });
+  const source = await chooseSource({ env: process.env, dockerAnswers: dockerUsable });
   if (source === "env") console.log("chaos: services: DATABASE_URL and MQTT_URL");
-  if (source === "docker") console.log("chaos: services: Docker (each scenario starts its own containers)");
-  if (source !== "embedded") return process.env;
+  if (source === "env") return process.env;
   const s = await services();
+  if (source === "docker") {
+    console.log(`chaos: services: Docker: Postgres ${s.adminDatabaseUrl}, broker ${s.mqttUrl} (containers of this run, removed when it ends)`);
+    return { ...process.env, ...handedOver(s) };
+  }
   const broker = s.mqtt5 ? s.mqttUrl : `${s.mqttUrl} (aedes in this process, MQTT 3.1.1 only)`;
   console.log(`chaos: services: embedded: Postgres ${s.adminDatabaseUrl}, broker ${broker}`);
   return { ...process.env, ...handedOver(s) };

@@ -4,7 +4,8 @@
 import { CLIENT_PROBLEM, ChargesApiError } from "./errors.ts";
 import { requestHash, type KeyStore } from "./key-store.ts";
 import type { paths } from "./openapi.d.ts";
-import { RetryBudget, type BackoffOptions, type RetryBudgetOptions } from "./policy.ts";
+import { RetryBudget } from "./budget.ts";
+import type { BackoffOptions, RetryBudgetOptions } from "./policy.ts";
 import { parseObject, problemError, send, type Exchange, type FetchLike, type Transport, type TryReport } from "./send.ts";
 
 // Taken by route and status, not by schema name: the routes are the contract (SPEC), the
@@ -15,6 +16,8 @@ type JsonAnswer<Op, Status extends number> = Op extends { responses: { [S in Sta
 export type ChargeBody = JsonRequest<paths["/charges"]["post"]>;
 export type Charge = JsonAnswer<paths["/charges"]["post"], 201>;
 export type ChargeView = JsonAnswer<paths["/charges/{id}"]["get"], 200>;
+/** One event of a charge, the envelope the broker carried (GET /charges/:id/events). */
+export type ChargeEvent = JsonAnswer<paths["/charges/{id}/events"]["get"], 200>["events"][number];
 export type RefundBody = JsonRequest<paths["/charges/{id}/refunds"]["post"]>;
 export type Refund = JsonAnswer<paths["/charges/{id}/refunds"]["post"], 201>;
 export type CaptureBody = JsonRequest<paths["/charges/{id}/capture"]["post"]>;
@@ -25,8 +28,11 @@ const DEFAULT_PER_TRY_TIMEOUT_MS = 10_000;
 const DEFAULT_DEADLINE_MS = 30_000;
 // The first retry waits up to 100 ms, doubling to at most 5 s (full jitter below that).
 const DEFAULT_BACKOFF: BackoffOptions = { baseMs: 100, maxMs: 5_000 };
-// Retries of one client: 10 at once, 1 per second, plus one per 10 first tries (10 %).
-const DEFAULT_BUDGET: RetryBudgetOptions = { burst: 10, perSecond: 1, ratio: 0.1 };
+// Retries of one client (client/budget.ts): each success pays for one retry, so a network
+// that loses up to half the tries pays its own retries (0.67 per success at 40 % lost); 50 at
+// once (a start of 300 calls that lose 40 % sends 120 retries while successes pay them back);
+// 1 per second when nothing succeeds. The floor an outage gets is burst + 1/s: 80 over 30 s.
+const DEFAULT_BUDGET: RetryBudgetOptions = { burst: 50, perSecond: 1, perSuccess: 1 };
 
 export interface ChargesClientOptions {
   /** The API's origin, e.g. "https://api.example" (a path prefix is kept). */
@@ -89,6 +95,21 @@ export class ChargesClient {
     /** Cancels an authorized charge ("capture": "manual"): its authorization released. */
     cancel: (id: string, options: CreateOptions = {}): Promise<Created & { charge: Charge }> =>
       this.#create(`/charges/${encodeURIComponent(id)}/cancel`, {}, options).then(({ value, ...rest }) => ({ charge: value as Charge, ...rest })),
+    /**
+     * The charge's events after sequence `after` (default 0: all), in sequence order, as the
+     * broker carried them, while the API's outbox keeps them; every page, one call each.
+     */
+    events: async (id: string, options: CallOptions & { readonly after?: number } = {}): Promise<ChargeEvent[]> => {
+      const events: ChargeEvent[] = [];
+      let path: string | undefined = `/charges/${encodeURIComponent(id)}/events?after=${options.after ?? 0}`;
+      while (path !== undefined) {
+        const plan = { method: "GET", url: this.#url(path), headers: { accept: "application/json" } } as const;
+        const { exchange, attempts } = await send(this.#transport, plan, this.#limits(options));
+        events.push(...eventsOf(exchange, attempts));
+        path = nextPage(exchange.headers.get("link"));
+      }
+      return events;
+    },
   };
 
   readonly refunds = {
@@ -174,6 +195,19 @@ function answerOf(exchange: Exchange, key: string | undefined, attempts: number)
     retryable: false,
     attempts,
   });
+}
+
+/** The events of a 200 of GET /charges/:id/events; any other answer throws as answerOf does. */
+function eventsOf(exchange: Exchange, attempts: number): ChargeEvent[] {
+  if (exchange.status < 200 || exchange.status > 299) throw problemError(exchange, undefined, attempts, false);
+  const events = parseObject(exchange.text)?.events;
+  if (Array.isArray(events)) return events as ChargeEvent[];
+  throw new ChargesApiError({ type: CLIENT_PROBLEM.unexpected, status: exchange.status, detail: `a ${exchange.status} without the API's events`, retryable: false, attempts });
+}
+
+/** The path of a Link rel="next" (the API writes one, a path with its query), if any. */
+function nextPage(link: string | null): string | undefined {
+  return link?.match(/^<(\/[^>]*)>;\s*rel="next"$/)?.[1];
 }
 
 /** The key as an RFC 9651 String, the header's canonical form. */

@@ -7,13 +7,67 @@ export const CLIENT_PROBLEM = {
   deadline: "urn:charges-outbox:client:deadline-exceeded",
   /** The caller's AbortSignal fired. */
   aborted: "urn:charges-outbox:client:aborted",
-  /** The client's retry budget had no token left for another try. */
-  budget: "urn:charges-outbox:client:retry-budget-exhausted",
   /** An answer that is not the API's: not JSON, or not the documented shape. */
   unexpected: "urn:charges-outbox:client:unexpected-response",
   /** The key store holds this intent with another body. */
   intentConflict: "urn:charges-outbox:client:intent-body-conflict",
 } as const;
+
+const API = "https://charges.example/problems/";
+
+/**
+ * The API's problem types (docs/api.md), under the API's own names (lib/api/problem.ts):
+ * compare `error.type === PROBLEM.cardDeclined`, not URI strings. test/client-types.test.ts
+ * fails when the API's table and this one differ.
+ */
+export const PROBLEM = {
+  invalidKey: `${API}invalid-idempotency-key`,
+  invalidBody: `${API}invalid-body`,
+  invalidId: `${API}invalid-id`,
+  /** 400: a query parameter (`after` of charges.events) is not valid. */
+  invalidQuery: `${API}invalid-query`,
+  unauthorized: `${API}unauthorized`,
+  notFound: `${API}not-found`,
+  /** 409: the same key is in flight; retried. */
+  inFlight: `${API}request-in-flight`,
+  /** 409: the key's recovery data is unreadable; parked until an operator resolves it (docs/operations.md). */
+  keyParked: `${API}idempotency-key-parked`,
+  bodyTooLarge: `${API}body-too-large`,
+  unsupportedMediaType: `${API}unsupported-media-type`,
+  /** 422: the key was used with another request. */
+  payloadConflict: `${API}idempotency-key-reused`,
+  refundExceedsCharge: `${API}refund-exceeds-charge`,
+  chargeNotRefundable: `${API}charge-not-refundable`,
+  /** 422 of charges.capture: the charge is not authorized (captured, canceled, failed, or captured at once). */
+  chargeNotCapturable: `${API}charge-not-capturable`,
+  /** 422 of charges.capture: more than the authorized amount. */
+  captureExceedsAuthorized: `${API}capture-exceeds-authorized`,
+  /** 422 of charges.capture, stored under the key: final. */
+  captureRefused: `${API}capture-refused`,
+  /** 422 of charges.cancel: the charge is not authorized. */
+  chargeNotCancelable: `${API}charge-not-cancelable`,
+  /** 422 of charges.cancel, stored under the key: final. */
+  cancelRefused: `${API}cancel-refused`,
+  /** 402, stored under the key: final. */
+  cardDeclined: `${API}card-declined`,
+  /** 422, stored under the key: final. */
+  refundRefused: `${API}refund-refused`,
+  /** 502, 503, 504: the processor's outcome is unknown; retried with the same key. */
+  processorError: `${API}processor-error`,
+  processorUnavailable: `${API}processor-unavailable`,
+  processorTimeout: `${API}processor-timeout`,
+  /** 500: unknown outcome; retried with the same key. */
+  internal: `${API}internal-error`,
+  /** 503: the API cannot serve now (its database); retried. */
+  unavailable: `${API}service-unavailable`,
+  /** 429: the tenant is past the API's rate limit; retried after its Retry-After. */
+  rateLimited: `${API}rate-limited`,
+  /** 503: the API has too many requests in flight; retried after its Retry-After. */
+  overloaded: `${API}overloaded`,
+} as const;
+
+/** Every problem type the client names: the API's and its own. */
+export type ProblemType = (typeof PROBLEM)[keyof typeof PROBLEM] | (typeof CLIENT_PROBLEM)[keyof typeof CLIENT_PROBLEM];
 
 export interface ChargesApiErrorInit {
   readonly type: string;

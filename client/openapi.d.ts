@@ -78,6 +78,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/charges/{id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A charge's events, as the broker carried them
+         * @description The MQTT payloads of the relay's AsyncAPI document (its GET /asyncapi.json), read back from the outbox: a subscriber fills here a gap in a charge's sequence that the broker will never fill.
+         */
+        get: operations["getChargeEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/charges/{id}/refunds": {
         parameters: {
             query?: never;
@@ -194,6 +214,139 @@ export interface components {
             currency?: string;
             /** @description The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe */
             paymentMethod?: string;
+        };
+        /** @description The charge's events, as the broker carried them */
+        ChargeEvents: {
+            /** @description The charge's published events after `after`, in sequence order, at most 500 (a Link rel="next" names the next page); each element is byte for byte the MQTT payload the relay published */
+            events: ({
+                /** @description The id of the aggregate (the charge) the event belongs to */
+                aggregateId: string;
+                /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                createdAt: string;
+                /** @description ChargeCreated data */
+                data: {
+                    /** @description The charge's amount */
+                    amountCents: number;
+                    /** @description The charge's id (also the envelope's aggregateId) */
+                    chargeId: string;
+                    /** @description ISO 4217, lower case; absent from events written before currencies existed */
+                    currency?: string;
+                    /**
+                     * @description A manual charge: authorized, captured later (ChargeCaptured) or canceled (ChargeCanceled); absent when captured at once
+                     * @constant
+                     */
+                    status?: "authorized";
+                };
+                /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                id: string;
+                /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                sequence: number;
+                /** @description The tenant whose request wrote the event */
+                tenantId: string;
+                /**
+                 * @description The event type; also the topic's last level
+                 * @constant
+                 */
+                type: "ChargeCreated";
+            } | {
+                /** @description The id of the aggregate (the charge) the event belongs to */
+                aggregateId: string;
+                /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                createdAt: string;
+                /** @description ChargeRefunded data */
+                data: {
+                    /** @description This refund's amount */
+                    amountCents: number;
+                    /** @description The refunded charge's id (also the envelope's aggregateId) */
+                    chargeId: string;
+                    /** @description The charge's refunded total after this refund */
+                    refundedCents: number;
+                    /** @description The refund's id */
+                    refundId: string;
+                };
+                /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                id: string;
+                /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                sequence: number;
+                /** @description The tenant whose request wrote the event */
+                tenantId: string;
+                /**
+                 * @description The event type; also the topic's last level
+                 * @constant
+                 */
+                type: "ChargeRefunded";
+            } | {
+                /** @description The id of the aggregate (the charge) the event belongs to */
+                aggregateId: string;
+                /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                createdAt: string;
+                /** @description ChargeFailed data */
+                data: {
+                    /** @description The charge's amount */
+                    amountCents: number;
+                    /** @description The declined charge's id (also the envelope's aggregateId) */
+                    chargeId: string;
+                    /** @description ISO 4217, lower case */
+                    currency: string;
+                    /** @description The payment processor's decline code (generic_decline, insufficient_funds, …) */
+                    declineCode: string;
+                };
+                /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                id: string;
+                /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                sequence: number;
+                /** @description The tenant whose request wrote the event */
+                tenantId: string;
+                /**
+                 * @description The event type; also the topic's last level
+                 * @constant
+                 */
+                type: "ChargeFailed";
+            } | {
+                /** @description The id of the aggregate (the charge) the event belongs to */
+                aggregateId: string;
+                /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                createdAt: string;
+                /** @description ChargeCaptured data */
+                data: {
+                    /** @description What was captured of the authorized amount; the rest was released */
+                    capturedCents: number;
+                    /** @description The captured charge's id (also the envelope's aggregateId) */
+                    chargeId: string;
+                };
+                /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                id: string;
+                /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                sequence: number;
+                /** @description The tenant whose request wrote the event */
+                tenantId: string;
+                /**
+                 * @description The event type; also the topic's last level
+                 * @constant
+                 */
+                type: "ChargeCaptured";
+            } | {
+                /** @description The id of the aggregate (the charge) the event belongs to */
+                aggregateId: string;
+                /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                createdAt: string;
+                /** @description ChargeCanceled data */
+                data: {
+                    /** @description The canceled charge's id (also the envelope's aggregateId) */
+                    chargeId: string;
+                };
+                /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                id: string;
+                /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                sequence: number;
+                /** @description The tenant whose request wrote the event */
+                tenantId: string;
+                /**
+                 * @description The event type; also the topic's last level
+                 * @constant
+                 */
+                type: "ChargeCanceled";
+            })[];
         };
         ChargeView: {
             amountCents: number;
@@ -446,6 +599,27 @@ export interface operations {
                     };
                 };
             };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
                 headers: {
@@ -611,6 +785,48 @@ export interface operations {
                     };
                 };
             };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     cancelCharge: {
@@ -634,6 +850,8 @@ export interface operations {
             /** @description Done; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true) */
             200: {
                 headers: {
+                    "idempotent-replayed"?: "true";
+                    location?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -801,6 +1019,27 @@ export interface operations {
                     };
                 };
             };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
                 headers: {
@@ -889,6 +1128,8 @@ export interface operations {
             /** @description Done; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true) */
             200: {
                 headers: {
+                    "idempotent-replayed"?: "true";
+                    location?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1056,6 +1297,27 @@ export interface operations {
                     };
                 };
             };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
                 headers: {
@@ -1100,6 +1362,266 @@ export interface operations {
             };
             /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+    };
+    getChargeEvents: {
+        parameters: {
+            query?: {
+                after?: string;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The charge's published events after `after`, in sequence order, each the envelope the broker carried (byte for byte), while the outbox keeps them (OUTBOX_RETENTION_SECONDS); Link rel="next" when there are more */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The charge's published events after `after`, in sequence order, at most 500 (a Link rel="next" names the next page); each element is byte for byte the MQTT payload the relay published */
+                        events: ({
+                            /** @description The id of the aggregate (the charge) the event belongs to */
+                            aggregateId: string;
+                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                            createdAt: string;
+                            /** @description ChargeCreated data */
+                            data: {
+                                /** @description The charge's amount */
+                                amountCents: number;
+                                /** @description The charge's id (also the envelope's aggregateId) */
+                                chargeId: string;
+                                /** @description ISO 4217, lower case; absent from events written before currencies existed */
+                                currency?: string;
+                                /**
+                                 * @description A manual charge: authorized, captured later (ChargeCaptured) or canceled (ChargeCanceled); absent when captured at once
+                                 * @constant
+                                 */
+                                status?: "authorized";
+                            };
+                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                            id: string;
+                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                            sequence: number;
+                            /** @description The tenant whose request wrote the event */
+                            tenantId: string;
+                            /**
+                             * @description The event type; also the topic's last level
+                             * @constant
+                             */
+                            type: "ChargeCreated";
+                        } | {
+                            /** @description The id of the aggregate (the charge) the event belongs to */
+                            aggregateId: string;
+                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                            createdAt: string;
+                            /** @description ChargeRefunded data */
+                            data: {
+                                /** @description This refund's amount */
+                                amountCents: number;
+                                /** @description The refunded charge's id (also the envelope's aggregateId) */
+                                chargeId: string;
+                                /** @description The charge's refunded total after this refund */
+                                refundedCents: number;
+                                /** @description The refund's id */
+                                refundId: string;
+                            };
+                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                            id: string;
+                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                            sequence: number;
+                            /** @description The tenant whose request wrote the event */
+                            tenantId: string;
+                            /**
+                             * @description The event type; also the topic's last level
+                             * @constant
+                             */
+                            type: "ChargeRefunded";
+                        } | {
+                            /** @description The id of the aggregate (the charge) the event belongs to */
+                            aggregateId: string;
+                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                            createdAt: string;
+                            /** @description ChargeFailed data */
+                            data: {
+                                /** @description The charge's amount */
+                                amountCents: number;
+                                /** @description The declined charge's id (also the envelope's aggregateId) */
+                                chargeId: string;
+                                /** @description ISO 4217, lower case */
+                                currency: string;
+                                /** @description The payment processor's decline code (generic_decline, insufficient_funds, …) */
+                                declineCode: string;
+                            };
+                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                            id: string;
+                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                            sequence: number;
+                            /** @description The tenant whose request wrote the event */
+                            tenantId: string;
+                            /**
+                             * @description The event type; also the topic's last level
+                             * @constant
+                             */
+                            type: "ChargeFailed";
+                        } | {
+                            /** @description The id of the aggregate (the charge) the event belongs to */
+                            aggregateId: string;
+                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                            createdAt: string;
+                            /** @description ChargeCaptured data */
+                            data: {
+                                /** @description What was captured of the authorized amount; the rest was released */
+                                capturedCents: number;
+                                /** @description The captured charge's id (also the envelope's aggregateId) */
+                                chargeId: string;
+                            };
+                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                            id: string;
+                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                            sequence: number;
+                            /** @description The tenant whose request wrote the event */
+                            tenantId: string;
+                            /**
+                             * @description The event type; also the topic's last level
+                             * @constant
+                             */
+                            type: "ChargeCaptured";
+                        } | {
+                            /** @description The id of the aggregate (the charge) the event belongs to */
+                            aggregateId: string;
+                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                            createdAt: string;
+                            /** @description ChargeCanceled data */
+                            data: {
+                                /** @description The canceled charge's id (also the envelope's aggregateId) */
+                                chargeId: string;
+                            };
+                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                            id: string;
+                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                            sequence: number;
+                            /** @description The tenant whose request wrote the event */
+                            tenantId: string;
+                            /**
+                             * @description The event type; also the topic's last level
+                             * @constant
+                             */
+                            type: "ChargeCanceled";
+                        })[];
+                    };
+                };
+            };
+            /** @description Not a UUID (invalid-id), or `after` not an integer from 0 to 2147483647 (invalid-query) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Unknown charge, or another tenant's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable or slower than the request's time bounds, or too many requests in flight (Retry-After) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1309,6 +1831,27 @@ export interface operations {
                     };
                 };
             };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
                 headers: {
@@ -1468,6 +2011,48 @@ export interface operations {
                     };
                 };
             };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     health: {
@@ -1543,7 +2128,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The database answers */
+            /** @description The database answered (a probe at most 1000 ms old) */
             200: {
                 headers: {
                     [name: string]: unknown;

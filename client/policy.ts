@@ -2,12 +2,28 @@
 // it (Retry-After, else exponential back-off with full jitter), and the budget that keeps an
 // outage from multiplying the load. No I/O and no runtime-specific API.
 
-/** Answers another try with the same key may turn into a success (SPEC, "The client"). */
-const RETRIED_STATUSES: ReadonlySet<number> = new Set([409, 429, 502, 503, 504]);
+/**
+ * Answers another try with the same key may turn into a success (SPEC, "The client"). 500 is
+ * one: for a payment an unknown outcome is never final (the next try replays it or finishes it).
+ */
+const RETRIED_STATUSES: ReadonlySet<number> = new Set([409, 429, 500, 502, 503, 504]);
 
 /** Whether an HTTP answer with this status is tried again with the same key and bytes. */
 export function isRetriedStatus(status: number): boolean {
   return RETRIED_STATUSES.has(status);
+}
+
+/**
+ * The server's own word on another try: the `Should-Retry` header ("true" or "false"), as
+ * Stripe's `Stripe-Should-Retry`. It overrides the status of a non-2xx answer either way;
+ * absent or unreadable, the status decides. Our API does not send it today (docs/client.md).
+ */
+export function shouldRetry(status: number, hint: string | null): boolean {
+  if (status >= 200 && status <= 299) return false;
+  const said = hint?.trim().toLowerCase();
+  if (said === "true") return true;
+  if (said === "false") return false;
+  return isRetriedStatus(status);
 }
 
 /**
@@ -42,62 +58,10 @@ export function backoffMs(retry: number, options: BackoffOptions, random: number
 }
 
 export interface RetryBudgetOptions {
-  /** Retries that may be spent at once (and the bucket's size). */
+  /** Tokens at the start, and the most the bucket holds. */
   readonly burst: number;
-  /** Tokens added per second whatever the traffic: a floor for a quiet client. */
+  /** Tokens added per second whatever happens: the floor that lets a failing client still probe. */
   readonly perSecond: number;
-  /** Tokens each first try adds: retries stay a share of the traffic during an outage. */
-  readonly ratio: number;
-}
-
-/**
- * A token bucket shared by every call of one client: a first try deposits `ratio`, a retry
- * withdraws 1, time adds `perSecond`; a retry with no token left is not sent. So over any run,
- * retries ≤ burst + perSecond · seconds + ratio · first tries (test/client-policy.test.ts).
- */
-export class RetryBudget {
-  #tokens: number;
-  #at: number;
-  #granted = 0;
-  #refused = 0;
-
-  readonly options: RetryBudgetOptions;
-  readonly #now: () => number;
-
-  // Plain fields, no parameter properties: the module stays erasable TypeScript (Node's type stripping).
-  constructor(options: RetryBudgetOptions, now: () => number = () => Date.now()) {
-    this.options = options;
-    this.#now = now;
-    this.#tokens = options.burst;
-    this.#at = now();
-  }
-
-  /** A first try: its deposit. */
-  deposit(): void {
-    this.#refill();
-    this.#tokens = Math.min(this.options.burst, this.#tokens + this.options.ratio);
-  }
-
-  /** Takes a token for a retry; false when there is none (the retry is not sent). */
-  withdraw(): boolean {
-    this.#refill();
-    if (this.#tokens < 1) {
-      this.#refused += 1;
-      return false;
-    }
-    this.#tokens -= 1;
-    this.#granted += 1;
-    return true;
-  }
-
-  /** Retries granted and refused so far. */
-  get stats(): { granted: number; refused: number } {
-    return { granted: this.#granted, refused: this.#refused };
-  }
-
-  #refill(): void {
-    const now = this.#now();
-    this.#tokens = Math.min(this.options.burst, this.#tokens + ((now - this.#at) / 1000) * this.options.perSecond);
-    this.#at = now;
-  }
+  /** Tokens each success adds (a final answer from the server): the server is taking requests. */
+  readonly perSuccess: number;
 }

@@ -2,7 +2,8 @@
 // from Retry-After or the back-off, and the three limits (deadline, AbortSignal, the client's
 // retry budget). Answers the first final HTTP answer; throws ChargesApiError when none came.
 import { CLIENT_PROBLEM, ChargesApiError } from "./errors.ts";
-import { backoffMs, isRetriedStatus, parseRetryAfter, type BackoffOptions, type RetryBudget } from "./policy.ts";
+import type { RetryBudget } from "./budget.ts";
+import { backoffMs, parseRetryAfter, shouldRetry, type BackoffOptions } from "./policy.ts";
 
 /** An HTTP answer, read whole while its try's timeout still ran. */
 export interface Exchange {
@@ -58,7 +59,6 @@ type Outcome = { readonly kind: "answer"; readonly exchange: Exchange } | { read
 /** Tries `plan` until a final answer; that answer and the number of tries. */
 export async function send(t: Transport, plan: Plan, limits: Limits): Promise<{ exchange: Exchange; attempts: number }> {
   if (limits.signal?.aborted) throw giveUp("aborted", { kind: "network", error: limits.signal.reason }, plan, 0);
-  t.budget.deposit();
   for (let attempt = 1; ; attempt += 1) {
     const outcome = await tryOnce(t, plan, limits);
     const report: TryReport = {
@@ -70,13 +70,24 @@ export async function send(t: Transport, plan: Plan, limits: Limits): Promise<{ 
     };
     t.onTry?.(report);
     limits.onTry?.(report);
-    if (outcome.kind === "answer" && !isRetriedStatus(outcome.exchange.status)) return { exchange: outcome.exchange, attempts: attempt };
+    if (outcome.kind === "answer" && isFinal(outcome.exchange)) {
+      // The server took a request and answered it for good: it is up, whatever the network loses.
+      if (outcome.exchange.status < 500) t.budget.succeeded();
+      return { exchange: outcome.exchange, attempts: attempt };
+    }
     const wait = waitBefore(t, outcome, attempt);
-    const stop = stopReason(t, limits, wait);
+    const stop = stopReason(limits, wait);
     if (stop) throw giveUp(stop, outcome, plan, attempt);
     await pause(wait, limits.signal);
     if (limits.signal?.aborted) throw giveUp("aborted", outcome, plan, attempt);
+    // No token until something succeeds (or the floor makes one): the retry waits, up to the deadline.
+    if (!(await t.budget.acquire(limits.deadline, limits.signal))) throw giveUp(limits.signal?.aborted ? "aborted" : "budget", outcome, plan, attempt);
   }
+}
+
+/** A final answer: its status is not retried, or the server said so (Should-Retry). */
+function isFinal(exchange: Exchange): boolean {
+  return !shouldRetry(exchange.status, exchange.headers.get("should-retry"));
 }
 
 function waitBefore(t: Transport, outcome: Outcome, attempt: number): number {
@@ -86,16 +97,20 @@ function waitBefore(t: Transport, outcome: Outcome, attempt: number): number {
 
 type Stop = "aborted" | "deadline" | "budget";
 
-/** Why no further try is sent, if none is; the budget is only asked once the others allow it. */
-function stopReason(t: Transport, limits: Limits, waitMs: number): Stop | undefined {
+/** Why no further try is sent, if none is, before the wait (the budget is asked after it). */
+function stopReason(limits: Limits, waitMs: number): Stop | undefined {
   if (limits.signal?.aborted) return "aborted";
   if (Date.now() + waitMs >= limits.deadline) return "deadline";
-  if (!t.budget.withdraw()) return "budget";
   return undefined;
 }
 
-const STOP_TYPE = { aborted: CLIENT_PROBLEM.aborted, deadline: CLIENT_PROBLEM.deadline, budget: CLIENT_PROBLEM.budget } as const;
-const STOP_TEXT = { aborted: "the caller aborted", deadline: "the deadline came first", budget: "the client's retry budget is spent" } as const;
+// A retry that waited for the budget until its deadline ends as any deadline does: retryable.
+const STOP_TYPE = { aborted: CLIENT_PROBLEM.aborted, deadline: CLIENT_PROBLEM.deadline, budget: CLIENT_PROBLEM.deadline } as const;
+const STOP_TEXT = {
+  aborted: "the caller aborted",
+  deadline: "the deadline came first",
+  budget: "the deadline came while the retry waited for the client's retry budget (nothing succeeded meanwhile)",
+} as const;
 
 /**
  * The error of a call that ends without a final answer: the last answer's problem when there

@@ -1,11 +1,14 @@
 // Local tokens: dev mode's HS256 secret, kept in .data/ so a token printed by one `bun run dev`
 // keeps working in the next, and the minting shared by dev mode, `bun run token` and the test kit.
+// devSecret() also keeps dev mode's API_KEY_HASH_SECRET, in a file of its own.
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { SignJWT } from "jose";
 
 /** Where `bun run dev` keeps its secret (git-ignored with the rest of .data/). */
 export const DEV_SECRET_FILE = new URL("../.data/auth-jwt-secret", import.meta.url).pathname;
+/** The key of keyHash in dev mode's logs, kept so hashes match across its runs (API_KEY_HASH_SECRET). */
+export const DEV_KEY_HASH_SECRET_FILE = new URL("../.data/api-key-hash-secret", import.meta.url).pathname;
 /** The tenant of the curl dev mode prints. */
 export const DEMO_TENANT = "demo";
 // 32 random bytes as base64url (43 characters): the HS256 minimum the API accepts.

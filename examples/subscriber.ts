@@ -2,7 +2,7 @@
 // chaos harness. Lines:
 //   {"event":"ready","consumer":"...","topic":"...","broker":"mqtt://..."}
 //   {"event":"broker-moved","from":"mqtt://...","to":"mqtt://..."}   (MQTT_URL a list: the broker in use was lost)
-//   {"event":"received","id":"...","type":"...","aggregateId":"...","sequence":1,"topic":"...","duplicate":false,"redelivered":false,"held":false,"gapSkipped":false,"processed":1,"duplicates":0}
+//   {"event":"received","id":"...","type":"...","aggregateId":"...","sequence":1,"topic":"...","duplicate":false,"redelivered":false,"held":false,"gapSkipped":false,"filled":false,"processed":1,"duplicates":0}
 //   {"event":"held","id":"...","aggregateId":"...","sequence":3,"expected":2,"topic":"..."}
 //   {"event":"rejected","topic":"...","reason":"..."}
 //   {"event":"dead-lettered","id":"...","topic":"...","error":"...","attempts":5}
@@ -12,7 +12,10 @@
 // MQTT client id, default "example-subscriber"); SUBSCRIBER_CLIENT_ID to use another client id;
 // SUBSCRIBER_INBOX_RETENTION_SECONDS (inbox rows older than this are deleted, default 7 days);
 // SUBSCRIBER_GAP_TIMEOUT_MS (how long an event that came ahead of its turn waits for its
-// predecessor before it is processed anyway, default 5 minutes);
+// predecessor before it is processed anyway, default 5 minutes); SUBSCRIBER_API_URL and
+// SUBSCRIBER_API_TOKEN (the API and a bearer token of the events' tenant) to fill a gap from
+// GET /charges/:id/events once it lasted SUBSCRIBER_GAP_FILL_AFTER_MS (default 5 s), before the
+// timeout: such an event's received line says "filled":true;
 // SUBSCRIBER_SHARE_GROUP to join an MQTT 5 shared subscription ($share/<group>/...): the
 // processes of one group split the stream, each needing its own stable SUBSCRIBER_CLIENT_ID,
 // and share the inbox through one SUBSCRIBER_CONSUMER;
@@ -21,6 +24,7 @@
 // JSON log lines on stderr.
 import { configOrExit } from "../lib/shared/config.ts";
 import { createLogger } from "../lib/shared/log.ts";
+import { maskUrl } from "../lib/shared/redact.ts";
 import { exitOnStartupError, openDatabase, stopOnUnhandledRejection } from "../lib/shared/startup.ts";
 import { createSql } from "../lib/shared/db.ts";
 import { databaseModeLine } from "../lib/shared/pooler.ts";
@@ -68,6 +72,8 @@ observePool(meter, { name: poolName, max: POOL_SIZE, busy: () => Math.min(POOL_S
 const lockSql = config.databaseDirectUrl === undefined ? sql : createSql(config.databaseDirectUrl, { max: 1, applicationName: `${poolName}-direct` });
 const database = databaseModeLine(config, { locks: "the inbox retention's lock" });
 log.info(database.msg, database.fields);
+const subscriberApi = config.subscriberApi;
+if (subscriberApi) log.info("gaps are filled from the API", { api: maskUrl(subscriberApi.url), fillAfterMs: subscriberApi.fillAfterMs, gapTimeoutMs: config.subscriberGapTimeoutMs });
 
 const subscriber = startSubscriber({
   sql,
@@ -78,7 +84,8 @@ const subscriber = startSubscriber({
   clientId,
   log,
   gapTimeoutMs: config.subscriberGapTimeoutMs,
-  onDelivery: ({ event, topic, duplicate, redelivered, held, gapSkipped }) =>
+  api: subscriberApi && { url: subscriberApi.url, token: () => subscriberApi.token.reveal(), fillAfterMs: subscriberApi.fillAfterMs },
+  onDelivery: ({ event, topic, duplicate, redelivered, held, gapSkipped, filled }) =>
     print({
       event: "received",
       id: event.id,
@@ -91,6 +98,7 @@ const subscriber = startSubscriber({
       redelivered,
       held,
       gapSkipped,
+      filled,
       processed: subscriber.processed,
       duplicates: subscriber.duplicates,
     }),

@@ -49,14 +49,19 @@ export interface ChargeRefundedData {
   readonly refundedCents: number;
 }
 
-// The AsyncAPI document's payload schemas (lib/relay/asyncapi.ts) are these: patterns rather
-// than `format`, since TypeBox checks a format only once a process-wide registry knows it.
-const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+// The event contract's JSON Schema, as TypeBox objects: each type's `data` and its envelope. The
+// AsyncAPI document's payloads (lib/relay/asyncapi.ts) and the API's GET /charges/:id/events
+// answer (lib/api/events-read.ts) are these very objects. Patterns rather than `format`: TypeBox
+// checks a format only once a process-wide registry knows it, and any JSON Schema validator reads
+// a pattern the same way.
+export const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+// What the relay's claim writes (to_char with microseconds, UTC): lib/relay/outbox-sql.ts.
+const CREATED_AT_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$";
 const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
 // A Postgres integer column holds every amount.
 const cents = (minimum: number, description: string) => t.Integer({ minimum, maximum: 2_147_483_647, description });
 
-/** The `data` of each event type (lib/events.ts ChargeCreatedData, ChargeRefundedData, ChargeFailedData). */
+/** The `data` of each event type (the ChargeCreatedData, … interfaces above). */
 export const EVENT_DATA_SCHEMAS: Readonly<Record<EventType, TObject>> = {
   [CHARGE_CREATED]: t.Object(
     {
@@ -148,6 +153,31 @@ export interface EventEnvelope {
 export function newEventId(): string {
   return uuidV7();
 }
+
+/** The envelope (buildEnvelope's JSON) of one event type. */
+function envelopeSchema(type: EventType): TObject {
+  return t.Object(
+    {
+      id: uuid("The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it."),
+      type: t.Literal(type, { description: "The event type; also the topic's last level" }),
+      aggregateId: uuid("The id of the aggregate (the charge) the event belongs to"),
+      tenantId: t.String({ minLength: 1, description: "The tenant whose request wrote the event" }),
+      createdAt: t.String({ pattern: CREATED_AT_PATTERN, description: "The outbox row's created_at, ISO-8601 UTC with microseconds" }),
+      sequence: t.Integer({ minimum: 1, description: "1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order" }),
+      data: EVENT_DATA_SCHEMAS[type],
+    },
+    { description: `The ${type} envelope (UTF-8 JSON); subscribers ignore fields they do not know` },
+  );
+}
+
+/** Each event type's envelope schema. */
+export const ENVELOPE_SCHEMAS: Readonly<Record<EventType, TObject>> = {
+  [CHARGE_CREATED]: envelopeSchema(CHARGE_CREATED),
+  [CHARGE_REFUNDED]: envelopeSchema(CHARGE_REFUNDED),
+  [CHARGE_FAILED]: envelopeSchema(CHARGE_FAILED),
+  [CHARGE_CAPTURED]: envelopeSchema(CHARGE_CAPTURED),
+  [CHARGE_CANCELED]: envelopeSchema(CHARGE_CANCELED),
+};
 
 /** The MQTT 5 content type of every event. */
 export const EVENT_CONTENT_TYPE = "application/json";

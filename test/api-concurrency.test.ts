@@ -9,7 +9,9 @@ import { createIdempotencyCore } from "../lib/api/core/service.ts";
 import { createCharge } from "../lib/shared/operations/charges.ts";
 import { createSql } from "../lib/shared/db.ts";
 import { createApiHandler } from "../lib/api/http/pipeline.ts";
-import { ROUTES, SCHEMAS } from "../lib/api/routes.ts";
+import { SCHEMAS } from "../lib/api/routes.ts";
+import { createAdmission } from "../lib/api/admission.ts";
+import { createReadiness } from "../lib/api/readiness.ts";
 import { createAuthenticator } from "../lib/api/auth.ts";
 import { createApiMetrics } from "../lib/api/metrics.ts";
 import { loadConfig } from "../lib/shared/config.ts";
@@ -106,8 +108,10 @@ test("a database that stops answering after start-up: 503 + Retry-After and /rea
     auth: createAuthenticator(loadConfig({ AUTH_MODE: "none" }).auth),
     log: silentLogger,
     counters: createApiMetrics(),
+    admission: createAdmission(loadConfig({}).admission),
+    readiness: createReadiness(),
   };
-  const handle = createApiHandler(ROUTES, SCHEMAS, () => deps);
+  const handle = createApiHandler(SCHEMAS, deps);
   const app = { handle };
   try {
     const res = await app.handle(

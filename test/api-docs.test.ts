@@ -8,7 +8,7 @@ import { freshDatabase } from "../testkit/services.ts";
 import { killAll, startEntrypoint } from "../testkit/processes.ts";
 import { authEnv } from "../testkit/auth.ts";
 import { chromiumBinary, renderedDom } from "../testkit/chromium.ts";
-import { ROUTES } from "../lib/api/routes.ts";
+import { startTestApi } from "../testkit/api.ts";
 
 setDefaultTimeout(90_000);
 
@@ -29,6 +29,10 @@ interface Operation {
 type Document = { openapi: string; paths: Record<string, Record<string, Operation>>; components: { securitySchemes: Record<string, unknown> } };
 
 const doc = (await (await fetch(`${api.base}/openapi.json`)).json()) as Document;
+// The routes the app declares, from an in-process API on the same database.
+const served = await startTestApi(db.url);
+const ROUTES = served.routes;
+afterAll(() => served.close());
 const openApiPath = (template: string) => template.replace(/:([A-Za-z]+)/g, "{$1}");
 
 describe("/openapi.json", () => {
@@ -74,7 +78,7 @@ describe("/docs", () => {
 
   test.skipIf(chromiumBinary() === undefined)("renders in headless Chromium, listing the operations by name", async () => {
     const dom = await renderedDom(`${api.base}/docs`);
-    for (const route of ROUTES) expect(dom).toContain(String(route.detail.operationId));
+    for (const route of ROUTES) expect(dom).toContain(route.operationId);
     expect(dom).toContain("Create a charge");
   });
 });

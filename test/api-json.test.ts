@@ -2,7 +2,7 @@
 // judged on the body's text; the scanner's own rules, then the same rules through POST.
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { apiTestContext, counts, postCharge } from "../testkit/api.ts";
-import { judgeNumber, parseStrictJson } from "../lib/api/strict-json.ts";
+import { judgeNumber, MAX_FAULTS, MAX_NESTING_DEPTH, parseStrictJson } from "../lib/api/strict-json.ts";
 
 setDefaultTimeout(30_000);
 
@@ -70,6 +70,21 @@ describe("parseStrictJson", () => {
     expect(parseStrictJson('{"amount\\"Cents":1}')).toEqual({ ok: true, value: { 'amount"Cents': 1 } });
   });
 
+  test("nesting is refused past MAX_NESTING_DEPTH on the text, before JSON.parse; brackets in strings do not count", () => {
+    const deep = (n: number) => `${"[".repeat(n)}${"]".repeat(n)}`;
+    expect(parseStrictJson(deep(MAX_NESTING_DEPTH)).ok).toBe(true);
+    const refused = { ok: false as const, faults: [{ field: "(body)", message: `nested deeper than ${MAX_NESTING_DEPTH} levels` }] };
+    expect(parseStrictJson(deep(MAX_NESTING_DEPTH + 1))).toEqual(refused);
+    // Unbalanced: refused on depth all the same, never handed to JSON.parse.
+    expect(parseStrictJson("[".repeat(MAX_NESTING_DEPTH + 1))).toEqual(refused);
+    expect(parseStrictJson(`{"a":"${"[".repeat(100)}\\\"{{{"}`)).toEqual({ ok: true, value: { a: `${"[".repeat(100)}"{{{` } });
+  });
+
+  test("past MAX_FAULTS, faults are counted, not named", () => {
+    const many = parseStrictJson(`[${Array.from({ length: 2000 }, () => "0.5").join(",")}]`);
+    expect(many.ok === false && [many.faults.length, many.more]).toEqual([MAX_FAULTS, 1990]);
+  });
+
   test("not JSON, trailing commas and comments stay syntax errors", () => {
     for (const text of ['{"a":', "", '{"a":1,}', '{"a":1 /* c */}', "01"]) {
       expect(parseStrictJson(text)).toEqual({ ok: false, faults: [{ field: "(body)", message: "not valid JSON" }] });
@@ -123,10 +138,30 @@ describe("POST /charges", () => {
     expect(row!.amount_cents).toBe(amount);
   });
 
-  test("a body nested as deep as the size limit allows → 400, not 500", async () => {
+  test("a body nested as deep as the size limit allows → 400 naming the depth limit, nothing written", async () => {
     const depth = 8000;
-    const res = await postCharge(api, `${"[".repeat(depth)}${"]".repeat(depth)}`, { key: key() });
+    const res = await postCharge(api, `{"amountCents":${"[".repeat(depth)}${"]".repeat(depth)}}`, { key: key() });
     expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({ detail: `(body): nested deeper than ${MAX_NESTING_DEPTH} levels`, errors: [{ field: "(body)" }] });
+    expect(await counts(db.sql)).toEqual({ charges: 0, outbox: 0, keys: 0 });
+  });
+
+  test("a problem stays a few KiB: 2,000 floats, 1,500 unknown members, a 16,000-character name", async () => {
+    const floats = `{"amountCents":[${Array.from({ length: 2000 }, (_, i) => `${i}.5`).join(",")}]}`;
+    const members = `{"amountCents":1,${Array.from({ length: 1500 }, (_, i) => `"m${i}":0`).join(",")}}`;
+    const name = `{"amountCents":1,"${"a".repeat(16_000)}":1}`;
+    // Deep within the limit and wide: the schema's worst (Elysia's own error would format it all).
+    const wide = `{"amountCents":${"[".repeat(31)}${Array.from({ length: 4000 }, () => "0").join(",")}${"]".repeat(31)}}`;
+    for (const [body, more] of [[floats, "1990 more"], [members, undefined], [name, undefined], [wide, undefined]] as const) {
+      const res = await postCharge(api, body, { key: key() });
+      expect(res.status).toBe(400);
+      const text = await res.text();
+      expect(text.length).toBeLessThan(4096);
+      const problem = JSON.parse(text) as { detail: string; errors: { field: string }[] };
+      expect(problem.errors.length).toBeLessThanOrEqual(MAX_FAULTS);
+      for (const e of problem.errors) expect(e.field.length).toBeLessThanOrEqual(65);
+      if (more) expect(problem.detail).toEndWith(`; and ${more}`);
+    }
     expect(await counts(db.sql)).toEqual({ charges: 0, outbox: 0, keys: 0 });
   });
 });

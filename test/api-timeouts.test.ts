@@ -264,7 +264,11 @@ test("a 503's request log line names its cause: the SQLSTATE of the tripped boun
     await lock.release();
     await api.close();
   }
-  const requestLines = lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((l) => l.msg === "request");
+  // Logged in onAfterResponse, once the answer has left.
+  const requestLines = await waitUntil(() => {
+    const found = lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((l) => l.msg === "request");
+    return found.length > 0 && found;
+  }, 5000, "the request's log line");
   expect(requestLines).toHaveLength(1);
   expect(requestLines[0]).toMatchObject({ level: "error", status: 503 });
   expect(String(requestLines[0]!.error)).toStartWith("55P03:");

@@ -7,6 +7,7 @@ import { createLogger } from "../lib/shared/log.ts";
 import { apiTestContext, counts, getCharge, postCharge, startTestApi } from "../testkit/api.ts";
 import { mintTestToken, TEST_JWT_SECRET, tokenFor } from "../testkit/auth.ts";
 import { runToExit } from "../testkit/processes.ts";
+import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
 
@@ -142,6 +143,8 @@ describe("the rest of the contract", () => {
     const bad = await mintTestToken({ issuer: ISSUER, audience: AUDIENCE }, "another-secret-of-at-least-32-bytes!!");
     expect((await postWith(strict, `Bearer ${good}`)).status).toBe(201);
     expect((await postWith(strict, `Bearer ${bad}`)).status).toBe(401);
+    // Logged in onAfterResponse, once the answer has left.
+    await waitUntil(() => lines.some((l) => l.includes('"authFailure":"signature"')), 5000, "the refused request's log line");
     const text = lines.join("\n");
     for (const token of [good, bad]) {
       for (const part of token.split(".")) expect(text).not.toContain(part);

@@ -8,6 +8,7 @@ import { counts } from "../testkit/api.ts";
 import { authEnv, tokenFor } from "../testkit/auth.ts";
 import { startFaultProxy, type Fate } from "../testkit/http-fault-proxy.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
+import { waitUntil } from "../testkit/wait.ts";
 import { freshDatabase } from "../testkit/services.ts";
 
 setDefaultTimeout(60_000);
@@ -16,10 +17,14 @@ const db = await freshDatabase("client_proxy");
 const api = await startEntrypoint("api", { env: { DATABASE_URL: db.url, LOG_LEVEL: "warn", ...authEnv() } });
 // The fates of the next requests, in order; "pass" once the script runs out.
 let script: Fate[] = [];
-// The Retry-After of the proxy's own 503s: an HTTP date, `retryAfterMs` from now.
+// The Retry-After of the proxy's own 503s and 429s: an HTTP date, `retryAfterMs` from now, or
+// delay-seconds when `retryAfterSeconds` is set.
 let retryAfterMs = 0;
-const retryAfter = (): string => new Date(Date.now() + retryAfterMs).toUTCString();
-const proxy = await startFaultProxy({ upstreams: [api.port], decide: () => script.shift() ?? "pass", delayMs: 6_000, retryAfter });
+let retryAfterSeconds: number | undefined;
+const retryAfter = (): string => (retryAfterSeconds !== undefined ? String(retryAfterSeconds) : new Date(Date.now() + retryAfterMs).toUTCString());
+// The Should-Retry header of the proxy's own answers; none unless a test sets it.
+let hint: string | undefined;
+const proxy = await startFaultProxy({ upstreams: [api.port], decide: () => script.shift() ?? "pass", delayMs: 6_000, retryAfter, shouldRetry: () => hint });
 
 afterAll(async () => {
   await proxy.close();
@@ -27,6 +32,8 @@ afterAll(async () => {
   await db.drop();
 });
 beforeEach(async () => {
+  hint = undefined;
+  retryAfterSeconds = undefined;
   await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
 });
 
@@ -74,20 +81,53 @@ test("every try of one call carries one key and one body", async () => {
   expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 2, keys: 2 });
 });
 
-test("the budget runs out: the call stops there, retryable, and the key's one charge stands", async () => {
+test("no token for the retry: it waits for one until the deadline, then the call ends retryable, and the key's one charge stands", async () => {
   script = Array<Fate>(20).fill("drop");
-  const c = client({ retryBudget: { burst: 2, perSecond: 0, ratio: 0 } });
-  const error = await c.charges.create({ amountCents: 700 }).catch((e: unknown) => e);
+  const c = client({ retryBudget: { burst: 2, perSecond: 0, perSuccess: 1 } });
+  const error = await c.charges.create({ amountCents: 700 }, { deadlineMs: 2_000 }).catch((e: unknown) => e);
   expect(error).toBeInstanceOf(ChargesApiError);
-  const { type, attempts, retryable, status } = error as ChargesApiError;
-  expect({ type, attempts, retryable, status }).toEqual({ type: CLIENT_PROBLEM.budget, attempts: 3, retryable: true, status: 0 });
-  expect(c.budget.stats).toEqual({ granted: 2, refused: 1 });
+  const { type, attempts, retryable, status, idempotencyKey } = error as ChargesApiError;
+  expect({ type, attempts, retryable, status }).toEqual({ type: CLIENT_PROBLEM.deadline, attempts: 3, retryable: true, status: 0 });
+  expect(c.budget.stats).toMatchObject({ granted: 2, refused: 1, successes: 0 });
+  expect(proxy.fatesByKey.get(idempotencyKey!)).toEqual(["drop", "drop", "drop"]);
   expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
+});
+
+test("a retry waiting for a token gets the one another call's success pays", async () => {
+  script = ["drop"];
+  const c = client({ retryBudget: { burst: 0, perSecond: 0, perSuccess: 1 } });
+  const tries: TryReport[] = [];
+  const waiting = c.charges.create({ amountCents: 710 }, { onTry: (t) => tries.push(t) });
+  // The first call's retry waits (its first try's answer was dropped); the second call's success pays for it.
+  await waitUntil(() => c.budget.stats.waiting === 1, 10_000, "the first call's retry to wait for a token");
+  const other = await c.charges.create({ amountCents: 720 });
+  expect(other.attempts).toBe(1);
+  expect(await waiting).toMatchObject({ replayed: true, attempts: 2 });
+  expect(tries.map((t) => [t.outcome, t.status])).toEqual([["network", 0], ["answer", 201]]);
+  expect(c.budget.stats).toMatchObject({ granted: 1, refused: 0, successes: 2 });
+  expect(await counts(db.sql)).toEqual({ charges: 2, outbox: 2, keys: 2 });
+});
+
+test("a 500 after the server committed is an unknown outcome: tried again with the same key, the replay", async () => {
+  const { replayed, attempts, tries } = await created(["fail"]);
+  expect({ replayed, attempts }).toEqual({ replayed: true, attempts: 2 });
+  expect(tries.map((t) => t.status)).toEqual([500, 201]);
+  expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
+});
+
+test("Should-Retry: false on a 503 ends the call at once, not retryable; nothing was sent upstream", async () => {
+  hint = "false";
+  retryAfterMs = 0;
+  script = ["unavailable"];
+  const error = (await client().charges.create({ amountCents: 730 }).catch((e: unknown) => e)) as ChargesApiError;
+  const { status, attempts, retryable } = error;
+  expect({ status, attempts, retryable }).toEqual({ status: 503, attempts: 1, retryable: false });
+  expect(await counts(db.sql)).toEqual({ charges: 0, outbox: 0, keys: 0 });
 });
 
 test("the deadline comes first: the call stops, retryable; a later call with the key gets the charge", async () => {
   script = Array<Fate>(1000).fill("drop");
-  const c = client({ retryBudget: { burst: 1000, perSecond: 0, ratio: 0 } });
+  const c = client({ retryBudget: { burst: 1000, perSecond: 0, perSuccess: 0 } });
   const error = (await c.charges.create({ amountCents: 800 }, { deadlineMs: 2_500 }).catch((e: unknown) => e)) as ChargesApiError;
   expect({ type: error.type, retryable: error.retryable }).toEqual({ type: CLIENT_PROBLEM.deadline, retryable: true });
   expect(error.attempts).toBeGreaterThan(1);
@@ -112,4 +152,17 @@ test("a Retry-After (an HTTP date) past the deadline: no second try, the 503 pro
   const { type, status, attempts, retryable } = error;
   expect({ type, status, attempts, retryable }).toEqual({ type: "about:blank", status: 503, attempts: 1, retryable: true });
   expect(await counts(db.sql)).toEqual({ charges: 0, outbox: 0, keys: 0 });
+});
+
+test("a 429 with Retry-After: 1 is tried again no sooner than a second later, into the charge", async () => {
+  retryAfterSeconds = 1;
+  const at: number[] = [];
+  script = ["limited"];
+  const tries: TryReport[] = [];
+  const answer = await client().charges.create({ amountCents: 740 }, { onTry: (t) => (tries.push(t), at.push(performance.now())) });
+  expect({ replayed: answer.replayed, attempts: answer.attempts }).toEqual({ replayed: false, attempts: 2 });
+  expect(tries.map((t) => t.status)).toEqual([429, 201]);
+  // The second try's answer came at least the asked second after the first's (the wait is a lower bound).
+  expect(at[1]! - at[0]!).toBeGreaterThanOrEqual(1000);
+  expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
 });

@@ -1,9 +1,11 @@
 // The client's checked-in types (client/openapi.d.ts) are what openapi-typescript makes of the
 // /openapi.json the API serves now: a change to the API's schemas without
-// `bun run client:types` fails here.
+// `bun run client:types` fails here. And the client names the API's problem types as it does.
 import { expect, setDefaultTimeout, test } from "bun:test";
 import { readFileSync } from "node:fs";
-import type { Charge, ChargeBody, ChargeView, Refund, RefundBody } from "charges-outbox/client";
+import { PROBLEM, type Charge, type ChargeBody, type ChargeView, type Refund, type RefundBody } from "charges-outbox/client";
+import { PROBLEM_BASE, PROBLEMS } from "../lib/api/problem.ts";
+import { operationProblems } from "../lib/shared/operations/index.ts";
 import { CLIENT_TYPES_PATH, servedOpenApi, typesOf } from "../testkit/openapi-types.ts";
 
 // The client takes its types by route and status; were a route or a status to leave the
@@ -23,4 +25,9 @@ test("the generator sees a change in the document: another schema, other types",
   const document = (await servedOpenApi()) as { components: { schemas: Record<string, { properties?: Record<string, unknown> }> } };
   document.components.schemas.ChargeBody!.properties!.note = { type: "string" };
   expect(await typesOf(document)).not.toBe(readFileSync(CLIENT_TYPES_PATH, "utf8"));
+});
+
+test("the client's PROBLEM names every problem type the API answers, under the API's names (add a new one to client/errors.ts)", () => {
+  const served = Object.fromEntries(Object.entries({ ...PROBLEMS, ...operationProblems() }).map(([name, spec]) => [name, PROBLEM_BASE + spec.slug]));
+  expect({ ...PROBLEM } as Record<string, string>).toEqual(served);
 });

@@ -24,6 +24,17 @@ test("defaults are the README's (Configuration)", () => {
   expect(Object.isFrozen(config)).toBe(true);
 });
 
+test("admission: 10,000 requests a second per tenant with a burst of one second, 1,000 in flight, no operator port, by default; frozen", () => {
+  const admission = loadConfig({}).admission;
+  expect(admission).toEqual({ rateLimitPerS: 10_000, rateBurst: 10_000, maxInFlight: 1000, operatorPort: undefined, operatorHost: "127.0.0.1" });
+  expect(Object.isFrozen(admission)).toBe(true);
+  // The burst follows the rate unless set; 0 turns the limit off.
+  expect(loadConfig({ API_RATE_LIMIT: "50" }).admission).toMatchObject({ rateLimitPerS: 50, rateBurst: 50 });
+  expect(loadConfig({ API_RATE_LIMIT: "0" }).admission).toMatchObject({ rateLimitPerS: 0, rateBurst: 1 });
+  expect(loadConfig({ API_RATE_LIMIT: "50", API_RATE_BURST: "200" }).admission).toMatchObject({ rateBurst: 200 });
+  expect(loadConfig({ OPERATOR_PORT: "9464", OPERATOR_HOST: "0.0.0.0" }).admission).toMatchObject({ operatorPort: 9464, operatorHost: "0.0.0.0" });
+});
+
 test("RELAY_GATHER_MS: 0 turns gathering off; up to a second", () => {
   expect(loadConfig({ RELAY_GATHER_MS: "0" }).relayGatherMs).toBe(0);
   expect(loadConfig({ RELAY_GATHER_MS: "1000" }).relayGatherMs).toBe(1000);
@@ -97,6 +108,7 @@ test.each([
   ["LOG_LEVEL", "loud"],
   ["AUTH_MODE", "basic"],
   ["AUTH_JWT_SECRET", "x".repeat(31)],
+  ["API_KEY_HASH_SECRET", "x".repeat(31)],
   ["AUTH_JWKS_URL", "file:///etc/jwks.json"],
   ["API_POOL_SIZE", "0"],
   ["API_REUSE_PORT", "yes"],
@@ -109,6 +121,13 @@ test.each([
   ["API_REQUEST_TIMEOUT_MS", "0"],
   // Less than one pool wait plus one statement (2 s + 5 s by default).
   ["API_REQUEST_TIMEOUT_MS", "6999"],
+  ["API_RATE_LIMIT", "-1"],
+  ["API_RATE_LIMIT", "10/s"],
+  ["API_RATE_BURST", "0"],
+  ["API_MAX_IN_FLIGHT", "0"],
+  ["OPERATOR_PORT", "70000"],
+  ["OPERATOR_PORT", "3000"],
+  ["OPERATOR_HOST", "a host"],
 ])("%s=%p is refused with a message naming it", (name, value) => {
   let error: unknown;
   try {
@@ -187,6 +206,23 @@ async function runEntry(entry: string, env: Record<string, string>): Promise<{ c
   const { code, stderr } = await runToExit(["bun", entry], env);
   return { code, lines: stderr.trim().split("\n") };
 }
+
+test("API_KEY_HASH_SECRET: unset by default; a secret of 32 bytes is kept and never prints itself", () => {
+  expect(loadConfig({}).keyHashSecret).toBeUndefined();
+  const secret = "k".repeat(32);
+  const config = loadConfig({ API_KEY_HASH_SECRET: secret });
+  expect(config.keyHashSecret?.reveal()).toBe(secret);
+  expect(JSON.stringify(config)).not.toContain(secret);
+  expect(String(config.keyHashSecret)).toBe("***");
+});
+
+test.each([["api.ts"], ["relay.ts"], ["ops.ts"]])("bun %s with a short API_KEY_HASH_SECRET: exit 1, its length named, the secret never echoed", async (entry) => {
+  const secret = "hash-secret-too-short";
+  const { code, stderr, stdout } = await runToExit(["bun", entry, "stale-keys"], { ...authEnv(), API_KEY_HASH_SECRET: secret });
+  expect(code).toBe(1);
+  expect(stderr.trim()).toBe(`configuration error: API_KEY_HASH_SECRET must be at least 32 bytes, got ${secret.length}`);
+  expect(stdout + stderr).not.toContain(secret);
+});
 
 test.each([["api.ts"], ["relay.ts"]])("bun %s with a bad value: one line on stderr, exit 1", async (entry) => {
   const { code, lines } = await runEntry(entry, { PORT: "nope", RELAY_PORT: "nope" });

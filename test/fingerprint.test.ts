@@ -6,8 +6,8 @@ import { expect, test } from "bun:test";
 import canonicalize from "canonicalize";
 import { advisoryLockId, canonicalJson, fingerprint, type FingerprintFields } from "../lib/shared/operations/fingerprint.ts";
 import { createCharge } from "../lib/shared/operations/charges.ts";
-import { createHash } from "node:crypto";
-import { sha256Hex, sha256Int64 } from "../lib/shared/sha256.ts";
+import { createHash, createHmac } from "node:crypto";
+import { hmacSha256Hex, sha256Hex, sha256Int64 } from "../lib/shared/sha256.ts";
 
 test("SHA-256 of a string is the standard one (FIPS 180-2 test vector)", () => {
   expect(sha256Hex("abc")).toBe("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
@@ -20,6 +20,15 @@ test("sha256Hex and sha256Int64 agree with node:crypto's createHash on any text"
     const digest = createHash("sha256").update(text).digest();
     expect(sha256Hex(text)).toBe(digest.toString("hex"));
     expect(sha256Int64(text)).toBe(digest.readBigInt64BE(0));
+  }
+});
+
+test("hmacSha256Hex (keyHash's, Bun's hasher on Bun) is RFC 4231's and agrees with node:crypto's createHmac, the path of the other runtimes", () => {
+  // RFC 4231 test case 2.
+  expect(hmacSha256Hex(new TextEncoder().encode("Jefe"), "what do ya want for nothing?")).toBe("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  const key = crypto.getRandomValues(new Uint8Array(32));
+  for (const text of ["", "order-12345", "ténant-ü", "🙂", "\ud800", "k".repeat(255), crypto.randomUUID()]) {
+    expect(hmacSha256Hex(key, text)).toBe(createHmac("sha256", key).update(text).digest("hex"));
   }
 });
 

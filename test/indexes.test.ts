@@ -164,7 +164,7 @@ class RolledBack extends Error {}
 
 /** A claim as the relay makes it: the heads, then followers while there is room. */
 async function claimBatch(tx: Sql | Tx, limit: number, from?: string): Promise<OutboxRow[]> {
-  const heads = await claimHeads(tx, limit, from);
+  const { heads } = await claimHeads(tx, limit, from);
   return [...heads, ...(await claimFollowers(tx, heads, limit - heads.length))];
 }
 

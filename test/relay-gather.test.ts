@@ -3,6 +3,7 @@
 // wait, one claim published at once) is checked against a real relay in test/relay-wakeup.test.ts.
 import { expect, test } from "bun:test";
 import { createGather, GATHER_MIN_RATE_PER_S } from "../lib/relay/gather.ts";
+import { IN_TURN_MAX } from "../lib/relay/batch.ts";
 import { createWaker } from "../lib/relay/wake.ts";
 
 const MAX_MS = 40;
@@ -39,18 +40,28 @@ test("at 2,000 events/s the next drain waits the longest gather, and its claim a
   expect(asked).toBeLessThanOrEqual(130);
 });
 
+test("at 600 events/s, an API sharing its cores, the drain waits the longest gather too, and its claim goes out at once", () => {
+  const gather = createGather(MAX_MS);
+  const waits = stream(gather, 600, 5, 100);
+  expect(waits.slice(50).every((w) => w === MAX_MS)).toBe(true);
+  // 40 ms at 600/s: 24 rows; the claim asks for more than a claim published in turn (batch.ts).
+  expect(gather.expected(10_000 + 99 * 5 + MAX_MS)).toBe(IN_TURN_MAX + 1);
+});
+
 test("a stream fast enough to fill a claim sooner waits only for that", () => {
   const waits = stream(createGather(MAX_MS), 20_000, 5, 100);
   // 200 rows at 20,000/s: 10 ms.
   expect(waits.at(-1)).toBeCloseTo(10, 0);
 });
 
-test("a stream that stops: within three empty gathers nothing waits any more", () => {
+test("a stream that stops: within five empty gathers nothing waits any more", () => {
+  // The rate forgets the stream over about 100 ms (RATE_WINDOW_MS): 2,000/s falls below the
+  // threshold of 400/s after four empty gathers (160 ms; three at a threshold of 1,000/s).
   const gather = createGather(MAX_MS);
   stream(gather, 2000, 5, 100);
   let at = 10_000 + 100 * 5;
   const waits: number[] = [];
-  for (let i = 0; i < 3; i++) {
+  for (let i = 0; i < 5; i++) {
     const next = gather.drained(at, 0);
     waits.push(next - at);
     at = next;

@@ -4,13 +4,16 @@
 // the client gets: the answer ("pass"), nothing after the server has answered ("drop": the
 // connection closes, the answer is lost), a reset halfway through the request ("reset": the
 // server gets half of it), or the answer after `delayMs` ("delay": past the client's per-try
-// timeout), or, without forwarding, a 503 of its own with a Retry-After ("unavailable": a load
-// balancer with no upstream). Each connection carries one request (Connection: close both ways), so a lost
-// answer never poisons a pooled connection. It records the body hashes each key was sent with.
+// timeout), a 500 of its own in place of the server's answer ("fail": the server committed, the
+// client learns nothing but an error), or, without forwarding, a 503 of its own with a
+// Retry-After ("unavailable": a load balancer with no upstream) or a 429 ("limited": a rate
+// limiter in front). Each connection carries one request (Connection: close both ways), so a lost
+// answer never poisons a pooled connection. It records the body hashes each key was sent with,
+// the fates each key met, in order, and the statuses the server answered each key with.
 import { createHash } from "node:crypto";
 import { createServer, connect, type Server, type Socket } from "node:net";
 
-export type Fate = "pass" | "drop" | "reset" | "delay" | "unavailable";
+export type Fate = "pass" | "drop" | "reset" | "delay" | "unavailable" | "limited" | "fail";
 
 export interface SeenRequest {
   readonly method: string;
@@ -26,10 +29,12 @@ export interface FaultProxyOptions {
   readonly upstreams: readonly number[];
   /** The fate of each request; "pass" for all by default. */
   readonly decide?: (request: SeenRequest) => Fate;
-  /** The Retry-After of an "unavailable" answer (default "1"). */
+  /** The Retry-After of an "unavailable" or "limited" answer (default "1"). */
   readonly retryAfter?: () => string;
   /** How long a "delay" holds the answer back. */
   readonly delayMs?: number;
+  /** A `Should-Retry` header on the proxy's own answers ("unavailable", "limited", "fail"); none by default. */
+  readonly shouldRetry?: () => string | undefined;
 }
 
 export interface FaultProxy {
@@ -39,6 +44,10 @@ export interface FaultProxy {
   readonly counts: Record<Fate | "requests" | "unrouted" | "cut", number>;
   /** Every distinct body hash seen per key. */
   readonly bodiesByKey: Map<string, Set<string>>;
+  /** The fates each key's requests met, in the order they came. */
+  readonly fatesByKey: Map<string, Fate[]>;
+  /** The statuses the upstream answered each key's requests with (whatever the client then got), in the order answered. */
+  readonly answersByKey: Map<string, number[]>;
   close(): Promise<void>;
 }
 
@@ -51,7 +60,7 @@ const DEFAULT_DELAY_MS = 2_000;
 export function sharesDecider(shares: Partial<Record<Exclude<Fate, "pass">, number>>, random: () => number = Math.random): () => Fate {
   return () => {
     let r = random();
-    for (const fate of ["drop", "reset", "delay", "unavailable"] as const) {
+    for (const fate of ["drop", "reset", "delay", "unavailable", "limited", "fail"] as const) {
       r -= shares[fate] ?? 0;
       if (r < 0) return fate;
     }
@@ -75,6 +84,8 @@ interface ProxyState {
   readonly options: FaultProxyOptions;
   readonly counts: FaultProxy["counts"];
   readonly bodiesByKey: Map<string, Set<string>>;
+  readonly fatesByKey: Map<string, Fate[]>;
+  readonly answersByKey: Map<string, number[]>;
   readonly sockets: Set<Socket>;
   /** The upstreams in the order to try for the next request (round robin). */
   route(): number[];
@@ -84,8 +95,10 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
   let next = 0;
   const state: ProxyState = {
     options,
-    counts: { pass: 0, drop: 0, reset: 0, delay: 0, unavailable: 0, requests: 0, unrouted: 0, cut: 0 },
+    counts: { pass: 0, drop: 0, reset: 0, delay: 0, unavailable: 0, limited: 0, fail: 0, requests: 0, unrouted: 0, cut: 0 },
     bodiesByKey: new Map(),
+    fatesByKey: new Map(),
+    answersByKey: new Map(),
     sockets: new Set(),
     route: () => {
       const list = options.upstreams;
@@ -101,6 +114,8 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
     url: `http://127.0.0.1:${port}`,
     counts: state.counts,
     bodiesByKey: state.bodiesByKey,
+    fatesByKey: state.fatesByKey,
+    answersByKey: state.answersByKey,
     close: () => {
       for (const socket of state.sockets) socket.destroy();
       return new Promise<void>((resolve) => server.close(() => resolve()));
@@ -122,21 +137,32 @@ function onConnection(state: ProxyState, client: Socket): void {
     }
     const fate = state.options.decide?.(seen) ?? "pass";
     state.counts[fate] += 1;
-    if (fate === "unavailable") return void client.end(unavailable(state.options.retryAfter?.() ?? "1"));
+    if (seen.key !== undefined) state.fatesByKey.set(seen.key, [...(state.fatesByKey.get(seen.key) ?? []), fate]);
+    const hint = state.options.shouldRetry?.();
+    if (fate === "unavailable") return void client.end(ownAnswer(503, "no upstream (fault proxy)", hint, state.options.retryAfter?.() ?? "1"));
+    if (fate === "limited") return void client.end(ownAnswer(429, "rate limited (fault proxy)", hint, state.options.retryAfter?.() ?? "1"));
     const delayMs = state.options.delayMs ?? DEFAULT_DELAY_MS;
-    void forward(client, withConnectionClose(request), state.route(), fate, delayMs, state.sockets).then((end) => {
+    const failure = ownAnswer(500, "the answer was replaced (fault proxy)", hint);
+    const onAnswer = (status: number): void => {
+      if (seen.key !== undefined) state.answersByKey.set(seen.key, [...(state.answersByKey.get(seen.key) ?? []), status]);
+    };
+    void forward(client, withConnectionClose(request), state.route(), { fate, delayMs, failure, onAnswer }, state.sockets).then((end) => {
       if (end === "unrouted" || end === "cut") state.counts[end] += 1;
     });
   });
 }
 
-/** A load balancer's 503: a problem body, Retry-After, and the connection closed. */
-function unavailable(retryAfter: string): Buffer {
-  const body = JSON.stringify({ type: "about:blank", title: "Service Unavailable", status: 503, detail: "no upstream (fault proxy)" });
+const TITLES = { 429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable" } as const;
+
+/** The proxy's own answer (a load balancer's 503, a rate limiter's 429, a 500): a problem body, optional Retry-After and Should-Retry, the connection closed. */
+function ownAnswer(status: keyof typeof TITLES, detail: string, shouldRetry: string | undefined, retryAfter?: string): Buffer {
+  const title = TITLES[status];
+  const body = JSON.stringify({ type: "about:blank", title, status, detail });
   const head = [
-    "HTTP/1.1 503 Service Unavailable",
+    `HTTP/1.1 ${status} ${title}`,
     "Content-Type: application/problem+json",
-    `Retry-After: ${retryAfter}`,
+    ...(retryAfter === undefined ? [] : [`Retry-After: ${retryAfter}`]),
+    ...(shouldRetry === undefined ? [] : [`Should-Retry: ${shouldRetry}`]),
     `Content-Length: ${Buffer.byteLength(body)}`,
     "Connection: close",
   ];
@@ -189,8 +215,18 @@ function withConnectionClose(message: Buffer): Buffer {
 
 type End = "answered" | "reset" | "unrouted" | "cut";
 
+interface Handling {
+  readonly fate: Fate;
+  readonly delayMs: number;
+  /** What a "fail" sends instead of the server's answer. */
+  readonly failure: Buffer;
+  /** Told the status of the server's whole answer, before its fate is applied. */
+  readonly onAnswer: (status: number) => void;
+}
+
 /** Sends the request to the first upstream that accepts it and hands the answer its fate; how it ended. */
-async function forward(client: Socket, request: Buffer, ports: readonly number[], fate: Fate, delayMs: number, sockets: Set<Socket>): Promise<End> {
+async function forward(client: Socket, request: Buffer, ports: readonly number[], handling: Handling, sockets: Set<Socket>): Promise<End> {
+  const { fate, delayMs } = handling;
   const upstream = await firstAccepting(ports, sockets);
   if (!upstream) {
     client.destroy();
@@ -213,8 +249,10 @@ async function forward(client: Socket, request: Buffer, ports: readonly number[]
   upstream.write(request);
   readMessage(upstream, (answer) => {
     answered = true;
+    handling.onAnswer(Number(/^HTTP\/1\.[01] (\d{3})/.exec(answer.toString("latin1", 0, 16))?.[1] ?? 0));
     upstream.destroy();
     if (fate === "drop") return void client.destroy();
+    if (fate === "fail") return void client.end(handling.failure);
     const send = (): void => void client.end(withConnectionClose(answer));
     if (fate === "delay") setTimeout(send, delayMs);
     else send();

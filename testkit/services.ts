@@ -1,6 +1,7 @@
 // Where the tests find Postgres and MQTT, in this order:
 //   1. DATABASE_URL / MQTT_URL when both are set (CI points them at this machine's services);
-//   2. Testcontainers when a Docker engine answers (postgres:16-alpine, eclipse-mosquitto:2);
+//   2. Testcontainers when a Docker engine answers with the images at hand (TEST_POSTGRES_IMAGE,
+//      TEST_MQTT_IMAGE: postgres:16-alpine and eclipse-mosquitto:2 unless set; containers.ts);
 //   3. otherwise "embedded": the embedded Postgres and in-process aedes broker of `bun run dev`
 //      (a variable that is set is still used), so a fresh machine needs nothing installed.
 // TEST_SERVICES=env|docker|embedded forces one, e.g. for CI's run of the embedded path.
@@ -9,7 +10,7 @@
 // hands them to each scenario: handedOver). Benchmarks and the smoke tests decide here too
 // (processServices) but stop at Docker: figures measured on the embedded services mean nothing.
 import { createScratchDatabase, scratchName, withDatabase, type ScratchDatabase } from "./database.ts";
-import { dockerAnswers, startContainers } from "./containers.ts";
+import { dockerUsable, startContainers } from "./containers.ts";
 import { startEmbedded } from "./embedded.ts";
 
 export const SERVICE_SOURCES = ["env", "docker", "embedded"] as const;
@@ -58,7 +59,7 @@ export class ServicesUnavailable extends Error {}
  */
 export async function processServices(who: string): Promise<Services> {
   const env = process.env;
-  const source = await chooseSource({ env, dockerAnswers });
+  const source = await chooseSource({ env, dockerAnswers: dockerUsable });
   if (source === "embedded") {
     throw new ServicesUnavailable(`${who} needs DATABASE_URL and MQTT_URL (a server it may CREATE DATABASE on, a broker) or a Docker engine`);
   }
@@ -76,12 +77,17 @@ export function handedOver(s: Services): Record<string, string> {
 
 async function resolve(): Promise<Services> {
   const env = process.env;
-  const source = await chooseSource({ env, dockerAnswers });
+  const source = await chooseSource({ env, dockerAnswers: dockerUsable });
   if (source === "env") {
     if (!env.DATABASE_URL || !env.MQTT_URL) throw new Error("TEST_SERVICES=env needs both DATABASE_URL and MQTT_URL");
     return { source, adminDatabaseUrl: env.DATABASE_URL, mqttUrl: env.MQTT_URL, mqtt5: env.TEST_MQTT5 !== "0" };
   }
-  if (source === "docker") return { source, ...(await startContainers()), mqtt5: true };
+  if (source === "docker") {
+    // As on the embedded path, variables that are set are used: under `bun run chaos` they are
+    // the containers run-all started once for every scenario (handedOver).
+    if (env.DATABASE_URL && env.MQTT_URL) return { source, adminDatabaseUrl: env.DATABASE_URL, mqttUrl: env.MQTT_URL, mqtt5: env.TEST_MQTT5 !== "0" };
+    return { source, ...(await startContainers()), mqtt5: true };
+  }
   return { source, ...(await startEmbedded(env)) };
 }
 

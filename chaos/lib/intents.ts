@@ -3,12 +3,11 @@
 // of it; each an intent with its own key, with bounded concurrency. A charge made with the
 // card the processor declines ends with a 402 stored under its key: final, and not refunded.
 // What each intent ended with is kept for the invariants (chaos/14-answers-lost.ts).
-import { ChargesApiError, type ChargesClient } from "charges-outbox/client";
+import { ChargesApiError, PROBLEM, type ChargesClient } from "charges-outbox/client";
 
 /** The simulator's test cards (dev/processor-sim/): one that pays, one that is declined. */
 export const PAYING_CARD = "pm_card_visa";
 export const DECLINED_CARD = "pm_card_chargeDeclined";
-const DECLINED_TYPE = "https://charges.example/problems/card-declined";
 
 export interface Intent {
   readonly kind: "charge" | "refund";
@@ -45,11 +44,14 @@ export class IntentLog {
   }
 }
 
+/** The error class the client throws: this checkout's, or another's (chaos 14's CHAOS_CLIENT_CHECKOUT). */
+export type ErrorClass = typeof ChargesApiError;
+
 /** Runs `load.charges` charge intents, each that succeeded followed by a refund of a tenth of it. */
-export async function runIntents(client: ChargesClient, load: IntentLoad, log: IntentLog): Promise<void> {
+export async function runIntents(client: ChargesClient, load: IntentLoad, log: IntentLog, errors: ErrorClass = ChargesApiError): Promise<void> {
   let next = 0;
   const worker = async (): Promise<void> => {
-    for (let i = next++; i < load.charges; i = next++) await chargeThenRefund(client, i, load, log);
+    for (let i = next++; i < load.charges; i = next++) await chargeThenRefund(client, i, load, log, errors);
   };
   await Promise.all(Array.from({ length: load.concurrency }, worker));
 }
@@ -69,7 +71,7 @@ export function refundOf(index: number): number {
   return Math.floor(amountOf(index) / 10);
 }
 
-async function chargeThenRefund(client: ChargesClient, index: number, load: IntentLoad, log: IntentLog): Promise<void> {
+async function chargeThenRefund(client: ChargesClient, index: number, load: IntentLoad, log: IntentLog, errors: ErrorClass): Promise<void> {
   let chargeId: string | undefined;
   const { deadlineMs } = load;
   try {
@@ -78,11 +80,11 @@ async function chargeThenRefund(client: ChargesClient, index: number, load: Inte
     log.intents.push({ kind: "charge", index, idempotencyKey: a.idempotencyKey, status: 201, value: a.charge, replayed: a.replayed, attempts: a.attempts });
   } catch (error) {
     // A decline is the intent's final answer, as a 201 is: recorded, and nothing to refund.
-    if (error instanceof ChargesApiError && error.status === 402 && error.type === DECLINED_TYPE) {
+    if (error instanceof errors && error.status === 402 && error.type === PROBLEM.cardDeclined) {
       log.intents.push({ kind: "charge", index, idempotencyKey: error.idempotencyKey, status: 402, value: error.problem, attempts: error.attempts });
       return;
     }
-    log.intents.push({ kind: "charge", index, ...failed(error) });
+    log.intents.push({ kind: "charge", index, ...failed(error, errors) });
     log.intents.push({ kind: "refund", index, failure: "not sent: its charge failed" });
     return;
   }
@@ -90,12 +92,12 @@ async function chargeThenRefund(client: ChargesClient, index: number, load: Inte
     const r = await client.refunds.create(chargeId, { amountCents: refundOf(index) }, { deadlineMs });
     log.intents.push({ kind: "refund", index, idempotencyKey: r.idempotencyKey, status: 201, value: r.refund, replayed: r.replayed, attempts: r.attempts });
   } catch (error) {
-    log.intents.push({ kind: "refund", index, ...failed(error) });
+    log.intents.push({ kind: "refund", index, ...failed(error, errors) });
   }
 }
 
-function failed(error: unknown): Pick<Intent, "failure" | "idempotencyKey"> {
-  if (error instanceof ChargesApiError) return { failure: `${error.status} ${error.type}: ${error.detail}`, idempotencyKey: error.idempotencyKey };
+function failed(error: unknown, errors: ErrorClass): Pick<Intent, "failure" | "idempotencyKey"> {
+  if (error instanceof errors) return { failure: `${error.status} ${error.type}: ${error.detail}`, idempotencyKey: error.idempotencyKey };
   return { failure: error instanceof Error ? error.message : String(error) };
 }
 

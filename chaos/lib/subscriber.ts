@@ -18,12 +18,16 @@ export interface SubscriberView {
   readonly droppedByInbox: () => number;
   /** Event ids whose handler ran more than once (a delivery not recognised as a duplicate, twice). */
   readonly processedTwice: () => string[];
+  /** Event id → deliveries processed (not dropped by the inbox). */
+  readonly processed: Map<string, number>;
   readonly deliveries: () => number;
   readonly rejected: () => number;
   /** Aggregate id → the sequences of its events in the order they were processed (duplicates left out). */
   readonly processedOrder: Map<string, number[]>;
   /** Events processed past a missing predecessor (after the gap timeout). */
   readonly gapsSkipped: () => number;
+  /** Events read from the API to fill a gap and processed (not dropped as duplicates). */
+  readonly filled: () => number;
   /** The broker its `ready` line named (masked). */
   readonly broker: () => string | undefined;
   /** Its moves to the next broker of MQTT_URL, in order. */
@@ -38,24 +42,31 @@ interface Line {
   aggregateId?: string;
   sequence?: number;
   gapSkipped?: boolean;
+  filled?: boolean;
   broker?: string;
   from?: string;
   to?: string;
 }
 
-export async function startSubscriber(dbUrl: string, prefix: string, consumer: string, mqttUrl?: string): Promise<SubscriberView> {
+/**
+ * examples/subscriber.ts on the scenario's database and topics; `env` adds variables
+ * (SUBSCRIBER_API_URL, …). Given the view of the process it follows (`continuing`, stopped),
+ * the new view counts on from it: what both processes received, as one subscriber.
+ */
+export async function startSubscriber(dbUrl: string, prefix: string, consumer: string, mqttUrl?: string, extraEnv: Record<string, string> = {}, continuing?: SubscriberView): Promise<SubscriberView> {
   const brokers = mqttUrl ?? (await chaosServices()).mqttUrl;
-  const arrivals = new Map<string, number>();
+  const arrivals = new Map(continuing?.arrivals);
   // Event id → deliveries the subscriber processed (not dropped by its inbox). A commit whose
   // answer was lost with the connection is processed once and then seen as a duplicate only.
-  const processed = new Map<string, number>();
-  let dropped = 0;
-  let deliveries = 0;
-  let rejected = 0;
+  const processed = new Map(continuing?.processed);
+  let dropped = continuing?.droppedByInbox() ?? 0;
+  let deliveries = continuing?.deliveries() ?? 0;
+  let rejected = continuing?.rejected() ?? 0;
   let ready = false;
   let broker: string | undefined;
-  let gapsSkipped = 0;
-  const processedOrder = new Map<string, number[]>();
+  let gapsSkipped = continuing?.gapsSkipped() ?? 0;
+  let filled = continuing?.filled() ?? 0;
+  const processedOrder = new Map([...(continuing?.processedOrder ?? [])].map(([id, order]) => [id, [...order]]));
   const moves: { from: string; to: string }[] = [];
   const onLine = (text: string): void => {
     if (!text.startsWith("{")) return;
@@ -77,13 +88,14 @@ export async function startSubscriber(dbUrl: string, prefix: string, consumer: s
       else {
         processed.set(line.id, (processed.get(line.id) ?? 0) + 1);
         if (line.gapSkipped) gapsSkipped += 1;
+        if (line.filled) filled += 1;
         if (line.aggregateId !== undefined && line.sequence !== undefined) {
           processedOrder.set(line.aggregateId, [...(processedOrder.get(line.aggregateId) ?? []), line.sequence]);
         }
       }
     }
   };
-  const env = { DATABASE_URL: dbUrl, MQTT_URL: brokers, MQTT_TOPIC_PREFIX: prefix, SUBSCRIBER_CONSUMER: consumer };
+  const env = { DATABASE_URL: dbUrl, MQTT_URL: brokers, MQTT_TOPIC_PREFIX: prefix, SUBSCRIBER_CONSUMER: consumer, ...extraEnv };
   const child = spawnScript("examples/subscriber.ts", { ...chaosChild("subscriber", env), stdout: onLine });
   await waitUntil(
     () => {
@@ -99,10 +111,12 @@ export async function startSubscriber(dbUrl: string, prefix: string, consumer: s
     arrivals,
     droppedByInbox: () => dropped,
     processedTwice: () => [...processed].filter(([, n]) => n > 1).map(([id]) => id),
+    processed,
     deliveries: () => deliveries,
     rejected: () => rejected,
     processedOrder,
     gapsSkipped: () => gapsSkipped,
+    filled: () => filled,
     broker: () => broker,
     moves,
     async stop() {

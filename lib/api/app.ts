@@ -1,23 +1,25 @@
-// The one place that knows Elysia: the route table (routes.ts) becomes an Elysia app. Elysia
-// routes, reads the body with our parser, checks params, headers and body against the
-// route's TypeBox schemas, and builds /openapi.json from the same schemas (@elysiajs/openapi);
-// every failure it raises is answered here as an RFC 9457 problem, 400 for a schema (not
-// Elysia's 422), never HTML or a stack trace. What stays ours says why where it lives: the
-// strict JSON reader (body.ts: numbers judged on their text), the key parser (core/keys.ts:
-// RFC 9651), the problems (problem.ts).
-import { Elysia, ParseError, ValidationError, type AnyElysia, type Context } from "elysia";
+// The API as one Elysia app: the routes are Elysia plugins, one per group (routes.ts), the
+// /charges group behind the bearer-token plugin (http/authentication.ts); each request's
+// dependencies and trail live in Elysia's context (http/context.ts); its log line and its
+// histogram sample are taken in onAfterResponse (http/observe.ts). Elysia routes, checks
+// params and bodies against the routes' TypeBox schemas after our own reading of them (the
+// strict JSON reader, body.ts; http/checks.ts), and builds /openapi.json from the same schemas
+// (@elysiajs/openapi); every failure is answered here as an RFC 9457 problem, never HTML or a
+// stack trace.
+import { Elysia, ParseError, type AnyElysia } from "elysia";
 import { CloudflareAdapter } from "elysia/adapter/cloudflare-worker";
-import { openapi, withHeaders } from "@elysiajs/openapi";
-import type { AdditionalReference } from "@elysiajs/openapi/types";
-import { Type as t, type TSchema } from "@sinclair/typebox";
+import { openapi } from "@elysiajs/openapi";
 import { describeDbError, isTimeBound, isUnavailable } from "../shared/db.ts";
+import type { HttpServerMetrics } from "../shared/http-metrics.ts";
 import { pathOf } from "../shared/runtime.ts";
-import { authFailureDetail, type AuthResult } from "./auth.ts";
-import { readJsonBody } from "./body.ts";
-import { bodyProblem, RETRY_AFTER_S, validationProblem, type SchemaFault } from "./http/answers.ts";
-import { invalidIdProblem, needsToken, stateOf, type RequestState, type Route } from "./http/context.ts";
+import { RETRY_AFTER_S } from "./http/answers.ts";
+import { authenticate } from "./http/authentication.ts";
+import { Answered, bodyProblem } from "./http/checks.ts";
+import { needsToken, requestContext, type RequestDeps, type RequestTrail } from "./http/context.ts";
+import { observability } from "./http/observe.ts";
+import { inFlightCap } from "./http/in-flight.ts";
 import { PROBLEM_BASE, problemResponse } from "./problem.ts";
-import { COMPONENTS } from "./routes.ts";
+import { chargeRoutes, COMPONENTS, documentedHeaders, operatorRoutes } from "./routes.ts";
 
 /** The assets of the interactive reference at /docs, served by this process (no CDN). */
 export interface DocsAssets {
@@ -29,9 +31,16 @@ export interface DocsAssets {
 
 export interface AppOptions {
   readonly metrics?: () => Promise<Response>;
+  /** http_server_request_duration_seconds; none when unset. */
+  readonly httpMetrics?: HttpServerMetrics;
   readonly docs?: DocsAssets;
   /** Compose every handler now (workerd allows code generation only while the module loads). */
   readonly aheadOfTime: boolean;
+  /**
+   * What this app serves: "all" on one port; with OPERATOR_PORT, "api" (the /charges routes)
+   * on PORT and "operator" (health, readiness, metrics, the document, /docs) on its own.
+   */
+  readonly surface: "all" | "api" | "operator";
 }
 
 const DOCUMENT_INFO = {
@@ -45,149 +54,79 @@ const BEARER_SCHEME = {
   bearerFormat: "JWT",
   description: "HS256 with the API's AUTH_JWT_SECRET, or a key at AUTH_JWKS_URL; the tenant is the sub claim (or AUTH_TENANT_CLAIM)",
 } as const;
-// What a 201 of an idempotent operation carries besides its body.
-const CREATED_HEADERS = { location: t.String(), "idempotent-replayed": t.Optional(t.Literal("true")) };
 
-/**
- * Elysia's hooks before validation can end a request only by throwing: a refused token is
- * thrown as this, carrying its answer, and onError hands the answer back.
- */
-class Answered extends Error {
-  constructor(readonly response: Response) {
-    super("answered before the handler");
-  }
-}
-
-/** What @elysiajs/openapi serves beside the route table: the document, and the page with the docs assets. */
+/** What @elysiajs/openapi serves beside the routes: the document, and the page with the docs assets. */
 export const DOCUMENT_PATH = "/openapi.json";
 export const PAGE_PATH = "/docs";
 
-export function buildApp(routes: readonly Route[], options: AppOptions): AnyElysia {
+export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
   // normalize off: an unknown member is a 400, never silently dropped. Ahead of time (the
   // edge worker), the Cloudflare adapter compiles every route in compile(), at module load.
   const adapter = options.aheadOfTime ? { adapter: CloudflareAdapter } : {};
-  let app: AnyElysia = new Elysia({ aot: true, normalize: false, ...adapter })
-    .use(
-      openapi({
-        path: PAGE_PATH,
-        specPath: DOCUMENT_PATH,
-        openapiVersion: "3.1.0",
-        provider: options.docs ? "swagger-ui" : null,
-        // No validator badge: Swagger UI would send the document to its public validator.
-        swagger: options.docs && { cdn: options.docs.script, theme: options.docs.stylesheet, autoDarkMode: false, displayOperationId: true, validatorUrl: "none" },
-        documentation: { info: DOCUMENT_INFO, components: { schemas: COMPONENTS, securitySchemes: { bearer: BEARER_SCHEME } } },
-        references: documentedHeaders(routes),
-      }),
-    )
-    .onError((ctx) => answerError(ctx.request, ctx.code, ctx.error));
-  for (const [path, serveFile] of Object.entries(options.docs?.files ?? {})) {
-    app = app.get(path, ({ request }) => ((stateOf(request).route = path), serveFile()), { detail: { hide: true } });
-  }
-  for (const route of routes) app = declare(app, route, options);
+  const context = requestContext(deps);
+  const app = new Elysia({ aot: true, normalize: false, ...adapter })
+    .use(context)
+    .use(inFlightCap(context))
+    .use(observability(context, options.httpMetrics))
+    // The operator's port has no /charges: a path there is a plain 404, with or without a token.
+    .onError(({ request, code, error, trail }) => answerError(deps, trail, request, code, error, options.surface !== "operator"));
+  const operator = options.surface !== "api";
+  if (operator) app.use(documentation(options.docs));
+  // In this order, the document's paths are in the order they always were.
+  if (options.surface !== "operator") app.use(chargeRoutes(context));
+  if (operator) app.use(operatorRoutes(context, options.metrics));
   // Every handler composed now rather than on its first request.
   return app.compile();
 }
 
-function declare(app: AnyElysia, route: Route, options: AppOptions): AnyElysia {
-  const schema = route.schema ?? {};
-  // The token first, so nothing of a request without one is read: in the parse of a route with
-  // a body (before Elysia reads it), in the transform of one without (before its params are checked).
-  const entry = schema.body
-    ? {
-        // Ours answers every body (a value, or a throw for 415, 413 or 400); the media type's
-        // name after it is what the document shows.
-        parse: [async ({ request }: { request: Request }) => (await enter(request, route), readJsonBody(request)), "application/json"],
-      }
-    : { transform: ({ request }: { request: Request }) => enter(request, route) };
-  const hook = { params: schema.params, body: schema.body, response: schema.response && responsesOf(schema.response), detail: route.detail, ...entry };
-  const handler = (ctx: Context) => {
-    const state = stateOf(ctx.request);
-    return route.handle({ ...state, request: ctx.request, route, params: ctx.params as Record<string, string>, body: ctx.body, metrics: options.metrics });
-  };
-  return app.route(route.method, route.path, handler as never, hook as never);
+/** /openapi.json and, with the assets, the interactive reference at /docs. */
+function documentation(docs: DocsAssets | undefined) {
+  const plugin = new Elysia({ name: "documentation" }).use(
+    openapi({
+      path: PAGE_PATH,
+      specPath: DOCUMENT_PATH,
+      openapiVersion: "3.1.0",
+      provider: docs ? "swagger-ui" : null,
+      // No validator badge: Swagger UI would send the document to its public validator.
+      swagger: docs && { cdn: docs.script, theme: docs.stylesheet, autoDarkMode: false, displayOperationId: true, validatorUrl: "none" },
+      documentation: { info: DOCUMENT_INFO, components: { schemas: COMPONENTS, securitySchemes: { bearer: BEARER_SCHEME } } },
+      references: documentedHeaders(),
+    }),
+  );
+  for (const [path, serveFile] of Object.entries(docs?.files ?? {})) plugin.get(path, () => serveFile(), { detail: { hide: true } });
+  return plugin;
 }
 
-/** The headers routes read themselves, for the document only (@elysiajs/openapi's references). */
-function documentedHeaders(routes: readonly Route[]): AdditionalReference {
-  const reference: Record<string, Record<string, { headers: TSchema }>> = {};
-  for (const route of routes) {
-    const headers = route.schema?.documentedHeaders;
-    if (headers) reference[route.path] = { ...reference[route.path], [route.method.toLowerCase()]: { headers } };
-  }
-  return reference as unknown as AdditionalReference;
+/** Every failure Elysia raises or a handler throws, as a problem (`code`: Elysia's error code); HEAD gets it without its body. */
+async function answerError(deps: RequestDeps, trail: RequestTrail, request: Request, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
+  // Never throws: a throw here would skip Elysia's onAfterResponse (the log line, the count in flight).
+  const answer = trail.answer(await problemOf(deps, trail, request, code, error, tokenFirst).catch((bug: unknown) => failure(trail, bug)));
+  // HEAD is GET without the body (RFC 9110 §9.3.2): a problem answered to one goes without it too.
+  return request.method === "HEAD" ? new Response(null, { status: answer.status, headers: answer.headers }) : answer;
 }
 
-/** The 201's headers, documented beside its body. */
-function responsesOf(response: Readonly<Record<number, TSchema>>): Record<number, TSchema> {
-  return Object.fromEntries(Object.entries(response).map(([status, s]) => [status, status === "201" ? withHeaders(s, CREATED_HEADERS) : s]));
-}
-
-/** The request has reached `route`: named for logs and metrics, and its token checked once. */
-async function enter(request: Request, route: Route): Promise<void> {
-  const state = stateOf(request);
-  if (state.route === route.path) return;
-  state.route = route.path;
-  if (needsToken(route.path)) await authenticate(state, request);
-}
-
-async function authenticate(state: RequestState, request: Request): Promise<void> {
-  const result = await state.deps.auth.authenticate(request.headers.get("authorization"));
-  if (result.kind !== "authenticated") {
-    state.deps.counters.countAuthFailure(result.reason);
-    state.fields.authFailure = result.reason;
-    throw new Answered(authProblem(result));
-  }
-  state.tenant = result.tenant;
-  state.fields.tenant = result.tenant;
-}
-
-// RFC 6750 §3: a request without credentials gets the bare challenge; one whose token was
-// refused also learns that the token is the problem.
-function authProblem(result: Exclude<AuthResult, { kind: "authenticated" }>): Response {
-  if (result.kind === "unavailable") {
-    return problemResponse("unavailable", authFailureDetail(result.reason), {}, { "retry-after": RETRY_AFTER_S });
-  }
-  const challenge = result.tokenSent ? 'Bearer error="invalid_token"' : "Bearer";
-  return problemResponse("unauthorized", authFailureDetail(result.reason), {}, { "www-authenticate": challenge });
-}
-
-/** Every failure Elysia raises or a handler throws, as a problem (`code`: Elysia's error code). */
-async function answerError(request: Request, code: unknown, error: unknown): Promise<Response> {
-  // Thrown from our parser, it reaches here wrapped in Elysia's ParseError.
-  const cause = error instanceof ParseError ? error.cause : error;
-  if (cause instanceof Answered) return cause.response;
-  const state = stateOf(request);
+async function problemOf(deps: RequestDeps, trail: RequestTrail, request: Request, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
+  // A route's own check answered (http/checks.ts): route-level onError sees it before Elysia's toResponse.
+  if (error instanceof Answered) return error.response;
   switch (code) {
-    case "NOT_FOUND":
+    case "NOT_FOUND": {
       // Under /charges the token comes first, matched or not.
-      if (needsToken(pathOf(request.url))) {
-        try {
-          await authenticate(state, request);
-        } catch (refused) {
-          if (refused instanceof Answered) return refused.response;
-          throw refused;
-        }
+      if (tokenFirst && needsToken(pathOf(request.url))) {
+        const verdict = await authenticate(deps, trail, request);
+        if (verdict instanceof Response) return verdict;
       }
       return problemResponse("notFound", "no such route");
+    }
     case "PARSE":
-      return bodyProblem(cause);
+      return bodyProblem(error instanceof ParseError ? error.cause : error);
     case "VALIDATION":
-      return schemaProblem(error);
+      // Our transforms check what Elysia checks after them (http/checks.ts): a bug if it refuses,
+      // logged as one, and answered without the details Elysia formatted.
+      trail.fields.error = "bug: Elysia refused what the route's own checks passed";
+      return problemResponse("invalidBody", "the request does not match the schema");
     default:
-      return failure(state, error);
+      return failure(trail, error);
   }
-}
-
-/** A 400 for what failed its schema: an id, or the body's fields. */
-function schemaProblem(error: unknown): Response {
-  if (!(error instanceof ValidationError)) throw new Error("bug: a VALIDATION error that is not Elysia's ValidationError");
-  const faults: readonly SchemaFault[] = error.all;
-  const type = error.type;
-  if (type === "params") {
-    const names = faults.map((f) => f.path.replace(/^\//, ""));
-    return invalidIdProblem(Object.fromEntries(names.map((n) => [n, ""])), names) ?? problemResponse("invalidId", "an id must be a UUID");
-  }
-  return validationProblem(faults);
 }
 
 /**
@@ -195,8 +134,8 @@ function schemaProblem(error: unknown): Response {
  * request's log line (an SQLSTATE and the database's words, never SQL text), and the answer
  * is a 503 (nothing was written either way: rolled back or never sent) or a 500.
  */
-function failure(state: RequestState, error: unknown): Response {
-  state.fields.error = describeDbError(error);
+function failure(trail: RequestTrail, error: unknown): Response {
+  trail.fields.error = describeDbError(error);
   if (isUnavailable(error)) {
     const detail = isTimeBound(error)
       ? "the database did not answer within this request's time bounds; retry later"

@@ -16,11 +16,18 @@ export const IMPLICIT_TENANT = "default";
 export const CLOCK_TOLERANCE_S = 30;
 // A tenant is stored with every key and charge; a claim longer than this is not an id.
 export const MAX_TENANT_CHARS = 255;
-// Control characters (C0, DEL, C1) in a tenant claim: no identity provider names a tenant so,
-// Postgres refuses NUL in text, and a log line or a topic would carry them on.
-const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;
-// A surrogate without its pair: no UTF-8 form exists to store it.
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+// A tenant id is made of letters, marks, digits, punctuation, symbols and the ASCII space. Out:
+// control characters (Postgres refuses NUL in text, a log line or a topic would carry them
+// on), format characters (U+200B, U+200D, bidi overrides: two ids that print alike, or one
+// that reorders the line it is printed in), line and paragraph separators (U+2028 ends a
+// line in a log viewer or a JavaScript source), other spaces (U+00A0, U+3000 look like the
+// plain one), private-use and unassigned code points, and lone surrogates (no UTF-8 form
+// exists to store them). Tested on code points (the `u` flag), so a surrogate pair is one.
+const TENANT_ID = /^[\p{L}\p{M}\p{N}\p{P}\p{S} ]+$/u;
+// RFC 8725 §3.11 explicit typing: a `typ` other than these names another kind of JWT (an ID
+// token's own type, a logout token, a JWT-secured request) that must not pass as an access
+// token. Compared without case and without an "application/" prefix (RFC 7515 §4.1.9).
+const ACCEPTED_TYPES = ["jwt", "at+jwt"];
 const HMAC_ALGORITHMS = ["HS256"];
 // What identity providers sign with; EdDSA under both of its JOSE names.
 const JWKS_ALGORITHMS = ["RS256", "ES256", "EdDSA", "Ed25519"];
@@ -42,6 +49,8 @@ export const AUTH_FAILURE_REASONS = [
   "issuer",
   "audience",
   "claims",
+  "tenant",
+  "type",
   "keys_unavailable",
 ] as const;
 export type AuthFailureReason = (typeof AUTH_FAILURE_REASONS)[number];
@@ -118,7 +127,9 @@ class JwtAuthenticator implements Authenticator {
     if (known !== undefined) return { kind: "authenticated", tenant: known };
     let alg: string | undefined;
     try {
-      alg = decodeProtectedHeader(token).alg;
+      const header = decodeProtectedHeader(token);
+      if (!isAcceptedType(header.typ)) return refused("type");
+      alg = header.alg;
     } catch {
       return refused("malformed");
     }
@@ -148,7 +159,10 @@ class JwtAuthenticator implements Authenticator {
   /** The tenant of a verified token, remembered for its next use. */
   private admit(token: string, { payload, stamp }: Verified): AuthResult {
     const tenant = payload[this.config.tenantClaim];
-    if (!isTenantId(tenant)) return refused("claims");
+    if (tenant === undefined) return refused("claims");
+    // The implicit tenant belongs to AUTH_MODE=none and to the rows written before tenants
+    // existed: a token naming it would read and write those rows.
+    if (!isTenantId(tenant) || tenant === IMPLICIT_TENANT) return refused("tenant");
     // exp is a required claim: jose refused the token above if it was missing or not a number.
     if (payload.exp !== undefined) this.verified.remember(token, tenant, payload.exp, stamp);
     return { kind: "authenticated", tenant };
@@ -156,11 +170,17 @@ class JwtAuthenticator implements Authenticator {
 }
 
 /**
- * Whether a claim can name a tenant: a string of 1 to MAX_TENANT_CHARS characters, without
- * control characters or lone surrogates.
+ * Whether a claim can name a tenant: a string of 1 to MAX_TENANT_CHARS UTF-16 units from
+ * TENANT_ID's character set (docs/api.md, "Tenants").
  */
 export function isTenantId(value: unknown): value is string {
-  return typeof value === "string" && value.length > 0 && value.length <= MAX_TENANT_CHARS && !CONTROL_CHARACTER.test(value) && !LONE_SURROGATE.test(value);
+  return typeof value === "string" && value.length > 0 && value.length <= MAX_TENANT_CHARS && TENANT_ID.test(value);
+}
+
+/** `typ` is optional; when present it must say the token is a JWT or an access token. */
+function isAcceptedType(typ: unknown): boolean {
+  if (typ === undefined) return true;
+  return typeof typ === "string" && ACCEPTED_TYPES.includes(typ.toLowerCase().replace(/^application\//, ""));
 }
 
 function refused(reason: Exclude<AuthFailureReason, "keys_unavailable" | "missing">): AuthResult {
@@ -216,6 +236,8 @@ const DETAILS: Record<AuthFailureReason, string> = {
   issuer: "the token's issuer is not accepted",
   audience: "the token's audience is not accepted",
   claims: "the token lacks a required claim",
+  tenant: "the token's tenant claim is not an accepted tenant id",
+  type: "the token's typ is not JWT or at+jwt",
   keys_unavailable: "the keys to verify the token could not be fetched; retry later",
 };
 

@@ -1,7 +1,7 @@
 // Reading the POST body: media type first (415), then size (413), then strict JSON (400).
 // Everything here runs before the database is touched, so nothing is written on failure.
 import { ProblemError } from "./problem.ts";
-import { parseStrictJson } from "./strict-json.ts";
+import { boundedField, MAX_FAULTS, parseStrictJson, type JsonFault } from "./strict-json.ts";
 
 // Far above any valid charge body (~30 bytes); small enough that nobody can make the
 // server buffer megabytes per request.
@@ -38,8 +38,36 @@ export async function readJsonBody(request: Request): Promise<unknown> {
   }
   const parsed = parseStrictJson(text);
   if (parsed.ok) return parsed.value;
-  const errors = parsed.faults;
-  throw new ProblemError("invalidBody", errors.map((e) => `${e.field}: ${e.message}`).join("; "), { errors });
+  throw invalidBody(parsed.faults, parsed.more ?? 0);
+}
+
+// A fault's message is ours or TypeBox's fixed words; cut all the same, so no answer grows with input.
+const MAX_MESSAGE_CHARS = 160;
+// Faults past the named ones are counted up to this many: counting is bounded work too.
+const MAX_COUNTED_FAULTS = 10_000;
+
+/**
+ * The 400 of a body that is not strict JSON or fails its schema: at most MAX_FAULTS fields
+ * named (each cut to a bounded length), then how many more. The body's values are never
+ * quoted, so the answer stays a few KiB whatever was sent.
+ */
+export function invalidBody(faults: readonly JsonFault[], more: number): ProblemError {
+  const errors = faults.slice(0, MAX_FAULTS).map((f) => ({ field: boundedField(f.field), message: f.message.slice(0, MAX_MESSAGE_CHARS) }));
+  const extra = more + Math.max(0, faults.length - MAX_FAULTS);
+  const named = errors.map((e) => `${e.field}: ${e.message}`).join("; ");
+  const detail = extra > 0 ? `${named}; and ${extra >= MAX_COUNTED_FAULTS ? `at least ${extra}` : extra} more` : named;
+  return new ProblemError("invalidBody", detail || "the body does not match the schema", { errors });
+}
+
+/** Schema faults as TypeBox iterates them (a JSON Pointer and a message), named then counted, lazily. */
+export function schemaFaults(errors: Iterable<{ readonly path: string; readonly message: string }>): { faults: JsonFault[]; more: number } {
+  const faults: JsonFault[] = [];
+  let more = 0;
+  for (const error of errors) {
+    if (faults.length < MAX_FAULTS) faults.push({ field: error.path.replace(/^\//, "").replace(/\//g, ".") || "(body)", message: error.message });
+    else if (++more >= MAX_COUNTED_FAULTS) break;
+  }
+  return { faults, more };
 }
 
 function tooLarge(): ProblemError {

@@ -9,6 +9,7 @@ export { PROBLEM_BASE, type ProblemSpec };
 export const PROBLEMS = {
   invalidKey: { slug: "invalid-idempotency-key", title: "Invalid Idempotency-Key", status: 400 },
   invalidId: { slug: "invalid-id", title: "Invalid id", status: 400 },
+  invalidQuery: { slug: "invalid-query", title: "Invalid query parameter", status: 400 },
   unauthorized: { slug: "unauthorized", title: "Unauthorized", status: 401 },
   inFlight: { slug: "request-in-flight", title: "Request in flight", status: 409 },
   // A key whose recovery data failed its operation's schema: parked for an operator (docs/operations.md).
@@ -24,6 +25,8 @@ export const PROBLEMS = {
   processorError: { slug: "processor-error", title: "Payment processor error, outcome unknown", status: 502 },
   processorUnavailable: { slug: "processor-unavailable", title: "Payment processor unreachable, outcome unknown", status: 503 },
   processorTimeout: { slug: "processor-timeout", title: "Payment processor did not answer in time, outcome unknown", status: 504 },
+  rateLimited: { slug: "rate-limited", title: "Too many requests", status: 429 },
+  overloaded: { slug: "overloaded", title: "Too many requests in flight", status: 503 },
   internal: { slug: "internal-error", title: "Internal server error", status: 500 },
   unavailable: { slug: "service-unavailable", title: "Service unavailable", status: 503 },
 } as const satisfies Record<string, ProblemSpec>;

@@ -7,20 +7,27 @@ import type { Sql } from "../shared/db.ts";
 import { applySchema } from "../shared/startup.ts";
 import { API_POOL_NAME, apiSql, boundedCore, logNotifyFailure } from "./services.ts";
 import type { HttpServerMetrics } from "../shared/http-metrics.ts";
-import { createApiHandler } from "./http/pipeline.ts";
+import { createApi, type ServedRoute } from "./http/pipeline.ts";
 import type { RequestDeps } from "./http/context.ts";
 import { swaggerUiAssets } from "./docs-assets.ts";
-import { OPERATIONS, ROUTES, SCHEMAS } from "./routes.ts";
+import { OPERATIONS, SCHEMAS } from "./routes.ts";
 import { endpointOf } from "../shared/operations/model.ts";
 import { createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
 import { createOutboxNotifier } from "../shared/wakeup.ts";
 import { createAuthenticator, IMPLICIT_TENANT, type AuthOptions } from "./auth.ts";
 import { openPool } from "./pool-open.ts";
+import { useKeyHashSecret } from "../shared/redact.ts";
+import { createAdmission } from "./admission.ts";
+import { createReadiness } from "./readiness.ts";
 
 export interface ApiProcess {
   readonly sql: Sql;
   readonly fetch: (request: Request) => Promise<Response>;
+  /** Every documented route it serves (on both ports). */
+  readonly routes: readonly ServedRoute[];
+  /** With OPERATOR_PORT: what that port serves (`fetch` then serves the /charges routes only). */
+  readonly operatorFetch: ((request: Request) => Promise<Response>) | undefined;
   close(): Promise<void>;
 }
 
@@ -53,6 +60,7 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const sql = apiSql(config, poolSize, API_POOL_NAME);
   await applySchema(sql);
   const log = options.logger ?? createLogger(config.logLevel, "api");
+  useKeyHashSecret(config.keyHashSecret, log);
   if (options.openPool ?? true) {
     const opening = await openPool(sql, poolSize);
     if (opening.failure !== undefined) {
@@ -65,11 +73,18 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log));
   const counters = createApiMetrics(options.meter, OPERATIONS.map(endpointOf));
   const core = boundedCore(config, sql, poolSize, notifier.poke, counters);
-  const deps: RequestDeps = { sql, core, auth, log, counters };
-  const fetch = createApiHandler(ROUTES, SCHEMAS, () => deps, { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: swaggerUiAssets() });
+  const deps: RequestDeps = { sql, core, auth, log, counters, admission: createAdmission(config.admission), readiness: createReadiness() };
+  const handlerOptions = { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: swaggerUiAssets() };
+  const split = config.admission.operatorPort !== undefined;
+  const api = createApi(SCHEMAS, deps, { ...handlerOptions, surface: split ? "api" : "all" });
+  const operator = split ? createApi(SCHEMAS, deps, { ...handlerOptions, surface: "operator" }) : undefined;
+  const fetch = api.handle;
+  const routes = [...api.routes, ...(operator?.routes ?? [])];
   return {
     sql,
     fetch,
+    routes,
+    operatorFetch: operator?.handle,
     async close() {
       await notifier.close();
       await sql.end({ timeout: 5 });

@@ -17,12 +17,21 @@ export interface JsonFault {
 
 export type StrictJson =
   | { readonly ok: true; readonly value: unknown }
-  | { readonly ok: false; readonly faults: readonly JsonFault[] };
+  /** `more`: how many faults were found beyond those named (absent when none). */
+  | { readonly ok: false; readonly faults: readonly JsonFault[]; readonly more?: number };
 
 // A problem names this many faults at most, so a body full of them stays a small answer.
-const MAX_FAULTS = 10;
+export const MAX_FAULTS = 10;
 // A number's text is quoted in a message up to this length.
 const MAX_QUOTED_CHARS = 32;
+// A field's path is named up to this length: a member name may be as long as the body.
+export const MAX_FIELD_CHARS = 64;
+/**
+ * Arrays and objects nest at most this deep (documented in docs/api.md). A charge body is 1
+ * or 2 deep; the limit is checked on the text before JSON.parse or any schema sees it, since
+ * everything after (the scan, a schema's errors) costs in proportion to the depth.
+ */
+export const MAX_NESTING_DEPTH = 32;
 const NUMBER_RE = /^-?(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/;
 // Decimal digits of Number.MAX_SAFE_INTEGER (9007199254740991).
 const SAFE_DIGITS = 16;
@@ -32,22 +41,49 @@ const SAFE_DIGITS = 16;
 const ONE_SMALL_INTEGER_MEMBER = /^[ \t\n\r]*\{[ \t\n\r]*"[^"\\]*"[ \t\n\r]*:[ \t\n\r]*-?(?:0|[1-9]\d{0,14})[ \t\n\r]*\}[ \t\n\r]*$/;
 
 export function parseStrictJson(text: string): StrictJson {
+  const oneMember = ONE_SMALL_INTEGER_MEMBER.test(text);
+  if (!oneMember && nestsDeeperThan(text, MAX_NESTING_DEPTH)) {
+    return { ok: false, faults: [{ field: "(body)", message: `nested deeper than ${MAX_NESTING_DEPTH} levels` }] };
+  }
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch {
     return { ok: false, faults: [{ field: "(body)", message: "not valid JSON" }] };
   }
-  if (ONE_SMALL_INTEGER_MEMBER.test(text)) return { ok: true, value };
-  const faults = scan(text);
-  return faults.length === 0 ? { ok: true, value } : { ok: false, faults };
+  if (oneMember) return { ok: true, value };
+  const { faults, more } = scan(text);
+  if (faults.length === 0) return { ok: true, value };
+  return more > 0 ? { ok: false, faults, more } : { ok: false, faults };
 }
 
-function scan(text: string): JsonFault[] {
+/**
+ * Whether the brackets outside strings open more than `max` deep. Counted on the text, in one
+ * pass, so that an invalid text is judged as cheaply: what JSON.parse refuses it still refuses.
+ */
+export function nestsDeeperThan(text: string, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // a backslash: the next character is escaped
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
+}
+
+function scan(text: string): { faults: JsonFault[]; more: number } {
   const faults: JsonFault[] = [];
+  let more = 0;
   const names: Set<string>[] = [];
   const fault = (path: JSONPath, message: string) => {
     if (faults.length < MAX_FAULTS) faults.push({ field: fieldOf(path), message });
+    else more++;
   };
   try {
     visit(text, {
@@ -66,10 +102,10 @@ function scan(text: string): JsonFault[] {
       },
     });
   } catch {
-    // Only a nesting deeper than the call stack gets here; such a body is no charge.
-    return [{ field: "(body)", message: "nested too deeply" }];
+    // Only a nesting deeper than the call stack gets here (the depth is bounded before).
+    return { faults: [{ field: "(body)", message: "nested too deeply" }], more: 0 };
   }
-  return faults;
+  return { faults, more };
 }
 
 /** Whether a JSON number token denotes an exact safe integer, worked out on its digits. */
@@ -91,7 +127,12 @@ export function judgeNumber(token: string): "integer" | "fraction" | "out_of_ran
 }
 
 function fieldOf(path: JSONPath): string {
-  return path.length === 0 ? "(body)" : path.join(".");
+  return path.length === 0 ? "(body)" : boundedField(path.join("."));
+}
+
+/** A field's path as a problem names it: at most MAX_FIELD_CHARS characters. */
+export function boundedField(field: string): string {
+  return field.length <= MAX_FIELD_CHARS ? field : `${field.slice(0, MAX_FIELD_CHARS)}…`;
 }
 
 function quote(token: string): string {

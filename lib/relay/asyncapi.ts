@@ -1,43 +1,22 @@
 // The AsyncAPI 3 document of the MQTT events, built from the event contract in lib/events.ts:
 // the same event type names, topicOf for the channel addresses, EVENT_CONTENT_TYPE, and the
-// user property names userPropertiesOf writes. The payload and header schemas are TypeBox
+// user property names userPropertiesOf writes, and its envelope schemas (ENVELOPE_SCHEMAS, which
+// the API's GET /charges/:id/events documents too). The payload and header schemas are TypeBox
 // objects, so a test checks a real published message with the very objects the document
 // carries (Value.Check), and the served JSON is those objects serialized.
 import { Type as t, type TObject } from "@sinclair/typebox";
-import { EVENT_CONTENT_TYPE, EVENT_DATA_SCHEMAS, EVENT_DESCRIPTIONS, EVENT_TYPES, topicOf, type EventType } from "../events.ts";
+import { ENVELOPE_SCHEMAS, EVENT_CONTENT_TYPE, EVENT_DATA_SCHEMAS, EVENT_DESCRIPTIONS, EVENT_TYPES, topicOf, UUID_PATTERN, type EventType } from "../events.ts";
 
 export { EVENT_DATA_SCHEMAS };
 
 /** The version of the event contract this document describes; bumped when the envelope changes. */
 export const EVENT_CONTRACT_VERSION = "1.0.0";
 
-// Patterns rather than `format`: TypeBox checks a format only once a process-wide registry
-// knows it, and any JSON Schema validator reads a pattern the same way.
-const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
-// What the relay's claim writes (to_char with microseconds, UTC): lib/relay/outbox-sql.ts.
-const CREATED_AT_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$";
 // W3C Trace Context version 00, the only form the API carries into the outbox.
 const TRACEPARENT_PATTERN = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$";
 const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
 // MQTT bindings 0.2.0 (MQTT 5 fields: contentType on the message).
 const MQTT_BINDING_VERSION = "0.2.0";
-
-
-/** The envelope (buildEnvelope's JSON) of one event type. */
-function envelopeSchema(type: EventType): TObject {
-  return t.Object(
-    {
-      id: uuid("The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it."),
-      type: t.Literal(type, { description: "The event type; also the topic's last level" }),
-      aggregateId: uuid("The id of the aggregate (the charge) the event belongs to"),
-      tenantId: t.String({ minLength: 1, description: "The tenant whose request wrote the event" }),
-      createdAt: t.String({ pattern: CREATED_AT_PATTERN, description: "The outbox row's created_at, ISO-8601 UTC with microseconds" }),
-      sequence: t.Integer({ minimum: 1, description: "1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order" }),
-      data: EVENT_DATA_SCHEMAS[type],
-    },
-    { description: `The ${type} envelope (UTF-8 JSON); subscribers ignore fields they do not know` },
-  );
-}
 
 /** The MQTT 5 user properties of one event type (userPropertiesOf). */
 function userPropertiesSchema(type: EventType): TObject {
@@ -91,6 +70,7 @@ const INFO_DESCRIPTION = [
   "Delivery is at least once (QoS 1, not retained): a relay stopped between the broker's PUBACK and its own bookkeeping publishes the event again, so subscribers deduplicate by the envelope's `id`.",
   "Per aggregate, the relay hands the broker the events in `sequence` order; redeliveries may repeat an earlier event later.",
   "On MQTT 5 each publish carries the content type and the user properties described as each message's headers.",
+  "A charge's published events can be read back from the API, byte for byte these payloads, while its outbox keeps them: `GET /charges/{id}/events?after=<sequence>` (its /openapi.json); a subscriber fills there a gap the broker will never fill (a session lost with a broker that kept none).",
 ].join("\n\n");
 
 function message(type: EventType): AsyncApiMessage {
@@ -99,7 +79,7 @@ function message(type: EventType): AsyncApiMessage {
     title: type,
     summary: EVENT_DESCRIPTIONS[type],
     contentType: EVENT_CONTENT_TYPE,
-    payload: envelopeSchema(type),
+    payload: ENVELOPE_SCHEMAS[type],
     headers: userPropertiesSchema(type),
     bindings: { mqtt: { contentType: EVENT_CONTENT_TYPE, bindingVersion: MQTT_BINDING_VERSION } },
   };

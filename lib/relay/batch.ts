@@ -6,7 +6,7 @@
 // the commit leaves every row pending, so the worst case is a second delivery, never a loss.
 import type { Sql, Tx } from "../shared/db.ts";
 import { transaction } from "../shared/tx.ts";
-import { claimFollowers, claimHeads, claimWindow, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
+import { claimFollowers, claimHeads, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
 import type { GcPacer } from "../shared/gc-pacer.ts";
 import type { ClaimFrontier, ClaimLock, HeadLimit, WindowSize } from "./claim-lock.ts";
@@ -67,7 +67,7 @@ export interface BatchRun {
 // burst (bench/README.md, "Relay drain"). A claim that asked for more (a growing drain, or a
 // gathered stream: gather.ts) goes out at once whatever it found: the outbox is busy, and the
 // PINGREQ of window.ts keeps its last PUBACKs from the stall.
-const IN_TURN_MAX = 50;
+export const IN_TURN_MAX = 50;
 
 const LEFT_FOR_LATER: Outcome = { kind: "released", error: "not attempted: a row before it in its aggregate was not in the claim" };
 
@@ -83,22 +83,37 @@ function handOver(ctx: BatchContext, limit: number, claimed: readonly OutboxRow[
   return { rows, outcomes, inTurn };
 }
 
+/** The claimed heads created at `end` (the last of them, in created_at order). */
+function atEnd(heads: readonly OutboxRow[], end: string | undefined): number {
+  let n = 0;
+  for (let i = heads.length - 1; i >= 0 && heads[i]?.createdAt === end; i--) n++;
+  return n;
+}
+
 /**
  * The claim, under the claim lock: the heads of a window of due rows and, with room left,
- * their followers. The settings, the window's end and the heads leave in one write
- * (pipelined): one round trip; the followers one more, when the heads left room.
+ * their followers. The settings and the heads (with their window's figures) leave in one
+ * write (pipelined): one round trip; the followers one more, when the heads left room.
  */
 async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: OutboxRow[]; heads: number; full: boolean; fromTop: boolean }> {
   const from = turn.frontier.from(performance.now());
   const headLimit = turn.heads.of(limit);
-  const walk = turn.window.of(limit);
-  const [, window, heads] = await Promise.all([batchSettings(tx), claimWindow(tx, walk, from), claimHeads(tx, headLimit, from, walk)]);
+  // The window walks past the rows this relay holds, still locked and never heads. From the
+  // frontier those are the last claim's rows at its end, found again: without them a backlog
+  // was claimed one row short of every window (49 of 50), which at a cap of 50 or less also
+  // sent every claim in turn (handOver), 0.4x the drain rate. From the top they are all the
+  // rows in flight: a window of 10 rows behind 8 lanes' 80 took none, and moved the frontier
+  // back to its end, so the next claims walked the same locked rows, each a transaction for
+  // nothing, once a second.
+  const walk = turn.window.of(limit) + (from === undefined ? turn.window.held : turn.frontier.overlap);
+  const [, { heads, window }] = await Promise.all([batchSettings(tx), claimHeads(tx, headLimit, from, walk)]);
   if (window.end !== undefined) turn.window.claimed(walk, window.firstEvents, heads.length);
   // Stopped at its head limit, the walk ended at its last head: the next claim starts there.
   // Otherwise it walked the whole window, and the next starts where that ended.
   const stopped = heads.length === headLimit;
   const full = stopped || window.end !== undefined;
-  turn.frontier.claimed(limit, full ? limit : heads.length, stopped ? heads.at(-1)?.createdAt : window.end);
+  const end = stopped ? heads.at(-1)?.createdAt : window.end;
+  turn.frontier.claimed(limit, full ? limit : heads.length, end, atEnd(heads, end));
   // No room, or no other due row in the window (every one a head it took: a few ChargeCreated
   // at live rates), or none that could follow a head (every one a ChargeCreated, sequence 1:
   // a backlog of them, where the claim from the frontier finds the last claim's row still

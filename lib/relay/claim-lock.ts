@@ -22,8 +22,16 @@ export function createClaimLock(): ClaimLock {
 export interface ClaimFrontier {
   /** The created_at the next claim starts from, or undefined for the top of the index. */
   from(nowMs: number): string | undefined;
-  /** A claim of up to `limit` rows came back with `count`, the last created at `lastCreatedAt`. */
-  claimed(limit: number, count: number, lastCreatedAt: string | undefined): void;
+  /**
+   * Rows the last claim took at its end's created_at: a claim from the frontier (created_at >=,
+   * as rows of one transaction share theirs) finds them again, still locked, in its window.
+   */
+  readonly overlap: number;
+  /**
+   * A claim of up to `limit` rows came back with `count`, the last created at `lastCreatedAt`,
+   * `atEnd` of its rows created then.
+   */
+  claimed(limit: number, count: number, lastCreatedAt: string | undefined, atEnd?: number): void;
 }
 
 // A claim from the top of the pending index walks past every row the relay's other lanes
@@ -37,6 +45,7 @@ const FROM_TOP_EVERY_MS = 1000;
 
 export function createClaimFrontier(): ClaimFrontier {
   let last: string | undefined;
+  let overlap = 0;
   let fromTopAt = Number.NEGATIVE_INFINITY;
   return {
     from(nowMs) {
@@ -44,8 +53,12 @@ export function createClaimFrontier(): ClaimFrontier {
       fromTopAt = nowMs;
       return undefined;
     },
-    claimed(limit, count, lastCreatedAt) {
+    get overlap() {
+      return last === undefined ? 0 : overlap;
+    },
+    claimed(limit, count, lastCreatedAt, atEnd = 0) {
       last = count < limit ? undefined : lastCreatedAt;
+      overlap = atEnd;
     },
   };
 }
@@ -87,6 +100,8 @@ export function createHeadLimit(): HeadLimit {
  */
 export interface WindowSize {
   of(limit: number): number;
+  /** Rows this relay's batches hold now (claimed, locked, not yet committed). */
+  readonly held: number;
   /** Rows this relay's batches hold now (claimed, not yet committed): `rows` more, or fewer. */
   hold(rows: number): void;
   /** A full window of `walk` rows held `firstEvents` ChargeCreated rows, of which the claim took `heads`. */
@@ -101,6 +116,9 @@ export function createWindowSize(): WindowSize {
   let held = 0;
   return {
     of: (limit) => limit * factor,
+    get held() {
+      return held;
+    },
     hold(rows) {
       held += rows;
     },

@@ -6,14 +6,19 @@
 // the API"). Past GATHER_MIN_RATE_PER_S the next drain therefore starts only once the gather time has passed
 // since the last one began, and claims what came meanwhile in one claim, published at once.
 // Below it (200 events/s, the latency case) nothing waits.
-import { BUSY_STREAM_PER_S } from "../shared/wakeup.ts";
 import { createMovingRate } from "../shared/moving-rate.ts";
+import { IN_TURN_MAX } from "./batch.ts";
 
-// Events a second past which the relay gathers (an API process past it notifies less often:
-// lib/shared/wakeup.ts). At 200/s the commit → subscriber p99 is held
-// to 10 ms (bench/README.md); a claim there takes one row, and a few hundred claims a second
-// cost a fraction of a core. Well below the rates where claims start to cost the API its rate.
-export const GATHER_MIN_RATE_PER_S = BUSY_STREAM_PER_S;
+// Events a second past which the relay gathers. At 200/s the commit → subscriber p99 is held
+// to 10 ms (bench/README.md); a claim there takes one row, and 200 claims a second cost a
+// fraction of a core. Twice that, so that a burst at 200/s does not read as a stream (the
+// rate is a moving figure over RATE_WINDOW_MS: 40 events against 20 expected is far out for
+// arrivals at random). It was the API's busy rate (1,000/s, lib/shared/wakeup.ts), but an API
+// that shares its cores with the relay (or with anything else) may not reach that: beside the
+// API at 400–900 events/s the relay claimed a few rows per NOTIFY, 150–230 µs of its CPU and
+// 60–120 µs of its Postgres per event, and the API lost that CPU (bench/README.md, "One
+// harness for beside").
+export const GATHER_MIN_RATE_PER_S = 400;
 // The rows a claim need not exceed: past them the claim's fixed cost is a few µs per row.
 const GATHER_ROWS = 200;
 // The arrival rate is a moving figure over about this long (lib/shared/moving-rate.ts): a burst
@@ -30,7 +35,7 @@ export interface Gather {
    * drain may start: `began` when nothing need wait, later on a busy stream.
    */
   drained(began: number, rows: number): number;
-  /** The rows due by `at`, with a margin: the size of the claim that takes them. */
+  /** The rows due by `at`, with a margin, and never so few that their claim is published in turn: the size of the claim that takes them. */
   expected(at: number): number;
 }
 
@@ -48,8 +53,10 @@ export function createGather(maxMs: number): Gather {
       return at + Math.min(maxMs, GATHER_ROWS / perMs);
     },
     expected(at) {
-      // The rate as the last drain left it: the time since is the gather, not a lull.
-      return Math.ceil(rate.perMs(began) * Math.max(0, at - began) * CLAIM_MARGIN);
+      // The rate as the last drain left it: the time since is the gather, not a lull. At
+      // least a claim that goes out at once (batch.ts): a gather at 400-1,000 events/s brings
+      // 16-40 rows, which a claim asking for that few would publish one row at a time.
+      return Math.max(IN_TURN_MAX + 1, Math.ceil(rate.perMs(began) * Math.max(0, at - began) * CLAIM_MARGIN));
     },
   };
 }

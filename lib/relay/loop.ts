@@ -1,7 +1,7 @@
 // The outbox relay's loop. States:
 //   idle               nothing due; waits for a NOTIFY, a broker reconnect or the fallback poll
 //   draining           lanes claim and publish batches until a claim comes back short (lanes.ts);
-//                      on a stream past 1,000 events/s the next drain first waits out the
+//                      on a stream past 400 events/s the next drain first waits out the
 //                      gather time, whatever NOTIFYs come (gather.ts)
 //   waiting-for-broker disconnected: claims nothing (no attempts burnt) until the CONNACK
 //   backing-off        the database failed; waits, doubling the pause, then drains again

@@ -67,10 +67,6 @@ function dueWindow(tx: Db, walk: number, from: string | undefined) {
     order by created_at limit ${walk}`;
 }
 
-function windowBound(tx: Db, walk: number, from: string | undefined) {
-  return tx`select max(created_at) from (${dueWindow(tx, walk, from)}) as w having count(*) = ${walk}`;
-}
-
 export interface ClaimWindow {
   /** The due rows in the window (at most `walk`), locked or not. */
   readonly rows: number;
@@ -83,48 +79,60 @@ export interface ClaimWindow {
   readonly end: string | undefined;
 }
 
-/** The claim's window (claimHeads). Pipelined with the claim: no round trip of its own. */
-export async function claimWindow(tx: Db, walk: number, from?: string): Promise<ClaimWindow> {
-  const [row] = await tx<{ rows: number; firstEvents: number; end: string | null }[]>`
-    select count(*)::int as rows, count(*) filter (where sequence = 1)::int as "firstEvents",
-           case when count(*) = ${walk} then to_char(max(created_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') end as "end"
-    from (${dueWindow(tx, walk, from)}) as w`.execute();
-  return { rows: row?.rows ?? 0, firstEvents: row?.firstEvents ?? 0, end: row?.end ?? undefined };
+/** A claim's heads and the window they were taken from. */
+export interface ClaimedHeads {
+  readonly heads: OutboxRow[];
+  readonly window: ClaimWindow;
 }
+
+type HeadRow = OutboxRow & { readonly windowRows: number; readonly windowFirstEvents: number; readonly windowEnd: string | null };
 
 /**
  * Locks the heads that are due among the first `walk` due rows from `from` (a created_at as
- * the claim returns it) or from the top of the pending index, `limit` at most, oldest first.
+ * the claim returns it) or from the top of the pending index, `limit` at most, oldest first,
+ * and says what that window held: one statement, the window walked once for its figures and
+ * its bound (a statement of its own for the figures cost a claim of 10 rows a tenth more CPU,
+ * in the relay and in Postgres, than the claim before windows: bench/README.md, issue 41).
  * A head is its aggregate's oldest unpublished event; a row behind an unpublished one (in
  * flight in another batch, backing off, parked) is not a head: it waits, and only its
  * aggregate waits with it. A `sequence` of 1 (every ChargeCreated) is a head without looking
  * further; any other row the walk passes costs a probe of its aggregate's rows (the hash index
  * on aggregate_id). The walk is bounded: behind a backlog of one aggregate's events in flight,
  * an unbounded walk probed every row of the backlog for each claim (bench/README.md, "Relay
- * order"); the next claim starts where this window ended (claimWindow). SKIP LOCKED: rows
- * another relay (or lane) holds are passed over, never waited for. The scan follows the
- * partial index on pending rows; parked rows and rows still backing off are filtered out.
+ * order"); the next claim starts where this window ended. SKIP LOCKED: rows another relay (or
+ * lane) holds are passed over, never waited for. The scans follow the partial index on
+ * pending rows; parked rows and rows still backing off are filtered out.
  */
-export async function claimHeads(tx: Db, limit: number, from?: string, walk: number = limit): Promise<OutboxRow[]> {
+export async function claimHeads(tx: Db, limit: number, from?: string, walk: number = limit): Promise<ClaimedHeads> {
   // Named as OutboxRow's fields in SQL: the rows come back in their final shape, with no
-  // per-row copy on the drain's hot path.
-  return await tx<OutboxRow[]>`
-    select id, ctid::text as tid, aggregate_id as "aggregateId", aggregate_type as "aggregateType", sequence,
-           tenant, event_type as "eventType", payload, releases, traceparent,
-           to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"
-    from outbox o
-    where published_at is null
-      and parked_at is null
-      and (next_attempt_at is null or next_attempt_at <= now())
-      ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
-      and created_at <= coalesce((${windowBound(tx, walk, from)}), 'infinity')
-      and (sequence = 1 or not exists (
-        select 1 from outbox p
-        where p.aggregate_id = o.aggregate_id and p.aggregate_type = o.aggregate_type
-          and p.sequence < o.sequence and p.published_at is null))
-    order by created_at
-    limit ${limit}
-    for update skip locked`.execute();
+  // per-row copy on the drain's hot path (the window's three columns ride along). No head:
+  // one row of the window's figures with nulls for the rest (the left join).
+  const rows = await tx<HeadRow[]>`
+    with w as materialized (${dueWindow(tx, walk, from)}),
+    b as (select count(*)::int as n, count(*) filter (where sequence = 1)::int as first, max(created_at) as last from w)
+    select b.n as "windowRows", b.first as "windowFirstEvents",
+           case when b.n = ${walk} then to_char(b.last at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') end as "windowEnd",
+           h.*
+    from b left join lateral (
+      select id, ctid::text as tid, aggregate_id as "aggregateId", aggregate_type as "aggregateType", sequence,
+             tenant, event_type as "eventType", payload, releases, traceparent,
+             to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"
+      from outbox o
+      where published_at is null
+        and parked_at is null
+        and (next_attempt_at is null or next_attempt_at <= now())
+        ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
+        and created_at <= case when b.n = ${walk} then b.last else 'infinity' end
+        and (sequence = 1 or not exists (
+          select 1 from outbox p
+          where p.aggregate_id = o.aggregate_id and p.aggregate_type = o.aggregate_type
+            and p.sequence < o.sequence and p.published_at is null))
+      order by created_at
+      limit ${limit}
+      for update skip locked) as h on true`.execute();
+  const first = rows[0];
+  const window: ClaimWindow = { rows: first?.windowRows ?? 0, firstEvents: first?.windowFirstEvents ?? 0, end: first?.windowEnd ?? undefined };
+  return { heads: first?.id == null ? [] : rows, window };
 }
 
 /**

@@ -4,10 +4,15 @@
 import { ConfigError, databaseUrl, flag, host, integer, url, urlList, type Env } from "./config-values.ts";
 import { apiTimeBounds, relayTimeBounds, type ApiTimeBounds, type RelayTimeBounds } from "./time-bounds.ts";
 import { processorConfig, type ProcessorConfig } from "./config-processor.ts";
+import { subscriberApiConfig, type SubscriberApiConfig } from "./config-subscriber.ts";
+import { Secret } from "./redact.ts";
+import { admissionConfig, type AdmissionConfig } from "./config-admission.ts";
 
 export { ConfigError, databaseUrl, type Env } from "./config-values.ts";
 export type { ApiTimeBounds, RelayTimeBounds } from "./time-bounds.ts";
 export type { ProcessorConfig, ProcessorMode } from "./config-processor.ts";
+export type { SubscriberApiConfig } from "./config-subscriber.ts";
+export type { AdmissionConfig } from "./config-admission.ts";
 
 /** MQTT_PROTOCOL_VERSION: one version only, or 5 falling back to 3.1.1 (lib/shared/mqtt-connect.ts). */
 export type MqttProtocol = "5" | "3.1.1" | "auto";
@@ -44,6 +49,8 @@ export interface Config {
   readonly subscriberInboxRetentionSeconds: number;
   /** How long the reference subscriber holds an event whose predecessor has not come before it processes it anyway. */
   readonly subscriberGapTimeoutMs: number;
+  /** Where the reference subscriber asks for the events of a gap (config-subscriber.ts); undefined: it does not. */
+  readonly subscriberApi: SubscriberApiConfig | undefined;
   readonly mqttTopicPrefix: string;
   readonly mqttProtocol: MqttProtocol;
   readonly logLevel: LogLevel;
@@ -58,6 +65,10 @@ export interface Config {
   /** Count every request in http_server_request_duration_seconds (off only to measure its cost). */
   readonly apiHttpMetrics: boolean;
   readonly auth: AuthConfig;
+  /** API_KEY_HASH_SECRET: the HMAC key of keyHash in every log line (redact.ts); unset, each process makes one. */
+  readonly keyHashSecret: Secret | undefined;
+  /** Rate limit per tenant, cap in flight, operator port. */
+  readonly admission: AdmissionConfig;
   /** The payment processor (config-processor.ts). */
   readonly processor: ProcessorConfig;
 }
@@ -183,6 +194,7 @@ export function loadConfig(env: Env): Config {
   const pooler = databasePooler(env);
   const directUrl = databaseDirectUrl(env, pooler);
   const pollMs = pooler === "transaction" && directUrl === undefined ? OUTBOX_POLL_MS_WITHOUT_LISTEN : OUTBOX_POLL_MS;
+  const gapTimeoutMs = integer(env, "SUBSCRIBER_GAP_TIMEOUT_MS", DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS, 1, MAX_SUBSCRIBER_GAP_TIMEOUT_MS);
   return Object.freeze({
     databaseUrl: databaseUrl(env, "DATABASE_URL", "postgres://localhost:5432/postgres"),
     databasePooler: pooler,
@@ -199,7 +211,8 @@ export function loadConfig(env: Env): Config {
     relayGatherMs: integer(env, "RELAY_GATHER_MS", DEFAULT_RELAY_GATHER_MS, 0, MAX_RELAY_GATHER_MS),
     outboxRetentionSeconds: integer(env, "OUTBOX_RETENTION_SECONDS", 7 * 86_400, 1, TEN_YEARS_S),
     subscriberInboxRetentionSeconds: integer(env, "SUBSCRIBER_INBOX_RETENTION_SECONDS", INBOX_RETENTION_S, MIN_INBOX_RETENTION_S, TEN_YEARS_S),
-    subscriberGapTimeoutMs: integer(env, "SUBSCRIBER_GAP_TIMEOUT_MS", DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS, 1, MAX_SUBSCRIBER_GAP_TIMEOUT_MS),
+    subscriberGapTimeoutMs: gapTimeoutMs,
+    subscriberApi: subscriberApiConfig(env, gapTimeoutMs),
     mqttTopicPrefix: topicPrefix(env),
     mqttProtocol: mqttProtocol(env),
     logLevel: logLevel(env),
@@ -210,6 +223,8 @@ export function loadConfig(env: Env): Config {
     apiReusePort: flag(env, "API_REUSE_PORT"),
     apiHttpMetrics: flag(env, "API_HTTP_METRICS", true),
     auth: authConfig(env),
+    keyHashSecret: keyHashSecret(env),
+    admission: admissionConfig(env),
     processor: processorConfig(env),
   });
 }
@@ -217,6 +232,18 @@ export function loadConfig(env: Env): Config {
 // RFC 7518 §3.2: an HS256 key must be at least as long as the hash output (256 bits); a
 // shorter secret can be brute-forced from one token.
 export const MIN_JWT_SECRET_BYTES = 32;
+
+// As for AUTH_JWT_SECRET: an HMAC key shorter than the hash's output is the weak point.
+export const MIN_KEY_HASH_SECRET_BYTES = 32;
+
+function keyHashSecret(env: Env): Secret | undefined {
+  const raw = env.API_KEY_HASH_SECRET || undefined;
+  if (raw === undefined) return undefined;
+  // The secret itself is never echoed, only its length.
+  const bytes = new TextEncoder().encode(raw).byteLength;
+  if (bytes < MIN_KEY_HASH_SECRET_BYTES) throw new ConfigError(`API_KEY_HASH_SECRET must be at least ${MIN_KEY_HASH_SECRET_BYTES} bytes, got ${bytes}`);
+  return new Secret(raw);
+}
 
 function authConfig(env: Env): AuthConfig {
   const rawMode = (env.AUTH_MODE ?? "").trim().toLowerCase() || "jwt";

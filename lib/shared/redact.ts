@@ -1,5 +1,5 @@
 // Masking of secrets before they reach a log line or an error message.
-import { sha256Hex } from "./sha256.ts";
+import { hmacSha256Hex } from "./sha256.ts";
 
 const MASK = "***";
 
@@ -43,13 +43,35 @@ function maskUserinfo(text: string): string {
   return `${text.slice(0, colon + 1)}${MASK}${text.slice(at)}`;
 }
 
-// Enough of a SHA-256 to tell one client's retries apart from another's in the logs
-// (48 bits), and no way back to the key, which is a bearer of the request's identity.
+// Enough of an HMAC to tell one client's retries apart from another's in the logs (48 bits).
+// Keyed, because a plain hash of a guessable key (`order-12345`) is reversed by dictionary, and
+// the key is a bearer of its request's identity.
 const KEY_HASH_HEX_CHARS = 12;
+// A generated key is as long as the shortest API_KEY_HASH_SECRET accepted (config.ts).
+const GENERATED_KEY_BYTES = 32;
+// The process's HMAC key: API_KEY_HASH_SECRET, installed at start (useKeyHashSecret). One per
+// process because the request log (lib/api/http/) and the jobs hash keys far from the config.
+let hmacKey: Uint8Array | undefined;
 
-/** What logs carry instead of an Idempotency-Key: the first hex digits of its SHA-256. */
+/**
+ * Makes `secret` the key of every keyHash in this process. Without one, a random key made now:
+ * hashes then differ from another process's and from this one's next start, which `log` says
+ * in one line (never the key).
+ */
+export function useKeyHashSecret(secret: Secret | undefined, log: { warn(msg: string, fields?: Record<string, unknown>): void }): void {
+  if (secret !== undefined) {
+    hmacKey = new TextEncoder().encode(secret.reveal());
+    return;
+  }
+  hmacKey = crypto.getRandomValues(new Uint8Array(GENERATED_KEY_BYTES));
+  log.warn("API_KEY_HASH_SECRET is not set: keyHash in the logs uses a random key made at start, so hashes will not match across restarts or processes");
+}
+
+/** What logs carry instead of an Idempotency-Key: the first hex digits of its HMAC-SHA256. */
 export function keyHash(key: string): string {
-  return sha256Hex(key).slice(0, KEY_HASH_HEX_CHARS);
+  // A process that never installed a secret still never logs a hash a dictionary reverses.
+  hmacKey ??= crypto.getRandomValues(new Uint8Array(GENERATED_KEY_BYTES));
+  return hmacSha256Hex(hmacKey, key).slice(0, KEY_HASH_HEX_CHARS);
 }
 
 /**

@@ -2,12 +2,20 @@
 // node:crypto's one-shot `hash()` there (the API hashes three short strings per charge);
 // elsewhere node:crypto's `hash()` (Deno, Node >= 20.12), itself a fraction of
 // `createHash().update().digest()`, which runtimes without it (older workerd) fall back to.
-// Every path gives the same bytes (test/fingerprint.test.ts).
+// Every path gives the same bytes (test/fingerprint.test.ts). Its HMAC (keyHash's, in the logs)
+// likewise: Bun's CryptoHasher on Bun, node:crypto's createHmac elsewhere.
 import * as nodeCrypto from "node:crypto";
 
 type OneShot = (algorithm: string, data: string, encoding: "hex" | "buffer") => string | Buffer;
 // Looked up on the namespace, not imported by name: a runtime without it must still load this module.
 const oneShot = (nodeCrypto as unknown as { hash?: OneShot }).hash;
+
+interface BunHasher {
+  update(input: string): BunHasher;
+  digest(encoding: "hex"): string;
+}
+type BunHasherConstructor = new (algorithm: "sha256", hmacKey: Uint8Array) => BunHasher;
+const BunCryptoHasher = (globalThis as { Bun?: { CryptoHasher?: BunHasherConstructor } }).Bun?.CryptoHasher;
 
 interface BunSha256 {
   hash(input: string, encoding: "hex"): string;
@@ -21,6 +29,12 @@ let scratch: Buffer | undefined;
 export function sha256Hex(text: string): string {
   if (bunSha256) return bunSha256.hash(text, "hex");
   return oneShot ? (oneShot("sha256", text, "hex") as string) : nodeCrypto.createHash("sha256").update(text).digest("hex");
+}
+
+/** HMAC-SHA256 of `text` under `key`, as hex (Bun's hasher on Bun, node:crypto elsewhere). */
+export function hmacSha256Hex(key: Uint8Array, text: string): string {
+  if (BunCryptoHasher) return new BunCryptoHasher("sha256", key).update(text).digest("hex");
+  return nodeCrypto.createHmac("sha256", key).update(text).digest("hex");
 }
 
 /** The first 8 bytes of the SHA-256 of `text`, as a signed big-endian 64-bit integer. */

@@ -5,8 +5,8 @@
 import { metrics, type Counter, type Meter, type ObservableGauge, type ObservableResult } from "@opentelemetry/api";
 
 /** What became of an event that met a gap in its aggregate's sequence. */
-export type GapOutcome = "held" | "released_after_timeout" | "late";
-const GAP_OUTCOMES: readonly GapOutcome[] = ["held", "released_after_timeout", "late"];
+export type GapOutcome = "held" | "filled" | "released_after_timeout" | "late";
+const GAP_OUTCOMES: readonly GapOutcome[] = ["held", "filled", "released_after_timeout", "late"];
 
 export class SubscriberCounts {
   processed = 0;
@@ -15,6 +15,7 @@ export class SubscriberCounts {
   deadLettered = 0;
   held = 0;
   gapsSkipped = 0;
+  gapsFilled = 0;
   private readonly deadLetters: Counter;
   private readonly events: Counter;
   private readonly gaps: Counter;
@@ -36,7 +37,7 @@ export class SubscriberCounts {
       description: "Events the reference subscriber settled, by outcome: processed (new; a held event when it is processed), duplicate (already in the inbox), rejected (not an event)",
     });
     this.gaps = meter.createCounter("subscriber_sequence_gaps_total", {
-      description: "Events that met a gap in their aggregate's sequence, by outcome: held (came ahead of their turn), released_after_timeout (processed past a missing predecessor after SUBSCRIBER_GAP_TIMEOUT_MS), late (came after their turn was skipped; kept in subscriber_dead_letters)",
+      description: "Events that met a gap in their aggregate's sequence, by outcome: held (came ahead of their turn), filled (never came from the broker, read from the API's GET /charges/:id/events to fill a gap), released_after_timeout (processed past a missing predecessor after SUBSCRIBER_GAP_TIMEOUT_MS), late (came after their turn was skipped; kept in subscriber_dead_letters)",
     });
     this.heldGauge = meter.createObservableGauge("subscriber_held_events", {
       description: "Events the consumer holds now in subscriber_held_events until their turn (its whole share group: take the max over members)",
@@ -68,6 +69,7 @@ export class SubscriberCounts {
   countGap(outcome: GapOutcome): void {
     if (outcome === "held") this.held += 1;
     if (outcome === "released_after_timeout") this.gapsSkipped += 1;
+    if (outcome === "filled") this.gapsFilled += 1;
     this.gaps.add(1, { consumer: this.consumer, outcome });
   }
 

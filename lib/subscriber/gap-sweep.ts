@@ -1,5 +1,6 @@
-// The gap sweep: now and then, processes the held events that may go although no event of
-// their aggregate came to release them: those whose turn a crash left unreleased (their
+// The gap sweep: now and then, fills from the API the gaps that lasted SUBSCRIBER_GAP_FILL_AFTER_MS
+// (gap-fill.ts, when the subscriber has the API), then processes the held events that may go
+// although no event of their aggregate came to release them: those whose turn a crash left unreleased (their
 // predecessor committed, the release after it never ran), and those whose gap has lasted
 // longer than the gap timeout (their predecessor never came). It also counts the consumer's
 // held events for the subscriber_held_events gauge. Every member of a share group runs it;
@@ -7,6 +8,7 @@
 import { describeDbError, type Sql } from "../shared/db.ts";
 import { every, type Every } from "../shared/every.ts";
 import type { SubscriberCounts } from "./counts.ts";
+import type { GapFiller } from "./gap-fill.ts";
 import type { Releaser } from "./release.ts";
 import { Closing } from "./retry.ts";
 import { countHeld, dueAggregates } from "./sequence-sql.ts";
@@ -26,6 +28,8 @@ export interface GapSweepOptions {
   readonly timeoutMs: number;
   readonly releaser: Releaser;
   readonly counts: SubscriberCounts;
+  /** Fills the gaps old enough from the API before the timeout (SUBSCRIBER_API_URL); none without. */
+  readonly filler?: GapFiller;
   readonly onError?: (description: string) => void;
 }
 
@@ -36,6 +40,8 @@ export function startGapSweep(options: GapSweepOptions): Every {
     delayMs: () => Math.min(GAP_SWEEP_MAX_PAUSE_MS, GAP_SWEEP_INTERVAL_MS * 2 ** failures),
     runAtOnce: true,
     job: async (signal) => {
+      // Filled first: a gap the API fills is never skipped by the release below.
+      await options.filler?.run(signal);
       const due = await dueAggregates(options.sql, options.consumer, options.timeoutMs, GAP_SWEEP_BATCH);
       for (const place of due) {
         if (signal.aborted) return;

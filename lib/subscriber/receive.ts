@@ -71,7 +71,7 @@ export class Receiver {
         case "processed":
         case "duplicate": {
           const duplicate = outcome.kind === "duplicate";
-          this.report.delivered({ event, topic: packet.topic, duplicate, redelivered: packet.dup === true, held: false, gapSkipped: false });
+          this.report.delivered({ event, topic: packet.topic, duplicate, redelivered: packet.dup === true, held: false, gapSkipped: false, filled: false });
           if (outcome.follow) await this.releaser.release(outcome.follow);
           return;
         }

@@ -49,7 +49,7 @@ export class Releaser {
         case "released": {
           const { event, topic, duplicate, skipped } = step;
           if (skipped) this.report.gapSkipped(place, event, skipped.expected, skipped.waitedMs);
-          this.report.delivered({ event, topic, duplicate, redelivered: false, held: true, gapSkipped: skipped !== undefined });
+          this.report.delivered({ event, topic, duplicate, redelivered: false, held: true, gapSkipped: skipped !== undefined, filled: false });
         }
       }
     }

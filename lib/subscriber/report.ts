@@ -4,7 +4,7 @@ import { silentLogger, type Logger } from "../shared/log.ts";
 import { SubscriberCounts } from "./counts.ts";
 import type { DeadLetter } from "./inbox-sql.ts";
 import type { SequencedEvent } from "./process.ts";
-import type { Place } from "./sequence-sql.ts";
+import type { Gap, Place } from "./sequence-sql.ts";
 import type { Delivery, SubscriberOptions } from "./types.ts";
 
 export class Report {
@@ -50,6 +50,22 @@ export class Report {
     });
   }
 
+  /** The API answered the gap's next event, and the events it had that were not held were processed (`filled` of them new). */
+  gapFilled(gap: Gap, filled: number): void {
+    this.log.info("sequence gap filled from the API", { ...gapFields(gap), filled });
+  }
+
+  /** The API answered, without the gap's next event: the gap waits for the broker or the timeout. */
+  notFilled(gap: Gap, reason: string): void {
+    this.log.warn("sequence gap not filled from the API", { ...gapFields(gap), reason });
+  }
+
+  /** The API did not answer the gap (down, refused the token): asked again later. */
+  fillFailed(gap: Gap, error: string): void {
+    this.log.warn("sequence gap not filled from the API", { ...gapFields(gap), error });
+    this.options.onError?.(`gap of ${gap.place.aggregateType} ${gap.place.aggregateId} after ${gap.last} not filled from the API (asked again later): ${error}`);
+  }
+
   /** Came after its aggregate went past it; kept in subscriber_dead_letters. */
   late(place: Place, event: SequencedEvent, last: number, letter: DeadLetter): void {
     this.counts.countGap("late");
@@ -65,4 +81,9 @@ export class Report {
 
 function fieldsOf(place: Place, event: SequencedEvent): Record<string, string> {
   return { consumer: place.consumer, aggregateType: place.aggregateType, aggregateId: place.aggregateId, eventId: event.id };
+}
+
+function gapFields(gap: Gap): Record<string, string | number> {
+  const { consumer, aggregateType, aggregateId } = gap.place;
+  return { consumer, aggregateType, aggregateId, lastSequence: gap.last, heldSequence: gap.held[0] ?? 0 };
 }

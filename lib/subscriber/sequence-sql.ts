@@ -146,3 +146,37 @@ export async function countHeld(sql: Sql, consumer: string): Promise<number> {
   const [row] = await sql<{ n: number }[]>`select count(*)::int as n from subscriber_held_events where consumer = ${consumer}`;
   return row?.n ?? 0;
 }
+
+/** An aggregate whose next event has not come while later ones are held. */
+export interface Gap {
+  readonly place: Place;
+  /** The aggregate's last processed sequence. */
+  readonly last: number;
+  /** The sequences held, lowest first (all above last + 1). */
+  readonly held: readonly number[];
+  /** The topic the lowest held event came on. */
+  readonly topic: string;
+}
+
+/**
+ * Up to `limit` aggregates of the consumer of type `aggregateType` whose gap has lasted at
+ * least `afterMs` but not yet `timeoutMs` (past it the gap sweep skips it), oldest gap first.
+ * The gap's age is counted as the gap timeout counts it.
+ */
+export async function gapsToFill(sql: Sql, consumer: string, aggregateType: string, afterMs: number, timeoutMs: number, limit: number): Promise<Gap[]> {
+  const rows = await sql<{ aggregateId: string; last: number; held: number[]; topic: string }[]>`
+    select s.aggregate_id as "aggregateId", s.last_sequence as last,
+           array_agg(h.sequence order by h.sequence) as held,
+           (array_agg(h.topic order by h.sequence))[1] as topic
+      from subscriber_held_events h
+      join subscriber_sequences s
+        on s.consumer = h.consumer and s.aggregate_type = h.aggregate_type and s.aggregate_id = h.aggregate_id
+     where h.consumer = ${consumer} and h.aggregate_type = ${aggregateType}
+     group by s.aggregate_id, s.last_sequence, s.advanced_at
+    having min(h.sequence) > s.last_sequence + 1
+       and greatest(s.advanced_at, min(h.held_at)) <= now() - ${afterMs}::int * interval '1 millisecond'
+       and greatest(s.advanced_at, min(h.held_at)) >= now() - ${timeoutMs}::int * interval '1 millisecond'
+     order by greatest(s.advanced_at, min(h.held_at))
+     limit ${limit}`;
+  return rows.map((row) => ({ place: { consumer, aggregateType, aggregateId: row.aggregateId }, last: row.last, held: row.held, topic: row.topic }));
+}

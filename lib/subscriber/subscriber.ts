@@ -11,7 +11,9 @@
 //    (the one after the aggregate's last processed sequence, kept in subscriber_sequences
 //    under a row lock that members of a share group take in turn). One that comes ahead of
 //    its turn is kept in subscriber_held_events, acknowledged, and processed when its
-//    predecessor has been, or after the gap timeout if the predecessor never comes.
+//    predecessor has been, or after the gap timeout if the predecessor never comes. Given the
+//    API (options.api), a gap that lasted SUBSCRIBER_GAP_FILL_AFTER_MS is filled from its
+//    GET /charges/:id/events first, and only a gap the API cannot fill is skipped.
 //  - A handler that keeps failing: after MAX_HANDLER_ATTEMPTS the event is written to
 //    subscriber_dead_letters (with its last error), and only then acknowledged; the stream
 //    goes on. Nothing is acknowledged that is neither processed, held nor kept there.
@@ -19,26 +21,31 @@
 //
 // The pieces: session.ts (MQTT connection and subscription), receive.ts (one message, arrival to
 // PUBACK), process.ts (the inbox transaction, in turn), release.ts (held events, in order),
-// gap-sweep.ts (held events nothing else releases), dead-letter.ts, retry.ts (back-off),
+// gap-sweep.ts (held events nothing else releases), gap-fill.ts and events-api.ts (a gap filled
+// from the API), dead-letter.ts, retry.ts (back-off),
 // report.ts and counts.ts (what is told and counted).
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../shared/config.ts";
+import { GapFiller } from "./gap-fill.ts";
 import { startGapSweep } from "./gap-sweep.ts";
 import { Receiver } from "./receive.ts";
 import { closeSession, openSession } from "./session.ts";
 import type { Subscriber, SubscriberOptions } from "./types.ts";
 
-export type { Delivery, Held, Subscriber, SubscriberOptions } from "./types.ts";
+export type { Delivery, GapFillApi, Held, Subscriber, SubscriberOptions } from "./types.ts";
 
 export function startSubscriber(options: SubscriberOptions): Subscriber {
   const receiver = new Receiver(options);
   const { counts } = receiver.report;
   const { client, brokers, ready } = openSession(options, (packet, ack) => receiver.receive(packet, ack));
+  const timeoutMs = options.gapTimeoutMs ?? DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS;
+  const filler = options.api && new GapFiller(receiver.processing, receiver.releaser, receiver.report, options.api, timeoutMs);
   const sweep = startGapSweep({
     sql: options.sql,
     consumer: options.consumer,
-    timeoutMs: options.gapTimeoutMs ?? DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS,
+    timeoutMs,
     releaser: receiver.releaser,
     counts,
+    filler,
     onError: options.onError,
   });
   return {
@@ -59,6 +66,9 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
     },
     get gapsSkipped() {
       return counts.gapsSkipped;
+    },
+    get gapsFilled() {
+      return counts.gapsFilled;
     },
     get connected() {
       return client.connected;

@@ -20,6 +20,8 @@ export interface Delivery {
   readonly held: boolean;
   /** Processed past a missing predecessor, after SUBSCRIBER_GAP_TIMEOUT_MS. */
   readonly gapSkipped: boolean;
+  /** Never received from the broker: read from the API's GET /charges/:id/events to fill a gap. */
+  readonly filled: boolean;
 }
 
 /** An event that came ahead of its turn, kept in subscriber_held_events (and acknowledged). */
@@ -65,8 +67,25 @@ export interface SubscriberOptions {
   readonly log?: Logger;
   /** SUBSCRIBER_GAP_TIMEOUT_MS: how long a held event waits for its predecessor (default 5 minutes). */
   readonly gapTimeoutMs?: number;
+  /**
+   * The API to fill a gap from (SUBSCRIBER_API_URL, SUBSCRIBER_API_TOKEN,
+   * SUBSCRIBER_GAP_FILL_AFTER_MS): a gap that lasted `fillAfterMs` is filled from GET
+   * /charges/:id/events before the gap timeout. Without it gaps wait for the broker alone.
+   */
+  readonly api?: GapFillApi;
   /** Where the subscriber_* metrics are counted; the global meter by default. */
   readonly meter?: Meter;
+}
+
+export interface GapFillApi {
+  /** The API's origin (a path prefix is kept), without a trailing slash. */
+  readonly url: string;
+  /** A bearer token of the events' tenant, asked before each request. */
+  readonly token: () => string | Promise<string>;
+  /** How long a gap lasts before the API is asked (less than the gap timeout). */
+  readonly fillAfterMs: number;
+  /** A fetch of your own (a test's); the global one by default. */
+  readonly fetch?: (url: string, init: RequestInit) => Promise<Response>;
 }
 
 export interface Subscriber {
@@ -79,6 +98,8 @@ export interface Subscriber {
   readonly held: number;
   /** Events this subscriber processed past a missing predecessor, after the gap timeout. */
   readonly gapsSkipped: number;
+  /** Events this subscriber read from the API and processed to fill a gap. */
+  readonly gapsFilled: number;
   readonly connected: boolean;
   /** The broker in use, its password masked. */
   readonly broker: string;

@@ -1,13 +1,14 @@
 // The handler of an idempotent operation, the same for every one, and the answers every route
-// shares. Elysia has already read the body (415, 413, strict JSON: body.ts) and checked it and
-// the key's presence against their schemas; here come the path's ids (400), the key's syntax
-// (400), then the core, whose outcome is answered by one exhaustive switch.
+// shares. The route's transform has read the body (415, 413, strict JSON: body.ts) and checked
+// it and the path's ids (http/checks.ts); here come the ids once more (the handler's own
+// contract), the key's syntax (400), then the core, whose outcome is answered by one
+// exhaustive switch.
 import type { Static } from "@sinclair/typebox";
 import { keyHash } from "../../shared/redact.ts";
 import { parseIdempotencyKey } from "../core/keys.ts";
 import { endpointOf, type Operation } from "../../shared/operations/model.ts";
 import type { Outcome } from "../core/service.ts";
-import { ProblemError, problemResponse, specResponse, type ProblemName } from "../problem.ts";
+import { problemResponse, specResponse, type ProblemName } from "../problem.ts";
 import type { UnknownCause } from "../../shared/processor/client.ts";
 import { invalidIdProblem, type RequestContext } from "./context.ts";
 
@@ -94,25 +95,6 @@ function stored(status: number, body: string, location: string | undefined, repl
   const headers: Record<string, string> = location === undefined ? { "content-type": "application/json" } : { "content-type": "application/json", location };
   if (replayed) headers["idempotent-replayed"] = "true";
   return new Response(body, { status, headers });
-}
-
-/** What reading the body threw: our 415, 413 or 400, or anything else as "not valid JSON". */
-export function bodyProblem(cause: unknown): Response {
-  const error = cause instanceof ProblemError ? cause : new ProblemError("invalidBody", "the body is not valid JSON");
-  return problemResponse(error.problem, error.detail, error.extensions);
-}
-
-/** One failure of a schema: a JSON Pointer into the checked value, and what is wrong there. */
-export interface SchemaFault {
-  readonly path: string;
-  readonly message: string;
-}
-
-/** A 400 naming every field that fails the schema ("amountCents", "meta.a"; "(body)" for the whole). */
-export function validationProblem(faults: readonly SchemaFault[]): Response {
-  const errors = faults.map((e) => ({ field: e.path.replace(/^\//, "").replace(/\//g, ".") || "(body)", message: e.message }));
-  const detail = errors.map((e) => `${e.field}: ${e.message}`).join("; ") || "the body does not match the schema";
-  return problemResponse("invalidBody", detail, { errors });
 }
 
 // W3C Trace Context version 00: only a well-formed traceparent is carried into the outbox;

@@ -1,13 +1,17 @@
-// The route table's shape, framework-free: a method and a template ("/charges/:id") per route,
-// the template also being what logs, metrics and the key's scope call the route. app.ts hands
-// the table to Elysia, which routes, parses and validates; a handler gets what it checked.
+// What a request carries through Elysia's lifecycle, in Elysia's context: the dependencies
+// (one fixed set in the server, the request's own in the worker), and the trail its log line
+// and histogram sample are made of, a fresh one per request (onRequest). Framework-free but
+// for the plugin that puts them there.
+import { Elysia } from "elysia";
 import type { Logger } from "../../shared/log.ts";
 import type { Sql } from "../../shared/db.ts";
+import { UNMATCHED_ROUTE } from "../../shared/http-metrics.ts";
 import type { IdempotencyCore } from "../core/service.ts";
 import type { Authenticator } from "../auth.ts";
 import type { ApiMetrics } from "../metrics.ts";
+import type { Admission } from "../admission.ts";
+import type { Readiness } from "../readiness.ts";
 import type { OutcomeKind } from "../core/outcome.ts";
-import type { TObject, TSchema } from "@sinclair/typebox";
 import { isUuid } from "../../shared/uuid.ts";
 import { problemResponse } from "../problem.ts";
 
@@ -18,6 +22,10 @@ export interface RequestDeps {
   readonly auth: Authenticator;
   readonly log: Logger;
   readonly counters: ApiMetrics;
+  /** The tenants' buckets and the requests in flight (admission.ts). */
+  readonly admission: Admission;
+  /** /readyz's last probe (readiness.ts). */
+  readonly readiness: Readiness;
 }
 
 /**
@@ -33,41 +41,16 @@ export interface LogFields {
   error?: string;
 }
 
+/** What an operation's handler (answers.ts) is given of a request Elysia has checked. */
 export interface RequestContext {
   readonly request: Request;
-  readonly route: Route;
   readonly params: Readonly<Record<string, string>>;
-  /** The body, read as strict JSON and checked against the route's `schema.body` (undefined without one). */
+  /** The body, read as strict JSON and checked against the route's body schema. */
   readonly body: unknown;
-  /** The authenticated tenant of a route behind a token; "" on the operator routes. */
+  /** The authenticated tenant. */
   readonly tenant: string;
   readonly deps: RequestDeps;
   readonly fields: LogFields;
-  /** Prometheus exposition for GET /metrics, when the entrypoint wired one. */
-  readonly metrics: (() => Promise<Response>) | undefined;
-}
-
-export interface Route {
-  readonly method: "GET" | "POST";
-  /** The template: literal segments and `:name` parameters. */
-  readonly path: string;
-  readonly handle: (ctx: RequestContext) => Promise<Response> | Response;
-  /** What Elysia checks before the handler (a failure is a 400) and documents in /openapi.json. */
-  readonly schema?: RouteSchema;
-  /** The OpenAPI operation's own fields (operationId, summary, description, security). */
-  readonly detail: Readonly<Record<string, unknown>>;
-}
-
-export interface RouteSchema {
-  readonly params?: TObject;
-  /**
-   * Headers the handler reads and checks itself, documented only: Elysia checking them too
-   * would build a headers object per request for what the handler's own parser refuses anyway.
-   */
-  readonly documentedHeaders?: TObject;
-  readonly body?: TSchema;
-  /** Status → the schema of that answer's body (its `description` is the answer's). */
-  readonly response?: Readonly<Record<number, TSchema>>;
 }
 
 // What each path parameter names, for the problem of an id that is not a UUID.
@@ -89,26 +72,46 @@ export function needsToken(path: string): boolean {
   return path === "/charges" || path.startsWith("/charges/");
 }
 
-/** What one request carries from the entry through Elysia's hooks and back. */
-export interface RequestState {
-  readonly deps: RequestDeps;
-  readonly fields: LogFields;
-  tenant: string;
-  /** The template of the route that answered; UNMATCHED_ROUTE until one does. */
-  route: string;
+/**
+ * One request's own record: when it began, what its log line adds, and when and with what it
+ * was answered (onAfterResponse runs after the answer has left, later than its end).
+ */
+export class RequestTrail {
+  readonly started = performance.now();
+  readonly fields: LogFields = {};
+  answeredAt: number | undefined;
+  status: number | undefined;
+  /** Counted in flight (admission.ts), so counted out once answered. */
+  admitted = false;
+
+  /** Stamps `response` as this request's answer, and hands it back. */
+  answer(response: Response): Response {
+    this.answeredAt = performance.now();
+    this.status = response.status;
+    return response;
+  }
 }
 
-// Keyed by the Request Elysia is handed: its hooks and handlers are given that same object.
-const states = new WeakMap<Request, RequestState>();
-
-/** From the entry on, `request`'s hooks and handlers find `state` by it. */
-export function trackRequest(request: Request, state: RequestState): void {
-  states.set(request, state);
+/**
+ * The context every route and hook of the API reads: `deps` and a `trail` per request. Named,
+ * so each group of routes `use`s it for its types and Elysia applies it once.
+ */
+export function requestContext(deps: RequestDeps) {
+  return (
+    new Elysia({ name: "request-context" })
+      .decorate("deps", deps)
+      // A placeholder for the types: onRequest gives every request its own, before anything else runs.
+      .decorate("trail", new RequestTrail())
+      .onRequest((ctx) => {
+        ctx.trail = new RequestTrail();
+      })
+      .as("global")
+  );
 }
 
-/** The state of a request this pipeline is serving; a request from anywhere else is a bug. */
-export function stateOf(request: Request): RequestState {
-  const state = states.get(request);
-  if (state === undefined) throw new Error("bug: a request reached the app outside the pipeline");
-  return state;
+export type RequestContextPlugin = ReturnType<typeof requestContext>;
+
+/** The route field of a request: the template Elysia matched, or one value when none did. */
+export function routeOf(route: string | undefined | null): string {
+  return route || UNMATCHED_ROUTE;
 }

@@ -167,6 +167,7 @@ export const cancelCharge: Operation<typeof CancelBody, { charge_id: string }> =
     throw new Error(`bug: cancelCharge refused with ${reason}`);
   },
   locationOf: (body) => `/charges/${idOf(body, "id")}`,
+  problems: { chargeNotCancelable: NOT_CANCELABLE, cancelRefused: CANCEL_REFUSED },
   refusals: {
     "404": "Unknown charge, or another tenant's; the key stays unused",
     "422": "The key was used with another request (idempotency-key-reused), or the charge is not authorized (charge-not-cancelable: captured, canceled, failed, or captured at once; the key stays unused). With a processor, also its refusal (cancel-refused), stored under the key",

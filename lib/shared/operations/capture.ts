@@ -191,6 +191,7 @@ export const captureCharge: Operation<typeof CaptureBody, { charge_id: string; a
     throw new Error(`bug: captureCharge refused with ${reason}`);
   },
   locationOf: (body) => `/charges/${idOf(body, "id")}`,
+  problems: { chargeNotCapturable: NOT_CAPTURABLE, captureExceedsAuthorized: EXCEEDS_AUTHORIZED, captureRefused: CAPTURE_REFUSED },
   refusals: {
     "404": "Unknown charge, or another tenant's; the key stays unused",
     "422": "The key was used with another request (idempotency-key-reused), the charge is not authorized (charge-not-capturable: captured, canceled, failed, or captured at once), or the amount is more than authorized (capture-exceeds-authorized); the key stays unused for the latter two. With a processor, also its refusal (capture-refused), stored under the key",

@@ -6,6 +6,7 @@ import { captureCharge } from "./capture.ts";
 import { createCharge } from "./charges.ts";
 import { endpointOf, type Operation } from "./model.ts";
 import { createRefund } from "./refunds.ts";
+import type { ProblemSpec } from "../problem-types.ts";
 
 export const OPERATIONS: readonly Operation[] = [
   createCharge,
@@ -13,6 +14,11 @@ export const OPERATIONS: readonly Operation[] = [
   captureCharge,
   cancelCharge,
 ];
+
+/** Every operation's own problem types, by name (the API's table has the rest: lib/api/problem.ts). */
+export function operationProblems(): Readonly<Record<string, ProblemSpec>> {
+  return Object.assign({}, ...OPERATIONS.map((op) => op.problems ?? {}));
+}
 
 /** The operations that call the processor, by their key's endpoint. */
 export function foreignOperations(): ReadonlyMap<string, Operation> {

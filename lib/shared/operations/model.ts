@@ -110,6 +110,11 @@ export interface Operation<Schema extends TObject = TObject, Columns extends Rec
   /** Problem statuses beside the core's, for OpenAPI: status → description. */
   readonly refusals: Readonly<Record<string, string>>;
   /**
+   * The problem types of the operation's own (beside lib/shared/problem-types.ts), under the
+   * names the client's PROBLEM gives them (test/client-types.test.ts holds the two together).
+   */
+  readonly problems?: Readonly<Record<string, ProblemSpec>>;
+  /**
    * With a payment processor (PAYMENT_PROCESSOR=stripe), the operation calls it between two
    * transactions instead of committing in one statement. Without one, or without this, the
    * single statement above is all there is.

@@ -1,0 +1,71 @@
+// Admission control for the /charges routes (docs/configuration.md, "Admission control"): a
+// token bucket per tenant (429 past it) and a cap on requests in flight (503 past it), both
+// answered at once with Retry-After, before the body is read or the database is touched.
+// Per process: N processes admit N times as much.
+import type { AdmissionConfig } from "../shared/config.ts";
+
+const MS_PER_S = 1000;
+// Tenants whose bucket is remembered at most; past it, the full (idle) buckets are dropped: a
+// full bucket is what a tenant that was never seen gets anyway.
+const MAX_BUCKETS = 100_000;
+
+interface Bucket {
+  tokens: number;
+  at: number;
+}
+
+export type Admitted = { readonly ok: true } | { readonly ok: false; readonly retryAfterS: number };
+
+export interface Admission {
+  /** Takes one token of `tenant`'s bucket, or says how long until one is there. */
+  take(tenant: string): Admitted;
+  /** Counts a request in; false when API_MAX_IN_FLIGHT are already in (nothing counted then). */
+  enter(): boolean;
+  /** Counts an entered request out. */
+  leave(): void;
+  readonly inFlight: number;
+}
+
+const ADMITTED: Admitted = { ok: true };
+
+export function createAdmission(config: AdmissionConfig, now: () => number = performance.now.bind(performance)): Admission {
+  const buckets = new Map<string, Bucket>();
+  const rate = config.rateLimitPerS / MS_PER_S; // tokens per ms
+  const burst = config.rateBurst;
+  let inFlight = 0;
+  const sweep = (at: number) => {
+    for (const [tenant, bucket] of buckets) if (bucket.tokens + (at - bucket.at) * rate >= burst) buckets.delete(tenant);
+  };
+  return {
+    take(tenant) {
+      if (rate === 0) return ADMITTED;
+      const at = now();
+      let bucket = buckets.get(tenant);
+      if (bucket === undefined) {
+        if (buckets.size >= MAX_BUCKETS) sweep(at);
+        bucket = { tokens: burst, at };
+        buckets.set(tenant, bucket);
+      } else {
+        bucket.tokens = Math.min(burst, bucket.tokens + (at - bucket.at) * rate);
+        bucket.at = at;
+      }
+      if (bucket.tokens >= 1) {
+        bucket.tokens -= 1;
+        return ADMITTED;
+      }
+      // Whole seconds (RFC 9110 §10.2.3), at least one.
+      return { ok: false, retryAfterS: Math.max(1, Math.ceil((1 - bucket.tokens) / rate / MS_PER_S)) };
+    },
+    enter() {
+      if (inFlight >= config.maxInFlight) return false;
+      inFlight++;
+      return true;
+    },
+    leave() {
+      inFlight--;
+    },
+    get inFlight() {
+      return inFlight;
+    },
+  };
+}

@@ -1,0 +1,113 @@
+// GET /charges/:id/events: a charge's events as the broker carried them, read back from the
+// outbox while it keeps them (OUTBOX_RETENTION_SECONDS). Each envelope is built from its row
+// by lib/events.ts's buildEnvelope, with createdAt written as the relay's claim writes it, so
+// an event here is the same bytes as the payload a subscriber received. Only published rows
+// are answered: the relay hands the broker an aggregate's events in sequence order, so a
+// subscriber holding event n that came through the broker finds every event before it here,
+// and an event not yet published cannot be answered before the broker has it.
+import { Type as t, type Static } from "@sinclair/typebox";
+import { boundedStatement } from "../shared/bounded-statement.ts";
+import type { Sql } from "../shared/db.ts";
+import { buildEnvelope, CHARGE, ENVELOPE_SCHEMAS } from "../events.ts";
+import type { RequestContext } from "./http/context.ts";
+import { problemResponse } from "./problem.ts";
+import { checkOf } from "./schemas.ts";
+
+// Events per answer. A charge has one event per refund besides its first, so almost every
+// charge fits in one; a longer one is read in pages (a Link rel="next" with ?after=), each
+// answer one bounded statement and a few hundred kilobytes at most.
+export const EVENTS_PAGE_SIZE = 500;
+// The largest sequence there can be (a Postgres integer column).
+const MAX_SEQUENCE = 2_147_483_647;
+
+/** The answer's body: the envelopes, each exactly as the relay published it. */
+export const ChargeEvents = t.Object(
+  {
+    events: t.Array(t.Union(Object.values(ENVELOPE_SCHEMAS)), {
+      description: `The charge's published events after \`after\`, in sequence order, at most ${EVENTS_PAGE_SIZE} (a Link rel="next" names the next page); each element is byte for byte the MQTT payload the relay published`,
+    }),
+  },
+  { description: "The charge's events, as the broker carried them" },
+);
+
+/** The query GET /charges/:id/events reads (documented; the handler checks it itself). */
+export const ChargeEventsQuery = t.Object({
+  after: t.Optional(
+    t.String({
+      pattern: "^[0-9]{1,10}$",
+      description: "Only events whose sequence is greater than this (a decimal integer, default 0: every event); a subscriber gives its aggregate's last processed sequence",
+    }),
+  ),
+});
+
+interface EventRow {
+  readonly id: string | null;
+  readonly eventType: string;
+  readonly tenant: string;
+  readonly sequence: number;
+  readonly payload: string;
+  readonly createdAt: string;
+}
+
+/**
+ * The charge's published events after `after`, up to `limit` of them; undefined when the
+ * tenant has no such charge (another tenant's is unknown alike). One statement: the charge,
+ * then its rows by the outbox's hash index on aggregate_id.
+ */
+export async function chargeEvents(sql: Sql, tenant: string, id: string, after: number, limit: number, endsAt: number): Promise<EventRow[] | undefined> {
+  const rows = await boundedStatement(sql, endsAt, (q) => q<EventRow[]>`
+    select o.id, o.event_type as "eventType", o.tenant, o.sequence, o.payload,
+           to_char(o.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"
+      from charges c
+      left join outbox o
+        on o.aggregate_id = c.id and o.aggregate_type = ${CHARGE} and o.tenant = c.tenant
+       and o.published_at is not null and o.sequence > ${after}
+     where c.id = ${id}::uuid and c.tenant = ${tenant}
+     order by o.sequence
+     limit ${limit}`);
+  if (rows.length === 0) return undefined;
+  return rows.filter((row) => row.id !== null);
+}
+
+/** The envelopes of `rows`, as the relay's RowMessage builds each payload. */
+function envelopesOf(rows: readonly EventRow[], chargeId: string): string[] {
+  const values = rows.map((row) => ({
+    id: row.id!,
+    type: row.eventType,
+    aggregateId: chargeId,
+    tenantId: row.tenant,
+    createdAt: row.createdAt,
+    sequence: row.sequence,
+    data: JSON.parse(row.payload) as unknown,
+  }));
+  const check = checkOf(ChargeEvents);
+  const body: Static<typeof ChargeEvents> = { events: values as Static<typeof ChargeEvents>["events"] };
+  if (!check.Check(body)) {
+    const first = check.Errors(body).First();
+    throw new Error(`bug: an event does not match its envelope schema at ${first?.path || "(root)"}: ${first?.message ?? "unknown"}`);
+  }
+  return values.map(buildEnvelope);
+}
+
+/** `after` as given, or a problem; absent is 0. */
+function afterOf(request: Request): number | Response {
+  const raw = new URL(request.url).searchParams.get("after");
+  if (raw === null) return 0;
+  const value = /^[0-9]{1,10}$/.test(raw) ? Number(raw) : Number.NaN;
+  if (Number.isInteger(value) && value <= MAX_SEQUENCE) return value;
+  return problemResponse("invalidQuery", `after must be a sequence, an integer from 0 to ${MAX_SEQUENCE}`, { errors: [{ field: "after", message: "not an integer from 0 to 2147483647" }] });
+}
+
+/** GET /charges/:id/events (its id already checked): 400 for an `after` that is not one, 404 for an unknown charge, else the page. */
+export async function chargeEventsHandler(ctx: Pick<RequestContext, "request" | "params" | "tenant" | "deps">): Promise<Response> {
+  const after = afterOf(ctx.request);
+  if (after instanceof Response) return after;
+  const id = ctx.params.id!.toLowerCase();
+  // One more than a page: whether a next page exists, without a second statement.
+  const rows = await ctx.deps.core.read((sql, endsAt) => chargeEvents(sql, ctx.tenant, id, after, EVENTS_PAGE_SIZE + 1, endsAt));
+  if (rows === undefined) return problemResponse("notFound", `no charge with id ${id}`);
+  const page = rows.slice(0, EVENTS_PAGE_SIZE);
+  const headers: Record<string, string> = { "content-type": "application/json;charset=utf-8" };
+  if (rows.length > EVENTS_PAGE_SIZE) headers.link = `</charges/${id}/events?after=${page.at(-1)!.sequence}>; rel="next"`;
+  return new Response(`{"events":[${envelopesOf(page, id).join(",")}]}`, { headers });
+}

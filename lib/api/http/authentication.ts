@@ -1,0 +1,49 @@
+// The bearer token of the /charges routes, as an Elysia plugin: a group that `use`s it gets
+// `tenant` in its context (derive, scoped to that group), or the request is answered 401 (503
+// when the key set cannot be fetched), or 429 when the tenant is past its rate (admission.ts),
+// before anything else of it is read: derive runs before the routes' own transform, where
+// their body is read (routes.ts). The verification itself is auth.ts's.
+import { Elysia, status } from "elysia";
+import { authFailureDetail, type AuthResult } from "../auth.ts";
+import { problemResponse } from "../problem.ts";
+import { RETRY_AFTER_S } from "./answers.ts";
+import type { RequestContextPlugin, RequestDeps, RequestTrail } from "./context.ts";
+
+export function authentication(context: RequestContextPlugin) {
+  return new Elysia({ name: "authentication" })
+    .use(context)
+    .derive({ as: "scoped" }, async ({ request, deps, trail }) => {
+      const verdict = await authenticate(deps, trail, request);
+      if (typeof verdict !== "string") return status(verdict.status, trail.answer(verdict));
+      const admitted = deps.admission.take(verdict);
+      if (!admitted.ok) return status(429, trail.answer(rateLimited(admitted.retryAfterS)));
+      return { tenant: verdict };
+    });
+}
+
+function rateLimited(retryAfterS: number): Response {
+  const detail = "this tenant is over its request rate (API_RATE_LIMIT); retry after Retry-After seconds";
+  return problemResponse("rateLimited", detail, {}, { "retry-after": String(retryAfterS) });
+}
+
+/** The request's tenant, or the answer refusing it (counted, and named on its log line). */
+export async function authenticate(deps: RequestDeps, trail: RequestTrail, request: Request): Promise<string | Response> {
+  const result = await deps.auth.authenticate(request.headers.get("authorization"));
+  if (result.kind !== "authenticated") {
+    deps.counters.countAuthFailure(result.reason);
+    trail.fields.authFailure = result.reason;
+    return authProblem(result);
+  }
+  trail.fields.tenant = result.tenant;
+  return result.tenant;
+}
+
+// RFC 6750 §3: a request without credentials gets the bare challenge; one whose token was
+// refused also learns that the token is the problem.
+function authProblem(result: Exclude<AuthResult, { kind: "authenticated" }>): Response {
+  if (result.kind === "unavailable") {
+    return problemResponse("unavailable", authFailureDetail(result.reason), {}, { "retry-after": RETRY_AFTER_S });
+  }
+  const challenge = result.tokenSent ? 'Bearer error="invalid_token"' : "Bearer";
+  return problemResponse("unauthorized", authFailureDetail(result.reason), {}, { "www-authenticate": challenge });
+}

@@ -1,0 +1,26 @@
+// The cap on /charges requests in flight (API_MAX_IN_FLIGHT), as an Elysia plugin: onRequest,
+// before the route is even found, answers 503 with Retry-After past it instead of queueing
+// without bound (every waiting request holds its body and a place in the pool's queue); the
+// operator's routes are never refused, so a saturated process still says so. Counted out in
+// onAfterResponse.
+import { Elysia } from "elysia";
+import { pathOf } from "../../shared/runtime.ts";
+import { problemResponse } from "../problem.ts";
+import { RETRY_AFTER_S } from "./answers.ts";
+import { needsToken, type RequestContextPlugin } from "./context.ts";
+
+export function inFlightCap(context: RequestContextPlugin) {
+  return new Elysia({ name: "in-flight-cap" })
+    .use(context)
+    .onRequest(({ request, deps, trail }) => {
+      if (!needsToken(pathOf(request.url))) return;
+      if (!deps.admission.enter()) {
+        const detail = "this process has as many requests in flight as it takes (API_MAX_IN_FLIGHT); retry later";
+        return trail.answer(problemResponse("overloaded", detail, {}, { "retry-after": RETRY_AFTER_S }));
+      }
+      trail.admitted = true;
+    })
+    .onAfterResponse({ as: "global" }, ({ deps, trail }) => {
+      if (trail.admitted) deps.admission.leave();
+    });
+}

@@ -1,0 +1,38 @@
+// Every request's log line and its sample on http_server_request_duration_seconds, taken in
+// onAfterResponse: the route is the template Elysia matched (UNMATCHED_ROUTE when none), the
+// method what the client sent (HEAD stays HEAD), the duration from onRequest to the answer's
+// stamp (onAfterHandle for a handler's, onError and the token's refusal for theirs): Elysia
+// runs onAfterResponse on a later turn of the event loop, which a loaded process delays.
+import { Elysia } from "elysia";
+import type { HttpServerMetrics } from "../../shared/http-metrics.ts";
+import type { Logger } from "../../shared/log.ts";
+import { routeOf, type LogFields, type RequestContextPlugin } from "./context.ts";
+
+const MS_PER_S = 1000;
+
+export function observability(context: RequestContextPlugin, httpMetrics: HttpServerMetrics | undefined) {
+  return new Elysia({ name: "observability" })
+    .use(context)
+    .onAfterHandle({ as: "global" }, ({ responseValue, trail }) => {
+      if (responseValue instanceof Response) trail.answer(responseValue);
+    })
+    // `set` is not read: a hook that reads it makes Elysia map every answer through it.
+    .onAfterResponse({ as: "global" }, ({ request, route, trail, deps }) => {
+      const durationMs = (trail.answeredAt ?? performance.now()) - trail.started;
+      // Every answer is stamped (onAfterHandle, onError, the token's refusal, the cap in flight).
+      const status = trail.status ?? 200;
+      const name = routeOf(route);
+      httpMetrics?.record(request.method, name, status, durationMs / MS_PER_S);
+      try {
+        logRequest(deps.log, request.method, name, status, durationMs, trail.fields);
+      } catch (error) {
+        deps.log.error("request log failed", { error: String(error) });
+      }
+    });
+}
+
+function logRequest(log: Logger, method: string, route: string, status: number, durationMs: number, extra: LogFields): void {
+  const fields = { method, route, status, durationMs: Math.round(durationMs * 100) / 100, ...extra };
+  if (status >= 500) log.error("request", fields);
+  else log.info("request", fields);
+}

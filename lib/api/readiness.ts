@@ -1,0 +1,34 @@
+// GET /readyz from a result at most READY_MAX_AGE_MS old: one probe of the database at a
+// time, shared by every request that asks meanwhile, instead of a `select 1` per request on
+// the API's pool (a load balancer polling every instance often would take connections from
+// charges).
+import { probeDatabase, type Sql } from "../shared/db.ts";
+
+/** How old an answer of /readyz may be (documented in docs/api.md). */
+export const READY_MAX_AGE_MS = 1000;
+// /readyz answers "not ready" rather than hang when the database does not answer.
+const READY_TIMEOUT_MS = 2000;
+
+export interface Readiness {
+  /** Whether the database answered, probed through `sql` unless a result of the last READY_MAX_AGE_MS is there. */
+  check(sql: Sql): Promise<boolean>;
+}
+
+export function createReadiness(now: () => number = Date.now): Readiness {
+  let last: { up: boolean; at: number } | undefined;
+  let probing: Promise<boolean> | undefined;
+  return {
+    check(sql) {
+      if (last !== undefined && now() - last.at < READY_MAX_AGE_MS) return Promise.resolve(last.up);
+      probing ??= probeDatabase(sql, READY_TIMEOUT_MS)
+        .then((result) => {
+          last = { up: result.up, at: now() };
+          return result.up;
+        })
+        .finally(() => {
+          probing = undefined;
+        });
+      return probing;
+    },
+  };
+}

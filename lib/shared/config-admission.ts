@@ -1,0 +1,46 @@
+// The API's admission control (docs/configuration.md, "Admission control"): a token bucket per
+// tenant, a cap on requests in flight, and the optional operator port.
+import { ConfigError, host, integer, type Env } from "./config-values.ts";
+
+export interface AdmissionConfig {
+  /** API_RATE_LIMIT: requests a second one tenant may make to one API process; 0 = no limit. */
+  readonly rateLimitPerS: number;
+  /** API_RATE_BURST: the bucket's size, what a tenant may send at once after a quiet spell. */
+  readonly rateBurst: number;
+  /** API_MAX_IN_FLIGHT: /charges requests one process serves at once; past it, 503 at once. */
+  readonly maxInFlight: number;
+  /** OPERATOR_PORT: /healthz, /readyz, /metrics, /openapi.json and /docs on a port of their own. */
+  readonly operatorPort: number | undefined;
+  readonly operatorHost: string;
+}
+
+// Above what one tenant can make one process serve: the bench's replays of one key reach
+// ~6,500/s and its charges ~3,000/s on 2 cores (bench/README.md), so by default nothing a
+// process can serve is refused, and a deployment sets its tenants' contract (e.g. 100).
+export const DEFAULT_RATE_LIMIT_PER_S = 10_000;
+const MAX_RATE_LIMIT_PER_S = 1_000_000;
+// 30 × the default pool of 32 connections: far beyond the bench's 32 connections and the
+// chaos scenarios' few hundred, and each waiting request is at most a 16 KiB body and a
+// promise, so 1,000 of them are a few MiB, not an unbounded queue.
+export const DEFAULT_MAX_IN_FLIGHT = 1000;
+const MAX_IN_FLIGHT = 1_000_000;
+
+export function admissionConfig(env: Env): AdmissionConfig {
+  const rateLimitPerS = integer(env, "API_RATE_LIMIT", DEFAULT_RATE_LIMIT_PER_S, 0, MAX_RATE_LIMIT_PER_S);
+  // One second's worth by default: a tenant at its rate never waits, a burst of a second passes.
+  const rateBurst = integer(env, "API_RATE_BURST", Math.max(1, rateLimitPerS), 1, MAX_RATE_LIMIT_PER_S);
+  const rawOperator = env.OPERATOR_PORT?.trim();
+  const operatorPort = rawOperator ? integer(env, "OPERATOR_PORT", 0, 1, 65535) : undefined;
+  const port = integer(env, "PORT", 3000, 0, 65535);
+  if (operatorPort !== undefined && operatorPort === port) {
+    throw new ConfigError(`OPERATOR_PORT must differ from PORT, both are ${port}`);
+  }
+  return Object.freeze({
+    rateLimitPerS,
+    rateBurst,
+    maxInFlight: integer(env, "API_MAX_IN_FLIGHT", DEFAULT_MAX_IN_FLIGHT, 1, MAX_IN_FLIGHT),
+    operatorPort,
+    // Loopback by default: the operator's endpoints are not the public's.
+    operatorHost: host(env, "OPERATOR_HOST", "127.0.0.1"),
+  });
+}

@@ -1,0 +1,80 @@
+// The subscriber's one call to the API: GET /charges/:id/events?after=<last processed>, every
+// page. Each element of the answer is the envelope the relay published; written back with
+// JSON.stringify it is the payload's text again (the relay wrote it with JSON.stringify), and
+// that text is what the inbox, the held events and the dead letters keep.
+import { parseEnvelope } from "../events.ts";
+import type { SequencedEvent } from "./process.ts";
+import type { GapFillApi } from "./types.ts";
+
+// One request's bound: the API answers within its own time bounds (5 s by default) or not at all.
+const REQUEST_TIMEOUT_MS = 10_000;
+// Pages read for one gap (500 events each): a gap longer than that is filled by the next asks.
+const MAX_PAGES = 10;
+
+export interface FetchedEvent {
+  readonly event: SequencedEvent;
+  /** The envelope's JSON text, as the broker carried it. */
+  readonly payload: string;
+}
+
+export type ApiAnswer =
+  /** The charge's published events after the sequence asked for, in order. */
+  | { readonly kind: "events"; readonly events: readonly FetchedEvent[] }
+  /** 404: no such charge for the token's tenant (another tenant's, or gone). */
+  | { readonly kind: "unknown" };
+
+/** A refusal or a fault of the API: the gap is asked again later. */
+export class ApiError extends Error {}
+
+/** The charge's events after `after`; throws ApiError when the API does not answer them (or `stop` aborts the call). */
+export async function fetchChargeEvents(api: GapFillApi, chargeId: string, after: number, stop: AbortSignal): Promise<ApiAnswer> {
+  const events: FetchedEvent[] = [];
+  let path: string | undefined = `/charges/${encodeURIComponent(chargeId)}/events?after=${after}`;
+  for (let page = 0; path !== undefined && page < MAX_PAGES; page++) {
+    const response = await get(api, path, stop);
+    if (response.status === 404 && page === 0) return { kind: "unknown" };
+    if (response.status !== 200) throw new ApiError(`GET ${path} answered ${response.status}${await problemOf(response)}`);
+    events.push(...eventsOf(await response.text(), chargeId, path));
+    path = response.headers.get("link")?.match(/^<(\/[^>]*)>;\s*rel="next"$/)?.[1];
+  }
+  return { kind: "events", events };
+}
+
+async function get(api: GapFillApi, path: string, stop: AbortSignal): Promise<Response> {
+  const fetchIt = api.fetch ?? ((url: string, init: RequestInit) => fetch(url, init));
+  const headers = { accept: "application/json", authorization: `Bearer ${await api.token()}` };
+  try {
+    return await fetchIt(`${api.url}${path}`, { headers, signal: AbortSignal.any([stop, AbortSignal.timeout(REQUEST_TIMEOUT_MS)]) });
+  } catch (error) {
+    throw new ApiError(`GET ${path} failed: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
+/** ": <the problem's detail>" of an RFC 9457 answer, or nothing. */
+async function problemOf(response: Response): Promise<string> {
+  const text = await response.text().catch(() => "");
+  try {
+    const detail = (JSON.parse(text) as { detail?: unknown }).detail;
+    return typeof detail === "string" ? `: ${detail}` : "";
+  } catch {
+    return "";
+  }
+}
+
+function eventsOf(body: string, chargeId: string, path: string): FetchedEvent[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    throw new ApiError(`GET ${path} answered a body that is not JSON`);
+  }
+  const list = (parsed as { events?: unknown } | null)?.events;
+  if (!Array.isArray(list)) throw new ApiError(`GET ${path} answered no events array`);
+  return list.map((element: unknown) => {
+    const payload = JSON.stringify(element);
+    const envelope = parseEnvelope(payload);
+    // Not the charge's, or without a sequence: not what the route answers; nothing is processed from it.
+    if (envelope?.sequence === undefined || envelope.aggregateId !== chargeId) throw new ApiError(`GET ${path} answered an event that is not one of the charge's`);
+    return { event: { ...envelope, sequence: envelope.sequence }, payload };
+  });
+}
