@@ -641,7 +641,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1061,7 +1061,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1339,7 +1339,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1873,7 +1873,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
             503: {
                 headers: {
                     [name: string]: unknown;

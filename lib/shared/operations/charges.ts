@@ -293,7 +293,7 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   refusals: {
     "402": "The payment processor declined the charge (card-declined, with declineCode): stored under the key and replayed",
     "502": "The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After)",
-    "503": "Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
+    "503": "Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
     "504": "The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After)",
   },
   foreign: foreign<Static<typeof ChargeBody>, ChargeResume, Payments>({

@@ -235,7 +235,7 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
     "404": "Unknown charge, or another tenant's; the key stays unused",
     "422": "The key was used with another request (idempotency-key-reused), the refund is more than the charge has left (refund-exceeds-charge, with leftCents), or the charge has not succeeded (charge-not-refundable); the key stays unused for the latter two. With a processor, also its refusal (refund-refused), stored under the key",
     "502": "The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After)",
-    "503": "Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
+    "503": "Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
     "504": "The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After)",
   },
   foreign: foreign<Static<typeof RefundBody>, RefundResume, ReturnType<typeof refunds>>({
