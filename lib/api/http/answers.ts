@@ -54,6 +54,8 @@ export function outcomeResponse(outcome: Outcome): Response {
       return stored(outcome.status, outcome.body, outcome.location, true);
     case "payload_conflict":
       return problemResponse("payloadConflict", "this Idempotency-Key was already used with a different request");
+    case "expired":
+      return expiredProblem(outcome.location);
     case "in_flight":
       return problemResponse("inFlight", "a request with this Idempotency-Key is still being processed; retry later", {}, { "retry-after": RETRY_AFTER_S });
     case "refused":
@@ -82,6 +84,15 @@ const UNKNOWN_PROBLEMS: Readonly<Record<UnknownCause, ProblemName>> = {
 // The lease was given up with the answer: the same key may resume at once. A second leaves the
 // processor a moment, and a client that honours it does not hammer an outage.
 const RETRY_AFTER_PROCESSOR_S = "1";
+
+/**
+ * 410: the key's answer expired and its tombstone remains; nothing was done. The original
+ * resource goes in Location and in the body's `resource`, so a client finds what it made.
+ */
+function expiredProblem(location: string | undefined): Response {
+  const detail = "this Idempotency-Key's stored answer has expired; the request was not repeated" + (location === undefined ? "" : `: its resource is ${location}`);
+  return problemResponse("keyExpired", detail, location === undefined ? {} : { resource: location }, location === undefined ? {} : { location });
+}
 
 /** The processor's refusal stored under the key (a 402 decline), first time or replayed. */
 function storedProblem(status: number, body: string, replayed: boolean): Response {
