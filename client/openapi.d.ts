@@ -75,6 +75,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/charges/idempotency-key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A key's state, per operation: in flight, completed, parked, expired or unknown */
+        get: operations["getIdempotencyKey"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -166,6 +183,43 @@ export interface components {
             refundedCents: number;
             /** @description pending while the processor's outcome is not known; succeeded, or failed (declined) */
             status: "pending" | "succeeded" | "failed";
+        };
+        /** @description The key's state for each operation */
+        KeyStateView: {
+            /** @description The key, as the API stores it (a UUID lowercased) */
+            key: string;
+            /** @description Every operation, in the route table's order */
+            operations: {
+                /**
+                 * Format: date-time
+                 * @description completed, expired: when the key completed
+                 */
+                completedAt?: string;
+                /** @description The key's scope: the method and route template ("POST /charges") */
+                endpoint: string;
+                /**
+                 * Format: date-time
+                 * @description completed: when its stored answer expires (then 410); expired: when its tombstone ends (then the key is new again)
+                 */
+                expiresAt?: string;
+                /**
+                 * Format: date-time
+                 * @description in_flight: when its holder's lease ends; past it, the next request with the key resumes it
+                 */
+                leaseUntil?: string;
+                /** @description completed, expired: the resource the key made */
+                location?: string;
+                /** @description The operation's operationId (createCharge, createRefund, …) */
+                operation: string;
+                /** @description parked: why, for the operator (bun run ops parked) */
+                reason?: string;
+                /** @description in_flight: the last step recorded (with a payment processor) */
+                recoveryPoint?: string;
+                /** @description in_flight, completed, parked, expired (a tombstone: 410) or unknown (never used, its tombstone gone, or another tenant's) */
+                state: "in_flight" | "completed" | "parked" | "expired" | "unknown";
+                /** @description completed, expired: the stored answer's status */
+                status?: number;
+            }[];
         };
         Problem: {
             detail: string;
@@ -889,6 +943,105 @@ export interface operations {
             };
             /** @description Unknown refund or charge, or another tenant's */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+    };
+    getIdempotencyKey: {
+        parameters: {
+            query?: never;
+            header: {
+                "idempotency-key": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key's state for each operation; a key never used, whose tombstone has gone, or another tenant's reads unknown for all */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The key, as the API stores it (a UUID lowercased) */
+                        key: string;
+                        /** @description Every operation, in the route table's order */
+                        operations: {
+                            /**
+                             * Format: date-time
+                             * @description completed, expired: when the key completed
+                             */
+                            completedAt?: string;
+                            /** @description The key's scope: the method and route template ("POST /charges") */
+                            endpoint: string;
+                            /**
+                             * Format: date-time
+                             * @description completed: when its stored answer expires (then 410); expired: when its tombstone ends (then the key is new again)
+                             */
+                            expiresAt?: string;
+                            /**
+                             * Format: date-time
+                             * @description in_flight: when its holder's lease ends; past it, the next request with the key resumes it
+                             */
+                            leaseUntil?: string;
+                            /** @description completed, expired: the resource the key made */
+                            location?: string;
+                            /** @description The operation's operationId (createCharge, createRefund, …) */
+                            operation: string;
+                            /** @description parked: why, for the operator (bun run ops parked) */
+                            reason?: string;
+                            /** @description in_flight: the last step recorded (with a payment processor) */
+                            recoveryPoint?: string;
+                            /** @enum {string} */
+                            state: "in_flight" | "completed" | "parked" | "expired" | "unknown";
+                            /** @description completed, expired: the stored answer's status */
+                            status?: number;
+                        }[];
+                    };
+                };
+            };
+            /** @description Missing or invalid Idempotency-Key (over 255 characters, not visible ASCII, a malformed String) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

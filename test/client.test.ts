@@ -94,3 +94,13 @@ test("an aborted signal sends nothing; the key comes back for a later try", asyn
   expect(aborted).toMatchObject({ type: CLIENT_PROBLEM.aborted, attempts: 0, retryable: true, idempotencyKey: "order-7" });
   expect(await counts(db.sql)).toMatchObject({ charges: 0 });
 });
+
+test("keys.get: a key's state per operation, typed; a key with a quote travels as a String; an over-long key is the API's 400", async () => {
+  const c = client();
+  const created = await c.charges.create({ amountCents: 4900 }, { idempotencyKey: 'order"7"' });
+  const state = await c.keys.get('order"7"');
+  expect(state.key).toBe('order"7"');
+  expect(state.operations[0]).toMatchObject({ operation: "createCharge", state: "completed", status: 201, location: `/charges/${created.charge.id}` });
+  expect(state.operations[1]).toEqual({ operation: "createRefund", endpoint: "POST /charges/:id/refunds", state: "unknown" });
+  expect(await failure(c.keys.get("k".repeat(256)))).toMatchObject({ status: 400, retryable: false, attempts: 1 });
+});

@@ -12,6 +12,7 @@ import { Charge, ChargeBody, ChargeView, chargeView } from "../shared/operations
 import { Refund, RefundBody, refundView } from "../shared/operations/refunds.ts";
 import { problemResponse } from "./problem.ts";
 import { IdempotencyKeyHeader, Problem } from "./schemas.ts";
+import { KEY_STATE_PATH, KeyStateView, keyStateHandler } from "./key-state.ts";
 
 /** The idempotent operations: one line each, in lib/shared/operations/index.ts (the operations jobs read it too). */
 export { OPERATIONS };
@@ -82,6 +83,20 @@ export const ROUTES: readonly Route[] = [
   },
   {
     method: "GET",
+    path: KEY_STATE_PATH,
+    handle: keyStateHandler,
+    schema: {
+      documentedHeaders: t.Object({ "idempotency-key": IdempotencyKeyHeader }),
+      response: {
+        200: described(KeyStateView, "The key's state for each operation; a key never used, whose tombstone has gone, or another tenant's reads unknown for all"),
+        400: problem("Missing or invalid Idempotency-Key (over 255 characters, not visible ASCII, a malformed String)"),
+        401: unauthorized,
+      },
+    },
+    detail: { operationId: "getIdempotencyKey", summary: "A key's state, per operation: in flight, completed, parked, expired or unknown", security: bearer },
+  },
+  {
+    method: "GET",
     path: "/healthz",
     handle: () => Response.json({ status: "ok" }),
     schema: { response: { 200: t.Object({ status: t.Literal("ok") }, { description: "The process runs" }) } },
@@ -107,7 +122,7 @@ export const ROUTES: readonly Route[] = [
 ];
 
 /** Every schema a route checks or documents: compiled at load by the edge worker, and the document's components. */
-export const COMPONENTS: Readonly<Record<string, TObject>> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, Problem };
+export const COMPONENTS: Readonly<Record<string, TObject>> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, KeyStateView, Problem };
 export const SCHEMAS: readonly TSchema[] = Object.values(COMPONENTS);
 
 /**
