@@ -13,6 +13,8 @@ import { postCharge } from "../testkit/api.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { chargeWith, processorTestContext } from "../testkit/processor.ts";
 import type { ApiProcess } from "../lib/api/start.ts";
+import { OPERATIONS } from "../lib/shared/operations/index.ts";
+import { endpointOf } from "../lib/shared/operations/model.ts";
 
 setDefaultTimeout(60_000);
 
@@ -55,11 +57,9 @@ describe("ledger (PAYMENT_PROCESSOR=none), raw HTTP", () => {
     expect(never.headers["cache-control"]).toBe("private, no-store");
     expect(JSON.parse(never.body)).toEqual({
       key,
-      operations: [
-        { operation: "createCharge", endpoint: "POST /charges", state: "unknown" },
-        { operation: "createRefund", endpoint: "POST /charges/:id/refunds", state: "unknown" },
-      ],
+      operations: OPERATIONS.map((op) => ({ operation: op.name, endpoint: endpointOf(op), state: "unknown" })),
     });
+    expect(operations(never).slice(0, 2).map((o) => o.endpoint)).toEqual(["POST /charges", "POST /charges/:id/refunds"]);
     expect((await post("/charges", key, { amountCents: 4900 }, "tenant-b")).status).toBe(201);
     const others = await stateOf(key);
     expect(others.status).toBe(200);

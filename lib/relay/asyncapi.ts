@@ -4,7 +4,9 @@
 // objects, so a test checks a real published message with the very objects the document
 // carries (Value.Check), and the served JSON is those objects serialized.
 import { Type as t, type TObject } from "@sinclair/typebox";
-import { CHARGE_CREATED, CHARGE_FAILED, CHARGE_REFUNDED, EVENT_CONTENT_TYPE, EVENT_TYPES, topicOf, type EventType } from "../events.ts";
+import { EVENT_CONTENT_TYPE, EVENT_DATA_SCHEMAS, EVENT_DESCRIPTIONS, EVENT_TYPES, topicOf, type EventType } from "../events.ts";
+
+export { EVENT_DATA_SCHEMAS };
 
 /** The version of the event contract this document describes; bumped when the envelope changes. */
 export const EVENT_CONTRACT_VERSION = "1.0.0";
@@ -16,48 +18,10 @@ const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{
 const CREATED_AT_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$";
 // W3C Trace Context version 00, the only form the API carries into the outbox.
 const TRACEPARENT_PATTERN = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$";
+const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
 // MQTT bindings 0.2.0 (MQTT 5 fields: contentType on the message).
 const MQTT_BINDING_VERSION = "0.2.0";
 
-const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
-// A Postgres integer column holds every amount.
-const cents = (minimum: number, description: string) => t.Integer({ minimum, maximum: 2_147_483_647, description });
-
-/** The `data` of each event type (lib/events.ts ChargeCreatedData, ChargeRefundedData, ChargeFailedData). */
-export const EVENT_DATA_SCHEMAS: Readonly<Record<EventType, TObject>> = {
-  [CHARGE_CREATED]: t.Object(
-    {
-      chargeId: uuid("The charge's id (also the envelope's aggregateId)"),
-      amountCents: cents(1, "The charge's amount"),
-      currency: t.Optional(t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case; absent from events written before currencies existed" })),
-    },
-    { description: "ChargeCreated data" },
-  ),
-  [CHARGE_FAILED]: t.Object(
-    {
-      chargeId: uuid("The declined charge's id (also the envelope's aggregateId)"),
-      amountCents: cents(1, "The charge's amount"),
-      currency: t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case" }),
-      declineCode: t.String({ minLength: 1, description: "The payment processor's decline code (generic_decline, insufficient_funds, …)" }),
-    },
-    { description: "ChargeFailed data" },
-  ),
-  [CHARGE_REFUNDED]: t.Object(
-    {
-      chargeId: uuid("The refunded charge's id (also the envelope's aggregateId)"),
-      refundId: uuid("The refund's id"),
-      amountCents: cents(1, "This refund's amount"),
-      refundedCents: cents(1, "The charge's refunded total after this refund"),
-    },
-    { description: "ChargeRefunded data" },
-  ),
-};
-
-const DESCRIPTIONS: Readonly<Record<EventType, string>> = {
-  [CHARGE_CREATED]: "A charge committed; published from the outbox row written in the charge's own transaction.",
-  [CHARGE_REFUNDED]: "A refund of a charge committed; its aggregate is the charge, its sequence the next after the charge's last event.",
-  [CHARGE_FAILED]: "The payment processor declined a charge (PAYMENT_PROCESSOR=stripe); sequence 1, the charge's only event.",
-};
 
 /** The envelope (buildEnvelope's JSON) of one event type. */
 function envelopeSchema(type: EventType): TObject {
@@ -133,7 +97,7 @@ function message(type: EventType): AsyncApiMessage {
   return {
     name: type,
     title: type,
-    summary: DESCRIPTIONS[type],
+    summary: EVENT_DESCRIPTIONS[type],
     contentType: EVENT_CONTENT_TYPE,
     payload: envelopeSchema(type),
     headers: userPropertiesSchema(type),
