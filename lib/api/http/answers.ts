@@ -5,6 +5,7 @@
 import type { Static } from "@sinclair/typebox";
 import { keyHash } from "../../shared/redact.ts";
 import { parseIdempotencyKey } from "../core/keys.ts";
+import { preferredWaitSeconds } from "../core/prefer.ts";
 import { endpointOf, type Operation } from "../../shared/operations/model.ts";
 import type { Outcome } from "../core/service.ts";
 import { ProblemError, problemResponse, specResponse, type ProblemName } from "../problem.ts";
@@ -23,15 +24,24 @@ export function operationHandler(op: Operation): (ctx: RequestContext) => Promis
     if (badId) return badId;
     const parsed = parseIdempotencyKey(ctx.request.headers.get("idempotency-key"));
     if (!parsed.ok) return problemResponse("invalidKey", parsed.reason);
-    const outcome = await ctx.deps.core.run(op, {
+    const request = {
       tenant: ctx.tenant,
       key: parsed.key,
       // Elysia checked it against op.body before the handler ran.
       input: { params: ctx.params, body: ctx.body as Static<typeof op.body>, settings: ctx.deps.core.settings },
       traceparent: traceparentOf(ctx.request),
-    });
+    };
+    const wait = preferredWaitSeconds(ctx.request.headers.get("prefer"));
+    if (wait === undefined) {
+      const outcome = await ctx.deps.core.run(op, request);
+      heard(ctx, endpoint, outcome, parsed.key);
+      return outcomeResponse(outcome);
+    }
+    const { outcome, waitedSeconds } = await ctx.deps.core.runWaiting(op, request, wait);
     heard(ctx, endpoint, outcome, parsed.key);
-    return outcomeResponse(outcome);
+    const response = outcomeResponse(outcome);
+    if (waitedSeconds !== undefined) response.headers.set("preference-applied", `wait=${waitedSeconds}`);
+    return response;
   };
 }
 
