@@ -116,13 +116,15 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
     let b = bound.get(op);
     if (b === undefined) bound.set(op, (b = bindForeign(sql, op, runtime, { ttlSeconds: options.ttlSeconds, leaseMs: foreign!.leaseMs })));
     const d = deadline();
+    let outcome: Outcome | undefined;
     try {
-      const outcome = await runForeign(sql, b, { ...request, ...endpointKey }, { ...foreign!, gate: (work) => d.run(work), endsAt: d.endsAt, runtime });
+      outcome = await runForeign(sql, b, { ...request, ...endpointKey }, { ...foreign!, gate: (work) => d.run(work), endsAt: d.endsAt, runtime });
       if (outcome.kind === "created" || outcome.kind === "stored_problem") options.onCreated?.();
       return outcome;
     } finally {
-      // This request may have held the key: whoever waits for it here reads it again.
-      if (waits.size > 0) waits.wake(keyOf(request, b.c.endpoint));
+      // This request held the key (an in_flight answer never did, and must not wake its own
+      // wait): whoever waits for it here reads it again.
+      if (waits.size > 0 && outcome?.kind !== "in_flight") waits.wake(keyOf(request, b.c.endpoint));
     }
   };
   const core: IdempotencyCore = {
@@ -188,7 +190,7 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
         }
       }
       if (outcome.kind === "created") options.onCreated?.();
-      if (waits.size > 0) waits.wake(keyOf(request, c.endpoint));
+      if (waits.size > 0 && outcome.kind !== "in_flight") waits.wake(keyOf(request, c.endpoint));
       return outcome;
     },
     read(work) {
