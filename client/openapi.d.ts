@@ -309,6 +309,7 @@ export interface operations {
             query?: never;
             header: {
                 "idempotency-key": string;
+                prefer?: string;
             };
             path?: never;
             cookie?: never;
@@ -416,8 +417,29 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -672,6 +694,7 @@ export interface operations {
             query?: never;
             header: {
                 "idempotency-key": string;
+                prefer?: string;
             };
             path: {
                 id: string;
@@ -771,8 +794,29 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -925,6 +969,7 @@ export interface operations {
             query?: never;
             header: {
                 "idempotency-key": string;
+                prefer?: string;
             };
             path: {
                 id: string;
@@ -1026,8 +1071,29 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1180,6 +1246,7 @@ export interface operations {
             query?: never;
             header: {
                 "idempotency-key": string;
+                prefer?: string;
             };
             path: {
                 id: string;
@@ -1279,8 +1346,29 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };

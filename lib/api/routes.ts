@@ -41,13 +41,17 @@ export function operationRoute(op: Operation): Route {
     handle: operationHandler(op),
     schema: {
       params: uuidParams(op.uuidParams),
-      documentedHeaders: t.Object({ "idempotency-key": IdempotencyKeyHeader }),
+      documentedHeaders: t.Object({
+        "idempotency-key": IdempotencyKeyHeader,
+        prefer: t.Optional(t.String({ description: "RFC 7240: wait=N holds a request whose key is in flight up to N seconds (capped by the request timeout) for its outcome (Preference-Applied: wait=N); other values are ignored" })),
+      }),
       body: op.body,
       response: {
         [op.status]: described(op.response, (op.status === 201 ? "Created" : "Done") + "; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true)"),
         400: problem(`Missing or invalid Idempotency-Key, body not JSON or not matching the schema${op.uuidParams.length > 0 ? ", or an id that is not a UUID" : ""}`),
         401: unauthorized,
-        409: problem("A request with the same key is still in flight (Retry-After)"),
+        409: problem("A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait"),
+        410: problem("The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource"),
         413: problem(`Body over ${MAX_BODY_BYTES} bytes`),
         415: problem("Content-Type is not JSON"),
         422: problem("The key was used with another request"),
