@@ -32,6 +32,8 @@ export const PROBLEM = {
   inFlight: `${API}request-in-flight`,
   /** 409: the key's recovery data is unreadable; parked until an operator resolves it (docs/operations.md). */
   keyParked: `${API}idempotency-key-parked`,
+  /** 410: the key's stored answer expired and its tombstone lives; nothing was done, `location` names the original resource. Final. */
+  keyExpired: `${API}idempotency-key-expired`,
   bodyTooLarge: `${API}body-too-large`,
   unsupportedMediaType: `${API}unsupported-media-type`,
   /** 422: the key was used with another request. */

@@ -135,6 +135,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/charges/idempotency-key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A key's state, per operation: in flight, completed, parked, expired or unknown */
+        get: operations["getIdempotencyKey"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -366,6 +383,43 @@ export interface components {
             /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known */
             status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
         };
+        /** @description The key's state for each operation */
+        KeyStateView: {
+            /** @description The key, as the API stores it (a UUID lowercased) */
+            key: string;
+            /** @description Every operation, in the route table's order */
+            operations: {
+                /**
+                 * Format: date-time
+                 * @description completed, expired: when the key completed
+                 */
+                completedAt?: string;
+                /** @description The key's scope: the method and route template ("POST /charges") */
+                endpoint: string;
+                /**
+                 * Format: date-time
+                 * @description completed: when its stored answer expires (then 410); expired: when its tombstone ends (then the key is new again)
+                 */
+                expiresAt?: string;
+                /**
+                 * Format: date-time
+                 * @description in_flight: when its holder's lease ends; past it, the next request with the key resumes it
+                 */
+                leaseUntil?: string;
+                /** @description completed, expired: the resource the key made */
+                location?: string;
+                /** @description The operation's operationId (createCharge, createRefund, …) */
+                operation: string;
+                /** @description parked: why, for the operator (bun run ops parked) */
+                reason?: string;
+                /** @description in_flight: the last step recorded (with a payment processor) */
+                recoveryPoint?: string;
+                /** @description in_flight, completed, parked, expired (a tombstone: 410) or unknown (never used, its tombstone gone, or another tenant's) */
+                state: "in_flight" | "completed" | "parked" | "expired" | "unknown";
+                /** @description completed, expired: the stored answer's status */
+                status?: number;
+            }[];
+        };
         Problem: {
             detail: string;
             errors?: {
@@ -408,6 +462,7 @@ export interface operations {
             query?: never;
             header: {
                 "idempotency-key": string;
+                prefer?: string;
             };
             path?: never;
             cookie?: never;
@@ -515,8 +570,29 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -834,6 +910,7 @@ export interface operations {
             query?: never;
             header: {
                 "idempotency-key": string;
+                prefer?: string;
             };
             path: {
                 id: string;
@@ -935,8 +1012,29 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1110,6 +1208,7 @@ export interface operations {
             query?: never;
             header: {
                 "idempotency-key": string;
+                prefer?: string;
             };
             path: {
                 id: string;
@@ -1213,8 +1312,29 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1648,6 +1768,7 @@ export interface operations {
             query?: never;
             header: {
                 "idempotency-key": string;
+                prefer?: string;
             };
             path: {
                 id: string;
@@ -1747,8 +1868,29 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1992,6 +2134,147 @@ export interface operations {
             };
             /** @description Unknown refund or charge, or another tenant's */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+    };
+    getIdempotencyKey: {
+        parameters: {
+            query?: never;
+            header: {
+                "idempotency-key": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key's state for each operation; a key never used, whose tombstone has gone, or another tenant's reads unknown for all */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The key, as the API stores it (a UUID lowercased) */
+                        key: string;
+                        /** @description Every operation, in the route table's order */
+                        operations: {
+                            /**
+                             * Format: date-time
+                             * @description completed, expired: when the key completed
+                             */
+                            completedAt?: string;
+                            /** @description The key's scope: the method and route template ("POST /charges") */
+                            endpoint: string;
+                            /**
+                             * Format: date-time
+                             * @description completed: when its stored answer expires (then 410); expired: when its tombstone ends (then the key is new again)
+                             */
+                            expiresAt?: string;
+                            /**
+                             * Format: date-time
+                             * @description in_flight: when its holder's lease ends; past it, the next request with the key resumes it
+                             */
+                            leaseUntil?: string;
+                            /** @description completed, expired: the resource the key made */
+                            location?: string;
+                            /** @description The operation's operationId (createCharge, createRefund, …) */
+                            operation: string;
+                            /** @description parked: why, for the operator (bun run ops parked) */
+                            reason?: string;
+                            /** @description in_flight: the last step recorded (with a payment processor) */
+                            recoveryPoint?: string;
+                            /** @enum {string} */
+                            state: "in_flight" | "completed" | "parked" | "expired" | "unknown";
+                            /** @description completed, expired: the stored answer's status */
+                            status?: number;
+                        }[];
+                    };
+                };
+            };
+            /** @description Missing or invalid Idempotency-Key (over 255 characters, not visible ASCII, a malformed String) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

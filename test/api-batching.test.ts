@@ -72,12 +72,12 @@ async function written(): Promise<{ id: string; tenant: string; xmin: string; ev
 
 test("one statement for six requests answers each as it would be answered alone, in one transaction", async () => {
   // What the one-request statement left behind: a live key (same body, then another body)
-  // and an expired one.
+  // and one whose tombstone has passed too (the key is new again).
   const replay = chargeRow("tenant-a", "replayed");
   const other = chargeRow("tenant-a", "other-body");
   const expired = chargeRow("tenant-a", "expired");
   for (const p of [replay, other, expired]) expect((await runAlone(p)).created).toBe(1);
-  await db.sql`update idempotency_keys set expires_at = now() - interval '1 second' where key = 'expired'`;
+  await db.sql`update idempotency_keys set status = 'EXPIRED', response_body = null, expires_at = now() - interval '1 second' where key = 'expired'`;
   // Another session holds the advisory lock of one key: a request in flight.
   const busy = chargeRow("tenant-b", "in-flight");
   const holder = await db.sql.reserve();

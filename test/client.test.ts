@@ -95,6 +95,17 @@ test("an aborted signal sends nothing; the key comes back for a later try", asyn
   expect(await counts(db.sql)).toMatchObject({ charges: 0 });
 });
 
+test("keys.get: a key's state per operation, typed; a key with a quote travels as a String; an over-long key is the API's 400", async () => {
+  const c = client();
+  const created = await c.charges.create({ amountCents: 4900 }, { idempotencyKey: 'order"7"' });
+  const state = await c.keys.get('order"7"');
+  expect(state.key).toBe('order"7"');
+  const byName = new Map(state.operations.map((o) => [o.operation, o]));
+  expect(byName.get("createCharge")).toMatchObject({ state: "completed", status: 201, location: `/charges/${created.charge.id}` });
+  expect(byName.get("createRefund")).toEqual({ operation: "createRefund", endpoint: "POST /charges/:id/refunds", state: "unknown" });
+  expect(await failure(c.keys.get("k".repeat(256)))).toMatchObject({ status: 400, retryable: false, attempts: 1 });
+});
+
 test("charges.capture: authorize with capture manual, capture part of it; the same key replays; a second capture is a 422 charge-not-capturable, not retried", async () => {
   const c = client();
   const { charge } = await c.charges.create({ amountCents: 5000, capture: "manual" });

@@ -16,6 +16,8 @@ export const PROBLEMS = {
   keyParked: { slug: "idempotency-key-parked", title: "Idempotency-Key parked for an operator", status: 409 },
   bodyTooLarge: { slug: "body-too-large", title: "Request body too large", status: 413 },
   unsupportedMediaType: { slug: "unsupported-media-type", title: "Unsupported media type", status: 415 },
+  // The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS); its tombstone still names the resource.
+  keyExpired: { slug: "idempotency-key-expired", title: "Idempotency-Key expired", status: 410 },
   payloadConflict: { slug: "idempotency-key-reused", title: "Idempotency-Key reused with another request", status: 422 },
   // What operations refuse with (lib/shared/problem-types.ts); an operation may declare types of its own.
   ...OPERATION_PROBLEMS,

@@ -20,6 +20,7 @@ import { Charge, ChargeBody, ChargeView, chargeView } from "../shared/operations
 import { Refund, RefundBody, refundView } from "../shared/operations/refunds.ts";
 import { problemResponse } from "./problem.ts";
 import { IdempotencyKeyHeader, Problem } from "./schemas.ts";
+import { KEY_STATE_PATH, KeyStateView, keyStateHandler } from "./key-state.ts";
 
 /** The idempotent operations: one line each, in lib/shared/operations/index.ts (the operations jobs read it too). */
 export { OPERATIONS };
@@ -32,6 +33,10 @@ const problem = (description: string): TSchema => ({ ...Problem, description });
 const overloaded = problem("Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After)");
 const rateLimited = problem("The tenant is over its request rate, API_RATE_LIMIT (Retry-After)");
 const unauthorized = problem("Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer)");
+// The operations read Prefer themselves (answers.ts): documented here only.
+const PreferHeader = t.Optional(
+  t.String({ description: "RFC 7240: wait=N holds a request whose key is in flight up to N seconds (capped by the request timeout) for its outcome (Preference-Applied: wait=N); other values are ignored" }),
+);
 const described = (schema: TObject, description: string): TSchema => ({ ...schema, description });
 // What an idempotent operation's success (201 or 200) carries besides its body.
 const CREATED_HEADERS = { location: t.String(), "idempotent-replayed": t.Optional(t.Literal("true")) };
@@ -51,7 +56,8 @@ function operationResponses(op: Operation): Record<number, TSchema> {
     ),
     400: problem(`Missing or invalid Idempotency-Key, body not JSON or not matching the schema${op.uuidParams.length > 0 ? ", or an id that is not a UUID" : ""}`),
     401: unauthorized,
-    409: problem("A request with the same key is still in flight (Retry-After)"),
+    409: problem("A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait"),
+    410: problem("The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource"),
     429: rateLimited,
     413: problem(`Body over ${MAX_BODY_BYTES} bytes`),
     415: problem("Content-Type is not JSON"),
@@ -86,6 +92,16 @@ export function chargeRoutes(context: RequestContextPlugin) {
     });
   }
   return routes
+    .get(KEY_STATE_PATH, async (ctx) => keyStateHandler({ request: ctx.request, tenant: ctx.tenant, deps: ctx.deps, fields: ctx.trail.fields }), {
+      response: {
+        200: described(KeyStateView, "The key's state for each operation; a key never used, whose tombstone has gone, or another tenant's reads unknown for all"),
+        400: problem("Missing or invalid Idempotency-Key (over 255 characters, not visible ASCII, a malformed String)"),
+        401: unauthorized,
+        429: rateLimited,
+        503: overloaded,
+      },
+      detail: { operationId: "getIdempotencyKey", summary: "A key's state, per operation: in flight, completed, parked, expired or unknown", security: bearer },
+    })
     .get("/charges/:id", async (ctx) => lookup(ctx, ctx.params, (sql, endsAt) => chargeView(sql, ctx.tenant, ctx.params.id, endsAt)), {
       params: t.Object({ id: uuid("charge") }),
       transform: ({ params }) => refuseBadIds(params),
@@ -166,17 +182,19 @@ export function operatorRoutes(context: RequestContextPlugin, metrics: (() => Pr
 
 /** The headers the operations read themselves, for the document only (@elysiajs/openapi's references). */
 export function documentedHeaders(): AdditionalReference {
-  const headers = t.Object({ "idempotency-key": IdempotencyKeyHeader });
+  const headers = t.Object({ "idempotency-key": IdempotencyKeyHeader, prefer: PreferHeader });
   const reference: AdditionalReference = {};
   // Only `headers` is read from an entry; @elysiajs/openapi's type asks for every slot.
   for (const op of OPERATIONS) reference[op.path] = { ...reference[op.path], post: { params: t.Object({}), query: t.Object({}), headers, body: t.Object({}), response: {} } };
+  // GET /charges/idempotency-key reads the key from the header its POST sent it in.
+  reference[KEY_STATE_PATH] = { get: { params: t.Object({}), query: t.Object({}), headers: t.Object({ "idempotency-key": IdempotencyKeyHeader }), body: t.Object({}), response: {} } };
   // GET /charges/:id/events reads `after` itself (its own invalid-query problem).
   reference["/charges/:id/events"] = { get: { params: t.Object({}), query: ChargeEventsQuery, headers: t.Object({}), body: t.Object({}), response: {} } };
   return reference;
 }
 
 /** Every schema a route checks or documents: compiled at load by the edge worker, and the document's components. */
-export const COMPONENTS: Readonly<Record<string, TObject>> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, Problem };
+export const COMPONENTS: Readonly<Record<string, TObject>> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem };
 export const SCHEMAS: readonly TSchema[] = Object.values(COMPONENTS);
 
 /**

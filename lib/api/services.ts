@@ -41,7 +41,7 @@ const FOREIGN_MAX_BATCH = 64;
  * pool gate for the process) within their bounds, and batching them beyond
  * API_CHARGE_STATEMENTS statements (core/group.ts).
  */
-export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreated: () => void, metrics?: ApiMetrics): IdempotencyCore {
+export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreated: () => void, metrics?: ApiMetrics, listen?: (onNotify: () => void) => Promise<unknown>): IdempotencyCore {
   const bounds = config.apiTimeBounds;
   const gate = createPoolGate({
     size: poolSize,
@@ -64,6 +64,7 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
     // The foreign statements grouped as the single statement is, as many at once; their batches
     // are not bounded by the pool (their requests hold no slot while they queue).
     groupCommit: { maxInFlight: Math.min(config.apiChargeStatements, poolSize), maxBatch: FOREIGN_MAX_BATCH, statementTimeoutMs: bounds.statementTimeoutMs },
+    listen,
   });
   if (batching || config.processor.mode !== "none") metrics?.observeStatements(core.statements);
   return core;

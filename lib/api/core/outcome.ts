@@ -17,6 +17,8 @@ export type Outcome =
   /** The key's recovery data failed its schema: parked for an operator. */
   | { readonly kind: "parked"; readonly reason: string }
   | { readonly kind: "payload_conflict" }
+  /** The key's stored answer expired; its tombstone names the resource it made (never a second one). */
+  | { readonly kind: "expired"; readonly location: string | undefined }
   | { readonly kind: "in_flight" }
   | { readonly kind: "refused"; readonly refusal: Refusal };
 
@@ -32,6 +34,7 @@ const OUTCOME_KIND_SET: Readonly<Record<OutcomeKind, true>> = {
   stored_problem: true,
   unknown_outcome: true,
   parked: true,
+  expired: true,
 };
 export const OUTCOME_KINDS = Object.keys(OUTCOME_KIND_SET) as readonly OutcomeKind[];
 
@@ -44,6 +47,7 @@ const IN_FLIGHT: Outcome = { kind: "in_flight" };
  */
 export function fromStored(op: Operation, row: KeyRow, requestHash: string, ownBody?: string): Outcome | "started" {
   if (row.request_hash !== requestHash) return { kind: "payload_conflict" };
+  if (row.status === "EXPIRED") return { kind: "expired", location: row.location ?? (row.response_body === null ? undefined : op.locationOf(row.response_body)) };
   if (row.status !== "COMPLETED" || row.response_status === null || row.response_body === null) return "started";
   const { response_status: status, response_body: body } = row;
   if (status !== op.status) return { kind: "stored_problem", status, body, replayed: true };

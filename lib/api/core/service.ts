@@ -8,11 +8,12 @@ import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../../shared/db.ts
 import { UNBOUNDED, type PoolGate } from "../../shared/pool-gate.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../../shared/read-only.ts";
 import { advisoryLockId, fingerprint } from "../../shared/operations/fingerprint.ts";
-import { DEFAULT_SETTINGS, type Operation, type OperationInput, type OperationSettings } from "../../shared/operations/model.ts";
+import { DEFAULT_SETTINGS, endpointOf, type Operation, type OperationInput, type OperationSettings } from "../../shared/operations/model.ts";
 import { compile, findKey, runSingle, type Compiled, type KeyRow, type RequestRow } from "../../shared/operations/skeleton.ts";
 import { bindForeign, keyId, runForeign, type ForeignBinding, type ForeignOptions, type ForeignRuntime } from "./foreign.ts";
 import { createGroupCommit, type GroupCommit, type GroupOptions, type GroupStatement, type StatementStats } from "./group.ts";
 import { fromUnwritten, type Outcome } from "./outcome.ts";
+import { createKeyWaits } from "./waits.ts";
 
 export { OUTCOME_KINDS, type Outcome, type OutcomeKind } from "./outcome.ts";
 
@@ -41,10 +42,22 @@ export interface CoreOptions {
   readonly batching?: Omit<GroupOptions, "slot">;
   /** Group commit of the processor phases' statements, as `batching`'s for the single statement. */
   readonly groupCommit?: Omit<GroupOptions, "slot">;
+  /**
+   * Hears completions in other processes (a LISTEN on the relay's channel, which every commit
+   * with an event notifies): resolves once listening. Without it (the edge worker) a request
+   * never waits for a key in flight: Prefer: wait is ignored.
+   */
+  readonly listen?: (onNotify: () => void) => Promise<unknown>;
 }
 
 export interface IdempotencyCore {
   run<Op extends Operation>(op: Op, request: OperationRequest<Static<Op["body"]>>): Promise<Outcome>;
+  /**
+   * `run`, and while the key is in flight, held up to `waitSeconds` (capped by the request's
+   * deadline) for its holder's outcome (Prefer: wait). `waited`: it was in flight and held, so
+   * the preference was applied (the answer says so, whatever it is).
+   */
+  runWaiting<Op extends Operation>(op: Op, request: OperationRequest<Static<Op["body"]>>, waitSeconds: number): Promise<{ outcome: Outcome; waitedSeconds: number | undefined }>;
   /** A read of the routes (GET), within the same pool gate and deadline as the writes. */
   read<T>(work: (sql: Sql, endsAt: number) => Promise<T>): Promise<T>;
   /** What the routes hand every operation in its input. */
@@ -66,6 +79,9 @@ interface LedgerItem {
 // resend that finds a key row of a try that did commit knows it as its own.
 const MAX_RESENDS = 2;
 const AT_ONCE: Omit<GroupOptions, "slot"> = { maxInFlight: Number.POSITIVE_INFINITY, maxBatch: 1, statementTimeoutMs: 0 };
+// A held request reads its key once more after its wait: this much of its deadline is kept for that.
+const WAIT_MARGIN_MS = 1000;
+const MS_PER_S = 1000;
 
 export function createIdempotencyCore(sql: Sql, options: CoreOptions): IdempotencyCore {
   const settings = options.settings ?? DEFAULT_SETTINGS;
@@ -93,15 +109,52 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
     }
     return l;
   };
+  const waits = createKeyWaits();
+  let listening: Promise<unknown> | undefined;
+  const keyOf = (request: { tenant: string; key: string }, endpoint: string) => keyId({ tenant: request.tenant, key: request.key, endpoint });
   const throughProcessor = async (op: Operation, request: OperationRequest<Static<Operation["body"]>>, endpointKey: { lockId: string; requestHash: string }): Promise<Outcome> => {
     let b = bound.get(op);
     if (b === undefined) bound.set(op, (b = bindForeign(sql, op, runtime, { ttlSeconds: options.ttlSeconds, leaseMs: foreign!.leaseMs })));
     const d = deadline();
-    const outcome = await runForeign(sql, b, { ...request, ...endpointKey }, { ...foreign!, gate: (work) => d.run(work), endsAt: d.endsAt, runtime });
-    if (outcome.kind === "created" || outcome.kind === "stored_problem") options.onCreated?.();
-    return outcome;
+    let outcome: Outcome | undefined;
+    try {
+      outcome = await runForeign(sql, b, { ...request, ...endpointKey }, { ...foreign!, gate: (work) => d.run(work), endsAt: d.endsAt, runtime });
+      if (outcome.kind === "created" || outcome.kind === "stored_problem") options.onCreated?.();
+      return outcome;
+    } finally {
+      // This request held the key (an in_flight answer never did, and must not wake its own
+      // wait): whoever waits for it here reads it again.
+      if (waits.size > 0 && outcome?.kind !== "in_flight") waits.wake(keyOf(request, b.c.endpoint));
+    }
   };
-  return {
+  const core: IdempotencyCore = {
+    async runWaiting(op, request, waitSeconds) {
+      const started = performance.now();
+      let outcome = await core.run(op, request);
+      if (outcome.kind !== "in_flight" || waitSeconds <= 0 || options.listen === undefined) return { outcome, waitedSeconds: undefined };
+      // Capped by the request's deadline, less the last read of the key.
+      const capMs = deadline().endsAt - WAIT_MARGIN_MS - started;
+      const appliedSeconds = waitSeconds * MS_PER_S <= capMs ? waitSeconds : Math.floor(capMs / MS_PER_S);
+      if (appliedSeconds <= 0) return { outcome, waitedSeconds: undefined };
+      const endsAt = started + appliedSeconds * MS_PER_S;
+      // Listening before the key is read again, so that a completion in between is heard.
+      listening ??= options.listen(() => waits.wakeAll()).catch((error: unknown) => {
+        listening = undefined;
+        throw error;
+      });
+      await listening;
+      const id = keyOf(request, endpointOf(op));
+      for (;;) {
+        const held = waits.wait(id, endsAt);
+        outcome = await core.run(op, request);
+        if (outcome.kind !== "in_flight" || performance.now() >= endsAt) {
+          held.cancel();
+          break;
+        }
+        await held.woken;
+      }
+      return { outcome, waitedSeconds: appliedSeconds };
+    },
     async run(op, request) {
       // The route put the core's settings in the input (no object more per request here).
       const input: OperationInput<Static<Operation["body"]>> = request.input;
@@ -137,6 +190,7 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
         }
       }
       if (outcome.kind === "created") options.onCreated?.();
+      if (waits.size > 0 && outcome.kind !== "in_flight") waits.wake(keyOf(request, c.endpoint));
       return outcome;
     },
     read(work) {
@@ -155,6 +209,7 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
       },
     },
   };
+  return core;
 }
 
 async function attempt(

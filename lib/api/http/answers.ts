@@ -6,6 +6,7 @@
 import type { Static } from "@sinclair/typebox";
 import { keyHash } from "../../shared/redact.ts";
 import { parseIdempotencyKey } from "../core/keys.ts";
+import { preferredWaitSeconds } from "../core/prefer.ts";
 import { endpointOf, type Operation } from "../../shared/operations/model.ts";
 import type { Outcome } from "../core/service.ts";
 import { problemResponse, specResponse, type ProblemName } from "../problem.ts";
@@ -24,15 +25,24 @@ export function operationHandler(op: Operation): (ctx: RequestContext) => Promis
     if (badId) return badId;
     const parsed = parseIdempotencyKey(ctx.request.headers.get("idempotency-key"));
     if (!parsed.ok) return problemResponse("invalidKey", parsed.reason);
-    const outcome = await ctx.deps.core.run(op, {
+    const request = {
       tenant: ctx.tenant,
       key: parsed.key,
       // Elysia checked it against op.body before the handler ran.
       input: { params: ctx.params, body: ctx.body as Static<typeof op.body>, settings: ctx.deps.core.settings },
       traceparent: traceparentOf(ctx.request),
-    });
+    };
+    const wait = preferredWaitSeconds(ctx.request.headers.get("prefer"));
+    if (wait === undefined) {
+      const outcome = await ctx.deps.core.run(op, request);
+      heard(ctx, endpoint, outcome, parsed.key);
+      return outcomeResponse(outcome);
+    }
+    const { outcome, waitedSeconds } = await ctx.deps.core.runWaiting(op, request, wait);
     heard(ctx, endpoint, outcome, parsed.key);
-    return outcomeResponse(outcome);
+    const response = outcomeResponse(outcome);
+    if (waitedSeconds !== undefined) response.headers.set("preference-applied", `wait=${waitedSeconds}`);
+    return response;
   };
 }
 
@@ -55,6 +65,8 @@ export function outcomeResponse(outcome: Outcome): Response {
       return stored(outcome.status, outcome.body, outcome.location, true);
     case "payload_conflict":
       return problemResponse("payloadConflict", "this Idempotency-Key was already used with a different request");
+    case "expired":
+      return expiredProblem(outcome.location);
     case "in_flight":
       return problemResponse("inFlight", "a request with this Idempotency-Key is still being processed; retry later", {}, { "retry-after": RETRY_AFTER_S });
     case "refused":
@@ -83,6 +95,15 @@ const UNKNOWN_PROBLEMS: Readonly<Record<UnknownCause, ProblemName>> = {
 // The lease was given up with the answer: the same key may resume at once. A second leaves the
 // processor a moment, and a client that honours it does not hammer an outage.
 const RETRY_AFTER_PROCESSOR_S = "1";
+
+/**
+ * 410: the key's answer expired and its tombstone remains; nothing was done. The original
+ * resource goes in Location and in the body's `resource`, so a client finds what it made.
+ */
+function expiredProblem(location: string | undefined): Response {
+  const detail = "this Idempotency-Key's stored answer has expired; the request was not repeated" + (location === undefined ? "" : `: its resource is ${location}`);
+  return problemResponse("keyExpired", detail, location === undefined ? {} : { resource: location }, location === undefined ? {} : { location });
+}
 
 /** The processor's refusal stored under the key (a 402 decline), first time or replayed. */
 function storedProblem(status: number, body: string, replayed: boolean): Response {

@@ -19,9 +19,12 @@ export interface KeyRow {
   readonly refusal: string | null;
   readonly detail: string | null;
   readonly request_hash: string | null;
-  readonly status: "STARTED" | "COMPLETED" | null;
+  /** EXPIRED: a tombstone, or a COMPLETED key past its expiry that the retention job has not turned into one yet. */
+  readonly status: "STARTED" | "COMPLETED" | "EXPIRED" | null;
   readonly response_status: number | null;
   readonly response_body: string | null;
+  /** A tombstone's original resource (its stored answer's Location). */
+  readonly location?: string | null;
   /** The response the admit made in SQL (an answer that needs the rows it read), stored in place of the request's. */
   readonly answer?: string | null;
   /** Phase 1: the key's recovery data as written. */
@@ -108,17 +111,18 @@ function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
   const own = mode === "ledger" ? op.columns : { ...op.foreign!.columns };
   const record = recordOf(sql, op.name, { ...(mode === "ledger" ? LEDGER_COLUMNS : BEGIN_COLUMNS), ...own });
   const { admit, write } = op.sql(sql, mode);
-  // Phase 1 never overwrites a STARTED key, even past its expiry: its payment may have moved
-  // money, and only its steps may finish it (the completer parks it long before it expires).
-  const live = mode === "ledger" ? sql`expires_at > now()` : sql`(expires_at > now() or status = 'STARTED')`;
+  // A key row is found until its tombstone has passed: a COMPLETED key past its expiry that the
+  // retention job has not turned into a tombstone yet answers as one (410), never as a new key.
+  // Phase 1 never overwrites a STARTED key either, even past its expiry: its payment may have
+  // moved money, and only its steps may finish it (the completer parks it long before it expires).
   const existing = sql`
     existing as (
-      select r.n, e.request_hash, e.status, e.response_status, e.response_body
+      select r.n, e.request_hash, e.status, e.response_status, e.response_body, e.location
         from req r
        cross join lateral (
-         select request_hash, status, response_status, response_body
+         select request_hash, case when status = 'COMPLETED' and expires_at <= now() then 'EXPIRED' else status end as status, response_status, response_body, location
            from idempotency_keys
-          where tenant = r.tenant and key = r.key and endpoint = ${endpoint} and ${live}
+          where tenant = r.tenant and key = r.key and endpoint = ${endpoint} and (expires_at > now() or status <> 'EXPIRED')
          offset 0
        ) as e
     ),
@@ -134,12 +138,13 @@ function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
  * The ledger's single statement: every request of `rows` in ONE statement, one round trip
  * (three behind a transaction pooler: bounded-statement.ts) and one transaction, row by row,
  * each scoped to its own tenant and key:
- *  - existing: the live key row, if committed before; then nothing is locked or written;
+ *  - existing: the key row, if committed before and not a tombstone past its end; then
+ *    nothing is locked or written (a COMPLETED key past its expiry reads as EXPIRED: a 410);
  *  - lock: otherwise the (tenant, key, endpoint) advisory lock, without waiting: a request in
  *    flight with the same key holds it, so the answer is a 409 at once;
  *  - admit: the operation's checks (its refusals write nothing and leave the key unused);
- *  - claimed: the key row, already COMPLETED with the response to replay; an expired row is
- *    overwritten in place, so an expired key is new again;
+ *  - claimed: the key row, already COMPLETED with the response to replay; a tombstone past
+ *    its end is overwritten in place, so such a key is new again;
  *  - the operation's writes and events for the rows whose key row was written (`won`).
  * The unique (tenant, key, endpoint) index stays the safety net under the advisory lock. Two
  * requests for one (tenant, key) never share a statement (group commit's conflicts). The key
@@ -163,8 +168,8 @@ export async function runSingle(sql: Sql, c: Compiled, ttlSeconds: number, rows:
       on conflict (tenant, key, endpoint) do update
          set request_hash = excluded.request_hash, status = excluded.status,
              response_status = excluded.response_status, response_body = excluded.response_body,
-             created_at = now(), expires_at = excluded.expires_at
-       where k.expires_at <= now()
+             created_at = now(), expires_at = excluded.expires_at, location = null, completed_at = null
+       where k.expires_at <= now() and k.status = 'EXPIRED'
       returning k.tenant, k.key
     ),
     won as (
@@ -175,7 +180,7 @@ export async function runSingle(sql: Sql, c: Compiled, ttlSeconds: number, rows:
     select l.got,
            (exists (select 1 from event v where v.id = r.event_id))::int as created,
            a.refusal, a.detail, a.answer,
-           e.request_hash, e.status, e.response_status, e.response_body
+           e.request_hash, e.status, e.response_status, e.response_body, e.location
       from req r
       left join lock l on l.n = r.n
       left join admit a on a.n = r.n
@@ -210,8 +215,8 @@ export async function runBegin(sql: Sql, c: Compiled, ttlSeconds: number, leaseM
          set request_hash = excluded.request_hash, status = excluded.status, response_status = null, response_body = null,
              created_at = now(), expires_at = excluded.expires_at, recovery_point = excluded.recovery_point,
              lease_token = excluded.lease_token, lease_until = excluded.lease_until, resume = excluded.resume,
-             attempts = 0, next_attempt_at = null, last_error = null, parked_at = null
-       where k.expires_at <= now() and k.status = 'COMPLETED'
+             attempts = 0, next_attempt_at = null, last_error = null, parked_at = null, location = null, completed_at = null
+       where k.expires_at <= now() and k.status = 'EXPIRED'
       returning k.tenant, k.key, k.resume
     ),
     won as (
@@ -219,7 +224,7 @@ export async function runBegin(sql: Sql, c: Compiled, ttlSeconds: number, leaseM
     ),
     ${c.write}
     select r.n, l.got, (exists (select 1 from begun b where b.n = r.n))::int as created, a.refusal, a.detail,
-           e.request_hash, e.status, e.response_status, e.response_body, k.resume
+           e.request_hash, e.status, e.response_status, e.response_body, e.location, k.resume
       from req r
       left join lock l on l.n = r.n
       left join admit a on a.n = r.n
@@ -266,7 +271,7 @@ export async function runFinish(sql: Sql, c: Compiled, requests: readonly Finish
       update idempotency_keys k
          set status = 'COMPLETED', response_status = r.response_status, response_body = r.response_body,
              recovery_point = r.outcome, resume = r.resume, lease_token = null, lease_until = null,
-             last_error = null, next_attempt_at = null, parked_at = null
+             last_error = null, next_attempt_at = null, parked_at = null, completed_at = now()
         from req r
        where k.tenant = r.tenant and k.key = r.key and k.endpoint = r.endpoint
          and k.status = 'STARTED' and k.lease_token = r.token
@@ -287,8 +292,8 @@ export async function runFinish(sql: Sql, c: Compiled, requests: readonly Finish
 export async function findKey(sql: Sql, tenant: string, key: string, endpoint: string, endsAt = Number.POSITIVE_INFINITY): Promise<KeyRow | undefined> {
   const rows = await boundedStatement(sql, endsAt, (q) => q<KeyRow[]>`
     select null::boolean as got, 0 as created, null::text as refusal, null::text as detail,
-           request_hash, status, response_status, response_body
+           request_hash, case when status = 'COMPLETED' and expires_at <= now() then 'EXPIRED' else status end as status, response_status, response_body, location
       from idempotency_keys
-     where tenant = ${tenant} and key = ${key} and endpoint = ${endpoint} and expires_at > now()`);
+     where tenant = ${tenant} and key = ${key} and endpoint = ${endpoint} and (expires_at > now() or status <> 'EXPIRED')`);
   return rows[0];
 }
