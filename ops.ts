@@ -1,6 +1,6 @@
 // `bun run ops <job>`: run one operations job now and print its result as one JSON line.
 //   key-retention | stale-keys | reconcile | outbox-retention | outbox-gauges | inbox-retention
-//   | requeue <id|all> | completer | parked | resolve <charge-or-refund-id> [succeeded <processor id> | refused <code>]
+//   | requeue <id|all> | completer | parked | resolve <id> [succeeded <processor id> | refused <code>]
 // A job another process is running right now is not run twice: it prints {"skipped":true}.
 import { configOrExit } from "./lib/shared/config.ts";
 import { createSql, describeDbError } from "./lib/shared/db.ts";
@@ -18,7 +18,7 @@ import { notifyOutbox } from "./lib/shared/wakeup.ts";
 
 // The reference subscriber's job: its own process runs it too.
 const INBOX_RETENTION = "inbox-retention";
-const USAGE = `usage: bun run ops <${[...JOB_NAMES, INBOX_RETENTION, "parked"].join("|")}> | bun run ops requeue <outbox-id|all> | bun run ops resolve <charge-or-refund-id> [succeeded <processor id> | refused <code>]`;
+const USAGE = `usage: bun run ops <${[...JOB_NAMES, INBOX_RETENTION, "parked"].join("|")}> | bun run ops requeue <outbox-id|all> | bun run ops resolve <id> [succeeded <processor id> | refused <code>]`;
 // How many parked keys `bun run ops parked` prints.
 const PARKED_LIST_LIMIT = 100;
 

@@ -34,8 +34,15 @@ create table charges (
     decline_code text,
     -- Refunds created at the processor and not yet confirmed: reserved against the amount.
     pending_refund_cents integer not null default 0,
+    -- A manual charge ("capture": "manual") is 'authorized' until captured ('succeeded', with
+    -- captured_cents, the rest released; 'capturing' while the processor's answer is not
+    -- known) or canceled ('canceled'; 'canceling' meanwhile). Null for a charge captured at
+    -- once: its whole amount. Refunds apply to it.
+    captured_cents integer,
     constraint charges_refunded_within_amount check (refunded_cents between 0 and amount_cents),
-    constraint charges_status_check check (status in ('pending', 'succeeded', 'failed')),
+    constraint charges_status_check check (status in ('pending', 'authorized', 'capturing', 'canceling', 'succeeded', 'failed', 'canceled')),
+    constraint charges_captured_within_amount check (captured_cents is null or captured_cents between 1 and amount_cents),
+    constraint charges_refunds_within_captured check (refunded_cents + pending_refund_cents <= coalesce(captured_cents, amount_cents)),
     constraint charges_reserved_within_amount check (pending_refund_cents >= 0 and refunded_cents + pending_refund_cents <= amount_cents)
 );
 -- Reconciliation reads the charges younger than the outbox retention; charges are kept for
@@ -60,7 +67,8 @@ create table idempotency_keys (
     key text not null,
     endpoint text not null,
     request_hash text not null,
-    status text not null check (status in ('STARTED', 'COMPLETED')),
+    -- EXPIRED: a tombstone (migration 0008): the answer expired, the key is still spent.
+    status text not null check (status in ('STARTED', 'COMPLETED', 'EXPIRED')),
     response_status integer,
     response_body text,
     created_at timestamptz not null default now(),
@@ -75,14 +83,18 @@ create table idempotency_keys (
     attempts integer not null default 0,
     next_attempt_at timestamptz,
     last_error text,
-    parked_at timestamptz
+    parked_at timestamptz,
+    -- A tombstone's original resource (the stored answer's Location) and when the key completed.
+    location text,
+    completed_at timestamptz
 );
 -- Keys are unique per tenant: the target of the API's ON CONFLICT, and the safety net under
 -- its advisory lock. Never unique on (key, endpoint) alone: a key one tenant used would make
 -- every other tenant's request with it fail on a row it cannot see (a 409 for as long as the
 -- key lives), which both blocks them and tells them the key exists.
 create unique index idempotency_keys_tenant_key_endpoint_idx on idempotency_keys (tenant, key, endpoint);
--- Retention deletes COMPLETED keys by expiry in bounded batches.
+-- Retention turns COMPLETED keys into tombstones at their expiry, and deletes tombstones at
+-- theirs, both in bounded batches (a tombstone's expires_at is its own end, past the answer's).
 create index idempotency_keys_expires_idx on idempotency_keys (expires_at);
 -- The stale-STARTED check reads only STARTED keys: a handful at any time, however many
 -- COMPLETED ones the table holds.

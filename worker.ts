@@ -18,7 +18,7 @@ import { apiSql, boundedCore, logNotifyFailure } from "./lib/api/services.ts";
 import { createApiHandler } from "./lib/api/http/pipeline.ts";
 import type { RequestDeps } from "./lib/api/http/context.ts";
 import { OPERATIONS, SCHEMAS } from "./lib/api/routes.ts";
-import { endpointOf } from "./lib/api/core/operation.ts";
+import { endpointOf } from "./lib/shared/operations/model.ts";
 import { createApiMetrics } from "./lib/api/metrics.ts";
 import { createAuthenticator } from "./lib/api/auth.ts";
 import { createAdmission } from "./lib/api/admission.ts";

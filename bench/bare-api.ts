@@ -1,5 +1,5 @@
 // The bare-stack limit of the API: `Bun.serve` + postgres.js running the API's one
-// statement for POST /charges (lib/api/core/statement.ts with the charges operation, imported
+// statement for POST /charges (lib/shared/operations/skeleton.ts runSingle with the charges operation, imported
 // so the two never drift), one request per statement, with the same parameter shapes (a
 // SHA-256 hex fingerprint, a 64-bit lock id from a SHA-256, a random charge id and a
 // time-ordered event id, the stored 201 body, the event payload) and nothing else: no
@@ -8,8 +8,8 @@
 // `DATABASE_URL=… PORT=… bun bench/bare-api.ts`; GET answers 200 (the bench's ready check).
 import { createHash } from "node:crypto";
 import postgres from "postgres";
-import { compileOperation, runOperation, type CompiledOperation } from "../lib/api/core/statement.ts";
-import { createCharge } from "../lib/api/operations/charges.ts";
+import { compile, runSingle, type Compiled } from "../lib/shared/operations/skeleton.ts";
+import { createCharge } from "../lib/shared/operations/charges.ts";
 import { newEventId } from "../lib/events.ts";
 import type { Sql } from "../lib/shared/db.ts";
 
@@ -25,23 +25,24 @@ function lockIdOf(key: string): string {
   return createHash("sha256").update(key).digest().readBigInt64BE(0).toString();
 }
 
-async function charge(sql: Sql, statement: CompiledOperation, request: Request): Promise<Response> {
+async function charge(sql: Sql, statement: Compiled, request: Request): Promise<Response> {
   const key = request.headers.get("idempotency-key") ?? "";
   const text = await request.text();
   const amountCents = (JSON.parse(text) as { amountCents: number }).amountCents;
   const chargeId = crypto.randomUUID();
   const createdAt = new Date().toISOString();
   const responseBody = JSON.stringify({ id: chargeId, amountCents, createdAt });
-  const [row] = await runOperation(sql, statement, TTL_SECONDS, [
+  const [row] = await runSingle(sql, statement, TTL_SECONDS, [
     {
+      n: 0,
       tenant: TENANT,
       key,
-      lockId: lockIdOf(key),
-      requestHash: createHash("sha256").update(text).digest("hex"),
-      responseBody,
-      eventId: newEventId(),
+      lock_id: lockIdOf(key),
+      request_hash: createHash("sha256").update(text).digest("hex"),
+      response_body: responseBody,
+      event_id: newEventId(),
       traceparent: null,
-      columns: { charge_id: chargeId, amount_cents: amountCents, currency: "usd", created_at: createdAt, payload: JSON.stringify({ chargeId, amountCents, currency: "usd" }) },
+      charge_id: chargeId, amount_cents: amountCents, currency: "usd", status: "succeeded", created_at: createdAt, payload: JSON.stringify({ chargeId, amountCents, currency: "usd" }),
     },
   ]);
   const body = row!.created === 1 ? responseBody : (row!.response_body ?? "{}");
@@ -52,7 +53,7 @@ if (import.meta.main) {
   const url = process.env.DATABASE_URL;
   if (!url) throw new Error("DATABASE_URL is required");
   const sql = postgres(url, { max: POOL_SIZE, prepare: true, connection: { application_name: BARE_APP } }) as unknown as Sql;
-  const statement = compileOperation(sql, createCharge);
+  const statement = compile(sql, createCharge, "ledger");
   const server = Bun.serve({
     port: Number(process.env.PORT ?? 0),
     hostname: "127.0.0.1",

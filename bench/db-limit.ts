@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freshDatabase, requireTool, run } from "./support.ts";
 
-// Same shapes and sizes as POST /charges writes (lib/api/operations/charges.ts): a UUID key, a SHA-256 hex fingerprint,
+// Same shapes and sizes as POST /charges writes (lib/shared/operations/charges.ts): a UUID key, a SHA-256 hex fingerprint,
 // the stored 201 body, the charge, and the outbox row with its JSON payload.
 const STATEMENT = `
 with k as (

@@ -12,7 +12,7 @@
 import { loadConfig, type Config } from "../lib/shared/config.ts";
 import { createSql, type DbOptions } from "../lib/shared/db.ts";
 import { boundedCore } from "../lib/api/services.ts";
-import { createCharge } from "../lib/api/operations/charges.ts";
+import { createCharge } from "../lib/shared/operations/charges.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
 import { insertPending } from "../testkit/outbox.ts";

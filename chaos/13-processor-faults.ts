@@ -3,10 +3,13 @@
 // completer); clients that retry with the same key on 0/409/502/503/504, and clients that give
 // up after their first unknown answer (their keys must be finished by the completer). Each
 // simulator fault in turn for a while (500 before and after the effect, hang, dropped answer,
-// refused connections), then an API SIGKILLed while calls are held at the processor.
+// refused connections), then captures whose answers are lost, then an API SIGKILLed while
+// calls are held at the processor. One charge in five is authorized ("capture": "manual") and
+// then captured, under the same faults.
 // Invariants come from the simulator's ledger and the database: at most one confirmed payment
-// per charge, and the charge's final state is the processor's; every key finished; every
-// finished charge's event delivered once.
+// per charge, at most one capture of it, and the charge's final state is the processor's
+// (authorized: confirmed, nothing captured; succeeded: captured what we say); every key
+// finished; every finished charge's events delivered once.
 import { startEntrypoint, type Service } from "../testkit/processes.ts";
 import { startProcessorSim, SIM_KEY, type ProcessorSim } from "../testkit/processor-sim.ts";
 import type { SimFaultKind } from "../dev/processor-sim/types.ts";
@@ -54,19 +57,30 @@ async function run(ctx: Ctx, sim: ProcessorSim): Promise<Awaited<ReturnType<type
       const key = crypto.randomUUID();
       keys.add(key);
       const declined = i % 7 === 3;
-      const body = JSON.stringify({ amountCents: 100 + ((w * 37 + i) % 900), paymentMethod: declined ? "pm_card_chargeDeclined" : "pm_card_visa" });
+      const manual = !declined && i % 5 === 1;
+      const amountCents = 100 + ((w * 37 + i) % 900);
+      const body = JSON.stringify({ amountCents, paymentMethod: declined ? "pm_card_chargeDeclined" : "pm_card_visa", ...(manual && { capture: "manual" }) });
       // One worker in three gives up at its first unknown answer: the completer finishes its key.
       const patient = w % 3 !== 0;
       const deadline = Date.now() + RETRY_DEADLINE_MS;
-      for (;;) {
-        const api = apis[(i + w) % apis.length]!;
-        const a = await post(api.base, key, body, tally);
-        if (![0, 409, 502, 503, 504].includes(a)) break;
-        if (!patient || Date.now() > deadline) {
-          givenUp.add(key);
-          break;
+      // Sent until it is not an unknown outcome (or the client gives up); the last answer.
+      const send = async (path: string, k: string, b: string): Promise<{ status: number; text: string }> => {
+        for (;;) {
+          const api = apis[(i + w) % apis.length]!;
+          const a = await post(api.base, path, k, b, tally);
+          if (![0, 409, 502, 503, 504].includes(a.status)) return a;
+          if (!patient || Date.now() > deadline) {
+            givenUp.add(k);
+            return a;
+          }
+          await sleep(RETRY_PAUSE_MS);
         }
-        await sleep(RETRY_PAUSE_MS);
+      };
+      const created = await send("/charges", key, body);
+      if (manual && created.status === 201) {
+        // Capture all but 50 cents of it (the rest released), with a key of its own.
+        const id = (JSON.parse(created.text) as { id: string }).id;
+        await send(`/charges/${id}/capture`, crypto.randomUUID(), JSON.stringify({ amountCents: amountCents - 50 }));
       }
     }
   };
@@ -79,6 +93,13 @@ async function run(ctx: Ctx, sim: ProcessorSim): Promise<Awaited<ReturnType<type
     sim.clearFaults();
     await sim.settled();
     await sleep(FAULT_PHASE_MS / 2);
+  }
+  // Captures whose answers are lost: stored 500s after the capture, and dropped answers.
+  for (const kind of ["500-after", "drop-after"] as const) {
+    sim.setFaults({ rules: [{ kind, op: "capture", probability: 0.7 }] });
+    await sleep(FAULT_PHASE_MS);
+    sim.clearFaults();
+    await sim.settled();
   }
   // An API SIGKILLed while its confirms are held at the processor, then started again.
   sim.setFaults({ rules: [{ kind: "hang", op: "confirm" }] });
@@ -103,19 +124,19 @@ async function run(ctx: Ctx, sim: ProcessorSim): Promise<Awaited<ReturnType<type
   return deliveryInvariants(ctx, 30_000);
 }
 
-/** POST /charges with its JSON body; the status (0: no answer), tallied. */
-async function post(base: string, key: string, body: string, tally: Tally): Promise<number> {
+/** POST `path` with its JSON body; the status (0: no answer), tallied, and the body. */
+async function post(base: string, path: string, key: string, body: string, tally: Tally): Promise<{ status: number; text: string }> {
   let status = 0;
   let text = "";
   let replayed = false;
   try {
-    const r = await fetch(`${base}/charges`, { method: "POST", headers: await chargeHeaders(key), body, signal: AbortSignal.timeout(15_000) });
+    const r = await fetch(`${base}${path}`, { method: "POST", headers: await chargeHeaders(key), body, signal: AbortSignal.timeout(15_000) });
     status = r.status;
     text = await r.text();
     replayed = r.headers.get("idempotent-replayed") === "true";
   } catch {}
   tally.answers.push({ key, amountCents: 0, status, replayed, body: text, at: Date.now() });
-  return status;
+  return { status, text };
 }
 
 interface ChargeRow {
@@ -123,13 +144,14 @@ interface ChargeRow {
   readonly amount_cents: number;
   readonly status: string;
   readonly processor_payment_id: string | null;
+  readonly captured_cents: number | null;
 }
 
 /** The simulator's ledger against the charges: money moved once per charge, and our state is the processor's. */
 async function ledgerInvariants(ctx: Ctx, sim: ProcessorSim, keys: Set<string>): Promise<void> {
   const { sql, checks } = ctx;
   const ledger = sim.ledger();
-  const charges = await sql<ChargeRow[]>`select id::text, amount_cents, status, processor_payment_id from charges`;
+  const charges = await sql<ChargeRow[]>`select id::text, amount_cents, status, processor_payment_id, captured_cents from charges`;
   const byCharge = new Map<string, typeof ledger.paymentIntents>();
   for (const p of ledger.paymentIntents) {
     const id = p.metadata.charge_id ?? "";
@@ -139,22 +161,28 @@ async function ledgerInvariants(ctx: Ctx, sim: ProcessorSim, keys: Set<string>):
   checks.check(twice.length === 0, "at most one confirmed payment per charge (no charge paid twice)", `${twice.length} charges paid more than once`);
   const mismatched = charges.filter((c) => {
     const confirmed = (byCharge.get(c.id) ?? []).filter((p) => p.confirmations > 0);
-    if (c.status === "succeeded") return confirmed.length !== 1 || confirmed[0]!.id !== c.processor_payment_id || confirmed[0]!.amountCaptured !== c.amount_cents;
+    if (c.status === "succeeded") return confirmed.length !== 1 || confirmed[0]!.id !== c.processor_payment_id || confirmed[0]!.amountCaptured !== (c.captured_cents ?? c.amount_cents);
+    // Authorized (a manual charge not captured, its client gone): confirmed, nothing captured.
+    if (c.status === "authorized") return confirmed.length !== 1 || confirmed[0]!.id !== c.processor_payment_id || confirmed[0]!.status !== "requires_capture" || confirmed[0]!.amountCaptured !== 0;
     return confirmed.length !== 0;
   });
-  checks.check(mismatched.length === 0, "each charge's state is the processor's: succeeded with its one confirmed payment for its amount, failed with none", `${mismatched.length} differ, e.g. ${mismatched[0]?.id}`);
+  checks.check(mismatched.length === 0, "each charge's state is the processor's: succeeded with its one confirmed payment captured for what we say (its amount, or its capture), authorized with nothing captured, failed with none", `${mismatched.length} differ, e.g. ${mismatched[0]?.id}`);
+  const manualCaptured = charges.filter((c) => c.captured_cents !== null).length;
+  checks.check(manualCaptured > 0, "some manual charges were captured", `${manualCaptured}`);
+  const [captureEvents] = await sql<{ n: number }[]>`select count(*)::int as n from outbox where event_type = 'ChargeCaptured'`;
+  checks.check(captureEvents?.n === manualCaptured, "one ChargeCaptured per captured charge", `${captureEvents?.n} events for ${manualCaptured} captured charges`);
   const known = new Set(charges.map((c) => c.id));
   const stray = ledger.paymentIntents.filter((p) => p.confirmations > 0 && !known.has(p.metadata.charge_id ?? ""));
   checks.check(stray.length === 0, "no money moved for a charge we have no row of", `${stray.length} confirmed payments without a charge`);
   // A key whose only requests got no answer (the API killed under them) and whose client gave
   // up may have no row: its phase 1 never committed. Every other key has its row and its charge.
-  const answered = new Set(ctx.tally.answers.filter((a) => a.status !== 0).map((a) => a.key));
+  const answered = new Set(ctx.tally.answers.filter((a) => a.status !== 0 && keys.has(a.key)).map((a) => a.key));
   const rows = await sql<{ key: string; charge: string | null }[]>`
-    select k.key, (k.resume->>'chargeId') as charge from idempotency_keys k`;
+    select k.key, (k.resume->>'chargeId') as charge from idempotency_keys k where k.endpoint = 'POST /charges'`;
   const withRow = new Set(rows.map((r) => r.key));
   const missing = [...answered].filter((key) => !withRow.has(key));
   checks.check(missing.length === 0 && rows.length <= keys.size, "every client key that got an answer has its key row", `${missing.length} without one`);
   checks.check(charges.length === rows.length && rows.every((r) => r.charge !== null && known.has(r.charge)), "one charge per key row", `${charges.length} charges for ${rows.length} key rows`);
-  const captured = charges.filter((c) => c.status === "succeeded").reduce((n, c) => n + c.amount_cents, 0);
+  const captured = charges.filter((c) => c.status === "succeeded").reduce((n, c) => n + (c.captured_cents ?? c.amount_cents), 0);
   checks.check(ledger.totals.captured === captured, "the processor captured exactly what our succeeded charges add up to", `${ledger.totals.captured} captured, ${captured} in succeeded charges`);
 }

@@ -20,6 +20,8 @@ export type ChargeView = JsonAnswer<paths["/charges/{id}"]["get"], 200>;
 export type ChargeEvent = JsonAnswer<paths["/charges/{id}/events"]["get"], 200>["events"][number];
 export type RefundBody = JsonRequest<paths["/charges/{id}/refunds"]["post"]>;
 export type Refund = JsonAnswer<paths["/charges/{id}/refunds"]["post"], 201>;
+export type KeyState = JsonAnswer<paths["/charges/idempotency-key"]["get"], 200>;
+export type CaptureBody = JsonRequest<paths["/charges/{id}/capture"]["post"]>;
 
 // A try that has no answer after this long is abandoned and sent again with the same key.
 const DEFAULT_PER_TRY_TIMEOUT_MS = 10_000;
@@ -88,6 +90,12 @@ export class ChargesClient {
       const { exchange, attempts } = await send(this.#transport, plan, this.#limits(options));
       return answerOf(exchange, undefined, attempts) as ChargeView;
     },
+    /** Captures an authorized charge ("capture": "manual"): all of it, or `amountCents` of it (the rest released). */
+    capture: (id: string, body: CaptureBody = {}, options: CreateOptions = {}): Promise<Created & { charge: Charge }> =>
+      this.#create(`/charges/${encodeURIComponent(id)}/capture`, body, options).then(({ value, ...rest }) => ({ charge: value as Charge, ...rest })),
+    /** Cancels an authorized charge ("capture": "manual"): its authorization released. */
+    cancel: (id: string, options: CreateOptions = {}): Promise<Created & { charge: Charge }> =>
+      this.#create(`/charges/${encodeURIComponent(id)}/cancel`, {}, options).then(({ value, ...rest }) => ({ charge: value as Charge, ...rest })),
     /**
      * The charge's events after sequence `after` (default 0: all), in sequence order, as the
      * broker carried them, while the API's outbox keeps them; every page, one call each.
@@ -108,6 +116,19 @@ export class ChargesClient {
   readonly refunds = {
     create: (chargeId: string, body: RefundBody, options: CreateOptions = {}): Promise<Created & { refund: Refund }> =>
       this.#create(`/charges/${encodeURIComponent(chargeId)}/refunds`, body, options).then(({ value, ...rest }) => ({ refund: value as Refund, ...rest })),
+  };
+
+  readonly keys = {
+    /** What became of `idempotencyKey`, per operation: in_flight, completed, parked, expired or unknown. */
+    get: async (idempotencyKey: string, options: CallOptions = {}): Promise<KeyState> => {
+      const headers = { accept: "application/json", "idempotency-key": sfString(idempotencyKey) };
+      const plan = { method: "GET", url: this.#url("/charges/idempotency-key"), headers } as const;
+      const { exchange, attempts } = await send(this.#transport, plan, this.#limits(options));
+      const value = parseObject(exchange.text);
+      if (exchange.status === 200 && Array.isArray(value?.operations)) return value as unknown as KeyState;
+      if (exchange.status !== 200) throw problemError(exchange, idempotencyKey, attempts, false);
+      throw new ChargesApiError({ type: CLIENT_PROBLEM.unexpected, status: 200, detail: "a 200 whose body is not a key's state", idempotencyKey, retryable: false, attempts });
+    },
   };
 
   constructor(options: ChargesClientOptions) {

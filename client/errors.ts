@@ -30,12 +30,26 @@ export const PROBLEM = {
   notFound: `${API}not-found`,
   /** 409: the same key is in flight; retried. */
   inFlight: `${API}request-in-flight`,
+  /** 409: the key's recovery data is unreadable; parked until an operator resolves it (docs/operations.md). */
+  keyParked: `${API}idempotency-key-parked`,
+  /** 410: the key's stored answer expired and its tombstone lives; nothing was done, `location` names the original resource. Final. */
+  keyExpired: `${API}idempotency-key-expired`,
   bodyTooLarge: `${API}body-too-large`,
   unsupportedMediaType: `${API}unsupported-media-type`,
   /** 422: the key was used with another request. */
   payloadConflict: `${API}idempotency-key-reused`,
   refundExceedsCharge: `${API}refund-exceeds-charge`,
   chargeNotRefundable: `${API}charge-not-refundable`,
+  /** 422 of charges.capture: the charge is not authorized (captured, canceled, failed, or captured at once). */
+  chargeNotCapturable: `${API}charge-not-capturable`,
+  /** 422 of charges.capture: more than the authorized amount. */
+  captureExceedsAuthorized: `${API}capture-exceeds-authorized`,
+  /** 422 of charges.capture, stored under the key: final. */
+  captureRefused: `${API}capture-refused`,
+  /** 422 of charges.cancel: the charge is not authorized. */
+  chargeNotCancelable: `${API}charge-not-cancelable`,
+  /** 422 of charges.cancel, stored under the key: final. */
+  cancelRefused: `${API}cancel-refused`,
   /** 402, stored under the key: final. */
   cardDeclined: `${API}card-declined`,
   /** 422, stored under the key: final. */

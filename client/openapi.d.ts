@@ -38,6 +38,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/charges/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel an authorized charge
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/cancel").
+         */
+        post: operations["cancelCharge"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/charges/{id}/capture": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Capture an authorized charge
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/capture").
+         */
+        post: operations["captureCharge"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/charges/{id}/events": {
         parameters: {
             query?: never;
@@ -87,6 +127,23 @@ export interface paths {
         };
         /** A refund of a charge */
         get: operations["getRefund"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/charges/idempotency-key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A key's state, per operation: in flight, completed, parked, expired or unknown */
+        get: operations["getIdempotencyKey"];
         put?: never;
         post?: never;
         delete?: never;
@@ -152,6 +209,8 @@ export interface components {
     schemas: {
         Charge: {
             amountCents: number;
+            /** @description What was captured of a manual charge (the rest was released) */
+            capturedCents?: number;
             /** Format: date-time */
             createdAt: string;
             /** @description ISO 4217, lower case */
@@ -160,12 +219,14 @@ export interface components {
             id: string;
             /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
             processorPaymentId?: string;
-            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined) */
-            status: "pending" | "succeeded" | "failed";
+            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known */
+            status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
         };
         ChargeBody: {
             /** @description Amount in cents */
             amountCents: number;
+            /** @description manual: authorize only (status authorized), then POST /charges/:id/capture or /cancel; automatic (the default): captured at once */
+            capture?: "automatic" | "manual";
             /** @description ISO 4217 code in lower case; DEFAULT_CURRENCY (usd) when absent */
             currency?: string;
             /** @description The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe */
@@ -187,6 +248,11 @@ export interface components {
                     chargeId: string;
                     /** @description ISO 4217, lower case; absent from events written before currencies existed */
                     currency?: string;
+                    /**
+                     * @description A manual charge: authorized, captured later (ChargeCaptured) or canceled (ChargeCanceled); absent when captured at once
+                     * @constant
+                     */
+                    status?: "authorized";
                 };
                 /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
                 id: string;
@@ -253,10 +319,56 @@ export interface components {
                  * @constant
                  */
                 type: "ChargeFailed";
+            } | {
+                /** @description The id of the aggregate (the charge) the event belongs to */
+                aggregateId: string;
+                /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                createdAt: string;
+                /** @description ChargeCaptured data */
+                data: {
+                    /** @description What was captured of the authorized amount; the rest was released */
+                    capturedCents: number;
+                    /** @description The captured charge's id (also the envelope's aggregateId) */
+                    chargeId: string;
+                };
+                /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                id: string;
+                /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                sequence: number;
+                /** @description The tenant whose request wrote the event */
+                tenantId: string;
+                /**
+                 * @description The event type; also the topic's last level
+                 * @constant
+                 */
+                type: "ChargeCaptured";
+            } | {
+                /** @description The id of the aggregate (the charge) the event belongs to */
+                aggregateId: string;
+                /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                createdAt: string;
+                /** @description ChargeCanceled data */
+                data: {
+                    /** @description The canceled charge's id (also the envelope's aggregateId) */
+                    chargeId: string;
+                };
+                /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                id: string;
+                /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                sequence: number;
+                /** @description The tenant whose request wrote the event */
+                tenantId: string;
+                /**
+                 * @description The event type; also the topic's last level
+                 * @constant
+                 */
+                type: "ChargeCanceled";
             })[];
         };
         ChargeView: {
             amountCents: number;
+            /** @description What was captured of a manual charge (the rest was released) */
+            capturedCents?: number;
             /** Format: date-time */
             createdAt: string;
             /** @description ISO 4217, lower case */
@@ -268,8 +380,45 @@ export interface components {
             /** @description The processor's payment id, once it succeeded */
             processorPaymentId?: string;
             refundedCents: number;
-            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined) */
-            status: "pending" | "succeeded" | "failed";
+            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known */
+            status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
+        };
+        /** @description The key's state for each operation */
+        KeyStateView: {
+            /** @description The key, as the API stores it (a UUID lowercased) */
+            key: string;
+            /** @description Every operation, in the route table's order */
+            operations: {
+                /**
+                 * Format: date-time
+                 * @description completed, expired: when the key completed
+                 */
+                completedAt?: string;
+                /** @description The key's scope: the method and route template ("POST /charges") */
+                endpoint: string;
+                /**
+                 * Format: date-time
+                 * @description completed: when its stored answer expires (then 410); expired: when its tombstone ends (then the key is new again)
+                 */
+                expiresAt?: string;
+                /**
+                 * Format: date-time
+                 * @description in_flight: when its holder's lease ends; past it, the next request with the key resumes it
+                 */
+                leaseUntil?: string;
+                /** @description completed, expired: the resource the key made */
+                location?: string;
+                /** @description The operation's operationId (createCharge, createRefund, …) */
+                operation: string;
+                /** @description parked: why, for the operator (bun run ops parked) */
+                reason?: string;
+                /** @description in_flight: the last step recorded (with a payment processor) */
+                recoveryPoint?: string;
+                /** @description in_flight, completed, parked, expired (a tombstone: 410) or unknown (never used, its tombstone gone, or another tenant's) */
+                state: "in_flight" | "completed" | "parked" | "expired" | "unknown";
+                /** @description completed, expired: the stored answer's status */
+                status?: number;
+            }[];
         };
         Problem: {
             detail: string;
@@ -313,6 +462,7 @@ export interface operations {
             query?: never;
             header: {
                 "idempotency-key": string;
+                prefer?: string;
             };
             path?: never;
             cookie?: never;
@@ -322,6 +472,8 @@ export interface operations {
                 "application/json": {
                     /** @description Amount in cents */
                     amountCents: number;
+                    /** @enum {string} */
+                    capture?: "automatic" | "manual";
                     /** @description ISO 4217 code in lower case; DEFAULT_CURRENCY (usd) when absent */
                     currency?: string;
                     /** @description The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe */
@@ -340,6 +492,8 @@ export interface operations {
                 content: {
                     "application/json": {
                         amountCents: number;
+                        /** @description What was captured of a manual charge (the rest was released) */
+                        capturedCents?: number;
                         /** Format: date-time */
                         createdAt: string;
                         /** @description ISO 4217, lower case */
@@ -349,7 +503,7 @@ export interface operations {
                         /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
                         processorPaymentId?: string;
                         /** @enum {string} */
-                        status: "pending" | "succeeded" | "failed";
+                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
                     };
                 };
             };
@@ -416,8 +570,29 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -542,7 +717,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -605,6 +780,8 @@ export interface operations {
                 content: {
                     "application/json": {
                         amountCents: number;
+                        /** @description What was captured of a manual charge (the rest was released) */
+                        capturedCents?: number;
                         /** Format: date-time */
                         createdAt: string;
                         /** @description ISO 4217, lower case */
@@ -617,7 +794,7 @@ export interface operations {
                         processorPaymentId?: string;
                         refundedCents: number;
                         /** @enum {string} */
-                        status: "pending" | "succeeded" | "failed";
+                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
                     };
                 };
             };
@@ -728,6 +905,604 @@ export interface operations {
             };
         };
     };
+    cancelCharge: {
+        parameters: {
+            query?: never;
+            header: {
+                "idempotency-key": string;
+                prefer?: string;
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description Nothing: {} */
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Done; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true) */
+            200: {
+                headers: {
+                    "idempotent-replayed"?: "true";
+                    location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        amountCents: number;
+                        /** @description What was captured of a manual charge (the rest was released) */
+                        capturedCents?: number;
+                        /** Format: date-time */
+                        createdAt: string;
+                        /** @description ISO 4217, lower case */
+                        currency: string;
+                        /** Format: uuid */
+                        id: string;
+                        /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
+                        processorPaymentId?: string;
+                        /** @enum {string} */
+                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
+                    };
+                };
+            };
+            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, or an id that is not a UUID */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Unknown charge, or another tenant's; the key stays unused */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Body over 16384 bytes */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Content-Type is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key was used with another request (idempotency-key-reused), or the charge is not authorized (charge-not-cancelable: captured, canceled, failed, or captured at once; the key stays unused). With a processor, also its refusal (cancel-refused), stored under the key */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+    };
+    captureCharge: {
+        parameters: {
+            query?: never;
+            header: {
+                "idempotency-key": string;
+                prefer?: string;
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description What to capture, in cents, up to the authorized amount (the rest is released); all of it when absent */
+                    amountCents?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description Done; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true) */
+            200: {
+                headers: {
+                    "idempotent-replayed"?: "true";
+                    location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        amountCents: number;
+                        /** @description What was captured of a manual charge (the rest was released) */
+                        capturedCents?: number;
+                        /** Format: date-time */
+                        createdAt: string;
+                        /** @description ISO 4217, lower case */
+                        currency: string;
+                        /** Format: uuid */
+                        id: string;
+                        /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
+                        processorPaymentId?: string;
+                        /** @enum {string} */
+                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
+                    };
+                };
+            };
+            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, or an id that is not a UUID */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Unknown charge, or another tenant's; the key stays unused */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Body over 16384 bytes */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Content-Type is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key was used with another request (idempotency-key-reused), the charge is not authorized (charge-not-capturable: captured, canceled, failed, or captured at once), or the amount is more than authorized (capture-exceeds-authorized); the key stays unused for the latter two. With a processor, also its refusal (capture-refused), stored under the key */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+    };
     getChargeEvents: {
         parameters: {
             query?: {
@@ -762,6 +1537,11 @@ export interface operations {
                                 chargeId: string;
                                 /** @description ISO 4217, lower case; absent from events written before currencies existed */
                                 currency?: string;
+                                /**
+                                 * @description A manual charge: authorized, captured later (ChargeCaptured) or canceled (ChargeCanceled); absent when captured at once
+                                 * @constant
+                                 */
+                                status?: "authorized";
                             };
                             /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
                             id: string;
@@ -828,6 +1608,50 @@ export interface operations {
                              * @constant
                              */
                             type: "ChargeFailed";
+                        } | {
+                            /** @description The id of the aggregate (the charge) the event belongs to */
+                            aggregateId: string;
+                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                            createdAt: string;
+                            /** @description ChargeCaptured data */
+                            data: {
+                                /** @description What was captured of the authorized amount; the rest was released */
+                                capturedCents: number;
+                                /** @description The captured charge's id (also the envelope's aggregateId) */
+                                chargeId: string;
+                            };
+                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                            id: string;
+                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                            sequence: number;
+                            /** @description The tenant whose request wrote the event */
+                            tenantId: string;
+                            /**
+                             * @description The event type; also the topic's last level
+                             * @constant
+                             */
+                            type: "ChargeCaptured";
+                        } | {
+                            /** @description The id of the aggregate (the charge) the event belongs to */
+                            aggregateId: string;
+                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                            createdAt: string;
+                            /** @description ChargeCanceled data */
+                            data: {
+                                /** @description The canceled charge's id (also the envelope's aggregateId) */
+                                chargeId: string;
+                            };
+                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                            id: string;
+                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                            sequence: number;
+                            /** @description The tenant whose request wrote the event */
+                            tenantId: string;
+                            /**
+                             * @description The event type; also the topic's last level
+                             * @constant
+                             */
+                            type: "ChargeCanceled";
                         })[];
                     };
                 };
@@ -944,6 +1768,7 @@ export interface operations {
             query?: never;
             header: {
                 "idempotency-key": string;
+                prefer?: string;
             };
             path: {
                 id: string;
@@ -1043,8 +1868,29 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1169,7 +2015,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1288,6 +2134,147 @@ export interface operations {
             };
             /** @description Unknown refund or charge, or another tenant's */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+    };
+    getIdempotencyKey: {
+        parameters: {
+            query?: never;
+            header: {
+                "idempotency-key": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key's state for each operation; a key never used, whose tombstone has gone, or another tenant's reads unknown for all */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The key, as the API stores it (a UUID lowercased) */
+                        key: string;
+                        /** @description Every operation, in the route table's order */
+                        operations: {
+                            /**
+                             * Format: date-time
+                             * @description completed, expired: when the key completed
+                             */
+                            completedAt?: string;
+                            /** @description The key's scope: the method and route template ("POST /charges") */
+                            endpoint: string;
+                            /**
+                             * Format: date-time
+                             * @description completed: when its stored answer expires (then 410); expired: when its tombstone ends (then the key is new again)
+                             */
+                            expiresAt?: string;
+                            /**
+                             * Format: date-time
+                             * @description in_flight: when its holder's lease ends; past it, the next request with the key resumes it
+                             */
+                            leaseUntil?: string;
+                            /** @description completed, expired: the resource the key made */
+                            location?: string;
+                            /** @description The operation's operationId (createCharge, createRefund, …) */
+                            operation: string;
+                            /** @description parked: why, for the operator (bun run ops parked) */
+                            reason?: string;
+                            /** @description in_flight: the last step recorded (with a payment processor) */
+                            recoveryPoint?: string;
+                            /** @enum {string} */
+                            state: "in_flight" | "completed" | "parked" | "expired" | "unknown";
+                            /** @description completed, expired: the stored answer's status */
+                            status?: number;
+                        }[];
+                    };
+                };
+            };
+            /** @description Missing or invalid Idempotency-Key (over 255 characters, not visible ASCII, a malformed String) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

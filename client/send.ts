@@ -59,8 +59,9 @@ type Outcome = { readonly kind: "answer"; readonly exchange: Exchange } | { read
 /** Tries `plan` until a final answer; that answer and the number of tries. */
 export async function send(t: Transport, plan: Plan, limits: Limits): Promise<{ exchange: Exchange; attempts: number }> {
   if (limits.signal?.aborted) throw giveUp("aborted", { kind: "network", error: limits.signal.reason }, plan, 0);
+  let tryPlan = plan;
   for (let attempt = 1; ; attempt += 1) {
-    const outcome = await tryOnce(t, plan, limits);
+    const outcome = await tryOnce(t, tryPlan, limits);
     const report: TryReport = {
       attempt,
       idempotencyKey: plan.idempotencyKey,
@@ -82,12 +83,27 @@ export async function send(t: Transport, plan: Plan, limits: Limits): Promise<{ 
     if (limits.signal?.aborted) throw giveUp("aborted", outcome, plan, attempt);
     // No token until something succeeds (or the floor makes one): the retry waits, up to the deadline.
     if (!(await t.budget.acquire(limits.deadline, limits.signal))) throw giveUp(limits.signal?.aborted ? "aborted" : "budget", outcome, plan, attempt);
+    if (outcome.kind === "answer" && outcome.exchange.status === IN_FLIGHT) tryPlan = waitingPlan(t, plan, limits);
   }
 }
 
 /** A final answer: its status is not retried, or the server said so (Should-Retry). */
 function isFinal(exchange: Exchange): boolean {
   return !shouldRetry(exchange.status, exchange.headers.get("should-retry"));
+}
+
+const IN_FLIGHT = 409;
+// How long a try after a 409 asks the API to hold it for the key's holder (Prefer: wait, RFC
+// 7240): the API caps it by its request timeout (10 s by default), the client here by its own
+// per-try timeout and deadline, keeping a second for the answer to come back.
+const PREFER_WAIT_S = 8;
+const ANSWER_MARGIN_MS = 1000;
+
+/** `plan` with Prefer: wait=N for the tries after a 409, N within this try's bounds; `plan` itself when none is left. */
+function waitingPlan(t: Transport, plan: Plan, limits: Limits): Plan {
+  const roomMs = Math.min(t.perTryTimeoutMs, limits.deadline - Date.now()) - ANSWER_MARGIN_MS;
+  const seconds = Math.min(PREFER_WAIT_S, Math.floor(roomMs / 1000));
+  return seconds > 0 ? { ...plan, headers: { ...plan.headers, prefer: `wait=${seconds}` } } : plan;
 }
 
 function waitBefore(t: Transport, outcome: Outcome, attempt: number): number {

@@ -14,8 +14,12 @@ export const CHARGE_CREATED = "ChargeCreated";
 export const CHARGE_REFUNDED = "ChargeRefunded";
 /** The payment processor declined a charge: written in the transaction that records its final state. */
 export const CHARGE_FAILED = "ChargeFailed";
-export type EventType = typeof CHARGE_CREATED | typeof CHARGE_REFUNDED | typeof CHARGE_FAILED;
-export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED, CHARGE_REFUNDED, CHARGE_FAILED];
+/** A manual charge captured (POST /charges/:id/capture): the charge's next sequence. */
+export const CHARGE_CAPTURED = "ChargeCaptured";
+/** A manual charge canceled (POST /charges/:id/cancel), its authorization released: the charge's next sequence. */
+export const CHARGE_CANCELED = "ChargeCanceled";
+export type EventType = typeof CHARGE_CREATED | typeof CHARGE_REFUNDED | typeof CHARGE_FAILED | typeof CHARGE_CAPTURED | typeof CHARGE_CANCELED;
+export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED, CHARGE_REFUNDED, CHARGE_FAILED, CHARGE_CAPTURED, CHARGE_CANCELED];
 
 /** The `data` of a ChargeCreated event. */
 export interface ChargeCreatedData {
@@ -23,6 +27,8 @@ export interface ChargeCreatedData {
   readonly amountCents: number;
   /** ISO 4217, lower case. Absent from events written before currencies existed. */
   readonly currency?: string;
+  /** "authorized" for a manual charge (captured later: ChargeCaptured); absent when captured at once. */
+  readonly status?: "authorized";
 }
 
 /** The `data` of a ChargeFailed event. */
@@ -41,6 +47,77 @@ export interface ChargeRefundedData {
   readonly amountCents: number;
   /** The charge's refunded total after this refund. */
   readonly refundedCents: number;
+}
+
+// The event contract's JSON Schema, as TypeBox objects: each type's `data` and its envelope. The
+// AsyncAPI document's payloads (lib/relay/asyncapi.ts) and the API's GET /charges/:id/events
+// answer (lib/api/events-read.ts) are these very objects. Patterns rather than `format`: TypeBox
+// checks a format only once a process-wide registry knows it, and any JSON Schema validator reads
+// a pattern the same way.
+export const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+// What the relay's claim writes (to_char with microseconds, UTC): lib/relay/outbox-sql.ts.
+const CREATED_AT_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$";
+const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
+// A Postgres integer column holds every amount.
+const cents = (minimum: number, description: string) => t.Integer({ minimum, maximum: 2_147_483_647, description });
+
+/** The `data` of each event type (the ChargeCreatedData, … interfaces above). */
+export const EVENT_DATA_SCHEMAS: Readonly<Record<EventType, TObject>> = {
+  [CHARGE_CREATED]: t.Object(
+    {
+      chargeId: uuid("The charge's id (also the envelope's aggregateId)"),
+      amountCents: cents(1, "The charge's amount"),
+      currency: t.Optional(t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case; absent from events written before currencies existed" })),
+      status: t.Optional(t.Literal("authorized", { description: "A manual charge: authorized, captured later (ChargeCaptured) or canceled (ChargeCanceled); absent when captured at once" })),
+    },
+    { description: "ChargeCreated data" },
+  ),
+  [CHARGE_FAILED]: t.Object(
+    {
+      chargeId: uuid("The declined charge's id (also the envelope's aggregateId)"),
+      amountCents: cents(1, "The charge's amount"),
+      currency: t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case" }),
+      declineCode: t.String({ minLength: 1, description: "The payment processor's decline code (generic_decline, insufficient_funds, …)" }),
+    },
+    { description: "ChargeFailed data" },
+  ),
+  [CHARGE_REFUNDED]: t.Object(
+    {
+      chargeId: uuid("The refunded charge's id (also the envelope's aggregateId)"),
+      refundId: uuid("The refund's id"),
+      amountCents: cents(1, "This refund's amount"),
+      refundedCents: cents(1, "The charge's refunded total after this refund"),
+    },
+    { description: "ChargeRefunded data" },
+  ),
+  [CHARGE_CAPTURED]: t.Object(
+    {
+      chargeId: uuid("The captured charge's id (also the envelope's aggregateId)"),
+      capturedCents: cents(1, "What was captured of the authorized amount; the rest was released"),
+    },
+    { description: "ChargeCaptured data" },
+  ),
+  [CHARGE_CANCELED]: t.Object({ chargeId: uuid("The canceled charge's id (also the envelope's aggregateId)") }, { description: "ChargeCanceled data" }),
+};
+
+export const EVENT_DESCRIPTIONS: Readonly<Record<EventType, string>> = {
+  [CHARGE_CREATED]: "A charge committed; published from the outbox row written in the charge's own transaction.",
+  [CHARGE_REFUNDED]: "A refund of a charge committed; its aggregate is the charge, its sequence the next after the charge's last event.",
+  [CHARGE_FAILED]: "The payment processor declined a charge (PAYMENT_PROCESSOR=stripe); sequence 1, the charge's only event.",
+  [CHARGE_CAPTURED]: "A manual charge captured (POST /charges/:id/capture); its sequence the next after the charge's last event.",
+  [CHARGE_CANCELED]: "A manual charge canceled, its authorization released (POST /charges/:id/cancel); its sequence the next after the charge's last event.",
+};
+
+/** The `data` of a ChargeCaptured event. */
+export interface ChargeCapturedData {
+  readonly chargeId: string;
+  /** What was captured of the authorized amount (the rest was released). */
+  readonly capturedCents: number;
+}
+
+/** The `data` of a ChargeCanceled event. */
+export interface ChargeCanceledData {
+  readonly chargeId: string;
 }
 
 /** What a subscriber receives as the MQTT payload (UTF-8 JSON). */
@@ -77,47 +154,6 @@ export function newEventId(): string {
   return uuidV7();
 }
 
-// The envelope's JSON Schema, as TypeBox objects: the AsyncAPI document's payloads (lib/relay/
-// asyncapi.ts) and the API's GET /charges/:id/events answer (lib/api/events-read.ts) are these.
-// Patterns rather than `format`: TypeBox checks a format only once a process-wide registry
-// knows it, and any JSON Schema validator reads a pattern the same way.
-export const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
-// What the relay's claim writes (to_char with microseconds, UTC): lib/relay/outbox-sql.ts.
-const CREATED_AT_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$";
-const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
-// A Postgres integer column holds every amount.
-const cents = (minimum: number, description: string) => t.Integer({ minimum, maximum: 2_147_483_647, description });
-
-/** The `data` of each event type (lib/events.ts ChargeCreatedData, ChargeRefundedData, ChargeFailedData). */
-export const EVENT_DATA_SCHEMAS: Readonly<Record<EventType, TObject>> = {
-  [CHARGE_CREATED]: t.Object(
-    {
-      chargeId: uuid("The charge's id (also the envelope's aggregateId)"),
-      amountCents: cents(1, "The charge's amount"),
-      currency: t.Optional(t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case; absent from events written before currencies existed" })),
-    },
-    { description: "ChargeCreated data" },
-  ),
-  [CHARGE_FAILED]: t.Object(
-    {
-      chargeId: uuid("The declined charge's id (also the envelope's aggregateId)"),
-      amountCents: cents(1, "The charge's amount"),
-      currency: t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case" }),
-      declineCode: t.String({ minLength: 1, description: "The payment processor's decline code (generic_decline, insufficient_funds, …)" }),
-    },
-    { description: "ChargeFailed data" },
-  ),
-  [CHARGE_REFUNDED]: t.Object(
-    {
-      chargeId: uuid("The refunded charge's id (also the envelope's aggregateId)"),
-      refundId: uuid("The refund's id"),
-      amountCents: cents(1, "This refund's amount"),
-      refundedCents: cents(1, "The charge's refunded total after this refund"),
-    },
-    { description: "ChargeRefunded data" },
-  ),
-};
-
 /** The envelope (buildEnvelope's JSON) of one event type. */
 function envelopeSchema(type: EventType): TObject {
   return t.Object(
@@ -139,6 +175,8 @@ export const ENVELOPE_SCHEMAS: Readonly<Record<EventType, TObject>> = {
   [CHARGE_CREATED]: envelopeSchema(CHARGE_CREATED),
   [CHARGE_REFUNDED]: envelopeSchema(CHARGE_REFUNDED),
   [CHARGE_FAILED]: envelopeSchema(CHARGE_FAILED),
+  [CHARGE_CAPTURED]: envelopeSchema(CHARGE_CAPTURED),
+  [CHARGE_CANCELED]: envelopeSchema(CHARGE_CANCELED),
 };
 
 /** The MQTT 5 content type of every event. */
@@ -201,7 +239,7 @@ export function isPublishableType(eventType: string): boolean {
 
 /** The outbox payload of a ChargeCreated event (the envelope's `data`), as JSON text. */
 export function chargeCreatedPayload(data: ChargeCreatedData): string {
-  return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, ...(data.currency !== undefined && { currency: data.currency }) });
+  return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, ...(data.currency !== undefined && { currency: data.currency }), ...(data.status !== undefined && { status: data.status }) });
 }
 
 /** The outbox payload of a ChargeFailed event, as JSON text. */

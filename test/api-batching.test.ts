@@ -1,15 +1,15 @@
-// Group commit: several requests in one statement (core/statement.ts runOperation, the same
-// statement a request alone runs with one row) and the batcher that forms them under load
-// (core/batcher.ts), here for the charges operation. Each request must get exactly what it
+// Group commit: several requests in one statement (lib/shared/operations/skeleton.ts runSingle,
+// the same statement a request alone runs with one row) and the engine that forms them under
+// load (core/group.ts), here for the charges operation. Each request must get exactly what it
 // would get alone; the batch is held deterministically behind a key row the test keeps
 // uncommitted, and the queue is watched through the batcher's own counters.
 import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
 import { createSql, sqlState } from "../lib/shared/db.ts";
-import { compileOperation, runOperation, type KeyRow, type RequestRow } from "../lib/api/core/statement.ts";
-import { createBatcher } from "../lib/api/core/batcher.ts";
-import { endpointOf } from "../lib/api/core/operation.ts";
-import { advisoryLockId, fingerprint } from "../lib/api/core/fingerprint.ts";
-import { createCharge } from "../lib/api/operations/charges.ts";
+import { compile, runSingle, type KeyRow, type RequestRow } from "../lib/shared/operations/skeleton.ts";
+import { createGroupCommit, type GroupStatement } from "../lib/api/core/group.ts";
+import { endpointOf } from "../lib/shared/operations/model.ts";
+import { advisoryLockId, fingerprint } from "../lib/shared/operations/fingerprint.ts";
+import { createCharge } from "../lib/shared/operations/charges.ts";
 import { chargeCreatedPayload } from "../lib/events.ts";
 import { REQUEST_DEADLINE } from "../lib/shared/pool-gate.ts";
 import { freshDatabase } from "../testkit/services.ts";
@@ -31,12 +31,17 @@ beforeEach(async () => {
 
 const STATEMENT_TIMEOUT_MS = 5_000;
 const TTL_SECONDS = 3600;
-const compiledCharge = compileOperation(sql, createCharge);
+const compiledCharge = compile(sql, createCharge, "ledger");
 const CHARGES_ENDPOINT = endpointOf(createCharge);
 
-/** A charge request's row, with the charge id it would create. */
-interface ChargeRequest extends RequestRow {
+/** A charge request: its statement row, and what the test checks it by. */
+interface ChargeRequest {
   readonly chargeId: string;
+  readonly tenant: string;
+  readonly lockId: string;
+  readonly requestHash: string;
+  readonly responseBody: string;
+  readonly row: RequestRow;
 }
 
 // Built by hand rather than by createCharge.prepare, so that a row the API would never send
@@ -44,20 +49,18 @@ interface ChargeRequest extends RequestRow {
 function chargeRow(tenant: string, key: string, amountCents = 4900): ChargeRequest {
   const chargeId = crypto.randomUUID();
   const createdAt = new Date().toISOString();
-  return {
-    chargeId,
-    tenant,
-    key,
-    lockId: advisoryLockId(tenant, key, CHARGES_ENDPOINT),
-    requestHash: fingerprint(createCharge.fingerprint({ params: {}, body: { amountCents } })),
-    responseBody: JSON.stringify({ id: chargeId, amountCents, createdAt }),
-    eventId: crypto.randomUUID(),
-    traceparent: null,
-    columns: { charge_id: chargeId, amount_cents: amountCents, currency: "usd", created_at: createdAt, payload: chargeCreatedPayload({ chargeId, amountCents, currency: "usd" }) },
+  const lockId = advisoryLockId(tenant, key, CHARGES_ENDPOINT);
+  const requestHash = fingerprint(createCharge.fingerprint({ params: {}, body: { amountCents } }));
+  const responseBody = JSON.stringify({ id: chargeId, amountCents, createdAt });
+  const row = {
+    tenant, key, lock_id: lockId, request_hash: requestHash, response_body: responseBody, event_id: crypto.randomUUID(), traceparent: null,
+    charge_id: chargeId, amount_cents: amountCents, currency: "usd", status: "succeeded", created_at: createdAt, payload: chargeCreatedPayload({ chargeId, amountCents, currency: "usd" }),
   };
+  return { chargeId, tenant, lockId, requestHash, responseBody, row };
 }
 
-const runAlone = async (row: RequestRow): Promise<KeyRow> => (await runOperation(sql, compiledCharge, TTL_SECONDS, [row]))[0]!;
+const run = (requests: readonly ChargeRequest[]): Promise<KeyRow[]> => runSingle(sql, compiledCharge, TTL_SECONDS, requests.map((r, n) => ({ ...r.row, n })));
+const runAlone = async (request: ChargeRequest): Promise<KeyRow> => (await run([request]))[0]!;
 
 /** The charges (with their tenant and transaction) and events in the database. */
 async function written(): Promise<{ id: string; tenant: string; xmin: string; events: number }[]> {
@@ -69,12 +72,12 @@ async function written(): Promise<{ id: string; tenant: string; xmin: string; ev
 
 test("one statement for six requests answers each as it would be answered alone, in one transaction", async () => {
   // What the one-request statement left behind: a live key (same body, then another body)
-  // and an expired one.
+  // and one whose tombstone has passed too (the key is new again).
   const replay = chargeRow("tenant-a", "replayed");
   const other = chargeRow("tenant-a", "other-body");
   const expired = chargeRow("tenant-a", "expired");
   for (const p of [replay, other, expired]) expect((await runAlone(p)).created).toBe(1);
-  await db.sql`update idempotency_keys set expires_at = now() - interval '1 second' where key = 'expired'`;
+  await db.sql`update idempotency_keys set status = 'EXPIRED', response_body = null, expires_at = now() - interval '1 second' where key = 'expired'`;
   // Another session holds the advisory lock of one key: a request in flight.
   const busy = chargeRow("tenant-b", "in-flight");
   const holder = await db.sql.reserve();
@@ -88,7 +91,7 @@ test("one statement for six requests answers each as it would be answered alone,
       chargeRow("tenant-a", "expired"),
       busy,
     ];
-    const rows = await runOperation(sql, compiledCharge, TTL_SECONDS, batch);
+    const rows = await run(batch);
     expect(rows).toHaveLength(batch.length);
     const alone: Partial<KeyRow>[] = [
       { got: true, created: 1, request_hash: null },
@@ -115,17 +118,19 @@ test("one statement for six requests answers each as it would be answered alone,
   }
 });
 
-/** A batcher of one statement at a time, its one statement held on a key row we keep uncommitted. */
+/** Group commit of one statement at a time, its one statement held on a key row we keep uncommitted. */
 async function heldBatcher() {
-  const batcher = createBatcher(sql, { maxInFlight: 1, maxBatch: 32, ttlSeconds: TTL_SECONDS, statementTimeoutMs: STATEMENT_TIMEOUT_MS });
+  const batcher = createGroupCommit({ maxInFlight: 1, maxBatch: 32, statementTimeoutMs: STATEMENT_TIMEOUT_MS });
+  // As the core's: one key's requests never share a statement.
+  const statement: GroupStatement<ChargeRequest, KeyRow> = { send: (items) => run(items), conflicts: (r) => [`${r.tenant}\n${r.row.key}`] };
   const hold = await holdKey(db.sql, "held", CHARGES_ENDPOINT, "tenant-a");
-  const submit = (row: RequestRow, endsAt = Number.POSITIVE_INFINITY) => batcher.run({ operation: compiledCharge, row, exclusive: undefined }, endsAt);
+  const submit = (request: ChargeRequest, endsAt = Number.POSITIVE_INFINITY) => batcher.run(statement, request, endsAt);
   const first = submit(chargeRow("tenant-a", "held"));
   await waitForApiBlockedOnLock(db.sql);
   return { batcher, hold, first, submit };
 }
 
-test("requests queued behind a running statement go as one batch; a repeated key is answered from its first request", async () => {
+test("requests queued behind a running statement go as one batch; a repeated key waits for its first request's commit and reads it", async () => {
   const { batcher, hold, first, submit } = await heldBatcher();
   const distinct = Array.from({ length: 10 }, (_, i) => chargeRow("tenant-a", `key-${i}`));
   // The same key three times with one body, once with another.
@@ -136,8 +141,8 @@ test("requests queued behind a running statement go as one batch; a repeated key
   expect((await first).created).toBe(1);
   const rows = await Promise.all(answers);
   rows.slice(0, 10).forEach((row) => expect(row.created).toBe(1));
-  // One creation; the others read the key row it stored, as a request right after its
-  // commit would: the same body is a replay of its answer, the other body a conflict.
+  // One creation; the others, sent after its commit, read the key row it stored: the same body
+  // is a replay of its answer, the other body a conflict.
   const [created, ...followers] = rows.slice(10);
   expect(created!.created).toBe(1);
   for (const row of followers) {

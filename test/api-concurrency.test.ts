@@ -4,9 +4,9 @@
 import { setDefaultTimeout } from "bun:test";
 import { expect, test } from "bun:test";
 import { StartupError } from "../lib/shared/startup.ts";
-import { endpointOf } from "../lib/api/core/operation.ts";
+import { endpointOf } from "../lib/shared/operations/model.ts";
 import { createIdempotencyCore } from "../lib/api/core/service.ts";
-import { createCharge } from "../lib/api/operations/charges.ts";
+import { createCharge } from "../lib/shared/operations/charges.ts";
 import { createSql } from "../lib/shared/db.ts";
 import { createApiHandler } from "../lib/api/http/pipeline.ts";
 import { SCHEMAS } from "../lib/api/routes.ts";

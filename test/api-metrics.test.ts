@@ -71,7 +71,7 @@ test("idempotency_requests_total counts each outcome exactly, without keys or id
   const holder = await db.sql.reserve();
   try {
     await holder`begin`;
-    const { advisoryLockId } = await import("../lib/api/core/fingerprint.ts");
+    const { advisoryLockId } = await import("../lib/shared/operations/fingerprint.ts");
     await holder`select pg_advisory_xact_lock(${advisoryLockId(TEST_TENANT, c, "POST /charges")}::bigint)`;
     expect((await postCharge(api, body, { key: c })).status).toBe(409);
   } finally {

@@ -167,10 +167,16 @@ describe("replays", () => {
     expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 2 });
   });
 
-  test("an expired key is new again: a second charge, the key row overwritten", async () => {
+  test("an expired key answers 410 naming its charge; once its tombstone has gone it is new again: a second charge, the key row overwritten", async () => {
     const k = key();
     const first = (await (await postCharge(api, body(100), { key: k })).json()) as { id: string };
     await db.sql`update idempotency_keys set expires_at = now() - interval '1 second' where key = ${k}`;
+    const gone = await postCharge(api, body(100), { key: k });
+    expect(gone.status).toBe(410);
+    expect(gone.headers.get("location")).toBe(`/charges/${first.id}`);
+    expect(await counts(db.sql)).toEqual({ charges: 1, outbox: 1, keys: 1 });
+    // The retention job's tombstone, at the end of its window.
+    await db.sql`update idempotency_keys set status = 'EXPIRED', response_body = null, location = ${`/charges/${first.id}`} where key = ${k}`;
     const res = await postCharge(api, body(300), { key: k });
     expect(res.status).toBe(201);
     expect(res.headers.get("idempotent-replayed")).toBeNull();

@@ -94,3 +94,35 @@ test("an aborted signal sends nothing; the key comes back for a later try", asyn
   expect(aborted).toMatchObject({ type: CLIENT_PROBLEM.aborted, attempts: 0, retryable: true, idempotencyKey: "order-7" });
   expect(await counts(db.sql)).toMatchObject({ charges: 0 });
 });
+
+test("keys.get: a key's state per operation, typed; a key with a quote travels as a String; an over-long key is the API's 400", async () => {
+  const c = client();
+  const created = await c.charges.create({ amountCents: 4900 }, { idempotencyKey: 'order"7"' });
+  const state = await c.keys.get('order"7"');
+  expect(state.key).toBe('order"7"');
+  const byName = new Map(state.operations.map((o) => [o.operation, o]));
+  expect(byName.get("createCharge")).toMatchObject({ state: "completed", status: 201, location: `/charges/${created.charge.id}` });
+  expect(byName.get("createRefund")).toEqual({ operation: "createRefund", endpoint: "POST /charges/:id/refunds", state: "unknown" });
+  expect(await failure(c.keys.get("k".repeat(256)))).toMatchObject({ status: 400, retryable: false, attempts: 1 });
+});
+
+test("charges.capture: authorize with capture manual, capture part of it; the same key replays; a second capture is a 422 charge-not-capturable, not retried", async () => {
+  const c = client();
+  const { charge } = await c.charges.create({ amountCents: 5000, capture: "manual" });
+  expect(charge.status).toBe("authorized");
+  const captured = await c.charges.capture(charge.id, { amountCents: 3500 });
+  expect(captured).toMatchObject({ replayed: false, attempts: 1, charge: { id: charge.id, status: "succeeded", capturedCents: 3500 } });
+  const again = await c.charges.capture(charge.id, { amountCents: 3500 }, { idempotencyKey: captured.idempotencyKey });
+  expect(again).toMatchObject({ replayed: true, charge: captured.charge });
+  const refused = await failure(c.charges.capture(charge.id));
+  expect(refused).toMatchObject({ type: "https://charges.example/problems/charge-not-capturable", status: 422, retryable: false, attempts: 1 });
+});
+
+test("charges.cancel: an authorized charge canceled; the same key replays; a second cancel is a 422 charge-not-cancelable, not retried", async () => {
+  const c = client();
+  const { charge } = await c.charges.create({ amountCents: 2000, capture: "manual" });
+  const canceled = await c.charges.cancel(charge.id);
+  expect(canceled).toMatchObject({ replayed: false, attempts: 1, charge: { id: charge.id, status: "canceled" } });
+  expect(await c.charges.cancel(charge.id, { idempotencyKey: canceled.idempotencyKey })).toMatchObject({ replayed: true, charge: canceled.charge });
+  expect(await failure(c.charges.cancel(charge.id))).toMatchObject({ type: "https://charges.example/problems/charge-not-cancelable", status: 422, retryable: false, attempts: 1 });
+});

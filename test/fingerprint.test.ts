@@ -4,8 +4,8 @@
 // one key at once during a rolling deploy. Both are pinned to the values every version wrote.
 import { expect, test } from "bun:test";
 import canonicalize from "canonicalize";
-import { advisoryLockId, canonicalJson, fingerprint, type FingerprintFields } from "../lib/api/core/fingerprint.ts";
-import { createCharge } from "../lib/api/operations/charges.ts";
+import { advisoryLockId, canonicalJson, fingerprint, type FingerprintFields } from "../lib/shared/operations/fingerprint.ts";
+import { createCharge } from "../lib/shared/operations/charges.ts";
 import { createHash, createHmac } from "node:crypto";
 import { hmacSha256Hex, sha256Hex, sha256Int64 } from "../lib/shared/sha256.ts";
 

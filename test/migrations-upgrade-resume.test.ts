@@ -4,7 +4,7 @@
 // copies it from their charge or refund row, and this release finishes such a key with the
 // creation time its charge row holds.
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { fingerprint } from "../lib/api/core/fingerprint.ts";
+import { fingerprint } from "../lib/shared/operations/fingerprint.ts";
 import { createSql, type Sql } from "../lib/shared/db.ts";
 import { migrate, readMigrations } from "../lib/shared/migrations.ts";
 import { applySchema } from "../lib/shared/startup.ts";
@@ -72,8 +72,8 @@ afterAll(async () => {
 });
 
 describe("STARTED keys of the release of 0004", () => {
-  test("0005 alone runs, and gives each its row's creation time as the API spells it", async () => {
-    expect(applied).toEqual(["0005_resume_created_at"]);
+  test("0005 (and the later ones) alone run, and 0005 gives each its row's creation time as the API spells it", async () => {
+    expect(applied).toEqual(["0005_resume_created_at", "0006_manual_capture", "0007_cancel", "0008_key_tombstones"]);
     expect((await keyState(db.sql, CHARGE_KEY))?.resume?.createdAt).toBe(CHARGE_CREATED_AT_API);
     expect((await keyState(db.sql, REFUND_KEY))?.resume?.createdAt).toBe(REFUND_CREATED_AT_API);
   });

@@ -29,28 +29,54 @@ async function insertCharge(withOutbox: boolean, publishedAgo?: string): Promise
   return id;
 }
 
-test("key-retention deletes expired COMPLETED keys in bounded batches and nothing else", async () => {
+test("key-retention turns expired COMPLETED keys into tombstones in bounded batches (Location and completion kept, body and resume dropped), and nothing else", async () => {
   const expired = DELETE_BATCH * 2 + 500;
-  await db.sql`insert into idempotency_keys (key, endpoint, request_hash, status, response_status, response_body, expires_at)
-               select gen_random_uuid()::text, 'POST /charges', 'h', 'COMPLETED', 201, '{}', now() - interval '1 minute'
-                 from generate_series(1, ${expired})`;
+  await db.sql`insert into idempotency_keys (key, endpoint, request_hash, status, response_status, response_body, resume, created_at, expires_at)
+               select 'k' || i, 'POST /charges', 'h', 'COMPLETED', 201, '{"id":"' || gen_random_uuid() || '"}', '{"a":1}',
+                      now() - interval '1 day', now() - interval '1 minute'
+                 from generate_series(1, ${expired}) as i`;
   await db.sql`insert into idempotency_keys (key, endpoint, request_hash, status, expires_at) values
                ('live', 'POST /charges', 'h', 'COMPLETED', now() + interval '1 hour'),
                ('started-expired', 'POST /charges', 'h', 'STARTED', now() - interval '1 minute')`;
+  const before = await db.sql<{ body: string; expires: Date; created: Date }[]>`select response_body as body, expires_at as expires, created_at as created from idempotency_keys where key = 'k1'`;
   const result = await runJob("key-retention", db.sql, config, newGauges(), silentLogger);
-  expect(result).toMatchObject({ deleted: expired, batches: 3 });
-  const left = await db.sql<{ key: string }[]>`select key from idempotency_keys order by key`;
-  expect(left.map((r) => r.key)).toEqual(["live", "started-expired"]);
+  expect(result).toMatchObject({ tombstoned: expired, deleted: 0, batches: 3 });
+  const states = await db.sql<{ status: string; n: number }[]>`select status, count(*)::int as n from idempotency_keys group by status order by status`;
+  expect([...states]).toEqual([{ status: "COMPLETED", n: 1 }, { status: "EXPIRED", n: expired }, { status: "STARTED", n: 1 }]);
+  const [k1] = await db.sql<{ body: string | null; resume: unknown; location: string; completed: Date; expires: Date; response_status: number }[]>`
+    select response_body as body, resume, location, completed_at as completed, expires_at as expires, response_status from idempotency_keys where key = 'k1'`;
+  expect(k1).toMatchObject({ body: null, resume: null, response_status: 201, location: `/charges/${JSON.parse(before[0]!.body).id}` });
+  expect(k1!.completed.getTime()).toBe(before[0]!.created.getTime());
+  // The tombstone's end: the answer's expiry plus IDEMPOTENCY_TOMBSTONE_SECONDS (30 days by default).
+  expect(k1!.expires.getTime() - before[0]!.expires.getTime()).toBe(30 * 86_400_000);
 });
 
-test("key-retention deletes an expired key of one tenant, never another tenant's live key of the same name", async () => {
+test("key-retention deletes tombstones past their end, in the same bounded batches; a tombstone still in its window stays", async () => {
+  await db.sql`insert into idempotency_keys (key, endpoint, request_hash, status, response_status, location, expires_at) values
+               ('gone', 'POST /charges', 'h', 'EXPIRED', 201, '/charges/x', now() - interval '1 second'),
+               ('kept', 'POST /charges', 'h', 'EXPIRED', 201, '/charges/y', now() + interval '1 day')`;
+  const result = await runJob("key-retention", db.sql, config, newGauges(), silentLogger);
+  expect(result).toMatchObject({ tombstoned: 0, deleted: 1, batches: 1 });
+  expect((await db.sql<{ key: string }[]>`select key from idempotency_keys`).map((r) => r.key)).toEqual(["kept"]);
+});
+
+test("IDEMPOTENCY_TOMBSTONE_SECONDS=0: an expired key is tombstoned and deleted in the same run (no 410 window)", async () => {
+  await db.sql`insert into idempotency_keys (key, endpoint, request_hash, status, response_status, response_body, expires_at) values
+               ('short', 'POST /charges', 'h', 'COMPLETED', 201, '{}', now() - interval '1 minute')`;
+  const result = await runJob("key-retention", db.sql, loadConfig({ DATABASE_URL: db.url, IDEMPOTENCY_TOMBSTONE_SECONDS: "0" }), newGauges(), silentLogger);
+  // '{}' names no resource: the tombstone has none, and retention goes on.
+  expect(result).toMatchObject({ tombstoned: 1, deleted: 1 });
+  expect(await db.sql`select key from idempotency_keys`).toHaveLength(0);
+});
+
+test("key-retention tombstones an expired key of one tenant, never another tenant's live key of the same name", async () => {
   await db.sql`insert into idempotency_keys (tenant, key, endpoint, request_hash, status, response_status, response_body, expires_at) values
                ('tenant-a', 'order-1', 'POST /charges', 'h', 'COMPLETED', 201, '{}', now() - interval '1 minute'),
                ('tenant-b', 'order-1', 'POST /charges', 'h', 'COMPLETED', 201, '{}', now() + interval '1 hour')`;
   const result = await runJob("key-retention", db.sql, config, newGauges(), silentLogger);
-  expect(result).toMatchObject({ deleted: 1 });
-  const left = await db.sql<{ tenant: string }[]>`select tenant from idempotency_keys where key = 'order-1'`;
-  expect(left.map((r) => r.tenant)).toEqual(["tenant-b"]);
+  expect(result).toMatchObject({ tombstoned: 1 });
+  const left = await db.sql<{ tenant: string; status: string }[]>`select tenant, status from idempotency_keys where key = 'order-1' order by tenant`;
+  expect([...left]).toEqual([{ tenant: "tenant-a", status: "EXPIRED" }, { tenant: "tenant-b", status: "COMPLETED" }]);
 });
 
 test("stale-keys reports old STARTED keys with their age and deletes none", async () => {

@@ -155,3 +155,24 @@ test("a key not resolved within PAYMENT_PROCESSOR_RESOLVE_WINDOW is parked: coun
   expect(await keyState(db.sql, k)).toMatchObject({ status: "COMPLETED", parked: false });
   expect(confirmationsOf(sim.ledger(), chargeId)).toBe(1);
 });
+
+test("a key whose recovery data fails its operation's schema is parked with the field named: the completer parks it, a request with the key gets a 409 problem, never a 500", async () => {
+  const k = await abandonedAtConfirm(1700);
+  // Recovery data a bug or a hand edit left unreadable: the amount is no integer any more.
+  await db.sql`update idempotency_keys set resume = jsonb_set(resume, '{amountCents}', '"seventeen"') where key = ${k}`;
+  const gauges = newGauges();
+  expect(await runJob("completer", db.sql, config(), gauges, silentLogger)).toMatchObject({ claimed: 1, finished: 0, parked: 1 });
+  const state = await db.sql<{ parked: boolean; last_error: string | null; status: string }[]>`
+    select parked_at is not null as parked, last_error, status from idempotency_keys where key = ${k}`;
+  expect(state[0]).toMatchObject({ parked: true, status: "STARTED" });
+  expect(state[0]!.last_error).toStartWith("resume.amountCents:");
+  expect(await runJob("completer", db.sql, config(), gauges, silentLogger)).toMatchObject({ claimed: 0 });
+  const listed = await listParked(db.sql, 10);
+  expect(listed).toContainEqual(expect.objectContaining({ endpoint: "POST /charges", lastError: state[0]!.last_error }));
+  // The client's retry takes the (expired) lease, reads the resume, and is told: no 500.
+  await expireLease(db.sql, k);
+  const res = await postCharge(api, chargeWith(1700), { key: k });
+  expect(res.status).toBe(409);
+  expect(((await res.json()) as { type: string; detail: string })).toMatchObject({ type: expect.stringContaining("idempotency-key-parked"), detail: expect.stringContaining("resume.amountCents") });
+  await db.sql`delete from idempotency_keys where key = ${k}`;
+});

@@ -45,7 +45,7 @@ test("pm_card_visa: the payment succeeds and the ledger holds the money, the met
   expect(intent.latest_charge).toMatch(/^ch_/);
   expect(intent.payment_method).toMatch(/^pm_/);
   expect(intent.lastResponse.requestId).toMatch(/^req_/);
-  expect(entry(intent.id)).toEqual({ id: intent.id, amount: 4900, currency: "usd", status: "succeeded", paymentMethod: "pm_card_visa", metadata: { charge_id: "c-1" }, confirmations: 1, amountCaptured: 4900, amountRefunded: 0, idempotencyKey: key });
+  expect(entry(intent.id)).toEqual({ id: intent.id, amount: 4900, currency: "usd", status: "succeeded", paymentMethod: "pm_card_visa", metadata: { charge_id: "c-1" }, confirmations: 1, amountCaptured: 4900, amountCapturable: 0, amountRefunded: 0, idempotencyKey: key });
 });
 
 test("create then confirm: nothing moves before the confirmation; a second confirmation is refused and moves nothing", async () => {
@@ -233,4 +233,37 @@ test("dev mode's processorEnv names a processor the stripe package reaches with 
   const client = new Stripe(env.PAYMENT_PROCESSOR_KEY ?? "", { host: url.hostname, port: Number(url.port), protocol: "http", maxNetworkRetries: 0, httpClient: Stripe.createFetchHttpClient() });
   const intent = await client.paymentIntents.create(charge("pm_card_visa"), { idempotencyKey: crypto.randomUUID() });
   expect(entry(intent.id).status).toBe("succeeded");
+});
+
+test("capture_method=manual: confirmed is requires_capture, nothing moves; one capture of up to amount_capturable moves that much, the rest released; a second is refused", async () => {
+  const intent = await stripe.paymentIntents.create({ ...charge("pm_card_visa", { charge_id: "c-manual" }, 5000), capture_method: "manual" }, { idempotencyKey: crypto.randomUUID() });
+  expect(intent).toMatchObject({ status: "requires_capture", amount_capturable: 5000, amount_received: 0, capture_method: "manual" });
+  expect(entry(intent.id)).toMatchObject({ status: "requires_capture", amountCaptured: 0, amountCapturable: 5000 });
+  // No refund of an authorization: nothing was captured.
+  expect((await failure(stripe.refunds.create({ payment_intent: intent.id, amount: 100 }))).statusCode).toBe(400);
+  expect((await failure(stripe.paymentIntents.capture(intent.id, { amount_to_capture: 5001 }))).statusCode).toBe(400);
+  const key = crypto.randomUUID();
+  const captured = await stripe.paymentIntents.capture(intent.id, { amount_to_capture: 3000 }, { idempotencyKey: key });
+  expect(captured).toMatchObject({ status: "succeeded", amount_received: 3000, amount_capturable: 0 });
+  // The same key again is the stored answer; another capture is refused, and nothing more moves.
+  const replay = await stripe.paymentIntents.capture(intent.id, { amount_to_capture: 3000 }, { idempotencyKey: key });
+  expect(responseHeader(replay.lastResponse.headers, "idempotent-replayed")).toBe("true");
+  const again = await failure(stripe.paymentIntents.capture(intent.id, {}, { idempotencyKey: crypto.randomUUID() }));
+  expect(again.code).toBe("payment_intent_unexpected_state");
+  expect(entry(intent.id)).toMatchObject({ status: "succeeded", amountCaptured: 3000, amountCapturable: 0 });
+  // Refunds apply to what was captured.
+  expect((await failure(stripe.refunds.create({ payment_intent: intent.id, amount: 3001 }))).statusCode).toBe(400);
+  expect((await stripe.refunds.create({ payment_intent: intent.id, amount: 3000 })).status).toBe("succeeded");
+});
+
+test("cancel: an authorization is released (canceled, nothing captured); a succeeded or canceled intent cannot be canceled or captured", async () => {
+  const intent = await stripe.paymentIntents.create({ ...charge("pm_card_visa", {}, 2500), capture_method: "manual" });
+  const canceled = await stripe.paymentIntents.cancel(intent.id, { cancellation_reason: "requested_by_customer" }, { idempotencyKey: crypto.randomUUID() });
+  expect(canceled).toMatchObject({ status: "canceled", amount_capturable: 0, amount_received: 0, cancellation_reason: "requested_by_customer" });
+  expect(canceled.canceled_at).toBeNumber();
+  expect((await failure(stripe.paymentIntents.capture(intent.id))).code).toBe("payment_intent_unexpected_state");
+  expect((await failure(stripe.paymentIntents.cancel(intent.id))).code).toBe("payment_intent_unexpected_state");
+  const paid = await stripe.paymentIntents.create(charge("pm_card_visa"));
+  expect((await failure(stripe.paymentIntents.cancel(paid.id))).code).toBe("payment_intent_unexpected_state");
+  expect(entry(intent.id)).toMatchObject({ status: "canceled", amountCaptured: 0, amountCapturable: 0 });
 });

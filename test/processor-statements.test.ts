@@ -4,10 +4,10 @@
 import { afterAll, beforeAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
 import type { ApiProcess } from "../lib/api/start.ts";
 import { API_POOL_NAME } from "../lib/api/services.ts";
-import { compileFinish, finishKeys } from "../lib/shared/foreign/finish.ts";
-import type { HeldKey, Resume } from "../lib/shared/foreign/types.ts";
-import { chargeProcess } from "../lib/shared/processor/charge.ts";
-import { refundProcess } from "../lib/shared/processor/refund.ts";
+import { compile, runFinish, type HeldKey } from "../lib/shared/operations/skeleton.ts";
+import { endpointOf, type Resume } from "../lib/shared/operations/model.ts";
+import { createCharge } from "../lib/shared/operations/charges.ts";
+import { createRefund } from "../lib/shared/operations/refunds.ts";
 import { startTelemetry } from "../lib/shared/telemetry.ts";
 import { postCharge, TEST_API_APP } from "../testkit/api.ts";
 import { TEST_TENANT } from "../testkit/auth.ts";
@@ -104,8 +104,8 @@ async function startedCharge(token: string): Promise<{ held: HeldKey; resume: Re
   await db.sql`insert into charges (id, tenant, amount_cents, currency, status, created_at) values (${chargeId}::uuid, ${TEST_TENANT}, 2500, 'usd', 'pending', ${createdAt}::timestamptz)`;
   await db.sql`
     insert into idempotency_keys (tenant, key, endpoint, request_hash, status, expires_at, recovery_point, lease_token, lease_until, resume)
-    values (${TEST_TENANT}, ${key}, ${chargeProcess.endpoint}, 'h', 'STARTED', now() + interval '1 day', 'created', ${token}::uuid, now() + interval '1 minute', ${db.sql.json(resume)})`;
-  return { held: { tenant: TEST_TENANT, key, endpoint: chargeProcess.endpoint, token, point: "created", resume }, resume };
+    values (${TEST_TENANT}, ${key}, ${endpointOf(createCharge)}, 'h', 'STARTED', now() + interval '1 day', 'created', ${token}::uuid, now() + interval '1 minute', ${db.sql.json(resume)})`;
+  return { held: { tenant: TEST_TENANT, key, endpoint: endpointOf(createCharge), token, point: "created", resume }, resume };
 }
 
 test("phase 3 of two keys in one statement, one lease taken over: only the holder's key, charge and event are written", async () => {
@@ -114,7 +114,7 @@ test("phase 3 of two keys in one statement, one lease taken over: only the holde
   // b's lease was taken over by another holder while this one called the processor.
   const taker = crypto.randomUUID();
   await db.sql`update idempotency_keys set lease_token = ${taker}::uuid where key = ${b.held.key}`;
-  const [ra, rb] = await finishKeys(db.sql, compileFinish(db.sql, chargeProcess), [
+  const [ra, rb] = await runFinish(db.sql, compile(db.sql, createCharge, "finish"), [
     { key: a.held, outcome: "succeeded", resume: a.resume },
     { key: b.held, outcome: "refused", resume: { ...b.resume, declineCode: "generic_decline" } },
   ]);
@@ -145,11 +145,11 @@ test("phase 3 of two refunds in one statement: one refunded (sequence after the 
     const resume: Resume = { refundId, chargeId, amountCents: amount, createdAt, paymentId: "pi_x", traceparent: null, processorRefundId: `re_${amount}` };
     await db.sql`
       insert into idempotency_keys (tenant, key, endpoint, request_hash, status, expires_at, recovery_point, lease_token, lease_until, resume)
-      values (${TEST_TENANT}, ${key}, ${refundProcess.endpoint}, 'h', 'STARTED', now() + interval '1 day', 'begun', ${token}::uuid, now() + interval '1 minute', ${db.sql.json(resume)})`;
-    rows.push({ key: { tenant: TEST_TENANT, key, endpoint: refundProcess.endpoint, token, point: "begun", resume }, resume, chargeId, refundId });
+      values (${TEST_TENANT}, ${key}, ${endpointOf(createRefund)}, 'h', 'STARTED', now() + interval '1 day', 'begun', ${token}::uuid, now() + interval '1 minute', ${db.sql.json(resume)})`;
+    rows.push({ key: { tenant: TEST_TENANT, key, endpoint: endpointOf(createRefund), token, point: "begun", resume }, resume, chargeId, refundId });
   }
   const [ok, refused] = rows as [(typeof rows)[0], (typeof rows)[0]];
-  const [rOk, rRefused] = await finishKeys(db.sql, compileFinish(db.sql, refundProcess), [
+  const [rOk, rRefused] = await runFinish(db.sql, compile(db.sql, createRefund, "finish"), [
     { key: ok.key, outcome: "succeeded", resume: ok.resume },
     { key: refused.key, outcome: "refused", resume: { ...refused.resume, failureCode: "charge_disputed" } },
   ]);

@@ -7,7 +7,7 @@ import type { FaultSet } from "./faults.ts";
 import { canonical, parseForm, type FormObject } from "./form.ts";
 import { newRequestId } from "./ids.ts";
 import { IdempotencyKeys, type StoredAnswer } from "./idempotency.ts";
-import { confirmIntent, createIntent, intentMethodName, retrieveIntent } from "./intents.ts";
+import { cancelIntent, captureIntent, confirmIntent, createIntent, intentMethodName, retrieveIntent } from "./intents.ts";
 import { createRefund, refundMethodName, retrieveRefund } from "./refunds.ts";
 import { Store } from "./store.ts";
 import type { SimFaultKind, SimOperation, SimRequestEntry } from "./types.ts";
@@ -126,6 +126,10 @@ export class Api {
         return confirmIntent(this.store, route.id ?? "", form, ctx);
       case "retrieve":
         return retrieveIntent(this.store, route.id ?? "", form);
+      case "capture":
+        return captureIntent(this.store, route.id ?? "", form);
+      case "cancel":
+        return cancelIntent(this.store, route.id ?? "", form);
       case "refund":
         return createRefund(this.store, form, ctx);
       case "retrieveRefund":
@@ -181,6 +185,8 @@ function routeOf(method: string, path: string): Route | undefined {
     if (method === "POST" && id === undefined) return { op: "create", id, endpoint: "POST /v1/payment_intents" };
     if (method === "GET" && id !== undefined && action === undefined) return { op: "retrieve", id, endpoint: "GET /v1/payment_intents/:id" };
     if (method === "POST" && id !== undefined && action === "confirm") return { op: "confirm", id, endpoint: "POST /v1/payment_intents/:id/confirm" };
+    if (method === "POST" && id !== undefined && action === "capture") return { op: "capture", id, endpoint: "POST /v1/payment_intents/:id/capture" };
+    if (method === "POST" && id !== undefined && action === "cancel") return { op: "cancel", id, endpoint: "POST /v1/payment_intents/:id/cancel" };
   }
   if (resource === "refunds" && action === undefined) {
     if (method === "POST" && id === undefined) return { op: "refund", id, endpoint: "POST /v1/refunds" };

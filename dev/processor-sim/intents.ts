@@ -1,6 +1,8 @@
-// PaymentIntents: create (optionally confirming), confirm, retrieve. A confirmation with a
-// test card that succeeds moves the amount at once (automatic capture); a declining card
-// leaves the intent `requires_payment_method` and answers Stripe's 402 card_error.
+// PaymentIntents: create (optionally confirming), confirm, retrieve, capture, cancel. A
+// confirmation with a test card that succeeds moves the amount at once (automatic capture),
+// or with capture_method=manual authorizes it (`requires_capture`, amount_capturable) until a
+// capture of up to that amount (the rest released) or a cancel; a declining card leaves the
+// intent `requires_payment_method` and answers Stripe's 402 card_error.
 import { checkParams, errorAnswer, invalidParam, MAX_AMOUNT, metadataOf, noSuch, type ApiAnswer, type ParamSpec } from "./errors.ts";
 import { formList, type FormObject } from "./form.ts";
 import { newId, nowSeconds } from "./ids.ts";
@@ -44,7 +46,12 @@ const RETRIEVE_SPEC: ParamSpec = { client_secret: "string" };
 // Stripe's smallest charge per currency, in minor units (about 50 US cents); 50 for the rest.
 const MINIMUM_AMOUNTS: Readonly<Record<string, number>> = { usd: 50, eur: 50, gbp: 30, jpy: 50, cad: 50, aud: 50, chf: 50 };
 const DEFAULT_MINIMUM_AMOUNT = 50;
-const SUPPORTED_CAPTURE = new Set(["automatic", "automatic_async"]);
+const SUPPORTED_CAPTURE = new Set(["automatic", "automatic_async", "manual"]);
+const CAPTURE_SPEC: ParamSpec = { amount_to_capture: "integer", metadata: "metadata" };
+const CANCEL_SPEC: ParamSpec = { cancellation_reason: "string" };
+// Stripe's documented cancellation reasons, and the statuses a PaymentIntent may be canceled in.
+const CANCELLATION_REASONS = new Set(["duplicate", "fraudulent", "requested_by_customer", "abandoned"]);
+const CANCELABLE = ["requires_payment_method", "requires_capture", "requires_confirmation", "requires_action", "processing"];
 
 const REDIRECT_MESSAGE =
   "This PaymentIntent is configured to accept payment methods enabled in your Dashboard, some of which may require a full page redirect to succeed. If you do not want to accept redirect-based payment methods, set `automatic_payment_methods[enabled]` to `true` and `automatic_payment_methods[allow_redirects]` to `never` when creating Setup Intents and Payment Intents.";
@@ -75,6 +82,9 @@ export function createIntent(store: Store, form: FormObject, ctx: CallContext): 
     methodName,
     latestCharge: null,
     amountReceived: 0,
+    amountCapturable: 0,
+    canceledAt: null,
+    cancellationReason: null,
     amountRefunded: 0,
     confirmations: 0,
     lastPaymentError: null,
@@ -96,10 +106,51 @@ export function confirmIntent(store: Store, id: string, form: FormObject, ctx: C
   if (intent.status === "succeeded") {
     return unexpectedState(intent, "You cannot confirm this PaymentIntent because it has already succeeded after being previously confirmed.");
   }
+  if (intent.status === "requires_capture" || intent.status === "canceled") {
+    return unexpectedState(intent, `You cannot confirm this PaymentIntent because it has a status of ${intent.status}.`);
+  }
   const methodName = typeof form.payment_method === "string" ? store.testMethodName(form.payment_method) ?? null : intent.status === "requires_confirmation" ? intent.methodName : null;
   const refused = confirmRefusal(intent, methodName, form);
   if (refused) return refused;
   return charge(store, intent, methodName ?? "");
+}
+
+/** Captures an authorized intent, all of it or `amount_to_capture` (the rest released), once. */
+export function captureIntent(store: Store, id: string, form: FormObject): ApiAnswer {
+  const intent = store.intents.get(id);
+  if (!intent) return noSuch("payment_intent", id, "intent", 404);
+  const wrong = checkParams(form, CAPTURE_SPEC);
+  if (wrong) return wrong;
+  if (intent.status !== "requires_capture") {
+    return unexpectedState(intent, `This PaymentIntent could not be captured because it has a status of ${intent.status}. Only a PaymentIntent with one of the following statuses may be captured: requires_capture.`);
+  }
+  const amount = form.amount_to_capture === undefined ? intent.amountCapturable : Number(form.amount_to_capture);
+  if (amount < 1 || amount > intent.amountCapturable) {
+    return invalidParam(`The amount to capture must be between 1 and the amount capturable (${intent.amountCapturable}).`, "amount_to_capture", "amount_too_large");
+  }
+  intent.status = "succeeded";
+  intent.amountReceived = amount;
+  intent.amountCapturable = 0;
+  if (form.metadata !== undefined) intent.metadata = { ...intent.metadata, ...metadataOf(form.metadata) };
+  return { status: 200, body: intentJson(intent), stored: true };
+}
+
+/** Cancels an intent not yet succeeded (an authorization is released); a succeeded or canceled one cannot be. */
+export function cancelIntent(store: Store, id: string, form: FormObject): ApiAnswer {
+  const intent = store.intents.get(id);
+  if (!intent) return noSuch("payment_intent", id, "intent", 404);
+  const wrong = checkParams(form, CANCEL_SPEC);
+  if (wrong) return wrong;
+  const reason = typeof form.cancellation_reason === "string" ? form.cancellation_reason : null;
+  if (reason !== null && !CANCELLATION_REASONS.has(reason)) return invalidParam(`Invalid cancellation_reason: must be one of ${[...CANCELLATION_REASONS].join(", ")}`, "cancellation_reason");
+  if (!CANCELABLE.includes(intent.status)) {
+    return unexpectedState(intent, `You cannot cancel this PaymentIntent because it has a status of ${intent.status}. Only a PaymentIntent with one of the following statuses may be canceled: ${CANCELABLE.join(", ")}.`);
+  }
+  intent.status = "canceled";
+  intent.amountCapturable = 0;
+  intent.canceledAt = nowSeconds();
+  intent.cancellationReason = reason;
+  return { status: 200, body: intentJson(intent), stored: true };
 }
 
 export function retrieveIntent(store: Store, id: string, query: FormObject): ApiAnswer {
@@ -139,7 +190,7 @@ function checkVersioned(form: FormObject, apiVersion: string): ApiAnswer | undef
 function checkCreateOptions(store: Store, form: FormObject): ApiAnswer | undefined {
   const capture = form.capture_method;
   if (typeof capture === "string" && !SUPPORTED_CAPTURE.has(capture)) {
-    return invalidParam(`capture_method "${capture}" is not supported by the simulator (automatic capture only)`, "capture_method");
+    return invalidParam(`capture_method "${capture}" is not supported by the simulator`, "capture_method");
   }
   if (form.allowed_payment_method_types !== undefined) {
     const clash = ["payment_method_types", "excluded_payment_method_types", "automatic_payment_methods"].find((name) => form[name] !== undefined);
@@ -201,9 +252,15 @@ function charge(store: Store, intent: IntentRecord, methodName: string): ApiAnsw
     intent.lastPaymentError = error;
     return errorAnswer(402, { ...error, payment_intent: intentJson(intent) }, true);
   }
-  intent.status = "succeeded";
   intent.methodId = methodId;
-  intent.amountReceived = intent.amount;
+  // Manual capture authorizes only: the money moves at the capture.
+  if (intent.captureMethod === "manual") {
+    intent.status = "requires_capture";
+    intent.amountCapturable = intent.amount;
+  } else {
+    intent.status = "succeeded";
+    intent.amountReceived = intent.amount;
+  }
   intent.confirmations += 1;
   intent.lastPaymentError = null;
   return { status: 200, body: intentJson(intent), stored: true };

@@ -49,6 +49,10 @@ export interface IntentRecord {
   methodName: string | null;
   latestCharge: string | null;
   amountReceived: number;
+  /** Authorized and not captured yet (capture_method=manual, requires_capture). */
+  amountCapturable: number;
+  canceledAt: number | null;
+  cancellationReason: string | null;
   amountRefunded: number;
   confirmations: number;
   lastPaymentError: Record<string, unknown> | null;
@@ -89,6 +93,7 @@ export class Store {
       metadata: { ...intent.metadata },
       confirmations: intent.confirmations,
       amountCaptured: intent.amountReceived,
+      amountCapturable: intent.amountCapturable,
       amountRefunded: intent.amountRefunded,
       idempotencyKey: intent.idempotencyKey,
     }));
@@ -117,14 +122,14 @@ export function intentJson(intent: IntentRecord): Record<string, unknown> {
     object: "payment_intent",
     allowed_payment_method_types: intent.allowedTypes ? [...intent.allowedTypes] : null,
     amount: intent.amount,
-    amount_capturable: 0,
+    amount_capturable: intent.amountCapturable,
     amount_details: { tip: {} },
     amount_received: intent.amountReceived,
     application: null,
     application_fee_amount: null,
     automatic_payment_methods: intent.automatic,
-    canceled_at: null,
-    cancellation_reason: null,
+    canceled_at: intent.canceledAt,
+    cancellation_reason: intent.cancellationReason,
     capture_method: intent.captureMethod,
     client_secret: intent.secret,
     confirmation_method: "automatic",

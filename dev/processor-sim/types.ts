@@ -1,6 +1,6 @@
 // The simulator's public shapes: what a test, a chaos scenario or dev mode sees of it.
 
-export type SimOperation = "create" | "confirm" | "retrieve" | "refund" | "retrieveRefund";
+export type SimOperation = "create" | "confirm" | "retrieve" | "capture" | "cancel" | "refund" | "retrieveRefund";
 
 export type SimFaultKind =
   /** While set, connections to the port are refused: the server stops listening, and listens again when cleared. */
@@ -46,6 +46,8 @@ export interface SimPaymentIntentEntry {
   /** Confirmations that moved money: more than 1 would be a double charge. */
   confirmations: number;
   amountCaptured: number;
+  /** Authorized, not captured (capture_method=manual). */
+  amountCapturable: number;
   amountRefunded: number;
   /** The Idempotency-Key of the call that created it. */
   idempotencyKey: string | null;

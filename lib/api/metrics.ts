@@ -3,11 +3,11 @@
 import { metrics, type Attributes, type Meter } from "@opentelemetry/api";
 import { OUTCOME_KINDS, type OutcomeKind } from "./core/service.ts";
 import { AUTH_FAILURE_REASONS, type AuthFailureReason } from "./auth.ts";
-import type { StatementStats } from "./core/batcher.ts";
+import type { StatementStats } from "./core/group.ts";
 import { observePool, type PoolView } from "../shared/runtime-metrics.ts";
 
 export interface ApiMetrics {
-  /** Reports the group commit's totals (core/batcher.ts) at each collection. */
+  /** Reports the group commit's totals (core/group.ts) at each collection. */
   observeStatements(stats: StatementStats): void;
   /** Reports the pool's size and its gate's slots in use at each collection (db_client_connections_*). */
   observePool(pool: PoolView): void;

@@ -1,30 +1,26 @@
 // RFC 9457 problem details. Every error the API answers goes through here, so each body
 // has type, title, status and detail, and never a stack trace or SQL text.
 
-import { PROBLEM_BASE, STORED_PROBLEMS } from "../shared/problem-types.ts";
+import { OPERATION_PROBLEMS, PROBLEM_BASE, STORED_PROBLEMS, type ProblemSpec } from "../shared/problem-types.ts";
 
-export { PROBLEM_BASE };
-
-export interface ProblemSpec {
-  readonly slug: string;
-  readonly title: string;
-  readonly status: number;
-}
+export { PROBLEM_BASE, type ProblemSpec };
 
 // The stable problem types; each URI is documented in the README.
 export const PROBLEMS = {
   invalidKey: { slug: "invalid-idempotency-key", title: "Invalid Idempotency-Key", status: 400 },
-  invalidBody: { slug: "invalid-body", title: "Invalid request body", status: 400 },
   invalidId: { slug: "invalid-id", title: "Invalid id", status: 400 },
   invalidQuery: { slug: "invalid-query", title: "Invalid query parameter", status: 400 },
   unauthorized: { slug: "unauthorized", title: "Unauthorized", status: 401 },
-  notFound: { slug: "not-found", title: "Not found", status: 404 },
   inFlight: { slug: "request-in-flight", title: "Request in flight", status: 409 },
+  // A key whose recovery data failed its operation's schema: parked for an operator (docs/operations.md).
+  keyParked: { slug: "idempotency-key-parked", title: "Idempotency-Key parked for an operator", status: 409 },
   bodyTooLarge: { slug: "body-too-large", title: "Request body too large", status: 413 },
   unsupportedMediaType: { slug: "unsupported-media-type", title: "Unsupported media type", status: 415 },
+  // The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS); its tombstone still names the resource.
+  keyExpired: { slug: "idempotency-key-expired", title: "Idempotency-Key expired", status: 410 },
   payloadConflict: { slug: "idempotency-key-reused", title: "Idempotency-Key reused with another request", status: 422 },
-  refundExceedsCharge: { slug: "refund-exceeds-charge", title: "Refund exceeds what is left of the charge", status: 422 },
-  chargeNotRefundable: { slug: "charge-not-refundable", title: "Charge not refundable", status: 422 },
+  // What operations refuse with (lib/shared/problem-types.ts); an operation may declare types of its own.
+  ...OPERATION_PROBLEMS,
   // The payment processor's final refusals, stored under the key and replayed.
   ...STORED_PROBLEMS,
   // The processor's outcome is unknown: nothing stored, the same key resumes (docs/api.md).
@@ -64,7 +60,11 @@ export function problemResponse(
   extensions: Record<string, unknown> = {},
   headers: Record<string, string> = {},
 ): Response {
-  const spec = PROBLEMS[name];
+  return specResponse(PROBLEMS[name], detail, extensions, headers);
+}
+
+/** A problem answer of any type, the core's or one an operation declares. */
+export function specResponse(spec: ProblemSpec, detail: string, extensions: Record<string, unknown> = {}, headers: Record<string, string> = {}): Response {
   const body: ProblemBody = { type: PROBLEM_BASE + spec.slug, title: spec.title, status: spec.status, detail, ...extensions };
   return new Response(JSON.stringify(body), {
     status: spec.status,

@@ -1,6 +1,7 @@
 // The API's routes as Elysia plugins, one per group, each route with the TypeBox schemas Elysia
-// checks and documents. An idempotent operation is one line in OPERATIONS, its module under
-// operations/, its migration, docs and tests; app.ts composes the plugins.
+// checks and documents. An idempotent operation is one line in OPERATIONS
+// (lib/shared/operations/index.ts), its module beside it, its migration, docs and tests; app.ts
+// composes the plugins.
 import { Elysia } from "elysia";
 import { withHeaders } from "@elysiajs/openapi";
 import type { AdditionalReference } from "@elysiajs/openapi/types";
@@ -8,19 +9,21 @@ import { Type as t, type TObject, type TSchema } from "@sinclair/typebox";
 import type { Sql } from "../shared/db.ts";
 import { READY_MAX_AGE_MS } from "./readiness.ts";
 import { MAX_BODY_BYTES } from "./body.ts";
-import { endpointOf, type Operation } from "./core/operation.ts";
+import { endpointOf, type Operation } from "../shared/operations/model.ts";
+import { OPERATIONS } from "../shared/operations/index.ts";
 import { operationHandler, RETRY_AFTER_S } from "./http/answers.ts";
 import { nounOf, type RequestContextPlugin, type RequestDeps } from "./http/context.ts";
 import { authentication } from "./http/authentication.ts";
 import { checkBody, DEFERRED_BODY, readBody, refuseBadIds } from "./http/checks.ts";
 import { ChargeEvents, chargeEventsHandler, ChargeEventsQuery } from "./events-read.ts";
-import { Charge, ChargeBody, ChargeView, chargeView, createCharge } from "./operations/charges.ts";
-import { createRefund, Refund, RefundBody, refundView } from "./operations/refunds.ts";
+import { Charge, ChargeBody, ChargeView, chargeView } from "../shared/operations/charges.ts";
+import { Refund, RefundBody, refundView } from "../shared/operations/refunds.ts";
 import { problemResponse } from "./problem.ts";
 import { IdempotencyKeyHeader, Problem } from "./schemas.ts";
+import { KEY_STATE_PATH, KeyStateView, keyStateHandler } from "./key-state.ts";
 
-/** The idempotent operations: one line each. */
-export const OPERATIONS: readonly Operation[] = [createCharge, createRefund];
+/** The idempotent operations: one line each, in lib/shared/operations/index.ts (the operations jobs read it too). */
+export { OPERATIONS };
 
 const bearer = [{ bearer: [] }];
 const uuid = (noun: string) => t.String({ format: "uuid", description: `The ${noun}'s id` });
@@ -30,8 +33,12 @@ const problem = (description: string): TSchema => ({ ...Problem, description });
 const overloaded = problem("Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After)");
 const rateLimited = problem("The tenant is over its request rate, API_RATE_LIMIT (Retry-After)");
 const unauthorized = problem("Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer)");
+// The operations read Prefer themselves (answers.ts): documented here only.
+const PreferHeader = t.Optional(
+  t.String({ description: "RFC 7240: wait=N holds a request whose key is in flight up to N seconds (capped by the request timeout) for its outcome (Preference-Applied: wait=N); other values are ignored" }),
+);
 const described = (schema: TObject, description: string): TSchema => ({ ...schema, description });
-// What a 201 of an idempotent operation carries besides its body.
+// What an idempotent operation's success (201 or 200) carries besides its body.
 const CREATED_HEADERS = { location: t.String(), "idempotent-replayed": t.Optional(t.Literal("true")) };
 
 /** The path parameters of a template, each a UUID ("/charges/:id" → { id }). */
@@ -44,12 +51,13 @@ function uuidParams(names: readonly string[]): TObject | undefined {
 function operationResponses(op: Operation): Record<number, TSchema> {
   return {
     [op.status]: withHeaders(
-      described(op.response, "Created; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true)"),
+      described(op.response, (op.status === 201 ? "Created" : "Done") + "; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true)"),
       CREATED_HEADERS,
     ),
     400: problem(`Missing or invalid Idempotency-Key, body not JSON or not matching the schema${op.uuidParams.length > 0 ? ", or an id that is not a UUID" : ""}`),
     401: unauthorized,
-    409: problem("A request with the same key is still in flight (Retry-After)"),
+    409: problem("A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait"),
+    410: problem("The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource"),
     429: rateLimited,
     413: problem(`Body over ${MAX_BODY_BYTES} bytes`),
     415: problem("Content-Type is not JSON"),
@@ -84,6 +92,16 @@ export function chargeRoutes(context: RequestContextPlugin) {
     });
   }
   return routes
+    .get(KEY_STATE_PATH, async (ctx) => keyStateHandler({ request: ctx.request, tenant: ctx.tenant, deps: ctx.deps, fields: ctx.trail.fields }), {
+      response: {
+        200: described(KeyStateView, "The key's state for each operation; a key never used, whose tombstone has gone, or another tenant's reads unknown for all"),
+        400: problem("Missing or invalid Idempotency-Key (over 255 characters, not visible ASCII, a malformed String)"),
+        401: unauthorized,
+        429: rateLimited,
+        503: overloaded,
+      },
+      detail: { operationId: "getIdempotencyKey", summary: "A key's state, per operation: in flight, completed, parked, expired or unknown", security: bearer },
+    })
     .get("/charges/:id", async (ctx) => lookup(ctx, ctx.params, (sql, endsAt) => chargeView(sql, ctx.tenant, ctx.params.id, endsAt)), {
       params: t.Object({ id: uuid("charge") }),
       transform: ({ params }) => refuseBadIds(params),
@@ -164,17 +182,19 @@ export function operatorRoutes(context: RequestContextPlugin, metrics: (() => Pr
 
 /** The headers the operations read themselves, for the document only (@elysiajs/openapi's references). */
 export function documentedHeaders(): AdditionalReference {
-  const headers = t.Object({ "idempotency-key": IdempotencyKeyHeader });
+  const headers = t.Object({ "idempotency-key": IdempotencyKeyHeader, prefer: PreferHeader });
   const reference: AdditionalReference = {};
   // Only `headers` is read from an entry; @elysiajs/openapi's type asks for every slot.
   for (const op of OPERATIONS) reference[op.path] = { ...reference[op.path], post: { params: t.Object({}), query: t.Object({}), headers, body: t.Object({}), response: {} } };
+  // GET /charges/idempotency-key reads the key from the header its POST sent it in.
+  reference[KEY_STATE_PATH] = { get: { params: t.Object({}), query: t.Object({}), headers: t.Object({ "idempotency-key": IdempotencyKeyHeader }), body: t.Object({}), response: {} } };
   // GET /charges/:id/events reads `after` itself (its own invalid-query problem).
   reference["/charges/:id/events"] = { get: { params: t.Object({}), query: ChargeEventsQuery, headers: t.Object({}), body: t.Object({}), response: {} } };
   return reference;
 }
 
 /** Every schema a route checks or documents: compiled at load by the edge worker, and the document's components. */
-export const COMPONENTS: Readonly<Record<string, TObject>> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, Problem };
+export const COMPONENTS: Readonly<Record<string, TObject>> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem };
 export const SCHEMAS: readonly TSchema[] = Object.values(COMPONENTS);
 
 /**

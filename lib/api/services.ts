@@ -6,7 +6,6 @@ import { createSql, describeDbError, type Sql } from "../shared/db.ts";
 import type { Logger } from "../shared/log.ts";
 import { openConnections } from "../shared/open-connections.ts";
 import { createPoolGate } from "../shared/pool-gate.ts";
-import { createBatcher } from "./core/batcher.ts";
 import { createIdempotencyCore, type IdempotencyCore } from "./core/service.ts";
 import type { ApiMetrics } from "./metrics.ts";
 import { leaseMsFor } from "../shared/foreign/drive.ts";
@@ -32,7 +31,7 @@ export function apiSql(config: Config, max: number, applicationName: string, sin
   });
 }
 
-// Rows in one foreign statement at most (core/group.ts): enough to carry a few hundred
+// Rows in one processor-phase statement at most (core/group.ts): enough to carry a few hundred
 // requests a second in a handful of statements, small enough that one statement stays a few
 // milliseconds (a statement's rows are JSON the server parses).
 const FOREIGN_MAX_BATCH = 64;
@@ -40,9 +39,9 @@ const FOREIGN_MAX_BATCH = 64;
 /**
  * The idempotency core of every operation, admitting at most `poolSize` requests at once (one
  * pool gate for the process) within their bounds, and batching them beyond
- * API_CHARGE_STATEMENTS statements (core/batcher.ts).
+ * API_CHARGE_STATEMENTS statements (core/group.ts).
  */
-export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreated: () => void, metrics?: ApiMetrics): IdempotencyCore {
+export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreated: () => void, metrics?: ApiMetrics, listen?: (onNotify: () => void) => Promise<unknown>): IdempotencyCore {
   const bounds = config.apiTimeBounds;
   const gate = createPoolGate({
     size: poolSize,
@@ -51,15 +50,7 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
     statementTimeoutMs: bounds.statementTimeoutMs,
   });
   // With as many statements allowed as connections, every request has its own: nothing to batch.
-  const batcher =
-    config.apiChargeStatements < poolSize
-      ? createBatcher(sql, {
-          maxInFlight: config.apiChargeStatements,
-          maxBatch: poolSize,
-          ttlSeconds: config.idempotencyTtlSeconds,
-          statementTimeoutMs: bounds.statementTimeoutMs,
-        })
-      : undefined;
+  const batching = config.apiChargeStatements < poolSize ? { maxInFlight: config.apiChargeStatements, maxBatch: poolSize, statementTimeoutMs: bounds.statementTimeoutMs } : undefined;
   // The gate admits at most poolSize units of work, each with a connection of its own: its
   // slots in use are the pool's busy connections, without reading postgres.js's internals.
   metrics?.observePool({ name: API_POOL_NAME, max: poolSize, busy: () => gate.inUse, open: () => openConnections(sql) ?? 0 });
@@ -67,28 +58,15 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
     ttlSeconds: config.idempotencyTtlSeconds,
     onCreated,
     bounds: gate,
-    batcher,
+    batching,
     settings: { defaultCurrency: config.processor.defaultCurrency },
     foreign: processorOptions(config),
     // The foreign statements grouped as the single statement is, as many at once; their batches
     // are not bounded by the pool (their requests hold no slot while they queue).
     groupCommit: { maxInFlight: Math.min(config.apiChargeStatements, poolSize), maxBatch: FOREIGN_MAX_BATCH, statementTimeoutMs: bounds.statementTimeoutMs },
+    listen,
   });
-  // One set of statement counters for both: with a processor the operations' statements are the foreign ones.
-  const foreign = core.foreignStatements;
-  if (batcher || config.processor.mode !== "none") {
-    metrics?.observeStatements({
-      get statements() {
-        return (batcher?.statements ?? 0) + foreign.statements;
-      },
-      get requests() {
-        return (batcher?.requests ?? 0) + foreign.requests;
-      },
-      get queued() {
-        return (batcher?.queued ?? 0) + foreign.queued;
-      },
-    });
-  }
+  if (batching || config.processor.mode !== "none") metrics?.observeStatements(core.statements);
   return core;
 }
 

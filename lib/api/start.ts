@@ -11,10 +11,11 @@ import { createApi, type ServedRoute } from "./http/pipeline.ts";
 import type { RequestDeps } from "./http/context.ts";
 import { swaggerUiAssets } from "./docs-assets.ts";
 import { OPERATIONS, SCHEMAS } from "./routes.ts";
-import { endpointOf } from "./core/operation.ts";
+import { endpointOf } from "../shared/operations/model.ts";
 import { createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../shared/log.ts";
-import { createOutboxNotifier } from "../shared/wakeup.ts";
+import { createOutboxNotifier, listenForOutbox, type OutboxListener } from "../shared/wakeup.ts";
+import { isTransactionPooled } from "../shared/pooler.ts";
 import { createAuthenticator, IMPLICIT_TENANT, type AuthOptions } from "./auth.ts";
 import { openPool } from "./pool-open.ts";
 import { useKeyHashSecret } from "../shared/redact.ts";
@@ -72,7 +73,11 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   }
   const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log));
   const counters = createApiMetrics(options.meter, OPERATIONS.map(endpointOf));
-  const core = boundedCore(config, sql, poolSize, notifier.poke, counters);
+  // Prefer: wait hears other processes' completions on the relay's channel; behind a
+  // transaction pooler LISTEN hears nothing, so there the preference is ignored.
+  let listener: OutboxListener | undefined;
+  const listen = isTransactionPooled(sql) ? undefined : async (onNotify: () => void) => (listener = await listenForOutbox(sql, onNotify));
+  const core = boundedCore(config, sql, poolSize, notifier.poke, counters, listen);
   const deps: RequestDeps = { sql, core, auth, log, counters, admission: createAdmission(config.admission), readiness: createReadiness() };
   const handlerOptions = { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: swaggerUiAssets() };
   const split = config.admission.operatorPort !== undefined;
@@ -87,6 +92,7 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
     operatorFetch: operator?.handle,
     async close() {
       await notifier.close();
+      await listener?.unlisten().catch(() => {});
       await sql.end({ timeout: 5 });
     },
   };

@@ -9,7 +9,7 @@ import { leaseMsFor } from "../shared/foreign/drive.ts";
 import { resumedCounter } from "../shared/foreign/metrics.ts";
 import { withJobLock, type Locked } from "../shared/job-lock.ts";
 import { createProcessorClient } from "../shared/processor/client.ts";
-import { FOREIGN_PROCESSES } from "../shared/processor/processes.ts";
+import { foreignOperations } from "../shared/operations/index.ts";
 
 // Keys the completer claims per round, driven COMPLETER_PARALLEL at a time (a few processor
 // calls each); a run goes on while rounds come back full, up to COMPLETER_ROUNDS, so a
@@ -29,7 +29,7 @@ function optionsOf(config: Config): Omit<CompleterOptions, "lockId"> {
       batch: COMPLETER_BATCH,
       parallel: COMPLETER_PARALLEL,
       resolveWindowSeconds: config.processor.resolveWindowSeconds,
-      processes: FOREIGN_PROCESSES,
+      operations: foreignOperations(),
       processor: createProcessorClient(config.processor),
       leaseMs: leaseMsFor(config.processor.timeoutMs),
       onResumed: resumedCounter("completer"),

@@ -9,10 +9,13 @@ import { deleteUnderJobLock, withJobLock, type Locked } from "../shared/job-lock
 import type { Logger } from "../shared/log.ts";
 import { keyHash } from "../shared/redact.ts";
 import { completerRun } from "./completer.ts";
+import { OPERATIONS } from "../shared/operations/index.ts";
+import { endpointOf } from "../shared/operations/model.ts";
 import {
   chargesWithoutOutbox,
-  deleteExpiredKeys,
+  deleteExpiredTombstones,
   deletePublishedOutbox,
+  tombstoneExpiredKeys,
   pendingStats,
   staleStartedSample,
   staleStartedSummary,
@@ -98,7 +101,7 @@ function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, lo
   const limits = { batch: DELETE_BATCH, maxBatches: MAX_BATCHES_PER_RUN };
   switch (job) {
     case "key-retention":
-      return logDeleted(job, "expired idempotency keys deleted", log, deleteUnderJobLock(sql, lockId, limits, (conn) => deleteExpiredKeys(conn, DELETE_BATCH), signal));
+      return keyRetention(sql, lockId, config.idempotencyTombstoneSeconds, log, signal);
     case "outbox-retention": {
       const deleteBatch = (conn: Sql) => deletePublishedOutbox(conn, config.outboxRetentionSeconds, DELETE_BATCH);
       return logDeleted(job, "published outbox rows deleted", log, deleteUnderJobLock(sql, lockId, limits, deleteBatch, signal));
@@ -140,6 +143,43 @@ async function runReport(job: ReportJob, sql: Sql, config: Config, gauges: OpsGa
       const unreachable: never = job;
       throw new Error(`bug: unknown job ${String(unreachable)}`);
     }
+  }
+}
+
+/**
+ * Key retention: expired answers become tombstones, and tombstones past their end go, each in
+ * bounded batches; a batch is a full one of either (the run goes on while either is behind).
+ */
+async function keyRetention(sql: Sql, lockId: bigint, tombstoneSeconds: number, log: Logger, signal?: AbortSignal): Promise<Locked<JobResult>> {
+  const job: JobName = "key-retention";
+  let tombstoned = 0;
+  let deleted = 0;
+  const batch = async (conn: Sql) => {
+    const t = await tombstoneExpiredKeys(conn, tombstoneSeconds, DELETE_BATCH, locateStored);
+    const d = await deleteExpiredTombstones(conn, DELETE_BATCH);
+    tombstoned += t;
+    deleted += d;
+    return Math.max(t, d);
+  };
+  const run = await deleteUnderJobLock(sql, lockId, { batch: DELETE_BATCH, maxBatches: MAX_BATCHES_PER_RUN }, batch, signal);
+  if (!run.ran) return run;
+  const value = { job, tombstoned, deleted, batches: run.value.batches };
+  if (tombstoned > 0 || deleted > 0) log.info("idempotency keys tombstoned and tombstones deleted", value);
+  return { ran: true, value };
+}
+
+// Each operation's Location of a stored success, found by the key's endpoint.
+const OPERATION_BY_ENDPOINT = new Map(OPERATIONS.map((op) => [endpointOf(op), op]));
+
+function locateStored(endpoint: string, status: number | null, body: string | null): string | null {
+  const op = OPERATION_BY_ENDPOINT.get(endpoint);
+  if (op === undefined || body === null || status !== op.status) return null;
+  // A body this release cannot read (written by hand, or by an old release) still gets its
+  // tombstone, without a resource: retention never stops on one row.
+  try {
+    return op.locationOf(body) ?? null;
+  } catch {
+    return null;
   }
 }
 

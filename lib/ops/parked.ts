@@ -1,12 +1,13 @@
 // `bun run ops parked` and `bun run ops resolve`: the operator's side of the keys the completer
 // parked (docs/operations.md, "Parked idempotency keys"). Keys are named by their hash and by
-// the charge or refund they began, never by the key itself.
+// the ids their operation declares (its `operatorIds`), never by the key itself. Nothing here
+// names an operation: each key's is found by its endpoint (lib/shared/operations/index.ts).
 import type { Sql } from "../shared/db.ts";
 import { drive } from "../shared/foreign/drive.ts";
 import { finishUnderLease, takeLease } from "../shared/foreign/lease.ts";
-import type { FinalOutcome, Resume } from "../shared/foreign/types.ts";
-import type { ProcessorClient } from "../shared/processor/client.ts";
-import { FOREIGN_PROCESSES } from "../shared/processor/processes.ts";
+import { foreignOperations } from "../shared/operations/index.ts";
+import type { FinalOutcome, Operation, Resume } from "../shared/operations/model.ts";
+import type { ProcessorAdapter } from "../shared/processor/client.ts";
 import { keyHash } from "../shared/redact.ts";
 import { isUuid } from "../shared/uuid.ts";
 
@@ -30,12 +31,13 @@ export async function listParked(sql: Sql, limit: number): Promise<Record<string
      where status = 'STARTED' and parked_at is not null
      order by created_at
      limit ${limit}`;
+  const operations = foreignOperations();
   return rows.map((r) => ({
     keyHash: keyHash(r.key),
     tenant: r.tenant,
     endpoint: r.endpoint,
     recoveryPoint: r.recovery_point,
-    ...idsOf(r.resume),
+    ...idsOf(operations.get(r.endpoint), r.resume),
     attempts: r.attempts,
     lastError: r.last_error,
     createdAt: r.created_at.toISOString(),
@@ -43,10 +45,10 @@ export async function listParked(sql: Sql, limit: number): Promise<Record<string
   }));
 }
 
-/** The ids an operator looks up at the processor; never the key, the payment method or the trace. */
-function idsOf(resume: Resume): Record<string, string> {
+/** The ids the key's operation declares for its operator; never the key, the payment method or the trace. */
+function idsOf(op: Operation | undefined, resume: Resume): Record<string, string> {
   const ids: Record<string, string> = {};
-  for (const name of ["chargeId", "refundId", "paymentId", "processorRefundId"]) {
+  for (const name of op?.foreign?.operatorIds ?? []) {
     const value = resume[name];
     if (typeof value === "string") ids[name] = value;
   }
@@ -64,34 +66,34 @@ export type ResolveResult =
   | { readonly resolved: true; readonly outcome: string; readonly status?: number };
 
 /**
- * Resolves the STARTED key of a charge or refund (by its id): its lease taken (a live one is
- * refused), then either driven once now, or finished with the operator's outcome (phase 3, as
- * the steps would have written it: the processor's payment or refund id, or its refusal code).
+ * Resolves the STARTED key that any operation's declared ids name (`id`): its lease taken (a
+ * live one is refused), then either driven once now, or finished with the operator's outcome
+ * (phase 3, as the steps would have written it: the processor's object id, or its refusal
+ * code, where the operation's `resolution` says).
  */
-export async function resolveKey(sql: Sql, id: string, resolution: Resolution, processor: ProcessorClient | undefined, leaseMs: number): Promise<ResolveResult> {
+export async function resolveKey(sql: Sql, id: string, resolution: Resolution, processor: ProcessorAdapter | undefined, leaseMs: number): Promise<ResolveResult> {
   if (!isUuid(id)) return { resolved: false, reason: "not_found" };
+  const operations = foreignOperations();
+  // Each operation's own id: the first of its operator ids (the object its key began).
+  const owners = [...operations].map(([endpoint, op]) => ({ endpoint, field: op.foreign!.operatorIds[0]! }));
   const [row] = await sql<{ tenant: string; key: string; endpoint: string }[]>`
-    update idempotency_keys set parked_at = null, next_attempt_at = null
-     where status = 'STARTED'
-       and ((endpoint = 'POST /charges' and resume->>'chargeId' = ${id.toLowerCase()})
-         or (endpoint = 'POST /charges/:id/refunds' and resume->>'refundId' = ${id.toLowerCase()}))
-    returning tenant, key, endpoint`;
+    update idempotency_keys k set parked_at = null, next_attempt_at = null
+      from jsonb_to_recordset(${sql.json(owners)}) as o(endpoint text, field text)
+     where k.status = 'STARTED' and k.endpoint = o.endpoint and k.resume->>o.field = ${id.toLowerCase()}
+    returning k.tenant, k.key, k.endpoint`;
   if (!row) return { resolved: false, reason: "not_found" };
-  const process = FOREIGN_PROCESSES.get(row.endpoint);
-  if (process === undefined) throw new Error(`bug: a STARTED key of ${row.endpoint}`);
+  const op = operations.get(row.endpoint);
+  if (op === undefined) throw new Error(`bug: a STARTED key of ${row.endpoint}`);
   const held = await takeLease(sql, row, leaseMs);
   if (held === undefined) return { resolved: false, reason: "held" };
   if (resolution.kind === "retry") {
     if (processor === undefined) throw new Error("bug: a retry without a processor client");
-    const result = await drive(sql, process, held, true, { processor, leaseMs });
+    const result = await drive(sql, op, held, true, { processor, leaseMs });
     return result.kind === "final" ? { resolved: true, outcome: result.outcome, status: result.response.status } : { resolved: true, outcome: result.kind };
   }
   const outcome: FinalOutcome = resolution.kind;
-  const refund = row.endpoint !== "POST /charges";
-  const patch: Resume =
-    resolution.kind === "succeeded"
-      ? { [refund ? "processorRefundId" : "paymentId"]: resolution.processorId }
-      : { [refund ? "failureCode" : "declineCode"]: resolution.code };
-  const response = await finishUnderLease(sql, process, held, outcome, { ...held.resume, ...patch, resolvedBy: "operator" });
+  const { succeeded, refused } = op.foreign!.resolution;
+  const patch: Resume = resolution.kind === "succeeded" ? { [succeeded]: resolution.processorId } : { [refused]: resolution.code };
+  const response = await finishUnderLease(sql, op, held, outcome, { ...held.resume, ...patch, resolvedBy: "operator" });
   return response === undefined ? { resolved: false, reason: "held" } : { resolved: true, outcome, status: response.status };
 }

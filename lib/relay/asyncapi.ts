@@ -5,23 +5,18 @@
 // objects, so a test checks a real published message with the very objects the document
 // carries (Value.Check), and the served JSON is those objects serialized.
 import { Type as t, type TObject } from "@sinclair/typebox";
-import { CHARGE_CREATED, CHARGE_FAILED, CHARGE_REFUNDED, ENVELOPE_SCHEMAS, EVENT_CONTENT_TYPE, EVENT_TYPES, topicOf, UUID_PATTERN, type EventType } from "../events.ts";
+import { ENVELOPE_SCHEMAS, EVENT_CONTENT_TYPE, EVENT_DATA_SCHEMAS, EVENT_DESCRIPTIONS, EVENT_TYPES, topicOf, UUID_PATTERN, type EventType } from "../events.ts";
+
+export { EVENT_DATA_SCHEMAS };
 
 /** The version of the event contract this document describes; bumped when the envelope changes. */
 export const EVENT_CONTRACT_VERSION = "1.0.0";
 
 // W3C Trace Context version 00, the only form the API carries into the outbox.
 const TRACEPARENT_PATTERN = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$";
+const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
 // MQTT bindings 0.2.0 (MQTT 5 fields: contentType on the message).
 const MQTT_BINDING_VERSION = "0.2.0";
-
-const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
-
-const DESCRIPTIONS: Readonly<Record<EventType, string>> = {
-  [CHARGE_CREATED]: "A charge committed; published from the outbox row written in the charge's own transaction.",
-  [CHARGE_REFUNDED]: "A refund of a charge committed; its aggregate is the charge, its sequence the next after the charge's last event.",
-  [CHARGE_FAILED]: "The payment processor declined a charge (PAYMENT_PROCESSOR=stripe); sequence 1, the charge's only event.",
-};
 
 /** The MQTT 5 user properties of one event type (userPropertiesOf). */
 function userPropertiesSchema(type: EventType): TObject {
@@ -82,7 +77,7 @@ function message(type: EventType): AsyncApiMessage {
   return {
     name: type,
     title: type,
-    summary: DESCRIPTIONS[type],
+    summary: EVENT_DESCRIPTIONS[type],
     contentType: EVENT_CONTENT_TYPE,
     payload: ENVELOPE_SCHEMAS[type],
     headers: userPropertiesSchema(type),

@@ -39,6 +39,8 @@ export interface Config {
   readonly relayHost: string;
   readonly relayTimeBounds: RelayTimeBounds;
   readonly idempotencyTtlSeconds: number;
+  /** IDEMPOTENCY_TOMBSTONE_SECONDS: how long an expired key's tombstone answers 410 before the key is new again (0: deleted at expiry). */
+  readonly idempotencyTombstoneSeconds: number;
   readonly outboxBatchSize: number;
   /** MQTT connections the relay publishes over, each with the broker's Receive Maximum in flight. */
   readonly relayMqttConnections: number;
@@ -102,7 +104,7 @@ function topicPrefix(env: Env): string {
 // is one statement ending in a commit flush, and more concurrent commits let group commit
 // share the flushes (pool size measured: bench/README.md, "API latency and pool size").
 const API_POOL_SIZE = 32;
-// Statements one API process keeps running at once (lib/api/core/batcher.ts); the
+// Statements one API process keeps running at once (lib/api/core/group.ts); the
 // requests beyond them are sent together, several charges to a statement and a commit. On
 // the 2-core bench machine 2, 3 and 4 gave the same created/s and p99 rose with each one
 // more (bench/README.md, "Group commit"). Two keep a
@@ -120,6 +122,9 @@ function logLevel(env: Env): LogLevel {
 }
 
 const TEN_YEARS_S = 10 * 365 * 24 * 3600;
+// An expired key answers 410 this long (30 days, as Stripe's v2 API keeps its keys): a client
+// that retries a day late learns where its resource is instead of making a second one.
+export const DEFAULT_TOMBSTONE_S = 30 * 86_400;
 // The reference subscriber's inbox must remember an event for longer than a redelivery can
 // come: the broker keeps an unacknowledged event in the session for up to its expiry (one
 // day, SESSION_EXPIRY_S in lib/subscriber/session.ts), and a relay that published but
@@ -205,6 +210,7 @@ export function loadConfig(env: Env): Config {
     relayHost: host(env, "RELAY_HOST", "0.0.0.0"),
     relayTimeBounds: relayTimeBounds(env),
     idempotencyTtlSeconds: integer(env, "IDEMPOTENCY_TTL_SECONDS", 86_400, 1, TEN_YEARS_S),
+    idempotencyTombstoneSeconds: integer(env, "IDEMPOTENCY_TOMBSTONE_SECONDS", DEFAULT_TOMBSTONE_S, 0, TEN_YEARS_S),
     outboxBatchSize: integer(env, "OUTBOX_BATCH_SIZE", DEFAULT_OUTBOX_BATCH_SIZE, 1, MAX_OUTBOX_BATCH_SIZE),
     outboxPollMs: integer(env, "OUTBOX_POLL_MS", pollMs, 1, 3_600_000),
     relayMqttConnections: integer(env, "RELAY_MQTT_CONNECTIONS", DEFAULT_RELAY_MQTT_CONNECTIONS, 1, MAX_RELAY_MQTT_CONNECTIONS),

@@ -1,5 +1,5 @@
 // The outbox insert of every statement that commits events: the ledger's single statement
-// (lib/api/core/statement.ts) and phase 3 of a foreign step (lib/shared/foreign/finish.ts).
+// and phase 3 of processor steps (lib/shared/operations/skeleton.ts).
 // One place writes outbox rows, so both modes' events have one shape; the ChargeRefunded
 // payload both refund paths build is here too.
 import type postgres from "postgres";

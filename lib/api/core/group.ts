@@ -1,5 +1,5 @@
-// Group commit for the statements of foreign operations (core/foreign.ts): phase 1, the steps
-// recorded between processor calls, and phase 3. While `maxInFlight` statements run, the work
+// Group commit, the one engine for every statement: the ledger's single statement, and with a
+// processor phase 1, the steps recorded between processor calls, and phase 3. While `maxInFlight` statements run, the work
 // that arrives queues here, and the next free turn sends up to `maxBatch` items of one kind as
 // ONE statement; with a statement free, an item is sent alone at once. Each item gets its own
 // result from its own row (every write a compare-and-set per row). What items of one batch
@@ -7,13 +7,24 @@
 // with nothing committed; any other error of a batch (a deadlock, a constraint) sends each
 // item again alone, to get what its own statement says.
 //
-// Unlike the ledger's batcher (batcher.ts), whose requests each hold a pool-gate slot while
-// they queue, a statement here takes its slot when it is sent (`slot`): a request waiting for
-// the processor holds nothing, and one waiting for a statement holds no slot either, so the
-// gate's slots in use are the statements running, and a batch can be larger than the pool.
+// A ledger request holds its pool-gate slot while it queues (no `slot`: the batch is at most
+// the pool). With a processor a statement takes its slot when it is sent (`slot`): a request
+// waiting for the processor holds nothing, and one waiting for a statement holds no slot
+// either, so the gate's slots in use are the statements running, and a batch can be larger
+// than the pool. Two requests for one key never share a statement (their conflicts): the
+// second goes in the next one, after the first's commit, and reads what it stored.
 import { isConnectionLost, isUnavailable, sqlState } from "../../shared/db.ts";
 import { REQUEST_DEADLINE, TimeBoundError } from "../../shared/pool-gate.ts";
-import type { StatementStats } from "./batcher.ts";
+
+/** Running totals for the API's metrics (metrics.ts observeStatements). */
+export interface StatementStats {
+  /** Statements sent (a batch is one). */
+  readonly statements: number;
+  /** Requests those statements answered (a batch answers several). */
+  readonly requests: number;
+  /** Requests waiting now for a statement to end. */
+  readonly queued: number;
+}
 
 /** A statement that takes any number of items and answers each, in order. */
 export interface GroupStatement<I, R> {
@@ -35,6 +46,8 @@ export interface GroupOptions {
 
 export interface GroupCommit extends StatementStats {
   run<I, R>(statement: GroupStatement<I, R>, item: I, endsAt: number): Promise<R>;
+  /** Statements running now. */
+  readonly inFlight: number;
 }
 
 interface Pending {
@@ -86,6 +99,9 @@ export function createGroupCommit(options: GroupOptions): GroupCommit {
         queue.push({ statement: statement as GroupStatement<unknown, unknown>, item, endsAt, resolve: resolve as (r: unknown) => void, reject });
         pump();
       });
+    },
+    get inFlight() {
+      return inFlight;
     },
     get statements() {
       return statements;

@@ -6,9 +6,10 @@
 import type { Static } from "@sinclair/typebox";
 import { keyHash } from "../../shared/redact.ts";
 import { parseIdempotencyKey } from "../core/keys.ts";
-import { endpointOf, type Operation } from "../core/operation.ts";
+import { preferredWaitSeconds } from "../core/prefer.ts";
+import { endpointOf, type Operation } from "../../shared/operations/model.ts";
 import type { Outcome } from "../core/service.ts";
-import { problemResponse, type ProblemName } from "../problem.ts";
+import { problemResponse, specResponse, type ProblemName } from "../problem.ts";
 import type { UnknownCause } from "../../shared/processor/client.ts";
 import { invalidIdProblem, type RequestContext } from "./context.ts";
 
@@ -24,15 +25,24 @@ export function operationHandler(op: Operation): (ctx: RequestContext) => Promis
     if (badId) return badId;
     const parsed = parseIdempotencyKey(ctx.request.headers.get("idempotency-key"));
     if (!parsed.ok) return problemResponse("invalidKey", parsed.reason);
-    const outcome = await ctx.deps.core.run(op, {
+    const request = {
       tenant: ctx.tenant,
       key: parsed.key,
       // Elysia checked it against op.body before the handler ran.
       input: { params: ctx.params, body: ctx.body as Static<typeof op.body>, settings: ctx.deps.core.settings },
       traceparent: traceparentOf(ctx.request),
-    });
+    };
+    const wait = preferredWaitSeconds(ctx.request.headers.get("prefer"));
+    if (wait === undefined) {
+      const outcome = await ctx.deps.core.run(op, request);
+      heard(ctx, endpoint, outcome, parsed.key);
+      return outcomeResponse(outcome);
+    }
+    const { outcome, waitedSeconds } = await ctx.deps.core.runWaiting(op, request, wait);
     heard(ctx, endpoint, outcome, parsed.key);
-    return outcomeResponse(outcome);
+    const response = outcomeResponse(outcome);
+    if (waitedSeconds !== undefined) response.headers.set("preference-applied", `wait=${waitedSeconds}`);
+    return response;
   };
 }
 
@@ -55,12 +65,16 @@ export function outcomeResponse(outcome: Outcome): Response {
       return stored(outcome.status, outcome.body, outcome.location, true);
     case "payload_conflict":
       return problemResponse("payloadConflict", "this Idempotency-Key was already used with a different request");
+    case "expired":
+      return expiredProblem(outcome.location);
     case "in_flight":
       return problemResponse("inFlight", "a request with this Idempotency-Key is still being processed; retry later", {}, { "retry-after": RETRY_AFTER_S });
     case "refused":
-      return problemResponse(outcome.refusal.problem, outcome.refusal.detail, outcome.refusal.extensions);
+      return specResponse(outcome.refusal.problem, outcome.refusal.detail, outcome.refusal.extensions);
     case "stored_problem":
       return storedProblem(outcome.status, outcome.body, outcome.replayed);
+    case "parked":
+      return problemResponse("keyParked", `this Idempotency-Key's recovery data is unreadable (${outcome.reason}); an operator resolves it (bun run ops parked)`);
     case "unknown_outcome":
       return problemResponse(UNKNOWN_PROBLEMS[outcome.cause], `${outcome.detail}; the outcome is unknown, nothing was stored: retry with the same Idempotency-Key`, {}, { "retry-after": RETRY_AFTER_PROCESSOR_S });
     default: {
@@ -82,6 +96,15 @@ const UNKNOWN_PROBLEMS: Readonly<Record<UnknownCause, ProblemName>> = {
 // processor a moment, and a client that honours it does not hammer an outage.
 const RETRY_AFTER_PROCESSOR_S = "1";
 
+/**
+ * 410: the key's answer expired and its tombstone remains; nothing was done. The original
+ * resource goes in Location and in the body's `resource`, so a client finds what it made.
+ */
+function expiredProblem(location: string | undefined): Response {
+  const detail = "this Idempotency-Key's stored answer has expired; the request was not repeated" + (location === undefined ? "" : `: its resource is ${location}`);
+  return problemResponse("keyExpired", detail, location === undefined ? {} : { resource: location }, location === undefined ? {} : { location });
+}
+
 /** The processor's refusal stored under the key (a 402 decline), first time or replayed. */
 function storedProblem(status: number, body: string, replayed: boolean): Response {
   const headers: Record<string, string> = { "content-type": "application/problem+json" };
@@ -89,8 +112,8 @@ function storedProblem(status: number, body: string, replayed: boolean): Respons
   return new Response(body, { status, headers });
 }
 
-function stored(status: number, body: string, location: string, replayed: boolean): Response {
-  const headers: Record<string, string> = { "content-type": "application/json", location };
+function stored(status: number, body: string, location: string | undefined, replayed: boolean): Response {
+  const headers: Record<string, string> = location === undefined ? { "content-type": "application/json" } : { "content-type": "application/json", location };
   if (replayed) headers["idempotent-replayed"] = "true";
   return new Response(body, { status, headers });
 }

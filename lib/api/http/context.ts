@@ -11,7 +11,7 @@ import type { Authenticator } from "../auth.ts";
 import type { ApiMetrics } from "../metrics.ts";
 import type { Admission } from "../admission.ts";
 import type { Readiness } from "../readiness.ts";
-import type { OutcomeKind } from "../core/service.ts";
+import type { OutcomeKind } from "../core/outcome.ts";
 import { isUuid } from "../../shared/uuid.ts";
 import { problemResponse } from "../problem.ts";
 

@@ -8,8 +8,9 @@
 // leases: no transaction, row lock or connection while the processor is called.
 import type { Sql } from "../db.ts";
 import { transaction } from "../tx.ts";
-import { drive, type DriveOptions } from "./drive.ts";
-import type { DriveResult, ForeignProcess, HeldKey, Resume } from "./types.ts";
+import type { Operation, Resume } from "../operations/model.ts";
+import type { HeldKey } from "../operations/skeleton.ts";
+import { drive, type DriveOptions, type DriveResult } from "./drive.ts";
 
 export interface CompleterOptions extends DriveOptions {
   readonly lockId: bigint;
@@ -21,7 +22,8 @@ export interface CompleterOptions extends DriveOptions {
    */
   readonly parallel: number;
   readonly resolveWindowSeconds: number;
-  readonly processes: ReadonlyMap<string, ForeignProcess>;
+  /** The operations with processor steps, by their key's endpoint (lib/shared/operations/index.ts). */
+  readonly operations: ReadonlyMap<string, Operation>;
   readonly onResumed?: (endpoint: string) => void;
 }
 
@@ -48,7 +50,7 @@ export async function completeRound(sql: Sql, options: CompleterOptions): Promis
     const [lock] = await tx<{ locked: boolean }[]>`select pg_try_advisory_xact_lock(${options.lockId.toString()}::bigint) as locked`;
     if (!lock?.locked) return undefined;
     const parked = await parkUnresolved(tx as unknown as Sql, options.resolveWindowSeconds);
-    const keys = await claimExpired(tx as unknown as Sql, [...options.processes.keys()], options.batch, options.leaseMs);
+    const keys = await claimExpired(tx as unknown as Sql, [...options.operations.keys()], options.batch, options.leaseMs);
     return { parked, keys };
   });
   if (claim === undefined) return undefined;
@@ -59,15 +61,15 @@ export async function completeRound(sql: Sql, options: CompleterOptions): Promis
   };
   await Promise.all(Array.from({ length: Math.min(options.parallel, queue.length) }, lane));
   const count = (kind: DriveResult["kind"]) => results.filter((r) => r.kind === kind).length;
-  return { claimed: claim.keys.length, finished: count("final"), unknown: count("unknown"), lost: count("lost"), parked: claim.parked };
+  return { claimed: claim.keys.length, finished: count("final"), unknown: count("unknown"), lost: count("lost"), parked: claim.parked + count("parked") };
 }
 
 function driveClaimed(sql: Sql, row: ClaimedRow, options: CompleterOptions): Promise<DriveResult> {
-  const process = options.processes.get(row.endpoint);
-  if (process === undefined) throw new Error(`bug: claimed a key of ${row.endpoint}, which has no foreign process`);
+  const op = options.operations.get(row.endpoint);
+  if (op === undefined) throw new Error(`bug: claimed a key of ${row.endpoint}, which has no processor steps`);
   const held: HeldKey = { tenant: row.tenant, key: row.key, endpoint: row.endpoint, token: row.lease_token, point: row.recovery_point, resume: row.resume };
   options.onResumed?.(row.endpoint);
-  return drive(sql, process, held, true, options);
+  return drive(sql, op, held, true, options);
 }
 
 /**

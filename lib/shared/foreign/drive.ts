@@ -1,18 +1,30 @@
-// Phase 2 and 3 of a foreign step, for whoever holds the key's lease: a request that began it
-// or resumed it, or the completer. Steps run from the recovery point; between them nothing
-// is held but the lease (no transaction, no row lock, no pooled connection).
+// Phase 2 and 3 of an operation's processor steps, for whoever holds the key's lease: a request
+// that began it or resumed it, or the completer. Steps run from the recovery point; between
+// them nothing is held but the lease (no transaction, no row lock, no pooled connection).
+import { Value } from "@sinclair/typebox/value";
 import type { Sql } from "../db.ts";
-import type { ProcessorClient } from "../processor/client.ts";
+import type { ProcessorAdapter, UnknownCause } from "../processor/client.ts";
+import { registerFormats } from "../schemas.ts";
+import type { FinalOutcome, ForeignDeclaration, Operation, Resume, StoredResponse } from "../operations/model.ts";
+import type { HeldKey } from "../operations/skeleton.ts";
 import { directWrites, type LeaseWrites } from "./lease.ts";
-import type { DriveResult, ForeignProcess, HeldKey } from "./types.ts";
 
 export interface DriveOptions {
-  readonly processor: ProcessorClient;
+  readonly processor: ProcessorAdapter;
   /** The lease each recorded step renews (leaseMsFor). */
   readonly leaseMs: number;
   /** How the steps' writes reach the database; each its own statement when absent. */
   readonly writes?: LeaseWrites;
 }
+
+/** What a drive ended with. */
+export type DriveResult =
+  | { readonly kind: "final"; readonly outcome: FinalOutcome; readonly response: StoredResponse }
+  | { readonly kind: "unknown"; readonly cause: UnknownCause; readonly detail: string }
+  /** The lease was taken over while this holder called the processor: it wrote nothing. */
+  | { readonly kind: "lost" }
+  /** The key's recovery data failed its schema: parked for an operator, `reason` naming the field. */
+  | { readonly kind: "parked"; readonly reason: string };
 
 // A drive makes at most two calls in a row (create then confirm, or read then confirm); the
 // lease covers both at their time bound, twice over, plus the transactions around them.
@@ -24,21 +36,49 @@ export function leaseMsFor(timeoutMs: number): number {
   return CALLS_PER_LEASE * timeoutMs + LEASE_MARGIN_MS;
 }
 
-// More steps than any process has: a loop between recovery points is a bug, not a wait.
+// More steps than any operation has: a loop between recovery points is a bug, not a wait.
 const MAX_STEPS = 8;
 
 /**
- * Runs `key`'s steps until a final state (written by phase 3), an unknown outcome (the lease
- * given up, the recovery point kept), or the lease lost to another holder (nothing written).
- * `resumed`: the key was taken over rather than begun by this holder.
+ * Why `resume` fails `op`'s schema, naming the field ("resume.amountCents: Expected integer"),
+ * or undefined when it passes. Checked whenever a key's resume is read, before a step sees it.
  */
-export async function drive(sql: Sql, process: ForeignProcess, start: HeldKey, resumed: boolean, options: DriveOptions): Promise<DriveResult> {
+export function resumeFault(declaration: ForeignDeclaration<unknown>, resume: Resume): string | undefined {
+  // The schemas' formats (uuid) are ours, in every process that reads a resume (the ops jobs too).
+  registerFormats();
+  if (Value.Check(declaration.resume, resume)) return undefined;
+  const first = Value.Errors(declaration.resume, resume).First();
+  const field = first?.path.replace(/^\//, "").replace(/\//g, ".") || "(whole)";
+  return `resume.${field}: ${first?.message ?? "does not match its schema"}`;
+}
+
+// Each adapter's capabilities per declaration, built once.
+const capabilities = new WeakMap<ProcessorAdapter, Map<ForeignDeclaration<unknown>, unknown>>();
+
+function capabilitiesOf(declaration: ForeignDeclaration<unknown>, adapter: ProcessorAdapter): unknown {
+  let byDeclaration = capabilities.get(adapter);
+  if (byDeclaration === undefined) capabilities.set(adapter, (byDeclaration = new Map()));
+  if (!byDeclaration.has(declaration)) byDeclaration.set(declaration, declaration.capabilities(adapter));
+  return byDeclaration.get(declaration);
+}
+
+/**
+ * Runs `key`'s steps until a final state (written by phase 3), an unknown outcome (the lease
+ * given up, the recovery point kept), the lease lost to another holder (nothing written), or
+ * a resume that fails its schema (the key parked). `resumed`: taken over rather than begun.
+ */
+export async function drive(sql: Sql, op: Operation, start: HeldKey, resumed: boolean, options: DriveOptions): Promise<DriveResult> {
+  const declaration = op.foreign;
+  if (declaration === undefined) throw new Error(`bug: ${op.name} has no processor steps`);
+  const writes = options.writes ?? directWrites(sql, op, options.leaseMs);
+  const fault = resumeFault(declaration, start.resume);
+  if (fault !== undefined) return (await writes.park(start, fault)) ? { kind: "parked", reason: fault } : { kind: "lost" };
+  const processor = capabilitiesOf(declaration, options.processor);
   let key = start;
-  const writes = options.writes ?? directWrites(sql, process, options.leaseMs);
   for (let i = 0; i < MAX_STEPS; i++) {
-    const step = process.steps[key.point];
-    if (step === undefined) throw new Error(`bug: ${process.endpoint} has no step at ${key.point}`);
-    const result = await step({ resume: key.resume, processor: options.processor, resumed: resumed && i === 0 });
+    const step = declaration.steps[key.point];
+    if (step === undefined) throw new Error(`bug: ${op.name} has no step at ${key.point}`);
+    const result = await step({ resume: key.resume, processor, resumed: resumed && i === 0 });
     switch (result.kind) {
       case "record": {
         if (!(await writes.record(key, result.point, result.resume))) return { kind: "lost" };
@@ -59,5 +99,5 @@ export async function drive(sql: Sql, process: ForeignProcess, start: HeldKey, r
       }
     }
   }
-  throw new Error(`bug: ${process.endpoint} ran ${MAX_STEPS} steps without an end`);
+  throw new Error(`bug: ${op.name} ran ${MAX_STEPS} steps without an end`);
 }

@@ -3,8 +3,8 @@
 // holder whose lease was taken over can never write again (it finds no row and stops).
 import type { Sql } from "../db.ts";
 import { boundedStatement } from "../bounded-statement.ts";
-import { compileFinish, finishKeys } from "./finish.ts";
-import type { FinalOutcome, ForeignProcess, HeldKey, KeyRef, Resume, StoredResponse } from "./types.ts";
+import type { FinalOutcome, Operation, Resume, StoredResponse } from "../operations/model.ts";
+import { compile, runFinish, type HeldKey, type KeyRef } from "../operations/skeleton.ts";
 
 interface LeaseRow {
   readonly recovery_point: string;
@@ -46,7 +46,7 @@ export async function recordSteps(sql: Sql, records: readonly StepRecord[], leas
     update idempotency_keys k
        set recovery_point = r.point, resume = r.resume,
            lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8)
-      from jsonb_to_recordset(${q.json(rows)}) as r(n int, tenant text, key text, endpoint text, token uuid, point text, resume jsonb)
+      from jsonb_to_recordset(${q.json(rows as never)}) as r(n int, tenant text, key text, endpoint text, token uuid, point text, resume jsonb)
      where k.tenant = r.tenant and k.key = r.key and k.endpoint = r.endpoint
        and k.status = 'STARTED' and k.lease_token = r.token
     returning r.n`);
@@ -65,7 +65,7 @@ const MAX_BACKOFF_S = 300;
 export async function releaseLease(sql: Sql, key: HeldKey, resume: Resume, error: string, endsAt = NO_BOUND): Promise<boolean> {
   const rows = await boundedStatement(sql, endsAt, (q) => q`
     update idempotency_keys
-       set lease_until = now(), lease_token = null, resume = ${q.json(resume)}, last_error = ${error},
+       set lease_until = now(), lease_token = null, resume = ${q.json(resume as never)}, last_error = ${error},
            attempts = attempts + 1,
            next_attempt_at = now() + make_interval(secs => least(power(2, least(attempts, 16)), ${MAX_BACKOFF_S})::float8)
      where tenant = ${key.tenant} and key = ${key.key} and endpoint = ${key.endpoint}
@@ -74,12 +74,25 @@ export async function releaseLease(sql: Sql, key: HeldKey, resume: Resume, error
 }
 
 /**
- * Phase 3 of one key (finish.ts): the operation's final rows and event, and the key COMPLETED
+ * Parks a key whose recovery data failed its schema: its lease given up, the reason recorded
+ * for the operator (`bun run ops parked`), and the completer no longer tries it.
+ */
+export async function parkKey(sql: Sql, key: HeldKey, reason: string, endsAt = NO_BOUND): Promise<boolean> {
+  const rows = await boundedStatement(sql, endsAt, (q) => q`
+    update idempotency_keys
+       set lease_until = now(), lease_token = null, last_error = ${reason}, parked_at = now()
+     where tenant = ${key.tenant} and key = ${key.key} and endpoint = ${key.endpoint}
+       and status = 'STARTED' and lease_token = ${key.token}::uuid`);
+  return rows.count === 1;
+}
+
+/**
+ * Phase 3 of one key (skeleton.ts runFinish): the operation's final rows and event, and the key COMPLETED
  * with the response to replay, if `key`'s holder still holds it; undefined when the lease was
  * lost: nothing is written.
  */
-export async function finishUnderLease(sql: Sql, process: ForeignProcess, key: HeldKey, outcome: FinalOutcome, resume: Resume, endsAt = NO_BOUND): Promise<StoredResponse | undefined> {
-  const [response] = await finishKeys(sql, compileFinish(sql, process), [{ key, outcome, resume }], endsAt);
+export async function finishUnderLease(sql: Sql, op: Operation, key: HeldKey, outcome: FinalOutcome, resume: Resume, endsAt = NO_BOUND): Promise<StoredResponse | undefined> {
+  const [response] = await runFinish(sql, compile(sql, op, "finish"), [{ key, outcome, resume }], endsAt);
   return response;
 }
 
@@ -88,13 +101,15 @@ export interface LeaseWrites {
   record(key: HeldKey, point: string, resume: Resume): Promise<boolean>;
   finish(key: HeldKey, outcome: FinalOutcome, resume: Resume): Promise<StoredResponse | undefined>;
   release(key: HeldKey, resume: Resume, error: string): Promise<boolean>;
+  park(key: HeldKey, reason: string): Promise<boolean>;
 }
 
 /** Each write its own statement, sent at once (the completer, `bun run ops`). */
-export function directWrites(sql: Sql, process: ForeignProcess, leaseMs: number): LeaseWrites {
+export function directWrites(sql: Sql, op: Operation, leaseMs: number): LeaseWrites {
   return {
     record: async (key, point, resume) => (await recordSteps(sql, [{ key, point, resume }], leaseMs))[0]!,
-    finish: (key, outcome, resume) => finishUnderLease(sql, process, key, outcome, resume),
+    finish: (key, outcome, resume) => finishUnderLease(sql, op, key, outcome, resume),
     release: (key, resume, error) => releaseLease(sql, key, resume, error),
+    park: (key, reason) => parkKey(sql, key, reason),
   };
 }

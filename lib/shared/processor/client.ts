@@ -1,7 +1,7 @@
-// The payment processor as this project uses it: five calls of Stripe's v1 API (PaymentIntents
-// and Refunds) through Stripe's official package, each answered as a value: the object, a
-// final refusal, or an unknown outcome. Shared by the API (requests) and the operations jobs
-// (the completer), which both drive foreign steps (lib/shared/foreign/).
+// The payment processor's adapter: calls of Stripe's v1 API through Stripe's official package,
+// each answered as a value: the object, a final refusal, or an unknown outcome. Shared by the
+// API (requests) and the operations jobs (the completer), which both drive foreign steps
+// (lib/shared/foreign/); which calls exist is each operation's to declare.
 import { metrics, type Meter } from "@opentelemetry/api";
 import Stripe from "stripe";
 import type { ProcessorConfig } from "../config-processor.ts";
@@ -16,27 +16,20 @@ export type CallResult<T> =
   /** The processor may or may not have acted: resolved later by reading its objects. status: its answer, null when none came. */
   | { readonly kind: "unknown"; readonly cause: UnknownCause; readonly detail: string; readonly status: number | null };
 
-export interface PaymentView {
-  readonly id: string;
-  /** Stripe's PaymentIntent status: requires_confirmation, processing, succeeded, requires_payment_method, canceled, … */
-  readonly status: string;
-  /** The last decline's code, when the last confirmation was declined. */
-  readonly declineCode: string | null;
+/**
+ * The processor as operations see it: one call of its API (Stripe's official package, v1),
+ * timed on http_client_request_duration_seconds and answered as a value. Each operation
+ * builds the calls its steps make from it (its `capabilities`, lib/shared/operations/), so
+ * no client interface lists every operation's methods.
+ */
+export interface ProcessorAdapter {
+  call<T>(method: "GET" | "POST", request: (api: Stripe) => Promise<T>): Promise<CallResult<T>>;
 }
 
-export interface RefundView {
-  readonly id: string;
-  /** pending, succeeded, failed, canceled, requires_action. */
-  readonly status: string;
-  readonly failureCode: string | null;
-}
-
-export interface ProcessorClient {
-  createPayment(p: { amountCents: number; currency: string; paymentMethod: string; chargeId: string }, key: string): Promise<CallResult<PaymentView>>;
-  confirmPayment(paymentId: string, key: string): Promise<CallResult<PaymentView>>;
-  retrievePayment(paymentId: string): Promise<CallResult<PaymentView>>;
-  createRefund(p: { paymentId: string; amountCents: number; refundId: string; chargeId: string }, key: string): Promise<CallResult<RefundView>>;
-  retrieveRefund(refundId: string): Promise<CallResult<RefundView>>;
+/** A call's value mapped, its refusal or unknown outcome kept. */
+export async function mapCall<T, V>(call: Promise<CallResult<T>>, view: (value: T) => V): Promise<CallResult<V>> {
+  const result = await call;
+  return result.kind === "ok" ? { kind: "ok", value: view(result.value) } : result;
 }
 
 // Seconds: a processor call takes tens of milliseconds to seconds, and up to the timeout.
@@ -48,7 +41,7 @@ const CLIENT_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
  * lease. Its fetch HTTP client serves every runtime this API runs on (Bun, Deno, workerd,
  * Node 20+), so one code path is tested for all of them.
  */
-export function createProcessorClient(config: ProcessorConfig, meter: Meter = metrics.getMeter("charges")): ProcessorClient {
+export function createProcessorClient(config: ProcessorConfig, meter: Meter = metrics.getMeter("charges")): ProcessorAdapter {
   if (config.key === undefined) throw new Error("bug: a processor client without PAYMENT_PROCESSOR_KEY");
   const target = new URL(config.url);
   const protocol = target.protocol === "http:" ? "http" : "https";
@@ -69,49 +62,18 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
     unit: "s",
     advice: { explicitBucketBoundaries: CLIENT_BUCKETS_S },
   });
-  const timed = async <T, V>(method: "GET" | "POST", call: () => Promise<T>, view: (value: T) => V): Promise<CallResult<V>> => {
-    const started = performance.now();
-    const result = await call().then((value): CallResult<V> => ({ kind: "ok", value: view(value) }), classify);
-    const attributes: Record<string, string | number> = { http_request_method: method, server_address: target.hostname };
-    if (result.kind === "ok") attributes.http_response_status_code = 200;
-    else if (result.status === null) attributes.error_type = result.kind === "unknown" ? result.cause : "refused";
-    else attributes.http_response_status_code = result.status;
-    duration.record((performance.now() - started) / 1000, attributes);
-    return result;
-  };
   return {
-    createPayment: (p, key) =>
-      timed("POST", () =>
-        stripe.paymentIntents.create(
-          {
-            amount: p.amountCents,
-            currency: p.currency,
-            payment_method: p.paymentMethod,
-            // A server-side confirmation with no customer present: no method that needs a redirect.
-            automatic_payment_methods: { enabled: true, allow_redirects: "never" },
-            metadata: { charge_id: p.chargeId },
-          },
-          { idempotencyKey: key },
-        ), paymentView),
-    confirmPayment: (id, key) => timed("POST", () => stripe.paymentIntents.confirm(id, {}, { idempotencyKey: key }), paymentView),
-    retrievePayment: (id) => timed("GET", () => stripe.paymentIntents.retrieve(id), paymentView),
-    createRefund: (p, key) =>
-      timed("POST", () =>
-        stripe.refunds.create(
-          { payment_intent: p.paymentId, amount: p.amountCents, metadata: { refund_id: p.refundId, charge_id: p.chargeId } },
-          { idempotencyKey: key },
-        ), refundView),
-    retrieveRefund: (id) => timed("GET", () => stripe.refunds.retrieve(id), refundView),
+    async call<T>(method: "GET" | "POST", request: (api: Stripe) => Promise<T>): Promise<CallResult<T>> {
+      const started = performance.now();
+      const result = await request(stripe).then((value): CallResult<T> => ({ kind: "ok", value }), classify);
+      const attributes: Record<string, string | number> = { http_request_method: method, server_address: target.hostname };
+      if (result.kind === "ok") attributes.http_response_status_code = 200;
+      else if (result.status === null) attributes.error_type = result.kind === "unknown" ? result.cause : "refused";
+      else attributes.http_response_status_code = result.status;
+      duration.record((performance.now() - started) / 1000, attributes);
+      return result;
+    },
   };
-}
-
-function paymentView(pi: Stripe.PaymentIntent): PaymentView {
-  const error = pi.last_payment_error;
-  return { id: pi.id, status: pi.status, declineCode: error ? (error.decline_code ?? error.code ?? "declined") : null };
-}
-
-function refundView(refund: Stripe.Refund): RefundView {
-  return { id: refund.id, status: refund.status ?? "pending", failureCode: refund.failure_reason ?? null };
 }
 
 /**

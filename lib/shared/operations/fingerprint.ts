@@ -2,7 +2,7 @@
 // names (its path parameters and validated body fields). Whitespace and property order in the
 // client's JSON never reach it, because it is computed from the validated values, not from
 // the raw body.
-import { sha256Hex, sha256Int64 } from "../../shared/sha256.ts";
+import { sha256Hex, sha256Int64 } from "../sha256.ts";
 
 /** What an operation puts in its fingerprint: flat, strings and finite numbers only. */
 export type FingerprintFields = Readonly<Record<string, string | number>>;

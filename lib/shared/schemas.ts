@@ -1,0 +1,73 @@
+// The TypeBox schemas every route shares, and the compiled checks of all of them: the same
+// schema objects validate requests, generate /openapi.json, and check every body the API
+// writes before it leaves (checkedJson).
+import { FormatRegistry, Type as t, type Static, type TSchema } from "@sinclair/typebox";
+import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
+import { isUuid } from "./uuid.ts";
+
+export const MAX_AMOUNT_CENTS = 2_147_483_647; // Postgres integer, the column's type
+
+/** An amount in cents as a request may carry it. */
+export const AmountCents = (description: string) => t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS, description });
+
+// What toISOString() writes: the only timestamp spelling the API produces.
+const ISO_INSTANT_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+const checks = new WeakMap<TSchema, TypeCheck<TSchema>>();
+
+/** The compiled check of `schema`, compiled on first use (or by prepareSchemas). */
+export function checkOf<S extends TSchema>(schema: S): TypeCheck<S> {
+  let check = checks.get(schema) as TypeCheck<S> | undefined;
+  if (check === undefined) {
+    registerFormats();
+    check = TypeCompiler.Compile(schema);
+    checks.set(schema, check);
+  }
+  return check;
+}
+
+/**
+ * Our formats in TypeBox's one process-wide registry, set over what a dependency set at its
+ * import: @elysiajs/openapi bundles @sinclair/typemap, which sets "uuid" (and others) to zod
+ * and valibot checks costing ~10× ours, and Elysia's own "date-time" takes any date. Compiled
+ * checks (ours and Elysia's) look the format up on every call, so the last Set wins.
+ */
+export function registerFormats(): void {
+  FormatRegistry.Set("uuid", isUuid);
+  FormatRegistry.Set("date-time", (v) => ISO_INSTANT_RE.test(v));
+}
+
+/** Generates the checks now: a runtime that forbids code generation after load (workerd) calls it at load. */
+export function prepareSchemas(schemas: readonly TSchema[]): void {
+  registerFormats();
+  for (const schema of schemas) checkOf(schema);
+}
+
+/**
+ * The JSON of `value`, checked against `schema` first: a body that would disagree with the
+ * documented schema is a bug, and it throws before anything is written or answered. Only the
+ * schema's properties are written, in the schema's order.
+ */
+export function checkedJson<S extends TSchema & { properties: Record<string, TSchema> }>(schema: S, value: Static<S>): string {
+  const check = checkOf(schema);
+  if (!check.Check(value)) {
+    const first = check.Errors(value).First();
+    throw new Error(`bug: a response does not match its schema at ${first?.path || "(root)"}: ${first?.message ?? "unknown"}`);
+  }
+  return JSON.stringify(value, Object.keys(schema.properties));
+}
+
+export const Problem = t.Object(
+  {
+    type: t.String({ format: "uri" }),
+    title: t.String(),
+    status: t.Integer(),
+    detail: t.String(),
+    errors: t.Optional(t.Array(t.Object({ field: t.String(), message: t.String() }))),
+  },
+  { additionalProperties: true },
+);
+
+export const IdempotencyKeyHeader = t.String({
+  description:
+    'An RFC 9651 String of 1-255 visible ASCII characters ("order-12345-payment"), or the same bare (no spaces, quotes, commas or semicolons); a UUID is compared in lowercase, any other key exactly. Unique per tenant and route.',
+});
