@@ -515,7 +515,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (request-in-flight, Retry-After), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -935,7 +935,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (request-in-flight, Retry-After), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1213,7 +1213,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (request-in-flight, Retry-After), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1747,7 +1747,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After) */
+            /** @description A request with the same key is still in flight (request-in-flight, Retry-After), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
                     [name: string]: unknown;

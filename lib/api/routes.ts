@@ -51,7 +51,7 @@ function operationResponses(op: Operation): Record<number, TSchema> {
     ),
     400: problem(`Missing or invalid Idempotency-Key, body not JSON or not matching the schema${op.uuidParams.length > 0 ? ", or an id that is not a UUID" : ""}`),
     401: unauthorized,
-    409: problem("A request with the same key is still in flight (Retry-After)"),
+    409: problem("A request with the same key is still in flight (request-in-flight, Retry-After), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked)"),
     429: rateLimited,
     413: problem(`Body over ${MAX_BODY_BYTES} bytes`),
     415: problem("Content-Type is not JSON"),
