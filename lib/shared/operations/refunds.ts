@@ -2,10 +2,14 @@
 // payment processor its phase 1 (the amount reserved against the charge, the refund pending),
 // its steps and its phase 3; and GET /charges/:id/refunds/:refundId.
 //
-// Steps: `begun` → create the processor's refund under `<refund id>:refund`, the same key on
-// every try, for ever: a refund moves money when it is created, so no attempt ever uses
-// another key. `created` (its id recorded while the processor still processes it) → read it
-// until it is final. Phase 3 turns the reservation into the refunded total (201,
+// Steps: `begun` → create the processor's refund under `<refund id>:refund` (attempt 0), then
+// `<refund id>:refund:<n>`; `created` (its id recorded while the processor still processes it)
+// → read it until it is final. A try that resumes the key (the client's next try, or the
+// completer's) first lists the payment's refunds at the processor and looks for ours by the
+// refund id in its metadata: found, its status decides; not found, the create is sent under
+// the attempt the key records, which moves on only past a call the processor finished (its
+// kept 5xx), so that no call under an earlier key can still make a refund (docs/api.md,
+// "Unknown outcome"). Phase 3 turns the reservation into the refunded total (201,
 // ChargeRefunded) or releases it (the processor's refusal, stored as a problem).
 import { Type as t, type Static } from "@sinclair/typebox";
 import type Stripe from "stripe";
@@ -48,6 +52,8 @@ const RefundResume = t.Object({
   processorRefundId: t.Optional(t.String()),
   failureCode: t.Optional(t.String()),
   resolvedBy: t.Optional(t.String()),
+  /** The attempt of the create's idempotency key: moved on past a call the processor finished with a 5xx. */
+  refundAttempt: t.Optional(t.Integer({ minimum: 0 })),
 });
 type RefundResume = Static<typeof RefundResume>;
 
@@ -60,20 +66,68 @@ interface RefundView {
 
 const viewOf = (refund: Stripe.Refund): RefundView => ({ id: refund.id, status: refund.status ?? "pending", failureCode: refund.failure_reason ?? null });
 
+// The page size of the listing: Stripe's largest, so one call reads a payment's refunds.
+const LIST_PAGE = 100;
+// A payment has a handful of refunds; more pages than this is a processor that pages wrong.
+const MAX_LIST_PAGES = 1000;
+
+/** The create's idempotency key: attempt 0's is the key refunds always had, so a key of an earlier release resumes on it. */
+export function refundKey(refundId: string, attempt: number): string {
+  return attempt === 0 ? `${refundId}:refund` : `${refundId}:refund:${attempt}`;
+}
+
 /** The Refund calls a refund's steps make. */
 const refunds = (p: ProcessorAdapter) => ({
-  create: (r: RefundResume) =>
+  create: (r: RefundResume, key: string) =>
     mapCall(
       p.call("POST", (api) =>
-        api.refunds.create({ payment_intent: r.paymentId, amount: r.amountCents, metadata: { refund_id: r.refundId, charge_id: r.chargeId } }, { idempotencyKey: `${r.refundId}:refund` }),
+        api.refunds.create({ payment_intent: r.paymentId, amount: r.amountCents, metadata: { refund_id: r.refundId, charge_id: r.chargeId } }, { idempotencyKey: key }),
       ),
       viewOf,
     ),
   retrieve: (id: string) => mapCall(p.call("GET", (api) => api.refunds.retrieve(id)), viewOf),
+  /** Ours among the payment's refunds (its metadata's refund_id), every page read; ok with undefined: none of ours. */
+  async find(r: RefundResume): Promise<CallResult<RefundView | undefined>> {
+    let after: string | undefined;
+    for (let page = 0; page < MAX_LIST_PAGES; page++) {
+      const listed = await p.call("GET", (api) => api.refunds.list({ payment_intent: r.paymentId, limit: LIST_PAGE, ...(after !== undefined && { starting_after: after }) }));
+      if (listed.kind !== "ok") return listed;
+      const ours = listed.value.data.find((refund) => refund.metadata?.refund_id === r.refundId);
+      if (ours !== undefined) return { kind: "ok", value: viewOf(ours) };
+      const last = listed.value.data.at(-1);
+      if (!listed.value.has_more || last === undefined) return { kind: "ok", value: undefined };
+      after = last.id;
+    }
+    throw new Error(`bug: the processor listed more than ${MAX_LIST_PAGES} pages of refunds of ${r.paymentId}`);
+  },
 });
 type Step = (ctx: StepContext<RefundResume, ReturnType<typeof refunds>>) => Promise<StepResult<RefundResume>>;
 
-const create: Step = async ({ resume, processor }) => fromCall(await processor.create(resume), resume, true);
+const create: Step = async ({ resume, processor, resumed }) => {
+  // An earlier holder may have sent a create whose answer was lost: what the processor has decides.
+  if (resumed) {
+    const found = await processor.find(resume);
+    switch (found.kind) {
+      case "ok":
+        if (found.value !== undefined) return fromCall({ kind: "ok", value: found.value }, resume, true);
+        break;
+      case "refused":
+        return { kind: "unknown", cause: "processor_error", detail: `the payment's refunds could not be listed (${found.code})`, resume };
+      case "unknown":
+        return { kind: "unknown", cause: found.cause, detail: `listing the payment's refunds: ${found.detail}`, resume };
+    }
+  }
+  // None of ours at the processor, and no call under an earlier attempt's key can make one now.
+  const attempt = resume.refundAttempt ?? 0;
+  const created = await processor.create(resume, refundKey(resume.refundId, attempt));
+  if (created.kind === "unknown" && created.finished) {
+    // The processor ended this call and keeps its 5xx under the key: the next try lists again,
+    // and then, if the call made no refund, sends the next attempt's key (this one would only
+    // answer the same 5xx).
+    return { kind: "unknown", cause: created.cause, detail: created.detail, resume: { ...resume, refundAttempt: attempt + 1 } };
+  }
+  return fromCall(created, resume, true);
+};
 const read: Step = async ({ resume, processor }) => fromCall(await processor.retrieve(resume.processorRefundId!), resume, false);
 
 function fromCall(call: CallResult<RefundView>, resume: RefundResume, creating: boolean): StepResult<RefundResume> {
