@@ -17,6 +17,7 @@ export type Charge = JsonAnswer<paths["/charges"]["post"], 201>;
 export type ChargeView = JsonAnswer<paths["/charges/{id}"]["get"], 200>;
 export type RefundBody = JsonRequest<paths["/charges/{id}/refunds"]["post"]>;
 export type Refund = JsonAnswer<paths["/charges/{id}/refunds"]["post"], 201>;
+export type CaptureBody = JsonRequest<paths["/charges/{id}/capture"]["post"]>;
 
 // A try that has no answer after this long is abandoned and sent again with the same key.
 const DEFAULT_PER_TRY_TIMEOUT_MS = 10_000;
@@ -82,6 +83,9 @@ export class ChargesClient {
       const { exchange, attempts } = await send(this.#transport, plan, this.#limits(options));
       return answerOf(exchange, undefined, attempts) as ChargeView;
     },
+    /** Captures an authorized charge ("capture": "manual"): all of it, or `amountCents` of it (the rest released). */
+    capture: (id: string, body: CaptureBody = {}, options: CreateOptions = {}): Promise<Created & { charge: Charge }> =>
+      this.#create(`/charges/${encodeURIComponent(id)}/capture`, body, options).then(({ value, ...rest }) => ({ charge: value as Charge, ...rest })),
   };
 
   readonly refunds = {

@@ -38,6 +38,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/charges/{id}/capture": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Capture an authorized charge
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/capture").
+         */
+        post: operations["captureCharge"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/charges/{id}/refunds": {
         parameters: {
             query?: never;
@@ -132,6 +152,8 @@ export interface components {
     schemas: {
         Charge: {
             amountCents: number;
+            /** @description What was captured of a manual charge (the rest was released) */
+            capturedCents?: number;
             /** Format: date-time */
             createdAt: string;
             /** @description ISO 4217, lower case */
@@ -140,12 +162,14 @@ export interface components {
             id: string;
             /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
             processorPaymentId?: string;
-            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined) */
-            status: "pending" | "succeeded" | "failed";
+            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded), capturing while the processor's answer is not known */
+            status: "pending" | "authorized" | "capturing" | "succeeded" | "failed";
         };
         ChargeBody: {
             /** @description Amount in cents */
             amountCents: number;
+            /** @description manual: authorize only (status authorized), then POST /charges/:id/capture or /cancel; automatic (the default): captured at once */
+            capture?: "automatic" | "manual";
             /** @description ISO 4217 code in lower case; DEFAULT_CURRENCY (usd) when absent */
             currency?: string;
             /** @description The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe */
@@ -153,6 +177,8 @@ export interface components {
         };
         ChargeView: {
             amountCents: number;
+            /** @description What was captured of a manual charge (the rest was released) */
+            capturedCents?: number;
             /** Format: date-time */
             createdAt: string;
             /** @description ISO 4217, lower case */
@@ -164,8 +190,8 @@ export interface components {
             /** @description The processor's payment id, once it succeeded */
             processorPaymentId?: string;
             refundedCents: number;
-            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined) */
-            status: "pending" | "succeeded" | "failed";
+            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded), capturing while the processor's answer is not known */
+            status: "pending" | "authorized" | "capturing" | "succeeded" | "failed";
         };
         Problem: {
             detail: string;
@@ -218,6 +244,8 @@ export interface operations {
                 "application/json": {
                     /** @description Amount in cents */
                     amountCents: number;
+                    /** @enum {string} */
+                    capture?: "automatic" | "manual";
                     /** @description ISO 4217 code in lower case; DEFAULT_CURRENCY (usd) when absent */
                     currency?: string;
                     /** @description The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe */
@@ -236,6 +264,8 @@ export interface operations {
                 content: {
                     "application/json": {
                         amountCents: number;
+                        /** @description What was captured of a manual charge (the rest was released) */
+                        capturedCents?: number;
                         /** Format: date-time */
                         createdAt: string;
                         /** @description ISO 4217, lower case */
@@ -245,7 +275,7 @@ export interface operations {
                         /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
                         processorPaymentId?: string;
                         /** @enum {string} */
-                        status: "pending" | "succeeded" | "failed";
+                        status: "pending" | "authorized" | "capturing" | "succeeded" | "failed";
                     };
                 };
             };
@@ -480,6 +510,8 @@ export interface operations {
                 content: {
                     "application/json": {
                         amountCents: number;
+                        /** @description What was captured of a manual charge (the rest was released) */
+                        capturedCents?: number;
                         /** Format: date-time */
                         createdAt: string;
                         /** @description ISO 4217, lower case */
@@ -492,7 +524,7 @@ export interface operations {
                         processorPaymentId?: string;
                         refundedCents: number;
                         /** @enum {string} */
-                        status: "pending" | "succeeded" | "failed";
+                        status: "pending" | "authorized" | "capturing" | "succeeded" | "failed";
                     };
                 };
             };
@@ -540,6 +572,261 @@ export interface operations {
             };
             /** @description Unknown charge, or another tenant's */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+    };
+    captureCharge: {
+        parameters: {
+            query?: never;
+            header: {
+                "idempotency-key": string;
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description What to capture, in cents, up to the authorized amount (the rest is released); all of it when absent */
+                    amountCents?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description Done; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        amountCents: number;
+                        /** @description What was captured of a manual charge (the rest was released) */
+                        capturedCents?: number;
+                        /** Format: date-time */
+                        createdAt: string;
+                        /** @description ISO 4217, lower case */
+                        currency: string;
+                        /** Format: uuid */
+                        id: string;
+                        /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
+                        processorPaymentId?: string;
+                        /** @enum {string} */
+                        status: "pending" | "authorized" | "capturing" | "succeeded" | "failed";
+                    };
+                };
+            };
+            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, or an id that is not a UUID */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Unknown charge, or another tenant's; the key stays unused */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description A request with the same key is still in flight (Retry-After) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Body over 16384 bytes */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Content-Type is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key was used with another request (idempotency-key-reused), the charge is not authorized (charge-not-capturable: captured, canceled, failed, or captured at once), or the amount is more than authorized (capture-exceeds-authorized); the key stays unused for the latter two. With a processor, also its refusal (capture-refused), stored under the key */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };

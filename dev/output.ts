@@ -86,8 +86,8 @@ function curlFor(endpoints: Endpoints, key: string, paymentMethod: string | unde
   return `  curl -i -X POST ${endpoints.api}/charges -H 'Content-Type: application/json'${auth} -H 'Idempotency-Key: ${key}' -d '${chargeBody(paymentMethod)}'`;
 }
 
-function chargeBody(paymentMethod: string | undefined): string {
-  return `{"amountCents": 4900${paymentMethod ? `, "paymentMethod": "${paymentMethod}"` : ""}}`;
+function chargeBody(paymentMethod: string | undefined, manual = false): string {
+  return `{"amountCents": 4900${paymentMethod ? `, "paymentMethod": "${paymentMethod}"` : ""}${manual ? `, "capture": "manual"` : ""}}`;
 }
 
 /** The same charge from TypeScript, with the client that resends one key and one body (docs/client.md). */
@@ -98,5 +98,9 @@ function clientSnippet(endpoints: Endpoints): string[] {
     `  import { ChargesClient } from "charges-outbox/client";`,
     `  const client = new ChargesClient({ baseUrl: "${endpoints.api}"${token ? `, token: "${token}"` : ""} });`,
     `  const { charge, replayed, attempts } = await client.charges.create(${chargeBody(endpoints.paymentMethod)});`,
+    "  // Authorize now, capture later: the charge is authorized, then 3000 of its 4900 captured (the rest released).",
+    `  const authorized = await client.charges.create(${chargeBody(endpoints.paymentMethod, true)});`,
+    "  const captured = await client.charges.capture(authorized.charge.id, { amountCents: 3000 });",
+    "  console.log(authorized.charge.status, captured.charge.status, captured.charge.capturedCents);",
   ];
 }

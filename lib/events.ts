@@ -14,8 +14,10 @@ export const CHARGE_CREATED = "ChargeCreated";
 export const CHARGE_REFUNDED = "ChargeRefunded";
 /** The payment processor declined a charge: written in the transaction that records its final state. */
 export const CHARGE_FAILED = "ChargeFailed";
-export type EventType = typeof CHARGE_CREATED | typeof CHARGE_REFUNDED | typeof CHARGE_FAILED;
-export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED, CHARGE_REFUNDED, CHARGE_FAILED];
+/** A manual charge captured (POST /charges/:id/capture): the charge's next sequence. */
+export const CHARGE_CAPTURED = "ChargeCaptured";
+export type EventType = typeof CHARGE_CREATED | typeof CHARGE_REFUNDED | typeof CHARGE_FAILED | typeof CHARGE_CAPTURED;
+export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED, CHARGE_REFUNDED, CHARGE_FAILED, CHARGE_CAPTURED];
 
 /** The `data` of a ChargeCreated event. */
 export interface ChargeCreatedData {
@@ -23,6 +25,8 @@ export interface ChargeCreatedData {
   readonly amountCents: number;
   /** ISO 4217, lower case. Absent from events written before currencies existed. */
   readonly currency?: string;
+  /** "authorized" for a manual charge (captured later: ChargeCaptured); absent when captured at once. */
+  readonly status?: "authorized";
 }
 
 /** The `data` of a ChargeFailed event. */
@@ -57,6 +61,7 @@ export const EVENT_DATA_SCHEMAS: Readonly<Record<EventType, TObject>> = {
       chargeId: uuid("The charge's id (also the envelope's aggregateId)"),
       amountCents: cents(1, "The charge's amount"),
       currency: t.Optional(t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case; absent from events written before currencies existed" })),
+      status: t.Optional(t.Literal("authorized", { description: "A manual charge: authorized, captured later (ChargeCaptured) or canceled (ChargeCanceled); absent when captured at once" })),
     },
     { description: "ChargeCreated data" },
   ),
@@ -78,13 +83,28 @@ export const EVENT_DATA_SCHEMAS: Readonly<Record<EventType, TObject>> = {
     },
     { description: "ChargeRefunded data" },
   ),
+  [CHARGE_CAPTURED]: t.Object(
+    {
+      chargeId: uuid("The captured charge's id (also the envelope's aggregateId)"),
+      capturedCents: cents(1, "What was captured of the authorized amount; the rest was released"),
+    },
+    { description: "ChargeCaptured data" },
+  ),
 };
 
 export const EVENT_DESCRIPTIONS: Readonly<Record<EventType, string>> = {
   [CHARGE_CREATED]: "A charge committed; published from the outbox row written in the charge's own transaction.",
   [CHARGE_REFUNDED]: "A refund of a charge committed; its aggregate is the charge, its sequence the next after the charge's last event.",
   [CHARGE_FAILED]: "The payment processor declined a charge (PAYMENT_PROCESSOR=stripe); sequence 1, the charge's only event.",
+  [CHARGE_CAPTURED]: "A manual charge captured (POST /charges/:id/capture); its sequence the next after the charge's last event.",
 };
+
+/** The `data` of a ChargeCaptured event. */
+export interface ChargeCapturedData {
+  readonly chargeId: string;
+  /** What was captured of the authorized amount (the rest was released). */
+  readonly capturedCents: number;
+}
 
 /** What a subscriber receives as the MQTT payload (UTF-8 JSON). */
 export interface EventEnvelope {
@@ -180,7 +200,7 @@ export function isPublishableType(eventType: string): boolean {
 
 /** The outbox payload of a ChargeCreated event (the envelope's `data`), as JSON text. */
 export function chargeCreatedPayload(data: ChargeCreatedData): string {
-  return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, ...(data.currency !== undefined && { currency: data.currency }) });
+  return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, ...(data.currency !== undefined && { currency: data.currency }), ...(data.status !== undefined && { status: data.status }) });
 }
 
 /** The outbox payload of a ChargeFailed event, as JSON text. */

@@ -94,3 +94,15 @@ test("an aborted signal sends nothing; the key comes back for a later try", asyn
   expect(aborted).toMatchObject({ type: CLIENT_PROBLEM.aborted, attempts: 0, retryable: true, idempotencyKey: "order-7" });
   expect(await counts(db.sql)).toMatchObject({ charges: 0 });
 });
+
+test("charges.capture: authorize with capture manual, capture part of it; the same key replays; a second capture is a 422 charge-not-capturable, not retried", async () => {
+  const c = client();
+  const { charge } = await c.charges.create({ amountCents: 5000, capture: "manual" });
+  expect(charge.status).toBe("authorized");
+  const captured = await c.charges.capture(charge.id, { amountCents: 3500 });
+  expect(captured).toMatchObject({ replayed: false, attempts: 1, charge: { id: charge.id, status: "succeeded", capturedCents: 3500 } });
+  const again = await c.charges.capture(charge.id, { amountCents: 3500 }, { idempotencyKey: captured.idempotencyKey });
+  expect(again).toMatchObject({ replayed: true, charge: captured.charge });
+  const refused = await failure(c.charges.capture(charge.id));
+  expect(refused).toMatchObject({ type: "https://charges.example/problems/charge-not-capturable", status: 422, retryable: false, attempts: 1 });
+});

@@ -47,7 +47,10 @@ test("the TypeScript snippet, run as printed, creates one charge through the cli
   const run = await runToExit(["bun", file]);
   expect(run.stderr).toBe("");
   expect(run.code).toBe(0);
-  const answer = JSON.parse(run.stdout) as { id: string; amountCents: number; replayed: boolean; attempts: number };
+  const [capture, json] = run.stdout.trim().split("\n");
+  // Authorize, then capture 3000 of it.
+  expect(capture).toBe("authorized succeeded 3000");
+  const answer = JSON.parse(json!) as { id: string; amountCents: number; replayed: boolean; attempts: number };
   expect(answer).toMatchObject({ amountCents: 4900, replayed: false, attempts: 1 });
   const rows = await db.sql<{ amount_cents: number }[]>`select amount_cents from charges where id = ${answer.id}::uuid`;
   expect(rows.map((r) => r.amount_cents)).toEqual([4900]);

@@ -16,20 +16,28 @@ import { boundedStatement } from "../bounded-statement.ts";
 import { OPERATION_PROBLEMS, problemJson, STORED_PROBLEMS } from "../problem-types.ts";
 import { mapCall, type CallResult, type ProcessorAdapter } from "../processor/client.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
-import { DEFAULT_SETTINGS, foreign, type FinalRow, type Operation, type OperationInput, type StepContext, type StepResult } from "./model.ts";
+import { DEFAULT_SETTINGS, foreign, type FinalRow, type Fragment, type Operation, type OperationInput, type StepContext, type StepResult } from "./model.ts";
 import { attemptOf, idOf, unknownAfter } from "./steps.ts";
 
 const Currency = (description: string) => t.String({ pattern: "^[a-z]{3}$", description });
 const PaymentMethod = t.String({ pattern: "^[\\x21-\\x7e]{1,255}$", minLength: 1, maxLength: 255, description: "The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe" });
-const Status = t.Union([t.Literal("pending"), t.Literal("succeeded"), t.Literal("failed")], {
-  description: "pending while the processor's outcome is not known; succeeded, or failed (declined)",
+const STATUSES = ["pending", "authorized", "capturing", "succeeded", "failed"] as const;
+const Status = t.Union(STATUSES.map((s) => t.Literal(s)), {
+  description:
+    "pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded), capturing while the processor's answer is not known",
 });
+const CapturedCents = t.Optional(t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS, description: "What was captured of a manual charge (the rest was released)" }));
 
 export const ChargeBody = t.Object(
   {
     amountCents: AmountCents("Amount in cents"),
     currency: t.Optional(Currency("ISO 4217 code in lower case; DEFAULT_CURRENCY (usd) when absent")),
     paymentMethod: t.Optional(PaymentMethod),
+    capture: t.Optional(
+      t.Union([t.Literal("automatic"), t.Literal("manual")], {
+        description: "manual: authorize only (status authorized), then POST /charges/:id/capture or /cancel; automatic (the default): captured at once",
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -42,6 +50,7 @@ export const Charge = t.Object(
     currency: Currency("ISO 4217, lower case"),
     status: Status,
     processorPaymentId: t.Optional(t.String({ description: "The processor's payment id (PAYMENT_PROCESSOR=stripe)" })),
+    capturedCents: CapturedCents,
     createdAt: t.String({ format: "date-time" }),
   },
   { additionalProperties: false },
@@ -56,6 +65,7 @@ export const ChargeView = t.Object(
     status: Status,
     processorPaymentId: t.Optional(t.String({ description: "The processor's payment id, once it succeeded" })),
     declineCode: t.Optional(t.String({ description: "The processor's decline code, when it failed" })),
+    capturedCents: CapturedCents,
     refundedCents: t.Integer({ minimum: 0, maximum: MAX_AMOUNT_CENTS }),
     createdAt: t.String({ format: "date-time" }),
   },
@@ -70,6 +80,7 @@ const ChargeResume = t.Object({
   paymentMethod: t.String(),
   createdAt: t.String(),
   traceparent: t.Union([t.String(), t.Null()]),
+  capture: t.Optional(t.Literal("manual")),
   createAttempt: t.Optional(t.Integer({ minimum: 0 })),
   confirmAttempt: t.Optional(t.Integer({ minimum: 0 })),
   paymentId: t.Optional(t.String()),
@@ -85,16 +96,18 @@ export interface PaymentView {
   readonly status: string;
   /** The last decline's code, when the last confirmation was declined. */
   readonly declineCode: string | null;
+  /** What was captured (amount_received). */
+  readonly amountReceived: number;
 }
 
 export function paymentView(pi: Stripe.PaymentIntent): PaymentView {
   const error = pi.last_payment_error;
-  return { id: pi.id, status: pi.status, declineCode: error ? (error.decline_code ?? error.code ?? "declined") : null };
+  return { id: pi.id, status: pi.status, declineCode: error ? (error.decline_code ?? error.code ?? "declined") : null, amountReceived: pi.amount_received };
 }
 
 /** The PaymentIntent calls a charge's steps make. */
 export const payments = (p: ProcessorAdapter) => ({
-  create: (c: { amountCents: number; currency: string; paymentMethod: string; chargeId: string }, key: string): Promise<CallResult<PaymentView>> =>
+  create: (c: { amountCents: number; currency: string; paymentMethod: string; chargeId: string; capture?: "manual" }, key: string): Promise<CallResult<PaymentView>> =>
     mapCall(
       p.call("POST", (api) =>
         api.paymentIntents.create(
@@ -104,6 +117,8 @@ export const payments = (p: ProcessorAdapter) => ({
             payment_method: c.paymentMethod,
             // A server-side confirmation with no customer present: no method that needs a redirect.
             automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+            // Authorized only, captured later (POST /charges/:id/capture), as Stripe documents.
+            ...(c.capture === "manual" && { capture_method: "manual" as const }),
             metadata: { charge_id: c.chargeId },
           },
           { idempotencyKey: key },
@@ -168,6 +183,10 @@ function fromPayment(payment: PaymentView, resume: ChargeResume): StepResult<Cha
   switch (payment.status) {
     case "succeeded":
       return { kind: "final", outcome: "succeeded", resume };
+    case "requires_capture":
+      // A manual charge's confirmation authorizes: its final state (authorized) until captured.
+      if (resume.capture === "manual") return { kind: "final", outcome: "succeeded", resume };
+      return { kind: "unknown", cause: "processing", detail: "the payment is requires_capture", resume };
     case "requires_payment_method":
       // Back to needing a method: the last confirmation was declined.
       if (payment.declineCode !== null) return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: payment.declineCode } };
@@ -187,9 +206,11 @@ function final(outcome: "succeeded" | "refused", resume: ChargeResume): FinalRow
   const paymentId = resume.paymentId ?? null;
   const common = { chargeId, amountCents, currency };
   if (outcome === "succeeded") {
+    const manual = resume.capture === "manual";
+    const status = manual ? "authorized" : "succeeded";
     return {
-      response: { status: 201, body: checkedJson(Charge, { id: chargeId, amountCents, currency, status: "succeeded", ...(paymentId !== null && { processorPaymentId: paymentId }), createdAt: resume.createdAt }) },
-      columns: { charge_id: chargeId, charge_status: "succeeded", payment_id: paymentId, decline_code: null, event_type: CHARGE_CREATED, payload: chargeCreatedPayload(common) },
+      response: { status: 201, body: checkedJson(Charge, { id: chargeId, amountCents, currency, status, ...(paymentId !== null && { processorPaymentId: paymentId }), createdAt: resume.createdAt }) },
+      columns: { charge_id: chargeId, charge_status: status, payment_id: paymentId, decline_code: null, event_type: CHARGE_CREATED, payload: chargeCreatedPayload({ ...common, ...(manual && { status: "authorized" as const }) }) },
     };
   }
   const declineCode = resume.declineCode ?? "declined";
@@ -200,7 +221,7 @@ function final(outcome: "succeeded" | "refused", resume: ChargeResume): FinalRow
   };
 }
 
-type ChargeColumns = { charge_id: string; amount_cents: number; currency: string; created_at: string; payload: string };
+type ChargeColumns = { charge_id: string; amount_cents: number; currency: string; status: string; created_at: string; payload: string };
 type ChargeInput = OperationInput<Static<typeof ChargeBody>>;
 
 const currencyOf = ({ body, settings }: ChargeInput): string => body.currency ?? (settings ?? DEFAULT_SETTINGS).defaultCurrency;
@@ -214,7 +235,7 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   body: ChargeBody,
   response: Charge,
   status: 201,
-  columns: { charge_id: "uuid", amount_cents: "int", currency: "text", created_at: "timestamptz", payload: "text" },
+  columns: { charge_id: "uuid", amount_cents: "int", currency: "text", status: "text", created_at: "timestamptz", payload: "text" },
   /**
    * "The same request": the amount, and the currency and payment method when the body names
    * them, so the seed's body {"amountCents": N} has the fingerprint it always had (a key of the
@@ -224,15 +245,20 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
     amountCents: body.amountCents,
     ...(body.currency !== undefined && { currency: body.currency }),
     ...(body.paymentMethod !== undefined && { paymentMethod: body.paymentMethod }),
+    // Only when manual: "automatic" is the default, and the same request as none.
+    ...(body.capture === "manual" && { capture: "manual" }),
   }),
   prepare(input) {
     const id = crypto.randomUUID();
     const createdAt = new Date().toISOString();
     const { amountCents } = input.body;
     const currency = currencyOf(input);
+    const manual = input.body.capture === "manual";
+    const status = manual ? "authorized" : "succeeded";
+    const data = { chargeId: id, amountCents, currency, ...(manual && { status: "authorized" as const }) };
     return {
-      columns: { charge_id: id, amount_cents: amountCents, currency, created_at: createdAt, payload: chargeCreatedPayload({ chargeId: id, amountCents, currency }) },
-      body: checkedJson(Charge, { id, amountCents, currency, status: "succeeded", createdAt }),
+      columns: { charge_id: id, amount_cents: amountCents, currency, status, created_at: createdAt, payload: chargeCreatedPayload(data) },
+      body: checkedJson(Charge, { id, amountCents, currency, status, createdAt }),
     };
   },
   // A new charge has nothing to check: every request that got its lock goes ahead. In the
@@ -244,8 +270,8 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
       mode === "ledger"
         ? sql`
       charge as (
-        insert into charges (id, tenant, amount_cents, currency, created_at)
-        select w.charge_id, w.tenant, w.amount_cents, w.currency, w.created_at from won w
+        insert into charges (id, tenant, amount_cents, currency, status, created_at)
+        select w.charge_id, w.tenant, w.amount_cents, w.currency, w.status, w.created_at from won w
         returning id
       ),
       events as (
@@ -283,7 +309,7 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
       const createdAt = new Date().toISOString();
       return {
         columns: { charge_id: chargeId, amount_cents: input.body.amountCents, currency, created_at: createdAt },
-        resume: { chargeId, amountCents: input.body.amountCents, currency, paymentMethod: input.body.paymentMethod, createdAt, traceparent },
+        resume: { chargeId, amountCents: input.body.amountCents, currency, paymentMethod: input.body.paymentMethod, createdAt, traceparent, ...(input.body.capture === "manual" && { capture: "manual" as const }) },
       };
     },
     resume: ChargeResume,
@@ -316,9 +342,10 @@ interface ChargeRow {
   readonly id: string;
   readonly amount_cents: number;
   readonly currency: string;
-  readonly status: "pending" | "succeeded" | "failed";
+  readonly status: (typeof STATUSES)[number];
   readonly processor_payment_id: string | null;
   readonly decline_code: string | null;
+  readonly captured_cents: number | null;
   readonly refunded_cents: number;
   readonly created_at: Date;
 }
@@ -326,7 +353,7 @@ interface ChargeRow {
 /** GET /charges/:id's body, or undefined when there is no such charge for the tenant (another tenant's is not found, exactly like an unknown id). */
 export async function chargeView(sql: Sql, tenant: string, id: string, endsAt: number): Promise<string | undefined> {
   const [row] = await boundedStatement(sql, endsAt, (q) => q<ChargeRow[]>`
-    select id, amount_cents, currency, status, processor_payment_id, decline_code, refunded_cents, created_at
+    select id, amount_cents, currency, status, processor_payment_id, decline_code, captured_cents, refunded_cents, created_at
       from charges where id = ${id}::uuid and tenant = ${tenant}`);
   if (!row) return undefined;
   return checkedJson(ChargeView, {
@@ -336,7 +363,22 @@ export async function chargeView(sql: Sql, tenant: string, id: string, endsAt: n
     status: row.status,
     ...(row.processor_payment_id !== null && { processorPaymentId: row.processor_payment_id }),
     ...(row.decline_code !== null && { declineCode: row.decline_code }),
+    ...(row.captured_cents !== null && { capturedCents: row.captured_cents }),
     refundedCents: row.refunded_cents,
     createdAt: row.created_at.toISOString(),
   });
+}
+
+/**
+ * A charge's JSON as Charge's schema writes it (the members in its order, JSON.stringify's
+ * spelling), made in SQL from the charge row `t` with `status` and `captured` (SQL
+ * expressions): the answer of an operation on an existing charge (capture, cancel), which its
+ * statement alone reads.
+ */
+export function chargeAnswerSql(sql: Sql, status: string, captured: Fragment | null): Fragment {
+  return sql`'{"id":' || to_json(t.id)::text || ',"amountCents":' || t.amount_cents || ',"currency":' || to_json(t.currency)::text
+    || ',"status":' || to_json(${status}::text)::text
+    || case when t.processor_payment_id is null then '' else ',"processorPaymentId":' || to_json(t.processor_payment_id)::text end
+    ${captured === null ? sql`` : sql`|| ',"capturedCents":' || (${captured})`}
+    || ',"createdAt":' || to_json(to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text || '}'`;
 }

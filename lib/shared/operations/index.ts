@@ -1,6 +1,7 @@
 // The route table of the idempotent operations: one line each. The API serves each line's
 // route (lib/api/routes.ts), and the operations jobs find an operation's steps here by its
 // key's endpoint (the completer, `bun run ops parked|resolve`). Every process may import it.
+import { captureCharge } from "./capture.ts";
 import { createCharge } from "./charges.ts";
 import { endpointOf, type Operation } from "./model.ts";
 import { createRefund } from "./refunds.ts";
@@ -8,6 +9,7 @@ import { createRefund } from "./refunds.ts";
 export const OPERATIONS: readonly Operation[] = [
   createCharge,
   createRefund,
+  captureCharge,
 ];
 
 /** The operations that call the processor, by their key's endpoint. */

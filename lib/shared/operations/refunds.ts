@@ -208,15 +208,17 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   // cannot deadlock) and read as committed now, not as of the statement's snapshot: SELECT …
   // FOR UPDATE waits for a refund in flight and then sees its total. So what is left to refund
   // is exact until the commit, whatever runs beside it (another API process, another batch,
-  // a resend); the check constraint on charges is the last guard. What is left counts the
-  // refunds still pending at the processor: they are reserved. The charge's last_sequence
+  // a resend); the check constraint on charges is the last guard. What is left is of what was
+  // captured (a manual charge's captured_cents, else its amount), less the refunds still
+  // pending at the processor: they are reserved. An authorized charge is not refundable. The charge's last_sequence
   // numbers its events under the same lock, so sequences follow commit order. Through the
   // processor, a charge the ledger took (before PAYMENT_PROCESSOR=stripe) has no payment there
   // to refund, and the charge's payment goes into the key's resume.
   sql: (sql, mode) => ({
     admit: sql`
       target as (
-        select c.id, c.tenant, c.status, c.processor_payment_id, c.amount_cents - c.refunded_cents - c.pending_refund_cents as left_cents
+        select c.id, c.tenant, c.status, c.processor_payment_id,
+               coalesce(c.captured_cents, c.amount_cents) - c.refunded_cents - c.pending_refund_cents as left_cents
           from charges c
          where (c.id, c.tenant) in (select r.charge_id, r.tenant from req r join lock l on l.n = r.n where l.got)
          order by c.id
