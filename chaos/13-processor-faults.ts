@@ -3,9 +3,14 @@
 // completer); clients that retry with the same key on 0/409/502/503/504, and clients that give
 // up after their first unknown answer (their keys must be finished by the completer). Each
 // simulator fault in turn for a while (500 before and after the effect, hang, dropped answer,
-// refused connections), then an API SIGKILLed while calls are held at the processor.
+// refused connections), then an API SIGKILLed while calls are held at the processor. A third
+// of the charges that succeed are refunded in part by the same client, under the same faults.
+// Then two refunds whose clients give up at the first 502: one whose answer is a 500 the
+// processor keeps under the key after it refunded, one a 500 kept before any effect; the
+// completer resolves both by listing the payment's refunds (no operator).
 // Invariants come from the simulator's ledger and the database: at most one confirmed payment
-// per charge, and the charge's final state is the processor's; every key finished; every
+// per charge, and the charge's final state is the processor's; one processor refund per
+// refund that succeeded, none for one that failed; every key finished, none parked; every
 // finished charge's event delivered once.
 import { startEntrypoint, type Service } from "../testkit/processes.ts";
 import { startProcessorSim, SIM_KEY, type ProcessorSim } from "../testkit/processor-sim.ts";
@@ -13,8 +18,9 @@ import type { SimFaultKind } from "../dev/processor-sim/types.ts";
 import { authEnv } from "../testkit/auth.ts";
 import { sleep, waitUntil } from "../testkit/wait.ts";
 import { chaosChild, chaosServices, hardKill, startRelay } from "./lib/harness.ts";
-import { chargeHeaders, type Tally } from "./lib/client.ts";
+import { chargeHeaders, Tally, type Answer } from "./lib/client.ts";
 import { deliveryInvariants, scenario, type Ctx } from "./lib/report.ts";
+import { refundInvariants, resolvedByListing, type Stored500 } from "./lib/refund-checks.ts";
 import { startSubscriber } from "./lib/subscriber.ts";
 
 // Short bounds, so a hung call and an abandoned lease (4 × this + 5 s) resolve within the run.
@@ -49,25 +55,32 @@ async function run(ctx: Ctx, sim: ProcessorSim): Promise<Awaited<ReturnType<type
   let stopping = false;
   const givenUp = new Set<string>();
   const keys = new Set<string>();
+  const refundTally = new Tally();
+  // One worker in three gives up at its first unknown answer: the completer finishes its key.
+  const untilFinal = async (path: string, key: string, body: string, patient: boolean, pick: () => string, into: Tally): Promise<Answer> => {
+    const deadline = Date.now() + RETRY_DEADLINE_MS;
+    for (;;) {
+      const a = await post(`${pick()}${path}`, key, body, into);
+      if (![0, 409, 502, 503, 504].includes(a.status)) return a;
+      if (!patient || Date.now() > deadline) {
+        givenUp.add(key);
+        return a;
+      }
+      await sleep(RETRY_PAUSE_MS);
+    }
+  };
   const worker = async (w: number): Promise<void> => {
     for (let i = 0; !stopping; i++) {
       const key = crypto.randomUUID();
       keys.add(key);
       const declined = i % 7 === 3;
-      const body = JSON.stringify({ amountCents: 100 + ((w * 37 + i) % 900), paymentMethod: declined ? "pm_card_chargeDeclined" : "pm_card_visa" });
-      // One worker in three gives up at its first unknown answer: the completer finishes its key.
-      const patient = w % 3 !== 0;
-      const deadline = Date.now() + RETRY_DEADLINE_MS;
-      for (;;) {
-        const api = apis[(i + w) % apis.length]!;
-        const a = await post(api.base, key, body, tally);
-        if (![0, 409, 502, 503, 504].includes(a)) break;
-        if (!patient || Date.now() > deadline) {
-          givenUp.add(key);
-          break;
-        }
-        await sleep(RETRY_PAUSE_MS);
-      }
+      const amountCents = 100 + ((w * 37 + i) % 900);
+      const body = JSON.stringify({ amountCents, paymentMethod: declined ? "pm_card_chargeDeclined" : "pm_card_visa" });
+      const pick = () => apis[(i + w) % apis.length]!.base;
+      const charged = await untilFinal("/charges", key, body, w % 3 !== 0, pick, tally);
+      if (charged.status !== 201 || i % 3 !== 1) continue;
+      const chargeId = (JSON.parse(charged.body) as { id: string }).id;
+      await untilFinal(`/charges/${chargeId}/refunds`, crypto.randomUUID(), JSON.stringify({ amountCents: Math.floor(amountCents / 2) }), w % 3 !== 0, pick, refundTally);
     }
   };
   const load = Promise.all(Array.from({ length: WORKERS }, (_, w) => worker(w)));
@@ -89,6 +102,8 @@ async function run(ctx: Ctx, sim: ProcessorSim): Promise<Awaited<ReturnType<type
   await sleep(FAULT_PHASE_MS);
   stopping = true;
   await load;
+  // The two refunds of #39: a 500 kept under the key after the refund, and one before any effect.
+  const stored500 = await storedFiveHundreds(apis[1]!.base, sim, tally, refundTally, keys);
 
   // No client asks any more: the completer (in the relay) finishes every key left STARTED.
   const started = async () => (await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'STARTED'`)[0]?.n ?? -1;
@@ -100,22 +115,49 @@ async function run(ctx: Ctx, sim: ProcessorSim): Promise<Awaited<ReturnType<type
   checks.check(givenUp.size > 0, "some clients gave up on an unknown outcome", `${givenUp.size} keys`);
 
   await ledgerInvariants(ctx, sim, keys);
+  await refundInvariants(ctx, sim, refundTally, stored500);
+  const resolved = await resolvedByListing(sql);
+  console.log(`  figure: refunds resolved without an operator: ${resolved.unknown} of ${resolved.refunds} refunds saw an unknown outcome, ${resolved.kept500} of them a 500 the processor kept under the key; ${resolved.parked} parked`);
   return deliveryInvariants(ctx, 30_000);
 }
 
-/** POST /charges with its JSON body; the status (0: no answer), tallied. */
-async function post(base: string, key: string, body: string, tally: Tally): Promise<number> {
+/**
+ * Two charges, then a refund of each whose processor answer is a 500 kept under its key: after
+ * the refund, then before any effect. Each client gives up at the 502; the completer resolves
+ * both. The refunds' keys, by the fault.
+ */
+async function storedFiveHundreds(base: string, sim: ProcessorSim, tally: Tally, refundTally: Tally, keys: Set<string>): Promise<Stored500> {
+  const out: Partial<Record<"500-after" | "500-before", string>> = {};
+  for (const kind of ["500-after", "500-before"] as const) {
+    const chargeKey = crypto.randomUUID();
+    keys.add(chargeKey);
+    const charged = await post(`${base}/charges`, chargeKey, JSON.stringify({ amountCents: 2000, paymentMethod: "pm_card_visa" }), tally);
+    if (charged.status !== 201) throw new Error(`the charge for the ${kind} refund answered ${charged.status}`);
+    const chargeId = (JSON.parse(charged.body) as { id: string }).id;
+    const key = crypto.randomUUID();
+    sim.setFaults({ rules: [{ kind, op: "refund", times: 1 }] });
+    const first = await post(`${base}/charges/${chargeId}/refunds`, key, JSON.stringify({ amountCents: 1500 }), refundTally);
+    sim.clearFaults();
+    if (first.status !== 502) throw new Error(`the ${kind} refund answered ${first.status}, not 502`);
+    out[kind] = key;
+  }
+  return out as Stored500;
+}
+
+/** A POST with its JSON body to `url` (a charge or a refund); the answer (status 0: none), tallied. */
+async function post(url: string, key: string, body: string, tally: Tally): Promise<Answer> {
   let status = 0;
   let text = "";
   let replayed = false;
   try {
-    const r = await fetch(`${base}/charges`, { method: "POST", headers: await chargeHeaders(key), body, signal: AbortSignal.timeout(15_000) });
+    const r = await fetch(url, { method: "POST", headers: await chargeHeaders(key), body, signal: AbortSignal.timeout(15_000) });
     status = r.status;
     text = await r.text();
     replayed = r.headers.get("idempotent-replayed") === "true";
   } catch {}
-  tally.answers.push({ key, amountCents: 0, status, replayed, body: text, at: Date.now() });
-  return status;
+  const answer = { key, amountCents: 0, status, replayed, body: text, at: Date.now() };
+  tally.answers.push(answer);
+  return answer;
 }
 
 interface ChargeRow {
@@ -150,7 +192,7 @@ async function ledgerInvariants(ctx: Ctx, sim: ProcessorSim, keys: Set<string>):
   // up may have no row: its phase 1 never committed. Every other key has its row and its charge.
   const answered = new Set(ctx.tally.answers.filter((a) => a.status !== 0).map((a) => a.key));
   const rows = await sql<{ key: string; charge: string | null }[]>`
-    select k.key, (k.resume->>'chargeId') as charge from idempotency_keys k`;
+    select k.key, (k.resume->>'chargeId') as charge from idempotency_keys k where k.endpoint = 'POST /charges'`;
   const withRow = new Set(rows.map((r) => r.key));
   const missing = [...answered].filter((key) => !withRow.has(key));
   checks.check(missing.length === 0 && rows.length <= keys.size, "every client key that got an answer has its key row", `${missing.length} without one`);
