@@ -86,6 +86,9 @@ export class ChargesClient {
     /** Captures an authorized charge ("capture": "manual"): all of it, or `amountCents` of it (the rest released). */
     capture: (id: string, body: CaptureBody = {}, options: CreateOptions = {}): Promise<Created & { charge: Charge }> =>
       this.#create(`/charges/${encodeURIComponent(id)}/capture`, body, options).then(({ value, ...rest }) => ({ charge: value as Charge, ...rest })),
+    /** Cancels an authorized charge ("capture": "manual"): its authorization released. */
+    cancel: (id: string, options: CreateOptions = {}): Promise<Created & { charge: Charge }> =>
+      this.#create(`/charges/${encodeURIComponent(id)}/cancel`, {}, options).then(({ value, ...rest }) => ({ charge: value as Charge, ...rest })),
   };
 
   readonly refunds = {

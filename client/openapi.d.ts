@@ -38,6 +38,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/charges/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel an authorized charge
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/cancel").
+         */
+        post: operations["cancelCharge"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/charges/{id}/capture": {
         parameters: {
             query?: never;
@@ -162,8 +182,8 @@ export interface components {
             id: string;
             /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
             processorPaymentId?: string;
-            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded), capturing while the processor's answer is not known */
-            status: "pending" | "authorized" | "capturing" | "succeeded" | "failed";
+            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known */
+            status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
         };
         ChargeBody: {
             /** @description Amount in cents */
@@ -190,8 +210,8 @@ export interface components {
             /** @description The processor's payment id, once it succeeded */
             processorPaymentId?: string;
             refundedCents: number;
-            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded), capturing while the processor's answer is not known */
-            status: "pending" | "authorized" | "capturing" | "succeeded" | "failed";
+            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known */
+            status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
         };
         Problem: {
             detail: string;
@@ -275,7 +295,7 @@ export interface operations {
                         /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
                         processorPaymentId?: string;
                         /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "succeeded" | "failed";
+                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
                     };
                 };
             };
@@ -524,7 +544,7 @@ export interface operations {
                         processorPaymentId?: string;
                         refundedCents: number;
                         /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "succeeded" | "failed";
+                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
                     };
                 };
             };
@@ -593,6 +613,259 @@ export interface operations {
             };
         };
     };
+    cancelCharge: {
+        parameters: {
+            query?: never;
+            header: {
+                "idempotency-key": string;
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description Nothing: {} */
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Done; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        amountCents: number;
+                        /** @description What was captured of a manual charge (the rest was released) */
+                        capturedCents?: number;
+                        /** Format: date-time */
+                        createdAt: string;
+                        /** @description ISO 4217, lower case */
+                        currency: string;
+                        /** Format: uuid */
+                        id: string;
+                        /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
+                        processorPaymentId?: string;
+                        /** @enum {string} */
+                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
+                    };
+                };
+            };
+            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, or an id that is not a UUID */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Unknown charge, or another tenant's; the key stays unused */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description A request with the same key is still in flight (Retry-After) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Body over 16384 bytes */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Content-Type is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The key was used with another request (idempotency-key-reused), or the charge is not authorized (charge-not-cancelable: captured, canceled, failed, or captured at once; the key stays unused). With a processor, also its refusal (cancel-refused), stored under the key */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Database unavailable, or the token's signing keys could not be fetched; with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+    };
     captureCharge: {
         parameters: {
             query?: never;
@@ -632,7 +905,7 @@ export interface operations {
                         /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
                         processorPaymentId?: string;
                         /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "succeeded" | "failed";
+                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
                     };
                 };
             };

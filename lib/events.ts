@@ -16,8 +16,10 @@ export const CHARGE_REFUNDED = "ChargeRefunded";
 export const CHARGE_FAILED = "ChargeFailed";
 /** A manual charge captured (POST /charges/:id/capture): the charge's next sequence. */
 export const CHARGE_CAPTURED = "ChargeCaptured";
-export type EventType = typeof CHARGE_CREATED | typeof CHARGE_REFUNDED | typeof CHARGE_FAILED | typeof CHARGE_CAPTURED;
-export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED, CHARGE_REFUNDED, CHARGE_FAILED, CHARGE_CAPTURED];
+/** A manual charge canceled (POST /charges/:id/cancel), its authorization released: the charge's next sequence. */
+export const CHARGE_CANCELED = "ChargeCanceled";
+export type EventType = typeof CHARGE_CREATED | typeof CHARGE_REFUNDED | typeof CHARGE_FAILED | typeof CHARGE_CAPTURED | typeof CHARGE_CANCELED;
+export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED, CHARGE_REFUNDED, CHARGE_FAILED, CHARGE_CAPTURED, CHARGE_CANCELED];
 
 /** The `data` of a ChargeCreated event. */
 export interface ChargeCreatedData {
@@ -90,6 +92,7 @@ export const EVENT_DATA_SCHEMAS: Readonly<Record<EventType, TObject>> = {
     },
     { description: "ChargeCaptured data" },
   ),
+  [CHARGE_CANCELED]: t.Object({ chargeId: uuid("The canceled charge's id (also the envelope's aggregateId)") }, { description: "ChargeCanceled data" }),
 };
 
 export const EVENT_DESCRIPTIONS: Readonly<Record<EventType, string>> = {
@@ -97,6 +100,7 @@ export const EVENT_DESCRIPTIONS: Readonly<Record<EventType, string>> = {
   [CHARGE_REFUNDED]: "A refund of a charge committed; its aggregate is the charge, its sequence the next after the charge's last event.",
   [CHARGE_FAILED]: "The payment processor declined a charge (PAYMENT_PROCESSOR=stripe); sequence 1, the charge's only event.",
   [CHARGE_CAPTURED]: "A manual charge captured (POST /charges/:id/capture); its sequence the next after the charge's last event.",
+  [CHARGE_CANCELED]: "A manual charge canceled, its authorization released (POST /charges/:id/cancel); its sequence the next after the charge's last event.",
 };
 
 /** The `data` of a ChargeCaptured event. */
@@ -104,6 +108,11 @@ export interface ChargeCapturedData {
   readonly chargeId: string;
   /** What was captured of the authorized amount (the rest was released). */
   readonly capturedCents: number;
+}
+
+/** The `data` of a ChargeCanceled event. */
+export interface ChargeCanceledData {
+  readonly chargeId: string;
 }
 
 /** What a subscriber receives as the MQTT payload (UTF-8 JSON). */

@@ -106,3 +106,12 @@ test("charges.capture: authorize with capture manual, capture part of it; the sa
   const refused = await failure(c.charges.capture(charge.id));
   expect(refused).toMatchObject({ type: "https://charges.example/problems/charge-not-capturable", status: 422, retryable: false, attempts: 1 });
 });
+
+test("charges.cancel: an authorized charge canceled; the same key replays; a second cancel is a 422 charge-not-cancelable, not retried", async () => {
+  const c = client();
+  const { charge } = await c.charges.create({ amountCents: 2000, capture: "manual" });
+  const canceled = await c.charges.cancel(charge.id);
+  expect(canceled).toMatchObject({ replayed: false, attempts: 1, charge: { id: charge.id, status: "canceled" } });
+  expect(await c.charges.cancel(charge.id, { idempotencyKey: canceled.idempotencyKey })).toMatchObject({ replayed: true, charge: canceled.charge });
+  expect(await failure(c.charges.cancel(charge.id))).toMatchObject({ type: "https://charges.example/problems/charge-not-cancelable", status: 422, retryable: false, attempts: 1 });
+});

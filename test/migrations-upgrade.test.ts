@@ -109,7 +109,7 @@ function asBefore(rows: Row[], like: Row[]): Row[] {
 
 describe("migrating a database of the previous release", () => {
   test("applies every migration, loses no row, and gives old rows the new columns' defaults", async () => {
-    expect(applied).toEqual(["0001_baseline", "0002_refunds_and_sequences", "0003_subscriber_sequences", "0004_payment_processor", "0005_resume_created_at", "0006_manual_capture"]);
+    expect(applied).toEqual(["0001_baseline", "0002_refunds_and_sequences", "0003_subscriber_sequences", "0004_payment_processor", "0005_resume_created_at", "0006_manual_capture", "0007_cancel"]);
     const after = await snapshot(db.sql);
     for (const table of TABLES) {
       expect(after[table]).toHaveLength(before[table].length);
@@ -124,7 +124,7 @@ describe("migrating a database of the previous release", () => {
     expect(new Set(after.idempotency_keys.map((r) => `${r.lease_token} ${r.recovery_point} ${r.attempts}`))).toEqual(new Set(["null null 0"]));
     const [ledger] = await db.sql<{ old: string | null; n: number }[]>`
       select to_regclass('schema_migrations')::text as old, (select count(*)::int from schema_history) as n`;
-    expect(ledger).toEqual({ old: null, n: 6 });
+    expect(ledger).toEqual({ old: null, n: 7 });
   });
 
   test("ends with exactly the schema schema.sql describes, and migrating again does nothing", async () => {

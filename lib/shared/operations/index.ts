@@ -1,6 +1,7 @@
 // The route table of the idempotent operations: one line each. The API serves each line's
 // route (lib/api/routes.ts), and the operations jobs find an operation's steps here by its
 // key's endpoint (the completer, `bun run ops parked|resolve`). Every process may import it.
+import { cancelCharge } from "./cancel.ts";
 import { captureCharge } from "./capture.ts";
 import { createCharge } from "./charges.ts";
 import { endpointOf, type Operation } from "./model.ts";
@@ -10,6 +11,7 @@ export const OPERATIONS: readonly Operation[] = [
   createCharge,
   createRefund,
   captureCharge,
+  cancelCharge,
 ];
 
 /** The operations that call the processor, by their key's endpoint. */
