@@ -165,6 +165,26 @@ describe("an unknown outcome on refund", () => {
     expect(events.map((e) => e.event_type)).toEqual(["ChargeCreated", "ChargeRefunded"]);
   });
 
+  test.each([undefined, "500-after"] as const)("a refund the processor fails after it was created (%s): 422 refund-refused with its failure code, stored; the reservation released; one processor refund, failed", async (kind) => {
+    const charge = await charged(2000, "pm_card_refundFail");
+    const k = key();
+    if (kind !== undefined) {
+      sim.setFaults({ rules: [{ kind, op: "refund", times: 1 }] });
+      expect((await postRefund(api, charge.id, refundBody(800), { key: k })).status).toBe(502);
+      sim.clearFaults();
+    }
+    // Pending in the create's answer, then read (or, after the 500, found by the listing) failed.
+    const res = await postRefund(api, charge.id, refundBody(800), { key: k });
+    expect(res.status).toBe(422);
+    expect(await res.json()).toMatchObject({ type: "https://charges.example/problems/refund-refused", failureCode: "expired_or_canceled_card" });
+    const refundId = await refundIdOf(k);
+    expect(refundsOf(sim.ledger(), refundId).map((r) => [r.status, r.idempotencyKey])).toEqual([["failed", `${refundId}:refund`]]);
+    expect(await chargeRow(charge.id)).toEqual({ refunded_cents: 0, pending_refund_cents: 0, last_sequence: 1 });
+    const replay = await postRefund(api, charge.id, refundBody(800), { key: k });
+    expect([replay.status, replay.headers.get("idempotent-replayed")]).toEqual([422, "true"]);
+    expect(((await (await getRefund(api, charge.id, refundId)).json()) as { status: string }).status).toBe("failed");
+  });
+
   test("the listing races a create still in flight: the resume sends the same key (the processor answers 409, the attempt stays), and a later try finds the refund; one processor refund", async () => {
     const other = await startApi();
     const charge = await charged(2000);

@@ -291,3 +291,15 @@ test("refunds are listed as Stripe lists them: by PaymentIntent, newest first, a
   const wrong = await failure(stripe.refunds.list({ payment_intent: intent.id, limit: 101 }));
   expect(wrong).toMatchObject({ statusCode: 400, param: "limit" });
 });
+
+test("pm_card_refundFail: the payment succeeds; its refund is pending in the create's answer, then failed with its reason, and no money goes back", async () => {
+  const intent = await stripe.paymentIntents.create(charge("pm_card_refundFail", {}, 3000), { idempotencyKey: crypto.randomUUID() });
+  expect(intent.status).toBe("succeeded");
+  const before = sim.ledger().totals.refunded;
+  const refund = await stripe.refunds.create({ payment_intent: intent.id, amount: 1000 }, { idempotencyKey: crypto.randomUUID() });
+  expect(refund.status).toBe("pending");
+  expect(await stripe.refunds.retrieve(refund.id)).toMatchObject({ status: "failed", failure_reason: "expired_or_canceled_card" });
+  expect((await stripe.refunds.list({ payment_intent: intent.id })).data.map((r) => r.status)).toEqual(["failed"]);
+  expect(entry(intent.id)).toMatchObject({ amountCaptured: 3000, amountRefunded: 0 });
+  expect(sim.ledger().totals.refunded).toBe(before);
+});
