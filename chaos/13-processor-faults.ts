@@ -4,7 +4,8 @@
 // up after their first unknown answer (their keys must be finished by the completer). Each
 // simulator fault in turn for a while (500 before and after the effect, hang, dropped answer,
 // refused connections), then an API SIGKILLed while calls are held at the processor. A third
-// of the charges that succeed are refunded in part by the same client, under the same faults.
+// of the charges that succeed are refunded in part by the same client, under the same faults,
+// and so is every charge paid with a card whose refunds the processor fails.
 // Then two refunds whose clients give up at the first 502: one whose answer is a 500 the
 // processor keeps under the key after it refunded, one a 500 kept before any effect; the
 // completer resolves both by listing the payment's refunds (no operator).
@@ -73,12 +74,13 @@ async function run(ctx: Ctx, sim: ProcessorSim): Promise<Awaited<ReturnType<type
     for (let i = 0; !stopping; i++) {
       const key = crypto.randomUUID();
       keys.add(key);
-      const declined = i % 7 === 3;
+      // One charge in seven declined, one in seven paid with a card whose refunds the processor fails.
+      const paymentMethod = i % 7 === 3 ? "pm_card_chargeDeclined" : i % 7 === 5 ? "pm_card_refundFail" : "pm_card_visa";
       const amountCents = 100 + ((w * 37 + i) % 900);
-      const body = JSON.stringify({ amountCents, paymentMethod: declined ? "pm_card_chargeDeclined" : "pm_card_visa" });
+      const body = JSON.stringify({ amountCents, paymentMethod });
       const pick = () => apis[(i + w) % apis.length]!.base;
       const charged = await untilFinal("/charges", key, body, w % 3 !== 0, pick, tally);
-      if (charged.status !== 201 || i % 3 !== 1) continue;
+      if (charged.status !== 201 || (i % 3 !== 1 && paymentMethod !== "pm_card_refundFail")) continue;
       const chargeId = (JSON.parse(charged.body) as { id: string }).id;
       await untilFinal(`/charges/${chargeId}/refunds`, crypto.randomUUID(), JSON.stringify({ amountCents: Math.floor(amountCents / 2) }), w % 3 !== 0, pick, refundTally);
     }

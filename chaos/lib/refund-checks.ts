@@ -23,13 +23,15 @@ export async function refundInvariants(ctx: Ctx, sim: ProcessorSim, tally: Tally
   const atProcessor = new Map<string, typeof ledger.refunds>();
   for (const r of ledger.refunds) atProcessor.set(r.metadata.refund_id ?? "", [...(atProcessor.get(r.metadata.refund_id ?? "") ?? []), r]);
   const succeeded = rows.filter((r) => r.status === "succeeded");
-  checks.check(rows.length > 0 && rows.every((r) => r.status !== "pending"), `every refund is final (${succeeded.length} succeeded, ${rows.filter((r) => r.status === "failed").length} failed)`, `${rows.filter((r) => r.status === "pending").length} pending of ${rows.length}`);
+  const failed = rows.filter((r) => r.status === "failed").length;
+  checks.check(succeeded.length > 0 && failed > 0 && rows.every((r) => r.status !== "pending"), `every refund is final, some succeeded and some failed at the processor (${succeeded.length} succeeded, ${failed} failed)`, `${rows.filter((r) => r.status === "pending").length} pending of ${rows.length}`);
   const differ = rows.filter((r) => {
     const theirs = atProcessor.get(r.id) ?? [];
-    if (r.status !== "succeeded") return theirs.length !== 0;
+    // Failed: refused at the create (none), or made and failed by the processor (one, failed).
+    if (r.status !== "succeeded") return theirs.length > 1 || theirs.some((t) => t.status !== "failed" || t.id !== r.processor_refund_id);
     return theirs.length !== 1 || theirs[0]!.id !== r.processor_refund_id || theirs[0]!.amount !== r.amount_cents || theirs[0]!.status !== "succeeded";
   });
-  checks.check(differ.length === 0, "each refund is the processor's: one processor refund of its amount for each that succeeded, none for each that failed", `${differ.length} differ, e.g. ${differ[0]?.id}: ${(atProcessor.get(differ[0]?.id ?? "") ?? []).length} at the processor`);
+  checks.check(differ.length === 0, "each refund is the processor's: one processor refund of its amount for each that succeeded; for each that failed, none, or the one the processor failed", `${differ.length} differ, e.g. ${differ[0]?.id}: ${(atProcessor.get(differ[0]?.id ?? "") ?? []).length} at the processor`);
   const known = new Set(rows.map((r) => r.id));
   const stray = ledger.refunds.filter((r) => !known.has(r.metadata.refund_id ?? ""));
   checks.check(stray.length === 0, "no processor refund without a refund of ours", `${stray.length} stray`);
@@ -45,6 +47,9 @@ export async function refundInvariants(ctx: Ctx, sim: ProcessorSim, tally: Tally
   const eventsOf = new Map(events.map((e) => [e.refund_id, e.n]));
   const wrongEvents = rows.filter((r) => (eventsOf.get(r.id) ?? 0) !== (r.status === "succeeded" ? 1 : 0));
   checks.check(wrongEvents.length === 0 && events.length === succeeded.length, "one ChargeRefunded per succeeded refund, none for a failed one", `${wrongEvents.length} refunds with another count`);
+  const refused = tally.answers.filter((a) => a.status === 422);
+  const unrefused = refused.filter((a) => !rows.some((r) => r.status === "failed" && a.body.includes(r.id)));
+  checks.check(unrefused.length === 0, `every refund answered 422 (${refused.length} answers) failed, here and at the processor`, `${unrefused.length} not`);
   const answered = [...tally.answers].filter((a) => a.status === 201);
   const unbacked = answered.filter((a) => !succeeded.some((r) => r.id === (JSON.parse(a.body) as { id: string }).id));
   checks.check(unbacked.length === 0, `every refund answered 201 (${answered.length} answers) succeeded, here and at the processor`, `${unbacked.length} not`);
