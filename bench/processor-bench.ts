@@ -143,15 +143,16 @@ function addStatuses(runs: readonly WrkResult[]): Record<string, number> {
 }
 
 /** One `bun api.ts` in `mode` on a fresh database: warm-up, then the measured wrk run with its CPU and connection samples. */
-export async function modeRun(mode: Mode, connections: number, seconds: number, sim: ProcessorSim): Promise<ModeRun> {
-  const db = await freshDatabase(mode);
+export async function modeRun(mode: Mode, connections: number, seconds: number, sim: ProcessorSim, cwd?: string): Promise<ModeRun> {
+  // Another checkout's api.ts migrates a database of its own (this one's migrations may be newer).
+  const db = await freshDatabase(mode, 4, cwd === undefined);
   const processor = mode === "processor";
   const env = {
     API_POOL_SIZE: String(POOL_SIZE),
     ...(processor ? { ...processorEnv(sim, CALL_TIMEOUT_MS), BUN_CONFIG_MAX_HTTP_REQUESTS: BUN_MAX_HTTP_REQUESTS } : { PAYMENT_PROCESSOR: "none" }),
   };
   const apiLog = errorLog();
-  const api = await startEntrypoint("api", { env: { DATABASE_URL: db.url, MQTT_URL: (await benchServices()).mqttUrl, LOG_LEVEL: "info", ...authEnv(), ...env }, stdout: apiLog.line });
+  const api = await startEntrypoint("api", { env: { DATABASE_URL: db.url, MQTT_URL: (await benchServices()).mqttUrl, LOG_LEVEL: "info", ...authEnv(), ...env }, stdout: apiLog.line, cwd });
   const token = await tokenFor();
   const body = processor ? chargeWith(4900) : undefined;
   const paymentsBefore = sim.ledger().paymentIntents.length;

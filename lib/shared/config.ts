@@ -91,7 +91,7 @@ function topicPrefix(env: Env): string {
 // is one statement ending in a commit flush, and more concurrent commits let group commit
 // share the flushes (pool size measured: bench/README.md, "API latency and pool size").
 const API_POOL_SIZE = 32;
-// Statements one API process keeps running at once (lib/api/core/batcher.ts); the
+// Statements one API process keeps running at once (lib/api/core/group.ts); the
 // requests beyond them are sent together, several charges to a statement and a commit. On
 // the 2-core bench machine 2, 3 and 4 gave the same created/s and p99 rose with each one
 // more (bench/README.md, "Group commit"). Two keep a
