@@ -76,8 +76,9 @@ export type RefundCalls = ReturnType<typeof refundCalls>;
 type Step = (ctx: StepContext<RefundResume, RefundCalls>) => Promise<StepResult<RefundResume>>;
 
 const create: Step = async ({ resume, processor, resumed }) => {
-  // An earlier holder may have sent a create whose answer was lost: what the processor has decides.
-  if (resumed) {
+  // An earlier holder may have sent a create whose answer was lost: what the processor has
+  // decides. A key past attempt 0 is always a resume; checked too, as the next key's guard.
+  if (resumed || (resume.refundAttempt ?? 0) > 0) {
     const found = await processor.find(resume);
     switch (found.kind) {
       case "ok":
