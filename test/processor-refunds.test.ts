@@ -7,9 +7,11 @@ import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import { resolveKey } from "../lib/ops/parked.ts";
 import { loadConfig } from "../lib/shared/config.ts";
 import { silentLogger } from "../lib/shared/log.ts";
+import { refundCalls } from "../lib/shared/operations/refund-steps.ts";
 import { createProcessorClient } from "../lib/shared/processor/client.ts";
 import { postCharge } from "../testkit/api.ts";
 import { chargeWith, expireLease, keyState, processorEnv, processorTestContext, refundsOf } from "../testkit/processor.ts";
+import { stripeFor } from "../testkit/processor-sim.ts";
 import { getRefund, postRefund, refundBody } from "../testkit/refunds.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
@@ -183,6 +185,22 @@ describe("an unknown outcome on refund", () => {
     const replay = await postRefund(api, charge.id, refundBody(800), { key: k });
     expect([replay.status, replay.headers.get("idempotent-replayed")]).toEqual([422, "true"]);
     expect(((await (await getRefund(api, charge.id, refundId)).json()) as { status: string }).status).toBe("failed");
+  });
+
+  test("the listing reads every page (100 a page, starting_after the last): ours found past the first, and none of ours is none", async () => {
+    const stripe = stripeFor(sim);
+    const intent = await stripe.paymentIntents.create({ amount: 50_000, currency: "usd", payment_method: "pm_card_visa", confirm: true, allowed_payment_method_types: ["card"] });
+    const ours = crypto.randomUUID();
+    await stripe.refunds.create({ payment_intent: intent.id, amount: 7, metadata: { refund_id: ours } });
+    // 150 newer refunds of the same payment: ours is on the second page, newest first.
+    for (let i = 0; i < 150; i++) await stripe.refunds.create({ payment_intent: intent.id, amount: 1, metadata: { refund_id: crypto.randomUUID() } });
+    const calls = refundCalls(createProcessorClient(loadConfig({ DATABASE_URL: db.url, ...processorEnv(sim, TIMEOUT_MS) }).processor));
+    const resume = { refundId: ours, chargeId: crypto.randomUUID(), amountCents: 7, createdAt: new Date().toISOString(), traceparent: null, paymentId: intent.id };
+    const lists = listCalls();
+    expect(await calls.find(resume)).toMatchObject({ kind: "ok", value: { status: "succeeded" } });
+    expect(listCalls() - lists).toBe(2);
+    expect(await calls.find({ ...resume, refundId: crypto.randomUUID() })).toEqual({ kind: "ok", value: undefined });
+    expect(listCalls() - lists).toBe(4);
   });
 
   test("the listing races a create still in flight: the resume sends the same key (the processor answers 409, the attempt stays), and a later try finds the refund; one processor refund", async () => {
