@@ -42,7 +42,7 @@ async function charge(sql: Sql, statement: Compiled, request: Request): Promise<
       response_body: responseBody,
       event_id: newEventId(),
       traceparent: null,
-      charge_id: chargeId, amount_cents: amountCents, currency: "usd", created_at: createdAt, payload: JSON.stringify({ chargeId, amountCents, currency: "usd" }),
+      charge_id: chargeId, amount_cents: amountCents, currency: "usd", status: "succeeded", created_at: createdAt, payload: JSON.stringify({ chargeId, amountCents, currency: "usd" }),
     },
   ]);
   const body = row!.created === 1 ? responseBody : (row!.response_body ?? "{}");

@@ -54,7 +54,7 @@ function chargeRow(tenant: string, key: string, amountCents = 4900): ChargeReque
   const responseBody = JSON.stringify({ id: chargeId, amountCents, createdAt });
   const row = {
     tenant, key, lock_id: lockId, request_hash: requestHash, response_body: responseBody, event_id: crypto.randomUUID(), traceparent: null,
-    charge_id: chargeId, amount_cents: amountCents, currency: "usd", created_at: createdAt, payload: chargeCreatedPayload({ chargeId, amountCents, currency: "usd" }),
+    charge_id: chargeId, amount_cents: amountCents, currency: "usd", status: "succeeded", created_at: createdAt, payload: chargeCreatedPayload({ chargeId, amountCents, currency: "usd" }),
   };
   return { chargeId, tenant, lockId, requestHash, responseBody, row };
 }
