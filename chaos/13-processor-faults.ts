@@ -5,19 +5,25 @@
 // simulator fault in turn for a while (500 before and after the effect, hang, dropped answer,
 // refused connections), then captures whose answers are lost, then an API SIGKILLed while
 // calls are held at the processor. One charge in five is authorized ("capture": "manual") and
-// then captured, under the same faults.
+// then captured, under the same faults. A third of the other charges that succeed are refunded
+// in part by the same client, and so is every charge paid with a card whose refunds the
+// processor fails. Then two refunds whose clients give up at the first 502: one whose answer
+// is a 500 the processor keeps under the key after it refunded, one a 500 kept before any
+// effect; the completer resolves both by listing the payment's refunds (no operator).
 // Invariants come from the simulator's ledger and the database: at most one confirmed payment
 // per charge, at most one capture of it, and the charge's final state is the processor's
 // (authorized: confirmed, nothing captured; succeeded: captured what we say); every key
-// finished; every finished charge's events delivered once.
+// finished, none parked; one processor refund per refund that succeeded, none that succeeded
+// for one that failed; every finished charge's events delivered once.
 import { startEntrypoint, type Service } from "../testkit/processes.ts";
 import { startProcessorSim, SIM_KEY, type ProcessorSim } from "../testkit/processor-sim.ts";
 import type { SimFaultKind } from "../dev/processor-sim/types.ts";
 import { authEnv } from "../testkit/auth.ts";
 import { sleep, waitUntil } from "../testkit/wait.ts";
 import { chaosChild, chaosServices, hardKill, startRelay } from "./lib/harness.ts";
-import { chargeHeaders, type Tally } from "./lib/client.ts";
+import { chargeHeaders, Tally } from "./lib/client.ts";
 import { deliveryInvariants, scenario, type Ctx } from "./lib/report.ts";
+import { refundInvariants, resolvedByListing, type Stored500 } from "./lib/refund-checks.ts";
 import { startSubscriber } from "./lib/subscriber.ts";
 
 // Short bounds, so a hung call and an abandoned lease (4 × this + 5 s) resolve within the run.
@@ -52,22 +58,27 @@ async function run(ctx: Ctx, sim: ProcessorSim): Promise<Awaited<ReturnType<type
   let stopping = false;
   const givenUp = new Set<string>();
   const keys = new Set<string>();
+  // Refunds' answers apart: their 201 bodies are refunds, not charges (deliveryInvariants reads the charges' tally).
+  const refundTally = new Tally();
   const worker = async (w: number): Promise<void> => {
     for (let i = 0; !stopping; i++) {
       const key = crypto.randomUUID();
       keys.add(key);
       const declined = i % 7 === 3;
-      const manual = !declined && i % 5 === 1;
+      // One charge in seven paid with a card whose refunds the processor fails.
+      const refundFails = i % 7 === 5;
+      const manual = !declined && !refundFails && i % 5 === 1;
       const amountCents = 100 + ((w * 37 + i) % 900);
-      const body = JSON.stringify({ amountCents, paymentMethod: declined ? "pm_card_chargeDeclined" : "pm_card_visa", ...(manual && { capture: "manual" }) });
+      const paymentMethod = declined ? "pm_card_chargeDeclined" : refundFails ? "pm_card_refundFail" : "pm_card_visa";
+      const body = JSON.stringify({ amountCents, paymentMethod, ...(manual && { capture: "manual" }) });
       // One worker in three gives up at its first unknown answer: the completer finishes its key.
       const patient = w % 3 !== 0;
       const deadline = Date.now() + RETRY_DEADLINE_MS;
       // Sent until it is not an unknown outcome (or the client gives up); the last answer.
-      const send = async (path: string, k: string, b: string): Promise<{ status: number; text: string }> => {
+      const send = async (path: string, k: string, b: string, into = tally): Promise<{ status: number; text: string }> => {
         for (;;) {
           const api = apis[(i + w) % apis.length]!;
-          const a = await post(api.base, path, k, b, tally);
+          const a = await post(api.base, path, k, b, into);
           if (![0, 409, 502, 503, 504].includes(a.status)) return a;
           if (!patient || Date.now() > deadline) {
             givenUp.add(k);
@@ -81,6 +92,10 @@ async function run(ctx: Ctx, sim: ProcessorSim): Promise<Awaited<ReturnType<type
         // Capture all but 50 cents of it (the rest released), with a key of its own.
         const id = (JSON.parse(created.text) as { id: string }).id;
         await send(`/charges/${id}/capture`, crypto.randomUUID(), JSON.stringify({ amountCents: amountCents - 50 }));
+      } else if (created.status === 201 && (i % 3 === 1 || refundFails)) {
+        // Half of it back, with a key of its own.
+        const id = (JSON.parse(created.text) as { id: string }).id;
+        await send(`/charges/${id}/refunds`, crypto.randomUUID(), JSON.stringify({ amountCents: Math.floor(amountCents / 2) }), refundTally);
       }
     }
   };
@@ -110,6 +125,8 @@ async function run(ctx: Ctx, sim: ProcessorSim): Promise<Awaited<ReturnType<type
   await sleep(FAULT_PHASE_MS);
   stopping = true;
   await load;
+  // The two refunds of #39: a 500 kept under the key after the refund, and one before any effect.
+  const stored500 = await storedFiveHundreds(apis[1]!.base, sim, tally, refundTally, keys);
 
   // No client asks any more: the completer (in the relay) finishes every key left STARTED.
   const started = async () => (await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'STARTED'`)[0]?.n ?? -1;
@@ -121,7 +138,33 @@ async function run(ctx: Ctx, sim: ProcessorSim): Promise<Awaited<ReturnType<type
   checks.check(givenUp.size > 0, "some clients gave up on an unknown outcome", `${givenUp.size} keys`);
 
   await ledgerInvariants(ctx, sim, keys);
+  await refundInvariants(ctx, sim, refundTally, stored500);
+  const resolved = await resolvedByListing(sql);
+  console.log(`  figure: refunds resolved without an operator: ${resolved.unknown} of ${resolved.refunds} refunds saw an unknown outcome, ${resolved.kept500} of them a 500 the processor kept under the key; ${resolved.parked} parked`);
   return deliveryInvariants(ctx, 30_000);
+}
+
+/**
+ * Two charges, then a refund of each whose processor answer is a 500 kept under its key: after
+ * the refund, then before any effect. Each client gives up at the 502; the completer resolves
+ * both. The refunds' keys, by the fault.
+ */
+async function storedFiveHundreds(base: string, sim: ProcessorSim, tally: Tally, refundTally: Tally, keys: Set<string>): Promise<Stored500> {
+  const out: Partial<Record<keyof Stored500, string>> = {};
+  for (const kind of ["500-after", "500-before"] as const) {
+    const chargeKey = crypto.randomUUID();
+    keys.add(chargeKey);
+    const charged = await post(base, "/charges", chargeKey, JSON.stringify({ amountCents: 2000, paymentMethod: "pm_card_visa" }), tally);
+    if (charged.status !== 201) throw new Error(`the charge for the ${kind} refund answered ${charged.status}`);
+    const chargeId = (JSON.parse(charged.text) as { id: string }).id;
+    const key = crypto.randomUUID();
+    sim.setFaults({ rules: [{ kind, op: "refund", times: 1 }] });
+    const first = await post(base, `/charges/${chargeId}/refunds`, key, JSON.stringify({ amountCents: 1500 }), refundTally);
+    sim.clearFaults();
+    if (first.status !== 502) throw new Error(`the ${kind} refund answered ${first.status}, not 502`);
+    out[kind] = key;
+  }
+  return out as Stored500;
 }
 
 /** POST `path` with its JSON body; the status (0: no answer), tallied, and the body. */

@@ -570,7 +570,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
+            /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1012,7 +1012,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
+            /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1312,7 +1312,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
+            /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1868,7 +1868,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait */
+            /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
                     [name: string]: unknown;

@@ -170,3 +170,29 @@ test("the control surface: the ledger, faults replaced and cleared, bad faults r
   expect(await fetch(`${sim.url}/_sim/faults`).then((response) => response.json())).toEqual({ rules: [] });
   expect(() => sim.setFaults({ rules: [{ kind: "hang", times: 0 }] })).toThrow(TypeError);
 });
+
+test("500-after on a refund: the refund is made, the 500 is kept under its key, and the listing shows the refund with our metadata", async () => {
+  const intent = await stripe.paymentIntents.create(payment(3000), { idempotencyKey: crypto.randomUUID() });
+  const key = crypto.randomUUID();
+  sim.setFaults({ rules: [{ kind: "500-after", op: "refund" }] });
+  const params = { payment_intent: intent.id, amount: 1200, metadata: { refund_id: key } };
+  expect(await failure(stripe.refunds.create(params, { idempotencyKey: key }))).toMatchObject({ statusCode: 500, rawType: "api_error" });
+  const again = await failure(stripe.refunds.create(params, { idempotencyKey: key }));
+  expect([again.statusCode, responseHeader(again.headers, "idempotent-replayed")]).toEqual([500, "true"]);
+  expect(sim.ledger().refunds.filter((refund) => refund.idempotencyKey === key).map((refund) => [refund.amount, refund.status])).toEqual([[1200, "succeeded"]]);
+  const listed = await stripe.refunds.list({ payment_intent: intent.id });
+  expect(listed.data.map((refund) => [refund.amount, refund.status, refund.metadata?.refund_id])).toEqual([[1200, "succeeded", key]]);
+});
+
+test("500-before on a refund: no refund, the 500 is kept under its key, and the listing is empty", async () => {
+  const intent = await stripe.paymentIntents.create(payment(3000), { idempotencyKey: crypto.randomUUID() });
+  const key = crypto.randomUUID();
+  sim.setFaults({ rules: [{ kind: "500-before", op: "refund" }] });
+  const params = { payment_intent: intent.id, amount: 1200, metadata: { refund_id: key } };
+  expect(await failure(stripe.refunds.create(params, { idempotencyKey: key }))).toMatchObject({ statusCode: 500, rawType: "api_error" });
+  sim.clearFaults();
+  const again = await failure(stripe.refunds.create(params, { idempotencyKey: key }));
+  expect([again.statusCode, responseHeader(again.headers, "idempotent-replayed")]).toEqual([500, "true"]);
+  expect(sim.ledger().refunds.filter((refund) => refund.paymentIntent === intent.id)).toHaveLength(0);
+  expect((await stripe.refunds.list({ payment_intent: intent.id })).data).toEqual([]);
+});

@@ -267,3 +267,39 @@ test("cancel: an authorization is released (canceled, nothing captured); a succe
   expect((await failure(stripe.paymentIntents.cancel(paid.id))).code).toBe("payment_intent_unexpected_state");
   expect(entry(intent.id)).toMatchObject({ status: "canceled", amountCaptured: 0, amountCapturable: 0 });
 });
+
+test("refunds are listed as Stripe lists them: by PaymentIntent, newest first, a page at a time, with their metadata", async () => {
+  const intent = await stripe.paymentIntents.create(charge("pm_card_visa", {}, 5000), { idempotencyKey: crypto.randomUUID() });
+  const other = await stripe.paymentIntents.create(charge("pm_card_visa", {}, 5000), { idempotencyKey: crypto.randomUUID() });
+  await stripe.refunds.create({ payment_intent: other.id, amount: 100, metadata: { refund_id: "elsewhere" } }, { idempotencyKey: crypto.randomUUID() });
+  const made: string[] = [];
+  for (let i = 0; i < 5; i++) made.push((await stripe.refunds.create({ payment_intent: intent.id, amount: 100 + i, metadata: { refund_id: `r-${i}` } }, { idempotencyKey: crypto.randomUUID() })).id);
+  const first = await stripe.refunds.list({ payment_intent: intent.id, limit: 2 });
+  expect(first).toMatchObject({ object: "list", has_more: true, url: "/v1/refunds" });
+  expect(first.data.map((refund) => [refund.id, refund.metadata?.refund_id])).toEqual([[made[4]!, "r-4"], [made[3]!, "r-3"]]);
+  const second = await stripe.refunds.list({ payment_intent: intent.id, limit: 2, starting_after: first.data[1]!.id });
+  expect(second.data.map((refund) => refund.id)).toEqual([made[2]!, made[1]!]);
+  const last = await stripe.refunds.list({ payment_intent: intent.id, limit: 2, starting_after: second.data[1]!.id });
+  expect([last.data.map((refund) => refund.id), last.has_more]).toEqual([[made[0]!], false]);
+  const back = await stripe.refunds.list({ payment_intent: intent.id, limit: 2, ending_before: made[1]! });
+  expect(back.data.map((refund) => refund.id)).toEqual([made[3]!, made[2]!]);
+  // The package's own auto-paging reads every page the same way.
+  const all: string[] = [];
+  for await (const refund of stripe.refunds.list({ payment_intent: intent.id, limit: 2 })) all.push(refund.id);
+  expect(all).toEqual([...made].reverse());
+  expect((await stripe.refunds.list({ payment_intent: intent.id })).data).toHaveLength(5);
+  const wrong = await failure(stripe.refunds.list({ payment_intent: intent.id, limit: 101 }));
+  expect(wrong).toMatchObject({ statusCode: 400, param: "limit" });
+});
+
+test("pm_card_refundFail: the payment succeeds; its refund is pending in the create's answer, then failed with its reason, and no money goes back", async () => {
+  const intent = await stripe.paymentIntents.create(charge("pm_card_refundFail", {}, 3000), { idempotencyKey: crypto.randomUUID() });
+  expect(intent.status).toBe("succeeded");
+  const before = sim.ledger().totals.refunded;
+  const refund = await stripe.refunds.create({ payment_intent: intent.id, amount: 1000 }, { idempotencyKey: crypto.randomUUID() });
+  expect(refund.status).toBe("pending");
+  expect(await stripe.refunds.retrieve(refund.id)).toMatchObject({ status: "failed", failure_reason: "expired_or_canceled_card" });
+  expect((await stripe.refunds.list({ payment_intent: intent.id })).data.map((r) => r.status)).toEqual(["failed"]);
+  expect(entry(intent.id)).toMatchObject({ amountCaptured: 3000, amountRefunded: 0 });
+  expect(sim.ledger().totals.refunded).toBe(before);
+});

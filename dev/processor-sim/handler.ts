@@ -8,7 +8,7 @@ import { canonical, parseForm, type FormObject } from "./form.ts";
 import { newRequestId } from "./ids.ts";
 import { IdempotencyKeys, type StoredAnswer } from "./idempotency.ts";
 import { cancelIntent, captureIntent, confirmIntent, createIntent, intentMethodName, retrieveIntent } from "./intents.ts";
-import { createRefund, refundMethodName, retrieveRefund } from "./refunds.ts";
+import { createRefund, listRefunds, refundMethodName, retrieveRefund } from "./refunds.ts";
 import { Store } from "./store.ts";
 import type { SimFaultKind, SimOperation, SimRequestEntry } from "./types.ts";
 import { RequestLog } from "./request-log.ts";
@@ -80,7 +80,7 @@ export class Api {
     if (key !== null && (key.length === 0 || key.length > MAX_KEY_CHARS)) {
       return this.paced(flight, errorAnswer(400, { type: "invalid_request_error", message: `Invalid Idempotency-Key: it must be 1 to ${MAX_KEY_CHARS} characters long.` }, false));
     }
-    const method = route.op === "refund" || route.op === "retrieveRefund" ? refundMethodName(this.store, route.id, form) : intentMethodName(this.store, route.id, form);
+    const method = route.op === "refund" || route.op === "retrieveRefund" || route.op === "listRefunds" ? refundMethodName(this.store, route.id, form) : intentMethodName(this.store, route.id, form);
     if (key === null) return this.run(flight, route, form, method, undefined);
     const begun = this.keys.begin(auth.apiKey, key, route.endpoint, `${call.method} ${call.path} ${canonical(form)}`);
     switch (begun.kind) {
@@ -134,6 +134,8 @@ export class Api {
         return createRefund(this.store, form, ctx);
       case "retrieveRefund":
         return retrieveRefund(this.store, route.id ?? "", form);
+      case "listRefunds":
+        return listRefunds(this.store, form);
     }
   }
 
@@ -190,6 +192,7 @@ function routeOf(method: string, path: string): Route | undefined {
   }
   if (resource === "refunds" && action === undefined) {
     if (method === "POST" && id === undefined) return { op: "refund", id, endpoint: "POST /v1/refunds" };
+    if (method === "GET" && id === undefined) return { op: "listRefunds", id, endpoint: "GET /v1/refunds" };
     if (method === "GET" && id !== undefined) return { op: "retrieveRefund", id, endpoint: "GET /v1/refunds/:id" };
   }
   return undefined;

@@ -1,10 +1,12 @@
 // Refunds of a succeeded PaymentIntent (or of its charge), whole or in part, never beyond
-// what is left; each succeeds at once, as a test card's refund does.
+// what is left; each succeeds at once, as a test card's refund does, but those of
+// pm_card_refundFail, which fail after they are created. Listed as Stripe lists
+// them: newest first, by PaymentIntent or charge, a page at a time.
 import { checkParams, errorAnswer, invalidParam, metadataOf, noSuch, type ApiAnswer, type ParamSpec } from "./errors.ts";
 import type { FormObject } from "./form.ts";
 import { newId, nowSeconds } from "./ids.ts";
 import type { CallContext } from "./intents.ts";
-import { refundJson, type IntentRecord, type Store } from "./store.ts";
+import { REFUND_FAILS, refundJson, type IntentRecord, type Store } from "./store.ts";
 
 const CREATE_SPEC: ParamSpec = {
   payment_intent: "string",
@@ -36,7 +38,10 @@ export function createRefund(store: Store, form: FormObject, ctx: CallContext): 
     const message = `Refund amount (${money(amount, intent.currency)}) is greater than unrefunded amount on charge (${money(left, intent.currency)})`;
     return errorAnswer(400, { type: "invalid_request_error", message, param: "amount" }, true);
   }
-  intent.amountRefunded += amount;
+  // A refund of the failing test card is pending when created and failed from then on, its
+  // money back on the payment: as Stripe's, whose failure comes after the answer.
+  const failure = intent.methodName === null ? undefined : REFUND_FAILS[intent.methodName];
+  if (failure === undefined) intent.amountRefunded += amount;
   const refund = {
     id: newId("re"),
     amount,
@@ -48,10 +53,46 @@ export function createRefund(store: Store, form: FormObject, ctx: CallContext): 
     reason: typeof form.reason === "string" ? form.reason : null,
     balanceTransaction: newId("txn"),
     idempotencyKey: ctx.idempotencyKey,
-    status: "succeeded",
+    status: failure === undefined ? "succeeded" : "failed",
+    failureReason: failure ?? null,
   };
   store.refunds.set(refund.id, refund);
-  return { status: 200, body: refundJson(refund), stored: true };
+  return { status: 200, body: refundJson(refund, failure === undefined ? "succeeded" : "pending"), stored: true };
+}
+
+const LIST_SPEC: ParamSpec = {
+  payment_intent: "string",
+  charge: "string",
+  limit: "integer",
+  starting_after: "string",
+  ending_before: "string",
+};
+
+// Stripe's page size: 10 unless the call names one, from 1 to 100.
+const DEFAULT_PAGE = 10;
+const MAX_PAGE = 100;
+
+/**
+ * GET /v1/refunds: the refunds, newest first, optionally of one PaymentIntent or charge, a page
+ * at a time as Stripe pages a list (`limit`, then `starting_after` the last id seen, or
+ * `ending_before` the first; `has_more` when a page follows).
+ */
+export function listRefunds(store: Store, query: FormObject): ApiAnswer {
+  const wrong = checkParams(query, LIST_SPEC);
+  if (wrong) return wrong;
+  const limit = query.limit === undefined ? DEFAULT_PAGE : Number(query.limit);
+  if (limit < 1 || limit > MAX_PAGE) return invalidParam(`Invalid limit: must be between 1 and ${MAX_PAGE}`, "limit");
+  const all = [...store.refunds.values()]
+    .filter((refund) => (typeof query.payment_intent !== "string" || refund.paymentIntent === query.payment_intent) && (typeof query.charge !== "string" || refund.charge === query.charge))
+    .reverse();
+  const after = typeof query.starting_after === "string" ? query.starting_after : undefined;
+  const before = typeof query.ending_before === "string" ? query.ending_before : undefined;
+  const cursor = after ?? before;
+  const at = cursor === undefined ? -1 : all.findIndex((refund) => refund.id === cursor);
+  if (cursor !== undefined && !store.refunds.has(cursor)) return noSuch("refund", cursor, after !== undefined ? "starting_after" : "ending_before", 400);
+  const page = before !== undefined ? all.slice(Math.max(0, at - limit), Math.max(0, at)) : all.slice(at + 1, at + 1 + limit);
+  const hasMore = before !== undefined ? at - limit > 0 : at + 1 + limit < all.length;
+  return { status: 200, body: { object: "list", data: page.map((refund) => refundJson(refund)), has_more: hasMore, url: "/v1/refunds" }, stored: false };
 }
 
 export function retrieveRefund(store: Store, id: string, query: FormObject): ApiAnswer {

@@ -17,7 +17,12 @@ export const TEST_METHODS: Readonly<Record<string, TestMethod>> = {
   pm_card_mastercard: { brand: "mastercard", last4: "4444", decline: null },
   pm_card_chargeDeclined: { brand: "visa", last4: "0002", decline: "generic_decline" },
   pm_card_chargeDeclinedInsufficientFunds: { brand: "visa", last4: "9995", decline: "insufficient_funds" },
+  // Pays; each refund of it fails afterwards (Stripe's 4000 0000 0000 5126).
+  pm_card_refundFail: { brand: "visa", last4: "5126", decline: null },
 };
+
+/** The test method whose refunds fail, and why (Stripe's failure_reason for that card). */
+export const REFUND_FAILS: Readonly<Record<string, string>> = { pm_card_refundFail: "expired_or_canceled_card" };
 
 export const DECLINE_MESSAGES: Readonly<Record<Decline, string>> = {
   generic_decline: "Your card was declined.",
@@ -70,6 +75,8 @@ export interface RefundRecord {
   readonly balanceTransaction: string;
   readonly idempotencyKey: string | null;
   readonly status: string;
+  /** Why a failed refund failed (Stripe's failure_reason); null otherwise. */
+  readonly failureReason: string | null;
 }
 
 export class Store {
@@ -162,7 +169,8 @@ export function intentJson(intent: IntentRecord): Record<string, unknown> {
   };
 }
 
-export function refundJson(refund: RefundRecord): Record<string, unknown> {
+/** A refund as Stripe's API renders it; `status` overrides the stored one (a failing refund is pending when created). */
+export function refundJson(refund: RefundRecord, status = refund.status): Record<string, unknown> {
   return {
     id: refund.id,
     object: "refund",
@@ -177,7 +185,8 @@ export function refundJson(refund: RefundRecord): Record<string, unknown> {
     reason: refund.reason,
     receipt_number: null,
     source_transfer_reversal: null,
-    status: refund.status,
+    status,
+    ...(status === "failed" && { failure_reason: refund.failureReason }),
     transfer_reversal: null,
   };
 }

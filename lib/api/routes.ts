@@ -56,7 +56,7 @@ function operationResponses(op: Operation): Record<number, TSchema> {
     ),
     400: problem(`Missing or invalid Idempotency-Key, body not JSON or not matching the schema${op.uuidParams.length > 0 ? ", or an id that is not a UUID" : ""}`),
     401: unauthorized,
-    409: problem("A request with the same key is still in flight (Retry-After), also at the end of a Prefer: wait"),
+    409: problem("A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked)"),
     410: problem("The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource"),
     429: rateLimited,
     413: problem(`Body over ${MAX_BODY_BYTES} bytes`),

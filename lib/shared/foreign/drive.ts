@@ -26,8 +26,10 @@ export type DriveResult =
   /** The key's recovery data failed its schema: parked for an operator, `reason` naming the field. */
   | { readonly kind: "parked"; readonly reason: string };
 
-// A drive makes at most two calls in a row (create then confirm, or read then confirm); the
-// lease covers both at their time bound, twice over, plus the transactions around them.
+// A drive makes at most three calls in a row (create then confirm, read then confirm, or a
+// refund's listing, create and read); the lease covers four at their time bound, plus the
+// transactions around them. A listing longer than a page may outlast it, which is harmless: a
+// holder that lost its lease writes nothing, and the next holder lists again.
 const CALLS_PER_LEASE = 4;
 const LEASE_MARGIN_MS = 5000;
 

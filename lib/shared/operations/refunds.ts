@@ -2,21 +2,18 @@
 // payment processor its phase 1 (the amount reserved against the charge, the refund pending),
 // its steps and its phase 3; and GET /charges/:id/refunds/:refundId.
 //
-// Steps: `begun` → create the processor's refund under `<refund id>:refund`, the same key on
-// every try, for ever: a refund moves money when it is created, so no attempt ever uses
-// another key. `created` (its id recorded while the processor still processes it) → read it
-// until it is final. Phase 3 turns the reservation into the refunded total (201,
+// Its processor steps (the create, the listing that resolves an unknown outcome, the read)
+// are in refund-steps.ts. Phase 3 turns the reservation into the refunded total (201,
 // ChargeRefunded) or releases it (the processor's refusal, stored as a problem).
 import { Type as t, type Static } from "@sinclair/typebox";
-import type Stripe from "stripe";
 import { CHARGE, CHARGE_REFUNDED } from "../../events.ts";
 import type { Sql } from "../db.ts";
 import { boundedStatement } from "../bounded-statement.ts";
 import { chargeRefundedPayload } from "../outbox-insert.ts";
 import { OPERATION_PROBLEMS, problemJson, STORED_PROBLEMS } from "../problem-types.ts";
-import { mapCall, type CallResult, type ProcessorAdapter } from "../processor/client.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
-import { foreign, type FinalRow, type Operation, type StepContext, type StepResult } from "./model.ts";
+import { foreign, type FinalRow, type Operation } from "./model.ts";
+import { RefundResume, refundCalls, refundSteps, type RefundCalls } from "./refund-steps.ts";
 import { idOf } from "./steps.ts";
 
 export const RefundBody = t.Object({ amountCents: AmountCents("Amount to refund, in cents") }, { additionalProperties: false });
@@ -37,64 +34,6 @@ export const Refund = t.Object(
   { additionalProperties: false },
 );
 
-/** The recovery data of a refund's key: phase 1's (the charge's payment from the admit), then the processor's refund. */
-const RefundResume = t.Object({
-  refundId: t.String({ format: "uuid" }),
-  chargeId: t.String({ format: "uuid" }),
-  amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
-  createdAt: t.String(),
-  traceparent: t.Union([t.String(), t.Null()]),
-  paymentId: t.String(),
-  processorRefundId: t.Optional(t.String()),
-  failureCode: t.Optional(t.String()),
-  resolvedBy: t.Optional(t.String()),
-});
-type RefundResume = Static<typeof RefundResume>;
-
-interface RefundView {
-  readonly id: string;
-  /** pending, succeeded, failed, canceled, requires_action. */
-  readonly status: string;
-  readonly failureCode: string | null;
-}
-
-const viewOf = (refund: Stripe.Refund): RefundView => ({ id: refund.id, status: refund.status ?? "pending", failureCode: refund.failure_reason ?? null });
-
-/** The Refund calls a refund's steps make. */
-const refunds = (p: ProcessorAdapter) => ({
-  create: (r: RefundResume) =>
-    mapCall(
-      p.call("POST", (api) =>
-        api.refunds.create({ payment_intent: r.paymentId, amount: r.amountCents, metadata: { refund_id: r.refundId, charge_id: r.chargeId } }, { idempotencyKey: `${r.refundId}:refund` }),
-      ),
-      viewOf,
-    ),
-  retrieve: (id: string) => mapCall(p.call("GET", (api) => api.refunds.retrieve(id)), viewOf),
-});
-type Step = (ctx: StepContext<RefundResume, ReturnType<typeof refunds>>) => Promise<StepResult<RefundResume>>;
-
-const create: Step = async ({ resume, processor }) => fromCall(await processor.create(resume), resume, true);
-const read: Step = async ({ resume, processor }) => fromCall(await processor.retrieve(resume.processorRefundId!), resume, false);
-
-function fromCall(call: CallResult<RefundView>, resume: RefundResume, creating: boolean): StepResult<RefundResume> {
-  switch (call.kind) {
-    case "ok": {
-      const refund = call.value;
-      const recorded = { ...resume, processorRefundId: refund.id };
-      if (refund.status === "succeeded") return { kind: "final", outcome: "succeeded", resume: recorded };
-      if (refund.status === "failed" || refund.status === "canceled") {
-        return { kind: "final", outcome: "refused", resume: { ...recorded, failureCode: refund.failureCode ?? refund.status } };
-      }
-      // Pending at the processor: its id is recorded, and the next try reads it.
-      if (creating) return { kind: "record", point: "created", resume: recorded };
-      return { kind: "unknown", cause: "processing", detail: `the refund is ${refund.status} at the processor`, resume: recorded };
-    }
-    case "refused":
-      return { kind: "final", outcome: "refused", resume: { ...resume, failureCode: call.code } };
-    case "unknown":
-      return { kind: "unknown", cause: call.cause, detail: call.detail, resume };
-  }
-}
 
 /** Phase 3 as values: the response to store, and what the refund's row and its charge's get. */
 function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow {
@@ -238,7 +177,7 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
     "503": "Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
     "504": "The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After)",
   },
-  foreign: foreign<Static<typeof RefundBody>, RefundResume, ReturnType<typeof refunds>>({
+  foreign: foreign<Static<typeof RefundBody>, RefundResume, RefundCalls>({
     columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", created_at: "timestamptz" },
     validate: () => undefined,
     prepare({ params, body }, traceparent) {
@@ -256,9 +195,9 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
     resume: RefundResume,
     operatorIds: ["refundId", "chargeId", "paymentId", "processorRefundId"],
     resolution: { succeeded: "processorRefundId", refused: "failureCode" },
-    capabilities: refunds,
+    capabilities: refundCalls,
     firstPoint: "begun",
-    steps: { begun: create, created: read },
+    steps: refundSteps,
     final,
     // The reservation turned into the refunded total (and the charge's next event sequence,
     // ChargeRefunded) or released, and the refund made final. The charge rows are locked first

@@ -13,8 +13,15 @@ export type CallResult<T> =
   | { readonly kind: "ok"; readonly value: T }
   /** A final answer of the processor: a decline, or a request it will never accept. */
   | { readonly kind: "refused"; readonly status: number; readonly code: string; readonly declineCode: string | null; readonly message: string }
-  /** The processor may or may not have acted: resolved later by reading its objects. status: its answer, null when none came. */
-  | { readonly kind: "unknown"; readonly cause: UnknownCause; readonly detail: string; readonly status: number | null };
+  /**
+   * The processor may or may not have acted: resolved later by reading its objects. status: its
+   * answer, null when none came. finished: the processor's API answered the call itself with a
+   * 5xx that Stripe keeps under the key (a JSON error, not Stripe-Should-Retry: true), so the
+   * call has ended: whatever it did is in the processor's objects now, and the key will only
+   * ever answer the same. Not so for no answer, a 409 (the key still in flight), a 429, or a
+   * 5xx that is not the API's (a gateway's page): the call may still be running.
+   */
+  | { readonly kind: "unknown"; readonly cause: UnknownCause; readonly detail: string; readonly status: number | null; readonly finished: boolean };
 
 /**
  * The processor as operations see it: one call of its API (Stripe's official package, v1),
@@ -86,12 +93,25 @@ function classify(error: unknown): CallResult<never> {
   if (error instanceof Stripe.errors.StripeConnectionError) {
     const detail = error.detail as { code?: string } | undefined;
     const timeout = detail?.code === "ETIMEDOUT";
-    return { kind: "unknown", cause: timeout ? "timeout" : "unreachable", detail: timeout ? "no answer within the time bound" : "no connection, or it closed before an answer", status: null };
+    return { kind: "unknown", cause: timeout ? "timeout" : "unreachable", detail: timeout ? "no answer within the time bound" : "no connection, or it closed before an answer", status: null, finished: false };
   }
   const status = error.statusCode ?? 500;
   // 409: the processor is still working on this key; 429: it asks us to come back later.
   if (status >= 500 || status === 409 || status === 429) {
-    return { kind: "unknown", cause: "processor_error", detail: `the processor answered ${status}${error.code ? ` (${error.code})` : ""}`, status };
+    return { kind: "unknown", cause: "processor_error", detail: `the processor answered ${status}${error.code ? ` (${error.code})` : ""}`, status, finished: keptAnswer(error) };
   }
   return { kind: "refused", status, code: error.code ?? error.rawType ?? "refused", declineCode: error.decline_code ?? null, message: error.message };
+}
+
+/**
+ * Whether a 5xx is the processor's API's own answer, which Stripe keeps under the key: a JSON
+ * error the package parsed (its statusCode set; a body that is not JSON, a gateway's page,
+ * leaves it unset) and no Stripe-Should-Retry: true (the API's word that the call did not run
+ * and may be sent again).
+ */
+function keptAnswer(error: InstanceType<typeof Stripe.errors.StripeError>): boolean {
+  if (error.statusCode === undefined || error.statusCode < 500 || typeof error.rawType !== "string") return false;
+  const headers: unknown = error.headers;
+  const hint = typeof headers === "object" && headers !== null ? (headers as Record<string, unknown>)["stripe-should-retry"] : undefined;
+  return hint !== "true";
 }
