@@ -15,7 +15,8 @@ import { mapCall, type CallResult, type ProcessorAdapter } from "../processor/cl
 import { checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { Charge, chargeAnswerSql, paymentView, payments, type PaymentView } from "./charges.ts";
 import { foreign, type FinalRow, type Operation, type StepContext, type StepResult } from "./model.ts";
-import { attemptOf, idOf, unknownAfter } from "./steps.ts";
+import { changePayment } from "./payment-change.ts";
+import { idOf } from "./steps.ts";
 
 export const CancelBody = t.Object({}, { additionalProperties: false, description: "Nothing: {}" });
 
@@ -47,35 +48,15 @@ const cancels = (p: ProcessorAdapter) => ({
 });
 type Step = (ctx: StepContext<CancelResume, ReturnType<typeof cancels>>) => Promise<StepResult<CancelResume>>;
 
-const cancel: Step = async ({ resume, processor, resumed }) => {
-  if (resumed) {
-    const known = fromRead(await processor.retrieve(resume.paymentId), resume);
-    if (known !== undefined) return known;
-  }
-  const call = await processor.cancel(resume.paymentId, `${resume.chargeId}:cancel:${attemptOf(resume.cancelAttempt)}`);
-  switch (call.kind) {
-    case "ok":
-      return fromPayment(call.value, resume) ?? { kind: "unknown", cause: "processing", detail: `the payment is ${call.value.status}`, resume };
-    case "refused":
-      // Canceled already (an earlier holder's answer lost): the payment says.
-      if (call.code === "payment_intent_unexpected_state") return fromRead(await processor.retrieve(resume.paymentId), resume) ?? { kind: "final", outcome: "refused", resume: { ...resume, failureCode: call.code } };
-      return { kind: "final", outcome: "refused", resume: { ...resume, failureCode: call.code } };
-    case "unknown":
-      return unknownAfter(call, resume, "cancelAttempt");
-  }
-};
-
-/** What a read of the payment decides; undefined: still authorized, to be canceled. */
-function fromRead(read: CallResult<PaymentView>, resume: CancelResume): StepResult<CancelResume> | undefined {
-  switch (read.kind) {
-    case "ok":
-      return read.value.status === "requires_capture" ? undefined : fromPayment(read.value, resume);
-    case "refused":
-      return { kind: "unknown", cause: "processor_error", detail: `the payment could not be read (${read.code})`, resume };
-    case "unknown":
-      return { kind: "unknown", cause: read.cause, detail: read.detail, resume };
-  }
-}
+const cancel: Step = ({ resume, processor, resumed }) =>
+  changePayment({
+    resume,
+    resumed,
+    attemptName: "cancelAttempt",
+    send: (attempt) => processor.cancel(resume.paymentId, `${resume.chargeId}:cancel:${attempt}`),
+    read: () => processor.retrieve(resume.paymentId),
+    decide: fromPayment,
+  });
 
 function fromPayment(payment: PaymentView, resume: CancelResume): StepResult<CancelResume> | undefined {
   if (payment.status === "canceled") return { kind: "final", outcome: "succeeded", resume };

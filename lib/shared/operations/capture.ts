@@ -17,7 +17,8 @@ import { mapCall, type CallResult, type ProcessorAdapter } from "../processor/cl
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { Charge, chargeAnswerSql, paymentView, payments, type PaymentView } from "./charges.ts";
 import { foreign, type FinalRow, type Operation, type StepContext, type StepResult } from "./model.ts";
-import { attemptOf, idOf, unknownAfter } from "./steps.ts";
+import { changePayment } from "./payment-change.ts";
+import { idOf } from "./steps.ts";
 
 export const CaptureBody = t.Object(
   { amountCents: t.Optional(AmountCents("What to capture, in cents, up to the authorized amount (the rest is released); all of it when absent")) },
@@ -61,35 +62,15 @@ const captures = (p: ProcessorAdapter) => ({
 });
 type Step = (ctx: StepContext<CaptureResume, ReturnType<typeof captures>>) => Promise<StepResult<CaptureResume>>;
 
-const capture: Step = async ({ resume, processor, resumed }) => {
-  if (resumed) {
-    const known = fromRead(await processor.retrieve(resume.paymentId), resume);
-    if (known !== undefined) return known;
-  }
-  const call = await processor.capture(resume, `${resume.chargeId}:capture:${attemptOf(resume.captureAttempt)}`);
-  switch (call.kind) {
-    case "ok":
-      return fromPayment(call.value, resume) ?? { kind: "unknown", cause: "processing", detail: `the payment is ${call.value.status}`, resume };
-    case "refused":
-      // Captured already (an earlier holder's answer lost), or canceled: the payment says.
-      if (call.code === "payment_intent_unexpected_state") return fromRead(await processor.retrieve(resume.paymentId), resume) ?? { kind: "final", outcome: "refused", resume: { ...resume, failureCode: call.code } };
-      return { kind: "final", outcome: "refused", resume: { ...resume, failureCode: call.code } };
-    case "unknown":
-      return unknownAfter(call, resume, "captureAttempt");
-  }
-};
-
-/** What a read of the payment decides; undefined: still authorized, to be captured. */
-function fromRead(read: CallResult<PaymentView>, resume: CaptureResume): StepResult<CaptureResume> | undefined {
-  switch (read.kind) {
-    case "ok":
-      return read.value.status === "requires_capture" ? undefined : fromPayment(read.value, resume);
-    case "refused":
-      return { kind: "unknown", cause: "processor_error", detail: `the payment could not be read (${read.code})`, resume };
-    case "unknown":
-      return { kind: "unknown", cause: read.cause, detail: read.detail, resume };
-  }
-}
+const capture: Step = ({ resume, processor, resumed }) =>
+  changePayment({
+    resume,
+    resumed,
+    attemptName: "captureAttempt",
+    send: (attempt) => processor.capture(resume, `${resume.chargeId}:capture:${attempt}`),
+    read: () => processor.retrieve(resume.paymentId),
+    decide: fromPayment,
+  });
 
 function fromPayment(payment: PaymentView, resume: CaptureResume): StepResult<CaptureResume> | undefined {
   if (payment.status === "succeeded") return { kind: "final", outcome: "succeeded", resume: { ...resume, capturedCents: payment.amountReceived } };
