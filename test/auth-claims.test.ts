@@ -8,6 +8,7 @@ import { IMPLICIT_TENANT, MAX_TENANT_CHARS } from "../lib/api/auth.ts";
 import { createLogger } from "../lib/shared/log.ts";
 import { apiTestContext, counts, postCharge, startTestApi } from "../testkit/api.ts";
 import { TEST_JWT_SECRET, tokenFor } from "../testkit/auth.ts";
+import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
 
@@ -47,6 +48,8 @@ test("a refused tenant is never logged: the line names the reason only", async (
     const tenant = "evil\u2028{\"level\":\"error\"}";
     const res = await postCharge(logged, body, { key: crypto.randomUUID(), headers: { authorization: `Bearer ${await tokenFor(tenant)}` } });
     expect(res.status).toBe(401);
+    // The request's line is written once the answer has left (onAfterResponse), a turn later.
+    await waitUntil(() => lines.some((line) => line.includes('"msg":"request"')), 5000, "the refused request's log line");
     const requests = lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.msg === "request");
     expect(requests).toHaveLength(1);
     expect(requests[0]).toMatchObject({ status: 401, authFailure: "tenant" });
