@@ -26,6 +26,8 @@ export const PROBLEM = {
   invalidId: `${API}invalid-id`,
   /** 400: a query parameter (`after` of charges.events) is not valid. */
   invalidQuery: `${API}invalid-query`,
+  /** 400: a `Prefer: wait` whose value is not whole seconds (the client sends only whole seconds). */
+  invalidPrefer: `${API}invalid-prefer`,
   unauthorized: `${API}unauthorized`,
   notFound: `${API}not-found`,
   /** 409: the same key is in flight; retried. */

@@ -507,7 +507,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema */
+            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, or a Prefer wait that is not whole seconds (invalid-prefer) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -949,7 +949,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, or an id that is not a UUID */
+            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, an id that is not a UUID, or a Prefer wait that is not whole seconds (invalid-prefer) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1249,7 +1249,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, or an id that is not a UUID */
+            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, an id that is not a UUID, or a Prefer wait that is not whole seconds (invalid-prefer) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1805,7 +1805,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, or an id that is not a UUID */
+            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, an id that is not a UUID, or a Prefer wait that is not whole seconds (invalid-prefer) */
             400: {
                 headers: {
                     [name: string]: unknown;

@@ -8,7 +8,7 @@ import { postCharge } from "../testkit/api.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { chargeWith, keyState, paymentsOf, processorTestContext } from "../testkit/processor.ts";
 import type { ApiProcess } from "../lib/api/start.ts";
-import { preferredWaitSeconds } from "../lib/api/core/prefer.ts";
+import { preferredWait } from "../lib/api/core/prefer.ts";
 
 setDefaultTimeout(60_000);
 
@@ -69,25 +69,31 @@ describe("a key in flight at the processor", () => {
     expect((await first).status).toBe(201);
   });
 
-  test("without the preference, or with one not understood (RFC 7240: ignored): the 409 at once", async () => {
+  test("without the preference, or with one not understood (RFC 7240: ignored): the 409 at once; a wait that is not whole seconds: 400", async () => {
     const key = `order-${crypto.randomUUID()}`;
     const { first } = await inFlight(key, 3400);
     // wait=0 asks for no wait at all.
-    for (const prefer of [undefined, "wait=0", "wait=soon", "wait=-1", "return=minimal"]) {
+    for (const prefer of [undefined, "wait=0", "return=minimal", "respond-async"]) {
       const res = await postCharge(p.api, chargeWith(3400), { key, headers: prefer === undefined ? {} : { prefer } });
       expect(res.status).toBe(409);
       expect(res.headers.get("retry-after")).toBe("1");
       expect(res.headers.get("preference-applied")).toBeNull();
     }
+    for (const prefer of ["wait=soon", "wait=-1", "respond-async, wait=1.5"]) {
+      const res = await postCharge(p.api, chargeWith(3400), { key, headers: { prefer } });
+      expect(res.status).toBe(400);
+      expect(await res.json()).toMatchObject({ type: "https://charges.example/problems/invalid-prefer" });
+    }
     expect((await first).status).toBe(201);
   });
 });
 
-test("the Prefer parser: wait=N among other preferences, quoted or not; anything else is no wait", () => {
-  expect(preferredWaitSeconds("wait=10")).toBe(10);
-  expect(preferredWaitSeconds('respond-async, WAIT = "3"')).toBe(3);
-  expect(preferredWaitSeconds("handling=lenient, wait=2; x=y")).toBe(2);
-  for (const bad of [null, "", "wait", "wait=", "wait=1.5", "wait=-1", "wait=abc", "wait=1234567"]) expect(preferredWaitSeconds(bad)).toBeUndefined();
+test("the Prefer parser: wait=N among other preferences, quoted or not; other preferences are no wait; a wait not in whole seconds is invalid", () => {
+  expect(preferredWait("wait=10")).toEqual({ kind: "wait", seconds: 10 });
+  expect(preferredWait('respond-async, WAIT = "3"')).toEqual({ kind: "wait", seconds: 3 });
+  expect(preferredWait("handling=lenient, wait=2; x=y")).toEqual({ kind: "wait", seconds: 2 });
+  for (const none of [null, "", "respond-async", "return=minimal", "waiting=3"]) expect(preferredWait(none)).toEqual({ kind: "none" });
+  for (const bad of ["wait", "wait=", "wait=1.5", "wait=-1", "wait=abc", "wait=1234567"]) expect(preferredWait(bad).kind).toBe("invalid");
 });
 
 test("the client: after a 409 its next try sends Prefer: wait and ends as the replay in two tries; a client whose Prefer is stripped polls on Retry-After", async () => {

@@ -10,6 +10,7 @@ export const PROBLEMS = {
   invalidKey: { slug: "invalid-idempotency-key", title: "Invalid Idempotency-Key", status: 400 },
   invalidId: { slug: "invalid-id", title: "Invalid id", status: 400 },
   invalidQuery: { slug: "invalid-query", title: "Invalid query parameter", status: 400 },
+  invalidPrefer: { slug: "invalid-prefer", title: "Invalid Prefer wait", status: 400 },
   unauthorized: { slug: "unauthorized", title: "Unauthorized", status: 401 },
   inFlight: { slug: "request-in-flight", title: "Request in flight", status: 409 },
   // A key whose recovery data failed its operation's schema: parked for an operator (docs/operations.md).

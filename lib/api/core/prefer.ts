@@ -1,20 +1,29 @@
 // RFC 7240 Prefer: only `wait=N` means anything here (hold a request whose key is in flight up
-// to N seconds for the holder's outcome). Every other preference, and a `wait` whose value is
-// not a non-negative integer of seconds, is ignored as RFC 7240 §2 asks of a preference a
-// server does not understand: the request is answered as if it had none (docs/api.md).
+// to N seconds for the holder's outcome). Every other preference is ignored, as RFC 7240 §2 asks
+// of one a server does not understand. A `wait` whose value is not whole seconds is a 400
+// (invalid-prefer): the caller asked for this API's one preference and would otherwise never
+// learn that its wait was not applied (docs/api.md).
 
 /** Seconds at most: no request waits longer than the API's request timeout anyway. */
 const MAX_WAIT_DIGITS = 6;
 const WAIT = /^wait\s*=\s*"?(\d{1,6})"?$/i;
+const WAIT_NAME = /^wait(\s*=|$)/i;
 
-/** The `wait` preference in seconds, or undefined when there is none (or none well-formed). */
-export function preferredWaitSeconds(header: string | null): number | undefined {
-  if (header === null) return undefined;
+export type PreferWait =
+  | { readonly kind: "none" }
+  | { readonly kind: "wait"; readonly seconds: number }
+  | { readonly kind: "invalid"; readonly detail: string };
+
+/** The `wait` preference: none, its seconds, or a value that is not whole seconds. */
+export function preferredWait(header: string | null): PreferWait {
+  if (header === null) return { kind: "none" };
   // Preferences are comma-separated; each may carry parameters after ';', which wait has none of.
   for (const preference of header.split(",")) {
     const token = preference.split(";")[0]!.trim();
+    if (!WAIT_NAME.test(token)) continue;
     const match = WAIT.exec(token);
-    if (match !== null && match[1]!.length <= MAX_WAIT_DIGITS) return Number(match[1]);
+    if (match !== null && match[1]!.length <= MAX_WAIT_DIGITS) return { kind: "wait", seconds: Number(match[1]) };
+    return { kind: "invalid", detail: `Prefer: wait must be whole seconds, from 0 to ${"9".repeat(MAX_WAIT_DIGITS)}` };
   }
-  return undefined;
+  return { kind: "none" };
 }

@@ -6,7 +6,7 @@
 import type { Static } from "@sinclair/typebox";
 import { keyHash } from "../../shared/redact.ts";
 import { parseIdempotencyKey } from "../core/keys.ts";
-import { preferredWaitSeconds } from "../core/prefer.ts";
+import { preferredWait } from "../core/prefer.ts";
 import { endpointOf, type Operation } from "../../shared/operations/model.ts";
 import type { Outcome } from "../core/service.ts";
 import { problemResponse, specResponse, type ProblemName } from "../problem.ts";
@@ -32,13 +32,14 @@ export function operationHandler(op: Operation): (ctx: RequestContext) => Promis
       input: { params: ctx.params, body: ctx.body as Static<typeof op.body>, settings: ctx.deps.core.settings },
       traceparent: traceparentOf(ctx.request),
     };
-    const wait = preferredWaitSeconds(ctx.request.headers.get("prefer"));
-    if (wait === undefined) {
+    const wait = preferredWait(ctx.request.headers.get("prefer"));
+    if (wait.kind === "invalid") return problemResponse("invalidPrefer", wait.detail);
+    if (wait.kind === "none") {
       const outcome = await ctx.deps.core.run(op, request);
       heard(ctx, endpoint, outcome, parsed.key);
       return outcomeResponse(outcome);
     }
-    const { outcome, waitedSeconds } = await ctx.deps.core.runWaiting(op, request, wait);
+    const { outcome, waitedSeconds } = await ctx.deps.core.runWaiting(op, request, wait.seconds);
     heard(ctx, endpoint, outcome, parsed.key);
     const response = outcomeResponse(outcome);
     if (waitedSeconds !== undefined) response.headers.set("preference-applied", `wait=${waitedSeconds}`);
