@@ -14,6 +14,7 @@ import { OPERATION_PROBLEMS, problemJson, type ProblemSpec } from "../problem-ty
 import { mapCall, type CallResult, type ProcessorAdapter } from "../processor/client.ts";
 import { checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { Charge, chargeAnswerSql, paymentView, payments, type PaymentView } from "./charges.ts";
+import { admitOnCharge } from "./existing-charge.ts";
 import { foreign, type FinalRow, type Operation, type StepContext, type StepResult } from "./model.ts";
 import { changePayment } from "./payment-change.ts";
 import { idOf } from "./steps.ts";
@@ -97,28 +98,17 @@ export const cancelCharge: Operation<typeof CancelBody, { charge_id: string }> =
   prepare: ({ params }) => ({ columns: { charge_id: chargeIdOf(params) }, body: "", exclusive: chargeIdOf(params) }),
   // The charge locked and read as committed now: only an authorized charge is canceled.
   sql: (sql, mode) => ({
-    admit: sql`
-      target as (
-        select c.id, c.tenant, c.status, c.amount_cents, c.currency, c.processor_payment_id, c.created_at
-          from charges c
-         where (c.id, c.tenant) in (select r.charge_id, r.tenant from req r join lock l on l.n = r.n where l.got)
-         order by c.id
-           for update
-      ),
-      admit as (
-        select l.n,
-               case when t.id is null then ${CHARGE_NOT_FOUND}::text
+    admit: admitOnCharge(
+      sql,
+      sql`c.id, c.tenant, c.status, c.amount_cents, c.currency, c.processor_payment_id, c.created_at`,
+      sql`case when t.id is null then ${CHARGE_NOT_FOUND}::text
                     when t.status <> 'authorized' then ${NOT_AUTHORIZED}::text
                     when ${mode === "processor"} and t.processor_payment_id is null then ${NOT_AT_PROCESSOR}::text end as refusal,
                t.status as detail,
                jsonb_build_object('paymentId', t.processor_payment_id, 'authorizedCents', t.amount_cents, 'currency', t.currency,
                                   'createdAt', to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as resume,
-               ${chargeAnswerSql(sql, "canceled", null)} as answer
-          from lock l
-          join req r on r.n = l.n
-          left join target t on t.id = r.charge_id and t.tenant = r.tenant
-         where l.got
-      )`,
+               ${chargeAnswerSql(sql, "canceled", null)} as answer`,
+    ),
     write:
       mode === "ledger"
         ? sql`

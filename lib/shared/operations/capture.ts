@@ -16,6 +16,7 @@ import { OPERATION_PROBLEMS, problemJson, type ProblemSpec } from "../problem-ty
 import { mapCall, type CallResult, type ProcessorAdapter } from "../processor/client.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { Charge, chargeAnswerSql, paymentView, payments, type PaymentView } from "./charges.ts";
+import { admitOnCharge } from "./existing-charge.ts";
 import { foreign, type FinalRow, type Operation, type StepContext, type StepResult } from "./model.ts";
 import { changePayment } from "./payment-change.ts";
 import { idOf } from "./steps.ts";
@@ -118,29 +119,18 @@ export const captureCharge: Operation<typeof CaptureBody, { charge_id: string; a
   // The charge locked (one row per request; a statement holds one request per charge) and read
   // as committed now. Only an authorized charge is captured, up to its amount.
   sql: (sql, mode) => ({
-    admit: sql`
-      target as (
-        select c.id, c.tenant, c.status, c.amount_cents, c.currency, c.processor_payment_id, c.created_at
-          from charges c
-         where (c.id, c.tenant) in (select r.charge_id, r.tenant from req r join lock l on l.n = r.n where l.got)
-         order by c.id
-           for update
-      ),
-      admit as (
-        select l.n,
-               case when t.id is null then ${CHARGE_NOT_FOUND}::text
+    admit: admitOnCharge(
+      sql,
+      sql`c.id, c.tenant, c.status, c.amount_cents, c.currency, c.processor_payment_id, c.created_at`,
+      sql`case when t.id is null then ${CHARGE_NOT_FOUND}::text
                     when t.status <> 'authorized' then ${NOT_AUTHORIZED}::text
                     when ${mode === "processor"} and t.processor_payment_id is null then ${NOT_AT_PROCESSOR}::text
                     when r.amount_cents > t.amount_cents then ${TOO_MUCH}::text end as refusal,
                case when t.status <> 'authorized' then t.status else t.amount_cents::text end as detail,
                jsonb_build_object('paymentId', t.processor_payment_id, 'authorizedCents', t.amount_cents, 'currency', t.currency,
                                   'createdAt', to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as resume,
-               ${chargeAnswerSql(sql, "succeeded", sql`coalesce(r.amount_cents, t.amount_cents)`)} as answer
-          from lock l
-          join req r on r.n = l.n
-          left join target t on t.id = r.charge_id and t.tenant = r.tenant
-         where l.got
-      )`,
+               ${chargeAnswerSql(sql, "succeeded", sql`coalesce(r.amount_cents, t.amount_cents)`)} as answer`,
+    ),
     write:
       mode === "ledger"
         ? sql`

@@ -12,6 +12,7 @@ import { boundedStatement } from "../bounded-statement.ts";
 import { chargeRefundedPayload } from "../outbox-insert.ts";
 import { OPERATION_PROBLEMS, problemJson, STORED_PROBLEMS } from "../problem-types.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
+import { admitOnCharge } from "./existing-charge.ts";
 import { foreign, type FinalRow, type Operation } from "./model.ts";
 import { RefundResume, refundCalls, refundSteps, type RefundCalls } from "./refund-steps.ts";
 import { idOf } from "./steps.ts";
@@ -89,40 +90,28 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
       exclusive: chargeId,
     };
   },
-  // The charge row is locked (in id order, so that two statements locking several charges
-  // cannot deadlock) and read as committed now, not as of the statement's snapshot: SELECT …
-  // FOR UPDATE waits for a refund in flight and then sees its total. So what is left to refund
-  // is exact until the commit, whatever runs beside it (another API process, another batch,
-  // a resend); the check constraint on charges is the last guard. What is left is of what was
-  // captured (a manual charge's captured_cents, else its amount), less the refunds still
-  // pending at the processor: they are reserved. An authorized charge is not refundable. The charge's last_sequence
-  // numbers its events under the same lock, so sequences follow commit order. Through the
-  // processor, a charge the ledger took (before PAYMENT_PROCESSOR=stripe) has no payment there
-  // to refund, and the charge's payment goes into the key's resume.
+  // The charge row is locked and read as committed now (admitOnCharge): SELECT … FOR UPDATE
+  // waits for a refund in flight and then sees its total. So what is left to refund is exact
+  // until the commit, whatever runs beside it (another API process, another batch, a resend);
+  // the check constraint on charges is the last guard. What is left is of what was captured (a
+  // manual charge's captured_cents, else its amount), less the refunds still pending at the
+  // processor: they are reserved. An authorized charge is not refundable. The charge's
+  // last_sequence numbers its events under the same lock, so sequences follow commit order.
+  // Through the processor, a charge the ledger took (before PAYMENT_PROCESSOR=stripe) has no
+  // payment there to refund, and the charge's payment goes into the key's resume.
   sql: (sql, mode) => ({
-    admit: sql`
-      target as (
-        select c.id, c.tenant, c.status, c.processor_payment_id,
-               coalesce(c.captured_cents, c.amount_cents) - c.refunded_cents - c.pending_refund_cents as left_cents
-          from charges c
-         where (c.id, c.tenant) in (select r.charge_id, r.tenant from req r join lock l on l.n = r.n where l.got)
-         order by c.id
-           for update
-      ),
-      admit as (
-        select l.n,
-               case when t.id is null then ${CHARGE_NOT_FOUND}::text
+    admit: admitOnCharge(
+      sql,
+      sql`c.id, c.tenant, c.status, c.processor_payment_id,
+               coalesce(c.captured_cents, c.amount_cents) - c.refunded_cents - c.pending_refund_cents as left_cents`,
+      sql`case when t.id is null then ${CHARGE_NOT_FOUND}::text
                     when t.status <> 'succeeded' then ${NOT_REFUNDABLE}::text
                     when ${mode === "processor"} and t.processor_payment_id is null then ${NOT_AT_PROCESSOR}::text
                     when r.amount_cents > t.left_cents then ${EXCEEDS_CHARGE}::text end as refusal,
                t.left_cents::text as detail,
                jsonb_build_object('paymentId', t.processor_payment_id) as resume,
-               null::text as answer
-          from lock l
-          join req r on r.n = l.n
-          left join target t on t.id = r.charge_id and t.tenant = r.tenant
-         where l.got
-      )`,
+               null::text as answer`,
+    ),
     write:
       mode === "ledger"
         ? sql`
