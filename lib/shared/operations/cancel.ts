@@ -8,13 +8,13 @@
 // stored 5xx may take a new key), reading the payment first on a resume; phase 3 writes the
 // charge `canceled`, or back to `authorized` with the processor's refusal stored.
 import { Type as t, type Static } from "@sinclair/typebox";
-import { CHARGE, CHARGE_CANCELED } from "../../events.ts";
+import { CHARGE_CANCELED } from "../../events.ts";
 import type { Sql } from "../db.ts";
 import { OPERATION_PROBLEMS, problemJson, type ProblemSpec } from "../problem-types.ts";
 import { mapCall, type CallResult, type ProcessorAdapter } from "../processor/client.ts";
 import { checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { Charge, chargeAnswerSql, paymentView, payments, type PaymentView } from "./charges.ts";
-import { admitOnCharge } from "./existing-charge.ts";
+import { admitOnCharge, chargeChange, type ChargeChange } from "./existing-charge.ts";
 import { foreign, type FinalRow, type Operation, type StepContext, type StepResult } from "./model.ts";
 import { changePayment } from "./payment-change.ts";
 import { idOf } from "./steps.ts";
@@ -78,8 +78,13 @@ function final(outcome: "succeeded" | "refused", resume: CancelResume): FinalRow
   };
 }
 
-/** ChargeCanceled's data from the CTE `p` (id), as both modes write it. */
-const canceledPayload = (sql: Sql) => sql`json_build_object('chargeId', p.id)::text`;
+/** A cancel as its statements write it (chargeChange): the charge canceled, and ChargeCanceled. */
+const canceled = (sql: Sql): ChargeChange => ({
+  during: sql`'canceling'`,
+  done: sql`'canceled'`,
+  eventType: CHARGE_CANCELED,
+  payload: sql`json_build_object('chargeId', p.id)::text`,
+});
 
 const chargeIdOf = (params: Readonly<Record<string, string>>): string => params.id!.toLowerCase();
 
@@ -109,26 +114,8 @@ export const cancelCharge: Operation<typeof CancelBody, { charge_id: string }> =
                                   'createdAt', to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as resume,
                ${chargeAnswerSql(sql, "canceled", null)} as answer`,
     ),
-    write:
-      mode === "ledger"
-        ? sql`
-      p as (
-        update charges c set status = 'canceled', last_sequence = c.last_sequence + 1
-          from won w
-         where c.id = w.charge_id
-        returning w.n, c.id, c.last_sequence
-      ),
-      events as (
-        select p.n, ${CHARGE}::text as aggregate_type, p.id as aggregate_id, p.last_sequence as sequence,
-               ${CHARGE_CANCELED}::text as event_type, ${canceledPayload(sql)} as payload
-          from p
-      )`
-        : sql`
-      mark as (
-        update charges c set status = 'canceling' from won w where c.id = w.charge_id
-        returning w.n
-      ),
-      begun as (select n from mark)`,
+    // Ledger: the charge canceled and ChargeCanceled; phase 1: the charge canceling.
+    write: chargeChange(sql, canceled(sql), mode),
   }),
   refuse(reason, detail, { params }) {
     const chargeId = chargeIdOf(params);
@@ -160,20 +147,7 @@ export const cancelCharge: Operation<typeof CancelBody, { charge_id: string }> =
     // The canceling charge made canceled (with ChargeCanceled at its next sequence) or authorized again.
     finishSql: (sql: Sql) => ({
       columns: { charge_id: "uuid", succeeded: "boolean" },
-      write: sql`
-      p as (
-        update charges c
-           set status = case when w.succeeded then 'canceled' else 'authorized' end,
-               last_sequence = c.last_sequence + case when w.succeeded then 1 else 0 end
-          from won w
-         where c.id = w.charge_id and c.tenant = w.tenant and c.status = 'canceling'
-        returning w.n, c.id, c.last_sequence, w.succeeded
-      ),
-      events as (
-        select p.n, ${CHARGE}::text as aggregate_type, p.id as aggregate_id, p.last_sequence as sequence,
-               ${CHARGE_CANCELED}::text as event_type, ${canceledPayload(sql)} as payload
-          from p where p.succeeded
-      )`,
+      write: chargeChange(sql, canceled(sql), "finish"),
     }),
     exclusive: (resume) => resume.chargeId,
   }),

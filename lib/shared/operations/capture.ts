@@ -10,13 +10,13 @@
 // the charge `succeeded` with what the processor captured, or back to `authorized` with the
 // processor's refusal stored as a problem.
 import { Type as t, type Static } from "@sinclair/typebox";
-import { CHARGE, CHARGE_CAPTURED } from "../../events.ts";
+import { CHARGE_CAPTURED } from "../../events.ts";
 import type { Sql } from "../db.ts";
 import { OPERATION_PROBLEMS, problemJson, type ProblemSpec } from "../problem-types.ts";
 import { mapCall, type CallResult, type ProcessorAdapter } from "../processor/client.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { Charge, chargeAnswerSql, paymentView, payments, type PaymentView } from "./charges.ts";
-import { admitOnCharge } from "./existing-charge.ts";
+import { admitOnCharge, chargeChange, type ChargeChange } from "./existing-charge.ts";
 import { foreign, type FinalRow, type Operation, type StepContext, type StepResult } from "./model.ts";
 import { changePayment } from "./payment-change.ts";
 import { idOf } from "./steps.ts";
@@ -93,8 +93,14 @@ function final(outcome: "succeeded" | "refused", resume: CaptureResume): FinalRo
   };
 }
 
-/** ChargeCaptured's data from the CTE `p` (id, captured_cents), as both modes write it. */
-const capturedPayload = (sql: Sql) => sql`json_build_object('chargeId', p.id, 'capturedCents', p.captured_cents)::text`;
+/** A capture as its statements write it (chargeChange): the charge succeeded with what was captured, and ChargeCaptured. */
+const captured = (sql: Sql): ChargeChange => ({
+  during: sql`'capturing'`,
+  done: sql`'succeeded'`,
+  also: { column: sql`captured_cents`, ledger: sql`coalesce(w.amount_cents, c.amount_cents)`, finish: sql`w.captured_cents` },
+  eventType: CHARGE_CAPTURED,
+  payload: sql`json_build_object('chargeId', p.id, 'capturedCents', p.captured_cents)::text`,
+});
 
 /** The charge id of the route, lowercased: a UUID's case never makes another charge or another fingerprint. */
 const chargeIdOf = (params: Readonly<Record<string, string>>): string => params.id!.toLowerCase();
@@ -131,27 +137,8 @@ export const captureCharge: Operation<typeof CaptureBody, { charge_id: string; a
                                   'createdAt', to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as resume,
                ${chargeAnswerSql(sql, "succeeded", sql`coalesce(r.amount_cents, t.amount_cents)`)} as answer`,
     ),
-    write:
-      mode === "ledger"
-        ? sql`
-      p as (
-        update charges c
-           set status = 'succeeded', captured_cents = coalesce(w.amount_cents, c.amount_cents), last_sequence = c.last_sequence + 1
-          from won w
-         where c.id = w.charge_id
-        returning w.n, c.id, c.captured_cents, c.last_sequence
-      ),
-      events as (
-        select p.n, ${CHARGE}::text as aggregate_type, p.id as aggregate_id, p.last_sequence as sequence,
-               ${CHARGE_CAPTURED}::text as event_type, ${capturedPayload(sql)} as payload
-          from p
-      )`
-        : sql`
-      mark as (
-        update charges c set status = 'capturing' from won w where c.id = w.charge_id
-        returning w.n
-      ),
-      begun as (select n from mark)`,
+    // Ledger: the charge succeeded and ChargeCaptured; phase 1: the charge capturing.
+    write: chargeChange(sql, captured(sql), mode),
   }),
   refuse(reason, detail, { params }) {
     const chargeId = chargeIdOf(params);
@@ -188,21 +175,7 @@ export const captureCharge: Operation<typeof CaptureBody, { charge_id: string; a
     // The capturing charge made succeeded (with ChargeCaptured at its next sequence) or authorized again.
     finishSql: (sql: Sql) => ({
       columns: { charge_id: "uuid", succeeded: "boolean", captured_cents: "int" },
-      write: sql`
-      p as (
-        update charges c
-           set status = case when w.succeeded then 'succeeded' else 'authorized' end,
-               captured_cents = case when w.succeeded then w.captured_cents else c.captured_cents end,
-               last_sequence = c.last_sequence + case when w.succeeded then 1 else 0 end
-          from won w
-         where c.id = w.charge_id and c.tenant = w.tenant and c.status = 'capturing'
-        returning w.n, c.id, c.captured_cents, c.last_sequence, w.succeeded
-      ),
-      events as (
-        select p.n, ${CHARGE}::text as aggregate_type, p.id as aggregate_id, p.last_sequence as sequence,
-               ${CHARGE_CAPTURED}::text as event_type, ${capturedPayload(sql)} as payload
-          from p where p.succeeded
-      )`,
+      write: chargeChange(sql, captured(sql), "finish"),
     }),
     exclusive: (resume) => resume.chargeId,
   }),
