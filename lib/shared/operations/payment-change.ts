@@ -3,7 +3,7 @@
 // so a resumed key reads the payment first (an earlier holder's call may have gone through
 // with its answer lost), and a refusal because the payment moved on is settled by reading it.
 import type { CallResult } from "../processor/client.ts";
-import type { PaymentView } from "./charges.ts";
+import type { PaymentView } from "./charge-steps.ts";
 import type { StepResult } from "./model.ts";
 import { attemptOf, unknownAfter } from "./steps.ts";
 
