@@ -16,7 +16,7 @@ import { checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { paymentView, payments, type PaymentView } from "./charge-steps.ts";
 import { Charge, chargeAnswerSql } from "./charges.ts";
 import { admitOnCharge, chargeChange, type ChargeChange } from "./existing-charge.ts";
-import { foreign, type FinalRow, type Operation, type StepContext, type StepResult } from "./model.ts";
+import { foreign, PROCESSOR_REFUSALS, type FinalRow, type Operation, type StepContext, type StepResult } from "./model.ts";
 import { changePayment } from "./payment-change.ts";
 import { idOf } from "./steps.ts";
 
@@ -130,9 +130,7 @@ export const cancelCharge: Operation<typeof CancelBody, { charge_id: string }> =
   refusals: {
     "404": "Unknown charge, or another tenant's; the key stays unused",
     "422": "The key was used with another request (idempotency-key-reused), or the charge is not authorized (charge-not-cancelable: captured, canceled, failed, or captured at once; the key stays unused). With a processor, also its refusal (cancel-refused), stored under the key",
-    "502": "The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After)",
-    "503": "Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
-    "504": "The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After)",
+    ...PROCESSOR_REFUSALS,
   },
   foreign: foreign<Static<typeof CancelBody>, CancelResume, ReturnType<typeof cancels>>({
     columns: { charge_id: "uuid" },

@@ -18,7 +18,7 @@ import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { paymentView, payments, type PaymentView } from "./charge-steps.ts";
 import { Charge, chargeAnswerSql } from "./charges.ts";
 import { admitOnCharge, chargeChange, type ChargeChange } from "./existing-charge.ts";
-import { foreign, type FinalRow, type Operation, type StepContext, type StepResult } from "./model.ts";
+import { foreign, PROCESSOR_REFUSALS, type FinalRow, type Operation, type StepContext, type StepResult } from "./model.ts";
 import { changePayment } from "./payment-change.ts";
 import { idOf } from "./steps.ts";
 
@@ -154,9 +154,7 @@ export const captureCharge: Operation<typeof CaptureBody, { charge_id: string; a
   refusals: {
     "404": "Unknown charge, or another tenant's; the key stays unused",
     "422": "The key was used with another request (idempotency-key-reused), the charge is not authorized (charge-not-capturable: captured, canceled, failed, or captured at once), or the amount is more than authorized (capture-exceeds-authorized); the key stays unused for the latter two. With a processor, also its refusal (capture-refused), stored under the key",
-    "502": "The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After)",
-    "503": "Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
-    "504": "The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After)",
+    ...PROCESSOR_REFUSALS,
   },
   foreign: foreign<Static<typeof CaptureBody>, CaptureResume, ReturnType<typeof captures>>({
     columns: { charge_id: "uuid", amount_cents: "int" },

@@ -9,7 +9,7 @@ import { boundedStatement } from "../bounded-statement.ts";
 import { OPERATION_PROBLEMS, problemJson, STORED_PROBLEMS } from "../problem-types.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { ChargeResume, confirm, create, payments, type Payments } from "./charge-steps.ts";
-import { DEFAULT_SETTINGS, foreign, type FinalRow, type Fragment, type Operation, type OperationInput } from "./model.ts";
+import { DEFAULT_SETTINGS, foreign, PROCESSOR_REFUSALS, type FinalRow, type Fragment, type Operation, type OperationInput } from "./model.ts";
 import { idOf } from "./steps.ts";
 
 const Currency = (description: string) => t.String({ pattern: "^[a-z]{3}$", description });
@@ -157,9 +157,7 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   locationOf: (body) => `/charges/${idOf(body, "id")}`,
   refusals: {
     "402": "The payment processor declined the charge (card-declined, with declineCode): stored under the key and replayed",
-    "502": "The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After)",
-    "503": "Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
-    "504": "The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After)",
+    ...PROCESSOR_REFUSALS,
   },
   foreign: foreign<Static<typeof ChargeBody>, ChargeResume, Payments>({
     columns: { charge_id: "uuid", amount_cents: "int", currency: "text", created_at: "timestamptz" },

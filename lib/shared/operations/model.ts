@@ -122,6 +122,17 @@ export interface Operation<Schema extends TObject = TObject, Columns extends Rec
   readonly foreign?: ForeignDeclaration<Static<Schema>>;
 }
 
+/**
+ * What every operation through the payment processor documents among its `refusals` (spread
+ * there beside its own): the processor's outcome not known, answered with nothing stored so
+ * that the client retries with the same key, and the 503 whose causes include the processor.
+ */
+export const PROCESSOR_REFUSALS = {
+  "502": "The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After)",
+  "503": "Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
+  "504": "The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After)",
+} as const;
+
 /** The key's scope: the method and the route template, never a concrete path. */
 export function endpointOf(op: Pick<Operation, "method" | "path">): string {
   return `${op.method} ${op.path}`;

@@ -13,7 +13,7 @@ import { chargeRefundedPayload } from "../outbox-insert.ts";
 import { OPERATION_PROBLEMS, problemJson, STORED_PROBLEMS } from "../problem-types.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../schemas.ts";
 import { admitOnCharge } from "./existing-charge.ts";
-import { foreign, type FinalRow, type Operation } from "./model.ts";
+import { foreign, PROCESSOR_REFUSALS, type FinalRow, type Operation } from "./model.ts";
 import { RefundResume, refundCalls, refundSteps, type RefundCalls } from "./refund-steps.ts";
 import { idOf } from "./steps.ts";
 
@@ -162,9 +162,7 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   refusals: {
     "404": "Unknown charge, or another tenant's; the key stays unused",
     "422": "The key was used with another request (idempotency-key-reused), the refund is more than the charge has left (refund-exceeds-charge, with leftCents), or the charge has not succeeded (charge-not-refundable); the key stays unused for the latter two. With a processor, also its refusal (refund-refused), stored under the key",
-    "502": "The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After)",
-    "503": "Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After",
-    "504": "The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After)",
+    ...PROCESSOR_REFUSALS,
   },
   foreign: foreign<Static<typeof RefundBody>, RefundResume, RefundCalls>({
     columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", created_at: "timestamptz" },
