@@ -5,7 +5,7 @@ import postgres from "postgres";
 import { loadConfig } from "../lib/shared/config.ts";
 import type { Sql, Tx } from "../lib/shared/db.ts";
 import { silentLogger } from "../lib/shared/log.ts";
-import { claimFollowers, claimHeads, batchSettings, markPublished, type OutboxRow } from "../lib/relay/outbox-sql.ts";
+import { claimFollowers, claimHeads, claimHeadsUnbounded, batchSettings, markPublished, type OutboxRow } from "../lib/relay/outbox-sql.ts";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import { freshDatabase } from "../testkit/services.ts";
 
@@ -145,6 +145,27 @@ test("a claim from the frontier starts its index scan there: no row before it is
     expect(scan).toMatchObject({ "Node Type": "Index Scan", "Actual Rows": 0 });
     expect(scan["Index Cond"]).toContain("created_at >=");
   }
+});
+
+test("a claim from the frontier without a window walks outbox_due_idx once, from there", async () => {
+  const [{ frontier } = { frontier: "" }] = await db.sql<{ frontier: string }[]>`
+    select to_char((now() + interval '1 minute') at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as frontier`;
+  const { sql, statements } = recordingPool();
+  try {
+    const { heads } = await sql.begin(async (tx) => {
+      await batchSettings(tx);
+      return claimHeadsUnbounded(tx, 50, frontier);
+    });
+    expect(heads).toHaveLength(0);
+  } finally {
+    await sql.end();
+  }
+  const claim = statements.find((s) => /for update skip locked/i.test(s.query) && /created_at >=/i.test(s.query));
+  expect(claim).toBeDefined();
+  const scans = scansOf(await explain(claim!, batchSettings), "outbox").filter((scan) => scan["Index Name"] === "outbox_due_idx");
+  expect(scans).toHaveLength(1);
+  expect(scans[0]).toMatchObject({ "Node Type": "Index Scan", "Actual Rows": 0 });
+  expect(scans[0]!["Index Cond"]).toContain("created_at >=");
 });
 
 test("a batch's transaction plans on the indexes and commits without waiting for its WAL flush", async () => {

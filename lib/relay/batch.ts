@@ -6,7 +6,7 @@
 // the commit leaves every row pending, so the worst case is a second delivery, never a loss.
 import type { Sql, Tx } from "../shared/db.ts";
 import { transaction } from "../shared/tx.ts";
-import { claimFollowers, claimHeads, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
+import { claimFollowers, claimHeads, claimHeadsUnbounded, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
 import type { GcPacer } from "../shared/gc-pacer.ts";
 import type { ClaimFrontier, ClaimLock, HeadLimit, WindowSize } from "./claim-lock.ts";
@@ -106,8 +106,12 @@ async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: Ou
   // back to its end, so the next claims walked the same locked rows, each a transaction for
   // nothing, once a second.
   const walk = turn.window.of(limit) + (from === undefined ? turn.window.held : turn.frontier.overlap);
-  const [, { heads, window }] = await Promise.all([batchSettings(tx), claimHeads(tx, headLimit, from, walk)]);
-  if (window.end !== undefined) turn.window.claimed(walk, window.firstEvents, heads.length);
+  // A backlog of ChargeCreated rows, claimed from the frontier, needs no window: none of its
+  // rows costs a probe, so nothing bounds the walk but the heads it is after (claimHeadsUnbounded).
+  // The claim from the top, at least once a second, walks a window again and looks anew.
+  const unbounded = from !== undefined && turn.window.unbounded;
+  const [, { heads, window }] = await Promise.all([batchSettings(tx), unbounded ? claimHeadsUnbounded(tx, headLimit, from) : claimHeads(tx, headLimit, from, walk)]);
+  if (!unbounded && window.end !== undefined) turn.window.claimed(walk, window.firstEvents, heads.length);
   // Stopped at its head limit, the walk ended at its last head: the next claim starts there.
   // Otherwise it walked the whole window, and the next starts where that ended.
   const stopped = heads.length === headLimit;
@@ -128,6 +132,7 @@ async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: Ou
   // backlog of chains take full claims of heads again (else they kept taking the few heads that
   // left room for that backlog's followers: 14k against 27k rows/s, run V's first form).
   if (more) turn.heads.claimed(limit, heads.length, followers.length);
+  turn.window.walked(full && window.rows === window.firstEvents && followers.length === 0);
   return { rows: followers.length > 0 ? [...heads, ...followers] : heads, heads: heads.length, full, fromTop: from === undefined };
 }
 

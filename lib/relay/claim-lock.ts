@@ -106,6 +106,14 @@ export interface WindowSize {
   hold(rows: number): void;
   /** A full window of `walk` rows held `firstEvents` ChargeCreated rows, of which the claim took `heads`. */
   claimed(walk: number, firstEvents: number, heads: number): void;
+  /**
+   * Whether the next claim from the frontier may walk without a window (outbox-sql.ts
+   * claimHeadsUnbounded): the last claim was full, every row it walked a ChargeCreated it
+   * could take, and no window had to widen past another relay's locks.
+   */
+  readonly unbounded: boolean;
+  /** A claim ended: full, walking only ChargeCreated rows and finding no followers, or not. */
+  walked(onlyFirstEvents: boolean): void;
 }
 
 // Windows grow to this many times the claim at most: past the claims of the other relays' lanes.
@@ -114,6 +122,7 @@ const MAX_WINDOW_FACTOR = 8;
 export function createWindowSize(): WindowSize {
   let factor = 1;
   let held = 0;
+  let unbounded = false;
   return {
     of: (limit) => limit * factor,
     get held() {
@@ -126,6 +135,12 @@ export function createWindowSize(): WindowSize {
       // ChargeCreated rows it did not take are locked; those this relay's lanes hold are no reason to look further.
       const heldElsewhere = firstEvents - heads - held > walk / 2;
       factor = heldElsewhere ? Math.min(MAX_WINDOW_FACTOR, factor * 2) : Math.max(1, factor / 2);
+    },
+    get unbounded() {
+      return unbounded;
+    },
+    walked(onlyFirstEvents) {
+      unbounded = onlyFirstEvents && factor === 1;
     },
   };
 }

@@ -67,6 +67,24 @@ function dueWindow(tx: Db, walk: number, from: string | undefined) {
     order by created_at limit ${walk}`;
 }
 
+// The due heads from `from` (or the top of the pending index), as OutboxRow's fields: a head is
+// its aggregate's oldest unpublished event (claimHeads says why and what it costs).
+function dueHeads(tx: Db, from: string | undefined) {
+  return tx`
+    select id, ctid::text as tid, aggregate_id as "aggregateId", aggregate_type as "aggregateType", sequence,
+           tenant, event_type as "eventType", payload, releases, traceparent,
+           to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"
+    from outbox o
+    where published_at is null
+      and parked_at is null
+      and (next_attempt_at is null or next_attempt_at <= now())
+      ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
+      and (sequence = 1 or not exists (
+        select 1 from outbox p
+        where p.aggregate_id = o.aggregate_id and p.aggregate_type = o.aggregate_type
+          and p.sequence < o.sequence and p.published_at is null))`;
+}
+
 export interface ClaimWindow {
   /** The due rows in the window (at most `walk`), locked or not. */
   readonly rows: number;
@@ -114,25 +132,35 @@ export async function claimHeads(tx: Db, limit: number, from?: string, walk: num
            case when b.n = ${walk} then to_char(b.last at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') end as "windowEnd",
            h.*
     from b left join lateral (
-      select id, ctid::text as tid, aggregate_id as "aggregateId", aggregate_type as "aggregateType", sequence,
-             tenant, event_type as "eventType", payload, releases, traceparent,
-             to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as "createdAt"
-      from outbox o
-      where published_at is null
-        and parked_at is null
-        and (next_attempt_at is null or next_attempt_at <= now())
-        ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
+      ${dueHeads(tx, from)}
         and created_at <= case when b.n = ${walk} then b.last else 'infinity' end
-        and (sequence = 1 or not exists (
-          select 1 from outbox p
-          where p.aggregate_id = o.aggregate_id and p.aggregate_type = o.aggregate_type
-            and p.sequence < o.sequence and p.published_at is null))
       order by created_at
       limit ${limit}
       for update skip locked) as h on true`.execute();
   const first = rows[0];
   const window: ClaimWindow = { rows: first?.windowRows ?? 0, firstEvents: first?.windowFirstEvents ?? 0, end: first?.windowEnd ?? undefined };
   return { heads: first?.id == null ? [] : rows, window };
+}
+
+/**
+ * claimHeads without a window: the heads among the due rows from `from`, `limit` at most,
+ * oldest first, the walk going on until it has them. What the relay claims with from the
+ * frontier while its last claims found nothing but ChargeCreated rows (sequence 1, each a head
+ * without a probe) and no other relay's locks (claim-lock.ts ClaimShape): the window's bound is
+ * for walks that pass rows that are no heads, and walking the window a second time for its
+ * figures cost a claim of 10 rows 0.86x the drain rate of the claim before windows (1ff5455,
+ * bench/README.md, "Relay drain at small batches"). Its figures are the claim's own: every row
+ * it took is a row of its walk.
+ */
+export async function claimHeadsUnbounded(tx: Db, limit: number, from: string): Promise<ClaimedHeads> {
+  const heads = await tx<OutboxRow[]>`
+    ${dueHeads(tx, from)}
+    order by created_at
+    limit ${limit}
+    for update skip locked`.execute();
+  let firstEvents = 0;
+  for (const head of heads) if (head.sequence === 1) firstEvents++;
+  return { heads, window: { rows: heads.length, firstEvents, end: heads.length === limit ? heads.at(-1)?.createdAt : undefined } };
 }
 
 /**
