@@ -12,6 +12,15 @@ import { authEnv, authHeaders } from "../testkit/auth.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { createReadiness, READY_MAX_AGE_MS } from "../lib/api/readiness.ts";
+import { createAdmission } from "../lib/api/admission.ts";
+import { createAuthenticator } from "../lib/api/auth.ts";
+import { createApiMetrics } from "../lib/api/metrics.ts";
+import { createIdempotencyCore } from "../lib/api/core/service.ts";
+import { createApiHandler } from "../lib/api/http/pipeline.ts";
+import { SCHEMAS } from "../lib/api/routes.ts";
+import { loadConfig } from "../lib/shared/config.ts";
+import { createSql } from "../lib/shared/db.ts";
+import { silentLogger } from "../lib/shared/log.ts";
 
 setDefaultTimeout(60_000);
 
@@ -49,6 +58,41 @@ describe("per-tenant rate limit", () => {
     } finally {
       await api.close();
       await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
+    }
+  });
+
+  test("a refusal is sent API_RATE_LIMIT_HOLD_MS late and held out of API_MAX_IN_FLIGHT: another tenant is served meanwhile", async () => {
+    // A client that never waits for Retry-After gets one refusal per connection per hold, so
+    // its refusals cannot take the CPU; and the refusals it holds do not count in flight, so
+    // they do not turn another tenant away with a 503. The longest hold, so that the other tenant's answers
+    // come within it however loaded the machine.
+    const HOLD_MS = 1000;
+    const config = loadConfig({ DATABASE_URL: db.url, ...authEnv(), API_RATE_LIMIT: "1", API_RATE_BURST: "4", API_MAX_IN_FLIGHT: "4", API_RATE_LIMIT_HOLD_MS: String(HOLD_MS) });
+    const admission = createAdmission(config.admission);
+    const sql = createSql(db.url, { max: 4 });
+    const deps = { sql, core: createIdempotencyCore(sql, { ttlSeconds: 60 }), auth: createAuthenticator(config.auth), log: silentLogger, counters: createApiMetrics(), admission, readiness: createReadiness() };
+    const handle = createApiHandler(SCHEMAS, deps);
+    const get = (headers: Record<string, string>) => handle(new Request(`http://localhost/charges/${UNKNOWN}`, { headers }));
+    const [a, b] = [await authHeaders("tenant-a"), await authHeaders("tenant-b")];
+    try {
+      // Tenant a spends its burst; tenant b keeps its own.
+      expect((await Promise.all(Array.from({ length: 4 }, () => get(a)))).map((r) => r.status)).toEqual([404, 404, 404, 404]);
+      const sent = performance.now();
+      const refused = Array.from({ length: 3 }, () => get(a).then((res) => ({ res, ms: performance.now() - sent })));
+      // Held, and every answer so far counted out of flight (that happens once it has left).
+      await waitUntil(() => admission.held === 3 && admission.inFlight === 0, HOLD_MS, "the three refusals held, none in flight");
+      // As many requests in flight as API_MAX_IN_FLIGHT, while the three are held.
+      const others = await Promise.all(Array.from({ length: 4 }, () => get(b)));
+      const othersMs = performance.now() - sent;
+      for (const { res, ms } of await Promise.all(refused)) {
+        await expectProblem(res, 429, "rate-limited");
+        expect(ms).toBeGreaterThanOrEqual(HOLD_MS - 1);
+      }
+      expect(others.map((r) => r.status)).toEqual([404, 404, 404, 404]);
+      expect(othersMs).toBeLessThan(HOLD_MS);
+      expect(admission.inFlight).toBe(0);
+    } finally {
+      await sql.end();
     }
   });
 

@@ -26,12 +26,13 @@ test("defaults are the README's (Configuration)", () => {
 
 test("admission: 10,000 requests a second per tenant with a burst of one second, 1,000 in flight, no operator port, by default; frozen", () => {
   const admission = loadConfig({}).admission;
-  expect(admission).toEqual({ rateLimitPerS: 10_000, rateBurst: 10_000, maxInFlight: 1000, operatorPort: undefined, operatorHost: "127.0.0.1" });
+  expect(admission).toEqual({ rateLimitPerS: 10_000, rateBurst: 10_000, maxInFlight: 1000, refusalHoldMs: 250, operatorPort: undefined, operatorHost: "127.0.0.1" });
   expect(Object.isFrozen(admission)).toBe(true);
   // The burst follows the rate unless set; 0 turns the limit off.
   expect(loadConfig({ API_RATE_LIMIT: "50" }).admission).toMatchObject({ rateLimitPerS: 50, rateBurst: 50 });
   expect(loadConfig({ API_RATE_LIMIT: "0" }).admission).toMatchObject({ rateLimitPerS: 0, rateBurst: 1 });
   expect(loadConfig({ API_RATE_LIMIT: "50", API_RATE_BURST: "200" }).admission).toMatchObject({ rateBurst: 200 });
+  expect(loadConfig({ API_RATE_LIMIT_HOLD_MS: "0" }).admission).toMatchObject({ refusalHoldMs: 0 });
   expect(loadConfig({ OPERATOR_PORT: "9464", OPERATOR_HOST: "0.0.0.0" }).admission).toMatchObject({ operatorPort: 9464, operatorHost: "0.0.0.0" });
 });
 
@@ -125,6 +126,9 @@ test.each([
   ["API_RATE_LIMIT", "10/s"],
   ["API_RATE_BURST", "0"],
   ["API_MAX_IN_FLIGHT", "0"],
+  // Longer than the smallest Retry-After it announces.
+  ["API_RATE_LIMIT_HOLD_MS", "1001"],
+  ["API_RATE_LIMIT_HOLD_MS", "-1"],
   ["OPERATOR_PORT", "70000"],
   ["OPERATOR_PORT", "3000"],
   ["OPERATOR_HOST", "a host"],

@@ -5,6 +5,10 @@
 import type { AdmissionConfig } from "../shared/config.ts";
 
 const MS_PER_S = 1000;
+// Refusals held at once at most (API_RATE_LIMIT_HOLD_MS); past it, the next is sent at once. A
+// held refusal is a timer and an open socket, not a request in flight (it is counted out of
+// API_MAX_IN_FLIGHT first): this bounds what a client with many connections can park here.
+const MAX_HELD_REFUSALS = 4096;
 // Tenants whose bucket is remembered at most; past it, the full (idle) buckets are dropped: a
 // full bucket is what a tenant that was never seen gets anyway.
 const MAX_BUCKETS = 100_000;
@@ -19,6 +23,13 @@ export type Admitted = { readonly ok: true } | { readonly ok: false; readonly re
 export interface Admission {
   /** Takes one token of `tenant`'s bucket, or says how long until one is there. */
   take(tenant: string): Admitted;
+  /**
+   * Resolves once a refusal may be sent: after API_RATE_LIMIT_HOLD_MS, or at once when that is
+   * 0 or MAX_HELD_REFUSALS are already held.
+   */
+  holdRefusal(): Promise<void>;
+  /** Refusals held now. */
+  readonly held: number;
   /** Counts a request in; false when API_MAX_IN_FLIGHT are already in (nothing counted then). */
   enter(): boolean;
   /** Counts an entered request out. */
@@ -27,12 +38,14 @@ export interface Admission {
 }
 
 const ADMITTED: Admitted = { ok: true };
+const RELEASED: Promise<void> = Promise.resolve();
 
 export function createAdmission(config: AdmissionConfig, now: () => number = performance.now.bind(performance)): Admission {
   const buckets = new Map<string, Bucket>();
   const rate = config.rateLimitPerS / MS_PER_S; // tokens per ms
   const burst = config.rateBurst;
   let inFlight = 0;
+  let held = 0;
   const sweep = (at: number) => {
     for (const [tenant, bucket] of buckets) if (bucket.tokens + (at - bucket.at) * rate >= burst) buckets.delete(tenant);
   };
@@ -56,6 +69,16 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
       // Whole seconds (RFC 9110 §10.2.3), at least one.
       return { ok: false, retryAfterS: Math.max(1, Math.ceil((1 - bucket.tokens) / rate / MS_PER_S)) };
     },
+    holdRefusal() {
+      if (config.refusalHoldMs === 0 || held >= MAX_HELD_REFUSALS) return RELEASED;
+      held++;
+      return new Promise<void>((resolve) =>
+        setTimeout(() => {
+          held--;
+          resolve();
+        }, config.refusalHoldMs),
+      );
+    },
     enter() {
       if (inFlight >= config.maxInFlight) return false;
       inFlight++;
@@ -66,6 +89,9 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
     },
     get inFlight() {
       return inFlight;
+    },
+    get held() {
+      return held;
     },
   };
 }

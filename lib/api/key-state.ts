@@ -4,7 +4,7 @@
 import { parseIdempotencyKey } from "./core/keys.ts";
 import { keyStateView, readKeyRows } from "./core/key-state.ts";
 import { OPERATIONS } from "../shared/operations/index.ts";
-import { keyHash } from "../shared/redact.ts";
+import { keyHashField } from "../shared/redact.ts";
 import { problemResponse } from "./problem.ts";
 import type { RequestContext } from "./http/context.ts";
 
@@ -16,7 +16,7 @@ export const KEY_STATE_PATH = "/charges/idempotency-key";
 export async function keyStateHandler(ctx: Pick<RequestContext, "request" | "tenant" | "deps" | "fields">): Promise<Response> {
   const parsed = parseIdempotencyKey(ctx.request.headers.get("idempotency-key"));
   if (!parsed.ok) return problemResponse("invalidKey", parsed.reason);
-  ctx.fields.keyHash = keyHash(parsed.key);
+  ctx.fields.keyHash = keyHashField(parsed.key);
   const rows = await ctx.deps.core.read((sql, endsAt) => readKeyRows(sql, ctx.tenant, parsed.key, endsAt));
   const view = keyStateView(parsed.key, OPERATIONS, rows);
   // Never cached by a shared cache: the answer is the tenant's and changes as the key does.

@@ -9,6 +9,8 @@ export interface AdmissionConfig {
   readonly rateBurst: number;
   /** API_MAX_IN_FLIGHT: /charges requests one process serves at once; past it, 503 at once. */
   readonly maxInFlight: number;
+  /** API_RATE_LIMIT_HOLD_MS: how long a 429 is held before it is sent; 0 = at once. */
+  readonly refusalHoldMs: number;
   /** OPERATOR_PORT: /healthz, /readyz, /metrics, /openapi.json and /docs on a port of their own. */
   readonly operatorPort: number | undefined;
   readonly operatorHost: string;
@@ -24,6 +26,13 @@ const MAX_RATE_LIMIT_PER_S = 1_000_000;
 // promise, so 1,000 of them are a few MiB, not an unbounded queue.
 export const DEFAULT_MAX_IN_FLIGHT = 1000;
 const MAX_IN_FLIGHT = 1_000_000;
+// A 429 is sent this long after the request came: a client that waits its Retry-After (at
+// least a second) loses nothing, and one that never waits makes at most four refused requests
+// a second per connection, not thousands, so its refusals cannot take the CPU the other
+// tenants' requests need (bench/README.md, "a tenant at its limit").
+export const DEFAULT_REFUSAL_HOLD_MS = 250;
+// Under the smallest Retry-After: a held refusal never outlasts the wait it announces.
+const MAX_REFUSAL_HOLD_MS = 1000;
 
 export function admissionConfig(env: Env): AdmissionConfig {
   const rateLimitPerS = integer(env, "API_RATE_LIMIT", DEFAULT_RATE_LIMIT_PER_S, 0, MAX_RATE_LIMIT_PER_S);
@@ -39,6 +48,7 @@ export function admissionConfig(env: Env): AdmissionConfig {
     rateLimitPerS,
     rateBurst,
     maxInFlight: integer(env, "API_MAX_IN_FLIGHT", DEFAULT_MAX_IN_FLIGHT, 1, MAX_IN_FLIGHT),
+    refusalHoldMs: integer(env, "API_RATE_LIMIT_HOLD_MS", DEFAULT_REFUSAL_HOLD_MS, 0, MAX_REFUSAL_HOLD_MS),
     operatorPort,
     // Loopback by default: the operator's endpoints are not the public's.
     operatorHost: host(env, "OPERATOR_HOST", "127.0.0.1"),

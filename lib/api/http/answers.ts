@@ -4,7 +4,7 @@
 // contract), the key's syntax (400), then the core, whose outcome is answered by one
 // exhaustive switch.
 import type { Static } from "@sinclair/typebox";
-import { keyHash } from "../../shared/redact.ts";
+import { keyHashField } from "../../shared/redact.ts";
 import { parseIdempotencyKey } from "../core/keys.ts";
 import { preferredWait } from "../core/prefer.ts";
 import { endpointOf, type Operation } from "../../shared/operations/model.ts";
@@ -52,7 +52,7 @@ function heard(ctx: RequestContext, endpoint: string, outcome: Outcome, key: str
   try {
     ctx.deps.counters.countOutcome(endpoint, outcome.kind);
     ctx.fields.outcome = outcome.kind;
-    ctx.fields.keyHash = keyHash(key);
+    ctx.fields.keyHash = keyHashField(key);
   } catch (error) {
     ctx.deps.log.error("outcome bookkeeping failed", { error: String(error) });
   }

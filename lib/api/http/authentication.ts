@@ -1,6 +1,7 @@
 // The bearer token of the /charges routes, as an Elysia plugin: a group that `use`s it gets
 // `tenant` in its context (derive, scoped to that group), or the request is answered 401 (503
-// when the key set cannot be fetched), or 429 when the tenant is past its rate (admission.ts),
+// when the key set cannot be fetched), or 429 when the tenant is past its rate (admission.ts;
+// sent API_RATE_LIMIT_HOLD_MS late, so a client that ignores Retry-After cannot flood),
 // before anything else of it is read: derive runs before the routes' own transform, where
 // their body is read (routes.ts). The verification itself is auth.ts's.
 import { Elysia, status } from "elysia";
@@ -16,7 +17,15 @@ export function authentication(context: RequestContextPlugin) {
       const verdict = await authenticate(deps, trail, request);
       if (typeof verdict !== "string") return status(verdict.status, trail.answer(verdict));
       const admitted = deps.admission.take(verdict);
-      if (!admitted.ok) return status(429, trail.answer(rateLimited(admitted.retryAfterS)));
+      if (!admitted.ok) {
+        // Held, the refusal is no request in flight: it must not crowd out admitted ones (in-flight.ts).
+        if (trail.admitted) {
+          trail.admitted = false;
+          deps.admission.leave();
+        }
+        await deps.admission.holdRefusal();
+        return status(429, trail.answer(rateLimited(admitted.retryAfterS)));
+      }
       return { tenant: verdict };
     });
 }

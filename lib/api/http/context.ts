@@ -36,7 +36,8 @@ export interface LogFields {
   tenant?: string;
   authFailure?: string;
   outcome?: OutcomeKind;
-  keyHash?: string;
+  /** The key's keyHash, made when the line is written (redact.ts keyHashField). */
+  keyHash?: { toJSON(): string };
   /** What made a 5xx: the database away, a time bound tripped, or a bug. */
   error?: string;
 }
