@@ -121,51 +121,41 @@ test(`the relay's claim walks outbox_due_idx: none of ${PARKED} parked rows is r
   for (const probe of probes) expect(probe["Index Name"] ?? probe.Plans?.[0]?.["Index Name"]).toBe("outbox_aggregate_hash_idx");
 });
 
-test("a claim from the frontier starts its index scan there: no row before it is read", async () => {
-  // The due rows were created when the data was set up: a frontier a minute later is past them all.
+/**
+ * The scans of outbox_due_idx in the plan of the claim `claim` sends from a frontier a minute
+ * past every due row (the rows were created when the data was set up), after checking that it
+ * claimed nothing.
+ */
+async function scansFromFrontier(claim: (tx: Sql | Tx, frontier: string) => Promise<readonly unknown[]>): Promise<PlanNode[]> {
   const [{ frontier } = { frontier: "" }] = await db.sql<{ frontier: string }[]>`
     select to_char((now() + interval '1 minute') at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as frontier`;
   const { sql, statements } = recordingPool();
   try {
     const claimed = await sql.begin(async (tx) => {
       await batchSettings(tx);
-      return claimBatch(tx, 50, frontier);
+      return claim(tx, frontier);
     });
     expect(claimed).toHaveLength(0);
   } finally {
     await sql.end();
   }
-  const claim = statements.find((s) => /for update skip locked/i.test(s.query) && /created_at >=/i.test(s.query));
-  expect(claim).toBeDefined();
-  const plan = await explain(claim!, batchSettings);
-  // The window's bound and the heads: both start at the frontier.
-  const scans = scansOf(plan, "outbox").filter((scan) => scan["Index Name"] === "outbox_due_idx");
-  expect(scans).toHaveLength(2);
+  const statement = statements.find((s) => /for update skip locked/i.test(s.query) && /created_at >=/i.test(s.query));
+  expect(statement).toBeDefined();
+  const scans = scansOf(await explain(statement!, batchSettings), "outbox").filter((scan) => scan["Index Name"] === "outbox_due_idx");
   for (const scan of scans) {
     expect(scan).toMatchObject({ "Node Type": "Index Scan", "Actual Rows": 0 });
     expect(scan["Index Cond"]).toContain("created_at >=");
   }
+  return scans;
+}
+
+test("a claim from the frontier starts its index scan there: no row before it is read", async () => {
+  // The window's bound and the heads: both start at the frontier.
+  expect(await scansFromFrontier((tx, frontier) => claimBatch(tx, 50, frontier))).toHaveLength(2);
 });
 
 test("a claim from the frontier without a window walks outbox_due_idx once, from there", async () => {
-  const [{ frontier } = { frontier: "" }] = await db.sql<{ frontier: string }[]>`
-    select to_char((now() + interval '1 minute') at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as frontier`;
-  const { sql, statements } = recordingPool();
-  try {
-    const { heads } = await sql.begin(async (tx) => {
-      await batchSettings(tx);
-      return claimHeadsUnbounded(tx, 50, frontier);
-    });
-    expect(heads).toHaveLength(0);
-  } finally {
-    await sql.end();
-  }
-  const claim = statements.find((s) => /for update skip locked/i.test(s.query) && /created_at >=/i.test(s.query));
-  expect(claim).toBeDefined();
-  const scans = scansOf(await explain(claim!, batchSettings), "outbox").filter((scan) => scan["Index Name"] === "outbox_due_idx");
-  expect(scans).toHaveLength(1);
-  expect(scans[0]).toMatchObject({ "Node Type": "Index Scan", "Actual Rows": 0 });
-  expect(scans[0]!["Index Cond"]).toContain("created_at >=");
+  expect(await scansFromFrontier(async (tx, frontier) => (await claimHeadsUnbounded(tx, 50, frontier)).heads)).toHaveLength(1);
 });
 
 test("a batch's transaction plans on the indexes and commits without waiting for its WAL flush", async () => {
