@@ -22,8 +22,7 @@ if (!ref) {
 }
 // Rounded up to even: which checkout goes first alternates, and the first ledger run of a pair
 // follows the last pair's processor runs (400 connections' calls still draining); an odd count
-// gave one order an extra say in the median (2026-12-03: this-first pairs 0.82-0.96,
-// before-first 1.02-1.03, 3 against 2).
+// gave one order an extra say in the median (bench/README.md, issue 38's row).
 const [pairs, seconds] = [2 * Math.ceil(Number(pairsArg ?? 4) / 2), Number(secondsArg ?? 10)];
 // BENCH_PRIVATE_POSTGRES=1: a Postgres of the bench's own (the machine's may be full of others' connections).
 const own = process.env.BENCH_PRIVATE_POSTGRES === "1" ? await privatePostgres() : undefined;

@@ -317,8 +317,8 @@ test("a backlog at a small OUTBOX_BATCH_SIZE is claimed in claims of the cap, ea
 
 test("a ChargeCreated backlog is claimed from the frontier without a window, which only the claims from the top walk", async () => {
   // The window bounds a walk past rows that are no heads (a chain in flight); a backlog of
-  // ChargeCreated rows has none, and walking a window a second time for its figures cost a
-  // claim of 10 rows 0.86x 1ff5455's drain (bench/README.md). The claim from the top, the
+  // ChargeCreated rows has none, and walking a window a second time for its figures made small
+  // claims slower than 1ff5455's (bench/README.md). The claim from the top, the
   // first and one a second, still walks its window and so notices a backlog of another shape.
   const rows = await insertPending(db.sql, 2000);
   const claims: string[] = [];

@@ -148,9 +148,8 @@ export async function claimHeads(tx: Db, limit: number, from?: string, walk: num
  * frontier while its last claims found nothing but ChargeCreated rows (sequence 1, each a head
  * without a probe) and no other relay's locks (claim-lock.ts ClaimShape): the window's bound is
  * for walks that pass rows that are no heads, and walking the window a second time for its
- * figures cost a claim of 10 rows 0.86x the drain rate of the claim before windows (1ff5455,
- * bench/README.md, "Relay drain at small batches"). Its figures are the claim's own: every row
- * it took is a row of its walk.
+ * figures made small claims slower than the claim before windows (1ff5455; bench/README.md,
+ * "Small batches"). Its figures are the claim's own: every row it took is a row of its walk.
  */
 export async function claimHeadsUnbounded(tx: Db, limit: number, from: string): Promise<ClaimedHeads> {
   const heads = await tx<OutboxRow[]>`

@@ -37,9 +37,9 @@ const MAX_ASK_PAUSE_MS = 60_000;
 // The first pause after a failed call (then doubling to MAX_ASK_PAUSE_MS).
 const API_MIN_PAUSE_MS = 1000;
 // A sweep that asked GAPS_PER_RUN gaps may have left more: it asks the next at once, for up to
-// this long, rather than 200 a sweep interval. After a lost session with ~1,800 gaps, 200 a
-// second filled them slower than the gap timeout (15 s in chaos 17) ran out, and ~100 were
-// skipped. Bounded, so the sweep's releases of the gaps past their timeout still come.
+// this long, rather than one batch a sweep interval, which after a lost session with thousands
+// of gaps filled them slower than the gap timeout ran out (chaos 17). Bounded, so the sweep's
+// releases of the gaps past their timeout still come.
 const FILL_RUN_MAX_MS = 5000;
 
 interface Asked {
@@ -107,9 +107,9 @@ export class GapFiller {
 
   /**
    * The gap is being asked: its next ask waits a pause that doubles while it stays at the same
-   * place. Recorded only for the gaps a batch takes: recorded for every gap scanned (2,000), the
-   * ones past the batch (200) were paused without being asked, longer each sweep, and after a
-   * lost session some waited past the gap timeout unasked (chaos 17).
+   * place. Recorded only for the gaps a batch takes: recorded for every gap scanned, the ones
+   * past the batch were paused without being asked, longer each sweep, and after a lost
+   * session some waited past the gap timeout unasked (chaos 17).
    */
   private recordAsked(gap: Gap): void {
     const key = gap.place.aggregateId;
