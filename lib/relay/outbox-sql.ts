@@ -146,7 +146,7 @@ export async function claimHeads(tx: Db, limit: number, from?: string, walk: num
  * claimHeads without a window: the heads among the due rows from `from`, `limit` at most,
  * oldest first, the walk going on until it has them. What the relay claims with from the
  * frontier while its last claims found nothing but ChargeCreated rows (sequence 1, each a head
- * without a probe) and no other relay's locks (claim-lock.ts ClaimShape): the window's bound is
+ * without a probe) and no other relay's locks (claim-lock.ts WindowSize.unbounded): the window's bound is
  * for walks that pass rows that are no heads, and walking the window a second time for its
  * figures made small claims slower than the claim before windows (1ff5455; bench/README.md,
  * "Small batches"). Its figures are the claim's own: every row it took is a row of its walk.

@@ -8,6 +8,7 @@ import { Elysia, status } from "elysia";
 import { authFailureDetail, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
+import { countOut } from "./in-flight.ts";
 import type { RequestContextPlugin, RequestDeps, RequestTrail } from "./context.ts";
 
 export function authentication(context: RequestContextPlugin) {
@@ -18,11 +19,8 @@ export function authentication(context: RequestContextPlugin) {
       if (typeof verdict !== "string") return status(verdict.status, trail.answer(verdict));
       const admitted = deps.admission.take(verdict);
       if (!admitted.ok) {
-        // Held, the refusal is no request in flight: it must not crowd out admitted ones (in-flight.ts).
-        if (trail.admitted) {
-          trail.admitted = false;
-          deps.admission.leave();
-        }
+        // Held, the refusal is no request in flight: it must not crowd out admitted ones.
+        countOut(deps, trail);
         await deps.admission.holdRefusal();
         return status(429, trail.answer(rateLimited(admitted.retryAfterS)));
       }

@@ -7,7 +7,7 @@ import { Elysia } from "elysia";
 import { pathOf } from "../../shared/runtime.ts";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
-import { needsToken, type RequestContextPlugin } from "./context.ts";
+import { needsToken, type RequestContextPlugin, type RequestDeps, type RequestTrail } from "./context.ts";
 
 export function inFlightCap(context: RequestContextPlugin) {
   return new Elysia({ name: "in-flight-cap" })
@@ -20,7 +20,12 @@ export function inFlightCap(context: RequestContextPlugin) {
       }
       trail.admitted = true;
     })
-    .onAfterResponse({ as: "global" }, ({ deps, trail }) => {
-      if (trail.admitted) deps.admission.leave();
-    });
+    .onAfterResponse({ as: "global" }, ({ deps, trail }) => countOut(deps, trail));
+}
+
+/** The request leaves the count in flight, once: when answered, or earlier when its refusal is held (authentication.ts). */
+export function countOut(deps: Pick<RequestDeps, "admission">, trail: RequestTrail): void {
+  if (!trail.admitted) return;
+  trail.admitted = false;
+  deps.admission.leave();
 }
