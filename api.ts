@@ -1,14 +1,14 @@
 // `bun api.ts`: the charges HTTP API on PORT.
-import { configOrExit } from "./lib/shared/config.ts";
+import { configOrExit } from "./lib/platform/config.ts";
 import { startApi } from "./lib/api/start.ts";
-import { onShutdownSignal, serve } from "./lib/shared/runtime.ts";
-import { createLogger } from "./lib/shared/log.ts";
-import { maskUrl } from "./lib/shared/redact.ts";
-import { startTelemetry } from "./lib/shared/telemetry.ts";
-import { createHttpServerMetrics } from "./lib/shared/http-metrics.ts";
-import { startRuntimeMetrics } from "./lib/shared/runtime-metrics.ts";
-import { exitOnStartupError, stopOnUnhandledRejection } from "./lib/shared/startup.ts";
-import { databaseModeLine } from "./lib/shared/pooler.ts";
+import { onShutdownSignal, serve } from "./lib/platform/runtime.ts";
+import { createLogger } from "./lib/platform/log.ts";
+import { maskUrl } from "./lib/platform/redact.ts";
+import { startTelemetry } from "./lib/platform/telemetry.ts";
+import { createHttpServerMetrics } from "./lib/platform/http-metrics.ts";
+import { startRuntimeMetrics } from "./lib/platform/runtime-metrics.ts";
+import { exitOnStartupError, stopOnUnhandledRejection } from "./lib/platform/startup.ts";
+import { databaseModeLine } from "./lib/platform/pooler.ts";
 
 const config = configOrExit(process.env);
 const log = createLogger(config.logLevel, "api");

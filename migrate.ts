@@ -1,8 +1,8 @@
 // `bun run migrate`: apply the pending migrations of migrations/ and nothing else; prints
 // each one it applied, or that the schema was already current.
-import { configOrExit } from "./lib/shared/config.ts";
-import { createSql } from "./lib/shared/db.ts";
-import { applySchema, exitOnStartupError } from "./lib/shared/startup.ts";
+import { configOrExit } from "./lib/platform/config.ts";
+import { createSql } from "./lib/platform/db.ts";
+import { applySchema, exitOnStartupError } from "./lib/platform/startup.ts";
 
 const config = configOrExit(process.env);
 const sql = createSql(config.databaseUrl, { max: 1, applicationName: "charges-migrate", pooler: config.databasePooler });

@@ -2,19 +2,19 @@
 //   key-retention | stale-keys | reconcile | outbox-retention | outbox-gauges | inbox-retention
 //   | requeue <id|all> | completer | parked | resolve <id> [succeeded <processor id> | refused <code>]
 // A job another process is running right now is not run twice: it prints {"skipped":true}.
-import { configOrExit } from "./lib/shared/config.ts";
-import { createSql, describeDbError } from "./lib/shared/db.ts";
-import { databaseModeLine } from "./lib/shared/pooler.ts";
-import { exitOnStartupError, openDatabase } from "./lib/shared/startup.ts";
-import { createLogger, silentLogger } from "./lib/shared/log.ts";
-import { useKeyHashSecret } from "./lib/shared/redact.ts";
+import { configOrExit } from "./lib/platform/config.ts";
+import { createSql, describeDbError } from "./lib/platform/db.ts";
+import { databaseModeLine } from "./lib/platform/pooler.ts";
+import { exitOnStartupError, openDatabase } from "./lib/platform/startup.ts";
+import { createLogger, silentLogger } from "./lib/platform/log.ts";
+import { useKeyHashSecret } from "./lib/platform/redact.ts";
 import { JOB_NAMES, newGauges, runJob, type JobName } from "./lib/ops/jobs.ts";
 import { requeue } from "./lib/ops/sql.ts";
 import { listParked, resolveKey, type Resolution } from "./lib/ops/parked.ts";
-import { leaseMsFor } from "./lib/shared/foreign/drive.ts";
-import { createProcessorClient } from "./lib/shared/processor/client.ts";
+import { leaseMsFor } from "./lib/idempotency/drive.ts";
+import { createProcessorClient } from "./lib/charges/processor.ts";
 import { runInboxRetention } from "./lib/subscriber/inbox-retention.ts";
-import { notifyOutbox } from "./lib/shared/wakeup.ts";
+import { notifyOutbox } from "./lib/platform/wakeup.ts";
 
 // The reference subscriber's job: its own process runs it too.
 const INBOX_RETENTION = "inbox-retention";
@@ -52,7 +52,7 @@ const log = createLogger(config.logLevel, "ops", console.error);
 // stale-keys and parked print keys by keyHash: with the deployment's secret they match the API's
 // logs. The other jobs print no hash, so a missing secret is worth a line only for those two.
 useKeyHashSecret(config.keyHashSecret, job === "stale-keys" || job === "parked" ? log : silentLogger);
-// The jobs' locks: session locks past the pooler when it is given (lib/shared/job-lock.ts).
+// The jobs' locks: session locks past the pooler when it is given (lib/platform/job-lock.ts).
 const jobsSql = config.databaseDirectUrl === undefined ? sql : createSql(config.databaseDirectUrl, { max: 1, applicationName: "charges-ops-direct" });
 const database = databaseModeLine(config, { locks: "job locks" });
 log.info(database.msg, database.fields);

@@ -1,16 +1,16 @@
 // `bun relay.ts`: the outbox relay (Postgres outbox → MQTT), health and metrics on RELAY_PORT,
 // and the operations jobs on their intervals. The relay lives in lib/relay/ and the jobs in
 // lib/ops/; this file composes them, serves, and handles signals.
-import { configOrExit } from "./lib/shared/config.ts";
-import { describeDbError } from "./lib/shared/db.ts";
-import { createLogger } from "./lib/shared/log.ts";
-import { maskUrl, maskUrlList, useKeyHashSecret } from "./lib/shared/redact.ts";
-import { databaseModeLine } from "./lib/shared/pooler.ts";
-import { onShutdownSignal, serve } from "./lib/shared/runtime.ts";
-import { exitOnStartupError, stopOnUnhandledRejection } from "./lib/shared/startup.ts";
-import { startTelemetry } from "./lib/shared/telemetry.ts";
-import { createHttpServerMetrics } from "./lib/shared/http-metrics.ts";
-import { startRuntimeMetrics } from "./lib/shared/runtime-metrics.ts";
+import { configOrExit } from "./lib/platform/config.ts";
+import { describeDbError } from "./lib/platform/db.ts";
+import { createLogger } from "./lib/platform/log.ts";
+import { maskUrl, maskUrlList, useKeyHashSecret } from "./lib/platform/redact.ts";
+import { databaseModeLine } from "./lib/platform/pooler.ts";
+import { onShutdownSignal, serve } from "./lib/platform/runtime.ts";
+import { exitOnStartupError, stopOnUnhandledRejection } from "./lib/platform/startup.ts";
+import { startTelemetry } from "./lib/platform/telemetry.ts";
+import { createHttpServerMetrics } from "./lib/platform/http-metrics.ts";
+import { startRuntimeMetrics } from "./lib/platform/runtime-metrics.ts";
 import { startRelay } from "./lib/relay/start.ts";
 import { newGauges, registerOpsGauges, startOpsLoop } from "./lib/ops/jobs.ts";
 

@@ -1,6 +1,6 @@
 -- The charges service schema as it is now, whole: documentation, and the reference that
 -- test/migrations.test.ts compares against. Processes never apply this file: they apply the
--- numbered files of migrations/ (lib/shared/migrations.ts), and the test proves that those,
+-- numbered files of migrations/ (lib/platform/migrations.ts), and the test proves that those,
 -- from an empty database, give exactly this (tables, columns, constraints, indexes; the
 -- ledger, schema_history, aside). A schema change is a new migration AND the same change
 -- here, or that test fails.
@@ -73,7 +73,7 @@ create table idempotency_keys (
     response_body text,
     created_at timestamptz not null default now(),
     expires_at timestamptz not null,
-    -- A foreign step's bookkeeping (lib/shared/foreign/): the last step whose result was
+    -- A foreign step's bookkeeping (lib/idempotency/): the last step whose result was
     -- recorded and what it recorded, who may act on the key and until when, the completer's
     -- back-off, and when it was parked for an operator.
     recovery_point text,

@@ -2,7 +2,7 @@
 // AUTH_JWT_SECRET (or, when unset, the secret `bun run dev` keeps in .data/), with the
 // issuer, audience and tenant claim the API is configured to expect. For local use: a real
 // deployment gets its tokens from its identity provider.
-import { configOrExit } from "./lib/shared/config.ts";
+import { configOrExit } from "./lib/platform/config.ts";
 import { existingDevSecret, LOCAL_TOKEN_TTL_S, mintToken } from "./dev/token.ts";
 
 const USAGE = "usage: bun run token <tenant> [--ttl <seconds>]";

@@ -10,21 +10,21 @@
 // - metrics are pushed over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; /metrics is off;
 // - keyHash's key is the API_KEY_HASH_SECRET binding, or one the isolate makes (and says so).
 import { AsyncLocalStorage } from "node:async_hooks";
-import { ConfigError, loadConfig, type Config, type Env } from "./lib/shared/config.ts";
-import { createLogger } from "./lib/shared/log.ts";
-import { notifyOutbox } from "./lib/shared/wakeup.ts";
-import { startPushTelemetry, type PushTelemetry } from "./lib/shared/telemetry-push.ts";
+import { ConfigError, loadConfig, type Config, type Env } from "./lib/platform/config.ts";
+import { createLogger } from "./lib/platform/log.ts";
+import { notifyOutbox } from "./lib/platform/wakeup.ts";
+import { startPushTelemetry, type PushTelemetry } from "./lib/platform/telemetry-push.ts";
 import { apiSql, boundedCore, logNotifyFailure } from "./lib/api/services.ts";
 import { createApiHandler } from "./lib/api/http/pipeline.ts";
 import type { RequestDeps } from "./lib/api/http/context.ts";
 import { OPERATIONS, SCHEMAS } from "./lib/api/routes.ts";
-import { endpointOf } from "./lib/shared/operations/model.ts";
+import { endpointOf } from "./lib/idempotency/model.ts";
 import { createApiMetrics } from "./lib/api/metrics.ts";
 import { createAuthenticator } from "./lib/api/auth.ts";
 import { createAdmission } from "./lib/api/admission.ts";
 import { createReadiness } from "./lib/api/readiness.ts";
 import { problemResponse } from "./lib/api/problem.ts";
-import { useKeyHashSecret } from "./lib/shared/redact.ts";
+import { useKeyHashSecret } from "./lib/platform/redact.ts";
 
 // A request runs one statement at a time (an operation is one statement; a resend follows the
 // failed try), so one connection is all it can use.

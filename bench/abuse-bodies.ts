@@ -9,8 +9,8 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { benchServices, freshDatabase, median, percentile } from "./support.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
 import { authEnv, tokenFor } from "../testkit/auth.ts";
-import { keyHash, Secret, useKeyHashSecret } from "../lib/shared/redact.ts";
-import { sha256Hex } from "../lib/shared/sha256.ts";
+import { keyHash, Secret, useKeyHashSecret } from "../lib/platform/redact.ts";
+import { sha256Hex } from "../lib/platform/sha256.ts";
 
 const ROUNDS = 50;
 // The table is the last pass's; RSS is read after each, to tell growth from a first pass's warm-up.

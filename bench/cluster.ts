@@ -4,7 +4,7 @@
 // cluster's, and other clients of a shared server would land in both. bench/outbox-growth.ts
 // and bench/unit-costs.ts run on it.
 import { readdirSync, readFileSync } from "node:fs";
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 import { createScratchDatabase, scratchName } from "../testkit/database.ts";
 import { privatePostgres, type PrivatePostgres } from "../testkit/private-postgres.ts";
 import type { FreshDb } from "./support.ts";

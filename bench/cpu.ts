@@ -2,7 +2,7 @@
 // test and of the Postgres processes that serve it, read before and after a fixed run.
 // Linux only, and only when Postgres runs on this machine; otherwise the figures are null.
 import { readFileSync } from "node:fs";
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 import { runToExit } from "../testkit/processes.ts";
 
 // USER_HZ: the unit of utime and stime; 100 on every mainstream Linux build.

@@ -1,12 +1,12 @@
 // (1) DB limit: pgbench running ONE statement that writes the same key row, charge row and
 // outbox row as POST /charges (same tables, columns and indexes: the schema comes from
-// lib/shared/migrations.ts migrate()), at the API benchmark's concurrency, on a fresh database.
+// lib/platform/migrations.ts migrate()), at the API benchmark's concurrency, on a fresh database.
 import { rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freshDatabase, requireTool, run } from "./support.ts";
 
-// Same shapes and sizes as POST /charges writes (lib/shared/operations/charges.ts): a UUID key, a SHA-256 hex fingerprint,
+// Same shapes and sizes as POST /charges writes (lib/charges/charges.ts): a UUID key, a SHA-256 hex fingerprint,
 // the stored 201 body, the charge, and the outbox row with its JSON payload.
 const STATEMENT = `
 with k as (

@@ -3,7 +3,7 @@
 // event's createdAt (the outbox row's now(), i.e. its transaction start: at or before the
 // commit, so the figure errs on the slow side). Receipt minus the POST's response time is
 // kept too (after the commit, so it errs on the fast side).
-import type { ChargeCreatedData, EventEnvelope } from "../lib/events.ts";
+import type { ChargeCreatedData, EventEnvelope } from "../lib/charges/events.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { startApi } from "./api-bench.ts";

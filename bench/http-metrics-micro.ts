@@ -1,12 +1,12 @@
 // `bun bench/http-metrics-micro.ts`: the cost of one request's record into
 // http_server_request_duration_seconds, three ways, in ns per record: this service's
-// pre-bucketed counts (lib/shared/http-metrics.ts), an OTel SDK Histogram given one cached
+// pre-bucketed counts (lib/platform/http-metrics.ts), an OTel SDK Histogram given one cached
 // attributes object per label set, and the same Histogram given a fresh object per call (what
 // a naive pipeline does). Not part of `bun run bench`: it measures no service, only the choice
 // made in http-metrics.ts (bench/README.md, "Why the code is as it is").
 import { MeterProvider } from "@opentelemetry/sdk-metrics";
 import { PrometheusExporter } from "@opentelemetry/exporter-prometheus";
-import { createHttpServerMetrics, HTTP_DURATION_BUCKETS_S } from "../lib/shared/http-metrics.ts";
+import { createHttpServerMetrics, HTTP_DURATION_BUCKETS_S } from "../lib/platform/http-metrics.ts";
 
 // Enough records that a run takes about a second per variant on the bench machine.
 const RECORDS = 2_000_000;

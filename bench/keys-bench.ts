@@ -52,8 +52,8 @@ async function tombstoneBytes(sql: Awaited<ReturnType<typeof freshDatabase>>["sq
   const [full] = await sql<{ bytes: number }[]>`select avg(pg_column_size(k.*))::int as bytes from idempotency_keys k where status = 'COMPLETED'`;
   await sql`update idempotency_keys set expires_at = now() - interval '1 second' where status = 'COMPLETED'`;
   const { runJob, newGauges } = await import("../lib/ops/jobs.ts");
-  const { loadConfig } = await import("../lib/shared/config.ts");
-  const { silentLogger } = await import("../lib/shared/log.ts");
+  const { loadConfig } = await import("../lib/platform/config.ts");
+  const { silentLogger } = await import("../lib/platform/log.ts");
   let tombstoned = 0;
   for (;;) {
     const r = (await runJob("key-retention", sql, loadConfig({ DATABASE_URL: "postgres://unused" }), newGauges(), silentLogger)) as { tombstoned?: number };

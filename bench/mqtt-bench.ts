@@ -2,7 +2,7 @@
 // with a bounded in-flight window; (4) relay drain: the real `bun relay.ts` draining pending
 // rows committed at once into a fresh database. Both warmed up first (WARMUP).
 import mqtt from "mqtt";
-import { buildEnvelope, CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from "../lib/events.ts";
+import { buildEnvelope, CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from "../lib/charges/events.ts";
 import { MAX_IN_FLIGHT, PROTOCOL_RECEIVE_MAXIMUM } from "../lib/relay/publisher.ts";
 import { insertChains, insertPending } from "../testkit/outbox.ts";
 import { benchServices, drainRate, freshDatabase, startProcess, untilDrained } from "./support.ts";

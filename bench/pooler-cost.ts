@@ -9,10 +9,10 @@
 //   bun bench/pooler-cost.ts [seconds per API run=3] [relay rows=20000]
 // Rounds alternate the variants; each figure is the median of its rounds. The load generator
 // shares the process and the CPU with what it measures: the ratios mean more than the rates.
-import { loadConfig, type Config } from "../lib/shared/config.ts";
-import { createSql, type DbOptions } from "../lib/shared/db.ts";
+import { loadConfig, type Config } from "../lib/platform/config.ts";
+import { createSql, type DbOptions } from "../lib/platform/db.ts";
 import { boundedCore } from "../lib/api/services.ts";
-import { createCharge } from "../lib/shared/operations/charges.ts";
+import { createCharge } from "../lib/charges/charges.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
 import { insertPending } from "../testkit/outbox.ts";

@@ -8,7 +8,7 @@
 // With --cpu-prof the relays run under `bun --cpu-prof` and write their profiles to <dir>.
 import { readdirSync, readFileSync } from "node:fs";
 import { freePort } from "../dev/ports.ts";
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 import { insertPending } from "../testkit/outbox.ts";
 import { RELAY_APP, spawnChild, waitForHttp, type Child } from "../testkit/processes.ts";
 import { benchServices, drainRate, freshDatabase, untilDrained, type FreshDb } from "./support.ts";

@@ -4,9 +4,9 @@
 //   bun bench/relay-drain.ts [rows=50000] [OUTBOX_BATCH_SIZE caps...=2000]
 // Uses the services testkit/services.ts decides on (DATABASE_URL and MQTT_URL, or Docker).
 import mqtt from "mqtt";
-import { CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from "../lib/events.ts";
-import { createSql, type Sql } from "../lib/shared/db.ts";
-import { DEFAULT_OUTBOX_BATCH_SIZE } from "../lib/shared/config.ts";
+import { CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from "../lib/charges/events.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
+import { DEFAULT_OUTBOX_BATCH_SIZE } from "../lib/platform/config.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
 import { insertPending } from "../testkit/outbox.ts";

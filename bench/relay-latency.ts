@@ -3,7 +3,7 @@
 // one transaction, then notifier.poke()), and a plain MQTT subscriber in this process
 // records when each event arrives.
 //   bun bench/relay-latency.ts [rate=200] [seconds=10]
-import { createOutboxNotifier } from "../lib/shared/wakeup.ts";
+import { createOutboxNotifier } from "../lib/platform/wakeup.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { insertCharge } from "../testkit/outbox.ts";
 import { waitUntil } from "../testkit/wait.ts";

@@ -4,7 +4,7 @@ import { createScratchDatabase, scratchName, type ScratchDatabase } from "../tes
 import { runToExit, startEntrypoint, type Service } from "../testkit/processes.ts";
 import { processServices, type Services } from "../testkit/services.ts";
 import { waitUntil } from "../testkit/wait.ts";
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 
 export function benchServices(): Promise<Services> {
   return processServices("the bench");
@@ -29,7 +29,7 @@ export type FreshDb = ScratchDatabase;
 export const BENCH_APP = "bench";
 
 /**
- * A new database on the services' server, migrations applied by lib/shared/migrations.ts
+ * A new database on the services' server, migrations applied by lib/platform/migrations.ts
  * migrate(); `migrate: false` leaves it empty for a process of another checkout to apply its
  * own (an older release refuses a database migrated by a newer one).
  */

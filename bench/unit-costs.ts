@@ -15,7 +15,7 @@ import { benchCluster, countersSince, dbCounters, machineBusySeconds, machineSta
 import { benchServices, log, median, startProcess, untilDrained, type FreshDb } from "./support.ts";
 import { insertPending } from "../testkit/outbox.ts";
 import { tokenFor } from "../testkit/auth.ts";
-import { notifyOutbox } from "../lib/shared/wakeup.ts";
+import { notifyOutbox } from "../lib/platform/wakeup.ts";
 
 const CONNECTIONS = 32;
 const CORES = 2;

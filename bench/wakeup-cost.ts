@@ -2,11 +2,11 @@
 // statement writing the charge and its outbox row, in three modes:
 //   none          no wake-up at all (the relay would find rows by polling)
 //   notify-in-tx  pg_notify inside every charge's transaction (the obvious design)
-//   poke          lib/shared/wakeup.ts: after the commit, at most one NOTIFY per window (NOTIFY_WINDOW_MS)
+//   poke          lib/platform/wakeup.ts: after the commit, at most one NOTIFY per window (NOTIFY_WINDOW_MS)
 // Modes alternate so drift hits all of them.  bun bench/wakeup-cost.ts [seconds per run=5]
-import type { Sql } from "../lib/shared/db.ts";
-import { CHARGE_CREATED, chargeCreatedPayload } from "../lib/events.ts";
-import { createOutboxNotifier, OUTBOX_CHANNEL } from "../lib/shared/wakeup.ts";
+import type { Sql } from "../lib/platform/db.ts";
+import { CHARGE_CREATED, chargeCreatedPayload } from "../lib/charges/events.ts";
+import { createOutboxNotifier, OUTBOX_CHANNEL } from "../lib/platform/wakeup.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { freshDatabase } from "./support.ts";
 

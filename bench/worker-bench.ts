@@ -5,10 +5,10 @@
 // statement on the server), and commit → subscriber through the real relay (the worker wakes it
 // with a notify after each response). Also, in this process: a fresh connection's
 // connect + `select 1`, and one HS256 verification. Prints a table; the figures go in bench/README.md.
-import { CHARGE_CREATED } from "../lib/events.ts";
-import { createSql } from "../lib/shared/db.ts";
+import { CHARGE_CREATED } from "../lib/charges/events.ts";
+import { createSql } from "../lib/platform/db.ts";
 import { createAuthenticator } from "../lib/api/auth.ts";
-import { loadConfig } from "../lib/shared/config.ts";
+import { loadConfig } from "../lib/platform/config.ts";
 import { freePort } from "../dev/ports.ts";
 import { planWorkerd } from "../dev/workerd.ts";
 import { createScratchDatabase, scratchName } from "../testkit/database.ts";

@@ -20,7 +20,7 @@
 //    at the freeze the broker holds no acknowledged event the subscriber has not processed.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 import { privateMosquitto } from "../testkit/mosquitto.ts";
 import { RELAY_APP } from "../testkit/processes.ts";
 import { sleep, waitUntil } from "../testkit/wait.ts";

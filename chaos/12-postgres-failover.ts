@@ -15,7 +15,7 @@
 // 201s after it; each answer is judged by when it came relative to the crash and the promotion.
 import { appendFileSync } from "node:fs";
 import { join } from "node:path";
-import { createSql } from "../lib/shared/db.ts";
+import { createSql } from "../lib/platform/db.ts";
 import { createScratchDatabase, scratchName } from "../testkit/database.ts";
 import { postgresPair } from "../testkit/postgres-pair.ts";
 import { API_APP, killAll, RELAY_APP } from "../testkit/processes.ts";
@@ -37,7 +37,7 @@ const CREATED_AFTER = 30;
 // A refusal during the switch comes at the API's request deadline (10 s): room for two each.
 const PHASE_TIMEOUT_MS = 30_000;
 // The promise: 201s again this soon after the promotion. A request in flight waits up to its
-// 10 s deadline, and the pools leave a read-only server within a second (lib/shared/read-only.ts).
+// 10 s deadline, and the pools leave a read-only server within a second (lib/platform/read-only.ts).
 const BACK_TO_201_MS = 15_000;
 
 await scenario("12", "Postgres primary crashed and its synchronous standby promoted under load", async (outer) => {

@@ -47,7 +47,7 @@ const SEED = Number(process.env.CHAOS_SEED ?? 14);
 // How long a held answer is held: a slow answer, within the client's default per-try timeout (10 s).
 const HELD_ANSWER_MS = 3_000;
 // The API's bound on each processor call: short, so a hung call is a 504 within a try, and
-// the lease of a SIGKILLed holder (4 × this + 5 s, lib/shared/foreign/drive.ts) ends soon.
+// the lease of a SIGKILLed holder (4 × this + 5 s, lib/idempotency/drive.ts) ends soon.
 const PROCESSOR_TIMEOUT_MS = 800;
 const LEASE_MS = 4 * PROCESSOR_TIMEOUT_MS + 5_000;
 // Each of the processor's failures lasts this long, back to back: the outage is 3 of them.

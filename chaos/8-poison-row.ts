@@ -9,8 +9,8 @@
 // the row is parked and a count of charges has been created after it; order is judged only on
 // pairs of charges where one was answered 201 before the other's request was sent (so it
 // committed before the other's transaction began: no claim can take the later one first).
-import type { Sql } from "../lib/shared/db.ts";
-import { CHARGE_CREATED, chargeCreatedPayload } from "../lib/events.ts";
+import type { Sql } from "../lib/platform/db.ts";
+import { CHARGE_CREATED, chargeCreatedPayload } from "../lib/charges/events.ts";
 import { TEST_TENANT } from "../testkit/auth.ts";
 import { privateMosquitto } from "../testkit/mosquitto.ts";
 import { startEntrypoint, type Service } from "../testkit/processes.ts";

@@ -9,7 +9,7 @@
 // Deterministic without timing thresholds: a round lasts until a count of refusals, and each
 // answer is judged by its order relative to the lock (sent after it was granted and answered
 // before its release began: must be a 503; sent after the release ended: must succeed).
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 import { waitForBackendOnLock } from "../testkit/database.ts";
 import { API_APP, type Service } from "../testkit/processes.ts";
 import { sleep, waitUntil } from "../testkit/wait.ts";

@@ -1,7 +1,7 @@
 // Prefixed, aligned, optionally coloured lines for `bun run dev`, and the "ready" banner.
 import { relative } from "node:path";
 import { POSTGRES_USER } from "./pg-user.ts";
-import { maskUrl } from "../lib/shared/redact.ts";
+import { maskUrl } from "../lib/platform/redact.ts";
 
 const COLOURS: Record<string, string> = {
   dev: "1", postgres: "34", mqtt: "35", processor: "31", api: "32", relay: "33", subscriber: "36",

@@ -20,22 +20,22 @@
 // processes of one group split the stream, each needing its own stable SUBSCRIBER_CLIENT_ID,
 // and share the inbox through one SUBSCRIBER_CONSUMER;
 // OTEL_EXPORTER_OTLP_ENDPOINT to push the subscriber_* metrics and the process and pool
-// metrics (lib/shared/runtime-metrics.ts) over OTLP. The gap lines (held, skipped, late) are
+// metrics (lib/platform/runtime-metrics.ts) over OTLP. The gap lines (held, skipped, late) are
 // JSON log lines on stderr.
-import { configOrExit } from "../lib/shared/config.ts";
-import { createLogger } from "../lib/shared/log.ts";
-import { maskUrl } from "../lib/shared/redact.ts";
-import { exitOnStartupError, openDatabase, stopOnUnhandledRejection } from "../lib/shared/startup.ts";
-import { createSql } from "../lib/shared/db.ts";
-import { databaseModeLine } from "../lib/shared/pooler.ts";
-import { onShutdownSignal } from "../lib/shared/runtime.ts";
+import { configOrExit } from "../lib/platform/config.ts";
+import { createLogger } from "../lib/platform/log.ts";
+import { maskUrl } from "../lib/platform/redact.ts";
+import { exitOnStartupError, openDatabase, stopOnUnhandledRejection } from "../lib/platform/startup.ts";
+import { createSql } from "../lib/platform/db.ts";
+import { databaseModeLine } from "../lib/platform/pooler.ts";
+import { onShutdownSignal } from "../lib/platform/runtime.ts";
 import { startSubscriber } from "../lib/subscriber/subscriber.ts";
 import { startInboxRetention } from "../lib/subscriber/inbox-retention.ts";
-import { startTelemetry } from "../lib/shared/telemetry.ts";
-import { observePool, startRuntimeMetrics } from "../lib/shared/runtime-metrics.ts";
-import { transactionsInProgress } from "../lib/shared/tx.ts";
-import { openConnections } from "../lib/shared/open-connections.ts";
-import { isShareGroup, sharedSubscriptionFilter, subscriptionFilter } from "../lib/events.ts";
+import { startTelemetry } from "../lib/platform/telemetry.ts";
+import { observePool, startRuntimeMetrics } from "../lib/platform/runtime-metrics.ts";
+import { transactionsInProgress } from "../lib/platform/tx.ts";
+import { openConnections } from "../lib/platform/open-connections.ts";
+import { isShareGroup, sharedSubscriptionFilter, subscriptionFilter } from "../lib/charges/events.ts";
 
 const config = configOrExit(process.env);
 const consumer = process.env.SUBSCRIBER_CONSUMER?.trim() || "example-subscriber";
@@ -68,7 +68,7 @@ const sql = await openDatabase(config.databaseUrl, { max: POOL_SIZE, application
 // Busy: the events' (and the sweep's and retention's) transactions in progress.
 observePool(meter, { name: poolName, max: POOL_SIZE, busy: () => Math.min(POOL_SIZE, transactionsInProgress(sql)), open: () => openConnections(sql) ?? 0 });
 // The retention job's lock: a session lock past the pooler when DATABASE_DIRECT_URL is given,
-// else one per batch transaction (lib/shared/job-lock.ts).
+// else one per batch transaction (lib/platform/job-lock.ts).
 const lockSql = config.databaseDirectUrl === undefined ? sql : createSql(config.databaseDirectUrl, { max: 1, applicationName: `${poolName}-direct` });
 const database = databaseModeLine(config, { locks: "the inbox retention's lock" });
 log.info(database.msg, database.fields);

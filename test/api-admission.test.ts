@@ -15,12 +15,12 @@ import { createReadiness, READY_MAX_AGE_MS } from "../lib/api/readiness.ts";
 import { createAdmission } from "../lib/api/admission.ts";
 import { createAuthenticator } from "../lib/api/auth.ts";
 import { createApiMetrics } from "../lib/api/metrics.ts";
-import { createIdempotencyCore } from "../lib/api/core/service.ts";
+import { createIdempotencyCore } from "../lib/idempotency/service.ts";
 import { createApiHandler } from "../lib/api/http/pipeline.ts";
 import { SCHEMAS } from "../lib/api/routes.ts";
-import { loadConfig } from "../lib/shared/config.ts";
-import { createSql } from "../lib/shared/db.ts";
-import { silentLogger } from "../lib/shared/log.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { createSql } from "../lib/platform/db.ts";
+import { silentLogger } from "../lib/platform/log.ts";
 
 setDefaultTimeout(60_000);
 

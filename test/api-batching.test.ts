@@ -1,17 +1,17 @@
-// Group commit: several requests in one statement (lib/shared/operations/skeleton.ts runSingle,
+// Group commit: several requests in one statement (lib/idempotency/skeleton.ts runSingle,
 // the same statement a request alone runs with one row) and the engine that forms them under
 // load (core/group.ts), here for the charges operation. Each request must get exactly what it
 // would get alone; the batch is held deterministically behind a key row the test keeps
 // uncommitted, and the queue is watched through the batcher's own counters.
 import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
-import { createSql, sqlState } from "../lib/shared/db.ts";
-import { compile, runSingle, type KeyRow, type RequestRow } from "../lib/shared/operations/skeleton.ts";
-import { createGroupCommit, type GroupStatement } from "../lib/api/core/group.ts";
-import { endpointOf } from "../lib/shared/operations/model.ts";
-import { advisoryLockId, fingerprint } from "../lib/shared/operations/fingerprint.ts";
-import { createCharge } from "../lib/shared/operations/charges.ts";
-import { chargeCreatedPayload } from "../lib/events.ts";
-import { REQUEST_DEADLINE } from "../lib/shared/pool-gate.ts";
+import { createSql, sqlState } from "../lib/platform/db.ts";
+import { compile, runSingle, type KeyRow, type RequestRow } from "../lib/idempotency/skeleton.ts";
+import { createGroupCommit, type GroupStatement } from "../lib/idempotency/group-commit.ts";
+import { endpointOf } from "../lib/idempotency/model.ts";
+import { advisoryLockId, fingerprint } from "../lib/idempotency/fingerprint.ts";
+import { createCharge } from "../lib/charges/charges.ts";
+import { chargeCreatedPayload } from "../lib/charges/events.ts";
+import { REQUEST_DEADLINE } from "../lib/platform/pool-gate.ts";
 import { freshDatabase } from "../testkit/services.ts";
 import { holdKey } from "../testkit/database.ts";
 import { postCharge, startTestApi, TEST_API_APP, waitForApiBlockedOnLock } from "../testkit/api.ts";

@@ -3,19 +3,19 @@
 // behind on the unique index) and polls pg_stat_activity until the winner is blocked.
 import { setDefaultTimeout } from "bun:test";
 import { expect, test } from "bun:test";
-import { StartupError } from "../lib/shared/startup.ts";
-import { endpointOf } from "../lib/shared/operations/model.ts";
-import { createIdempotencyCore } from "../lib/api/core/service.ts";
-import { createCharge } from "../lib/shared/operations/charges.ts";
-import { createSql } from "../lib/shared/db.ts";
+import { StartupError } from "../lib/platform/startup.ts";
+import { endpointOf } from "../lib/idempotency/model.ts";
+import { createIdempotencyCore } from "../lib/idempotency/service.ts";
+import { createCharge } from "../lib/charges/charges.ts";
+import { createSql } from "../lib/platform/db.ts";
 import { createApiHandler } from "../lib/api/http/pipeline.ts";
 import { SCHEMAS } from "../lib/api/routes.ts";
 import { createAdmission } from "../lib/api/admission.ts";
 import { createReadiness } from "../lib/api/readiness.ts";
 import { createAuthenticator } from "../lib/api/auth.ts";
 import { createApiMetrics } from "../lib/api/metrics.ts";
-import { loadConfig } from "../lib/shared/config.ts";
-import { silentLogger } from "../lib/shared/log.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { silentLogger } from "../lib/platform/log.ts";
 import { holdKey as holdHeldKey } from "../testkit/database.ts";
 import { apiTestContext, counts, postCharge, startTestApi, waitForApiBlockedOnLock } from "../testkit/api.ts";
 

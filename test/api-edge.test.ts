@@ -5,8 +5,8 @@ import { waitUntil } from "../testkit/wait.ts";
 import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { createHash, createHmac } from "node:crypto";
 import { apiTestContext, postCharge, startTestApi } from "../testkit/api.ts";
-import { serve } from "../lib/shared/runtime.ts";
-import { createLogger } from "../lib/shared/log.ts";
+import { serve } from "../lib/platform/runtime.ts";
+import { createLogger } from "../lib/platform/log.ts";
 import { tokenFor } from "../testkit/auth.ts";
 import { http10, http11, raw } from "../testkit/raw-http.ts";
 

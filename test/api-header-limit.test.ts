@@ -4,7 +4,7 @@
 // upgrade changes either half, the limit or who answers.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
 import { apiTestContext, counts } from "../testkit/api.ts";
-import { serve } from "../lib/shared/runtime.ts";
+import { serve } from "../lib/platform/runtime.ts";
 import { tokenFor } from "../testkit/auth.ts";
 import { exchange } from "../testkit/raw-http.ts";
 

@@ -2,16 +2,16 @@
 // server histogram per route template, and no label value that looks like a per-request id.
 import { setDefaultTimeout } from "bun:test";
 import { afterAll, expect, test } from "bun:test";
-import { startTelemetry } from "../lib/shared/telemetry.ts";
+import { startTelemetry } from "../lib/platform/telemetry.ts";
 import { freshDatabase } from "../testkit/services.ts";
 import { getCharge, postCharge, startTestApi } from "../testkit/api.ts";
 import { authHeaders, mintTestToken, TEST_TENANT } from "../testkit/auth.ts";
 import { newCharge, postRefund, refundBody } from "../testkit/refunds.ts";
 import { labelValues, samples, valueOf } from "../testkit/prometheus.ts";
-import { createHttpServerMetrics, UNMATCHED_ROUTE } from "../lib/shared/http-metrics.ts";
-import { loadConfig } from "../lib/shared/config.ts";
+import { createHttpServerMetrics, UNMATCHED_ROUTE } from "../lib/platform/http-metrics.ts";
+import { loadConfig } from "../lib/platform/config.ts";
 import { AUTH_FAILURE_REASONS } from "../lib/api/auth.ts";
-import { OUTCOME_KINDS } from "../lib/api/core/service.ts";
+import { OUTCOME_KINDS } from "../lib/idempotency/service.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
@@ -71,7 +71,7 @@ test("idempotency_requests_total counts each outcome exactly, without keys or id
   const holder = await db.sql.reserve();
   try {
     await holder`begin`;
-    const { advisoryLockId } = await import("../lib/shared/operations/fingerprint.ts");
+    const { advisoryLockId } = await import("../lib/idempotency/fingerprint.ts");
     await holder`select pg_advisory_xact_lock(${advisoryLockId(TEST_TENANT, c, "POST /charges")}::bigint)`;
     expect((await postCharge(api, body, { key: c })).status).toBe(409);
   } finally {

@@ -4,7 +4,7 @@
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
 import { createRoleDatabase } from "../testkit/database.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
 import { authEnv, authHeaders } from "../testkit/auth.ts";
 import { waitUntil } from "../testkit/wait.ts";

@@ -4,8 +4,8 @@
 // The resend finds the row its own first try wrote and answers it as the creation.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
 import net from "node:net";
-import { startTelemetry } from "../lib/shared/telemetry.ts";
-import { OUTBOX_CHANNEL } from "../lib/shared/wakeup.ts";
+import { startTelemetry } from "../lib/platform/telemetry.ts";
+import { OUTBOX_CHANNEL } from "../lib/platform/wakeup.ts";
 import { freshDatabase } from "../testkit/services.ts";
 import { counts, postCharge, startTestApi } from "../testkit/api.ts";
 import { waitUntil } from "../testkit/wait.ts";

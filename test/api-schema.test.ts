@@ -6,7 +6,7 @@ import { Value } from "@sinclair/typebox/value";
 import { apiTestContext, getCharge, postCharge } from "../testkit/api.ts";
 import type { TObject } from "@sinclair/typebox";
 import { checkedJson } from "../lib/api/schemas.ts";
-import { Charge, ChargeView } from "../lib/shared/operations/charges.ts";
+import { Charge, ChargeView } from "../lib/charges/charges.ts";
 import { MAX_BODY_BYTES } from "../lib/api/body.ts";
 
 setDefaultTimeout(30_000);

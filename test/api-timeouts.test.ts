@@ -3,11 +3,11 @@
 // answered in time" is shown by order of events (the answer came while the lock was still
 // held), never by measuring time.
 import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
-import { loadConfig } from "../lib/shared/config.ts";
-import { createLogger } from "../lib/shared/log.ts";
-import type { Sql } from "../lib/shared/db.ts";
-import { MIGRATION_LOCK_ID } from "../lib/shared/migrations.ts";
-import { createPoolGate, POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "../lib/shared/pool-gate.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { createLogger } from "../lib/platform/log.ts";
+import type { Sql } from "../lib/platform/db.ts";
+import { MIGRATION_LOCK_ID } from "../lib/platform/migrations.ts";
+import { createPoolGate, POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "../lib/platform/pool-gate.ts";
 import { counts, postCharge, startTestApi, TEST_API_APP } from "../testkit/api.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
 import { runToExit, startEntrypoint } from "../testkit/processes.ts";

@@ -1,12 +1,12 @@
 // GET /asyncapi.json on the real relay's operator port: a valid AsyncAPI 3 document per the
-// reference parser, built from lib/events.ts, and true to the wire: a real ChargeCreated and
+// reference parser, built from lib/charges/events.ts, and true to the wire: a real ChargeCreated and
 // ChargeRefunded, published by the relay, arrive on their channels' addresses (under the
 // relay's MQTT_TOPIC_PREFIX) and match the document's payload and header schemas.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
 import { DiagnosticSeverity, Parser } from "@asyncapi/parser";
 import { Value } from "@sinclair/typebox/value";
 import type { TObject } from "@sinclair/typebox";
-import { CHARGE_CREATED, CHARGE_REFUNDED, EVENT_CONTENT_TYPE, EVENT_TYPES, topicOf } from "../lib/events.ts";
+import { CHARGE_CREATED, CHARGE_REFUNDED, EVENT_CONTENT_TYPE, EVENT_TYPES, topicOf } from "../lib/charges/events.ts";
 import { asyncApiJson, buildAsyncApiDocument, type AsyncApiDocument } from "../lib/relay/asyncapi.ts";
 import { startTestApi } from "../testkit/api.ts";
 import { collect, type Received } from "../testkit/mqtt.ts";

@@ -5,7 +5,7 @@
 import { expect, setDefaultTimeout, test } from "bun:test";
 import { SignJWT } from "jose";
 import { IMPLICIT_TENANT, MAX_TENANT_CHARS } from "../lib/api/auth.ts";
-import { createLogger } from "../lib/shared/log.ts";
+import { createLogger } from "../lib/platform/log.ts";
 import { apiTestContext, counts, postCharge, startTestApi } from "../testkit/api.ts";
 import { TEST_JWT_SECRET, tokenFor } from "../testkit/auth.ts";
 import { waitUntil } from "../testkit/wait.ts";

@@ -3,7 +3,7 @@
 // AUTH_MODE=none and a missing key source at start. JWKS tokens: auth-jwks.test.ts.
 import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { CLOCK_TOLERANCE_S } from "../lib/api/auth.ts";
-import { createLogger } from "../lib/shared/log.ts";
+import { createLogger } from "../lib/platform/log.ts";
 import { apiTestContext, counts, getCharge, postCharge, startTestApi } from "../testkit/api.ts";
 import { mintTestToken, TEST_JWT_SECRET, tokenFor } from "../testkit/auth.ts";
 import { runToExit } from "../testkit/processes.ts";

@@ -5,10 +5,10 @@
 // so what the first had not yet handed on dies with it: each phase waits until the first
 // broker's part is done, and the second phase's events must all come through the second.
 import { expect, setDefaultTimeout, test } from "bun:test";
-import { createSql } from "../lib/shared/db.ts";
+import { createSql } from "../lib/platform/db.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
-import { CHARGE_CREATED, topicOf } from "../lib/events.ts";
+import { CHARGE_CREATED, topicOf } from "../lib/charges/events.ts";
 import { collect, rawClient, type Collector } from "../testkit/mqtt.ts";
 import { mosquittoInstalled, privateMosquitto, type PrivateBroker } from "../testkit/mosquitto.ts";
 import { countWhere, extendChains, insertChains, type Chain } from "../testkit/outbox.ts";

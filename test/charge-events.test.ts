@@ -4,11 +4,11 @@
 // charge's own tenant. Then its bad input, a row not yet published, the pages of a long
 // charge, and its place in /openapi.json.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
-import { createSql } from "../lib/shared/db.ts";
+import { createSql } from "../lib/platform/db.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
 import { EVENTS_PAGE_SIZE } from "../lib/api/events-read.ts";
-import { newEventId } from "../lib/events.ts";
+import { newEventId } from "../lib/charges/events.ts";
 import { startTestApi } from "../testkit/api.ts";
 import { authHeaders, tokenFor, TEST_TENANT } from "../testkit/auth.ts";
 import { ChargesClient } from "../client/index.ts";

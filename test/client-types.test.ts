@@ -5,7 +5,7 @@ import { expect, setDefaultTimeout, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { PROBLEM, type Charge, type ChargeBody, type ChargeView, type Refund, type RefundBody } from "charges-outbox/client";
 import { PROBLEM_BASE, PROBLEMS } from "../lib/api/problem.ts";
-import { operationProblems } from "../lib/shared/operations/index.ts";
+import { operationProblems } from "../lib/charges/index.ts";
 import { CLIENT_TYPES_PATH, servedOpenApi, typesOf } from "../testkit/openapi-types.ts";
 
 // The client takes its types by route and status; were a route or a status to leave the

@@ -2,7 +2,7 @@
 // never shown (not in an error, not in the config printed or logged as JSON).
 import { expect, test } from "bun:test";
 import { inspect } from "node:util";
-import { ConfigError, loadConfig } from "../lib/shared/config.ts";
+import { ConfigError, loadConfig } from "../lib/platform/config.ts";
 import { runToExit } from "../testkit/processes.ts";
 import { authEnv } from "../testkit/auth.ts";
 

@@ -1,6 +1,6 @@
 // Configuration: defaults, validation, and the one clear line a bad value gives at start.
 import { expect, test } from "bun:test";
-import { ConfigError, loadConfig } from "../lib/shared/config.ts";
+import { ConfigError, loadConfig } from "../lib/platform/config.ts";
 import { runToExit } from "../testkit/processes.ts";
 import { authEnv } from "../testkit/auth.ts";
 

@@ -4,7 +4,7 @@
 // creates a charge, replays it, and waits for the relay's event at an MQTT subscriber.
 // Exit 0 with one "ok" line, or 1 with one "FAILED" line followed by the processes' last output.
 import { spawnSync } from "node:child_process";
-import { CHARGE_CREATED, type ChargeCreatedData } from "../lib/events.ts";
+import { CHARGE_CREATED, type ChargeCreatedData } from "../lib/charges/events.ts";
 import { freePort } from "../dev/ports.ts";
 import { createScratchDatabase, scratchName } from "../testkit/database.ts";
 import { collect } from "../testkit/mqtt.ts";

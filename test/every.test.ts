@@ -2,7 +2,7 @@
 // Real timers with short waits, synchronized on what happened (waitUntil, promise order),
 // except where a run must NOT come: fake timers prove that without waiting.
 import { afterEach, expect, jest, test } from "bun:test";
-import { every, type Every } from "../lib/shared/every.ts";
+import { every, type Every } from "../lib/platform/every.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 // Short enough to keep the test fast, long enough to tell "after the wait" from "at once".

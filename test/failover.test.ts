@@ -4,7 +4,7 @@
 // is followed by the API, the relay and the subscriber, whose writes the fenced server refuses
 // with 25006: 503s meanwhile, never a 500, and no pool left on the read-only server.
 import { afterEach, expect, setDefaultTimeout, test } from "bun:test";
-import { createSql, type Sql } from "../lib/shared/db.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
 import type { ApiProcess } from "../lib/api/start.ts";
 import { postCharge, startTestApi } from "../testkit/api.ts";
 import { createScratchDatabase, scratchName, withDatabase } from "../testkit/database.ts";
@@ -17,7 +17,7 @@ import { waitUntil } from "../testkit/wait.ts";
 
 // initdb, a base backup, two starts, a relay and a subscriber, on a loaded 2-core machine.
 setDefaultTimeout(180_000);
-// Drops of a read-only pool come at most one a second (lib/shared/read-only.ts), and a dropped
+// Drops of a read-only pool come at most one a second (lib/platform/read-only.ts), and a dropped
 // connection may land on the fenced server once more before the next host: seconds.
 const FOLLOW_TIMEOUT_MS = 60_000;
 // Charges after the switchover that must succeed, each a new key.

@@ -4,10 +4,10 @@
 // one key at once during a rolling deploy. Both are pinned to the values every version wrote.
 import { expect, test } from "bun:test";
 import canonicalize from "canonicalize";
-import { advisoryLockId, canonicalJson, fingerprint, type FingerprintFields } from "../lib/shared/operations/fingerprint.ts";
-import { createCharge } from "../lib/shared/operations/charges.ts";
+import { advisoryLockId, canonicalJson, fingerprint, type FingerprintFields } from "../lib/idempotency/fingerprint.ts";
+import { createCharge } from "../lib/charges/charges.ts";
 import { createHash, createHmac } from "node:crypto";
-import { hmacSha256Hex, sha256Hex, sha256Int64 } from "../lib/shared/sha256.ts";
+import { hmacSha256Hex, sha256Hex, sha256Int64 } from "../lib/platform/sha256.ts";
 
 test("SHA-256 of a string is the standard one (FIPS 180-2 test vector)", () => {
   expect(sha256Hex("abc")).toBe("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");

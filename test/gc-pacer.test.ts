@@ -1,7 +1,7 @@
-// The young-collection pacer (lib/shared/gc-pacer.ts) and the runtime's collection it calls.
+// The young-collection pacer (lib/platform/gc-pacer.ts) and the runtime's collection it calls.
 import { expect, test } from "bun:test";
-import { createGcPacer } from "../lib/shared/gc-pacer.ts";
-import { youngCollection } from "../lib/shared/runtime.ts";
+import { createGcPacer } from "../lib/platform/gc-pacer.ts";
+import { youngCollection } from "../lib/platform/runtime.ts";
 
 /** Resolves after the macrotask the pacer schedules its collection in (setImmediate, FIFO). */
 const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));

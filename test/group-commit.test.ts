@@ -1,8 +1,8 @@
-// The foreign statements' group commit (lib/api/core/group.ts) against a real server: batches
+// The foreign statements' group commit (lib/idempotency/group-commit.ts) against a real server: batches
 // form only while statements run, never mix conflicting items, hold a gate slot per statement,
 // and a batch that fails on one item's data answers every other item from its own statement.
 import { afterAll, expect, test } from "bun:test";
-import { createGroupCommit, type GroupStatement } from "../lib/api/core/group.ts";
+import { createGroupCommit, type GroupStatement } from "../lib/idempotency/group-commit.ts";
 import { freshDatabase } from "../testkit/services.ts";
 
 const db = await freshDatabase("group_commit");

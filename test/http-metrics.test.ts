@@ -2,9 +2,9 @@
 // known buckets, exact counts, the method and route bounds), and the process and pool
 // metrics, without a database: a telemetry instance of its own and its Prometheus text.
 import { afterAll, expect, test } from "bun:test";
-import { startTelemetry } from "../lib/shared/telemetry.ts";
-import { createHttpServerMetrics, HTTP_DURATION_BUCKETS_S, OTHER_METHOD, UNMATCHED_ROUTE } from "../lib/shared/http-metrics.ts";
-import { observePool, startLoopSampler, startRuntimeMetrics } from "../lib/shared/runtime-metrics.ts";
+import { startTelemetry } from "../lib/platform/telemetry.ts";
+import { createHttpServerMetrics, HTTP_DURATION_BUCKETS_S, OTHER_METHOD, UNMATCHED_ROUTE } from "../lib/platform/http-metrics.ts";
+import { observePool, startLoopSampler, startRuntimeMetrics } from "../lib/platform/runtime-metrics.ts";
 import { labelValues, samples, valueOf } from "../testkit/prometheus.ts";
 
 const telemetry = startTelemetry("http-metrics-test", undefined, false);

@@ -2,9 +2,9 @@
 // captured as the code sends them (postgres.js's debug hook) and run under EXPLAIN ANALYZE.
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
 import postgres from "postgres";
-import { loadConfig } from "../lib/shared/config.ts";
-import type { Sql, Tx } from "../lib/shared/db.ts";
-import { silentLogger } from "../lib/shared/log.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import type { Sql, Tx } from "../lib/platform/db.ts";
+import { silentLogger } from "../lib/platform/log.ts";
 import { claimFollowers, claimHeads, claimHeadsUnbounded, batchSettings, markPublished, type OutboxRow } from "../lib/relay/outbox-sql.ts";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import { freshDatabase } from "../testkit/services.ts";

@@ -4,8 +4,8 @@
 // sockets (ledger mode), and the in-process API through the processor simulator (stripe mode).
 // Time passes by moving the row's expires_at, as the clock would: never a sleep.
 import { afterAll, beforeEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { loadConfig } from "../lib/shared/config.ts";
-import { silentLogger } from "../lib/shared/log.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { silentLogger } from "../lib/platform/log.ts";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import { freshDatabase } from "../testkit/services.ts";
 import { killAll, startEntrypoint } from "../testkit/processes.ts";

@@ -2,8 +2,8 @@
 // real `bun api.ts` on raw sockets (ledger mode), and through the processor simulator for the
 // states only the processor's steps leave (in flight, parked).
 import { afterAll, beforeEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { loadConfig } from "../lib/shared/config.ts";
-import { silentLogger } from "../lib/shared/log.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { silentLogger } from "../lib/platform/log.ts";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import { freshDatabase } from "../testkit/services.ts";
 import { killAll, startEntrypoint } from "../testkit/processes.ts";
@@ -13,8 +13,8 @@ import { postCharge } from "../testkit/api.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { chargeWith, processorTestContext } from "../testkit/processor.ts";
 import type { ApiProcess } from "../lib/api/start.ts";
-import { OPERATIONS } from "../lib/shared/operations/index.ts";
-import { endpointOf } from "../lib/shared/operations/model.ts";
+import { OPERATIONS } from "../lib/charges/index.ts";
+import { endpointOf } from "../lib/idempotency/model.ts";
 
 setDefaultTimeout(60_000);
 

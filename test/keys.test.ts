@@ -1,7 +1,7 @@
 // Idempotency-Keys as real clients send them: derived from their own ids, quoted or bare, up
 // to 255 visible ASCII characters; a UUID in any case is one key, anything else is exact.
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
-import { parseIdempotencyKey, MAX_KEY_CHARS } from "../lib/api/core/keys.ts";
+import { parseIdempotencyKey, MAX_KEY_CHARS } from "../lib/idempotency/keys.ts";
 import { apiTestContext, counts, postCharge } from "../testkit/api.ts";
 
 setDefaultTimeout(30_000);

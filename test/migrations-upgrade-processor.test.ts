@@ -9,12 +9,12 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "
 import { readFile } from "node:fs/promises";
 import { v7 as uuidV7 } from "uuid";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
-import { loadConfig } from "../lib/shared/config.ts";
-import { createSql, type Sql } from "../lib/shared/db.ts";
-import { silentLogger } from "../lib/shared/log.ts";
-import { migrate, readMigrations } from "../lib/shared/migrations.ts";
-import { sha256Hex } from "../lib/shared/sha256.ts";
-import { applySchema } from "../lib/shared/startup.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
+import { silentLogger } from "../lib/platform/log.ts";
+import { migrate, readMigrations } from "../lib/platform/migrations.ts";
+import { sha256Hex } from "../lib/platform/sha256.ts";
+import { applySchema } from "../lib/platform/startup.ts";
 import { postCharge, startTestApi } from "../testkit/api.ts";
 import { TEST_TENANT } from "../testkit/auth.ts";
 import { describeSchema } from "../testkit/catalog.ts";

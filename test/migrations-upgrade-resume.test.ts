@@ -4,10 +4,10 @@
 // copies it from their charge or refund row, and this release finishes such a key with the
 // creation time its charge row holds.
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { fingerprint } from "../lib/shared/operations/fingerprint.ts";
-import { createSql, type Sql } from "../lib/shared/db.ts";
-import { migrate, readMigrations } from "../lib/shared/migrations.ts";
-import { applySchema } from "../lib/shared/startup.ts";
+import { fingerprint } from "../lib/idempotency/fingerprint.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
+import { migrate, readMigrations } from "../lib/platform/migrations.ts";
+import { applySchema } from "../lib/platform/startup.ts";
 import { getCharge, postCharge } from "../testkit/api.ts";
 import { TEST_TENANT } from "../testkit/auth.ts";
 import { createScratchDatabase, scratchName, type ScratchDatabase } from "../testkit/database.ts";

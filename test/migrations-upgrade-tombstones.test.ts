@@ -3,12 +3,12 @@
 // release's retention job when they expire, and answer 410 naming their charge; the migration
 // itself touches no row.
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { loadConfig } from "../lib/shared/config.ts";
-import { createSql } from "../lib/shared/db.ts";
-import { silentLogger } from "../lib/shared/log.ts";
-import { migrate, readMigrations } from "../lib/shared/migrations.ts";
-import { applySchema } from "../lib/shared/startup.ts";
-import { fingerprint } from "../lib/shared/operations/fingerprint.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { createSql } from "../lib/platform/db.ts";
+import { silentLogger } from "../lib/platform/log.ts";
+import { migrate, readMigrations } from "../lib/platform/migrations.ts";
+import { applySchema } from "../lib/platform/startup.ts";
+import { fingerprint } from "../lib/idempotency/fingerprint.ts";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import type { ApiProcess } from "../lib/api/start.ts";
 import { postCharge, startTestApi } from "../testkit/api.ts";

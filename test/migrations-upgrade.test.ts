@@ -7,10 +7,10 @@
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { readFile } from "node:fs/promises";
 import { v7 as uuidV7 } from "uuid";
-import { createSql, type Sql } from "../lib/shared/db.ts";
-import { sha256Hex } from "../lib/shared/sha256.ts";
-import { migrate } from "../lib/shared/migrations.ts";
-import { applySchema } from "../lib/shared/startup.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
+import { sha256Hex } from "../lib/platform/sha256.ts";
+import { migrate } from "../lib/platform/migrations.ts";
+import { applySchema } from "../lib/platform/startup.ts";
 import { postCharge, startTestApi } from "../testkit/api.ts";
 import { TEST_TENANT } from "../testkit/auth.ts";
 import { describeSchema } from "../testkit/catalog.ts";

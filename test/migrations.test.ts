@@ -4,9 +4,9 @@
 // processes migrating at once record each migration once.
 import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { readFile } from "node:fs/promises";
-import { createSql, type Sql } from "../lib/shared/db.ts";
-import { checksumOf, migrate, migrationFromFile, MIGRATION_LOCK_ID, planMigrations, readMigrations } from "../lib/shared/migrations.ts";
-import { applySchema, StartupError } from "../lib/shared/startup.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
+import { checksumOf, migrate, migrationFromFile, MIGRATION_LOCK_ID, planMigrations, readMigrations } from "../lib/platform/migrations.ts";
+import { applySchema, StartupError } from "../lib/platform/startup.ts";
 import { createScratchDatabase, scratchName, waitForBackendOnLock, type ScratchDatabase } from "../testkit/database.ts";
 import { describeSchema } from "../testkit/catalog.ts";
 import { services } from "../testkit/services.ts";

@@ -4,8 +4,8 @@
 // every rule links to a runbook section that exists.
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { readFileSync } from "node:fs";
-import { subscriptionFilter } from "../lib/events.ts";
-import { startTelemetry } from "../lib/shared/telemetry.ts";
+import { subscriptionFilter } from "../lib/charges/events.ts";
+import { startTelemetry } from "../lib/platform/telemetry.ts";
 import { startSubscriber } from "../lib/subscriber/subscriber.ts";
 import { authEnv, authHeaders } from "../testkit/auth.ts";
 import { canonicalName, exposedFamilies, metricTypes, selectedNames } from "../testkit/promql.ts";

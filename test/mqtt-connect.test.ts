@@ -1,4 +1,4 @@
-// connectMqtt (lib/shared/mqtt-connect.ts) builds each connection itself and puts the caller's
+// connectMqtt (lib/platform/mqtt-connect.ts) builds each connection itself and puts the caller's
 // tap around it: on the first connection, on every reconnect, and on the MQTT 3.1.1 fallback
 // against a broker that refuses 5. The URL's credentials and clientId reach the CONNECT.
 import { afterEach, expect, setDefaultTimeout, test } from "bun:test";
@@ -6,7 +6,7 @@ import type { MqttClient } from "mqtt";
 import type { Duplex } from "node:stream";
 import { startLocalBroker } from "../dev/mqtt-broker.ts";
 import { AckTap } from "../lib/relay/ack-tap.ts";
-import { connectMqtt } from "../lib/shared/mqtt-connect.ts";
+import { connectMqtt } from "../lib/platform/mqtt-connect.ts";
 import { mqttProxy } from "../testkit/mqtt-proxy.ts";
 import { services } from "../testkit/services.ts";
 import { waitUntil } from "../testkit/wait.ts";

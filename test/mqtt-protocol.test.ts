@@ -5,7 +5,7 @@
 // subscriber takes the same path.
 import { expect, setDefaultTimeout, test } from "bun:test";
 import { startSubscriber } from "../lib/subscriber/subscriber.ts";
-import { subscriptionFilter } from "../lib/events.ts";
+import { subscriptionFilter } from "../lib/charges/events.ts";
 import { countWhere, insertPending } from "../testkit/outbox.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { v311OnlyBroker } from "../testkit/mqtt-v311-only.ts";

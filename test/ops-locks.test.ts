@@ -1,11 +1,11 @@
 // One runner per ops job: with two relays on one database, one runs a job and the other skips
 // it for that round; the relay's loop and `bun run ops` skip a job another process is running.
 import { afterAll, afterEach, expect, setDefaultTimeout, test } from "bun:test";
-import { loadConfig } from "../lib/shared/config.ts";
-import { createSql, type Sql } from "../lib/shared/db.ts";
-import { createLogger, silentLogger } from "../lib/shared/log.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
+import { createLogger, silentLogger } from "../lib/platform/log.ts";
 import { DELETE_BATCH, JOB_LOCK_IDS, JOB_NAMES, MAX_BATCHES_PER_RUN, newGauges, registerOpsGauges, runJob, startOpsLoop, type JobName } from "../lib/ops/jobs.ts";
-import { startTelemetry } from "../lib/shared/telemetry.ts";
+import { startTelemetry } from "../lib/platform/telemetry.ts";
 import { waitForBackendOnLock } from "../testkit/database.ts";
 import { runToExit } from "../testkit/processes.ts";
 import { freshDatabase } from "../testkit/services.ts";

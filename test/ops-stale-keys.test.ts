@@ -1,9 +1,9 @@
 // The stale-STARTED report names keys by their hash: an idempotency key is a bearer of its
 // request's identity and never goes into a log line or a job's printed result.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
-import { loadConfig } from "../lib/shared/config.ts";
-import { createLogger } from "../lib/shared/log.ts";
-import { keyHash } from "../lib/shared/redact.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { createLogger } from "../lib/platform/log.ts";
+import { keyHash } from "../lib/platform/redact.ts";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import { freshDatabase } from "../testkit/services.ts";
 

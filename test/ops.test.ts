@@ -1,10 +1,10 @@
 // The operations jobs on real Postgres, and `bun run ops` as a user runs it.
 import { setDefaultTimeout } from "bun:test";
 import { afterAll, beforeEach, expect, test } from "bun:test";
-import { loadConfig } from "../lib/shared/config.ts";
-import { silentLogger } from "../lib/shared/log.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { silentLogger } from "../lib/platform/log.ts";
 import { DELETE_BATCH, newGauges, registerOpsGauges, runJob } from "../lib/ops/jobs.ts";
-import { startTelemetry } from "../lib/shared/telemetry.ts";
+import { startTelemetry } from "../lib/platform/telemetry.ts";
 import { freshDatabase } from "../testkit/services.ts";
 import { postCharge, startTestApi } from "../testkit/api.ts";
 import { runToExit, type Finished } from "../testkit/processes.ts";

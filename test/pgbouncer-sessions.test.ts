@@ -3,10 +3,10 @@
 // two server connections, and what the setting does instead: unnamed statements, the API's
 // time bounds set in each transaction, job locks held by transactions.
 import { expect, setDefaultTimeout } from "bun:test";
-import { loadConfig } from "../lib/shared/config.ts";
-import { createSql, type DbOptions, type Sql } from "../lib/shared/db.ts";
-import { silentLogger } from "../lib/shared/log.ts";
-import { listenForOutbox, OUTBOX_CHANNEL } from "../lib/shared/wakeup.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { createSql, type DbOptions, type Sql } from "../lib/platform/db.ts";
+import { silentLogger } from "../lib/platform/log.ts";
+import { listenForOutbox, OUTBOX_CHANNEL } from "../lib/platform/wakeup.ts";
 import { JOB_LOCK_IDS, newGauges, runJob, type JobName } from "../lib/ops/jobs.ts";
 import { startTestApi } from "../testkit/api.ts";
 import { authEnv } from "../testkit/auth.ts";

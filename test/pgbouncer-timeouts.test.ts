@@ -4,7 +4,7 @@
 // queues is given up at the request's deadline with nothing written. Every "in time" is shown
 // by order of events (answered while the lock or the connection was still held).
 import { expect, setDefaultTimeout } from "bun:test";
-import { createSql, type Sql } from "../lib/shared/db.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
 import { counts, postCharge, startTestApi, TEST_API_APP } from "../testkit/api.ts";
 import { privatePgbouncer } from "../testkit/pgbouncer.ts";
 import { pgbouncerTestFile } from "../testkit/pgbouncer-context.ts";

@@ -9,7 +9,7 @@ import { API_APP, RELAY_APP, startEntrypoint, type Service } from "../testkit/pr
 import { authEnv, authHeaders } from "../testkit/auth.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { valueOf } from "../testkit/prometheus.ts";
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 
 setDefaultTimeout(60_000);
 

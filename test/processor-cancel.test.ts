@@ -2,8 +2,8 @@
 // canceled once, whatever answers are lost; the charge canceled with ChargeCanceled.
 import { expect, setDefaultTimeout, test } from "bun:test";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
-import { loadConfig } from "../lib/shared/config.ts";
-import { silentLogger } from "../lib/shared/log.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { silentLogger } from "../lib/platform/log.ts";
 import { authHeaders } from "../testkit/auth.ts";
 import { postCharge } from "../testkit/api.ts";
 import { expireLease, paymentsOf, processorEnv, processorTestContext } from "../testkit/processor.ts";

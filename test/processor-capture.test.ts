@@ -4,8 +4,8 @@
 // lost; what is asserted is the answer, the rows, the events and the simulator's ledger.
 import { expect, setDefaultTimeout, test } from "bun:test";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
-import { loadConfig } from "../lib/shared/config.ts";
-import { silentLogger } from "../lib/shared/log.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { silentLogger } from "../lib/platform/log.ts";
 import { authHeaders } from "../testkit/auth.ts";
 import { getCharge, postCharge } from "../testkit/api.ts";
 import { expireLease, paymentsOf, processorEnv, processorTestContext } from "../testkit/processor.ts";

@@ -5,8 +5,8 @@
 import { expect, setDefaultTimeout, test } from "bun:test";
 import { listParked } from "../lib/ops/parked.ts";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
-import { loadConfig } from "../lib/shared/config.ts";
-import { silentLogger } from "../lib/shared/log.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { silentLogger } from "../lib/platform/log.ts";
 import { postCharge, TEST_API_APP } from "../testkit/api.ts";
 import { chargeWith, confirmationsOf, expireLease, keyState, paymentsOf, processorEnv, processorTestContext } from "../testkit/processor.ts";
 import { waitUntil } from "../testkit/wait.ts";

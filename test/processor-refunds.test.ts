@@ -5,10 +5,10 @@
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import { resolveKey } from "../lib/ops/parked.ts";
-import { loadConfig } from "../lib/shared/config.ts";
-import { silentLogger } from "../lib/shared/log.ts";
-import { refundCalls } from "../lib/shared/operations/refund-steps.ts";
-import { createProcessorClient } from "../lib/shared/processor/client.ts";
+import { loadConfig } from "../lib/platform/config.ts";
+import { silentLogger } from "../lib/platform/log.ts";
+import { refundCalls } from "../lib/charges/refund-steps.ts";
+import { createProcessorClient } from "../lib/charges/processor.ts";
 import { postCharge } from "../testkit/api.ts";
 import { chargeWith, expireLease, keyState, processorEnv, processorTestContext, refundsOf } from "../testkit/processor.ts";
 import { stripeFor } from "../testkit/processor-sim.ts";

@@ -4,11 +4,11 @@
 import { afterAll, beforeAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
 import type { ApiProcess } from "../lib/api/start.ts";
 import { API_POOL_NAME } from "../lib/api/services.ts";
-import { compile, runFinish, type HeldKey } from "../lib/shared/operations/skeleton.ts";
-import { endpointOf, type Resume } from "../lib/shared/operations/model.ts";
-import { createCharge } from "../lib/shared/operations/charges.ts";
-import { createRefund } from "../lib/shared/operations/refunds.ts";
-import { startTelemetry } from "../lib/shared/telemetry.ts";
+import { compile, runFinish, type HeldKey } from "../lib/idempotency/skeleton.ts";
+import { endpointOf, type Resume } from "../lib/idempotency/model.ts";
+import { createCharge } from "../lib/charges/charges.ts";
+import { createRefund } from "../lib/charges/refunds.ts";
+import { startTelemetry } from "../lib/platform/telemetry.ts";
 import { postCharge, TEST_API_APP } from "../testkit/api.ts";
 import { TEST_TENANT } from "../testkit/auth.ts";
 import { valueOf } from "../testkit/prometheus.ts";

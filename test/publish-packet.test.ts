@@ -4,7 +4,7 @@
 import { expect, test } from "bun:test";
 import mqttPacket from "mqtt-packet";
 import { encodePublish, UnencodableMessage, type PublishFields } from "../lib/relay/publish-packet.ts";
-import { CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from "../lib/events.ts";
+import { CHARGE_CREATED, EVENT_CONTENT_TYPE, topicOf, userPropertiesOf } from "../lib/charges/events.ts";
 
 function reference(fields: PublishFields, protocolVersion: 4 | 5): Buffer {
   return mqttPacket.generate(

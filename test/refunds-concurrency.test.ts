@@ -5,8 +5,8 @@
 // charge's refunded total, and its events' sequences (exactly 1..n).
 import { afterAll, beforeEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import type { ApiProcess } from "../lib/api/start.ts";
-import type { Sql } from "../lib/shared/db.ts";
-import { startTelemetry } from "../lib/shared/telemetry.ts";
+import type { Sql } from "../lib/platform/db.ts";
+import { startTelemetry } from "../lib/platform/telemetry.ts";
 import { startTestApi, TEST_API_APP } from "../testkit/api.ts";
 import { authEnv, authHeaders } from "../testkit/auth.ts";
 import { holdKey } from "../testkit/database.ts";

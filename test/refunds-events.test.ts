@@ -2,7 +2,7 @@
 // a private topic prefix: what a subscriber receives (topics, envelopes, sequences, MQTT 5
 // properties) against the rows the API wrote.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
-import { createSql } from "../lib/shared/db.ts";
+import { createSql } from "../lib/platform/db.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
 import { startTestApi } from "../testkit/api.ts";

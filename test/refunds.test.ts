@@ -1,7 +1,7 @@
 // POST /charges/:id/refunds against real Postgres: every row of the refunds table in docs/api.md and the
 // text around it, asserting rows as well as responses; and the GETs that show refunds.
 import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { startTelemetry } from "../lib/shared/telemetry.ts";
+import { startTelemetry } from "../lib/platform/telemetry.ts";
 import { apiTestContext, getCharge, postCharge, startTestApi, waitForApiBlockedOnLock } from "../testkit/api.ts";
 import { holdKey } from "../testkit/database.ts";
 import { expectProblem, getRefund, ledger, newCharge, postRefund, REFUNDS_ENDPOINT, refundBody, written, type RefundBody } from "../testkit/refunds.ts";

@@ -2,7 +2,7 @@
 // (RELAY_LOCK_TIMEOUT_MS), the relay backs off instead of hanging, and once the lock is gone
 // the rows written meanwhile are delivered in order.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 import { insertPending, type PendingRow } from "../testkit/outbox.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { startEntrypoint } from "../testkit/processes.ts";

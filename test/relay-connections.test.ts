@@ -4,7 +4,7 @@
 // and a connection cut mid-drain loses nothing.
 import { afterAll, afterEach, expect, setDefaultTimeout, test } from "bun:test";
 import type { IPublishPacket } from "mqtt-packet";
-import { CHARGE_CREATED } from "../lib/events.ts";
+import { CHARGE_CREATED } from "../lib/charges/events.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { unboundedBroker } from "../testkit/mosquitto.ts";
 import { mqttProxy, type MqttProxy, type ProxiedConnection } from "../testkit/mqtt-proxy.ts";

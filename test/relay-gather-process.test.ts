@@ -6,7 +6,7 @@ import { insertPending } from "../testkit/outbox.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { startEntrypoint } from "../testkit/processes.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
-import { notifyOutbox } from "../lib/shared/wakeup.ts";
+import { notifyOutbox } from "../lib/platform/wakeup.ts";
 
 setDefaultTimeout(60_000);
 

@@ -3,8 +3,8 @@
 // away (it says which dependency is down, never why), the bind address, and the start line.
 import { afterAll, afterEach, expect, setDefaultTimeout, test } from "bun:test";
 import { createConnection, createServer, type Server, type Socket } from "node:net";
-import { ConfigError, loadConfig } from "../lib/shared/config.ts";
-import { maskUrl } from "../lib/shared/redact.ts";
+import { ConfigError, loadConfig } from "../lib/platform/config.ts";
+import { maskUrl } from "../lib/platform/redact.ts";
 import { freePort } from "../dev/ports.ts";
 import { startEntrypoint, type Service } from "../testkit/processes.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
@@ -144,7 +144,7 @@ test("the start line names MQTT_URL and DATABASE_URL with their passwords masked
   const startLine = await waitUntil(() => lines.find((l) => l.includes("relay started")), 5000, "the start line");
   expect(JSON.parse(startLine).mqttUrl).toBe(`mqtt://relay:***@${url.host}`);
   expect(JSON.parse(startLine).databaseUrl).toBe(maskUrl(db.url));
-  // The relay paces young collections on Bun (lib/shared/gc-pacer.ts) and says so.
+  // The relay paces young collections on Bun (lib/platform/gc-pacer.ts) and says so.
   expect(JSON.parse(startLine)).toMatchObject({ mqttConnections: 3, gcEveryRows: 4000 });
   expect(lines.join("\n")).not.toContain("s3cret-broker-pw");
 });

@@ -3,7 +3,7 @@
 // metrics, and no per-event value in any label.
 import { setDefaultTimeout } from "bun:test";
 import { afterAll, expect, test } from "bun:test";
-import { CHARGE_CREATED, topicOf } from "../lib/events.ts";
+import { CHARGE_CREATED, topicOf } from "../lib/charges/events.ts";
 import { freshDatabase, services } from "../testkit/services.ts";
 import { countWhere, insertPending } from "../testkit/outbox.ts";
 import { startEntrypoint } from "../testkit/processes.ts";

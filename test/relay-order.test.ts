@@ -4,7 +4,7 @@
 // its requeue, a relay SIGKILLed mid-batch, a broker restart. The only fake is an injected
 // failing publish function.
 import { expect, setDefaultTimeout, test } from "bun:test";
-import { createSql, type Sql } from "../lib/shared/db.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
 import { requeue, pendingStats } from "../lib/ops/sql.ts";
 import { connectBroker, type Broker, type PublishFn } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount, type Relay, type RelayOptions } from "../lib/relay/loop.ts";

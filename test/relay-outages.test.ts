@@ -1,12 +1,12 @@
 // The relay when the broker or the database goes away: nothing lost, no attempts burnt on
 // an absent broker, and a broker's refusal (a real Mosquitto ACL) parks the row.
 import { expect, setDefaultTimeout, test } from "bun:test";
-import { createSql, type Sql } from "../lib/shared/db.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
 import { connectBroker, type Broker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount, type Relay } from "../lib/relay/loop.ts";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { notifyOutbox } from "../lib/shared/wakeup.ts";
+import { notifyOutbox } from "../lib/platform/wakeup.ts";
 import { countWhere, insertPending } from "../testkit/outbox.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { brokerDir, mosquittoInstalled, privateMosquitto, unboundedBroker } from "../testkit/mosquitto.ts";

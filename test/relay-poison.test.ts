@@ -3,7 +3,7 @@
 // code (0x95 packet too large) parks the row at once; with MQTT 3.1.1 the broker just closes
 // the connection, and the row is counted as failed after MAX_RELEASES such closes.
 import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
-import { createSql } from "../lib/shared/db.ts";
+import { createSql } from "../lib/platform/db.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
 import { MAX_RELEASES } from "../lib/relay/outcome.ts";

@@ -1,8 +1,8 @@
 // The API-side notifier: at most one NOTIFY per window, the first at once, and a trailing
 // one so that every poke is followed by a notify; never throws into the API.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
-import { createSql } from "../lib/shared/db.ts";
-import { createOutboxNotifier, OUTBOX_CHANNEL, type OutboxNotifier } from "../lib/shared/wakeup.ts";
+import { createSql } from "../lib/platform/db.ts";
+import { createOutboxNotifier, OUTBOX_CHANNEL, type OutboxNotifier } from "../lib/platform/wakeup.ts";
 import { freshDatabase } from "../testkit/services.ts";
 import { waitUntil } from "../testkit/wait.ts";
 

@@ -2,12 +2,12 @@
 // rows say afterwards. The only fake is an injected failing publish function.
 import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
 import postgres from "postgres";
-import { createSql, type Sql } from "../lib/shared/db.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
 import { requeue } from "../lib/ops/sql.ts";
 import { connectBroker, type Broker, type PublishFn } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount, type Relay, type RelayOptions } from "../lib/relay/loop.ts";
-import { createOutboxNotifier } from "../lib/shared/wakeup.ts";
-import { CHARGE_CREATED } from "../lib/events.ts";
+import { createOutboxNotifier } from "../lib/platform/wakeup.ts";
+import { CHARGE_CREATED } from "../lib/charges/events.ts";
 import { countWhere, insertCharge, insertPending } from "../testkit/outbox.ts";
 import { collect, type Collector } from "../testkit/mqtt.ts";
 import { sleep, waitUntil } from "../testkit/wait.ts";

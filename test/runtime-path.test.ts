@@ -1,7 +1,7 @@
 // pathOf is new URL(url, base).pathname without the URL when the path is plain; it must agree
 // with the URL parser on every input, plain or not (it routes the token check and the logs).
 import { expect, test } from "bun:test";
-import { pathOf } from "../lib/shared/runtime.ts";
+import { pathOf } from "../lib/platform/runtime.ts";
 
 const viaUrl = (url: string) => new URL(url, "http://localhost").pathname;
 

@@ -2,7 +2,7 @@
 // drain. Every row is delivered, none twice (SKIP LOCKED keeps the relays off each other's
 // claims), and published_at is set once per row (a trigger records every change of it).
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
-import { createOutboxNotifier } from "../lib/shared/wakeup.ts";
+import { createOutboxNotifier } from "../lib/platform/wakeup.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { unboundedBroker } from "../testkit/mosquitto.ts";
 import { countWhere, insertCharge, insertPending } from "../testkit/outbox.ts";

@@ -1,8 +1,8 @@
 // Passwords in DATABASE_URL / DATABASE_DIRECT_URL / MQTT_URL / AUTH_JWKS_URL, and AUTH_JWT_SECRET, never reach an error message or stderr.
 import { expect, test } from "bun:test";
-import { ConfigError, loadConfig } from "../lib/shared/config.ts";
-import { maskUrl, maskUrlList } from "../lib/shared/redact.ts";
-import { databaseModeLine } from "../lib/shared/pooler.ts";
+import { ConfigError, loadConfig } from "../lib/platform/config.ts";
+import { maskUrl, maskUrlList } from "../lib/platform/redact.ts";
+import { databaseModeLine } from "../lib/platform/pooler.ts";
 import { banner } from "../dev/output.ts";
 import { authEnv } from "../testkit/auth.ts";
 

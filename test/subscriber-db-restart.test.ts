@@ -4,9 +4,9 @@
 // same port. The process must stay up, retry, and process the event once. And the shared
 // transaction() under it: work that sends a statement after its connection was lost.
 import { afterAll, afterEach, expect, setDefaultTimeout, test } from "bun:test";
-import { buildEnvelope, CHARGE_CREATED, topicOf } from "../lib/events.ts";
-import { createSql, type Sql } from "../lib/shared/db.ts";
-import { transaction } from "../lib/shared/tx.ts";
+import { buildEnvelope, CHARGE_CREATED, topicOf } from "../lib/charges/events.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
+import { transaction } from "../lib/platform/tx.ts";
 import { createScratchDatabase, scratchName, waitForBackendOnLock } from "../testkit/database.ts";
 import { rawClient } from "../testkit/mqtt.ts";
 import { privatePostgres, type PrivatePostgres } from "../testkit/private-postgres.ts";

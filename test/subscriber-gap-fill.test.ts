@@ -6,11 +6,11 @@
 // the held one follows; a gap the API cannot fill (the row gone from the outbox, a token the
 // API refuses) is skipped at the gap timeout as before. Real API, Postgres, broker and relay.
 import { afterAll, afterEach, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
-import { subscriptionFilter } from "../lib/events.ts";
-import { ConfigError, loadConfig } from "../lib/shared/config.ts";
-import { createLogger } from "../lib/shared/log.ts";
-import { createSql } from "../lib/shared/db.ts";
-import { startTelemetry } from "../lib/shared/telemetry.ts";
+import { subscriptionFilter } from "../lib/charges/events.ts";
+import { ConfigError, loadConfig } from "../lib/platform/config.ts";
+import { createLogger } from "../lib/platform/log.ts";
+import { createSql } from "../lib/platform/db.ts";
+import { startTelemetry } from "../lib/platform/telemetry.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
 import { startSubscriber, type Delivery, type GapFillApi, type Subscriber } from "../lib/subscriber/subscriber.ts";

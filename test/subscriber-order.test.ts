@@ -5,10 +5,10 @@
 // predecessor comes, or after the gap timeout when it never does.
 import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
 import type { MqttClient } from "mqtt";
-import { CHARGE, CHARGE_CREATED, subscriptionFilter, topicOf } from "../lib/events.ts";
-import { ConfigError, loadConfig } from "../lib/shared/config.ts";
-import { createLogger, silentLogger } from "../lib/shared/log.ts";
-import { startTelemetry, type Telemetry } from "../lib/shared/telemetry.ts";
+import { CHARGE, CHARGE_CREATED, subscriptionFilter, topicOf } from "../lib/charges/events.ts";
+import { ConfigError, loadConfig } from "../lib/platform/config.ts";
+import { createLogger, silentLogger } from "../lib/platform/log.ts";
+import { startTelemetry, type Telemetry } from "../lib/platform/telemetry.ts";
 import { runInboxRetention } from "../lib/subscriber/inbox-retention.ts";
 import { startSubscriber, type Delivery, type Held, type Subscriber, type SubscriberOptions } from "../lib/subscriber/subscriber.ts";
 import { rawClient } from "../testkit/mqtt.ts";

@@ -3,7 +3,7 @@
 // were cut: the events published meanwhile must wait in the broker's session and each be
 // processed once when the server accepts again, without the process dying.
 import { afterEach, expect, setDefaultTimeout, test } from "bun:test";
-import { buildEnvelope, CHARGE_CREATED, topicOf } from "../lib/events.ts";
+import { buildEnvelope, CHARGE_CREATED, topicOf } from "../lib/charges/events.ts";
 import { createRoleDatabase } from "../testkit/database.ts";
 import { rawClient } from "../testkit/mqtt.ts";
 import { spawnSubscriber } from "../testkit/subscriber.ts";

@@ -4,8 +4,8 @@
 // event the other member already processed included. And the order across members: fed a
 // charge's events out of order, the two still process each charge's events in sequence order.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
-import { CHARGE, isShareGroup, sharedSubscriptionFilter } from "../lib/events.ts";
-import { createSql } from "../lib/shared/db.ts";
+import { CHARGE, isShareGroup, sharedSubscriptionFilter } from "../lib/charges/events.ts";
+import { createSql } from "../lib/platform/db.ts";
 import { startSubscriber, type Subscriber } from "../lib/subscriber/subscriber.ts";
 import { rawClient } from "../testkit/mqtt.ts";
 import { countWhere, insertPending } from "../testkit/outbox.ts";

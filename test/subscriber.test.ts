@@ -1,10 +1,10 @@
 // The reference subscriber against real Postgres and a real broker, fed by the real relay.
 import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
-import { createSql } from "../lib/shared/db.ts";
+import { createSql } from "../lib/platform/db.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, type Relay } from "../lib/relay/loop.ts";
 import { startSubscriber, type Delivery, type Subscriber, type SubscriberOptions } from "../lib/subscriber/subscriber.ts";
-import { CHARGE_CREATED, subscriptionFilter, topicOf } from "../lib/events.ts";
+import { CHARGE_CREATED, subscriptionFilter, topicOf } from "../lib/charges/events.ts";
 import { countWhere, insertPending } from "../testkit/outbox.ts";
 import { rawClient } from "../testkit/mqtt.ts";
 import { spawnScript } from "../testkit/processes.ts";

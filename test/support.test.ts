@@ -1,6 +1,6 @@
 import { setDefaultTimeout } from "bun:test";
 import { afterAll, expect, test } from "bun:test";
-import { CHARGE_CREATED, topicOf } from "../lib/events.ts";
+import { CHARGE_CREATED, topicOf } from "../lib/charges/events.ts";
 import { collect, rawClient } from "../testkit/mqtt.ts";
 import { chooseSource, freshDatabase, services } from "../testkit/services.ts";
 import { waitUntil } from "../testkit/wait.ts";
@@ -40,7 +40,7 @@ test("a fresh database has the schema, and migrating again changes nothing", asy
   const tables = await db.sql<{ table_name: string }[]>`
     select table_name from information_schema.tables where table_schema = 'public' order by 1`;
   expect(tables.map((t) => t.table_name)).toEqual(["charges", "idempotency_keys", "inbox", "outbox", "refunds", "schema_history", "subscriber_dead_letters", "subscriber_held_events", "subscriber_sequences"]);
-  const { migrate } = await import("../lib/shared/migrations.ts");
+  const { migrate } = await import("../lib/platform/migrations.ts");
   expect(await migrate(db.sql)).toEqual({ kind: "current" });
 });
 

@@ -2,11 +2,11 @@
 // Also: the event carries its tenant (envelope and MQTT 5 user property, at a real broker),
 // and the schema change leaves rows written before tenants existed with the 'default' tenant.
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
-import { createSql, type Sql } from "../lib/shared/db.ts";
-import { migrate } from "../lib/shared/migrations.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
+import { migrate } from "../lib/platform/migrations.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay } from "../lib/relay/loop.ts";
-import { CHARGE_CREATED } from "../lib/events.ts";
+import { CHARGE_CREATED } from "../lib/charges/events.ts";
 import { apiTestContext, counts, getCharge, postCharge, waitForApiBlockedOnLock } from "../testkit/api.ts";
 import { createScratchDatabase, holdKey, scratchName } from "../testkit/database.ts";
 import { collect } from "../testkit/mqtt.ts";

@@ -5,7 +5,7 @@
 // finish and exits 0. Exit 0 with one "ok" line per runtime, or 1 with one "FAILED" line
 // followed by the processes' last output.
 import { spawnSync } from "node:child_process";
-import { CHARGE_CREATED, CHARGE_REFUNDED, type ChargeCreatedData, type ChargeRefundedData } from "../lib/events.ts";
+import { CHARGE_CREATED, CHARGE_REFUNDED, type ChargeCreatedData, type ChargeRefundedData } from "../lib/charges/events.ts";
 import { freePort } from "../dev/ports.ts";
 import { planWorkerd } from "../dev/workerd.ts";
 import { createScratchDatabase, holdKey, scratchName, waitForBackendOnLock, type ScratchDatabase } from "../testkit/database.ts";

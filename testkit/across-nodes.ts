@@ -4,7 +4,7 @@
 // events each must all reach the subscriber, each charge's in sequence order, none held and
 // nobody moved.
 import { expect } from "bun:test";
-import { createSql } from "../lib/shared/db.ts";
+import { createSql } from "../lib/platform/db.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
 import type { BrokerCluster } from "./broker-cluster.ts";

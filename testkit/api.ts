@@ -1,7 +1,7 @@
 // Helpers for tests that drive the API in-process through its fetch handler.
-import { loadConfig } from "../lib/shared/config.ts";
+import { loadConfig } from "../lib/platform/config.ts";
 import { startApi, type ApiOptions, type ApiProcess } from "../lib/api/start.ts";
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 import { afterAll, beforeEach } from "bun:test";
 import { freshDatabase, type TestDatabase } from "./services.ts";
 import { waitForBackendOnLock } from "./database.ts";

@@ -1,7 +1,7 @@
 // A database's schema as plain values, read from the catalog, so two databases can be
 // compared with one toEqual: pg_dump is not on every CI machine's PATH, and its text carries
 // column order and comments, which two equal schemas may well differ in.
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 
 export interface SchemaDescription {
   /** `<name> <relkind>` of every table, view and sequence. */

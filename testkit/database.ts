@@ -1,7 +1,7 @@
 // Throwaway databases for tests, chaos scenarios and benchmarks: created on a server the
 // caller names, migrations applied, dropped (with any backend still on it) when done.
-import { createSql, type Sql } from "../lib/shared/db.ts";
-import { describeRefusal, migrate } from "../lib/shared/migrations.ts";
+import { createSql, type Sql } from "../lib/platform/db.ts";
+import { describeRefusal, migrate } from "../lib/platform/migrations.ts";
 import { waitUntil } from "./wait.ts";
 import { TEST_TENANT } from "./auth.ts";
 

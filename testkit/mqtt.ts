@@ -1,9 +1,9 @@
 // The one MQTT subscriber of the test kit: it records every message under a prefix, with
-// its envelope parsed by lib/events.ts, and waits for a count, for a message that matches,
+// its envelope parsed by lib/charges/events.ts, and waits for a count, for a message that matches,
 // or for a barrier (a marker published after the fact, proving nothing else is on its way).
 import type { IPublishPacket, MqttClient } from "mqtt";
-import { CHARGE_CREATED, parseEnvelope, subscriptionFilter, topicOf, type EventEnvelope } from "../lib/events.ts";
-import { connectMqtt } from "../lib/shared/mqtt-connect.ts";
+import { CHARGE_CREATED, parseEnvelope, subscriptionFilter, topicOf, type EventEnvelope } from "../lib/charges/events.ts";
+import { connectMqtt } from "../lib/platform/mqtt-connect.ts";
 
 // How long a wait for messages lasts by default: a relay publishes within milliseconds.
 const WAIT_TIMEOUT_MS = 10_000;

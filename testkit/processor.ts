@@ -3,7 +3,7 @@
 // foreign step leaves it, and the simulator's ledger for one charge or refund.
 import { afterAll, beforeEach } from "bun:test";
 import type { ApiOptions, ApiProcess } from "../lib/api/start.ts";
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 import type { SimLedger, SimPaymentIntentEntry, SimRefundEntry } from "../dev/processor-sim/types.ts";
 import { startTestApi } from "./api.ts";
 import { SIM_KEY, startProcessorSim, type ProcessorSim } from "./processor-sim.ts";

@@ -2,7 +2,7 @@
 // through an in-process API, a charge to refund, and what the tables say afterwards.
 import { expect } from "bun:test";
 import type { ApiProcess } from "../lib/api/start.ts";
-import type { Sql } from "../lib/shared/db.ts";
+import type { Sql } from "../lib/platform/db.ts";
 import { postCharge, type PostOptions } from "./api.ts";
 import { authHeaders, TEST_TENANT } from "./auth.ts";
 

@@ -3,7 +3,7 @@
 // a relay would publish them, crafted one by one (any aggregate, any sequence, any order), for
 // tests of the subscriber's order.
 import { v7 as uuidV7 } from "uuid";
-import { buildEnvelope, CHARGE_CREATED, CHARGE_REFUNDED, topicOf } from "../lib/events.ts";
+import { buildEnvelope, CHARGE_CREATED, CHARGE_REFUNDED, topicOf } from "../lib/charges/events.ts";
 import { spawnScript, type Child } from "./processes.ts";
 import { waitUntil } from "./wait.ts";
 

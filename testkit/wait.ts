@@ -32,4 +32,4 @@ export function sleep(ms: number): Promise<void> {
 }
 
 /** `promise`, or undefined once `ms` have passed: bounds a wait whose outcome is checked later. */
-export { within } from "../lib/shared/within.ts";
+export { within } from "../lib/platform/within.ts";

@@ -1,7 +1,7 @@
 // Scenario 13's refunds against the simulator's ledger and the database: one processor refund
 // per refund that succeeded (found by the refund id in its metadata), none for one that failed,
 // the charges' totals and events, and the two refunds whose answer was a 500 the processor kept.
-import type { Sql } from "../../lib/shared/db.ts";
+import type { Sql } from "../../lib/platform/db.ts";
 import type { ProcessorSim } from "../../testkit/processor-sim.ts";
 import type { Tally } from "./client.ts";
 import type { Ctx } from "./report.ts";

@@ -1,6 +1,6 @@
 // Invariant lines, the end-to-end delivery checks every scenario shares, the summary table,
 // and the scenario wrapper (fresh database, cleanup in finally, exit code).
-import type { Sql } from "../../lib/shared/db.ts";
+import type { Sql } from "../../lib/platform/db.ts";
 import type { ScratchDatabase } from "../../testkit/database.ts";
 import { killAll } from "../../testkit/processes.ts";
 import { EmbeddedPostgresError } from "../../dev/embedded-postgres.ts";

@@ -2,7 +2,7 @@
 // token bucket per tenant (429 past it) and a cap on requests in flight (503 past it), both
 // answered at once with Retry-After, before the body is read or the database is touched.
 // Per process: N processes admit N times as much.
-import type { AdmissionConfig } from "../shared/config.ts";
+import type { AdmissionConfig } from "../platform/config.ts";
 
 const MS_PER_S = 1000;
 // Refusals held at once at most (API_RATE_LIMIT_HOLD_MS); past it, the next is sent at once. A

@@ -9,9 +9,9 @@
 import { Elysia, ParseError, type AnyElysia } from "elysia";
 import { CloudflareAdapter } from "elysia/adapter/cloudflare-worker";
 import { openapi } from "@elysiajs/openapi";
-import { describeDbError, isTimeBound, isUnavailable } from "../shared/db.ts";
-import type { HttpServerMetrics } from "../shared/http-metrics.ts";
-import { pathOf } from "../shared/runtime.ts";
+import { describeDbError, isTimeBound, isUnavailable } from "../platform/db.ts";
+import type { HttpServerMetrics } from "../platform/http-metrics.ts";
+import { pathOf } from "../platform/runtime.ts";
 import { RETRY_AFTER_S } from "./http/answers.ts";
 import { authenticate } from "./http/authentication.ts";
 import { Answered, bodyProblem } from "./http/checks.ts";

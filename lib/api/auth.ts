@@ -5,7 +5,7 @@
 // asymmetric one against the JWKS only, so neither `alg: none` nor a token "signed" with
 // HMAC over a public key (algorithm confusion) can pass.
 import { createRemoteJWKSet, customFetch, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions } from "jose";
-import { ConfigError, type AuthConfig } from "../shared/config.ts";
+import { ConfigError, type AuthConfig } from "../platform/config.ts";
 import { createTokenCache } from "./token-cache.ts";
 
 /** The tenant of every request when AUTH_MODE=none, and of the rows written before tenants existed. */

@@ -1,14 +1,14 @@
 // GET /charges/:id/events: a charge's events as the broker carried them, read back from the
 // outbox while it keeps them (OUTBOX_RETENTION_SECONDS). Each envelope is built from its row
-// by lib/events.ts's buildEnvelope, with createdAt written as the relay's claim writes it, so
+// by lib/charges/events.ts's buildEnvelope, with createdAt written as the relay's claim writes it, so
 // an event here is the same bytes as the payload a subscriber received. Only published rows
 // are answered: the relay hands the broker an aggregate's events in sequence order, so a
 // subscriber holding event n that came through the broker finds every event before it here,
 // and an event not yet published cannot be answered before the broker has it.
 import { Type as t, type Static } from "@sinclair/typebox";
-import { boundedStatement } from "../shared/bounded-statement.ts";
-import type { Sql } from "../shared/db.ts";
-import { buildEnvelope, CHARGE, ENVELOPE_SCHEMAS } from "../events.ts";
+import { boundedStatement } from "../platform/bounded-statement.ts";
+import type { Sql } from "../platform/db.ts";
+import { buildEnvelope, CHARGE, ENVELOPE_SCHEMAS } from "../charges/events.ts";
 import type { RequestContext } from "./http/context.ts";
 import { problemResponse } from "./problem.ts";
 import { checkOf } from "./schemas.ts";

@@ -1,14 +1,14 @@
 // GET /charges/idempotency-key: the state of the key named by the request's Idempotency-Key
 // header, for each operation (core/key-state.ts). The key travels in the header the POST sent
 // it in, parsed by the same parser (docs/api.md, "A key's state", says why not the path).
-import { parseIdempotencyKey } from "./core/keys.ts";
-import { keyStateView, readKeyRows } from "./core/key-state.ts";
-import { OPERATIONS } from "../shared/operations/index.ts";
-import { keyHashField } from "../shared/redact.ts";
+import { parseIdempotencyKey } from "../idempotency/keys.ts";
+import { keyStateView, readKeyRows } from "../idempotency/key-state.ts";
+import { OPERATIONS } from "../charges/index.ts";
+import { keyHashField } from "../platform/redact.ts";
 import { problemResponse } from "./problem.ts";
 import type { RequestContext } from "./http/context.ts";
 
-export { KeyStateView } from "./core/key-state.ts";
+export { KeyStateView } from "../idempotency/key-state.ts";
 
 /** The route's path: under /charges, so the same bearer token and tenant scope it as every operation. */
 export const KEY_STATE_PATH = "/charges/idempotency-key";

@@ -1,10 +1,10 @@
 // The API's metrics through the OpenTelemetry API only; the entrypoint registers the SDK.
 // Labels hold the endpoint and the outcome, never a key or an id.
 import { metrics, type Attributes, type Meter } from "@opentelemetry/api";
-import { OUTCOME_KINDS, type OutcomeKind } from "./core/service.ts";
+import { OUTCOME_KINDS, type OutcomeKind } from "../idempotency/service.ts";
 import { AUTH_FAILURE_REASONS, type AuthFailureReason } from "./auth.ts";
-import type { StatementStats } from "./core/group.ts";
-import { observePool, type PoolView } from "../shared/runtime-metrics.ts";
+import type { StatementStats } from "../idempotency/group-commit.ts";
+import { observePool, type PoolView } from "../platform/runtime-metrics.ts";
 
 export interface ApiMetrics {
   /** Reports the group commit's totals (core/group.ts) at each collection. */

@@ -4,8 +4,8 @@
 // first requests wait while up to API_POOL_SIZE backends were forked and authenticated;
 // opening the pool first roughly halves the p99 of a new process's first seconds
 // (bench/README.md, "API start-up").
-import { sqlState, type Sql } from "../shared/db.ts";
-import { within } from "../shared/within.ts";
+import { sqlState, type Sql } from "../platform/db.ts";
+import { within } from "../platform/within.ts";
 
 /** How the opening went: `failure` is the SQLSTATE or client code of the first refusal. */
 export interface PoolOpening {
@@ -14,7 +14,7 @@ export interface PoolOpening {
   readonly failure?: string;
 }
 
-// Each connect is bounded by the pool's own connect timeout (5 s, lib/shared/db.ts); this
+// Each connect is bounded by the pool's own connect timeout (5 s, lib/platform/db.ts); this
 // bounds the whole opening, so a server that stops answering mid-way delays the start by at
 // most this long. The rest of the pool then opens on demand, as before.
 export const POOL_OPEN_TIMEOUT_MS = 6_000;

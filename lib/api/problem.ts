@@ -1,7 +1,7 @@
 // RFC 9457 problem details. Every error the API answers goes through here, so each body
 // has type, title, status and detail, and never a stack trace or SQL text.
 
-import { OPERATION_PROBLEMS, PROBLEM_BASE, STORED_PROBLEMS, type ProblemSpec } from "../shared/problem-types.ts";
+import { OPERATION_PROBLEMS, PROBLEM_BASE, STORED_PROBLEMS, type ProblemSpec } from "../idempotency/problem-types.ts";
 
 export { PROBLEM_BASE, type ProblemSpec };
 
@@ -20,7 +20,7 @@ export const PROBLEMS = {
   // The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS); its tombstone still names the resource.
   keyExpired: { slug: "idempotency-key-expired", title: "Idempotency-Key expired", status: 410 },
   payloadConflict: { slug: "idempotency-key-reused", title: "Idempotency-Key reused with another request", status: 422 },
-  // What operations refuse with (lib/shared/problem-types.ts); an operation may declare types of its own.
+  // What operations refuse with (lib/idempotency/problem-types.ts); an operation may declare types of its own.
   ...OPERATION_PROBLEMS,
   // The payment processor's final refusals, stored under the key and replayed.
   ...STORED_PROBLEMS,

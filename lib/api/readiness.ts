@@ -2,7 +2,7 @@
 // time, shared by every request that asks meanwhile, instead of a `select 1` per request on
 // the API's pool (a load balancer polling every instance often would take connections from
 // charges).
-import { probeDatabase, type Sql } from "../shared/db.ts";
+import { probeDatabase, type Sql } from "../platform/db.ts";
 
 /** How old an answer of /readyz may be (documented in docs/api.md). */
 export const READY_MAX_AGE_MS = 1000;

@@ -1,28 +1,28 @@
 // The API's routes as Elysia plugins, one per group, each route with the TypeBox schemas Elysia
 // checks and documents. An idempotent operation is one line in OPERATIONS
-// (lib/shared/operations/index.ts), its module beside it, its migration, docs and tests; app.ts
+// (lib/charges/index.ts), its module beside it, its migration, docs and tests; app.ts
 // composes the plugins.
 import { Elysia } from "elysia";
 import { withHeaders } from "@elysiajs/openapi";
 import type { AdditionalReference } from "@elysiajs/openapi/types";
 import { Type as t, type TObject, type TSchema } from "@sinclair/typebox";
-import type { Sql } from "../shared/db.ts";
+import type { Sql } from "../platform/db.ts";
 import { READY_MAX_AGE_MS } from "./readiness.ts";
 import { MAX_BODY_BYTES } from "./body.ts";
-import { endpointOf, type Operation } from "../shared/operations/model.ts";
-import { OPERATIONS } from "../shared/operations/index.ts";
+import { endpointOf, type Operation } from "../idempotency/model.ts";
+import { OPERATIONS } from "../charges/index.ts";
 import { operationHandler, RETRY_AFTER_S } from "./http/answers.ts";
 import { nounOf, type RequestContextPlugin, type RequestDeps } from "./http/context.ts";
 import { authentication } from "./http/authentication.ts";
 import { checkBody, DEFERRED_BODY, readBody, refuseBadIds } from "./http/checks.ts";
 import { ChargeEvents, chargeEventsHandler, ChargeEventsQuery } from "./events-read.ts";
-import { Charge, ChargeBody, ChargeView, chargeView } from "../shared/operations/charges.ts";
-import { Refund, RefundBody, refundView } from "../shared/operations/refunds.ts";
+import { Charge, ChargeBody, ChargeView, chargeView } from "../charges/charges.ts";
+import { Refund, RefundBody, refundView } from "../charges/refunds.ts";
 import { problemResponse } from "./problem.ts";
 import { IdempotencyKeyHeader, Problem } from "./schemas.ts";
 import { KEY_STATE_PATH, KeyStateView, keyStateHandler } from "./key-state.ts";
 
-/** The idempotent operations: one line each, in lib/shared/operations/index.ts (the operations jobs read it too). */
+/** The idempotent operations: one line each, in lib/charges/index.ts (the operations jobs read it too). */
 export { OPERATIONS };
 
 const bearer = [{ bearer: [] }];

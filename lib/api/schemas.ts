@@ -1,2 +1,2 @@
-// The schemas moved to lib/shared/schemas.ts (operations are declared where every process may import them).
-export * from "../shared/schemas.ts";
+// The schemas moved to lib/platform/schemas.ts (operations are declared where every process may import them).
+export * from "../platform/schemas.ts";

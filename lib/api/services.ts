@@ -1,17 +1,17 @@
 // What the long-lived server (start.ts) and the edge worker (worker.ts) build the same way:
 // a pool carrying the API's time bounds, the idempotency core behind one pool gate, and the
 // line a failed relay wake-up logs. They differ only in how long these live.
-import type { Config } from "../shared/config.ts";
-import { createSql, describeDbError, type Sql } from "../shared/db.ts";
-import type { Logger } from "../shared/log.ts";
-import { openConnections } from "../shared/open-connections.ts";
-import { createPoolGate } from "../shared/pool-gate.ts";
-import { createIdempotencyCore, type IdempotencyCore } from "./core/service.ts";
+import type { Config } from "../platform/config.ts";
+import { createSql, describeDbError, type Sql } from "../platform/db.ts";
+import type { Logger } from "../platform/log.ts";
+import { openConnections } from "../platform/open-connections.ts";
+import { createPoolGate } from "../platform/pool-gate.ts";
+import { createIdempotencyCore, type IdempotencyCore } from "../idempotency/service.ts";
 import type { ApiMetrics } from "./metrics.ts";
-import { leaseMsFor } from "../shared/foreign/drive.ts";
-import { resumedCounter } from "../shared/foreign/metrics.ts";
-import { createProcessorClient } from "../shared/processor/client.ts";
-import type { ForeignOptions } from "./core/foreign.ts";
+import { leaseMsFor } from "../idempotency/drive.ts";
+import { resumedCounter } from "../idempotency/metrics.ts";
+import { createProcessorClient } from "../charges/processor.ts";
+import type { ForeignOptions } from "../idempotency/foreign.ts";
 
 /** The long-lived API's application_name, also its pool's name on the metrics. */
 export const API_POOL_NAME = "charges-api";

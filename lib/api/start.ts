@@ -2,23 +2,23 @@
 // relay's wake-up and metrics; the request pipeline (the Elysia app of app.ts, request logs)
 // is http/pipeline.ts's, shared with the edge worker (worker.ts), and /docs is this process's.
 import type { Meter } from "@opentelemetry/api";
-import type { Config } from "../shared/config.ts";
-import type { Sql } from "../shared/db.ts";
-import { applySchema } from "../shared/startup.ts";
+import type { Config } from "../platform/config.ts";
+import type { Sql } from "../platform/db.ts";
+import { applySchema } from "../platform/startup.ts";
 import { API_POOL_NAME, apiSql, boundedCore, logNotifyFailure } from "./services.ts";
-import type { HttpServerMetrics } from "../shared/http-metrics.ts";
+import type { HttpServerMetrics } from "../platform/http-metrics.ts";
 import { createApi, type ServedRoute } from "./http/pipeline.ts";
 import type { RequestDeps } from "./http/context.ts";
 import { swaggerUiAssets } from "./docs-assets.ts";
 import { OPERATIONS, SCHEMAS } from "./routes.ts";
-import { endpointOf } from "../shared/operations/model.ts";
+import { endpointOf } from "../idempotency/model.ts";
 import { createApiMetrics } from "./metrics.ts";
-import { createLogger, type Logger } from "../shared/log.ts";
-import { createOutboxNotifier, listenForOutbox, type OutboxListener } from "../shared/wakeup.ts";
-import { isTransactionPooled } from "../shared/pooler.ts";
+import { createLogger, type Logger } from "../platform/log.ts";
+import { createOutboxNotifier, listenForOutbox, type OutboxListener } from "../platform/wakeup.ts";
+import { isTransactionPooled } from "../platform/pooler.ts";
 import { createAuthenticator, IMPLICIT_TENANT, type AuthOptions } from "./auth.ts";
 import { openPool } from "./pool-open.ts";
-import { useKeyHashSecret } from "../shared/redact.ts";
+import { useKeyHashSecret } from "../platform/redact.ts";
 import { createAdmission } from "./admission.ts";
 import { createReadiness } from "./readiness.ts";
 

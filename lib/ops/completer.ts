@@ -1,15 +1,15 @@
-// The completer job's run (lib/shared/foreign/completer.ts does each round): in stripe mode,
+// The completer job's run (lib/idempotency/completer.ts does each round): in stripe mode,
 // rounds of STARTED keys with an expired lease driven to their final state; in either mode,
 // the parked keys counted. jobs.ts turns the result into the gauge, the log lines and the
 // job's printed result.
-import type { Config } from "../shared/config.ts";
-import type { Sql } from "../shared/db.ts";
-import { completeRound, parkedCount, type CompleterOptions, type CompleterRound } from "../shared/foreign/completer.ts";
-import { leaseMsFor } from "../shared/foreign/drive.ts";
-import { resumedCounter } from "../shared/foreign/metrics.ts";
-import { withJobLock, type Locked } from "../shared/job-lock.ts";
-import { createProcessorClient } from "../shared/processor/client.ts";
-import { foreignOperations } from "../shared/operations/index.ts";
+import type { Config } from "../platform/config.ts";
+import type { Sql } from "../platform/db.ts";
+import { completeRound, parkedCount, type CompleterOptions, type CompleterRound } from "../idempotency/completer.ts";
+import { leaseMsFor } from "../idempotency/drive.ts";
+import { resumedCounter } from "../idempotency/metrics.ts";
+import { withJobLock, type Locked } from "../platform/job-lock.ts";
+import { createProcessorClient } from "../charges/processor.ts";
+import { foreignOperations } from "../charges/index.ts";
 
 // Keys the completer claims per round, driven COMPLETER_PARALLEL at a time (a few processor
 // calls each); a run goes on while rounds come back full, up to COMPLETER_ROUNDS, so a

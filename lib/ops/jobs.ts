@@ -2,15 +2,15 @@
 // Each job runs under an advisory lock of its own, so with several relays (and an operator's
 // `bun run ops`) one process at a time runs it; the others skip that round.
 import { metrics, type Meter } from "@opentelemetry/api";
-import type { Config } from "../shared/config.ts";
-import { describeDbError, type Sql } from "../shared/db.ts";
-import { every, type Every } from "../shared/every.ts";
-import { deleteUnderJobLock, withJobLock, type Locked } from "../shared/job-lock.ts";
-import type { Logger } from "../shared/log.ts";
-import { keyHash } from "../shared/redact.ts";
+import type { Config } from "../platform/config.ts";
+import { describeDbError, type Sql } from "../platform/db.ts";
+import { every, type Every } from "../platform/every.ts";
+import { deleteUnderJobLock, withJobLock, type Locked } from "../platform/job-lock.ts";
+import type { Logger } from "../platform/log.ts";
+import { keyHash } from "../platform/redact.ts";
 import { completerRun } from "./completer.ts";
-import { OPERATIONS } from "../shared/operations/index.ts";
-import { endpointOf } from "../shared/operations/model.ts";
+import { OPERATIONS } from "../charges/index.ts";
+import { endpointOf } from "../idempotency/model.ts";
 import {
   chargesWithoutOutbox,
   deleteExpiredTombstones,
@@ -84,7 +84,7 @@ export function newGauges(): OpsGauges {
 /**
  * Runs the job if no other process is running it: `{ job, skipped: true }` when another
  * holds its lock. The job's statements run on the connection (or in the transactions) that
- * hold the lock (lib/shared/job-lock.ts).
+ * hold the lock (lib/platform/job-lock.ts).
  */
 export async function runJob(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger, signal?: AbortSignal): Promise<JobResult> {
   const outcome = await runLocked(job, sql, config, gauges, log, signal);

@@ -1,15 +1,15 @@
 // `bun run ops parked` and `bun run ops resolve`: the operator's side of the keys the completer
 // parked (docs/operations.md, "Parked idempotency keys"). Keys are named by their hash and by
 // the ids their operation declares (its `operatorIds`), never by the key itself. Nothing here
-// names an operation: each key's is found by its endpoint (lib/shared/operations/index.ts).
-import type { Sql } from "../shared/db.ts";
-import { drive } from "../shared/foreign/drive.ts";
-import { finishUnderLease, takeLease } from "../shared/foreign/lease.ts";
-import { foreignOperations } from "../shared/operations/index.ts";
-import type { FinalOutcome, Operation, Resume } from "../shared/operations/model.ts";
-import type { ProcessorAdapter } from "../shared/processor/client.ts";
-import { keyHash } from "../shared/redact.ts";
-import { isUuid } from "../shared/uuid.ts";
+// names an operation: each key's is found by its endpoint (lib/charges/index.ts).
+import type { Sql } from "../platform/db.ts";
+import { drive } from "../idempotency/drive.ts";
+import { finishUnderLease, takeLease } from "../idempotency/lease.ts";
+import { foreignOperations } from "../charges/index.ts";
+import type { FinalOutcome, Operation, Resume } from "../idempotency/model.ts";
+import type { ProcessorAdapter } from "../charges/processor.ts";
+import { keyHash } from "../platform/redact.ts";
+import { isUuid } from "../platform/uuid.ts";
 
 interface ParkedRow {
   readonly tenant: string;

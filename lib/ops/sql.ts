@@ -1,7 +1,7 @@
 // The operations jobs' statements. Deletes go in bounded batches so a large backlog never
 // holds a long lock or a long transaction.
-import type { Sql } from "../shared/db.ts";
-import { isUuid } from "../shared/uuid.ts";
+import type { Sql } from "../platform/db.ts";
+import { isUuid } from "../platform/uuid.ts";
 
 /** A key row's endpoint and stored answer → the resource's Location, if the answer made one. */
 export type Locate = (endpoint: string, status: number | null, body: string | null) => string | null;

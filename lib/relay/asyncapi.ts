@@ -1,11 +1,11 @@
-// The AsyncAPI 3 document of the MQTT events, built from the event contract in lib/events.ts:
+// The AsyncAPI 3 document of the MQTT events, built from the event contract in lib/charges/events.ts:
 // the same event type names, topicOf for the channel addresses, EVENT_CONTENT_TYPE, and the
 // user property names userPropertiesOf writes, and its envelope schemas (ENVELOPE_SCHEMAS, which
 // the API's GET /charges/:id/events documents too). The payload and header schemas are TypeBox
 // objects, so a test checks a real published message with the very objects the document
 // carries (Value.Check), and the served JSON is those objects serialized.
 import { Type as t, type TObject } from "@sinclair/typebox";
-import { ENVELOPE_SCHEMAS, EVENT_CONTENT_TYPE, EVENT_DATA_SCHEMAS, EVENT_DESCRIPTIONS, EVENT_TYPES, topicOf, UUID_PATTERN, type EventType } from "../events.ts";
+import { ENVELOPE_SCHEMAS, EVENT_CONTENT_TYPE, EVENT_DATA_SCHEMAS, EVENT_DESCRIPTIONS, EVENT_TYPES, topicOf, UUID_PATTERN, type EventType } from "../charges/events.ts";
 
 export { EVENT_DATA_SCHEMAS };
 

@@ -4,11 +4,11 @@
 // UPDATE each for the acknowledged, the failed and the suspect rows, and commit. The row
 // locks keep every other relay off the batch until it is settled; a crash anywhere before
 // the commit leaves every row pending, so the worst case is a second delivery, never a loss.
-import type { Sql, Tx } from "../shared/db.ts";
-import { transaction } from "../shared/tx.ts";
+import type { Sql, Tx } from "../platform/db.ts";
+import { transaction } from "../platform/tx.ts";
 import { claimFollowers, claimHeads, claimHeadsUnbounded, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
-import type { GcPacer } from "../shared/gc-pacer.ts";
+import type { GcPacer } from "../platform/gc-pacer.ts";
 import type { ClaimFrontier, ClaimLock, HeadLimit, WindowSize } from "./claim-lock.ts";
 import { EMPTY_RESULT, tally, type BatchResult, type Outcome } from "./outcome.ts";
 import { chainsOf, publishChains, publishInTurn } from "./handover.ts";
@@ -142,7 +142,7 @@ const forever = (): Promise<never> => new Promise<never>(() => {});
 /**
  * Starts one batch in a transaction. Round trips: BEGIN, claim, the followers when the claim
  * was not full, the updates and the COMMIT (pipelined).
- * The transaction never touches a connection that closed under it (lib/shared/tx.ts): once
+ * The transaction never touches a connection that closed under it (lib/platform/tx.ts): once
  * lost, the batch stops before its next statement and is left pending, and the pool opens a
  * fresh connection for the next one.
  */

@@ -6,14 +6,14 @@
 // the API"). Past GATHER_MIN_RATE_PER_S the next drain therefore starts only once the gather time has passed
 // since the last one began, and claims what came meanwhile in one claim, published at once.
 // Below it (200 events/s, the latency case) nothing waits.
-import { createMovingRate } from "../shared/moving-rate.ts";
+import { createMovingRate } from "../platform/moving-rate.ts";
 import { IN_TURN_MAX } from "./batch.ts";
 
 // Events a second past which the relay gathers. At 200/s the commit → subscriber p99 is held
 // to 10 ms (bench/README.md); a claim there takes one row, and 200 claims a second cost a
 // fraction of a core. Twice that, so that a burst at 200/s does not read as a stream (the
 // rate is a moving figure over RATE_WINDOW_MS: 40 events against 20 expected is far out for
-// arrivals at random). It was the API's busy rate (1,000/s, lib/shared/wakeup.ts), but an API
+// arrivals at random). It was the API's busy rate (1,000/s, lib/platform/wakeup.ts), but an API
 // that shares its cores with the relay (or with anything else) may not reach that: beside the
 // API at 400–900 events/s the relay claimed a few rows per NOTIFY, 150–230 µs of its CPU and
 // 60–120 µs of its Postgres per event, and the API lost that CPU (bench/README.md, "One
@@ -21,7 +21,7 @@ import { IN_TURN_MAX } from "./batch.ts";
 export const GATHER_MIN_RATE_PER_S = 400;
 // The rows a claim need not exceed: past them the claim's fixed cost is a few µs per row.
 const GATHER_ROWS = 200;
-// The arrival rate is a moving figure over about this long (lib/shared/moving-rate.ts): a burst
+// The arrival rate is a moving figure over about this long (lib/platform/moving-rate.ts): a burst
 // of a few rows at 200/s (rows that committed together) must not read as a busy stream, nor a
 // lull end one at once.
 const RATE_WINDOW_MS = 100;

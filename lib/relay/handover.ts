@@ -4,12 +4,12 @@
 // it: had it gone out with that row, a refused or lost publish would leave the later event
 // delivered first. So each aggregate's rows form a chain, published one after another, while
 // the chains of different aggregates go out side by side.
-import { within } from "../shared/within.ts";
-import type { GcPacer } from "../shared/gc-pacer.ts";
+import { within } from "../platform/within.ts";
+import type { GcPacer } from "../platform/gc-pacer.ts";
 import type { OutboxRow } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
 import type { OutboundMessage } from "./window.ts";
-import { buildEnvelope, isPublishableType, topicOf, userPropertiesOf } from "../events.ts";
+import { buildEnvelope, isPublishableType, topicOf, userPropertiesOf } from "../charges/events.ts";
 import { classify, type Outcome } from "./outcome.ts";
 
 export interface HandoverContext {
@@ -83,7 +83,7 @@ class ByTwoKeys<V> {
  * window encodes the PUBLISH, not when the row is handed over (the topic is one string shared
  * by the hand-over's rows of an event type, Topics): a drain's rows wait
  * behind the other lanes' for up to a few hundred milliseconds, across several young
- * collections (lib/shared/gc-pacer.ts), and what they hold then is promoted to the old
+ * collections (lib/platform/gc-pacer.ts), and what they hold then is promoted to the old
  * generation, whose collections free it tens of megabytes at a time for the allocator to hand
  * back to the kernel. Built at the send, these strings die young: more rows/s, less CPU per
  * row and a lower peak memory than built at hand-over (bench/README.md, "Relay drain").

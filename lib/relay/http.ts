@@ -2,11 +2,11 @@
 // adds (/metrics, ...). Every answer is counted in http_server_request_duration_seconds under
 // its route's path (any route added later included), or "(unmatched)". Every answer is JSON; errors are RFC 9457 problems. Nothing here throws
 // outside the handler's own try: a request without Host (HTTP/1.0) is routed like any other.
-import type { Sql } from "../shared/db.ts";
-import { probeDatabase } from "../shared/db.ts";
-import type { Logger } from "../shared/log.ts";
-import type { FetchHandler } from "../shared/runtime.ts";
-import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../shared/http-metrics.ts";
+import type { Sql } from "../platform/db.ts";
+import { probeDatabase } from "../platform/db.ts";
+import type { Logger } from "../platform/log.ts";
+import type { FetchHandler } from "../platform/runtime.ts";
+import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../platform/http-metrics.ts";
 
 export interface RelayAppDeps {
   readonly sql: Sql;

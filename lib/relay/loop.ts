@@ -8,10 +8,10 @@
 //   stopping/stopped   stop(): no new claim; batches in flight finish (PUBACKs awaited, rows marked)
 // Claims are serialized in-process (claim + hand-off under one lock, claim-lock.ts), so
 // within a relay the publish order follows created_at.
-import type { Sql } from "../shared/db.ts";
-import { describeDbError } from "../shared/db.ts";
-import { dropReadOnlyConnections, isReadOnly } from "../shared/read-only.ts";
-import { silentLogger, type Logger } from "../shared/log.ts";
+import type { Sql } from "../platform/db.ts";
+import { describeDbError } from "../platform/db.ts";
+import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
+import { silentLogger, type Logger } from "../platform/log.ts";
 import type { RetryPolicy } from "./outbox-sql.ts";
 import { deliverVia, type Broker, type PublishFn } from "./publisher.ts";
 import { startBatch, type BatchContext, type BatchRun, type BatchTurn } from "./batch.ts";
@@ -20,8 +20,8 @@ import { createClaimFrontier, createClaimLock, createHeadLimit, createWindowSize
 import { createClaimSizer, drain, laneCount } from "./lanes.ts";
 import { createWaker, type Waker } from "./wake.ts";
 import { createGather, type Gather } from "./gather.ts";
-import { listenForOutbox, type OutboxListener } from "../shared/wakeup.ts";
-import { UNPACED, type GcPacer } from "../shared/gc-pacer.ts";
+import { listenForOutbox, type OutboxListener } from "../platform/wakeup.ts";
+import { UNPACED, type GcPacer } from "../platform/gc-pacer.ts";
 
 export { laneCount } from "./lanes.ts";
 

@@ -5,7 +5,7 @@
 //
 // The statements the relay pipelines call execute(): a postgres.js query is otherwise sent
 // only when first awaited (a microtask later), and a COMMIT sent in between would overtake it.
-import type { Sql, Tx } from "../shared/db.ts";
+import type { Sql, Tx } from "../platform/db.ts";
 
 type Db = Sql | Tx;
 

@@ -1,6 +1,6 @@
 // What became of each publish of a batch, and how the batch's rows are settled from it.
-import { describeMqttError, reasonCodeOf } from "../shared/mqtt-errors.ts";
-import { topicOf } from "../events.ts";
+import { describeMqttError, reasonCodeOf } from "../platform/mqtt-errors.ts";
+import { topicOf } from "../charges/events.ts";
 import type { Failure, OutboxRow, Release } from "./outbox-sql.ts";
 import { ConnectionLost } from "./window.ts";
 import { UnencodableMessage } from "./publish-packet.ts";

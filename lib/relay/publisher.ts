@@ -6,9 +6,9 @@
 // the one its key (the aggregate id) hashes to, so the events of one aggregate keep their order.
 import type { IConnackPacket, IDisconnectPacket, IStream, MqttClient } from "mqtt";
 import type { Duplex } from "node:stream";
-import { connectMqtt, type MqttProtocol } from "../shared/mqtt-connect.ts";
-import { brokerList, type BrokerList, type BrokerMove, type Brokers } from "../shared/mqtt-brokers.ts";
-import { describeMqttError } from "../shared/mqtt-errors.ts";
+import { connectMqtt, type MqttProtocol } from "../platform/mqtt-connect.ts";
+import { brokerList, type BrokerList, type BrokerMove, type Brokers } from "../platform/mqtt-brokers.ts";
+import { describeMqttError } from "../platform/mqtt-errors.ts";
 import { AckTap } from "./ack-tap.ts";
 import { PublishWindow, type Delivered, type OutboundMessage } from "./window.ts";
 

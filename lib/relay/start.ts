@@ -1,22 +1,22 @@
 // Assembles the relay process from config: the pool, the schema, the broker connection, the
 // loop, its metrics and its HTTP surface (/healthz, /readyz, /metrics, /asyncapi.json).
-import type { Config } from "../shared/config.ts";
-import { createSql, type Sql } from "../shared/db.ts";
-import { isTransactionPooled } from "../shared/pooler.ts";
-import { createLogger, type Logger } from "../shared/log.ts";
-import { openDatabase } from "../shared/startup.ts";
-import { youngCollection, type FetchHandler } from "../shared/runtime.ts";
-import { createGcPacer, UNPACED } from "../shared/gc-pacer.ts";
-import { EVENT_TYPES, topicOf } from "../events.ts";
+import type { Config } from "../platform/config.ts";
+import { createSql, type Sql } from "../platform/db.ts";
+import { isTransactionPooled } from "../platform/pooler.ts";
+import { createLogger, type Logger } from "../platform/log.ts";
+import { openDatabase } from "../platform/startup.ts";
+import { youngCollection, type FetchHandler } from "../platform/runtime.ts";
+import { createGcPacer, UNPACED } from "../platform/gc-pacer.ts";
+import { EVENT_TYPES, topicOf } from "../charges/events.ts";
 import { asyncApiJson } from "./asyncapi.ts";
 import { connectBroker, type Broker } from "./publisher.ts";
 import { createRelay, laneCount, type Relay } from "./loop.ts";
 import { createRelayFetch } from "./http.ts";
 import { otelRelayEvents } from "./metrics.ts";
-import type { HttpServerMetrics } from "../shared/http-metrics.ts";
-import { observePool } from "../shared/runtime-metrics.ts";
-import { transactionsInProgress } from "../shared/tx.ts";
-import { openConnections } from "../shared/open-connections.ts";
+import type { HttpServerMetrics } from "../platform/http-metrics.ts";
+import { observePool } from "../platform/runtime-metrics.ts";
+import { transactionsInProgress } from "../platform/tx.ts";
+import { openConnections } from "../platform/open-connections.ts";
 import { metrics } from "@opentelemetry/api";
 
 // Beyond one connection per lane (each batch holds its transaction until its PUBACKs are in):
@@ -28,7 +28,7 @@ const EXTRA_CONNECTIONS = 2;
 // under it (it keeps one it never finishes with), so the grace is short.
 const POOL_CLOSE_GRACE_S = 1;
 // One young collection per this many rows answered: at drain speed (30-65k rows/s) about the
-// allocator's 100 ms before it returns free memory to the kernel (lib/shared/gc-pacer.ts). Each
+// allocator's 100 ms before it returns free memory to the kernel (lib/platform/gc-pacer.ts). Each
 // collection costs a millisecond or more whatever it frees: 4,000 took the relay 1 µs per row
 // less than 1,000 on a drain, as fast or faster, at the same peak memory (bench/README.md,
 // "Relay drain: the row's CPU").
@@ -40,7 +40,7 @@ export interface RelayProcess {
   readonly jobsSql: Sql;
   readonly broker: Broker;
   readonly relay: Relay;
-  /** Rows answered per young collection (lib/shared/gc-pacer.ts); null where the runtime has none to pace (Deno). */
+  /** Rows answered per young collection (lib/platform/gc-pacer.ts); null where the runtime has none to pace (Deno). */
   readonly gcEveryRows: number | null;
   /** /healthz, /readyz, /asyncapi.json and, when given, /metrics. */
   readonly fetch: FetchHandler;
@@ -88,7 +88,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     onError: (error) => log.warn("broker connection failed", { error }),
   });
   broker.onConnectionChange((connected) => log.info(connected ? "broker connected" : "broker connection lost", { broker: broker.url }));
-  // Once per loss, by the first connection to notice it (lib/shared/mqtt-brokers.ts).
+  // Once per loss, by the first connection to notice it (lib/platform/mqtt-brokers.ts).
   broker.onMove((move) => log.warn("broker lost; moving to the next of MQTT_URL", { ...move }));
   const collect = await youngCollection();
   const relay = createRelay({

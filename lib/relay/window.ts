@@ -3,7 +3,7 @@
 // rest waiting their turn in hand-off (= created_at) order, and each settled by its PUBACK
 // or by the loss of the connection. Independent of mqtt.js, which only keeps the session
 // (publisher.ts); the PUBACKs come from ack-tap.ts.
-import { EVENT_CONTENT_TYPE } from "../events.ts";
+import { EVENT_CONTENT_TYPE } from "../charges/events.ts";
 import { encodePublish } from "./publish-packet.ts";
 
 /**

@@ -1,8 +1,8 @@
 // An event the handler gave up on is kept in subscriber_dead_letters before it is
 // acknowledged: nothing is acknowledged that is neither processed nor kept there.
 import type { IPublishPacket } from "mqtt";
-import { describeDbError, type Sql } from "../shared/db.ts";
-import type { EventEnvelope } from "../events.ts";
+import { describeDbError, type Sql } from "../platform/db.ts";
+import type { EventEnvelope } from "../charges/events.ts";
 import { recordDeadLetter, type DeadLetter } from "./inbox-sql.ts";
 import { MAX_HANDLER_ATTEMPTS } from "./process.ts";
 import { retryWithBackoff } from "./retry.ts";

@@ -2,7 +2,7 @@
 // page. Each element of the answer is the envelope the relay published; written back with
 // JSON.stringify it is the payload's text again (the relay wrote it with JSON.stringify), and
 // that text is what the inbox, the held events and the dead letters keep.
-import { parseEnvelope } from "../events.ts";
+import { parseEnvelope } from "../charges/events.ts";
 import type { SequencedEvent } from "./process.ts";
 import type { GapFillApi } from "./types.ts";
 

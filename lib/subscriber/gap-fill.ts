@@ -9,8 +9,8 @@
 // token's, or the API did not answer until the timeout.
 // The call holds no transaction and no connection: the gaps are read first, then the API is
 // asked, then each event is one transaction of its own.
-import { CHARGE } from "../events.ts";
-import { describeDbError } from "../shared/db.ts";
+import { CHARGE } from "../charges/events.ts";
+import { describeDbError } from "../platform/db.ts";
 import { keepDeadLetter } from "./dead-letter.ts";
 import { ApiError, fetchChargeEvents, type FetchedEvent } from "./events-api.ts";
 import { MAX_HANDLER_ATTEMPTS, processEvent, type Processing } from "./process.ts";

@@ -5,8 +5,8 @@
 // longer than the gap timeout (their predecessor never came). It also counts the consumer's
 // held events for the subscriber_held_events gauge. Every member of a share group runs it;
 // the aggregate's row lock keeps two of them from releasing the same event.
-import { describeDbError, type Sql } from "../shared/db.ts";
-import { every, type Every } from "../shared/every.ts";
+import { describeDbError, type Sql } from "../platform/db.ts";
+import { every, type Every } from "../platform/every.ts";
 import type { SubscriberCounts } from "./counts.ts";
 import type { GapFiller } from "./gap-fill.ts";
 import type { Releaser } from "./release.ts";

@@ -5,11 +5,11 @@
 // events, a charge's refund coming at any time (without it the next event would look like a
 // new aggregate's and wait for the gap timeout), and held events leave by their turn or the
 // gap timeout, never by age.
-import type { Sql } from "../shared/db.ts";
-import { describeDbError } from "../shared/db.ts";
-import { every, type Every } from "../shared/every.ts";
-import { deleteUnderJobLock } from "../shared/job-lock.ts";
-import type { Logger } from "../shared/log.ts";
+import type { Sql } from "../platform/db.ts";
+import { describeDbError } from "../platform/db.ts";
+import { every, type Every } from "../platform/every.ts";
+import { deleteUnderJobLock } from "../platform/job-lock.ts";
+import type { Logger } from "../platform/log.ts";
 import { deleteOldInbox } from "./inbox-sql.ts";
 
 // Rows per delete statement: each statement's locks last milliseconds.

@@ -1,5 +1,5 @@
 // The reference subscriber's inbox: one row per (event id, consumer) it has processed.
-import type { Sql, Tx } from "../shared/db.ts";
+import type { Sql, Tx } from "../platform/db.ts";
 
 /**
  * Records the event as processed by this consumer; false when it already was (a redelivery).

@@ -4,10 +4,10 @@
 // then the event is processed (next in line), dropped (already processed), held (ahead of its
 // turn) or kept as a dead letter (its turn was skipped). Retried while the database is away; a
 // handler that keeps failing is given up on.
-import { isUnavailable, describeDbError, type Sql, type Tx } from "../shared/db.ts";
-import { transaction } from "../shared/tx.ts";
-import { dropReadOnlyConnections, isReadOnly } from "../shared/read-only.ts";
-import type { EventEnvelope } from "../events.ts";
+import { isUnavailable, describeDbError, type Sql, type Tx } from "../platform/db.ts";
+import { transaction } from "../platform/tx.ts";
+import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
+import type { EventEnvelope } from "../charges/events.ts";
 import { recordDeadLetter, recordInbox, type DeadLetter } from "./inbox-sql.ts";
 import { advance, claimTurn, holdEvent, inboxHas, type Place } from "./sequence-sql.ts";
 import { retryWithBackoff } from "./retry.ts";

@@ -6,8 +6,8 @@
 // The PUBACK goes out only after the transaction committed, so a crash before the commit gets
 // the event redelivered, and one after it is deduplicated (or finds it held already).
 import type { IPublishPacket } from "mqtt";
-import { aggregateTypeOfTopic, parseEnvelope, type EventEnvelope } from "../events.ts";
-import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../shared/config.ts";
+import { aggregateTypeOfTopic, parseEnvelope, type EventEnvelope } from "../charges/events.ts";
+import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
 import { deadLetterOf, keepDeadLetter, payloadText } from "./dead-letter.ts";
 import { processEvent, type Arrival, type Outcome, type Processing } from "./process.ts";
 import { Releaser } from "./release.ts";

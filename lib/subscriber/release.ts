@@ -4,9 +4,9 @@
 // Each held event in a transaction of its own, with a handler budget of its own: a held event
 // whose handler keeps failing is kept as a dead letter alone (the event before it stays
 // processed), and its aggregate's later events wait again, for an operator or the timeout.
-import { parseEnvelope } from "../events.ts";
-import { describeDbError, type Tx } from "../shared/db.ts";
-import { transaction } from "../shared/tx.ts";
+import { parseEnvelope } from "../charges/events.ts";
+import { describeDbError, type Tx } from "../platform/db.ts";
+import { transaction } from "../platform/tx.ts";
 import { keepDeadLetterWith } from "./dead-letter.ts";
 import { recordDeadLetter, recordInbox, type DeadLetter } from "./inbox-sql.ts";
 import { lateLetter, MAX_HANDLER_ATTEMPTS, turnOf, withHandlerBudget, type Processing, type SequencedEvent } from "./process.ts";

@@ -1,6 +1,6 @@
 // What the subscriber tells about each event it settled, in one place for the receiver and
 // the release of held events: the counts and metrics, the caller's callbacks, the gap lines.
-import { silentLogger, type Logger } from "../shared/log.ts";
+import { silentLogger, type Logger } from "../platform/log.ts";
 import { SubscriberCounts } from "./counts.ts";
 import type { DeadLetter } from "./inbox-sql.ts";
 import type { SequencedEvent } from "./process.ts";

@@ -1,7 +1,7 @@
 // The reference subscriber's place in each aggregate's sequence (subscriber_sequences) and the
 // events it holds until their turn (subscriber_held_events). Every statement that decides on
 // an aggregate's place runs after the aggregate's row is locked, in the same transaction.
-import type { Sql, Tx } from "../shared/db.ts";
+import type { Sql, Tx } from "../platform/db.ts";
 import type { DeadLetter } from "./inbox-sql.ts";
 
 /** One aggregate, as one consumer sees it. */

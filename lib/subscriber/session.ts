@@ -2,12 +2,12 @@
 // stable client id; Clean Session 0 on 3.1.1), so QoS 1 events published while it is offline
 // are kept by the broker and arrive when it returns; the subscription; a bounded close.
 // Given several brokers (a cluster's nodes), it connects to one and moves to the next when that
-// one is lost (lib/shared/mqtt-brokers.ts), under the same client id: a cluster that keeps
+// one is lost (lib/platform/mqtt-brokers.ts), under the same client id: a cluster that keeps
 // sessions cluster-wide hands it the same session there, with what was queued for it.
 import type { IPublishPacket, MqttClient } from "mqtt";
-import { connectMqtt, type MqttProtocol } from "../shared/mqtt-connect.ts";
-import { describeMqttError } from "../shared/mqtt-errors.ts";
-import { brokerList, type BrokerList, type BrokerMove, type Brokers } from "../shared/mqtt-brokers.ts";
+import { connectMqtt, type MqttProtocol } from "../platform/mqtt-connect.ts";
+import { describeMqttError } from "../platform/mqtt-errors.ts";
+import { brokerList, type BrokerList, type BrokerMove, type Brokers } from "../platform/mqtt-brokers.ts";
 
 // The broker keeps the session (subscription + queued QoS 1 events) this long while the
 // subscriber is away: a day covers a deploy or an outage. Mosquitto also caps the queue

@@ -24,7 +24,7 @@
 // gap-sweep.ts (held events nothing else releases), gap-fill.ts and events-api.ts (a gap filled
 // from the API), dead-letter.ts, retry.ts (back-off),
 // report.ts and counts.ts (what is told and counted).
-import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../shared/config.ts";
+import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
 import { GapFiller } from "./gap-fill.ts";
 import { startGapSweep } from "./gap-sweep.ts";
 import { Receiver } from "./receive.ts";

@@ -1,10 +1,10 @@
 // The reference subscriber's public contract: what startSubscriber takes and what it returns.
 import type { Meter } from "@opentelemetry/api";
-import type { Sql, Tx } from "../shared/db.ts";
-import type { MqttProtocol } from "../shared/config.ts";
-import type { BrokerMove, Brokers } from "../shared/mqtt-brokers.ts";
-import type { Logger } from "../shared/log.ts";
-import type { EventEnvelope } from "../events.ts";
+import type { Sql, Tx } from "../platform/db.ts";
+import type { MqttProtocol } from "../platform/config.ts";
+import type { BrokerMove, Brokers } from "../platform/mqtt-brokers.ts";
+import type { Logger } from "../platform/log.ts";
+import type { EventEnvelope } from "../charges/events.ts";
 import type { DeadLetter } from "./inbox-sql.ts";
 
 type OutboxEvent = EventEnvelope;

@@ -4,13 +4,13 @@
 // contract), the key's syntax (400), then the core, whose outcome is answered by one
 // exhaustive switch.
 import type { Static } from "@sinclair/typebox";
-import { keyHashField } from "../../shared/redact.ts";
-import { parseIdempotencyKey } from "../core/keys.ts";
-import { preferredWait } from "../core/prefer.ts";
-import { endpointOf, type Operation } from "../../shared/operations/model.ts";
-import type { Outcome } from "../core/service.ts";
+import { keyHashField } from "../../platform/redact.ts";
+import { parseIdempotencyKey } from "../../idempotency/keys.ts";
+import { preferredWait } from "./prefer.ts";
+import { endpointOf, type Operation } from "../../idempotency/model.ts";
+import type { Outcome } from "../../idempotency/service.ts";
 import { problemResponse, specResponse, type ProblemName } from "../problem.ts";
-import type { UnknownCause } from "../../shared/processor/client.ts";
+import type { UnknownCause } from "../../charges/processor.ts";
 import { invalidIdProblem, type RequestContext } from "./context.ts";
 
 // How long a client should wait before retrying a 409 (the first request is a single

@@ -3,16 +3,16 @@
 // and histogram sample are made of, a fresh one per request (onRequest). Framework-free but
 // for the plugin that puts them there.
 import { Elysia } from "elysia";
-import type { Logger } from "../../shared/log.ts";
-import type { Sql } from "../../shared/db.ts";
-import { UNMATCHED_ROUTE } from "../../shared/http-metrics.ts";
-import type { IdempotencyCore } from "../core/service.ts";
+import type { Logger } from "../../platform/log.ts";
+import type { Sql } from "../../platform/db.ts";
+import { UNMATCHED_ROUTE } from "../../platform/http-metrics.ts";
+import type { IdempotencyCore } from "../../idempotency/service.ts";
 import type { Authenticator } from "../auth.ts";
 import type { ApiMetrics } from "../metrics.ts";
 import type { Admission } from "../admission.ts";
 import type { Readiness } from "../readiness.ts";
-import type { OutcomeKind } from "../core/outcome.ts";
-import { isUuid } from "../../shared/uuid.ts";
+import type { OutcomeKind } from "../../idempotency/outcome.ts";
+import { isUuid } from "../../platform/uuid.ts";
 import { problemResponse } from "../problem.ts";
 
 /** What serving one request takes: one fixed set in the server, the request's own in the worker. */

@@ -4,7 +4,7 @@
 // operator's routes are never refused, so a saturated process still says so. Counted out in
 // onAfterResponse.
 import { Elysia } from "elysia";
-import { pathOf } from "../../shared/runtime.ts";
+import { pathOf } from "../../platform/runtime.ts";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
 import { needsToken, type RequestContextPlugin, type RequestDeps, type RequestTrail } from "./context.ts";

@@ -4,8 +4,8 @@
 // stamp (onAfterHandle for a handler's, onError and the token's refusal for theirs): Elysia
 // runs onAfterResponse on a later turn of the event loop, which a loaded process delays.
 import { Elysia } from "elysia";
-import type { HttpServerMetrics } from "../../shared/http-metrics.ts";
-import type { Logger } from "../../shared/log.ts";
+import type { HttpServerMetrics } from "../../platform/http-metrics.ts";
+import type { Logger } from "../../platform/log.ts";
 import { routeOf, type LogFields, type RequestContextPlugin } from "./context.ts";
 
 const MS_PER_S = 1000;

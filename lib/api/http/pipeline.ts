@@ -1,8 +1,8 @@
 // The API's entry: the Elysia app (app.ts) built once, every request handed to it through
 // routableRequest. The long-lived server (start.ts: one pool for every request) and the edge
 // worker (worker.ts: a client of its own per request) both build it here.
-import { routableRequest } from "../../shared/runtime.ts";
-import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../../shared/http-metrics.ts";
+import { routableRequest } from "../../platform/runtime.ts";
+import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../../platform/http-metrics.ts";
 import { prepareSchemas } from "../schemas.ts";
 import { buildApp, type DocsAssets } from "../app.ts";
 import type { RequestDeps } from "./context.ts";

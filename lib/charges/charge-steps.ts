@@ -1,0 +1,142 @@
+// A charge's processor steps. Recovery point `begun` (nothing at the processor is known) →
+// create the payment under `<charge id>:create:<attempt>`; `created` (the payment's id
+// recorded) → confirm that payment, and no other, under `<charge id>:confirm:<attempt>`. A
+// payment never confirmed moves no money, so a create whose key the processor answered with a
+// 5xx (and stores so: the same key would answer the same 500 for a day) goes on under the next
+// attempt. A resumed confirm reads the payment first: confirmed or declined, that is the
+// outcome; only an unconfirmed one is confirmed, and the processor lets a payment succeed once.
+// The PaymentIntent calls and their view are capture's and cancel's too.
+import { Type as t, type Static } from "@sinclair/typebox";
+import type Stripe from "stripe";
+import { mapCall, type CallResult, type ProcessorAdapter } from "./processor.ts";
+import { MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
+import type { StepContext, StepResult } from "../idempotency/model.ts";
+import { attemptOf, unknownAfter } from "./steps.ts";
+
+/** The recovery data of a charge's key: phase 1's, then what the steps learnt. */
+export const ChargeResume = t.Object({
+  chargeId: t.String({ format: "uuid" }),
+  amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
+  currency: t.String(),
+  paymentMethod: t.String(),
+  createdAt: t.String(),
+  traceparent: t.Union([t.String(), t.Null()]),
+  capture: t.Optional(t.Literal("manual")),
+  createAttempt: t.Optional(t.Integer({ minimum: 0 })),
+  confirmAttempt: t.Optional(t.Integer({ minimum: 0 })),
+  paymentId: t.Optional(t.String()),
+  declineCode: t.Optional(t.String()),
+  resolvedBy: t.Optional(t.String()),
+});
+export type ChargeResume = Static<typeof ChargeResume>;
+
+/** A PaymentIntent as the steps read it. */
+export interface PaymentView {
+  readonly id: string;
+  /** Stripe's PaymentIntent status: requires_confirmation, processing, succeeded, requires_payment_method, canceled, … */
+  readonly status: string;
+  /** The last decline's code, when the last confirmation was declined. */
+  readonly declineCode: string | null;
+  /** What was captured (amount_received). */
+  readonly amountReceived: number;
+}
+
+export function paymentView(pi: Stripe.PaymentIntent): PaymentView {
+  const error = pi.last_payment_error;
+  return { id: pi.id, status: pi.status, declineCode: error ? (error.decline_code ?? error.code ?? "declined") : null, amountReceived: pi.amount_received };
+}
+
+/** The PaymentIntent calls a charge's steps make. */
+export const payments = (p: ProcessorAdapter) => ({
+  create: (c: { amountCents: number; currency: string; paymentMethod: string; chargeId: string; capture?: "manual" }, key: string): Promise<CallResult<PaymentView>> =>
+    mapCall(
+      p.call("POST", (api) =>
+        api.paymentIntents.create(
+          {
+            amount: c.amountCents,
+            currency: c.currency,
+            payment_method: c.paymentMethod,
+            // A server-side confirmation with no customer present: no method that needs a redirect.
+            automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+            // Authorized only, captured later (POST /charges/:id/capture), as Stripe documents.
+            ...(c.capture === "manual" && { capture_method: "manual" as const }),
+            metadata: { charge_id: c.chargeId },
+          },
+          { idempotencyKey: key },
+        ),
+      ),
+      paymentView,
+    ),
+  confirm: (id: string, key: string) => mapCall(p.call("POST", (api) => api.paymentIntents.confirm(id, {}, { idempotencyKey: key })), paymentView),
+  retrieve: (id: string) => mapCall(p.call("GET", (api) => api.paymentIntents.retrieve(id)), paymentView),
+});
+export type Payments = ReturnType<typeof payments>;
+type Step = (ctx: StepContext<ChargeResume, Payments>) => Promise<StepResult<ChargeResume>>;
+
+export const create: Step = async ({ resume, processor }) => {
+  const attempt = attemptOf(resume.createAttempt);
+  const created = await processor.create(resume, `${resume.chargeId}:create:${attempt}`);
+  switch (created.kind) {
+    case "ok":
+      return { kind: "record", point: "created", resume: { ...resume, paymentId: created.value.id } };
+    case "refused":
+      return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: created.declineCode ?? created.code } };
+    case "unknown":
+      return unknownAfter(created, resume, "createAttempt");
+  }
+};
+
+export const confirm: Step = async ({ resume, processor, resumed }) => {
+  const paymentId = resume.paymentId!;
+  if (resumed) {
+    const known = fromRead(await processor.retrieve(paymentId), resume);
+    if (known !== undefined) return known;
+  }
+  const confirmed = await processor.confirm(paymentId, `${resume.chargeId}:confirm:${attemptOf(resume.confirmAttempt)}`);
+  switch (confirmed.kind) {
+    case "ok":
+      return fromPayment(confirmed.value, resume) ?? { kind: "unknown", cause: "processing", detail: "the payment is not confirmed yet", resume };
+    case "refused":
+      // Confirmed already (by an earlier holder whose answer was lost): the payment says how.
+      if (confirmed.code === "payment_intent_unexpected_state") {
+        return fromRead(await processor.retrieve(paymentId), resume) ?? { kind: "unknown", cause: "processing", detail: "the payment is in an unexpected state", resume };
+      }
+      return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: confirmed.declineCode ?? confirmed.code } };
+    case "unknown":
+      return unknownAfter(confirmed, resume, "confirmAttempt");
+  }
+};
+
+/** What a read of the payment decides; undefined: it is unconfirmed, and may be confirmed. */
+function fromRead(read: CallResult<PaymentView>, resume: ChargeResume): StepResult<ChargeResume> | undefined {
+  switch (read.kind) {
+    case "ok":
+      return fromPayment(read.value, resume);
+    case "refused":
+      // The payment recorded is not found, or the key cannot read it: an operator's matter.
+      return { kind: "unknown", cause: "processor_error", detail: `the payment could not be read (${read.code})`, resume };
+    case "unknown":
+      return { kind: "unknown", cause: read.cause, detail: read.detail, resume };
+  }
+}
+
+function fromPayment(payment: PaymentView, resume: ChargeResume): StepResult<ChargeResume> | undefined {
+  switch (payment.status) {
+    case "succeeded":
+      return { kind: "final", outcome: "succeeded", resume };
+    case "requires_capture":
+      // A manual charge's confirmation authorizes: its final state (authorized) until captured.
+      if (resume.capture === "manual") return { kind: "final", outcome: "succeeded", resume };
+      return { kind: "unknown", cause: "processing", detail: "the payment is requires_capture", resume };
+    case "requires_payment_method":
+      // Back to needing a method: the last confirmation was declined.
+      if (payment.declineCode !== null) return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: payment.declineCode } };
+      return undefined;
+    case "canceled":
+      return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: "canceled" } };
+    case "requires_confirmation":
+      return undefined;
+    default:
+      return { kind: "unknown", cause: "processing", detail: `the payment is ${payment.status}`, resume };
+  }
+}

@@ -1,0 +1,247 @@
+// POST /charges, declared once: its route, its ledger statement, and through a payment
+// processor its phase 1 (the charge pending), its steps and its phase 3; and GET /charges/:id.
+//
+// Its processor steps (the payment's create, then its confirm) are in charge-steps.ts.
+import { Type as t, type Static } from "@sinclair/typebox";
+import { CHARGE, CHARGE_CREATED, CHARGE_FAILED, chargeCreatedPayload, chargeFailedPayload } from "./events.ts";
+import type { Sql } from "../platform/db.ts";
+import { boundedStatement } from "../platform/bounded-statement.ts";
+import { OPERATION_PROBLEMS, problemJson, STORED_PROBLEMS } from "../idempotency/problem-types.ts";
+import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
+import { ChargeResume, confirm, create, payments, type Payments } from "./charge-steps.ts";
+import { DEFAULT_SETTINGS, foreign, PROCESSOR_REFUSALS, type FinalRow, type Fragment, type Operation, type OperationInput } from "../idempotency/model.ts";
+import { idOf } from "./steps.ts";
+
+const Currency = (description: string) => t.String({ pattern: "^[a-z]{3}$", description });
+const PaymentMethod = t.String({ pattern: "^[\\x21-\\x7e]{1,255}$", minLength: 1, maxLength: 255, description: "The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe" });
+const STATUSES = ["pending", "authorized", "capturing", "canceling", "succeeded", "failed", "canceled"] as const;
+const Status = t.Union(STATUSES.map((s) => t.Literal(s)), {
+  description:
+    "pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known",
+});
+const CapturedCents = t.Optional(t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS, description: "What was captured of a manual charge (the rest was released)" }));
+
+export const ChargeBody = t.Object(
+  {
+    amountCents: AmountCents("Amount in cents"),
+    currency: t.Optional(Currency("ISO 4217 code in lower case; DEFAULT_CURRENCY (usd) when absent")),
+    paymentMethod: t.Optional(PaymentMethod),
+    capture: t.Optional(
+      t.Union([t.Literal("automatic"), t.Literal("manual")], {
+        description: "manual: authorize only (status authorized), then POST /charges/:id/capture or /cancel; automatic (the default): captured at once",
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+// The body of POST /charges (201), stored under the key and replayed byte for byte.
+export const Charge = t.Object(
+  {
+    id: t.String({ format: "uuid" }),
+    amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
+    currency: Currency("ISO 4217, lower case"),
+    status: Status,
+    processorPaymentId: t.Optional(t.String({ description: "The processor's payment id (PAYMENT_PROCESSOR=stripe)" })),
+    capturedCents: CapturedCents,
+    createdAt: t.String({ format: "date-time" }),
+  },
+  { additionalProperties: false },
+);
+
+// GET /charges/:id: the charge as it is now, with what has been refunded of it.
+export const ChargeView = t.Object(
+  {
+    id: t.String({ format: "uuid" }),
+    amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
+    currency: Currency("ISO 4217, lower case"),
+    status: Status,
+    processorPaymentId: t.Optional(t.String({ description: "The processor's payment id, once it succeeded" })),
+    declineCode: t.Optional(t.String({ description: "The processor's decline code, when it failed" })),
+    capturedCents: CapturedCents,
+    refundedCents: t.Integer({ minimum: 0, maximum: MAX_AMOUNT_CENTS }),
+    createdAt: t.String({ format: "date-time" }),
+  },
+  { additionalProperties: false },
+);
+
+/** Phase 3 as values: the charge's final state, its first event and the response to store. */
+function final(outcome: "succeeded" | "refused", resume: ChargeResume): FinalRow {
+  const { chargeId, amountCents, currency } = resume;
+  const paymentId = resume.paymentId ?? null;
+  const common = { chargeId, amountCents, currency };
+  if (outcome === "succeeded") {
+    const manual = resume.capture === "manual";
+    const status = manual ? "authorized" : "succeeded";
+    return {
+      response: { status: 201, body: checkedJson(Charge, { id: chargeId, amountCents, currency, status, ...(paymentId !== null && { processorPaymentId: paymentId }), createdAt: resume.createdAt }) },
+      columns: { charge_id: chargeId, charge_status: status, payment_id: paymentId, decline_code: null, event_type: CHARGE_CREATED, payload: chargeCreatedPayload({ ...common, ...(manual && { status: "authorized" as const }) }) },
+    };
+  }
+  const declineCode = resume.declineCode ?? "declined";
+  const failed = { ...common, declineCode };
+  return {
+    response: { status: STORED_PROBLEMS.cardDeclined.status, body: problemJson(STORED_PROBLEMS.cardDeclined, `the payment processor declined the charge (${declineCode})`, failed) },
+    columns: { charge_id: chargeId, charge_status: "failed", payment_id: paymentId, decline_code: declineCode, event_type: CHARGE_FAILED, payload: chargeFailedPayload(failed) },
+  };
+}
+
+type ChargeColumns = { charge_id: string; amount_cents: number; currency: string; status: string; created_at: string; payload: string };
+type ChargeInput = OperationInput<Static<typeof ChargeBody>>;
+
+const currencyOf = ({ body, settings }: ChargeInput): string => body.currency ?? (settings ?? DEFAULT_SETTINGS).defaultCurrency;
+
+export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
+  name: "createCharge",
+  summary: "Create a charge",
+  method: "POST",
+  path: "/charges",
+  uuidParams: [],
+  body: ChargeBody,
+  response: Charge,
+  status: 201,
+  columns: { charge_id: "uuid", amount_cents: "int", currency: "text", status: "text", created_at: "timestamptz", payload: "text" },
+  /**
+   * "The same request": the amount, and the currency and payment method when the body names
+   * them, so the seed's body {"amountCents": N} has the fingerprint it always had (a key of the
+   * previous release replays after an upgrade).
+   */
+  fingerprint: ({ body }) => ({
+    amountCents: body.amountCents,
+    ...(body.currency !== undefined && { currency: body.currency }),
+    ...(body.paymentMethod !== undefined && { paymentMethod: body.paymentMethod }),
+    // Only when manual: "automatic" is the default, and the same request as none.
+    ...(body.capture === "manual" && { capture: "manual" }),
+  }),
+  prepare(input) {
+    const id = crypto.randomUUID();
+    const createdAt = new Date().toISOString();
+    const { amountCents } = input.body;
+    const currency = currencyOf(input);
+    const manual = input.body.capture === "manual";
+    const status = manual ? "authorized" : "succeeded";
+    const data = { chargeId: id, amountCents, currency, ...(manual && { status: "authorized" as const }) };
+    return {
+      columns: { charge_id: id, amount_cents: amountCents, currency, status, created_at: createdAt, payload: chargeCreatedPayload(data) },
+      body: checkedJson(Charge, { id, amountCents, currency, status, createdAt }),
+    };
+  },
+  // A new charge has nothing to check: every request that got its lock goes ahead. In the
+  // ledger it is succeeded at once, its event the charge's first (sequence 1); through the
+  // processor it is pending until phase 3.
+  sql: (sql, mode) => ({
+    admit: sql`admit as (select l.n, null::text as refusal, null::text as detail, null::jsonb as resume, null::text as answer from lock l where l.got)`,
+    write:
+      mode === "ledger"
+        ? sql`
+      charge as (
+        insert into charges (id, tenant, amount_cents, currency, status, created_at)
+        select w.charge_id, w.tenant, w.amount_cents, w.currency, w.status, w.created_at from won w
+        returning id
+      ),
+      events as (
+        select w.n, ${CHARGE}::text as aggregate_type, c.id as aggregate_id, 1 as sequence, ${CHARGE_CREATED}::text as event_type, w.payload
+          from charge c join won w on w.charge_id = c.id
+      )`
+        : sql`
+      charge as (
+        insert into charges (id, tenant, amount_cents, currency, status, created_at)
+        select w.charge_id, w.tenant, w.amount_cents, w.currency, 'pending', w.created_at from won w
+        returning id
+      ),
+      begun as (select w.n from won w join charge c on c.id = w.charge_id)`,
+  }),
+  refuse: (reason) => {
+    throw new Error(`bug: createCharge refused with ${reason}`);
+  },
+  locationOf: (body) => `/charges/${idOf(body, "id")}`,
+  refusals: {
+    "402": "The payment processor declined the charge (card-declined, with declineCode): stored under the key and replayed",
+    ...PROCESSOR_REFUSALS,
+  },
+  foreign: foreign<Static<typeof ChargeBody>, ChargeResume, Payments>({
+    columns: { charge_id: "uuid", amount_cents: "int", currency: "text", created_at: "timestamptz" },
+    validate: ({ body }) =>
+      body.paymentMethod === undefined
+        ? { problem: OPERATION_PROBLEMS.invalidBody, detail: "paymentMethod: required with a payment processor", extensions: { errors: [{ field: "paymentMethod", message: "required with a payment processor" }] } }
+        : undefined,
+    prepare(input, traceparent) {
+      const chargeId = crypto.randomUUID();
+      const currency = currencyOf(input);
+      // In the resume too: phase 3 answers with it without reading the charge back.
+      const createdAt = new Date().toISOString();
+      return {
+        columns: { charge_id: chargeId, amount_cents: input.body.amountCents, currency, created_at: createdAt },
+        resume: { chargeId, amountCents: input.body.amountCents, currency, paymentMethod: input.body.paymentMethod, createdAt, traceparent, ...(input.body.capture === "manual" && { capture: "manual" as const }) },
+      };
+    },
+    resume: ChargeResume,
+    operatorIds: ["chargeId", "paymentId"],
+    resolution: { succeeded: "paymentId", refused: "declineCode" },
+    capabilities: payments,
+    firstPoint: "begun",
+    steps: { begun: create, created: confirm },
+    final,
+    // The pending charge of each completed key made final, and its event (the charge's first: sequence 1).
+    finishSql: (sql: Sql) => ({
+      columns: { charge_id: "uuid", charge_status: "text", payment_id: "text", decline_code: "text", event_type: "text", payload: "text" },
+      write: sql`
+      charge as (
+        update charges c
+           set status = w.charge_status, processor_payment_id = w.payment_id, decline_code = w.decline_code
+          from won w
+         where c.id = w.charge_id and c.tenant = w.tenant and c.status = 'pending'
+        returning w.n
+      ),
+      events as (
+        select w.n, ${CHARGE}::text as aggregate_type, w.charge_id as aggregate_id, 1 as sequence, w.event_type, w.payload
+          from won w join charge c on c.n = w.n
+      )`,
+    }),
+  }),
+};
+
+interface ChargeRow {
+  readonly id: string;
+  readonly amount_cents: number;
+  readonly currency: string;
+  readonly status: (typeof STATUSES)[number];
+  readonly processor_payment_id: string | null;
+  readonly decline_code: string | null;
+  readonly captured_cents: number | null;
+  readonly refunded_cents: number;
+  readonly created_at: Date;
+}
+
+/** GET /charges/:id's body, or undefined when there is no such charge for the tenant (another tenant's is not found, exactly like an unknown id). */
+export async function chargeView(sql: Sql, tenant: string, id: string, endsAt: number): Promise<string | undefined> {
+  const [row] = await boundedStatement(sql, endsAt, (q) => q<ChargeRow[]>`
+    select id, amount_cents, currency, status, processor_payment_id, decline_code, captured_cents, refunded_cents, created_at
+      from charges where id = ${id}::uuid and tenant = ${tenant}`);
+  if (!row) return undefined;
+  return checkedJson(ChargeView, {
+    id: row.id,
+    amountCents: row.amount_cents,
+    currency: row.currency,
+    status: row.status,
+    ...(row.processor_payment_id !== null && { processorPaymentId: row.processor_payment_id }),
+    ...(row.decline_code !== null && { declineCode: row.decline_code }),
+    ...(row.captured_cents !== null && { capturedCents: row.captured_cents }),
+    refundedCents: row.refunded_cents,
+    createdAt: row.created_at.toISOString(),
+  });
+}
+
+/**
+ * A charge's JSON as Charge's schema writes it (the members in its order, JSON.stringify's
+ * spelling), made in SQL from the charge row `t` with `status` and `captured` (SQL
+ * expressions): the answer of an operation on an existing charge (capture, cancel), which its
+ * statement alone reads.
+ */
+export function chargeAnswerSql(sql: Sql, status: string, captured: Fragment | null): Fragment {
+  return sql`'{"id":' || to_json(t.id)::text || ',"amountCents":' || t.amount_cents || ',"currency":' || to_json(t.currency)::text
+    || ',"status":' || to_json(${status}::text)::text
+    || case when t.processor_payment_id is null then '' else ',"processorPaymentId":' || to_json(t.processor_payment_id)::text end
+    ${captured === null ? sql`` : sql`|| ',"capturedCents":' || (${captured})`}
+    || ',"createdAt":' || to_json(to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text || '}'`;
+}

@@ -1,0 +1,291 @@
+// The event contract between the relay and every subscriber: the event type names, the
+// topic each is published on, the JSON envelope, and the MQTT 5 properties that travel
+// with it. The relay builds with it, the reference subscriber and dev mode parse with it,
+// and tests, chaos and the bench use it instead of writing topics by hand.
+import { Type as t, type TObject } from "@sinclair/typebox";
+import { isUuid } from "../platform/uuid.ts";
+
+/** The aggregate type of every event so far: a charge (the outbox's aggregate_type). */
+export const CHARGE = "charge";
+/** A charge committed: written in the charge's own transaction, published by the relay. */
+export const CHARGE_CREATED = "ChargeCreated";
+/** A refund of a charge committed, in the refund's own transaction; its aggregate is the charge. */
+export const CHARGE_REFUNDED = "ChargeRefunded";
+/** The payment processor declined a charge: written in the transaction that records its final state. */
+export const CHARGE_FAILED = "ChargeFailed";
+/** A manual charge captured (POST /charges/:id/capture): the charge's next sequence. */
+export const CHARGE_CAPTURED = "ChargeCaptured";
+/** A manual charge canceled (POST /charges/:id/cancel), its authorization released: the charge's next sequence. */
+export const CHARGE_CANCELED = "ChargeCanceled";
+export type EventType = typeof CHARGE_CREATED | typeof CHARGE_REFUNDED | typeof CHARGE_FAILED | typeof CHARGE_CAPTURED | typeof CHARGE_CANCELED;
+export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED, CHARGE_REFUNDED, CHARGE_FAILED, CHARGE_CAPTURED, CHARGE_CANCELED];
+
+/** The `data` of a ChargeCreated event. */
+export interface ChargeCreatedData {
+  readonly chargeId: string;
+  readonly amountCents: number;
+  /** ISO 4217, lower case. Absent from events written before currencies existed. */
+  readonly currency?: string;
+  /** "authorized" for a manual charge (captured later: ChargeCaptured); absent when captured at once. */
+  readonly status?: "authorized";
+}
+
+/** The `data` of a ChargeFailed event. */
+export interface ChargeFailedData {
+  readonly chargeId: string;
+  readonly amountCents: number;
+  readonly currency: string;
+  /** The processor's decline code (generic_decline, insufficient_funds, …). */
+  readonly declineCode: string;
+}
+
+/** The `data` of a ChargeRefunded event. */
+export interface ChargeRefundedData {
+  readonly chargeId: string;
+  readonly refundId: string;
+  readonly amountCents: number;
+  /** The charge's refunded total after this refund. */
+  readonly refundedCents: number;
+}
+
+// The event contract's JSON Schema, as TypeBox objects: each type's `data` and its envelope. The
+// AsyncAPI document's payloads (lib/relay/asyncapi.ts) and the API's GET /charges/:id/events
+// answer (lib/api/events-read.ts) are these very objects. Patterns rather than `format`: TypeBox
+// checks a format only once a process-wide registry knows it, and any JSON Schema validator reads
+// a pattern the same way.
+export const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+// What the relay's claim writes (to_char with microseconds, UTC): lib/relay/outbox-sql.ts.
+const CREATED_AT_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$";
+const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
+// A Postgres integer column holds every amount.
+const cents = (minimum: number, description: string) => t.Integer({ minimum, maximum: 2_147_483_647, description });
+
+/** The `data` of each event type (the ChargeCreatedData, … interfaces above). */
+export const EVENT_DATA_SCHEMAS: Readonly<Record<EventType, TObject>> = {
+  [CHARGE_CREATED]: t.Object(
+    {
+      chargeId: uuid("The charge's id (also the envelope's aggregateId)"),
+      amountCents: cents(1, "The charge's amount"),
+      currency: t.Optional(t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case; absent from events written before currencies existed" })),
+      status: t.Optional(t.Literal("authorized", { description: "A manual charge: authorized, captured later (ChargeCaptured) or canceled (ChargeCanceled); absent when captured at once" })),
+    },
+    { description: "ChargeCreated data" },
+  ),
+  [CHARGE_FAILED]: t.Object(
+    {
+      chargeId: uuid("The declined charge's id (also the envelope's aggregateId)"),
+      amountCents: cents(1, "The charge's amount"),
+      currency: t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case" }),
+      declineCode: t.String({ minLength: 1, description: "The payment processor's decline code (generic_decline, insufficient_funds, …)" }),
+    },
+    { description: "ChargeFailed data" },
+  ),
+  [CHARGE_REFUNDED]: t.Object(
+    {
+      chargeId: uuid("The refunded charge's id (also the envelope's aggregateId)"),
+      refundId: uuid("The refund's id"),
+      amountCents: cents(1, "This refund's amount"),
+      refundedCents: cents(1, "The charge's refunded total after this refund"),
+    },
+    { description: "ChargeRefunded data" },
+  ),
+  [CHARGE_CAPTURED]: t.Object(
+    {
+      chargeId: uuid("The captured charge's id (also the envelope's aggregateId)"),
+      capturedCents: cents(1, "What was captured of the authorized amount; the rest was released"),
+    },
+    { description: "ChargeCaptured data" },
+  ),
+  [CHARGE_CANCELED]: t.Object({ chargeId: uuid("The canceled charge's id (also the envelope's aggregateId)") }, { description: "ChargeCanceled data" }),
+};
+
+export const EVENT_DESCRIPTIONS: Readonly<Record<EventType, string>> = {
+  [CHARGE_CREATED]: "A charge committed; published from the outbox row written in the charge's own transaction.",
+  [CHARGE_REFUNDED]: "A refund of a charge committed; its aggregate is the charge, its sequence the next after the charge's last event.",
+  [CHARGE_FAILED]: "The payment processor declined a charge (PAYMENT_PROCESSOR=stripe); sequence 1, the charge's only event.",
+  [CHARGE_CAPTURED]: "A manual charge captured (POST /charges/:id/capture); its sequence the next after the charge's last event.",
+  [CHARGE_CANCELED]: "A manual charge canceled, its authorization released (POST /charges/:id/cancel); its sequence the next after the charge's last event.",
+};
+
+/** The `data` of a ChargeCaptured event. */
+export interface ChargeCapturedData {
+  readonly chargeId: string;
+  /** What was captured of the authorized amount (the rest was released). */
+  readonly capturedCents: number;
+}
+
+/** The `data` of a ChargeCanceled event. */
+export interface ChargeCanceledData {
+  readonly chargeId: string;
+}
+
+/** What a subscriber receives as the MQTT payload (UTF-8 JSON). */
+export interface EventEnvelope {
+  readonly id: string;
+  readonly type: string;
+  readonly aggregateId: string;
+  /**
+   * The tenant whose request wrote the event (the token's tenant claim; "default" without
+   * authentication). Absent only from events published before tenants existed.
+   */
+  readonly tenantId?: string;
+  /** The outbox row's created_at, ISO-8601 UTC with microseconds. */
+  readonly createdAt: string;
+  /**
+   * The event's place among its aggregate's events: 1, 2, 3, … in the order their
+   * transactions committed (a charge's ChargeCreated is 1, each refund the next). Absent only
+   * from events published before sequences existed.
+   */
+  readonly sequence?: number;
+  readonly data: unknown;
+}
+
+export { newEventId } from "../platform/uuid.ts";
+
+/** The envelope (buildEnvelope's JSON) of one event type. */
+function envelopeSchema(type: EventType): TObject {
+  return t.Object(
+    {
+      id: uuid("The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it."),
+      type: t.Literal(type, { description: "The event type; also the topic's last level" }),
+      aggregateId: uuid("The id of the aggregate (the charge) the event belongs to"),
+      tenantId: t.String({ minLength: 1, description: "The tenant whose request wrote the event" }),
+      createdAt: t.String({ pattern: CREATED_AT_PATTERN, description: "The outbox row's created_at, ISO-8601 UTC with microseconds" }),
+      sequence: t.Integer({ minimum: 1, description: "1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order" }),
+      data: EVENT_DATA_SCHEMAS[type],
+    },
+    { description: `The ${type} envelope (UTF-8 JSON); subscribers ignore fields they do not know` },
+  );
+}
+
+/** Each event type's envelope schema. */
+export const ENVELOPE_SCHEMAS: Readonly<Record<EventType, TObject>> = {
+  [CHARGE_CREATED]: envelopeSchema(CHARGE_CREATED),
+  [CHARGE_REFUNDED]: envelopeSchema(CHARGE_REFUNDED),
+  [CHARGE_FAILED]: envelopeSchema(CHARGE_FAILED),
+  [CHARGE_CAPTURED]: envelopeSchema(CHARGE_CAPTURED),
+  [CHARGE_CANCELED]: envelopeSchema(CHARGE_CANCELED),
+};
+
+/** The MQTT 5 content type of every event. */
+export const EVENT_CONTENT_TYPE = "application/json";
+
+// The topic level of each aggregate type's events.
+const AGGREGATE_TOPICS: Readonly<Record<string, string>> = { [CHARGE]: "charges" };
+
+/**
+ * `<prefix><aggregate level>/<EventType>` (`charges/ChargeCreated`): one topic per event type
+ * under the deployment's prefix. An aggregate type without a level of its own is its own level.
+ */
+export function topicOf(prefix: string, eventType: string, aggregateType: string = CHARGE): string {
+  return `${prefix}${AGGREGATE_TOPICS[aggregateType] ?? aggregateType}/${eventType}`;
+}
+
+/**
+ * The aggregate type a topic of topicOf names: its next-to-last level read back through the
+ * same table (`charges` → `charge`, any other level is its own type); undefined for a topic
+ * of one level, which topicOf never makes. The envelope does not carry the type; the topic does.
+ */
+export function aggregateTypeOfTopic(topic: string): string | undefined {
+  const levels = topic.split("/");
+  if (levels.length < 2) return undefined;
+  const level = levels[levels.length - 2]!;
+  return Object.keys(AGGREGATE_TOPICS).find((type) => AGGREGATE_TOPICS[type] === level) ?? level;
+}
+
+/** The filter that receives every event type of charges under `prefix`. */
+export function subscriptionFilter(prefix: string): string {
+  return `${prefix}charges/#`;
+}
+
+// A share name is one topic level without wildcards (MQTT 5 §4.8.2).
+const BAD_SHARE_GROUP = /^$|[#+/\u0000]/;
+
+/** Whether `group` can name an MQTT 5 shared subscription. */
+export function isShareGroup(group: string): boolean {
+  return !BAD_SHARE_GROUP.test(group);
+}
+
+/**
+ * `$share/<group>/<prefix>charges/#`: an MQTT 5 shared subscription to every event type. The
+ * broker hands each event to one session of the group, so the subscribers of one group split
+ * the stream. `group` must satisfy isShareGroup.
+ */
+export function sharedSubscriptionFilter(group: string, prefix: string): string {
+  if (!isShareGroup(group)) throw new Error(`bug: invalid share group ${JSON.stringify(group)}`);
+  return `$share/${group}/${subscriptionFilter(prefix)}`;
+}
+
+// An event type that would make the topic invalid (wildcards, a level separator, NUL):
+// the broker would refuse it or drop the connection, so it is never sent.
+const BAD_EVENT_TYPE = /^$|[#+/\u0000]/;
+
+/** Whether `eventType` yields a valid publish topic. */
+export function isPublishableType(eventType: string): boolean {
+  return !BAD_EVENT_TYPE.test(eventType);
+}
+
+/** The outbox payload of a ChargeCreated event (the envelope's `data`), as JSON text. */
+export function chargeCreatedPayload(data: ChargeCreatedData): string {
+  return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, ...(data.currency !== undefined && { currency: data.currency }), ...(data.status !== undefined && { status: data.status }) });
+}
+
+/** The outbox payload of a ChargeFailed event, as JSON text. */
+export function chargeFailedPayload(data: ChargeFailedData): string {
+  return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, currency: data.currency, declineCode: data.declineCode });
+}
+
+/** The wire payload: the envelope as JSON text. */
+export function buildEnvelope(envelope: EventEnvelope & { readonly tenantId: string; readonly sequence: number }): string {
+  const { id, type, aggregateId, tenantId, createdAt, sequence, data } = envelope;
+  return JSON.stringify({ id, type, aggregateId, tenantId, createdAt, sequence, data });
+}
+
+/** What travels beside the payload as MQTT 5 user properties. */
+export interface EventProperties {
+  readonly id: string;
+  readonly type: string;
+  readonly tenantId: string;
+  readonly sequence: number;
+  /** The request's W3C traceparent, if it had one. */
+  readonly traceparent: string | null;
+}
+
+/** MQTT 5 user properties of an event: event-id, event-type, tenant-id, aggregate-sequence, and traceparent if any. */
+export function userPropertiesOf(event: EventProperties): Record<string, string> {
+  const properties: Record<string, string> = {
+    "event-id": event.id,
+    "event-type": event.type,
+    "tenant-id": event.tenantId,
+    "aggregate-sequence": String(event.sequence),
+  };
+  if (event.traceparent) properties.traceparent = event.traceparent;
+  return properties;
+}
+
+/** The envelope, or undefined when the payload is not one. */
+export function parseEnvelope(payload: Uint8Array | string): EventEnvelope | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(typeof payload === "string" ? payload : new TextDecoder().decode(payload));
+  } catch {
+    return undefined;
+  }
+  if (typeof value !== "object" || value === null) return undefined;
+  const v = value as Record<string, unknown>;
+  const { id, type, aggregateId, tenantId, createdAt, sequence } = v;
+  if (typeof id !== "string" || !isUuid(id)) return undefined;
+  if (typeof type !== "string" || typeof aggregateId !== "string" || typeof createdAt !== "string") return undefined;
+  if (tenantId !== undefined && typeof tenantId !== "string") return undefined;
+  if (sequence !== undefined && !(Number.isInteger(sequence) && (sequence as number) >= 1)) return undefined;
+  if (!("data" in v)) return undefined;
+  return {
+    id,
+    type,
+    aggregateId,
+    ...(tenantId !== undefined && { tenantId }),
+    createdAt,
+    ...(sequence !== undefined && { sequence: sequence as number }),
+    data: v.data,
+  };
+}

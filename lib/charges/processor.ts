@@ -1,0 +1,90 @@
+// The payment processor's adapter: calls of Stripe's v1 API through Stripe's official package,
+// each answered as a value: the object, a final refusal, or an unknown outcome. Shared by the
+// API (requests) and the operations jobs (the completer), which both drive foreign steps
+// (lib/idempotency/); which calls exist is each operation's to declare.
+import { metrics, type Meter } from "@opentelemetry/api";
+import Stripe from "stripe";
+import type { ProcessorConfig } from "../platform/config-processor.ts";
+import type { CallResult, ForeignAdapter } from "../idempotency/adapter.ts";
+
+export { mapCall, type CallResult, type UnknownCause } from "../idempotency/adapter.ts";
+
+/** The processor as operations see it: Stripe's official package behind the engine's one-call adapter. */
+export type ProcessorAdapter = ForeignAdapter<Stripe>;
+
+// Seconds: a processor call takes tens of milliseconds to seconds, and up to the timeout.
+const CLIENT_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+/**
+ * The client for PAYMENT_PROCESSOR=stripe, built on first use (nothing runs at import).
+ * Stripe's own retries are off: a retry is ours to decide, under our idempotency keys and our
+ * lease. Its fetch HTTP client serves every runtime this API runs on (Bun, Deno, workerd,
+ * Node 20+), so one code path is tested for all of them.
+ */
+export function createProcessorClient(config: ProcessorConfig, meter: Meter = metrics.getMeter("charges")): ProcessorAdapter {
+  if (config.key === undefined) throw new Error("bug: a processor client without PAYMENT_PROCESSOR_KEY");
+  const target = new URL(config.url);
+  const protocol = target.protocol === "http:" ? "http" : "https";
+  const stripe = new Stripe(config.key.reveal(), {
+    host: target.hostname,
+    port: target.port || (protocol === "http" ? 80 : 443),
+    protocol,
+    maxNetworkRetries: 0,
+    timeout: config.timeoutMs,
+    httpClient: Stripe.createFetchHttpClient(),
+    // The package's request telemetry (latency headers on the next call) is for Stripe's own
+    // dashboards; ours is http_client_request_duration_seconds. Under load its buffer fills and
+    // it writes a line to stderr per dropped message.
+    telemetry: false,
+  });
+  const duration = meter.createHistogram("http_client_request_duration_seconds", {
+    description: "Calls to the payment processor, by method and answer (or error_type when none came)",
+    unit: "s",
+    advice: { explicitBucketBoundaries: CLIENT_BUCKETS_S },
+  });
+  return {
+    async call<T>(method: "GET" | "POST", request: (api: Stripe) => Promise<T>): Promise<CallResult<T>> {
+      const started = performance.now();
+      const result = await request(stripe).then((value): CallResult<T> => ({ kind: "ok", value }), classify);
+      const attributes: Record<string, string | number> = { http_request_method: method, server_address: target.hostname };
+      if (result.kind === "ok") attributes.http_response_status_code = 200;
+      else if (result.status === null) attributes.error_type = result.kind === "unknown" ? result.cause : "refused";
+      else attributes.http_response_status_code = result.status;
+      duration.record((performance.now() - started) / 1000, attributes);
+      return result;
+    },
+  };
+}
+
+/**
+ * Stripe's errors by their class and status, never their text: a 5xx, a rate limit, a key in
+ * flight or no answer is unknown (the processor may have acted); a 402 card error is a
+ * decline; any other 4xx is a final refusal. Anything else is a bug and is thrown.
+ */
+function classify(error: unknown): CallResult<never> {
+  if (!(error instanceof Stripe.errors.StripeError)) throw error;
+  if (error instanceof Stripe.errors.StripeConnectionError) {
+    const detail = error.detail as { code?: string } | undefined;
+    const timeout = detail?.code === "ETIMEDOUT";
+    return { kind: "unknown", cause: timeout ? "timeout" : "unreachable", detail: timeout ? "no answer within the time bound" : "no connection, or it closed before an answer", status: null, finished: false };
+  }
+  const status = error.statusCode ?? 500;
+  // 409: the processor is still working on this key; 429: it asks us to come back later.
+  if (status >= 500 || status === 409 || status === 429) {
+    return { kind: "unknown", cause: "processor_error", detail: `the processor answered ${status}${error.code ? ` (${error.code})` : ""}`, status, finished: keptAnswer(error) };
+  }
+  return { kind: "refused", status, code: error.code ?? error.rawType ?? "refused", declineCode: error.decline_code ?? null, message: error.message };
+}
+
+/**
+ * Whether a 5xx is the processor's API's own answer, which Stripe keeps under the key: a JSON
+ * error the package parsed (its statusCode set; a body that is not JSON, a gateway's page,
+ * leaves it unset) and no Stripe-Should-Retry: true (the API's word that the call did not run
+ * and may be sent again).
+ */
+function keptAnswer(error: InstanceType<typeof Stripe.errors.StripeError>): boolean {
+  if (error.statusCode === undefined || error.statusCode < 500 || typeof error.rawType !== "string") return false;
+  const headers: unknown = error.headers;
+  const hint = typeof headers === "object" && headers !== null ? (headers as Record<string, unknown>)["stripe-should-retry"] : undefined;
+  return hint !== "true";
+}

@@ -1,0 +1,246 @@
+// POST /charges/:id/refunds, declared once: its route, its ledger statement, and through a
+// payment processor its phase 1 (the amount reserved against the charge, the refund pending),
+// its steps and its phase 3; and GET /charges/:id/refunds/:refundId.
+//
+// Its processor steps (the create, the listing that resolves an unknown outcome, the read)
+// are in refund-steps.ts. Phase 3 turns the reservation into the refunded total (201,
+// ChargeRefunded) or releases it (the processor's refusal, stored as a problem).
+import { Type as t, type Static } from "@sinclair/typebox";
+import { CHARGE, CHARGE_REFUNDED } from "./events.ts";
+import type { Sql } from "../platform/db.ts";
+import { boundedStatement } from "../platform/bounded-statement.ts";
+import { chargeRefundedPayload } from "../idempotency/outbox-insert.ts";
+import { OPERATION_PROBLEMS, problemJson, STORED_PROBLEMS } from "../idempotency/problem-types.ts";
+import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
+import { admitOnCharge } from "./existing-charge.ts";
+import { foreign, PROCESSOR_REFUSALS, type FinalRow, type Operation } from "../idempotency/model.ts";
+import { RefundResume, refundCalls, refundSteps, type RefundCalls } from "./refund-steps.ts";
+import { idOf } from "./steps.ts";
+
+export const RefundBody = t.Object({ amountCents: AmountCents("Amount to refund, in cents") }, { additionalProperties: false });
+
+// The body of POST /charges/:id/refunds (201) and GET /charges/:id/refunds/:refundId (200).
+export const Refund = t.Object(
+  {
+    id: t.String({ format: "uuid" }),
+    chargeId: t.String({ format: "uuid" }),
+    amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
+    createdAt: t.String({ format: "date-time" }),
+    status: t.Optional(
+      t.Union([t.Literal("pending"), t.Literal("succeeded"), t.Literal("failed")], {
+        description: "GET only: pending while the payment processor's refund is not known, then succeeded or failed",
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+
+/** Phase 3 as values: the response to store, and what the refund's row and its charge's get. */
+function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow {
+  const { refundId, chargeId, amountCents } = resume;
+  const columns = { refund_id: refundId, charge_id: chargeId, amount_cents: amountCents, succeeded: outcome === "succeeded", processor_refund_id: resume.processorRefundId ?? null };
+  if (outcome === "succeeded") {
+    return { response: { status: 201, body: checkedJson(Refund, { id: refundId, chargeId, amountCents, createdAt: resume.createdAt }) }, columns: { ...columns, failure_code: null } };
+  }
+  const failureCode = resume.failureCode ?? "refused";
+  return {
+    response: {
+      status: STORED_PROBLEMS.refundRefused.status,
+      body: problemJson(STORED_PROBLEMS.refundRefused, `the payment processor refused the refund (${failureCode})`, { chargeId, refundId, failureCode }),
+    },
+    columns: { ...columns, failure_code: failureCode },
+  };
+}
+
+type RefundColumns = { refund_id: string; charge_id: string; amount_cents: number; created_at: string };
+
+// admit's refusals.
+const CHARGE_NOT_FOUND = "charge_not_found";
+const EXCEEDS_CHARGE = "refund_exceeds_charge";
+const NOT_REFUNDABLE = "charge_not_refundable";
+const NOT_AT_PROCESSOR = "charge_not_at_processor";
+
+/** The charge id of the route, lowercased: a UUID's case never makes another charge or another fingerprint. */
+function chargeIdOf(params: Readonly<Record<string, string>>): string {
+  const id = params.id;
+  if (id === undefined) throw new Error("bug: a refund route without a charge id");
+  return id.toLowerCase();
+}
+
+export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
+  name: "createRefund",
+  summary: "Refund part or all of a charge",
+  method: "POST",
+  path: "/charges/:id/refunds",
+  uuidParams: ["id"],
+  body: RefundBody,
+  response: Refund,
+  status: 201,
+  columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", created_at: "timestamptz" },
+  // The key's scope is the route template, so the charge must be part of "the same request".
+  fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), amountCents: body.amountCents }),
+  prepare({ params, body }) {
+    const id = crypto.randomUUID();
+    const chargeId = chargeIdOf(params);
+    const createdAt = new Date().toISOString();
+    return {
+      columns: { refund_id: id, charge_id: chargeId, amount_cents: body.amountCents, created_at: createdAt },
+      body: checkedJson(Refund, { id, chargeId, amountCents: body.amountCents, createdAt }),
+      exclusive: chargeId,
+    };
+  },
+  // The charge row is locked and read as committed now (admitOnCharge): SELECT … FOR UPDATE
+  // waits for a refund in flight and then sees its total. So what is left to refund is exact
+  // until the commit, whatever runs beside it (another API process, another batch, a resend);
+  // the check constraint on charges is the last guard. What is left is of what was captured (a
+  // manual charge's captured_cents, else its amount), less the refunds still pending at the
+  // processor: they are reserved. An authorized charge is not refundable. The charge's
+  // last_sequence numbers its events under the same lock, so sequences follow commit order.
+  // Through the processor, a charge the ledger took (before PAYMENT_PROCESSOR=stripe) has no
+  // payment there to refund, and the charge's payment goes into the key's resume.
+  sql: (sql, mode) => ({
+    admit: admitOnCharge(
+      sql,
+      sql`c.id, c.tenant, c.status, c.processor_payment_id,
+               coalesce(c.captured_cents, c.amount_cents) - c.refunded_cents - c.pending_refund_cents as left_cents`,
+      sql`case when t.id is null then ${CHARGE_NOT_FOUND}::text
+                    when t.status <> 'succeeded' then ${NOT_REFUNDABLE}::text
+                    when ${mode === "processor"} and t.processor_payment_id is null then ${NOT_AT_PROCESSOR}::text
+                    when r.amount_cents > t.left_cents then ${EXCEEDS_CHARGE}::text end as refusal,
+               t.left_cents::text as detail,
+               jsonb_build_object('paymentId', t.processor_payment_id) as resume,
+               null::text as answer`,
+    ),
+    write:
+      mode === "ledger"
+        ? sql`
+      debit as (
+        update charges c
+           set refunded_cents = c.refunded_cents + w.amount_cents, last_sequence = c.last_sequence + 1
+          from won w
+         where c.id = w.charge_id
+        returning w.n, c.id, c.refunded_cents, c.last_sequence
+      ),
+      refund as (
+        insert into refunds (id, charge_id, tenant, amount_cents, created_at)
+        select w.refund_id, w.charge_id, w.tenant, w.amount_cents, w.created_at from won w join debit d on d.n = w.n
+        returning id
+      ),
+      events as (
+        select d.n, ${CHARGE}::text as aggregate_type, d.id as aggregate_id, d.last_sequence as sequence,
+               ${CHARGE_REFUNDED}::text as event_type,
+               ${chargeRefundedPayload(sql, "d")} as payload
+          from debit d join won w on w.n = d.n join refund f on f.id = w.refund_id
+      )`
+        : sql`
+      reserve as (
+        update charges c set pending_refund_cents = c.pending_refund_cents + w.amount_cents
+          from won w
+         where c.id = w.charge_id
+        returning w.n
+      ),
+      refund as (
+        insert into refunds (id, charge_id, tenant, amount_cents, created_at, status)
+        select w.refund_id, w.charge_id, w.tenant, w.amount_cents, w.created_at, 'pending' from won w join reserve d on d.n = w.n
+        returning id
+      ),
+      begun as (select w.n from won w join refund f on f.id = w.refund_id)`,
+  }),
+  refuse(reason, detail, { params }) {
+    const chargeId = chargeIdOf(params);
+    if (reason === CHARGE_NOT_FOUND) return { problem: OPERATION_PROBLEMS.notFound, detail: `no charge with id ${chargeId}` };
+    if (reason === NOT_REFUNDABLE) return { problem: OPERATION_PROBLEMS.chargeNotRefundable, detail: `charge ${chargeId} has not succeeded (pending or declined): there is nothing to refund` };
+    if (reason === NOT_AT_PROCESSOR) return { problem: OPERATION_PROBLEMS.chargeNotRefundable, detail: `charge ${chargeId} was taken without the payment processor: it has no payment there to refund` };
+    if (reason === EXCEEDS_CHARGE) {
+      const leftCents = Number(detail);
+      return { problem: OPERATION_PROBLEMS.refundExceedsCharge, detail: `charge ${chargeId} has ${leftCents} cents left to refund`, extensions: { leftCents } };
+    }
+    throw new Error(`bug: createRefund refused with ${reason}`);
+  },
+  locationOf: (body) => `/charges/${idOf(body, "chargeId")}/refunds/${idOf(body, "id")}`,
+  refusals: {
+    "404": "Unknown charge, or another tenant's; the key stays unused",
+    "422": "The key was used with another request (idempotency-key-reused), the refund is more than the charge has left (refund-exceeds-charge, with leftCents), or the charge has not succeeded (charge-not-refundable); the key stays unused for the latter two. With a processor, also its refusal (refund-refused), stored under the key",
+    ...PROCESSOR_REFUSALS,
+  },
+  foreign: foreign<Static<typeof RefundBody>, RefundResume, RefundCalls>({
+    columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", created_at: "timestamptz" },
+    validate: () => undefined,
+    prepare({ params, body }, traceparent) {
+      const refundId = crypto.randomUUID();
+      const chargeId = chargeIdOf(params);
+      // In the resume too: phase 3 answers with it without reading the refund back.
+      const createdAt = new Date().toISOString();
+      return {
+        columns: { refund_id: refundId, charge_id: chargeId, amount_cents: body.amountCents, created_at: createdAt },
+        resume: { refundId, chargeId, amountCents: body.amountCents, createdAt, traceparent },
+        // Two reservations of one charge in one statement would write its row once (UPDATE … FROM).
+        exclusive: chargeId,
+      };
+    },
+    resume: RefundResume,
+    operatorIds: ["refundId", "chargeId", "paymentId", "processorRefundId"],
+    resolution: { succeeded: "processorRefundId", refused: "failureCode" },
+    capabilities: refundCalls,
+    firstPoint: "begun",
+    steps: refundSteps,
+    final,
+    // The reservation turned into the refunded total (and the charge's next event sequence,
+    // ChargeRefunded) or released, and the refund made final. The charge rows are locked first
+    // and in id order, as every refund statement locks them: one lock order, no deadlock.
+    finishSql: (sql: Sql) => ({
+      columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", succeeded: "boolean", processor_refund_id: "text", failure_code: "text" },
+      write: sql`
+      locked as (
+        select c.id from charges c
+         where c.id in (select w.charge_id from won w)
+         order by c.id
+           for update
+      ),
+      settle as (
+        update charges c
+           set refunded_cents = c.refunded_cents + case when w.succeeded then w.amount_cents else 0 end,
+               pending_refund_cents = c.pending_refund_cents - w.amount_cents,
+               last_sequence = c.last_sequence + case when w.succeeded then 1 else 0 end
+          from won w join locked l on l.id = w.charge_id
+         where c.id = w.charge_id and c.tenant = w.tenant
+        returning w.n, c.refunded_cents, c.last_sequence
+      ),
+      refund as (
+        update refunds f
+           set status = case when w.succeeded then 'succeeded' else 'failed' end,
+               processor_refund_id = w.processor_refund_id, failure_code = w.failure_code
+          from won w
+         where f.id = w.refund_id and f.status = 'pending'
+        returning w.n
+      ),
+      events as (
+        select s.n, ${CHARGE}::text as aggregate_type, w.charge_id as aggregate_id, s.last_sequence as sequence,
+               ${CHARGE_REFUNDED}::text as event_type,
+               ${chargeRefundedPayload(sql, "s")} as payload
+          from settle s join won w on w.n = s.n join refund f on f.n = s.n
+         where w.succeeded
+      )`,
+    }),
+    exclusive: (resume) => resume.chargeId,
+  }),
+};
+
+interface RefundRow {
+  readonly id: string;
+  readonly charge_id: string;
+  readonly amount_cents: number;
+  readonly created_at: Date;
+  readonly status: "pending" | "succeeded" | "failed";
+}
+
+/** A refund of the tenant's charge; another tenant's, or another charge's, is not found. */
+export async function refundView(sql: Sql, tenant: string, chargeId: string, refundId: string, endsAt: number): Promise<string | undefined> {
+  const [row] = await boundedStatement(sql, endsAt, (q) => q<RefundRow[]>`
+    select id, charge_id, amount_cents, created_at, status
+      from refunds
+     where id = ${refundId}::uuid and charge_id = ${chargeId}::uuid and tenant = ${tenant}`);
+  if (!row) return undefined;
+  return checkedJson(Refund, { id: row.id, chargeId: row.charge_id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString(), status: row.status });
+}

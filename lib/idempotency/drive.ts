@@ -1,0 +1,105 @@
+// Phase 2 and 3 of an operation's processor steps, for whoever holds the key's lease: a request
+// that began it or resumed it, or the completer. Steps run from the recovery point; between
+// them nothing is held but the lease (no transaction, no row lock, no pooled connection).
+import { Value } from "@sinclair/typebox/value";
+import type { Sql } from "../platform/db.ts";
+import type { HeldAdapter, UnknownCause } from "./adapter.ts";
+import { registerFormats } from "../platform/schemas.ts";
+import type { FinalOutcome, ForeignDeclaration, Operation, Resume, StoredResponse } from "./model.ts";
+import type { HeldKey } from "./skeleton.ts";
+import { directWrites, type LeaseWrites } from "./lease.ts";
+
+export interface DriveOptions {
+  readonly processor: HeldAdapter;
+  /** The lease each recorded step renews (leaseMsFor). */
+  readonly leaseMs: number;
+  /** How the steps' writes reach the database; each its own statement when absent. */
+  readonly writes?: LeaseWrites;
+}
+
+/** What a drive ended with. */
+export type DriveResult =
+  | { readonly kind: "final"; readonly outcome: FinalOutcome; readonly response: StoredResponse }
+  | { readonly kind: "unknown"; readonly cause: UnknownCause; readonly detail: string }
+  /** The lease was taken over while this holder called the processor: it wrote nothing. */
+  | { readonly kind: "lost" }
+  /** The key's recovery data failed its schema: parked for an operator, `reason` naming the field. */
+  | { readonly kind: "parked"; readonly reason: string };
+
+// A drive makes at most three calls in a row (create then confirm, read then confirm, or a
+// refund's listing, create and read); the lease covers four at their time bound, plus the
+// transactions around them. A listing longer than a page may outlast it, which is harmless: a
+// holder that lost its lease writes nothing, and the next holder lists again.
+const CALLS_PER_LEASE = 4;
+const LEASE_MARGIN_MS = 5000;
+
+/** A lease long enough for a drive's calls at PAYMENT_PROCESSOR_TIMEOUT_MS. */
+export function leaseMsFor(timeoutMs: number): number {
+  return CALLS_PER_LEASE * timeoutMs + LEASE_MARGIN_MS;
+}
+
+// More steps than any operation has: a loop between recovery points is a bug, not a wait.
+const MAX_STEPS = 8;
+
+/**
+ * Why `resume` fails `op`'s schema, naming the field ("resume.amountCents: Expected integer"),
+ * or undefined when it passes. Checked whenever a key's resume is read, before a step sees it.
+ */
+export function resumeFault(declaration: ForeignDeclaration<unknown>, resume: Resume): string | undefined {
+  // The schemas' formats (uuid) are ours, in every process that reads a resume (the ops jobs too).
+  registerFormats();
+  if (Value.Check(declaration.resume, resume)) return undefined;
+  const first = Value.Errors(declaration.resume, resume).First();
+  const field = first?.path.replace(/^\//, "").replace(/\//g, ".") || "(whole)";
+  return `resume.${field}: ${first?.message ?? "does not match its schema"}`;
+}
+
+// Each adapter's capabilities per declaration, built once.
+const capabilities = new WeakMap<HeldAdapter, Map<ForeignDeclaration<unknown>, unknown>>();
+
+function capabilitiesOf(declaration: ForeignDeclaration<unknown>, adapter: HeldAdapter): unknown {
+  let byDeclaration = capabilities.get(adapter);
+  if (byDeclaration === undefined) capabilities.set(adapter, (byDeclaration = new Map()));
+  if (!byDeclaration.has(declaration)) byDeclaration.set(declaration, declaration.capabilities(adapter));
+  return byDeclaration.get(declaration);
+}
+
+/**
+ * Runs `key`'s steps until a final state (written by phase 3), an unknown outcome (the lease
+ * given up, the recovery point kept), the lease lost to another holder (nothing written), or
+ * a resume that fails its schema (the key parked). `resumed`: taken over rather than begun.
+ */
+export async function drive(sql: Sql, op: Operation, start: HeldKey, resumed: boolean, options: DriveOptions): Promise<DriveResult> {
+  const declaration = op.foreign;
+  if (declaration === undefined) throw new Error(`bug: ${op.name} has no processor steps`);
+  const writes = options.writes ?? directWrites(sql, op, options.leaseMs);
+  const fault = resumeFault(declaration, start.resume);
+  if (fault !== undefined) return (await writes.park(start, fault)) ? { kind: "parked", reason: fault } : { kind: "lost" };
+  const processor = capabilitiesOf(declaration, options.processor);
+  let key = start;
+  for (let i = 0; i < MAX_STEPS; i++) {
+    const step = declaration.steps[key.point];
+    if (step === undefined) throw new Error(`bug: ${op.name} has no step at ${key.point}`);
+    const result = await step({ resume: key.resume, processor, resumed: resumed && i === 0 });
+    switch (result.kind) {
+      case "record": {
+        if (!(await writes.record(key, result.point, result.resume))) return { kind: "lost" };
+        key = { ...key, point: result.point, resume: result.resume };
+        break;
+      }
+      case "final": {
+        const response = await writes.finish(key, result.outcome, result.resume);
+        return response === undefined ? { kind: "lost" } : { kind: "final", outcome: result.outcome, response };
+      }
+      case "unknown": {
+        if (!(await writes.release(key, result.resume, `${result.cause}: ${result.detail}`))) return { kind: "lost" };
+        return { kind: "unknown", cause: result.cause, detail: result.detail };
+      }
+      default: {
+        const unreachable: never = result;
+        throw new Error(`bug: unknown step result ${JSON.stringify(unreachable)}`);
+      }
+    }
+  }
+  throw new Error(`bug: ${op.name} ran ${MAX_STEPS} steps without an end`);
+}

@@ -1,0 +1,116 @@
+// A key's state, per operation, as its tenant may ask for it (GET /charges/idempotency-key,
+// docs/api.md "A key's state"): in flight, completed, parked, expired (a tombstone) or unknown.
+// One statement reads every operation's row of the key through the unique (tenant, key,
+// endpoint) index's prefix; another tenant's key finds no row and so reads exactly as unknown.
+import { Type as t, type Static } from "@sinclair/typebox";
+import type { Sql } from "../platform/db.ts";
+import { boundedStatement } from "../platform/bounded-statement.ts";
+import { checkOf } from "../platform/schemas.ts";
+import { endpointOf, type Operation } from "./model.ts";
+
+export const KEY_STATES = ["in_flight", "completed", "parked", "expired", "unknown"] as const;
+export type KeyStateName = (typeof KEY_STATES)[number];
+
+const instant = (description: string) => t.String({ format: "date-time", description });
+
+export const KeyOperationState = t.Object(
+  {
+    operation: t.String({ description: "The operation's operationId (createCharge, createRefund, …)" }),
+    endpoint: t.String({ description: 'The key\'s scope: the method and route template ("POST /charges")' }),
+    state: t.Union(KEY_STATES.map((s) => t.Literal(s)), { description: "in_flight, completed, parked, expired (a tombstone: 410) or unknown (never used, its tombstone gone, or another tenant's)" }),
+    recoveryPoint: t.Optional(t.String({ description: "in_flight: the last step recorded (with a payment processor)" })),
+    leaseUntil: t.Optional(instant("in_flight: when its holder's lease ends; past it, the next request with the key resumes it")),
+    status: t.Optional(t.Integer({ description: "completed, expired: the stored answer's status" })),
+    location: t.Optional(t.String({ description: "completed, expired: the resource the key made" })),
+    completedAt: t.Optional(instant("completed, expired: when the key completed")),
+    expiresAt: t.Optional(instant("completed: when its stored answer expires (then 410); expired: when its tombstone ends (then the key is new again)")),
+    reason: t.Optional(t.String({ description: "parked: why, for the operator (bun run ops parked)" })),
+  },
+  { description: "One operation's use of the key" },
+);
+
+export const KeyStateView = t.Object(
+  {
+    key: t.String({ description: "The key, as the API stores it (a UUID lowercased)" }),
+    operations: t.Array(KeyOperationState, { description: "Every operation, in the route table's order" }),
+  },
+  { description: "The key's state for each operation" },
+);
+export type KeyStateView = Static<typeof KeyStateView>;
+type OperationState = Static<typeof KeyOperationState>;
+
+interface KeyStateRow {
+  readonly endpoint: string;
+  readonly status: "STARTED" | "COMPLETED" | "EXPIRED";
+  readonly response_status: number | null;
+  readonly response_body: string | null;
+  readonly location: string | null;
+  readonly recovery_point: string | null;
+  readonly lease_until: Date | null;
+  readonly parked_at: Date | null;
+  readonly last_error: string | null;
+  readonly completed_at: Date;
+  readonly expires_at: Date;
+}
+
+/** Every row of `key` the tenant holds: one statement, the unique index's (tenant, key) prefix, at most one row per operation. */
+export async function readKeyRows(sql: Sql, tenant: string, key: string, endsAt: number): Promise<readonly KeyStateRow[]> {
+  return boundedStatement(sql, endsAt, (q) => q<KeyStateRow[]>`
+    select endpoint,
+           case when status = 'COMPLETED' and expires_at <= now() then 'EXPIRED' else status end as status,
+           response_status, response_body, location, recovery_point, lease_until, parked_at, last_error,
+           coalesce(completed_at, created_at) as completed_at, expires_at
+      from idempotency_keys
+     where tenant = ${tenant} and key = ${key} and (expires_at > now() or status <> 'EXPIRED')`);
+}
+
+/** The view of `rows` for every one of `operations`, checked against its schema. */
+export function keyStateView(key: string, operations: readonly Operation[], rows: readonly KeyStateRow[]): KeyStateView {
+  const byEndpoint = new Map(rows.map((r) => [r.endpoint, r]));
+  const view: KeyStateView = {
+    key,
+    operations: operations.map((op) => {
+      const endpoint = endpointOf(op);
+      const row = byEndpoint.get(endpoint);
+      return { operation: op.name, endpoint, ...(row === undefined ? { state: "unknown" as const } : stateOf(op, row)) };
+    }),
+  };
+  const check = checkOf(KeyStateView);
+  if (!check.Check(view)) throw new Error(`bug: a key's state does not match its schema at ${check.Errors(view).First()?.path ?? "(root)"}`);
+  return view;
+}
+
+type StateFields = Omit<OperationState, "operation" | "endpoint">;
+
+function stateOf(op: Operation, row: KeyStateRow): StateFields {
+  switch (row.status) {
+    case "STARTED":
+      if (row.parked_at !== null) return { state: "parked", reason: row.last_error ?? "parked" };
+      return {
+        state: "in_flight",
+        ...(row.recovery_point !== null && { recoveryPoint: row.recovery_point }),
+        ...(row.lease_until !== null && { leaseUntil: row.lease_until.toISOString() }),
+      };
+    case "COMPLETED":
+      return { state: "completed", ...answered(op, row), expiresAt: row.expires_at.toISOString() };
+    case "EXPIRED": {
+      // A COMPLETED key past its expiry that the retention job has not turned into a tombstone
+      // yet: its tombstone's end is not written yet, so none is named.
+      const tombstone = row.response_body === null;
+      return { state: "expired", ...answered(op, row), ...(tombstone && { expiresAt: row.expires_at.toISOString() }) };
+    }
+    default: {
+      const unreachable: never = row.status;
+      throw new Error(`bug: a key row in state ${String(unreachable)}`);
+    }
+  }
+}
+
+function answered(op: Operation, row: KeyStateRow): Pick<StateFields, "status" | "location" | "completedAt"> {
+  const location = row.location ?? (row.response_body !== null && row.response_status === op.status ? op.locationOf(row.response_body) : undefined);
+  return {
+    ...(row.response_status !== null && { status: row.response_status }),
+    ...(location !== undefined && { location }),
+    completedAt: row.completed_at.toISOString(),
+  };
+}

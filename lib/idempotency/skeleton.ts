@@ -1,0 +1,299 @@
+// The one SQL skeleton of every operation and its one column compiler. Three statements wrap an
+// operation's fragments (model.ts): the ledger's single statement, phase 1 and phase 3 of its
+// processor steps. A request alone and a batch of requests (group commit) run the same
+// statement: the requests arrive as one JSON array of rows (jsonb_to_recordset), so one
+// prepared statement serves any count.
+import type { Sql } from "../platform/db.ts";
+import { boundedStatement } from "../platform/bounded-statement.ts";
+import { newEventId } from "../platform/uuid.ts";
+import { insertEvents } from "./outbox-insert.ts";
+import { endpointOf, type ColumnValue, type FinalOutcome, type Fragment, type Mode, type Operation, type Resume, type SqlType, type StoredResponse } from "./model.ts";
+
+/** What a key statement (single or phase 1) answers for one request. */
+export interface KeyRow {
+  /** null: a live key row existed, so the lock was not even tried. */
+  readonly got: boolean | null;
+  /** 1 when this request's key row and writes were written. */
+  readonly created: number;
+  /** The operation's refusal (admit), with nothing written. */
+  readonly refusal: string | null;
+  readonly detail: string | null;
+  readonly request_hash: string | null;
+  /** EXPIRED: a tombstone, or a COMPLETED key past its expiry that the retention job has not turned into one yet. */
+  readonly status: "STARTED" | "COMPLETED" | "EXPIRED" | null;
+  readonly response_status: number | null;
+  readonly response_body: string | null;
+  /** A tombstone's original resource (its stored answer's Location). */
+  readonly location?: string | null;
+  /** The response the admit made in SQL (an answer that needs the rows it read), stored in place of the request's. */
+  readonly answer?: string | null;
+  /** Phase 1: the key's recovery data as written. */
+  readonly resume?: Resume | null;
+}
+
+/** One request's row of a key statement: the core's columns, then the operation's. */
+export type RequestRow = Readonly<Record<string, ColumnValue>>;
+
+/** One key's phase 3, by its holder. */
+export interface FinishRequest {
+  readonly key: HeldKey;
+  readonly outcome: FinalOutcome;
+  readonly resume: Resume;
+}
+
+/** The key row a step acts on. */
+export interface KeyRef {
+  readonly tenant: string;
+  readonly key: string;
+  readonly endpoint: string;
+}
+
+/** A key whose lease this process holds: its token, and how far the steps got. */
+export interface HeldKey extends KeyRef {
+  readonly token: string;
+  readonly point: string;
+  readonly resume: Resume;
+}
+
+/** An operation's fragments in one mode, bound to one client, built once. */
+export interface Compiled {
+  readonly op: Operation;
+  readonly endpoint: string;
+  readonly mode: Mode | "finish";
+  readonly record: Fragment;
+  readonly admit: Fragment;
+  readonly write: Fragment;
+  readonly existing: Fragment;
+  readonly event: Fragment;
+}
+
+// The core's columns of `req`, before the operation's own, per statement.
+const KEY_COLUMNS = { n: "int", tenant: "text", key: "text", lock_id: "bigint", request_hash: "text" } as const;
+const LEDGER_COLUMNS: Readonly<Record<string, SqlType>> = { ...KEY_COLUMNS, response_body: "text", event_id: "uuid", traceparent: "text" };
+const BEGIN_COLUMNS: Readonly<Record<string, SqlType>> = { ...KEY_COLUMNS, resume: "text", token: "uuid" };
+const FINISH_COLUMNS: Readonly<Record<string, SqlType>> = {
+  n: "int", tenant: "text", key: "text", endpoint: "text", token: "uuid", outcome: "text",
+  response_status: "int", response_body: "text", resume: "jsonb", event_id: "uuid", traceparent: "text",
+};
+const COLUMN_NAME = /^[a-z_][a-z0-9_]*$/;
+const SQL_TYPES = new Set<SqlType>(["uuid", "text", "int", "bigint", "boolean", "jsonb", "timestamptz"]);
+
+/** The column compiler: `req`'s record type. Names and types come from declarations in lib/, never a request; checked so a typo fails at start. */
+export function recordOf(sql: Sql, owner: string, columns: Readonly<Record<string, SqlType>>): Fragment {
+  const record = Object.entries(columns).map(([name, type]) => {
+    if (!COLUMN_NAME.test(name) || !SQL_TYPES.has(type)) throw new Error(`bug: ${owner} declares column ${name} ${type}`);
+    return `${name} ${type}`;
+  });
+  return sql.unsafe(record.join(", "));
+}
+
+const compiledBySql = new WeakMap<Sql, Map<Operation, Map<Mode | "finish", Compiled>>>();
+
+/** `op`'s statement in `mode` (or its phase 3), compiled once per client. */
+export function compile(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
+  let byOp = compiledBySql.get(sql);
+  if (byOp === undefined) compiledBySql.set(sql, (byOp = new Map()));
+  let byMode = byOp.get(op);
+  if (byMode === undefined) byOp.set(op, (byMode = new Map()));
+  let c = byMode.get(mode);
+  if (c === undefined) byMode.set(mode, (c = build(sql, op, mode)));
+  return c;
+}
+
+function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
+  const endpoint = endpointOf(op);
+  const event = insertEvents(sql);
+  if (mode === "finish") {
+    if (op.foreign === undefined) throw new Error(`bug: ${op.name} has no phase 3`);
+    const { columns, write } = op.foreign.finishSql(sql);
+    return { op, endpoint, mode, record: recordOf(sql, op.name, { ...FINISH_COLUMNS, ...columns }), admit: sql``, write, existing: sql``, event };
+  }
+  const own = mode === "ledger" ? op.columns : { ...op.foreign!.columns };
+  const record = recordOf(sql, op.name, { ...(mode === "ledger" ? LEDGER_COLUMNS : BEGIN_COLUMNS), ...own });
+  const { admit, write } = op.sql(sql, mode);
+  // A key row is found until its tombstone has passed: a COMPLETED key past its expiry that the
+  // retention job has not turned into a tombstone yet answers as one (410), never as a new key.
+  // Phase 1 never overwrites a STARTED key either, even past its expiry: its payment may have
+  // moved money, and only its steps may finish it (the completer parks it long before it expires).
+  const existing = sql`
+    existing as (
+      select r.n, e.request_hash, e.status, e.response_status, e.response_body, e.location
+        from req r
+       cross join lateral (
+         select request_hash, case when status = 'COMPLETED' and expires_at <= now() then 'EXPIRED' else status end as status, response_status, response_body, location
+           from idempotency_keys
+          where tenant = r.tenant and key = r.key and endpoint = ${endpoint} and (expires_at > now() or status <> 'EXPIRED')
+         offset 0
+       ) as e
+    ),
+    lock as (
+      select r.n, pg_try_advisory_xact_lock(r.lock_id) as got
+        from req r
+       where not exists (select 1 from existing x where x.n = r.n)
+    )`;
+  return { op, endpoint, mode, record, admit, write, existing, event };
+}
+
+/**
+ * The ledger's single statement: every request of `rows` in ONE statement, one round trip
+ * (three behind a transaction pooler: bounded-statement.ts) and one transaction, row by row,
+ * each scoped to its own tenant and key:
+ *  - existing: the key row, if committed before and not a tombstone past its end; then
+ *    nothing is locked or written (a COMPLETED key past its expiry reads as EXPIRED: a 410);
+ *  - lock: otherwise the (tenant, key, endpoint) advisory lock, without waiting: a request in
+ *    flight with the same key holds it, so the answer is a 409 at once;
+ *  - admit: the operation's checks (its refusals write nothing and leave the key unused);
+ *  - claimed: the key row, already COMPLETED with the response to replay; a tombstone past
+ *    its end is overwritten in place, so such a key is new again;
+ *  - the operation's writes and events for the rows whose key row was written (`won`).
+ * The unique (tenant, key, endpoint) index stays the safety net under the advisory lock. Two
+ * requests for one (tenant, key) never share a statement (group commit's conflicts). The key
+ * lookup is a lateral subquery kept from being flattened (offset 0), so each request reads
+ * the unique index. Rows come back in the order of `rows`.
+ */
+export async function runSingle(sql: Sql, c: Compiled, ttlSeconds: number, rows: readonly RequestRow[], endsAt = Number.POSITIVE_INFINITY): Promise<KeyRow[]> {
+  const result = await boundedStatement(sql, endsAt, (q) => q<KeyRow[]>`
+    with req as (
+      select * from jsonb_to_recordset(${q.json(rows as never)}) as r(${c.record})
+    ),
+    ${c.existing},
+    ${c.admit},
+    claimed as (
+      insert into idempotency_keys as k
+             (tenant, key, endpoint, request_hash, status, response_status, response_body, expires_at)
+      select r.tenant, r.key, ${c.endpoint}, r.request_hash, 'COMPLETED', ${c.op.status}::int,
+             coalesce(a.answer, r.response_body), now() + make_interval(secs => ${ttlSeconds}::int)
+        from req r join admit a on a.n = r.n
+       where a.refusal is null
+      on conflict (tenant, key, endpoint) do update
+         set request_hash = excluded.request_hash, status = excluded.status,
+             response_status = excluded.response_status, response_body = excluded.response_body,
+             created_at = now(), expires_at = excluded.expires_at, location = null, completed_at = null
+       where k.expires_at <= now() and k.status = 'EXPIRED'
+      returning k.tenant, k.key
+    ),
+    won as (
+      select r.* from req r join claimed k on k.tenant = r.tenant and k.key = r.key
+    ),
+    ${c.write},
+    ${c.event}
+    select l.got,
+           (exists (select 1 from event v where v.id = r.event_id))::int as created,
+           a.refusal, a.detail, a.answer,
+           e.request_hash, e.status, e.response_status, e.response_body, e.location
+      from req r
+      left join lock l on l.n = r.n
+      left join admit a on a.n = r.n
+      left join existing e on e.n = r.n
+     order by r.n`);
+  if (result.length !== rows.length) throw new Error(`bug: ${c.op.name} returned ${result.length} rows for ${rows.length} requests`);
+  return result;
+}
+
+/**
+ * Phase 1 in one statement, for one request or a batch of them (no two with one key), rows
+ * back in order: the key STARTED with a lease (`token`, `leaseMs`) at the first recovery
+ * point and its resume (the request's, plus the admit's), and the operation's pending rows.
+ */
+export async function runBegin(sql: Sql, c: Compiled, ttlSeconds: number, leaseMs: number, rows: readonly RequestRow[], endsAt: number): Promise<KeyRow[]> {
+  const firstPoint = c.op.foreign!.firstPoint;
+  const result = await boundedStatement(sql, endsAt, (q) => q<(KeyRow & { n: number })[]>`
+    with req as (
+      select * from jsonb_to_recordset(${q.json(rows as never)}) as r(${c.record})
+    ),
+    ${c.existing},
+    ${c.admit},
+    claimed as (
+      insert into idempotency_keys as k
+             (tenant, key, endpoint, request_hash, status, expires_at, recovery_point, lease_token, lease_until, resume)
+      select r.tenant, r.key, ${c.endpoint}, r.request_hash, 'STARTED', now() + make_interval(secs => ${ttlSeconds}::int),
+             ${firstPoint}, r.token, now() + make_interval(secs => ${leaseMs / 1000}::float8),
+             r.resume::jsonb || coalesce(a.resume, '{}'::jsonb)
+        from req r join admit a on a.n = r.n
+       where a.refusal is null
+      on conflict (tenant, key, endpoint) do update
+         set request_hash = excluded.request_hash, status = excluded.status, response_status = null, response_body = null,
+             created_at = now(), expires_at = excluded.expires_at, recovery_point = excluded.recovery_point,
+             lease_token = excluded.lease_token, lease_until = excluded.lease_until, resume = excluded.resume,
+             attempts = 0, next_attempt_at = null, last_error = null, parked_at = null, location = null, completed_at = null
+       where k.expires_at <= now() and k.status = 'EXPIRED'
+      returning k.tenant, k.key, k.resume
+    ),
+    won as (
+      select r.* from req r join claimed k on k.tenant = r.tenant and k.key = r.key
+    ),
+    ${c.write}
+    select r.n, l.got, (exists (select 1 from begun b where b.n = r.n))::int as created, a.refusal, a.detail,
+           e.request_hash, e.status, e.response_status, e.response_body, e.location, k.resume
+      from req r
+      left join lock l on l.n = r.n
+      left join admit a on a.n = r.n
+      left join existing e on e.n = r.n
+      left join claimed k on k.tenant = r.tenant and k.key = r.key
+     order by r.n`);
+  // By n, not by position: postgres.js 3.4.9 can hand the next query on a connection whose
+  // previous one failed mid-stream a sparse array (porsager/postgres#1119).
+  const byN: KeyRow[] = [];
+  for (const row of result) if (row !== undefined) byN[row.n] = row;
+  if (rows.some((_, n) => byN[n] === undefined)) throw new Error(`bug: ${c.op.name}'s phase 1 returned ${result.count} rows for ${rows.length} requests`);
+  return byN;
+}
+
+/**
+ * Phase 3 of every request of `requests` in one statement and one transaction: the
+ * compare-and-set on each holder's token completes its key with the response computed
+ * before the statement, and only the keys it completed get the operation's final rows and
+ * their event. For each, in order: the response stored, or undefined when its holder had lost
+ * the lease (nothing of it written). Under READ COMMITTED a key taken over meanwhile is re-read
+ * after the taker commits and no longer matches the token.
+ */
+export async function runFinish(sql: Sql, c: Compiled, requests: readonly FinishRequest[], endsAt = Number.POSITIVE_INFINITY): Promise<(StoredResponse | undefined)[]> {
+  const finals = requests.map((r) => c.op.foreign!.final(r.outcome, r.resume));
+  const rows = requests.map((r, n) => ({
+    n,
+    tenant: r.key.tenant,
+    key: r.key.key,
+    endpoint: r.key.endpoint,
+    token: r.key.token,
+    outcome: r.outcome,
+    response_status: finals[n]!.response.status,
+    response_body: finals[n]!.response.body,
+    resume: r.resume,
+    event_id: newEventId(),
+    traceparent: typeof r.resume.traceparent === "string" ? r.resume.traceparent : null,
+    ...finals[n]!.columns,
+  }));
+  const done = await boundedStatement(sql, endsAt, (q) => q<{ n: number }[]>`
+    with req as (
+      select * from jsonb_to_recordset(${q.json(rows as never)}) as r(${c.record})
+    ),
+    completed as (
+      update idempotency_keys k
+         set status = 'COMPLETED', response_status = r.response_status, response_body = r.response_body,
+             recovery_point = r.outcome, resume = r.resume, lease_token = null, lease_until = null,
+             last_error = null, next_attempt_at = null, parked_at = null, completed_at = now()
+        from req r
+       where k.tenant = r.tenant and k.key = r.key and k.endpoint = r.endpoint
+         and k.status = 'STARTED' and k.lease_token = r.token
+      returning r.n
+    ),
+    won as (
+      select r.* from req r join completed d on d.n = r.n
+    ),
+    ${c.write},
+    ${c.event}
+    select n from completed`);
+  // A Set of n, not positions: postgres.js 3.4.9 can hand back a sparse array (porsager/postgres#1119).
+  const won = new Set(done.map((d) => d.n));
+  return finals.map((f, n) => (won.has(n) ? f.response : undefined));
+}
+
+/** The key row as committed now; used only after a lost race the statements above cannot see. */
+export async function findKey(sql: Sql, tenant: string, key: string, endpoint: string, endsAt = Number.POSITIVE_INFINITY): Promise<KeyRow | undefined> {
+  const rows = await boundedStatement(sql, endsAt, (q) => q<KeyRow[]>`
+    select null::boolean as got, 0 as created, null::text as refusal, null::text as detail,
+           request_hash, case when status = 'COMPLETED' and expires_at <= now() then 'EXPIRED' else status end as status, response_status, response_body, location
+      from idempotency_keys
+     where tenant = ${tenant} and key = ${key} and endpoint = ${endpoint} and (expires_at > now() or status <> 'EXPIRED')`);
+  return rows[0];
+}
