@@ -44,7 +44,7 @@ export interface ChargesClientOptions {
    * None for an API that takes none (AUTH_MODE=none). A function that throws, or returns
    * something that is not a token, is the caller's bug: the call throws at once, unsent.
    */
-  readonly token?: string | (() => string | Promise<string>);
+  readonly token?: string | (() => string | Promise<string>) | undefined;
   /** A fetch of your own (a test's, a proxy's); the global one by default. */
   readonly fetch?: FetchLike;
   readonly perTryTimeoutMs?: number;
