@@ -3,7 +3,7 @@
 // and broker (a topic prefix and client id of its own), its banner parsed into the values a
 // user copies (the API's URL, the token, the curls, the TypeScript snippet).
 import { freePort } from "../dev/ports.ts";
-import { freshDatabase, type TestDatabase } from "../testkit/services.ts";
+import { freshDatabase, services, type TestDatabase } from "../testkit/services.ts";
 import { spawnChild, type Child } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
@@ -37,7 +37,7 @@ export async function startDev(label: string, env: Record<string, string> = {}):
   const [apiPort, relayPort] = [await freePort(), await freePort()];
   const runEnv = {
     DATABASE_URL: db.url,
-    MQTT_URL: process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883",
+    MQTT_URL: (await services()).mqttUrl,
     MQTT_TOPIC_PREFIX: `docs-${label}-${process.pid}/`,
     SUBSCRIBER_CLIENT_ID: `docs-${label}-${process.pid}`,
     PORT: String(apiPort),
