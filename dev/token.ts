@@ -44,12 +44,18 @@ export interface TokenClaims {
   readonly ttlSeconds?: number;
   /** `nbf` this many seconds from now. */
   readonly notBeforeSeconds?: number;
+  /** The OAuth `scope` claim (space-separated); `charges:operate` makes an operator's token (the console). */
+  readonly scope?: string;
 }
+
+/** The scope of an operator's token: the console reads and acts across tenants with it. */
+export const OPERATOR_SCOPE = "charges:operate";
 
 /** An HS256 JWT for `tenant`, signed with `secret`. */
 export function mintToken(secret: string, claims: TokenClaims): Promise<string> {
   const now = Math.floor(Date.now() / 1000);
-  const extra = claims.tenantClaim && claims.tenantClaim !== "sub" ? { [claims.tenantClaim]: claims.tenant } : {};
+  const extra: Record<string, string> = claims.tenantClaim && claims.tenantClaim !== "sub" ? { [claims.tenantClaim]: claims.tenant } : {};
+  if (claims.scope !== undefined) extra.scope = claims.scope;
   let jwt = new SignJWT(extra)
     .setProtectedHeader({ alg: "HS256", typ: "JWT" })
     .setSubject(claims.tenant)

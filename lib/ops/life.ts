@@ -50,6 +50,8 @@ export interface KeyLife {
   readonly responseStatus: number | null;
   readonly responseBody: string | null;
   readonly calls: readonly ProcessorCall[];
+  /** The id an operator resolves the key by: its refund's, else its charge's. */
+  readonly owner: string | null;
 }
 
 export type RowState = "published" | "discarded" | "parked" | "held" | "backing off" | "pending";
@@ -151,6 +153,7 @@ function keyLife(r: KeyRow): KeyLife {
     responseStatus: r.response_status,
     responseBody: r.response_body,
     calls: processorCalls(r.endpoint, r.resume, outcome),
+    owner: idIn(r.resume, "refundId") ?? idIn(r.resume, "chargeId"),
   };
 }
 
@@ -189,4 +192,9 @@ export function stateOf(r: Pick<OutboxRow, "published_at" | "parked_at" | "next_
   if (r.parked_at !== null) return "parked";
   if (parkedBefore !== null) return "held";
   return r.next_attempt_at !== null && r.next_attempt_at > new Date() ? "backing off" : "pending";
+}
+
+function idIn(resume: Resume | null, name: string): string | null {
+  const value = resume?.[name];
+  return typeof value === "string" ? value : null;
 }
