@@ -4,6 +4,7 @@
 // action goes through lib/ops, as `bun run ops` does. GETs only read; each POST is checked
 // for its origin and CSRF token before anything else.
 import { Elysia } from "elysia";
+import { describeDbError } from "../../platform/db.ts";
 import type { ProblemSpec } from "../../idempotency/problem-types.ts";
 import { specResponse } from "../problem.ts";
 import { html, page } from "./html.ts";
@@ -24,6 +25,10 @@ export interface ConsoleDeps {
   readonly ops: OpsContext;
   readonly check: OperatorCheck;
 }
+
+// The form is read here, bounded (input.ts), before Elysia's own parsing would read it unbounded.
+const FORM = { parse: ({ request }: { request: Request }) => formOf(request) };
+const formBody = (body: unknown): URLSearchParams => (body instanceof URLSearchParams ? body : new URLSearchParams());
 
 const FORBIDDEN: ProblemSpec = { slug: "forbidden", title: "Forbidden", status: 403 };
 const UNAUTHORIZED: ProblemSpec = { slug: "unauthorized", title: "Unauthorized", status: 401 };
@@ -66,17 +71,21 @@ export function createConsole(deps: ConsoleDeps): (request: Request) => Promise<
   const assets = consoleAssets();
   const { sql } = deps.ops;
   const app = new Elysia({ aot: false })
-    .onError(({ code }) => (code === "NOT_FOUND" ? page({ title: "Not found" }, html`<p><a href="/console">The console</a></p>`, 404) : page({ title: "Error" }, html`<p>An unexpected error occurred; the API's log has it.</p>`, 500)))
+    .onError(({ code, error }) => {
+      if (code === "NOT_FOUND") return page({ title: "Not found" }, html`<p><a href="/console">The console</a></p>`, 404);
+      deps.ops.log.error("console request failed", { error: describeDbError(error) });
+      return page({ title: "Error" }, html`<p>An unexpected error occurred; the API's log has it.</p>`, 500);
+    })
     .get("/console/assets/:name", ({ request }) => assets.get(new URL(request.url).pathname)?.() ?? new Response("not found", { status: 404 }))
     .get("/console/sign-in", async ({ request }) => signIn(deps.check, request, new URL(request.url).searchParams.get("token") ?? undefined))
-    .post("/console/sign-in", async ({ request }) => (sameOrigin(request) ? signIn(deps.check, request, (await formOf(request)).get("token") ?? undefined) : refusedPage({ title: "" }, 403, "cross-site sign-in refused")), { parse: "none" })
-    .post("/console/sign-out", async ({ request }) => {
-      const form = await formOf(request);
+    .post("/console/sign-in", async ({ request, body }) => (sameOrigin(request) ? signIn(deps.check, request, formBody(body).get("token") ?? undefined) : refusedPage({ title: "" }, 403, "cross-site sign-in refused")), FORM)
+    .post("/console/sign-out", async ({ request, body }) => {
+      const form = formBody(body);
       if (!sameOrigin(request) || !csrfMatches(request, form.get("csrf") ?? undefined)) return refusedPage({ title: "" }, 403, "cross-site request refused");
       const headers = new Headers({ location: "/console/sign-in" });
       for (const c of signOutCookies(request)) headers.append("set-cookie", c);
       return new Response(null, { status: 303, headers });
-    }, { parse: "none" })
+    }, FORM)
     .get("/console", ({ request }) => withPage(gate.page, request, async (s) => homePage(frameOf(s, "Console"), await countsOf(deps.ops))))
     .get("/console/backlog.json", async ({ request }) => {
       const s = await gate.data(request);
@@ -109,7 +118,7 @@ export function createConsole(deps: ConsoleDeps): (request: Request) => Promise<
       const { total } = await listNeeds(sql, kind, filter, { limit: 1, offset: 0 });
       return confirmPage(frameOf(s, ""), kind, action, filter, total, MAX_LIST_ACTION);
     }))
-    .post("/console/lists/:kind/apply", ({ request, params }) => withForm(gate.page, request, async (s, form) => {
+    .post("/console/lists/:kind/apply", ({ request, params, body }) => withForm(gate.page, request, body, async (s, form) => {
       const kind = params.kind;
       const action = form.get("action") ?? undefined;
       if (!isListKind(kind) || !isAction(action)) return refusedPage(frameOf(s, ""), 400, "no such list or action");
@@ -117,19 +126,19 @@ export function createConsole(deps: ConsoleDeps): (request: Request) => Promise<
       if (resolution === "invalid") return refusedPage(frameOf(s, ""), 400, "a resolution's outcome needs its processor id or code");
       const result = await actOnList(deps.ops, kind, listFilterOf(form), { action, reason: form.get("reason") ?? "", actor: { name: s.operator, via: "console" }, resolution });
       return "refused" in result ? refusedPage(frameOf(s, ""), 400, result.refused === "reason_required" ? "a reason is required" : "that action does not apply to this list") : listResultPage(frameOf(s, ""), kind, result);
-    }), { parse: "none" })
+    }), FORM)
     .get("/console/export/:kind", ({ request, params }) => withList(gate.data, request, params.kind, async (_, kind) => {
       const result = await listNeeds(sql, kind, listFilterOf(new URL(request.url).searchParams), { limit: MAX_EXPORT, offset: 0 });
       return new Response(toCsv(result.rows), { headers: { "content-type": "text/csv; charset=utf-8", "content-disposition": `attachment; filename="${kind}.csv"`, "cache-control": "no-store", "x-content-type-options": "nosniff" } });
     }))
-    .post("/console/actions", ({ request }) => withForm(gate.page, request, async (s, form) => {
+    .post("/console/actions", ({ request, body }) => withForm(gate.page, request, body, async (s, form) => {
       const action = form.get("action") ?? undefined;
       if (!isAction(action)) return refusedPage(frameOf(s, ""), 400, "no such action");
       const resolution = resolutionOf(form);
       if (resolution === "invalid") return refusedPage(frameOf(s, ""), 400, "a resolution's outcome needs its processor id or code");
       const result = await act(deps.ops, { action, target: form.get("target") ?? "", reason: form.get("reason") ?? "", actor: { name: s.operator, via: "console" }, resolution });
       return actionResultPage(frameOf(s, ""), result, safeBack(form.get("back")));
-    }), { parse: "none" })
+    }), FORM)
     .get("/console/audit", ({ request }) => withPage(gate.page, request, async (s) => {
       const pageNo = pageNoOf(new URL(request.url).searchParams);
       const { total, rows } = await listAudit(sql, PAGE_SIZE, (pageNo - 1) * PAGE_SIZE);
@@ -150,10 +159,10 @@ function withList(gate: Gate, request: Request, kind: string, render: (s: Sessio
 }
 
 /** A POST from the console's own page: same origin and the session's CSRF token, else 403 before anything is read. */
-async function withForm(gate: Gate, request: Request, handle: (s: Session, form: URLSearchParams) => Promise<Response>): Promise<Response> {
+async function withForm(gate: Gate, request: Request, body: unknown, handle: (s: Session, form: URLSearchParams) => Promise<Response>): Promise<Response> {
   const s = await gate(request);
   if (s instanceof Response) return s;
-  const form = await formOf(request);
+  const form = formBody(body);
   if (!sameOrigin(request) || !csrfMatches(request, form.get("csrf") ?? undefined)) return refusedPage(frameOf(s, ""), 403, "cross-site request refused: reload the page and try again");
   return handle(s, form);
 }
