@@ -9,6 +9,8 @@ import { SignJWT } from "jose";
 export const DEV_SECRET_FILE = new URL("../.data/auth-jwt-secret", import.meta.url).pathname;
 /** The key of keyHash in dev mode's logs, kept so hashes match across its runs (API_KEY_HASH_SECRET). */
 export const DEV_KEY_HASH_SECRET_FILE = new URL("../.data/api-key-hash-secret", import.meta.url).pathname;
+/** The operator (the token's `sub`) of the console link dev mode prints. */
+export const DEV_OPERATOR = "dev-operator";
 /** The tenant of the curl dev mode prints. */
 export const DEMO_TENANT = "demo";
 // 32 random bytes as base64url (43 characters): the HS256 minimum the API accepts.
