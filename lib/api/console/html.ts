@@ -38,8 +38,9 @@ export const PAGE_HEADERS: Readonly<Record<string, string>> = {
   "content-type": "text/html; charset=utf-8",
   "content-security-policy": CSP,
   "x-content-type-options": "nosniff",
-  // The sign-in link carries a token in its query: never sent on as a Referer.
-  "referrer-policy": "no-referrer",
+  // Never a Referer to another site. Not no-referrer: with it Chromium sends "Origin: null" on
+  // the console's own form posts, which the origin check must refuse.
+  "referrer-policy": "same-origin",
   "cache-control": "no-store",
 };
 
