@@ -21,7 +21,7 @@ code.key-text { background: #f0f2f5; padding: 0 .3em; }
 .figures span { margin-right: 1.2em; } #backlog-chart { width: 100%; max-width: 600px; height: 160px; background: #fff; border: 1px solid #d6dbe1; }
 #backlog-chart rect { fill: #5b8bd0; } #backlog-chart polyline { fill: none; stroke: #c0392b; stroke-width: 2; } #backlog-chart text { font-size: 10px; fill: #6b7785; }
 .legend .bar-key, .legend .line-key { display: inline-block; width: 1em; height: .6em; background: #5b8bd0; } .legend .line-key { background: #c0392b; height: 2px; vertical-align: middle; }
-ul.needs b { margin-left: .5em; }
+ul.needs b { margin-left: .5em; } form.action + form.action { margin-left: .5em; }
 `;
 
 const JS = `"use strict";
