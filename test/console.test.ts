@@ -185,3 +185,47 @@ test("a list exports as CSV, filtered, a spreadsheet formula defused", async () 
   expect(lines).toHaveLength(2);
   expect(lines[1]).toStartWith(`${a.rowId},tenant-a,${a.chargeId},1,ChargeCreated,10,"'=HYPERLINK(""x"")",`);
 });
+
+test("a row held behind a parked one is listed with what blocks it; releasing its aggregate puts the parked one back in line, audited", async () => {
+  const { chargeId, rowId } = await parkedCharge();
+  // A later event of the same charge, pending: the relay holds it behind the parked one.
+  const [held] = await db.sql<{ id: string }[]>`
+    insert into outbox (id, tenant, aggregate_id, sequence, event_type, payload)
+    values (gen_random_uuid(), 'tenant-a', ${chargeId}::uuid, 2, 'ChargeRefunded', '{}') returning id::text`;
+  const { cookie, csrf } = await signIn();
+  const list = await (await get("/console/lists/held-rows", { cookie })).text();
+  expect(list).toContain(`<td>${held!.id}</td>`);
+  expect(list).toContain(`<td>${rowId}</td>`);
+  const page = await (await get(`/console/charges/${chargeId}`, { cookie })).text();
+  expect(page).toContain("<td>held</td>");
+  expect((await post("/console/actions", { action: "release", target: chargeId, reason: "consumer fixed", csrf }, { cookie })).status).toBe(200);
+  const rows = await db.sql<{ sequence: number; parked: boolean }[]>`select sequence, parked_at is not null as parked from outbox where aggregate_id = ${chargeId}::uuid order by sequence`;
+  expect([...rows]).toEqual([{ sequence: 1, parked: false }, { sequence: 2, parked: false }]);
+  expect([...(await db.sql`select action, target from operator_audit`)]).toEqual([{ action: "release", target: chargeId }]);
+});
+
+test("stale STARTED keys are listed by their lease, filtered by operation and age", async () => {
+  await db.sql`
+    insert into idempotency_keys (tenant, key, endpoint, request_hash, status, expires_at, recovery_point, lease_until, resume, created_at)
+    values ('tenant-a', 'stale-1', 'POST /charges', 'h', 'STARTED', now() + interval '1 day', 'created', now() - interval '1 minute',
+            jsonb_build_object('chargeId', ${crypto.randomUUID()}::text), now() - interval '10 minutes'),
+           ('tenant-a', 'live-1', 'POST /charges', 'h', 'STARTED', now() + interval '1 day', 'created', now() + interval '1 minute', '{}', now())`;
+  const { cookie } = await signIn();
+  const listed = await (await get("/console/lists/stale-keys?operation=POST+/charges&older_than=300", { cookie })).text();
+  expect(listed).toContain("<td>stale-1</td>");
+  expect(listed).not.toContain("live-1");
+  expect(await (await get("/console/lists/stale-keys?older_than=3600", { cookie })).text()).toContain('<span id="total">0</span>');
+});
+
+test("with OPERATOR_PORT the console is on the operator listener only, never on the API's port", async () => {
+  const split = await startTestApi(db.url, { OPERATOR_PORT: "19399" });
+  try {
+    const onApi = await split.fetch(new Request(`${ORIGIN}/console`, { headers: { authorization: `Bearer ${operatorToken}` } }));
+    expect(onApi.status).toBe(404);
+    const onOperator = await split.operatorFetch!(new Request(`${ORIGIN}/console`, { headers: { authorization: `Bearer ${operatorToken}` } }));
+    expect(onOperator.status).toBe(200);
+    expect(await onOperator.text()).toContain("Needs a person");
+  } finally {
+    await split.close();
+  }
+});
