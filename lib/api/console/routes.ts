@@ -44,7 +44,12 @@ interface Session {
 
 type Gate = (request: Request) => Promise<Session | Response>;
 
-function gates(check: OperatorCheck): { page: Gate; data: Gate } {
+interface Gates {
+  readonly page: Gate;
+  readonly data: Gate;
+}
+
+function gates(check: OperatorCheck): Gates {
   const gate = (asPage: boolean): Gate => async (request) => {
     const verdict = await check(tokenOf(request));
     if (verdict.kind === "operator") return { operator: verdict.name, ...csrfTokenOf(request) };
@@ -68,14 +73,23 @@ function withSession(session: Session, response: Response): Response {
 /** The console's handler: /console and below. */
 export function createConsole(deps: ConsoleDeps): (request: Request) => Promise<Response> {
   const gate = gates(deps.check);
-  const assets = consoleAssets();
-  const { sql } = deps.ops;
   const app = new Elysia({ aot: false })
     .onError(({ code, error }) => {
       if (code === "NOT_FOUND") return page({ title: "Not found" }, html`<p><a href="/console">The console</a></p>`, 404);
       deps.ops.log.error("console request failed", { error: describeDbError(error) });
       return page({ title: "Error" }, html`<p>An unexpected error occurred; the API's log has it.</p>`, 500);
     })
+    .use(sessionRoutes(deps))
+    .use(readRoutes(deps, gate))
+    .use(listRoutes(deps, gate))
+    .use(actionRoutes(deps, gate));
+  return (request) => app.handle(request);
+}
+
+/** The assets, signing in and out. */
+function sessionRoutes(deps: ConsoleDeps) {
+  const assets = consoleAssets();
+  return new Elysia({ name: "console-session" })
     .get("/console/assets/:name", ({ request }) => assets.get(new URL(request.url).pathname)?.() ?? new Response("not found", { status: 404 }))
     .get("/console/sign-in", async ({ request }) => signIn(deps.check, request, new URL(request.url).searchParams.get("token") ?? undefined))
     .post("/console/sign-in", async ({ request, body }) => (sameOrigin(request) ? signIn(deps.check, request, formBody(body).get("token") ?? undefined) : refusedPage({ title: "" }, 403, "cross-site sign-in refused")), FORM)
@@ -85,7 +99,13 @@ export function createConsole(deps: ConsoleDeps): (request: Request) => Promise<
       const headers = new Headers({ location: "/console/sign-in" });
       for (const c of signOutCookies(request)) headers.append("set-cookie", c);
       return new Response(null, { status: 303, headers });
-    }, FORM)
+    }, FORM);
+}
+
+/** Home, the backlog's figures, find, a charge, the audit trail. */
+function readRoutes(deps: ConsoleDeps, gate: Gates) {
+  const { sql } = deps.ops;
+  return new Elysia({ name: "console-read" })
     .get("/console", ({ request }) => withPage(gate.page, request, async (s) => homePage(frameOf(s, "Console"), await countsOf(deps.ops))))
     .get("/console/backlog.json", async ({ request }) => {
       const s = await gate.data(request);
@@ -96,13 +116,25 @@ export function createConsole(deps: ConsoleDeps): (request: Request) => Promise<
       const text = q.get("q") ?? "";
       const tenant = q.get("tenant") ?? "";
       const found = await findCharges(sql, { text, tenant });
-      if (found.length === 1 || (found.length > 1 && found.every((f) => f.chargeId === found[0]!.chargeId))) return new Response(null, { status: 303, headers: { location: `/console/charges/${found[0]!.chargeId}` } });
+      // Several matches of one charge (its key and its event, say) open it as one would.
+      if (found.length > 0 && found.every((f) => f.chargeId === found[0]!.chargeId)) return new Response(null, { status: 303, headers: { location: `/console/charges/${found[0]!.chargeId}` } });
       return findPage(frameOf(s, "Find"), text, tenant, found);
     }))
     .get("/console/charges/:id", ({ request, params }) => withPage(gate.page, request, async (s) => {
       const life = await chargeLife(sql, params.id);
       return life === undefined ? refusedPage(frameOf(s, ""), 404, "no such charge") : chargePage(frameOf(s, ""), life);
     }))
+    .get("/console/audit", ({ request }) => withPage(gate.page, request, async (s) => {
+      const pageNo = pageNoOf(new URL(request.url).searchParams);
+      const { total, rows } = await listAudit(sql, PAGE_SIZE, (pageNo - 1) * PAGE_SIZE);
+      return auditPage(frameOf(s, "Audit"), rows, total, pageNo, PAGE_SIZE);
+    }));
+}
+
+/** A list's page, its count before a list-wide action, its CSV. */
+function listRoutes(deps: ConsoleDeps, gate: Gates) {
+  const { sql } = deps.ops;
+  return new Elysia({ name: "console-lists" })
     .get("/console/lists/:kind", ({ request, params }) => withList(gate.page, request, params.kind, async (s, kind) => {
       const url = new URL(request.url);
       const filter = listFilterOf(url.searchParams);
@@ -113,38 +145,40 @@ export function createConsole(deps: ConsoleDeps): (request: Request) => Promise<
     .get("/console/lists/:kind/confirm", ({ request, params }) => withList(gate.page, request, params.kind, async (s, kind) => {
       const q = new URL(request.url).searchParams;
       const action = q.get("action") ?? undefined;
-      if (!isAction(action) || !LIST_ACTIONS[kind].includes(action)) return refusedPage(frameOf(s, ""), 400, `that action does not apply to this list`);
+      if (!isAction(action) || !LIST_ACTIONS[kind].includes(action)) return refusedPage(frameOf(s, ""), 400, "that action does not apply to this list");
       const filter = listFilterOf(q);
       const { total } = await listNeeds(sql, kind, filter, { limit: 1, offset: 0 });
       return confirmPage(frameOf(s, ""), kind, action, filter, total, MAX_LIST_ACTION);
     }))
+    .get("/console/export/:kind", ({ request, params }) => withList(gate.data, request, params.kind, async (_, kind) => {
+      const result = await listNeeds(sql, kind, listFilterOf(new URL(request.url).searchParams), { limit: MAX_EXPORT, offset: 0 });
+      return new Response(toCsv(result.rows), { headers: { "content-type": "text/csv; charset=utf-8", "content-disposition": `attachment; filename="${kind}.csv"`, "cache-control": "no-store", "x-content-type-options": "nosniff" } });
+    }));
+}
+
+const RESOLUTION_NEEDS_VALUE = "a resolution's outcome needs its processor id or code";
+
+/** The actions: one target, or every entry of a list's filter. */
+function actionRoutes(deps: ConsoleDeps, gate: Gates) {
+  return new Elysia({ name: "console-actions" })
+    .post("/console/actions", ({ request, body }) => withForm(gate.page, request, body, async (s, form) => {
+      const action = form.get("action") ?? undefined;
+      if (!isAction(action)) return refusedPage(frameOf(s, ""), 400, "no such action");
+      const resolution = resolutionOf(form);
+      if (resolution === "invalid") return refusedPage(frameOf(s, ""), 400, RESOLUTION_NEEDS_VALUE);
+      const result = await act(deps.ops, { action, target: form.get("target") ?? "", reason: form.get("reason") ?? "", actor: { name: s.operator, via: "console" }, resolution });
+      return actionResultPage(frameOf(s, ""), result, safeBack(form.get("back")));
+    }), FORM)
     .post("/console/lists/:kind/apply", ({ request, params, body }) => withForm(gate.page, request, body, async (s, form) => {
       const kind = params.kind;
       const action = form.get("action") ?? undefined;
       if (!isListKind(kind) || !isAction(action)) return refusedPage(frameOf(s, ""), 400, "no such list or action");
       const resolution = resolutionOf(form);
-      if (resolution === "invalid") return refusedPage(frameOf(s, ""), 400, "a resolution's outcome needs its processor id or code");
+      if (resolution === "invalid") return refusedPage(frameOf(s, ""), 400, RESOLUTION_NEEDS_VALUE);
       const result = await actOnList(deps.ops, kind, listFilterOf(form), { action, reason: form.get("reason") ?? "", actor: { name: s.operator, via: "console" }, resolution });
-      return "refused" in result ? refusedPage(frameOf(s, ""), 400, result.refused === "reason_required" ? "a reason is required" : "that action does not apply to this list") : listResultPage(frameOf(s, ""), kind, result);
-    }), FORM)
-    .get("/console/export/:kind", ({ request, params }) => withList(gate.data, request, params.kind, async (_, kind) => {
-      const result = await listNeeds(sql, kind, listFilterOf(new URL(request.url).searchParams), { limit: MAX_EXPORT, offset: 0 });
-      return new Response(toCsv(result.rows), { headers: { "content-type": "text/csv; charset=utf-8", "content-disposition": `attachment; filename="${kind}.csv"`, "cache-control": "no-store", "x-content-type-options": "nosniff" } });
-    }))
-    .post("/console/actions", ({ request, body }) => withForm(gate.page, request, body, async (s, form) => {
-      const action = form.get("action") ?? undefined;
-      if (!isAction(action)) return refusedPage(frameOf(s, ""), 400, "no such action");
-      const resolution = resolutionOf(form);
-      if (resolution === "invalid") return refusedPage(frameOf(s, ""), 400, "a resolution's outcome needs its processor id or code");
-      const result = await act(deps.ops, { action, target: form.get("target") ?? "", reason: form.get("reason") ?? "", actor: { name: s.operator, via: "console" }, resolution });
-      return actionResultPage(frameOf(s, ""), result, safeBack(form.get("back")));
-    }), FORM)
-    .get("/console/audit", ({ request }) => withPage(gate.page, request, async (s) => {
-      const pageNo = pageNoOf(new URL(request.url).searchParams);
-      const { total, rows } = await listAudit(sql, PAGE_SIZE, (pageNo - 1) * PAGE_SIZE);
-      return auditPage(frameOf(s, "Audit"), rows, total, pageNo, PAGE_SIZE);
-    }));
-  return (request) => app.handle(request);
+      if ("refused" in result) return refusedPage(frameOf(s, ""), 400, result.refused === "reason_required" ? "a reason is required" : "that action does not apply to this list");
+      return listResultPage(frameOf(s, ""), kind, result);
+    }), FORM);
 }
 
 const frameOf = (s: Session, title: string) => ({ title, operator: s.operator, csrf: s.csrf });
