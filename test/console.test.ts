@@ -5,8 +5,10 @@
 import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
 import { freshDatabase } from "../testkit/services.ts";
 import { postCharge, startTestApi } from "../testkit/api.ts";
-import { mintTestToken, tokenFor } from "../testkit/auth.ts";
+import { authEnv, mintTestToken, tokenFor } from "../testkit/auth.ts";
+import { runToExit } from "../testkit/processes.ts";
 import { OPERATOR_SCOPE } from "../dev/token.ts";
+import { banner } from "../dev/output.ts";
 
 setDefaultTimeout(30_000);
 
@@ -228,4 +230,23 @@ test("with OPERATOR_PORT the console is on the operator listener only, never on 
   } finally {
     await split.close();
   }
+});
+
+test("bun run token --operator mints a token that opens the console; the dev banner prints the sign-in link", async () => {
+  const minted = await runToExit(["bun", "run", "--silent", "token", "--operator", "ops-dan"], { ...authEnv(), DATABASE_URL: db.url });
+  expect(minted.code).toBe(0);
+  const token = minted.stdout.trim();
+  const home = await get("/console", { authorization: `Bearer ${token}` });
+  expect(home.status).toBe(200);
+  expect(await home.text()).toContain("ops-dan");
+  // The tenant's token from the same command does not.
+  const tenant = (await runToExit(["bun", "run", "--silent", "token", "ops-dan"], { ...authEnv(), DATABASE_URL: db.url })).stdout.trim();
+  expect((await get("/console", { authorization: `Bearer ${tenant}` })).status).toBe(403);
+
+  const link = `http://127.0.0.1:3000/console/sign-in?token=${token}`;
+  const lines = banner({
+    api: "http://127.0.0.1:3000", relay: "http://127.0.0.1:9465", databaseUrl: db.url, databaseNote: "", databaseDirectUrl: undefined,
+    mqttUrl: "mqtt://127.0.0.1:1883", mqttNote: "", authorization: undefined, authNote: "", consoleUrl: link,
+  });
+  expect(lines.find((l) => l.trimStart().startsWith("console"))).toContain(link);
 });
