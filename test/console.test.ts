@@ -250,3 +250,17 @@ test("bun run token --operator mints a token that opens the console; the dev ban
   });
   expect(lines.find((l) => l.trimStart().startsWith("console"))).toContain(link);
 });
+
+test("the sign-in form takes a pasted token from the console's own page only; signing out clears the cookies", async () => {
+  const pasted = await post("/console/sign-in", { token: operatorToken }, { origin: ORIGIN });
+  expect(pasted.status).toBe(303);
+  expect(pasted.headers.getSetCookie().some((c) => c.startsWith("console_session=ey"))).toBe(true);
+  const crossSite = await post("/console/sign-in", { token: operatorToken }, { origin: "https://evil.example" });
+  expect(crossSite.status).toBe(403);
+  expect(crossSite.headers.getSetCookie()).toEqual([]);
+  const { cookie, csrf } = await signIn();
+  expect((await post("/console/sign-out", { csrf: "forged" }, { cookie })).status).toBe(403);
+  const out = await post("/console/sign-out", { csrf }, { cookie, origin: ORIGIN });
+  expect(out.status).toBe(303);
+  expect(out.headers.getSetCookie().every((c) => c.includes("Max-Age=0"))).toBe(true);
+});
