@@ -4,7 +4,7 @@
 // /console/sign-in sets (HttpOnly, SameSite=Strict) or in an Authorization header. Forms are
 // guarded against other sites by a double-submit token (a cookie and a hidden field that must
 // match) and the Origin header; nothing changes state on GET.
-import { createRemoteJWKSet, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from "jose";
+import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from "jose";
 import type { AuthConfig } from "../../platform/config.ts";
 import { CLOCK_TOLERANCE_S } from "../auth.ts";
 
@@ -34,8 +34,11 @@ export function createOperatorCheck(auth: AuthConfig): OperatorCheck {
     return { kind: "operator", name: payload.sub, expiresAt: payload.exp ?? 0 };
   };
 
-  // Each key source with its own pinned algorithms, as the API's authenticator does.
+  // Each key source with its own pinned algorithms, and only access tokens (RFC 8725 §3.11),
+  // as the API's authenticator does.
   async function verify(token: string): Promise<JWTPayload> {
+    const { typ } = decodeProtectedHeader(token);
+    if (typ !== undefined && !["jwt", "at+jwt"].includes(typ.toLowerCase().replace(/^application\//, ""))) throw new Error("not an access token");
     if (secret !== undefined) {
       try {
         return (await jwtVerify(token, secret, { ...claims, algorithms: ["HS256"] })).payload;
