@@ -141,7 +141,11 @@ test("every action needs a reason, and leaves an audit row: who, what, why, when
   expect(await (await get("/console/audit", { cookie })).text()).toContain("poison payload, ticket OPS-7");
   // Over a filtered list: each entry its own row.
   const others = [await parkedCharge(), await parkedCharge(undefined, "tenant-b")];
-  const bulk = await post("/console/lists/parked-rows/apply", { action: "requeue", reason: "broker back", tenant: "tenant-b", csrf }, { cookie });
+  // The count confirmed must still hold: a stale one shows the new count and does nothing.
+  const stale = await post("/console/lists/parked-rows/apply", { action: "requeue", reason: "broker back", tenant: "tenant-b", expected: "2", csrf }, { cookie });
+  expect(stale.status).toBe(409);
+  expect(await stale.text()).toContain("This will requeue <b>1</b> entry");
+  const bulk = await post("/console/lists/parked-rows/apply", { action: "requeue", reason: "broker back", tenant: "tenant-b", expected: "1", csrf }, { cookie });
   expect(await bulk.text()).toContain("1 done, 0 not done, of 1 matched.");
   expect([...(await db.sql`select target from operator_audit where action = 'requeue'`)]).toEqual([{ target: others[1]!.rowId }]);
 });

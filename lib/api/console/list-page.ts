@@ -39,11 +39,13 @@ ${result.total > 0 ? LIST_ACTIONS[kind].map((a) => listActionForm(kind, a, param
 ${table(result.rows, perRow)}${pager(`/console/lists/${kind}`, params, pageNo, PAGE_SIZE, result.total)}`);
 }
 
-export function confirmPage(frame: Frame & { csrf: string }, kind: ListKind, action: ActionName, filter: ListFilter, total: number, cap: number): Response {
+/** The count before a list-wide action; 409 when shown again because the list changed since the last count. */
+export function confirmPage(frame: Frame & { csrf: string }, kind: ListKind, action: ActionName, filter: ListFilter, total: number, cap: number, status = 200): Response {
   const params = filterParams(filter);
   const touched = Math.min(total, cap);
   return page({ ...frame, title: `${actionLabel(action)}: ${LIST_TITLES[kind]}` }, html`
+${status === 409 ? html`<p class="refused">The list changed since its count was shown: nothing was done. Here is the count now.</p>` : ""}
 <p id="count">This will ${action} <b>${touched}</b> ${touched === 1 ? "entry" : "entries"} (the filter matches ${total} now${total > cap ? `; at most ${cap} per run` : ""}).</p>
 <p>Filter: ${params.toString() || "none"}</p>
-${touched > 0 ? confirmForm(frame.csrf, kind, action, params, touched) : ""}<p><a href="/console/lists/${kind}?${params.toString()}">Cancel</a></p>`);
+${touched > 0 ? confirmForm(frame.csrf, kind, action, params, touched) : ""}<p><a href="/console/lists/${kind}?${params.toString()}">Cancel</a></p>`, status);
 }

@@ -175,7 +175,11 @@ function actionRoutes(deps: ConsoleDeps, gate: Gates) {
       if (!isListKind(kind) || !isAction(action)) return refusedPage(frameOf(s, ""), 400, "no such list or action");
       const resolution = resolutionOf(form);
       if (resolution === "invalid") return refusedPage(frameOf(s, ""), 400, RESOLUTION_NEEDS_VALUE);
-      const result = await actOnList(deps.ops, kind, listFilterOf(form), { action, reason: form.get("reason") ?? "", actor: { name: s.operator, via: "console" }, resolution });
+      // The count the operator confirmed must still be the count: otherwise show the new one first.
+      const filter = listFilterOf(form);
+      const { total } = await listNeeds(deps.ops.sql, kind, filter, { limit: 1, offset: 0 });
+      if (form.get("expected") !== String(Math.min(total, MAX_LIST_ACTION)) && LIST_ACTIONS[kind].includes(action)) return confirmPage(frameOf(s, ""), kind, action, filter, total, MAX_LIST_ACTION, 409);
+      const result = await actOnList(deps.ops, kind, filter, { action, reason: form.get("reason") ?? "", actor: { name: s.operator, via: "console" }, resolution });
       if ("refused" in result) return refusedPage(frameOf(s, ""), 400, result.refused === "reason_required" ? "a reason is required" : "that action does not apply to this list");
       return listResultPage(frameOf(s, ""), kind, result);
     }), FORM);
