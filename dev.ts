@@ -14,7 +14,7 @@ import { banner, dataPlace, embeddedPostgresLine, print, printPostgres } from ".
 import { processorEnv, startDevProcessor } from "./dev/processor.ts";
 import { stopWithSupervisor } from "./dev/watchdog.ts";
 import { freePort } from "./dev/ports.ts";
-import { DEMO_TENANT, devSecret, DEV_KEY_HASH_SECRET_FILE, DEV_SECRET_FILE, mintToken } from "./dev/token.ts";
+import { DEMO_TENANT, devSecret, DEV_KEY_HASH_SECRET_FILE, DEV_SECRET_FILE, DEV_OPERATOR, mintToken, OPERATOR_SCOPE } from "./dev/token.ts";
 
 const ROOT = fileURLToPath(new URL("./", import.meta.url));
 const DEFAULT_API_PORT = 3000;
@@ -74,6 +74,7 @@ async function main(): Promise<void> {
     paymentMethod: processor ? "pm_card_visa" : undefined,
     authorization: await auth.authorization(),
     authNote: auth.note,
+    consoleUrl: await consoleLink(process.env.OPERATOR_PORT ? `http://127.0.0.1:${process.env.OPERATOR_PORT}` : api, auth),
   };
   for (const line of banner(endpoints)) log(line);
 }
@@ -107,6 +108,8 @@ interface AuthSetup {
   readonly env: Record<string, string>;
   /** The Authorization header value the printed curl carries, if dev mode can mint one. */
   authorization(): Promise<string | undefined>;
+  /** An operator's token for the console's sign-in link, if dev mode can mint one. */
+  operatorToken(): Promise<string | undefined>;
   readonly note: string;
 }
 
@@ -116,10 +119,10 @@ interface AuthSetup {
  */
 function authSetup(): AuthSetup {
   const mode = (process.env.AUTH_MODE ?? "").trim().toLowerCase();
-  if (mode === "none") return { env: {}, authorization: async () => undefined, note: "AUTH_MODE=none: no token needed" };
+  if (mode === "none") return { env: {}, authorization: async () => undefined, operatorToken: async () => undefined, note: "AUTH_MODE=none: no token needed" };
   const configured = process.env.AUTH_JWT_SECRET;
   if (!configured && process.env.AUTH_JWKS_URL) {
-    return { env: {}, authorization: async () => "Bearer <a token from your identity provider>", note: "tokens from AUTH_JWKS_URL" };
+    return { env: {}, authorization: async () => "Bearer <a token from your identity provider>", operatorToken: async () => undefined, note: "tokens from AUTH_JWKS_URL" };
   }
   const secret = configured || devSecret();
   const note = configured ? "a token signed with AUTH_JWT_SECRET" : `a token signed with the dev secret in ${relative(ROOT, DEV_SECRET_FILE)}`;
@@ -127,8 +130,15 @@ function authSetup(): AuthSetup {
   return {
     env: { AUTH_JWT_SECRET: secret },
     authorization: async () => `Bearer ${await mintToken(secret, claims)}`,
+    operatorToken: () => mintToken(secret, { ...claims, tenant: DEV_OPERATOR, scope: OPERATOR_SCOPE }),
     note: `${note}, for the tenant "${DEMO_TENANT}" (bun run token <tenant> mints others)`,
   };
+}
+
+/** The console's sign-in link (docs/console.md): it sets the session cookie and opens the console. */
+async function consoleLink(base: string, auth: AuthSetup): Promise<string | undefined> {
+  const token = await auth.operatorToken();
+  return token === undefined ? undefined : `${base}/console/sign-in?token=${token}`;
 }
 
 /** The variable when set; otherwise the usual port, or any free one when it is taken. */
