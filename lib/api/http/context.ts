@@ -3,6 +3,7 @@
 // and histogram sample are made of, a fresh one per request (onRequest). Framework-free but
 // for the plugin that puts them there.
 import { Elysia } from "elysia";
+import type { TSchema } from "@sinclair/typebox";
 import type { Logger } from "../../platform/log.ts";
 import type { Sql } from "../../platform/db.ts";
 import { UNMATCHED_ROUTE } from "../../platform/http-metrics.ts";
@@ -73,6 +74,13 @@ export function needsToken(path: string): boolean {
   return path === "/charges" || path.startsWith("/charges/");
 }
 
+/** What a body route's checks are, kept on its trail for answering its refusals in their order (checks.ts). */
+export interface BodyChecks {
+  readonly body: TSchema;
+  /** The value of an empty body (no bytes at all): `{}` when no field is required, else none. */
+  readonly empty: unknown;
+}
+
 /**
  * One request's own record: when it began, what its log line adds, and when and with what it
  * was answered (onAfterResponse runs after the answer has left, later than its end).
@@ -84,6 +92,12 @@ export class RequestTrail {
   status: number | undefined;
   /** Counted in flight (admission.ts), so counted out once answered. */
   admitted = false;
+  /** The token's and the rate's verdict, taken once (authentication.ts admitOnce): the tenant, or the refusal. */
+  admission: Promise<string | Response> | undefined;
+  /** A body route's checks (checks.ts bodyParser). */
+  body: BodyChecks | undefined;
+  /** The answer to a body that could not be read (415, 413, 400), given once Elysia's checks refuse it. */
+  bodyFault: Response | undefined;
 
   /** Stamps `response` as this request's answer, and hands it back. */
   answer(response: Response): Response {
