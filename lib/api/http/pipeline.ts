@@ -31,6 +31,11 @@ export interface ServedRoute {
   readonly method: string;
   readonly path: string;
   readonly operationId: string;
+  /**
+   * The schema of each answer it declares, by status. Its handlers answer stored bytes, which
+   * Elysia does not check against them: test/api-schema.test.ts checks the answers instead.
+   */
+  readonly responses: Readonly<Record<string, TSchema>>;
 }
 
 export interface Api {
@@ -49,7 +54,8 @@ export function createApi(schemas: readonly TSchema[], deps: RequestDeps, option
   const app = buildApp(deps, { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: options.docs, aheadOfTime: options.aheadOfTime ?? false, surface: options.surface ?? "all" });
   const routes = app.routes.flatMap((r) => {
     const operationId = r.hooks?.detail?.operationId;
-    return typeof operationId === "string" ? [{ method: r.method, path: r.path, operationId }] : [];
+    const responses = (r.hooks?.response ?? {}) as Record<string, TSchema>;
+    return typeof operationId === "string" ? [{ method: r.method, path: r.path, operationId, responses }] : [];
   });
   return { handle: (request) => app.handle(routableRequest(request)), routes };
 }
