@@ -77,8 +77,8 @@ export function documentation(docs: DocsAssets | undefined) {
 }
 
 interface Document {
-  readonly paths: Record<string, Record<string, { responses?: Record<string, unknown> }>>;
-  readonly components: { readonly schemas: Record<string, unknown> };
+  readonly paths: Record<string, Record<string, { responses?: Record<string, unknown>; security?: readonly Record<string, unknown>[] }>>;
+  readonly components: { readonly schemas: Record<string, unknown>; readonly securitySchemes?: Record<string, unknown> };
 }
 
 /**
@@ -102,7 +102,27 @@ function referenced(document: Document, named: Readonly<Record<string, TSchema>>
     for (const operation of Object.values(operations)) operation.responses = { ...operation.responses, 431: HEADERS_TOO_LARGE };
   }
   const schemas = Object.fromEntries(Object.entries(document.components.schemas).map(([name, schema]) => [name, refer(schema, true)]));
-  return { ...document, paths, components: { ...document.components, schemas } };
+  return { ...document, paths, components: { ...document.components, schemas: usedBy(paths, schemas), securitySchemes: schemesOf(paths, document.components.securitySchemes) } };
+}
+
+/** The security schemes some operation requires: none of the bearer's on the operator's port. */
+function schemesOf(paths: Document["paths"], schemes: Readonly<Record<string, unknown>> | undefined): Record<string, unknown> {
+  const named = new Set(Object.values(paths).flatMap((operations) => Object.values(operations).flatMap((op) => (op.security ?? []).flatMap((requirement) => Object.keys(requirement)))));
+  return Object.fromEntries(Object.entries(schemes ?? {}).filter(([name]) => named.has(name)));
+}
+
+/** The components `paths` refer to, directly or through another: the operator's port serves no /charges route. */
+function usedBy(paths: unknown, schemas: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const used = new Set<string>();
+  const pending = [paths];
+  while (pending.length > 0) {
+    for (const [, name] of JSON.stringify(pending.pop()).matchAll(/"\$ref":"#\/components\/schemas\/([^"]+)"/g)) {
+      if (name === undefined || used.has(name)) continue;
+      used.add(name);
+      pending.push(schemas[name]);
+    }
+  }
+  return Object.fromEntries(Object.entries(schemas).filter(([name]) => used.has(name)));
 }
 
 /** The JSON a schema is compared by (referenced). */
