@@ -81,6 +81,7 @@ async function problemOf(deps: RequestDeps, trail: RequestTrail, ctx: RefusedCon
       return problemResponse("notFound", "no such route");
     }
     case "PARSE":
+      // A body route's parser threw its refusal (415, 413, 400: http/checks.ts).
       return bodyProblem(error instanceof ParseError ? error.cause : error);
     case "VALIDATION":
       // Its message is fixed words (withFixedErrors): answered with our own problem, never it.

@@ -1,9 +1,9 @@
 // What Elysia's lifecycle is given to check a request with, and how its verdicts are answered.
 // A body route's parser (bodyParser) reads the body as strict JSON: media type (415), size
-// (413), nesting depth, syntax and strictness (400). Elysia then validates the headers, the
-// path's ids and the body against the route's TypeBox schemas, and app.ts's onError answers a
-// refusal with validationProblem: the same 400 problems, in the same order, whichever check
-// Elysia ran first.
+// (413), nesting depth, syntax and strictness (400), answered in app.ts's onError as Elysia's
+// ParseError. Elysia then validates the headers, the path's ids, the query and the body
+// against the route's TypeBox schemas, and onError answers a refusal with validationProblem:
+// the same 400 problems, in the same order, whichever check Elysia ran first.
 import type { ValidationError } from "elysia";
 import type { TSchema } from "@sinclair/typebox";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
@@ -15,9 +15,9 @@ import { admitOnce } from "./authentication.ts";
 import { invalidIdProblem, type BodyChecks, type RequestDeps, type RequestTrail } from "./context.ts";
 
 /**
- * The body of a request whose body was not read (its token refused) or was refused (its
- * problem is on the trail): a symbol, so it fails every body schema, even one with no
- * required field, and Elysia's validation hands the request to onError.
+ * What a body route's parser gives for a request it did not read, its token or rate refused:
+ * the token's derive answers it before Elysia validates anything. Not undefined, which would
+ * hand the body to Elysia's own JSON parser.
  */
 export const UNREAD_BODY: unique symbol = Symbol("unread body");
 
@@ -28,23 +28,22 @@ interface ParseContext {
 }
 
 /**
- * A body route's parse hook. Elysia parses before it derives, and the token must come first
- * (a refused request costs the check of its token and nothing else): the hook admits the
- * request (admitOnce, which the token's derive then finds done) and reads the body only then.
- * A refusal is kept on the trail, not thrown: thrown from a parser it would be a ParseError
- * answered before the token's refusal.
+ * A body route's parse hook: strict JSON (body.ts), its refusal thrown as Elysia's ParseError
+ * and answered in onError. Elysia parses before it derives, and the token must come first (a
+ * refused request costs the check of its token and nothing else): the hook admits the request
+ * (admitOnce, whose verdict the token's derive then finds) and reads the body only then.
  */
 export function bodyParser(schema: TSchema): (ctx: ParseContext) => Promise<unknown> {
   const checks: BodyChecks = { body: schema, empty: requiresNothing(schema) ? {} : undefined };
   return async ({ request, deps, trail }) => {
     trail.body = checks;
-    if (typeof (await admitOnce(deps, trail, request)) !== "string") return UNREAD_BODY;
     try {
-      return await readJsonBody(request, checks.empty);
-    } catch (error) {
-      trail.bodyFault = bodyProblem(error);
+      if (typeof (await admitOnce(deps, trail, request)) !== "string") return UNREAD_BODY;
+    } catch {
+      // The derive awaits the same verdict and answers its failure (a 503), not the parser.
       return UNREAD_BODY;
     }
+    return readJsonBody(request, checks.empty);
   };
 }
 
@@ -65,13 +64,12 @@ interface RefusedContext {
 }
 
 /**
- * The answer to Elysia's refusal of a request, in the order the checks have always run:
- * reading the body, the path's ids, the body's schema, the Idempotency-Key, the query. Elysia
+ * The answer to Elysia's refusal of a request, in the order the checks have always run (after
+ * reading the body): the path's ids, the body's schema, the Idempotency-Key, the query. Elysia
  * validates headers first, so whatever it refused, the earlier checks are asked again here (a
  * few compiled checks, on refusals only).
  */
 export function validationProblem(ctx: RefusedContext, trail: RequestTrail, error: ValidationError): Response {
-  if (trail.bodyFault) return trail.bodyFault;
   const params = ctx.params ?? {};
   const badId = invalidIdProblem(params, Object.keys(params));
   if (badId) return badId;

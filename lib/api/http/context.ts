@@ -94,10 +94,8 @@ export class RequestTrail {
   admitted = false;
   /** The token's and the rate's verdict, taken once (authentication.ts admitOnce): the tenant, or the refusal. */
   admission: Promise<string | Response> | undefined;
-  /** A body route's checks (checks.ts bodyParser). */
+  /** A body route's checks (checks.ts bodyParser), for answering a refusal in their order. */
   body: BodyChecks | undefined;
-  /** The answer to a body that could not be read (415, 413, 400), given once Elysia's checks refuse it. */
-  bodyFault: Response | undefined;
 
   /** Stamps `response` as this request's answer, and hands it back. */
   answer(response: Response): Response {
