@@ -190,7 +190,7 @@ describe("Elysia's refusal never formats what was sent, whatever NODE_ENV says",
     }
   });
 
-  test("the checks' order holds whichever Elysia runs first: body reading, ids, body schema, key", async () => {
+  test("the checks' order holds whichever Elysia runs first: body reading, ids, body schema, key, Prefer", async () => {
     const problem = async (path: string, body: string, headers: Record<string, string>) =>
       ((await (await api.fetch(new Request(`http://localhost${path}`, { method: "POST", body, headers: { ...(await authHeaders()), ...headers } }))).json()) as { type: string }).type.split("/").pop();
     const json = { "content-type": "application/json" };
@@ -198,7 +198,8 @@ describe("Elysia's refusal never formats what was sent, whatever NODE_ENV says",
     expect(await problem("/charges/nope/refunds", '{"amountCents":"x"}', { ...json, "idempotency-key": '"' })).toBe("invalid-id");
     expect(await problem("/charges", '{"amountCents":"x"}', json)).toBe("invalid-body");
     expect(await problem("/charges", "{}", { "content-type": "text/plain" })).toBe("unsupported-media-type");
-    expect(await problem("/charges", '{"amountCents":1}', json)).toBe("invalid-idempotency-key");
+    expect(await problem("/charges", '{"amountCents":1}', { ...json, prefer: "wait=soon" })).toBe("invalid-idempotency-key");
+    expect(await problem("/charges", '{"amountCents":1}', { ...json, "idempotency-key": crypto.randomUUID(), prefer: "wait=soon" })).toBe("invalid-prefer");
     expect(await counts(db.sql)).toEqual({ charges: 0, outbox: 0, keys: 0 });
   });
 });

@@ -22,7 +22,7 @@ import { ChargeEvents, chargeEventsHandler, ChargeEventsQuery } from "./events-r
 import { Charge, ChargeBody, ChargeView, chargeView } from "../charges/charges.ts";
 import { Refund, RefundBody, refundView } from "../charges/refunds.ts";
 import { problemResponse } from "./problem.ts";
-import { IdempotencyKeyHeader, Problem } from "./schemas.ts";
+import { IdempotencyKeyHeader, PreferHeader, Problem } from "./schemas.ts";
 import { KEY_STATE_PATH, KeyStateView, keyStateHandler } from "./key-state.ts";
 
 /** The idempotent operations: one line each, in lib/charges/index.ts (the operations jobs read it too). */
@@ -36,11 +36,8 @@ const problem = (description: string): TSchema => ({ ...Problem, description });
 const overloaded = problem("Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After)");
 const rateLimited = problem("The tenant is over its request rate, API_RATE_LIMIT (Retry-After)");
 const unauthorized = problem("Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer)");
-const PreferHeader = t.Optional(
-  t.String({ description: "RFC 7240: wait=N holds a request whose key is in flight up to N seconds (capped by the request timeout) for its outcome (Preference-Applied: wait=N); other values are ignored; a wait that is not whole seconds is a 400 (invalid-prefer)" }),
-);
-// The headers an idempotent operation reads; Prefer's wait is read by the handler (http/prefer.ts).
-const OPERATION_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader, prefer: PreferHeader }));
+// The headers an idempotent operation reads (their formats are their parsers: schemas.ts).
+const OPERATION_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader, prefer: t.Optional(PreferHeader) }));
 const KEY_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader }));
 const described = (schema: TObject, description: string): TSchema => ({ ...schema, description });
 // What an idempotent operation's success (201 or 200) carries besides its body.

@@ -12,6 +12,7 @@ import { ProblemError, problemResponse } from "../problem.ts";
 import { checkOf } from "../schemas.ts";
 import { invalidAfter } from "../events-read.ts";
 import { admitOnce } from "./authentication.ts";
+import { preferredWait } from "./prefer.ts";
 import { invalidIdProblem, type BodyChecks, type RequestDeps, type RequestTrail } from "./context.ts";
 
 /**
@@ -65,7 +66,7 @@ interface RefusedContext {
 
 /**
  * The answer to Elysia's refusal of a request, in the order the checks have always run (after
- * reading the body): the path's ids, the body's schema, the Idempotency-Key, the query. Elysia
+ * reading the body): the path's ids, the body's schema, the Idempotency-Key, Prefer, the query. Elysia
  * validates headers first, so whatever it refused, the earlier checks are asked again here (a
  * few compiled checks, on refusals only).
  */
@@ -78,6 +79,8 @@ export function validationProblem(ctx: RefusedContext, trail: RequestTrail, erro
     case "headers": {
       const key = parseIdempotencyKey(ctx.request.headers.get("idempotency-key"));
       if (!key.ok) return problemResponse("invalidKey", key.reason);
+      const wait = preferredWait(ctx.request.headers.get("prefer"));
+      if (wait.kind === "invalid") return problemResponse("invalidPrefer", wait.detail);
       break;
     }
     case "query":

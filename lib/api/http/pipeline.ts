@@ -3,7 +3,7 @@
 // worker (worker.ts: a client of its own per request) both build it here.
 import { routableRequest } from "../../platform/runtime.ts";
 import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../../platform/http-metrics.ts";
-import { prepareSchemas, registerKeyFormat } from "../schemas.ts";
+import { prepareSchemas, registerHeaderFormats } from "../schemas.ts";
 import { buildApp, type DocsAssets } from "../app.ts";
 import type { RequestDeps } from "./context.ts";
 import type { TSchema } from "@sinclair/typebox";
@@ -50,7 +50,7 @@ export { UNMATCHED_ROUTE };
 /** `deps` are read while a request is served: the worker's resolve to that request's own. */
 export function createApi(schemas: readonly TSchema[], deps: RequestDeps, options: HandlerOptions = {}): Api {
   prepareSchemas(schemas);
-  registerKeyFormat();
+  registerHeaderFormats();
   const app = buildApp(deps, { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: options.docs, aheadOfTime: options.aheadOfTime ?? false, surface: options.surface ?? "all" });
   const routes = app.routes.flatMap((r) => {
     const operationId = r.hooks?.detail?.operationId;
