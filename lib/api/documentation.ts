@@ -125,9 +125,10 @@ function usedBy(paths: unknown, schemas: Readonly<Record<string, unknown>>): Rec
   return Object.fromEntries(Object.entries(schemas).filter(([name]) => used.has(name)));
 }
 
-/** The JSON a schema is compared by (referenced). */
+/** The JSON a schema is compared by (referenced); an object's absent additionalProperties is true, as JSON Schema reads it. */
 function shapeOf(schema: unknown): string {
   const { description: _description, ...rest } = enumsOf(schema) as Record<string, unknown>;
+  if (rest.type === "object") rest.additionalProperties ??= true;
   return JSON.stringify(rest, (key, value: unknown) => (isFixedError(key, value) ? undefined : enumsOf(value)));
 }
 

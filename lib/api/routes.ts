@@ -39,7 +39,12 @@ const unauthorized = problem("Missing, malformed, badly signed, expired, not yet
 // The headers an idempotent operation reads (their formats are their parsers: schemas.ts).
 const OPERATION_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader, prefer: t.Optional(PreferHeader) }));
 const KEY_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader }));
-const described = (schema: TObject, description: string): TSchema => ({ ...schema, description });
+/**
+ * A response's schema, described. Elysia sets a response schema's missing additionalProperties
+ * to false the first time it answers; absent means true, so the copy says so and the document
+ * is the same whatever was answered before it.
+ */
+const described = (schema: TObject, description: string): TSchema => ({ ...schema, additionalProperties: schema.additionalProperties ?? true, description });
 // What an idempotent operation's success (201 or 200) carries besides its body.
 const CREATED_HEADERS = { location: t.String(), "idempotent-replayed": t.Optional(t.Literal("true")) };
 
@@ -176,7 +181,7 @@ export function operatorRoutes(context: RequestContextPlugin, metrics: (() => Pr
   return new Elysia({ name: "operator-routes" })
     .use(context)
     .get("/healthz", () => Response.json({ status: "ok" }), {
-      response: { 200: t.Object({ status: t.Literal("ok") }, { description: "The process runs" }) },
+      response: { 200: t.Object({ status: t.Literal("ok") }, { additionalProperties: false, description: "The process runs" }) },
       detail: { operationId: "health", summary: "Liveness: the process runs", description: "Answers while the process serves requests; it asks nothing of the database.", ...PUBLIC },
     })
     .get(
@@ -187,7 +192,7 @@ export function operatorRoutes(context: RequestContextPlugin, metrics: (() => Pr
           : problemResponse("unavailable", "the database does not answer", {}, { "retry-after": RETRY_AFTER_S }),
       {
         response: {
-          200: t.Object({ status: t.Literal("ready") }, { description: `The database answered (a probe at most ${READY_MAX_AGE_MS} ms old)` }),
+          200: t.Object({ status: t.Literal("ready") }, { additionalProperties: false, description: `The database answered (a probe at most ${READY_MAX_AGE_MS} ms old)` }),
           503: problem("The database does not answer"),
         },
         detail: { operationId: "ready", summary: "Readiness: the database answers", description: "A load balancer sends requests here only while this answers 200.", ...PUBLIC },
