@@ -222,8 +222,8 @@ export function components(): Readonly<Record<string, TSchema>> {
 export const SCHEMAS: readonly TSchema[] = [ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem, ...OPERATIONS.map((op) => op.body)];
 
 /**
- * A GET of one of the tenant's rows by the route's UUIDs: 400 for an id that is not one, 404
- * when there is no such row (or it is another tenant's), else its body.
+ * A GET of one of the tenant's rows by the route's UUIDs (Elysia has checked them): 404 when
+ * there is no such row (or it is another tenant's), else its body.
  */
 async function lookup(ctx: { readonly deps: RequestDeps }, params: Readonly<Record<string, string>>, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {
   const names = Object.keys(params);

@@ -13,7 +13,8 @@ import { checkOf } from "../schemas.ts";
 import { invalidAfter } from "../events-read.ts";
 import { admitOnce } from "./authentication.ts";
 import { preferredWait } from "./prefer.ts";
-import { invalidIdProblem, type BodyChecks, type RequestDeps, type RequestTrail } from "./context.ts";
+import { nounOf, type BodyChecks, type RequestDeps, type RequestTrail } from "./context.ts";
+import { isUuid } from "../../platform/uuid.ts";
 
 /**
  * What a body route's parser gives for a request it did not read, its token or rate refused:
@@ -65,14 +66,14 @@ interface RefusedContext {
 }
 
 /**
- * The answer to Elysia's refusal of a request, in the order the checks have always run (after
- * reading the body): the path's ids, the body's schema, the Idempotency-Key, Prefer, the query. Elysia
- * validates headers first, so whatever it refused, the earlier checks are asked again here (a
- * few compiled checks, on refusals only).
+ * The answer to Elysia's refusal of a request, in the order the checks have always run after
+ * reading the body: the path's ids, the body's schema, the Idempotency-Key, Prefer, the query.
+ * Elysia validates headers first, so whatever it refused, the earlier checks are asked again
+ * here (a few compiled checks, on refusals only).
  */
 export function validationProblem(ctx: RefusedContext, trail: RequestTrail, error: ValidationError): Response {
   const params = ctx.params ?? {};
-  const badId = invalidIdProblem(params, Object.keys(params));
+  const badId = invalidIdProblem(params);
   if (badId) return badId;
   if (trail.body !== undefined && !checkOf(trail.body.body).Check(ctx.body)) return schemaProblem(trail.body.body, ctx.body);
   switch (error.type) {
@@ -90,6 +91,12 @@ export function validationProblem(ctx: RefusedContext, trail: RequestTrail, erro
   // Every schema a route validates is one of the checks above: anything else is a bug.
   trail.fields.error = `bug: Elysia refused the ${error.type} past the route's own checks`;
   return problemResponse("internal", "an unexpected error occurred");
+}
+
+/** The 400 invalid-id problem for the first path parameter that is not a UUID (every parameter of ours is one), if any. */
+function invalidIdProblem(params: Readonly<Record<string, string>>): Response | undefined {
+  const bad = Object.keys(params).find((name) => !isUuid(params[name] ?? ""));
+  return bad === undefined ? undefined : problemResponse("invalidId", `the ${nounOf(bad)} id must be a UUID`);
 }
 
 /** The 400 naming a few of the fields of `value` that fail `schema`, then how many more. */

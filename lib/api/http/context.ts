@@ -13,8 +13,6 @@ import type { ApiMetrics } from "../metrics.ts";
 import type { Admission } from "../admission.ts";
 import type { Readiness } from "../readiness.ts";
 import type { OutcomeKind } from "../../idempotency/outcome.ts";
-import { isUuid } from "../../platform/uuid.ts";
-import { problemResponse } from "../problem.ts";
 
 /** What serving one request takes: one fixed set in the server, the request's own in the worker. */
 export interface RequestDeps {
@@ -61,12 +59,6 @@ const PARAM_NOUNS: Readonly<Record<string, string>> = { id: "charge", refundId: 
 /** What path parameter `name` names ("charge", "refund"). */
 export function nounOf(name: string): string {
   return PARAM_NOUNS[name] ?? name;
-}
-
-/** The 400 invalid-id problem for the first of `names` whose parameter is not a UUID, if any. */
-export function invalidIdProblem(params: Readonly<Record<string, string>>, names: readonly string[]): Response | undefined {
-  const bad = names.find((name) => !isUuid(params[name] ?? ""));
-  return bad === undefined ? undefined : problemResponse("invalidId", `the ${nounOf(bad)} id must be a UUID`);
 }
 
 /** The routes behind a bearer token: everything under /charges, matched or not. */
