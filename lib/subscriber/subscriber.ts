@@ -58,6 +58,9 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
     get rejected() {
       return counts.rejected;
     },
+    get malformed() {
+      return counts.malformed;
+    },
     get deadLettered() {
       return counts.deadLettered;
     },
