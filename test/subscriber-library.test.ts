@@ -91,7 +91,7 @@ test("handle gets typed events in per-charge order and its writes commit once pe
   await pub.publishAsync(topicOf(prefix, CHARGE_CREATED), first, { qos: 1 }); // a redelivery
   await waitUntil(() => sub.counts.processed === 3, 10_000, "three settled");
   const rows = await db.sql<{ sequence: number; kind: string }[]>`select sequence, kind from ledger where charge_id = ${charge} order by sequence`;
-  expect(rows).toEqual([{ sequence: 1, kind: "ChargeCreated" }, { sequence: 2, kind: "ChargeRefunded" }]);
+  expect([...rows]).toEqual([{ sequence: 1, kind: "ChargeCreated" }, { sequence: 2, kind: "ChargeRefunded" }]);
   expect(sub.counts.duplicates).toBe(1);
   expect(sub.counts.held).toBe(1);
 });
@@ -121,7 +121,7 @@ test("malformed messages are dead letters with their reason and acknowledged; an
   expect(sub.counts.held).toBe(0);
   const letters = await db.sql<{ error: string }[]>`select error from subscriber_dead_letters where consumer = ${consumer} order by error`;
   expect(letters.map((l) => l.error)).toEqual(["malformed: /aggregateId: Expected required property", "malformed: /data/amountCents: Expected integer", "malformed: not JSON", "malformed: not JSON"]);
-  expect(await db.sql`select kind from ledger where charge_id = ${charge}`).toEqual([{ kind: "ChargeRefunded" }]);
+  expect([...(await db.sql`select kind from ledger where charge_id = ${charge}`)]).toEqual([{ kind: "ChargeRefunded" }]);
 });
 
 test("stop() lets the handler in flight commit and acknowledges it: the next session gets no redelivery", async () => {
@@ -143,7 +143,7 @@ test("stop() lets the handler in flight commit and acknowledges it: the next ses
   const stopped = sub.stop();
   release();
   await stopped;
-  expect(await db.sql`select kind from ledger where charge_id = ${charge}`).toEqual([{ kind: "ChargeCreated" }]);
+  expect([...(await db.sql`select kind from ledger where charge_id = ${charge}`)]).toEqual([{ kind: "ChargeCreated" }]);
   // The same session again: a marker published now comes after anything still owed.
   const again = await start({ clientId: `${consumer}-a` });
   const marker = crypto.randomUUID();
