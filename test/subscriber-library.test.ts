@@ -152,3 +152,41 @@ test("stop() lets the handler in flight commit and acknowledges it: the next ses
   expect(again.counts.processed).toBe(1);
   expect(again.counts.duplicates).toBe(0);
 });
+
+test("a handler that keeps failing: after maxHandlerAttempts its event is a dead letter with the last error; the next event is handled", async () => {
+  const poison = crypto.randomUUID();
+  let calls = 0;
+  const sub = await start({
+    maxHandlerAttempts: 2,
+    handle: async (event, tx) => {
+      if (event.data.chargeId === poison) {
+        calls += 1;
+        throw new Error("ledger refused it");
+      }
+      await tx`insert into ledger (event_id, charge_id, sequence, kind) values (${event.id}, ${event.data.chargeId}, ${event.sequence}, ${event.type})`;
+    },
+  });
+  const pub = await publisher();
+  const after = crypto.randomUUID();
+  await pub.publishAsync(topicOf(prefix, CHARGE_CREATED), created(poison), { qos: 1 });
+  await pub.publishAsync(topicOf(prefix, CHARGE_CREATED), created(after), { qos: 1 });
+  await waitUntil(() => sub.counts.processed === 1, 20_000, "the event after the poison one");
+  expect(calls).toBe(2);
+  expect(sub.counts.deadLettered).toBe(1);
+  const [letter] = await db.sql<{ error: string; attempts: number }[]>`select error, attempts from subscriber_dead_letters where consumer = ${consumer}`;
+  expect(letter).toMatchObject({ attempts: 2 });
+  expect(letter!.error).toContain("ledger refused it");
+});
+
+test("ordered: false handles each event as it arrives: a refund ahead of its charge is not held", async () => {
+  const sub = await start({ ordered: false });
+  const pub = await publisher();
+  const charge = crypto.randomUUID();
+  await pub.publishAsync(topicOf(prefix, CHARGE_REFUNDED), refunded(charge, 2), { qos: 1 });
+  await pub.publishAsync(topicOf(prefix, CHARGE_CREATED), created(charge), { qos: 1 });
+  await waitUntil(() => sub.counts.processed === 2, 10_000, "both events");
+  expect(sub.counts.held).toBe(0);
+  const rows = await db.sql<{ sequence: number }[]>`select sequence from ledger where charge_id = ${charge}`;
+  expect(rows.length).toBe(2);
+  expect(await db.sql`select 1 from subscriber_sequences where consumer = ${consumer}`).toHaveLength(0);
+});

@@ -1,5 +1,6 @@
 // One received PUBLISH, from arrival to PUBACK. Not an event: acknowledged and counted as
-// rejected. An event: through the inbox in its aggregate's turn (process.ts), then
+// rejected, or, read by a caller's `check` (the library's typed events), kept as a dead letter
+// with the reason first. An event: through the inbox in its aggregate's turn (process.ts), then
 // acknowledged; when it was the turn held events waited for, they are processed before its
 // PUBACK (release.ts). A handler that keeps failing: the event is kept as a dead letter
 // (dead-letter.ts), then acknowledged.

@@ -1,4 +1,5 @@
-// The reference subscriber's public contract: what startSubscriber takes and what it returns.
+// The subscriber engine's contract: what startSubscriber takes and what it returns (the
+// library's createSubscriber, index.ts, is built on it).
 import type { Meter } from "@opentelemetry/api";
 import type { Sql, Tx } from "../platform/db.ts";
 import type { MqttProtocol } from "../platform/config.ts";
