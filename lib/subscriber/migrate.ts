@@ -5,6 +5,7 @@
 // The statements themselves are idempotent too, so a database the service's own migrations
 // already gave these tables (a subscriber sharing the service's database) takes them as they are.
 import type { Sql, Tx } from "../platform/db.ts";
+import { MIGRATION_LOCK_ID } from "../platform/migrations.ts";
 
 // Any fixed 64-bit number unique to this library; not the service's migration lock.
 const SUBSCRIBER_MIGRATION_LOCK_ID = 7_310_422_118_048n;
@@ -88,7 +89,11 @@ export function migrateSubscriber(sql: Sql): Promise<SubscriberMigrationOutcome>
   }) as Promise<SubscriberMigrationOutcome>;
 }
 
+// The service's migration lock first (its migrations take only that one), then the library's:
+// on a database the subscriber shares with the service, the two never create the same tables
+// at once. In a database of the subscriber's own, nobody else takes the first.
 async function lockMigrations(tx: Tx): Promise<void> {
+  await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_ID.toString()}::bigint)`;
   await tx`select pg_advisory_xact_lock(${SUBSCRIBER_MIGRATION_LOCK_ID.toString()}::bigint)`;
 }
 
