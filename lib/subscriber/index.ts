@@ -15,7 +15,7 @@ import { startInboxRetention } from "./inbox-retention.ts";
 import type { DeadLetter } from "./inbox-sql.ts";
 import { startSubscriber } from "./subscriber.ts";
 import { checkMessage, isKnownEvent, type ChargeEvent, type UnknownEvent } from "./typed-events.ts";
-import type { Delivery, GapFillApi, Held, Subscriber } from "./types.ts";
+import type { Delivery, GapFillApi, Held, Subscriber, SubscriberOptions } from "./types.ts";
 
 export { migrateSubscriber, type SubscriberMigrationOutcome } from "./migrate.ts";
 export { checkMessage, isKnownEvent, type ChargeEvent, type EventDataByType, type UnknownEvent } from "./typed-events.ts";
@@ -103,32 +103,7 @@ export interface SubscriberHandle {
 export function createSubscriber(options: CreateSubscriberOptions): SubscriberHandle {
   const sql = options.sql as unknown as Sql;
   let unknown = 0;
-  const subscriber = startSubscriber({
-    sql,
-    mqttUrl: typeof options.mqttUrl === "string" ? options.mqttUrl : [...options.mqttUrl],
-    mqttProtocol: options.protocol,
-    topic: topicOf(options),
-    consumer: options.consumer,
-    clientId: options.clientId,
-    sessionExpirySeconds: options.sessionExpirySeconds,
-    handler: (event, tx) => (isKnownEvent(event) ? options.handle(event, tx) : options.onUnknown?.(event, tx)),
-    check: checkMessage,
-    ordered: options.ordered,
-    gapTimeoutMs: options.gapTimeoutMs,
-    api: options.api && gapFillApi(options.api),
-    maxHandlerAttempts: options.maxHandlerAttempts,
-    onDelivery: (delivery) => {
-      if (!delivery.duplicate && !isKnownEvent(delivery.event)) unknown += 1;
-      options.onDelivery?.(delivery);
-    },
-    onHeld: options.onHeld,
-    onDeadLetter: options.onDeadLetter,
-    onMalformed: options.onMalformed,
-    onError: options.onError,
-    onBrokerMove: options.onBrokerMove,
-    log: options.log,
-    meter: options.meter,
-  });
+  const subscriber = startSubscriber(engineOptions(options, sql, () => void (unknown += 1)));
   const retentionS = options.inboxRetentionSeconds ?? DEFAULT_INBOX_RETENTION_S;
   const retention = retentionS === false ? undefined : startInboxRetention(sql, retentionS, options.log ?? quietLog(options));
   return {
@@ -143,6 +118,38 @@ export function createSubscriber(options: CreateSubscriberOptions): SubscriberHa
     async stop() {
       await Promise.all([subscriber.close(), retention?.stop()]);
     },
+  };
+}
+
+// The engine's options: the handler dispatches by whether the type is known; every message is
+// checked on receipt (checkMessage), a malformed one kept as a dead letter.
+function engineOptions(options: CreateSubscriberOptions, sql: Sql, countUnknown: () => void): SubscriberOptions {
+  return {
+    sql,
+    mqttUrl: typeof options.mqttUrl === "string" ? options.mqttUrl : [...options.mqttUrl],
+    mqttProtocol: options.protocol,
+    topic: topicOf(options),
+    consumer: options.consumer,
+    clientId: options.clientId,
+    sessionExpirySeconds: options.sessionExpirySeconds,
+    handler: (event, tx) => (isKnownEvent(event) ? options.handle(event, tx) : options.onUnknown?.(event, tx)),
+    check: checkMessage,
+    ordered: options.ordered,
+    gapTimeoutMs: options.gapTimeoutMs,
+    api: options.api && gapFillApi(options.api),
+    maxHandlerAttempts: options.maxHandlerAttempts,
+    // After the commit: a rolled-back attempt is not counted.
+    onDelivery: (delivery) => {
+      if (!delivery.duplicate && !isKnownEvent(delivery.event)) countUnknown();
+      options.onDelivery?.(delivery);
+    },
+    onHeld: options.onHeld,
+    onDeadLetter: options.onDeadLetter,
+    onMalformed: options.onMalformed,
+    onError: options.onError,
+    onBrokerMove: options.onBrokerMove,
+    log: options.log,
+    meter: options.meter,
   };
 }
 
