@@ -2,7 +2,8 @@
 // Postgres unless DATABASE_URL is set (data in .data/postgres, kept across runs, or in the
 // temp dir when Postgres's user cannot reach the project: dev/pg-place.ts), an in-process
 // MQTT broker unless MQTT_URL is set, an in-process payment-processor simulator (Stripe's
-// API, dev/processor-sim/), then api, relay and a printing subscriber.
+// API, dev/processor-sim/) unless PAYMENT_PROCESSOR is set, then api, relay and a printing
+// subscriber.
 // Ctrl-C stops the three processes first and the services they use last.
 import { relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -38,14 +39,15 @@ async function main(): Promise<void> {
   services.push(database);
   const broker = await brokerService();
   services.push(broker);
-  const processor = await processorService();
-  services.push(processor);
+  // The simulator only when the API charges through it: a PAYMENT_PROCESSOR of the
+  // environment's own (none for the bare ledger, or a processor of its own) runs none.
+  const processor = processorChosen() ? undefined : await processorService();
+  if (processor) services.push(processor);
   const apiPort = await portFor("PORT", DEFAULT_API_PORT);
   const relayPort = await portFor("RELAY_PORT", DEFAULT_RELAY_PORT);
   const auth = authSetup();
-  // Charges go through the simulator (the relay runs the completer for them), unless the
-  // environment chose a processor itself (PAYMENT_PROCESSOR=none for the bare ledger).
-  const charging = process.env.PAYMENT_PROCESSOR ? {} : processorEnv(processor);
+  // Charges go through the simulator (the relay runs the completer for them).
+  const charging = processor ? processorEnv(processor) : {};
   // One key for the api's and the relay's keyHash, kept in .data/: their logs name a key alike, run after run.
   const keyHashSecret = process.env.API_KEY_HASH_SECRET || devSecret(DEV_KEY_HASH_SECRET_FILE);
   const env = { ...process.env, ...auth.env, ...charging, API_KEY_HASH_SECRET: keyHashSecret, DATABASE_URL: database.url, MQTT_URL: broker.url, PORT: String(apiPort), RELAY_PORT: String(relayPort) };
@@ -70,8 +72,8 @@ async function main(): Promise<void> {
     databaseDirectUrl: process.env.DATABASE_DIRECT_URL || undefined,
     mqttUrl: broker.url,
     mqttNote: broker.note,
-    processorUrl: processor.url,
-    paymentMethod: process.env.PAYMENT_PROCESSOR ? undefined : "pm_card_visa",
+    processorUrl: processor?.url,
+    paymentMethod: processor ? "pm_card_visa" : undefined,
     authorization: await auth.authorization(),
     authNote: auth.note,
   };
@@ -91,6 +93,10 @@ async function brokerService(): Promise<Service> {
   const broker = await startLocalBroker();
   print("mqtt", `in-process MQTT broker (aedes, MQTT 3.1.1) on port ${broker.port}`);
   return { url: broker.url, note: "(in-process aedes)", stop: () => broker.close() };
+}
+
+function processorChosen(): boolean {
+  return (process.env.PAYMENT_PROCESSOR ?? "").trim() !== "";
 }
 
 async function processorService(): Promise<Service> {

@@ -1,8 +1,10 @@
 // `bun run token <tenant> [--ttl <seconds>]`: prints an HS256 token for <tenant>, signed with
 // AUTH_JWT_SECRET (or, when unset, the secret `bun run dev` keeps in .data/), with the
 // issuer, audience and tenant claim the API is configured to expect. For local use: a real
-// deployment gets its tokens from its identity provider.
+// deployment gets its tokens from its identity provider. A token the API would refuse (the
+// implicit tenant, a tenant id it does not accept, no HS256 secret it knows) is not minted.
 import { configOrExit } from "./lib/platform/config.ts";
+import { IMPLICIT_TENANT, isTenantId, MAX_TENANT_CHARS } from "./lib/api/auth.ts";
 import { existingDevSecret, LOCAL_TOKEN_TTL_S, mintToken } from "./dev/token.ts";
 
 const USAGE = "usage: bun run token <tenant> [--ttl <seconds>]";
@@ -21,6 +23,11 @@ const ttlSeconds = ttlRaw === undefined ? LOCAL_TOKEN_TTL_S : Number(ttlRaw);
 if (!Number.isSafeInteger(ttlSeconds) || ttlSeconds <= 0) fail(`--ttl must be a positive number of seconds, got "${ttlRaw}"`);
 
 const auth = configOrExit(process.env).auth;
+// What the API would refuse is not minted: the same checks, in the words of its 401's reason.
+if (auth.mode === "none") fail("AUTH_MODE=none: the API takes no token (every request is the implicit tenant's); unset AUTH_MODE to mint one");
+if (tenant === IMPLICIT_TENANT) fail(`the tenant "${IMPLICIT_TENANT}" belongs to AUTH_MODE=none and the rows written before tenants; the API refuses a token that names it: pick another tenant`);
+if (!isTenantId(tenant)) fail(`the API refuses this tenant id: 1 to ${MAX_TENANT_CHARS} letters, marks, digits, punctuation, symbols or plain spaces, with no control, format or private-use characters`);
+if (!auth.jwtSecret && auth.jwksUrl) fail("the API verifies tokens with AUTH_JWKS_URL only (no AUTH_JWT_SECRET): tokens come from your identity provider");
 const secret = auth.jwtSecret ?? existingDevSecret();
 if (!secret) {
   fail("set AUTH_JWT_SECRET (the API's HS256 secret), or run `bun run dev` once to create the dev secret; with AUTH_JWKS_URL, tokens come from your identity provider");
