@@ -53,14 +53,16 @@ async function main(): Promise<void> {
   const env = { ...process.env, ...auth.env, ...charging, API_KEY_HASH_SECRET: keyHashSecret, DATABASE_URL: database.url, MQTT_URL: broker.url, PORT: String(apiPort), RELAY_PORT: String(relayPort) };
   children.push(startChild("api", [`${ROOT}api.ts`], env, print));
   children.push(startChild("relay", [`${ROOT}relay.ts`], env, print));
-  children.push(startChild("subscriber", [subscriberScript()], env, print));
-  for (const child of children) void child.exited.then((code) => onChildExit(child, code));
-  // In their own process groups, they would outlive a SIGKILLed supervisor without this.
-  stopWithSupervisor(process.pid, children.flatMap((child) => (child.process.pid === undefined ? [] : [child.process.pid])));
+  for (const child of children) supervise(child);
   const api = `http://127.0.0.1:${apiPort}`;
   const relay = `http://127.0.0.1:${relayPort}`;
   // The relay's /healthz, not /readyz: a relay waiting for its broker is running, and says why in its lines.
   await Promise.all([waitReady(`${api}/readyz`), waitReady(`${relay}/healthz`)]);
+  // Once the API has migrated the database: the subscriber library's migrations, on the same
+  // database here, then find the service's tables and take them as they are.
+  const subscriber = startChild("subscriber", [subscriberScript()], env, print);
+  children.push(subscriber);
+  supervise(subscriber);
   const endpoints = {
     api,
     relay,
@@ -158,6 +160,12 @@ async function isTaken(port: number): Promise<boolean> {
     server.once("error", () => resolve(true));
     server.listen(port, "0.0.0.0", () => server.close(() => resolve(false)));
   });
+}
+
+/** Stopped with the others when it exits; in its own process group, it would outlive a SIGKILLed supervisor without the watchdog. */
+function supervise(child: Child): void {
+  void child.exited.then((code) => onChildExit(child, code));
+  if (child.process.pid !== undefined) stopWithSupervisor(process.pid, [child.process.pid]);
 }
 
 function subscriberScript(): string {

@@ -46,7 +46,7 @@ describe("docs/configuration.md", () => {
   const notVariables = new Set(["HYPERDRIVE"]);
 
   test("lists every variable the processes read, and only those", () => {
-    const files = [...new Glob("lib/**/*.ts").scanSync(ROOT), "api.ts", "relay.ts", "ops.ts", "migrate.ts", "worker.ts", "token.ts", "examples/subscriber.ts"];
+    const files = [...new Glob("lib/**/*.ts").scanSync(ROOT), "api.ts", "relay.ts", "ops.ts", "migrate.ts", "worker.ts", "token.ts", "examples/subscriber.ts", "examples/reference-subscriber.ts"];
     const read = new Set<string>();
     for (const file of files) {
       const text = readFileSync(join(ROOT, file), "utf8");
