@@ -15,6 +15,7 @@ import { idOf } from "./steps.ts";
 const Currency = (description: string) => t.String({ pattern: "^[a-z]{3}$", description });
 const PaymentMethod = t.String({ pattern: "^[\\x21-\\x7e]{1,255}$", minLength: 1, maxLength: 255, description: "The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe" });
 const STATUSES = ["pending", "authorized", "capturing", "canceling", "succeeded", "failed", "canceled"] as const;
+export type ChargeStatus = (typeof STATUSES)[number];
 const Status = t.Union(STATUSES.map((s) => t.Literal(s)), {
   description:
     "pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known",
@@ -234,14 +235,16 @@ export async function chargeView(sql: Sql, tenant: string, id: string, endsAt: n
 
 /**
  * A charge's JSON as Charge's schema writes it (the members in its order, JSON.stringify's
- * spelling), made in SQL from the charge row `t` with `status` and `captured` (SQL
- * expressions): the answer of an operation on an existing charge (capture, cancel), which its
- * statement alone reads.
+ * spelling), made in SQL from the charge row `t` with `status` and the members a change sets
+ * (`amountCents`, `capturedCents`: SQL expressions): the answer of an operation on an existing
+ * charge, which its statement alone reads.
  */
-export function chargeAnswerSql(sql: Sql, status: string, captured: Fragment | null): Fragment {
-  return sql`'{"id":' || to_json(t.id)::text || ',"amountCents":' || t.amount_cents || ',"currency":' || to_json(t.currency)::text
+export function chargeAnswerSql(sql: Sql, status: string, members: Readonly<Record<string, Fragment>>): Fragment {
+  const { amountCents, capturedCents, ...others } = members;
+  if (Object.keys(others).length > 0) throw new Error(`bug: a charge's answer has no member ${Object.keys(others).join(", ")}`);
+  return sql`'{"id":' || to_json(t.id)::text || ',"amountCents":' || ${amountCents ?? sql`t.amount_cents`} || ',"currency":' || to_json(t.currency)::text
     || ',"status":' || to_json(${status}::text)::text
     || case when t.processor_payment_id is null then '' else ',"processorPaymentId":' || to_json(t.processor_payment_id)::text end
-    ${captured === null ? sql`` : sql`|| ',"capturedCents":' || (${captured})`}
+    ${capturedCents === undefined ? sql`` : sql`|| ',"capturedCents":' || (${capturedCents})`}
     || ',"createdAt":' || to_json(to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text || '}'`;
 }
