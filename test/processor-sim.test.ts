@@ -45,7 +45,7 @@ test("pm_card_visa: the payment succeeds and the ledger holds the money, the met
   expect(intent.latest_charge).toMatch(/^ch_/);
   expect(intent.payment_method).toMatch(/^pm_/);
   expect(intent.lastResponse.requestId).toMatch(/^req_/);
-  expect(entry(intent.id)).toEqual({ id: intent.id, amount: 4900, currency: "usd", status: "succeeded", paymentMethod: "pm_card_visa", metadata: { charge_id: "c-1" }, confirmations: 1, amountCaptured: 4900, amountCapturable: 0, amountRefunded: 0, idempotencyKey: key });
+  expect(entry(intent.id)).toEqual({ id: intent.id, amount: 4900, currency: "usd", status: "succeeded", paymentMethod: "pm_card_visa", metadata: { charge_id: "c-1" }, confirmations: 1, amountCaptured: 4900, amountCapturable: 0, amountRefunded: 0, incrementalAuthorization: null, idempotencyKey: key });
 });
 
 test("create then confirm: nothing moves before the confirmation; a second confirmation is refused and moves nothing", async () => {

@@ -105,6 +105,7 @@ export class Store {
       amountCaptured: intent.amountReceived,
       amountCapturable: intent.amountCapturable,
       amountRefunded: intent.amountRefunded,
+      incrementalAuthorization: intent.incrementalAuthorization,
       idempotencyKey: intent.idempotencyKey,
     }));
     const refunds = [...this.refunds.values()].map((refund) => ({

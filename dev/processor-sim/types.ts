@@ -49,6 +49,8 @@ export interface SimPaymentIntentEntry {
   /** Authorized, not captured (capture_method=manual). */
   amountCapturable: number;
   amountRefunded: number;
+  /** What its creation asked of incremental authorization (if_available, never), or null. */
+  incrementalAuthorization: string | null;
   /** The Idempotency-Key of the call that created it. */
   idempotencyKey: string | null;
 }
