@@ -219,8 +219,8 @@ export interface components {
             id: string;
             /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
             processorPaymentId?: string;
-            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known */
-            status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
+            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing, canceling or updating (another change of it) while the processor's answer is not known */
+            status: "pending" | "authorized" | "capturing" | "canceling" | "updating" | "succeeded" | "failed" | "canceled";
         };
         ChargeBody: {
             /** @description Amount in cents */
@@ -380,8 +380,8 @@ export interface components {
             /** @description The processor's payment id, once it succeeded */
             processorPaymentId?: string;
             refundedCents: number;
-            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known */
-            status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
+            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing, canceling or updating (another change of it) while the processor's answer is not known */
+            status: "pending" | "authorized" | "capturing" | "canceling" | "updating" | "succeeded" | "failed" | "canceled";
         };
         /** @description The key's state for each operation */
         KeyStateView: {
@@ -503,7 +503,7 @@ export interface operations {
                         /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
                         processorPaymentId?: string;
                         /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
+                        status: "pending" | "authorized" | "capturing" | "canceling" | "updating" | "succeeded" | "failed" | "canceled";
                     };
                 };
             };
@@ -794,7 +794,7 @@ export interface operations {
                         processorPaymentId?: string;
                         refundedCents: number;
                         /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
+                        status: "pending" | "authorized" | "capturing" | "canceling" | "updating" | "succeeded" | "failed" | "canceled";
                     };
                 };
             };
@@ -945,7 +945,7 @@ export interface operations {
                         /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
                         processorPaymentId?: string;
                         /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
+                        status: "pending" | "authorized" | "capturing" | "canceling" | "updating" | "succeeded" | "failed" | "canceled";
                     };
                 };
             };
@@ -1245,7 +1245,7 @@ export interface operations {
                         /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
                         processorPaymentId?: string;
                         /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
+                        status: "pending" | "authorized" | "capturing" | "canceling" | "updating" | "succeeded" | "failed" | "canceled";
                     };
                 };
             };

@@ -14,11 +14,13 @@ import { idOf } from "./steps.ts";
 
 const Currency = (description: string) => t.String({ pattern: "^[a-z]{3}$", description });
 const PaymentMethod = t.String({ pattern: "^[\\x21-\\x7e]{1,255}$", minLength: 1, maxLength: 255, description: "The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe" });
-const STATUSES = ["pending", "authorized", "capturing", "canceling", "succeeded", "failed", "canceled"] as const;
+// `updating`: the in-flight status of every change of an authorized charge that declares none
+// of its own (transition.ts), so that a new change needs no new status.
+const STATUSES = ["pending", "authorized", "capturing", "canceling", "updating", "succeeded", "failed", "canceled"] as const;
 export type ChargeStatus = (typeof STATUSES)[number];
 const Status = t.Union(STATUSES.map((s) => t.Literal(s)), {
   description:
-    "pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known",
+    "pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing, canceling or updating (another change of it) while the processor's answer is not known",
 });
 const CapturedCents = t.Optional(t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS, description: "What was captured of a manual charge (the rest was released)" }));
 

@@ -71,8 +71,8 @@ export interface Transition<B extends TObject, M extends string> {
   /** The fingerprint's fields beside the charge id. */
   readonly fingerprint?: (body: Static<B>) => Readonly<Record<string, string | number>>;
   readonly from: ChargeStatus;
-  /** The charge's status while the processor is asked. */
-  readonly during: ChargeStatus;
+  /** The charge's status while the processor is asked; `updating` when the change names none. */
+  readonly during?: ChargeStatus;
   readonly to: ChargeStatus;
   /** The verb of the documentation and the details ("capture"), and the past participle ("captured"). */
   readonly verb: readonly [string, string];
@@ -147,7 +147,7 @@ export function chargeTransition<B extends TObject, M extends string = never>(d:
       columns: { charge_id: chargeId, succeeded: false, ...set(() => null) },
     };
   };
-  const statements = transitionSql({ from: d.from, during: d.during, to: d.to, checks: checks.map((c, i) => ({ reason: `check_${i}`, when: c.when, detail: c.detail })), sets, event: d.event });
+  const statements = transitionSql({ from: d.from, during: d.during ?? "updating", to: d.to, checks: checks.map((c, i) => ({ reason: `check_${i}`, when: c.when, detail: c.detail })), sets, event: d.event });
   return {
     name: d.name,
     summary: d.summary,
