@@ -6,7 +6,7 @@ import { Type as t, type Static } from "@sinclair/typebox";
 import { CHARGE, CHARGE_CREATED, CHARGE_FAILED, chargeCreatedPayload, chargeFailedPayload } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
-import { OPERATION_PROBLEMS, problemJson, STORED_PROBLEMS } from "../idempotency/problem-types.ts";
+import { OPERATION_PROBLEMS, problemJson, problemsByName, problemType } from "../idempotency/problem-types.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { ChargeResume, confirm, create, payments, type Payments } from "./charge-steps.ts";
 import { DEFAULT_SETTINGS, foreign, PROCESSOR_REFUSALS, type FinalRow, type Fragment, type Operation, type OperationInput } from "../idempotency/model.ts";
@@ -68,6 +68,9 @@ export const ChargeView = t.Object(
   { additionalProperties: false },
 );
 
+// The processor's decline, stored under the key and replayed.
+const CARD_DECLINED = problemType("cardDeclined", "card-declined", "Card declined", 402);
+
 /** Phase 3 as values: the charge's final state, its first event and the response to store. */
 function final(outcome: "succeeded" | "refused", resume: ChargeResume): FinalRow {
   const { chargeId, amountCents, currency } = resume;
@@ -84,7 +87,7 @@ function final(outcome: "succeeded" | "refused", resume: ChargeResume): FinalRow
   const declineCode = resume.declineCode ?? "declined";
   const failed = { ...common, declineCode };
   return {
-    response: { status: STORED_PROBLEMS.cardDeclined.status, body: problemJson(STORED_PROBLEMS.cardDeclined, `the payment processor declined the charge (${declineCode})`, failed) },
+    response: { status: CARD_DECLINED.status, body: problemJson(CARD_DECLINED, `the payment processor declined the charge (${declineCode})`, failed) },
     columns: { charge_id: chargeId, charge_status: "failed", payment_id: paymentId, decline_code: declineCode, event_type: CHARGE_FAILED, payload: chargeFailedPayload(failed) },
   };
 }
@@ -158,6 +161,7 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
     throw new Error(`bug: createCharge refused with ${reason}`);
   },
   locationOf: (body) => `/charges/${idOf(body, "id")}`,
+  problems: problemsByName([CARD_DECLINED]),
   refusals: {
     "402": "The payment processor declined the charge (card-declined, with declineCode): stored under the key and replayed",
     ...PROCESSOR_REFUSALS,

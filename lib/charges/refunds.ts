@@ -10,7 +10,7 @@ import { CHARGE, CHARGE_REFUNDED } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import { chargeRefundedPayload } from "../idempotency/outbox-insert.ts";
-import { OPERATION_PROBLEMS, problemJson, STORED_PROBLEMS } from "../idempotency/problem-types.ts";
+import { OPERATION_PROBLEMS, problemJson, problemsByName, problemType } from "../idempotency/problem-types.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { admitOnCharge } from "./existing-charge.ts";
 import { foreign, PROCESSOR_REFUSALS, type FinalRow, type Operation } from "../idempotency/model.ts";
@@ -37,6 +37,11 @@ export const Refund = t.Object(
 
 
 /** Phase 3 as values: the response to store, and what the refund's row and its charge's get. */
+// The operation's own problem types.
+const EXCEEDS_CHARGE_PROBLEM = problemType("refundExceedsCharge", "refund-exceeds-charge", "Refund exceeds what is left of the charge");
+const NOT_REFUNDABLE_PROBLEM = problemType("chargeNotRefundable", "charge-not-refundable", "Charge not refundable");
+const REFUND_REFUSED = problemType("refundRefused", "refund-refused", "Refund refused by the payment processor");
+
 function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow {
   const { refundId, chargeId, amountCents } = resume;
   const columns = { refund_id: refundId, charge_id: chargeId, amount_cents: amountCents, succeeded: outcome === "succeeded", processor_refund_id: resume.processorRefundId ?? null };
@@ -46,8 +51,8 @@ function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow
   const failureCode = resume.failureCode ?? "refused";
   return {
     response: {
-      status: STORED_PROBLEMS.refundRefused.status,
-      body: problemJson(STORED_PROBLEMS.refundRefused, `the payment processor refused the refund (${failureCode})`, { chargeId, refundId, failureCode }),
+      status: REFUND_REFUSED.status,
+      body: problemJson(REFUND_REFUSED, `the payment processor refused the refund (${failureCode})`, { chargeId, refundId, failureCode }),
     },
     columns: { ...columns, failure_code: failureCode },
   };
@@ -150,15 +155,16 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   refuse(reason, detail, { params }) {
     const chargeId = chargeIdOf(params);
     if (reason === CHARGE_NOT_FOUND) return { problem: OPERATION_PROBLEMS.notFound, detail: `no charge with id ${chargeId}` };
-    if (reason === NOT_REFUNDABLE) return { problem: OPERATION_PROBLEMS.chargeNotRefundable, detail: `charge ${chargeId} has not succeeded (pending or declined): there is nothing to refund` };
-    if (reason === NOT_AT_PROCESSOR) return { problem: OPERATION_PROBLEMS.chargeNotRefundable, detail: `charge ${chargeId} was taken without the payment processor: it has no payment there to refund` };
+    if (reason === NOT_REFUNDABLE) return { problem: NOT_REFUNDABLE_PROBLEM, detail: `charge ${chargeId} has not succeeded (pending or declined): there is nothing to refund` };
+    if (reason === NOT_AT_PROCESSOR) return { problem: NOT_REFUNDABLE_PROBLEM, detail: `charge ${chargeId} was taken without the payment processor: it has no payment there to refund` };
     if (reason === EXCEEDS_CHARGE) {
       const leftCents = Number(detail);
-      return { problem: OPERATION_PROBLEMS.refundExceedsCharge, detail: `charge ${chargeId} has ${leftCents} cents left to refund`, extensions: { leftCents } };
+      return { problem: EXCEEDS_CHARGE_PROBLEM, detail: `charge ${chargeId} has ${leftCents} cents left to refund`, extensions: { leftCents } };
     }
     throw new Error(`bug: createRefund refused with ${reason}`);
   },
   locationOf: (body) => `/charges/${idOf(body, "chargeId")}/refunds/${idOf(body, "id")}`,
+  problems: problemsByName([EXCEEDS_CHARGE_PROBLEM, NOT_REFUNDABLE_PROBLEM, REFUND_REFUSED]),
   refusals: {
     "404": "Unknown charge, or another tenant's; the key stays unused",
     "422": "The key was used with another request (idempotency-key-reused), the refund is more than the charge has left (refund-exceeds-charge, with leftCents), or the charge has not succeeded (charge-not-refundable); the key stays unused for the latter two. With a processor, also its refusal (refund-refused), stored under the key",

@@ -10,7 +10,7 @@
 import { Type as t, type Static, type TObject, type TSchema } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import type { EventType } from "./events.ts";
-import { OPERATION_PROBLEMS, problemJson, type ProblemSpec } from "../idempotency/problem-types.ts";
+import { OPERATION_PROBLEMS, problemJson, problemsByName, type NamedProblem } from "../idempotency/problem-types.ts";
 import { mapCall, type ProcessorAdapter } from "./processor.ts";
 import { checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { paymentView, payments, type PaymentView } from "./charge-steps.ts";
@@ -22,12 +22,7 @@ import { idOf } from "./steps.ts";
 
 export type { At, Rows };
 
-/** A problem type of an operation's own, under the name the client's PROBLEM gives it. */
-export interface NamedProblem extends ProblemSpec {
-  readonly name: string;
-}
-
-export const problemType = (name: string, slug: string, title: string, status = 422): NamedProblem => ({ name, slug, title, status });
+export { problemType } from "../idempotency/problem-types.ts";
 
 /**
  * A refusal, declared once: its problem type, its phrase in the API reference (`doc`, then
@@ -173,7 +168,7 @@ export function chargeTransition<B extends TObject, M extends string = never>(d:
       return { problem: check.problem, ...check.answer(chargeId, detail ?? "") };
     },
     locationOf: (body) => `/charges/${idOf(body, "id")}`,
-    problems: Object.fromEntries([d.refusals.state, ...checks, d.refusals.processor].map(({ problem: { name, ...spec } }) => [name, spec])),
+    problems: problemsByName([d.refusals.state, ...checks, d.refusals.processor].map((r) => r.problem)),
     refusals: {
       "404": "Unknown charge, or another tenant's; the key stays unused",
       "422": document422([d.refusals.state, ...checks], d.refusals.processor),
