@@ -16,7 +16,8 @@ setDefaultTimeout(60_000);
 
 const LEDGER = "schema_history";
 // Every migration of migrations/, in order: a new one changes no test.
-const ALL = (await readMigrations()).map((m) => m.name);
+const FILES = await readMigrations();
+const ALL = FILES.map((m) => m.name);
 const { adminDatabaseUrl } = await services();
 const scratch: ScratchDatabase[] = [];
 afterAll(() => Promise.all(scratch.map((db) => db.drop())));
@@ -57,9 +58,11 @@ describe("from an empty database", () => {
     expect(want.constraints).toContain("charges charges_refunded_within_amount CHECK (((refunded_cents >= 0) AND (refunded_cents <= amount_cents)))");
   });
 
-  test("this release's files are numbered 1, 2, … with no gap, and the ledger records each with its checksum", async () => {
+  // A number may be missing while the migration that holds it is on another branch.
+  test("this release's files are numbered 1, 2, … in increasing order, and the ledger records each with its checksum", async () => {
     const files = await readMigrations();
-    expect(files.map((m) => m.version)).toEqual(files.map((_, i) => i + 1));
+    expect(files[0]?.version).toBe(1);
+    expect(files.every((m, i) => i === 0 || m.version > files[i - 1]!.version)).toBe(true);
     const db = await emptyDatabase("ledger");
     await migrate(db.sql);
     const rows = await db.sql<{ version: number; name: string; checksum: string }[]>`
@@ -106,7 +109,7 @@ describe("a ledger that disagrees with the files", () => {
 
     await db.sql`update schema_history set checksum = ${(await readMigrations())[1]!.checksum} where version = 2`;
     // One past this release's last file: whatever number that is.
-    const version = ALL.length + 1;
+    const version = FILES.at(-1)!.version + 1;
     const unknown = `${String(version).padStart(4, "0")}_from_a_newer_release`;
     await db.sql`insert into schema_history (version, name, checksum) values (${version}, ${unknown}, 'x')`;
     expect(await migrate(db.sql)).toEqual({ kind: "unknown", names: [unknown] });
@@ -153,6 +156,6 @@ describe("two processes migrating at once", () => {
     expect(outcomes.map((o) => o.kind).sort()).toEqual(["applied", "current"]);
     const rows = await db.sql<{ version: number; n: number }[]>`
       select version, count(*)::int as n from schema_history group by version order by version`;
-    expect([...rows]).toEqual(ALL.map((_, i) => ({ version: i + 1, n: 1 })));
+    expect([...rows]).toEqual(FILES.map((m) => ({ version: m.version, n: 1 })));
   });
 });
