@@ -124,7 +124,7 @@ describe("migrating a database of the previous release", () => {
     expect(new Set(after.idempotency_keys.map((r) => `${r.lease_token} ${r.recovery_point} ${r.attempts}`))).toEqual(new Set(["null null 0"]));
     const [ledger] = await db.sql<{ old: string | null; n: number }[]>`
       select to_regclass('schema_migrations')::text as old, (select count(*)::int from schema_history) as n`;
-    expect(ledger).toEqual({ old: null, n: 8 });
+    expect(ledger).toEqual({ old: null, n: (await readMigrations()).length });
   });
 
   test("ends with exactly the schema schema.sql describes, and migrating again does nothing", async () => {
