@@ -34,7 +34,7 @@ export const cancelCharge = chargeTransition({
     state: {
       problem: problemType("chargeNotCancelable", "charge-not-cancelable", "Charge not cancelable"),
       doc: "the charge is not authorized",
-      cases: "captured, canceled, failed, or captured at once",
+      note: ": captured, canceled, failed, or captured at once",
     },
     processor: { problem: problemType("cancelRefused", "cancel-refused", "Cancel refused by the payment processor"), doc: "its refusal" },
   },

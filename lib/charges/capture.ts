@@ -51,7 +51,7 @@ export const captureCharge = chargeTransition({
     state: {
       problem: problemType("chargeNotCapturable", "charge-not-capturable", "Charge not capturable"),
       doc: "the charge is not authorized",
-      cases: "captured, canceled, failed, or captured at once",
+      note: ": captured, canceled, failed, or captured at once",
     },
     checks: [
       {

@@ -10,7 +10,8 @@
 import { Type as t, type Static, type TObject, type TSchema } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import type { EventType } from "./events.ts";
-import { OPERATION_PROBLEMS, problemJson, problemsByName, type NamedProblem } from "../idempotency/problem-types.ts";
+import { OPERATION_PROBLEMS, problemJson } from "../idempotency/problem-types.ts";
+import { document422, problemsOf, refuseBy, type RefusalType } from "./refusals.ts";
 import { mapCall, type ProcessorAdapter } from "./processor.ts";
 import { checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { paymentView, payments, type PaymentView } from "./charge-steps.ts";
@@ -24,18 +25,8 @@ export type { At, Rows };
 
 export { problemType } from "../idempotency/problem-types.ts";
 
-/**
- * A refusal, declared once: its problem type, its phrase in the API reference (`doc`, then
- * `cases` after the type's slug), and, for a check admit makes, its SQL and its answer.
- */
-export interface RefusalEntry {
-  readonly problem: NamedProblem;
-  readonly doc: string;
-  readonly cases?: string;
-}
-
 /** A check on the charge and the request, made by admit: the key stays unused when it refuses. */
-export interface Check<M extends string = string> extends RefusalEntry {
+export interface Check<M extends string = string> extends RefusalType {
   /** True: refused. */
   readonly when: (at: At<M>) => Fragment;
   /** The text the answer is made from (the admit's `detail`). */
@@ -87,19 +78,7 @@ export interface Transition<B extends TObject, M extends string> {
     readonly decide: (payment: PaymentView, resume: TransitionResume) => StepResult<TransitionResume> | undefined;
   };
   /** `state`: the charge is not `from` (or has no payment at the processor); `processor`: its refusal, stored. */
-  readonly refusals: { readonly state: RefusalEntry; readonly checks?: readonly Check<M>[]; readonly processor: RefusalEntry };
-}
-
-const LATTER = ["", "", "two", "three", "four"];
-
-/** The 422's line in the API reference, made of the refusals' own phrases. */
-function document422(admitted: readonly RefusalEntry[], processor: RefusalEntry): string {
-  const phrase = (r: RefusalEntry, unused = "") => `${r.doc} (${r.problem.slug}${r.cases === undefined ? "" : `: ${r.cases}`}${unused})`;
-  const own =
-    admitted.length === 1
-      ? `, or ${phrase(admitted[0]!, "; the key stays unused")}`
-      : `, ${admitted.slice(0, -1).map((r) => phrase(r)).join(", ")}, or ${phrase(admitted.at(-1)!)}; the key stays unused for the latter ${LATTER[admitted.length]}`;
-  return `The key was used with another request (idempotency-key-reused)${own}. With a processor, also its refusal (${processor.problem.slug}), stored under the key`;
+  readonly refusals: { readonly state: RefusalType; readonly checks?: readonly Check<M>[]; readonly processor: RefusalType };
 }
 
 const chargeIdOf = (params: Readonly<Record<string, string>>): string => params.id!.toLowerCase();
@@ -142,6 +121,13 @@ export function chargeTransition<B extends TObject, M extends string = never>(d:
       columns: { charge_id: chargeId, succeeded: false, ...set(() => null) },
     };
   };
+  const { problem } = d.refusals.state;
+  const refuse = refuseBy(d.name, {
+    charge_not_found: { problem: OPERATION_PROBLEMS.notFound, answer: (id) => ({ detail: `no charge with id ${id}` }) },
+    charge_not_in_state: { problem, answer: (id, status) => ({ detail: `charge ${id} is ${status}: only an authorized charge (capture: manual) can be ${verbed}`, extensions: { chargeStatus: status } }) },
+    charge_not_at_processor: { problem, answer: (id) => ({ detail: `charge ${id} was authorized without the payment processor: it has no payment there to ${verb}` }) },
+    ...Object.fromEntries(checks.map((c, i) => [`check_${i}`, { problem: c.problem, answer: (id: string, detail: string | null) => c.answer(id, detail ?? "") }])),
+  });
   const statements = transitionSql({ from: d.from, during: d.during ?? "updating", to: d.to, checks: checks.map((c, i) => ({ reason: `check_${i}`, when: c.when, detail: c.detail })), sets, event: d.event });
   return {
     name: d.name,
@@ -157,18 +143,9 @@ export function chargeTransition<B extends TObject, M extends string = never>(d:
     // The answer is the charge, made by the admit from its row.
     prepare: ({ params, body }) => ({ columns: columnsOf(params, body), body: "", exclusive: chargeIdOf(params) }),
     sql: statements.operation,
-    refuse(reason, detail, { params }) {
-      const chargeId = chargeIdOf(params);
-      const { state } = d.refusals;
-      if (reason === "charge_not_found") return { problem: OPERATION_PROBLEMS.notFound, detail: `no charge with id ${chargeId}` };
-      if (reason === "charge_not_in_state") return { problem: state.problem, detail: `charge ${chargeId} is ${detail}: only an authorized charge (capture: manual) can be ${verbed}`, extensions: { chargeStatus: detail } };
-      if (reason === "charge_not_at_processor") return { problem: state.problem, detail: `charge ${chargeId} was authorized without the payment processor: it has no payment there to ${verb}` };
-      const check = checks[Number(reason.slice("check_".length))];
-      if (!reason.startsWith("check_") || check === undefined) throw new Error(`bug: ${d.name} refused with ${reason}`);
-      return { problem: check.problem, ...check.answer(chargeId, detail ?? "") };
-    },
+    refuse: (reason, detail, { params }) => refuse(reason, detail, chargeIdOf(params)),
     locationOf: (body) => `/charges/${idOf(body, "id")}`,
-    problems: problemsByName([d.refusals.state, ...checks, d.refusals.processor].map((r) => r.problem)),
+    problems: problemsOf([d.refusals.state, ...checks, d.refusals.processor]),
     refusals: {
       "404": "Unknown charge, or another tenant's; the key stays unused",
       "422": document422([d.refusals.state, ...checks], d.refusals.processor),
