@@ -23,7 +23,8 @@ export const captureCharge = chargeTransition({
   path: "/charges/:id/capture",
   body: CaptureBody,
   // The amount asked for; null: all that is capturable.
-  request: { amountCents: { type: "int", schema: t.Union([Cents, t.Null()]), of: (body) => body.amountCents ?? null } },
+  request: { amountCents: { type: "int", schema: t.Union([Cents, t.Null()]) } },
+  requestOf: (body) => ({ amountCents: body.amountCents ?? null }),
   fingerprint: (body) => ({ ...(body.amountCents !== undefined && { amountCents: body.amountCents }) }),
   from: "authorized",
   during: "capturing",
@@ -33,14 +34,14 @@ export const captureCharge = chargeTransition({
     capturedCents: {
       type: "int",
       ledger: ({ sql, charge, request }) => sql`coalesce(${request.amountCents}, ${charge.amountCents})`,
-      final: (r) => (r.capturedCents as number | undefined) ?? (r.amountCents as number | null) ?? r.authorizedCents,
+      final: (r) => r.capturedCents ?? r.amountCents ?? r.authorizedCents,
     },
   },
   event: { type: CHARGE_CAPTURED, data: ({ charge }) => ({ chargeId: charge.id, capturedCents: charge.capturedCents }) },
   resume: { capturedCents: t.Optional(Cents) },
   call: {
     key: "capture",
-    send: (api, r, idempotencyKey) => api.paymentIntents.capture(r.paymentId, r.amountCents === null ? {} : { amount_to_capture: r.amountCents as number }, { idempotencyKey }),
+    send: (api, r, idempotencyKey) => api.paymentIntents.capture(r.paymentId, r.amountCents === null ? {} : { amount_to_capture: r.amountCents }, { idempotencyKey }),
     decide: (payment, resume) => {
       if (payment.status === "succeeded") return { kind: "final", outcome: "succeeded", resume: { ...resume, capturedCents: payment.amountReceived } };
       if (payment.status === "canceled") return { kind: "final", outcome: "refused", resume: { ...resume, failureCode: "canceled" } };

@@ -53,89 +53,100 @@ export interface TransitionShape {
   readonly event: { readonly type: string; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
 }
 
-export function transitionSql(s: TransitionShape): { operation: (sql: Sql, mode: Mode) => OperationSql; finish: (sql: Sql) => FinishSql } {
-  const sets = Object.entries(s.sets).map(([member, set]) => ({ member, column: columnOf(member), ...set }));
-  const list = (parts: readonly Fragment[], sql: Sql, separator: string): Fragment =>
-    parts.reduce((all, part, i) => (i === 0 ? part : sql`${all}${sql.unsafe(separator)}${part}`), sql``);
-  const payload = (sql: Sql, before: string): Fragment => {
-    const data = s.event.data({ sql, charge: rowOf(sql, "p"), before: rowOf(sql, before) });
-    const members = Object.entries(data).map(([name, value]) => {
-      if (!NAME.test(name)) throw new Error(`bug: an event's data names ${name}`);
-      return sql`${sql.unsafe(`'${name}'`)}, ${value}`;
-    });
-    return sql`json_build_object(${list(members, sql, ", ")})::text`;
-  };
-  const events = (sql: Sql, from: Fragment, where: Fragment): Fragment => sql`
+/** `parts` one after the other, `separator` between them. */
+function list(sql: Sql, parts: readonly Fragment[], separator: string): Fragment {
+  return parts.reduce((all, part, i) => (i === 0 ? part : sql`${all}${sql.unsafe(separator)}${part}`), sql``);
+}
+
+/** The set columns of `s`, by member and column. */
+const setsOf = (s: TransitionShape) => Object.entries(s.sets).map(([member, set]) => ({ member, column: columnOf(member), ...set }));
+
+/** The event of each changed charge `p`, its data from `p` and from the charge before it (`b`, a row of `from`). */
+function eventsSql(sql: Sql, s: TransitionShape, from: Fragment, where: Fragment): Fragment {
+  const data = s.event.data({ sql, charge: rowOf(sql, "p"), before: rowOf(sql, "b") });
+  const members = Object.entries(data).map(([name, value]) => {
+    if (!NAME.test(name)) throw new Error(`bug: an event's data names ${name}`);
+    return sql`${sql.unsafe(`'${name}'`)}, ${value}`;
+  });
+  return sql`
       events as (
         select p.n, ${CHARGE}::text as aggregate_type, p.id as aggregate_id, p.last_sequence as sequence,
-               ${s.event.type}::text as event_type, ${payload(sql, "b")} as payload
+               ${s.event.type}::text as event_type, json_build_object(${list(sql, members, ", ")})::text as payload
           from p join ${from} b on b.id = p.id${where}
       )`;
+}
 
-  const admit = (sql: Sql, mode: Mode): Fragment => {
-    const at: At = { sql, charge: rowOf(sql, "t"), request: rowOf(sql, "r") };
-    const refusals = s.checks.map((c) => sql` when ${c.when(at)} then ${c.reason}::text`);
-    const details = s.checks.map((c) => sql` when ${c.when(at)} then ${c.detail(at)}`);
-    const answer = chargeAnswerSql(sql, s.to, Object.fromEntries(sets.map((x) => [x.member, x.ledger(at)])));
-    return admitOnCharge(
-      sql,
-      sql`c.*`,
-      sql`case when t.id is null then 'charge_not_found'::text
-                    when t.status <> ${s.from}::text then 'charge_not_in_state'::text
-                    when ${mode === "processor"} and t.processor_payment_id is null then 'charge_not_at_processor'::text${list(refusals, sql, "")} end as refusal,
-               case when t.status <> ${s.from}::text then t.status${list(details, sql, "")} end as detail,
-               jsonb_build_object('paymentId', t.processor_payment_id, 'authorizedCents', t.amount_cents, 'currency', t.currency,
-                                  'createdAt', to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as resume,
-               ${answer} as answer`,
-    );
-  };
+/** admit: the charge locked; refused when missing, not `from`, without a payment at the processor, or by a check; the resume and the answer from its row. */
+function admitSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
+  const at: At = { sql, charge: rowOf(sql, "t"), request: rowOf(sql, "r") };
+  const refusals = s.checks.map((c) => sql` when ${c.when(at)} then ${c.reason}::text`);
+  const details = s.checks.map((c) => sql` when ${c.when(at)} then ${c.detail(at)}`);
+  const answer = chargeAnswerSql(sql, s.to, Object.fromEntries(setsOf(s).map((x) => [x.member, x.ledger(at)])));
+  return admitOnCharge(
+    sql,
+    sql`c.*`,
+    sql`case when t.id is null then 'charge_not_found'::text
+                  when t.status <> ${s.from}::text then 'charge_not_in_state'::text
+                  when ${mode === "processor"} and t.processor_payment_id is null then 'charge_not_at_processor'::text${list(sql, refusals, "")} end as refusal,
+             case when t.status <> ${s.from}::text then t.status${list(sql, details, "")} end as detail,
+             jsonb_build_object('paymentId', t.processor_payment_id, 'authorizedCents', t.amount_cents, 'currency', t.currency,
+                                'createdAt', to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as resume,
+             ${answer} as answer`,
+  );
+}
 
-  const operation = (sql: Sql, mode: Mode): OperationSql => {
-    if (mode === "processor") {
-      return {
-        admit: admit(sql, mode),
-        write: sql`
+/** The ledger's write: the charge `to` (its sets) at its next sequence, and its event. Phase 1's: the charge `during`. */
+function writeSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
+  if (mode === "processor") {
+    return sql`
       mark as (
         update charges c set status = ${s.during}::text from won w where c.id = w.charge_id
         returning w.n
       ),
-      begun as (select n from mark)`,
-      };
-    }
-    const at: At = { sql, charge: rowOf(sql, "c"), request: rowOf(sql, "w") };
-    const set = sets.map((x) => sql`, ${sql(x.column)} = ${x.ledger(at)}`);
-    return {
-      admit: admit(sql, mode),
-      write: sql`
+      begun as (select n from mark)`;
+  }
+  const at: At = { sql, charge: rowOf(sql, "c"), request: rowOf(sql, "w") };
+  const set = setsOf(s).map((x) => sql`, ${sql(x.column)} = ${x.ledger(at)}`);
+  return sql`
       p as (
         update charges c
-           set status = ${s.to}::text${list(set, sql, "")}, last_sequence = c.last_sequence + 1
+           set status = ${s.to}::text${list(sql, set, "")}, last_sequence = c.last_sequence + 1
           from won w
          where c.id = w.charge_id
         returning w.n, c.*
-      ),${events(sql, sql`target`, sql``)}`,
-    };
-  };
+      ),${eventsSql(sql, s, sql`target`, sql``)}`;
+}
 
-  // Phase 3: a succeeded key's charge changed as in the ledger, from its final row; a refused
-  // one's back to `from`, its sequence kept and no event; a charge no longer `during` is left.
-  const finish = (sql: Sql): FinishSql => {
-    const set = sets.map((x) => sql`, ${sql(x.column)} = case when w.succeeded then ${sql(`w.${x.column}`)} else ${sql(`c.${x.column}`)} end`);
-    return {
-      columns: { charge_id: "uuid", succeeded: "boolean", ...Object.fromEntries(sets.map((x) => [x.column, x.type])) },
-      write: sql`
+/**
+ * Phase 3: a succeeded key's charge changed as in the ledger, from its final row; a refused
+ * one's back to `from`, its sequence kept and no event; a charge no longer `during` is left.
+ * `prior` is the charge before the change: the statement's snapshot, which nothing but this
+ * key's holder changes while the charge is `during`.
+ */
+function finishSql(sql: Sql, s: TransitionShape): FinishSql {
+  const sets = setsOf(s);
+  const set = sets.map((x) => sql`, ${sql(x.column)} = case when w.succeeded then ${sql(`w.${x.column}`)} else ${sql(`c.${x.column}`)} end`);
+  return {
+    columns: { charge_id: "uuid", succeeded: "boolean", ...Object.fromEntries(sets.map((x) => [x.column, x.type])) },
+    write: sql`
       prior as (
         select c.* from charges c join won w on w.charge_id = c.id and w.tenant = c.tenant
       ),
       p as (
         update charges c
-           set status = case when w.succeeded then ${s.to}::text else ${s.from}::text end${list(set, sql, "")},
+           set status = case when w.succeeded then ${s.to}::text else ${s.from}::text end${list(sql, set, "")},
                last_sequence = c.last_sequence + case when w.succeeded then 1 else 0 end
           from won w
          where c.id = w.charge_id and c.tenant = w.tenant and c.status = ${s.during}::text
         returning w.n, c.*, w.succeeded
-      ),${events(sql, sql`prior`, sql` where p.succeeded`)}`,
-    };
+      ),${eventsSql(sql, s, sql`prior`, sql` where p.succeeded`)}`,
   };
-  return { operation, finish };
+}
+
+/** The transition's statements: its `sql` (ledger and phase 1) and its phase 3. */
+export function transitionSql(s: TransitionShape): { operation: (sql: Sql, mode: Mode) => OperationSql; finish: (sql: Sql) => FinishSql } {
+  return {
+    operation: (sql, mode) => ({ admit: admitSql(sql, s, mode), write: writeSql(sql, s, mode) }),
+    finish: (sql) => finishSql(sql, s),
+  };
 }
