@@ -65,6 +65,14 @@ const EVENTS = {
     data: data("ChargeCanceled", { chargeId: uuid("The canceled charge's id (also the envelope's aggregateId)") }),
     description: "A manual charge canceled, its authorization released (POST /charges/:id/cancel); its sequence the next after the charge's last event.",
   },
+  ChargeAuthorizationIncreased: {
+    data: data("ChargeAuthorizationIncreased", {
+      chargeId: uuid("The charge's id (also the envelope's aggregateId)"),
+      amountCents: cents(1, "The charge's new authorized total"),
+      previousAmountCents: cents(1, "Its authorized amount before"),
+    }),
+    description: "An authorized charge's amount raised (POST /charges/:id/increment-authorization); its sequence the next after the charge's last event.",
+  },
 } as const satisfies Record<string, { readonly data: TObject; readonly description: string }>;
 
 type Events = typeof EVENTS;
