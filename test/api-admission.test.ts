@@ -67,7 +67,7 @@ describe("per-tenant rate limit", () => {
     // they do not turn another tenant away with a 503. The longest hold, so that the other tenant's answers
     // come within it however loaded the machine.
     const HOLD_MS = 1000;
-    const config = loadConfig({ DATABASE_URL: db.url, ...authEnv(), API_RATE_LIMIT: "1", API_RATE_BURST: "4", API_MAX_IN_FLIGHT: "4", API_RATE_LIMIT_HOLD_MS: String(HOLD_MS) });
+    const config = loadConfig({ DATABASE_URL: db.url, ...authEnv(), API_RATE_LIMIT: "1", API_RATE_BURST: "4", API_MAX_IN_FLIGHT: "4", API_MAX_IN_FLIGHT_PER_TENANT: "4", API_RATE_LIMIT_HOLD_MS: String(HOLD_MS) });
     const admission = createAdmission(config.admission);
     const sql = createSql(db.url, { max: 4 });
     const deps = { sql, core: createIdempotencyCore(sql, { ttlSeconds: 60 }), auth: createAuthenticator(config.auth), log: silentLogger, counters: createApiMetrics(), admission, readiness: createReadiness() };

@@ -1,7 +1,9 @@
 // Admission control for the /charges routes (docs/configuration.md, "Admission control"): a
-// token bucket per tenant (429 past it) and a cap on requests in flight (503 past it), both
-// answered at once with Retry-After, before the body is read or the database is touched.
-// Per process: N processes admit N times as much.
+// token bucket per tenant (429 past it), a cap on requests in flight (503 past it), and each
+// tenant's share of that cap (503 past it), all answered at once with Retry-After, before the
+// body is read or the database is touched. A tenant's place is held from its token's check to
+// its answer: while its body arrives and while it waits on Prefer: wait. Per process: N
+// processes admit N times as much.
 import type { AdmissionConfig } from "../platform/config.ts";
 
 const MS_PER_S = 1000;
@@ -35,6 +37,14 @@ export interface Admission {
   /** Counts an entered request out. */
   leave(): void;
   readonly inFlight: number;
+  /** Counts a request of `tenant` in; false when it already holds API_MAX_IN_FLIGHT_PER_TENANT (nothing counted then). */
+  enterTenant(tenant: string): boolean;
+  /** Counts a request of `tenant` entered with enterTenant out. */
+  leaveTenant(tenant: string): void;
+  /** The requests `tenant` holds now. */
+  inFlightOf(tenant: string): number;
+  /** API_BODY_TIMEOUT_MS. */
+  readonly bodyTimeoutMs: number;
 }
 
 const ADMITTED: Admitted = { ok: true };
@@ -46,6 +56,8 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
   const burst = config.rateBurst;
   let inFlight = 0;
   let held = 0;
+  // Only tenants with a request in flight: at most API_MAX_IN_FLIGHT entries.
+  const byTenant = new Map<string, number>();
   const sweep = (at: number) => {
     for (const [tenant, bucket] of buckets) if (bucket.tokens + (at - bucket.at) * rate >= burst) buckets.delete(tenant);
   };
@@ -90,6 +102,21 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
     get inFlight() {
       return inFlight;
     },
+    enterTenant(tenant) {
+      const holding = byTenant.get(tenant) ?? 0;
+      if (holding >= config.maxInFlightPerTenant) return false;
+      byTenant.set(tenant, holding + 1);
+      return true;
+    },
+    leaveTenant(tenant) {
+      const holding = byTenant.get(tenant) ?? 0;
+      if (holding <= 1) byTenant.delete(tenant);
+      else byTenant.set(tenant, holding - 1);
+    },
+    inFlightOf(tenant) {
+      return byTenant.get(tenant) ?? 0;
+    },
+    bodyTimeoutMs: config.bodyTimeoutMs,
     get held() {
       return held;
     },

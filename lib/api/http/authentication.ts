@@ -1,20 +1,26 @@
-// The bearer token of the /charges routes, as an Elysia plugin: a group that `use`s it gets
-// `tenant` in its context (derive, scoped to that group), or the request is answered 401 (503
-// when the key set cannot be fetched), or 429 when the tenant is past its rate (admission.ts;
-// sent API_RATE_LIMIT_HOLD_MS late, so a client that ignores Retry-After cannot flood),
-// before anything else of it is read: derive runs before the routes' own transform, where
-// their body is read (routes.ts). The verification itself is auth.ts's.
+// The admission of the /charges routes, as an Elysia plugin: a group that `use`s it gets
+// `tenant` in its context (derive, scoped to that group), or the request is answered 503 when
+// the process is full (http/in-flight.ts), 401 for its token (503 when the key set cannot be
+// fetched), 429 when the tenant is past its rate (admission.ts; sent API_RATE_LIMIT_HOLD_MS
+// late, so a client that ignores Retry-After cannot flood), or 503 when the tenant holds its
+// share of the places in flight; all before anything else of it is read: derive runs before
+// the routes' own transform, where their body is read (routes.ts), and an admitted request's
+// body has API_BODY_TIMEOUT_MS from its arrival to come (body-deadline.ts). The verification
+// itself is auth.ts's.
 import { Elysia, status } from "elysia";
 import { authFailureDetail, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
-import { countOut } from "./in-flight.ts";
+import { countOut, enterProcess, enterTenant } from "./in-flight.ts";
+import { setBodyDeadline } from "../body-deadline.ts";
 import type { RequestContextPlugin, RequestDeps, RequestTrail } from "./context.ts";
 
 export function authentication(context: RequestContextPlugin) {
   return new Elysia({ name: "authentication" })
     .use(context)
     .derive({ as: "scoped" }, async ({ request, deps, trail }) => {
+      const full = enterProcess(deps, trail);
+      if (full) return status(503, trail.answer(full));
       const verdict = await authenticate(deps, trail, request);
       if (typeof verdict !== "string") return status(verdict.status, trail.answer(verdict));
       const admitted = deps.admission.take(verdict);
@@ -24,6 +30,9 @@ export function authentication(context: RequestContextPlugin) {
         await deps.admission.holdRefusal();
         return status(429, trail.answer(rateLimited(admitted.retryAfterS)));
       }
+      const share = enterTenant(deps, trail, verdict);
+      if (share) return status(503, trail.answer(share));
+      setBodyDeadline(request, trail.started + deps.admission.bodyTimeoutMs);
       return { tenant: verdict };
     });
 }

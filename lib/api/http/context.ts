@@ -84,6 +84,8 @@ export class RequestTrail {
   status: number | undefined;
   /** Counted in flight (admission.ts), so counted out once answered. */
   admitted = false;
+  /** The tenant whose share it is counted in, so counted out of once answered. */
+  tenantIn: string | undefined = undefined;
 
   /** Stamps `response` as this request's answer, and hands it back. */
   answer(response: Response): Response {
