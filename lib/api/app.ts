@@ -4,8 +4,9 @@
 // histogram sample are taken in onAfterResponse (http/observe.ts). Elysia routes, checks
 // params and bodies against the routes' TypeBox schemas after our own reading of them (the
 // strict JSON reader, body.ts; http/checks.ts), and builds /openapi.json from the same schemas
-// (@elysiajs/openapi); every failure is answered here as an RFC 9457 problem, never HTML or a
-// stack trace.
+// (@elysiajs/openapi, in an app of every route that is never served, so that with
+// OPERATOR_PORT the operator's port still documents the /charges routes); every failure is
+// answered here as an RFC 9457 problem, never HTML or a stack trace.
 import { Elysia, ParseError, type AnyElysia } from "elysia";
 import { CloudflareAdapter } from "elysia/adapter/cloudflare-worker";
 import { openapi } from "@elysiajs/openapi";
@@ -20,11 +21,12 @@ import { observability } from "./http/observe.ts";
 import { inFlightCap } from "./http/in-flight.ts";
 import { PROBLEM_BASE, problemResponse } from "./problem.ts";
 import { chargeRoutes, COMPONENTS, documentedHeaders, operatorRoutes } from "./routes.ts";
+import { assetAnswer, DOCUMENT_CACHE_CONTROL } from "./asset-answer.ts";
 
 /** The assets of the interactive reference at /docs, served by this process (no CDN). */
 export interface DocsAssets {
-  /** Path → the asset's answer; the page names `script` and `stylesheet` among them. */
-  readonly files: Readonly<Record<string, () => Promise<Response>>>;
+  /** Path → the answer to a GET of the asset; the page names `script` and `stylesheet` among them. */
+  readonly files: Readonly<Record<string, (request: Request) => Promise<Response>>>;
   readonly script: string;
   readonly stylesheet: string;
 }
@@ -71,7 +73,7 @@ export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
     // The operator's port has no /charges: a path there is a plain 404, with or without a token.
     .onError(({ request, code, error, trail }) => answerError(deps, trail, request, code, error, options.surface !== "operator"));
   const operator = options.surface !== "api";
-  if (operator) app.use(documentation(options.docs));
+  if (operator) app.use(documentRoutes(documentApp(context, options), options.docs));
   // In this order, the document's paths are in the order they always were.
   if (options.surface !== "operator") app.use(chargeRoutes(context));
   if (operator) app.use(operatorRoutes(context, options.metrics));
@@ -79,9 +81,37 @@ export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
   return app.compile();
 }
 
-/** /openapi.json and, with the assets, the interactive reference at /docs. */
+/**
+ * Every route, whichever port serves it, with /openapi.json and /docs: never served, only asked
+ * for those two once (documentRoutes).
+ */
+function documentApp(context: ReturnType<typeof requestContext>, options: AppOptions): AnyElysia {
+  const adapter = options.aheadOfTime ? { adapter: CloudflareAdapter } : {};
+  const app = new Elysia({ aot: true, normalize: false, ...adapter }).use(context).use(documentation(options.docs));
+  return app.use(chargeRoutes(context)).use(operatorRoutes(context, options.metrics)).compile();
+}
+
+/** /openapi.json and /docs as documentApp makes them, made once, then compressed and tagged; and the docs' assets. */
+function documentRoutes(source: AnyElysia, docs: DocsAssets | undefined) {
+  const plugin = new Elysia({ name: "document-routes" });
+  const made = (path: string, contentType: string) => async () => {
+    const res = await source.handle(new Request(`http://localhost${path}`));
+    if (res.status !== 200) throw new Error(`bug: the document app answered ${path} with ${res.status}`);
+    return { body: new Uint8Array(await res.arrayBuffer()), contentType };
+  };
+  const document = assetAnswer(made(DOCUMENT_PATH, "application/json"), DOCUMENT_CACHE_CONTROL);
+  plugin.get(DOCUMENT_PATH, ({ request }) => document(request), { detail: { hide: true } });
+  if (docs) {
+    const page = assetAnswer(made(PAGE_PATH, "text/html; charset=utf-8"), DOCUMENT_CACHE_CONTROL);
+    plugin.get(PAGE_PATH, ({ request }) => page(request), { detail: { hide: true } });
+  }
+  for (const [path, serveFile] of Object.entries(docs?.files ?? {})) plugin.get(path, ({ request }) => serveFile(request), { detail: { hide: true } });
+  return plugin;
+}
+
+/** /openapi.json and, with the assets, the interactive reference at /docs (of documentApp). */
 function documentation(docs: DocsAssets | undefined) {
-  const plugin = new Elysia({ name: "documentation" }).use(
+  return new Elysia({ name: "documentation" }).use(
     openapi({
       path: PAGE_PATH,
       specPath: DOCUMENT_PATH,
@@ -93,8 +123,6 @@ function documentation(docs: DocsAssets | undefined) {
       references: documentedHeaders(),
     }),
   );
-  for (const [path, serveFile] of Object.entries(docs?.files ?? {})) plugin.get(path, () => serveFile(), { detail: { hide: true } });
-  return plugin;
 }
 
 /** Every failure Elysia raises or a handler throws, as a problem (`code`: Elysia's error code); HEAD gets it without its body. */
