@@ -11,6 +11,13 @@ const MS_PER_S = 1000;
 // held refusal is a timer and an open socket, not a request in flight (it is counted out of
 // API_MAX_IN_FLIGHT first): this bounds what a client with many connections can park here.
 const MAX_HELD_REFUSALS = 4096;
+// Answers of /metrics, /openapi.json and /docs a second, for the whole process: far above a few
+// scrapers and operators reading the docs (a page load is four requests). Past it each answer
+// is held OPERATOR_HOLD_MS first, so a client that fetches them over many connections as fast
+// as they come gets about one per connection per hold, and cannot take the event loop from
+// the requests being served.
+export const OPERATOR_RATE_PER_S = 100;
+export const OPERATOR_HOLD_MS = 250;
 // Tenants whose bucket is remembered at most; past it, the full (idle) buckets are dropped: a
 // full bucket is what a tenant that was never seen gets anyway.
 const MAX_BUCKETS = 100_000;
@@ -43,6 +50,15 @@ export interface Admission {
   leaveTenant(tenant: string): void;
   /** The requests `tenant` holds now. */
   inFlightOf(tenant: string): number;
+  /** Counts a request of one tenant's key in; false when API_MAX_IN_FLIGHT_PER_KEY of it are already in. */
+  enterKey(scope: string): boolean;
+  /** Counts a request entered with enterKey out. */
+  leaveKey(scope: string): void;
+  /**
+   * Resolves once an answer of /metrics, /openapi.json or /docs may be sent: at once within
+   * OPERATOR_RATE_PER_S, else after OPERATOR_HOLD_MS (at once past MAX_HELD_REFUSALS held).
+   */
+  paceOperator(): Promise<void>;
   /** API_BODY_TIMEOUT_MS. */
   readonly bodyTimeoutMs: number;
 }
@@ -56,8 +72,21 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
   const burst = config.rateBurst;
   let inFlight = 0;
   let held = 0;
-  // Only tenants with a request in flight: at most API_MAX_IN_FLIGHT entries.
-  const byTenant = new Map<string, number>();
+  // Only tenants and keys with a request in flight: at most API_MAX_IN_FLIGHT entries each.
+  const byTenant = createHoldings(config.maxInFlightPerTenant);
+  const byKey = createHoldings(config.maxInFlightPerKey);
+  const operator: Bucket = { tokens: OPERATOR_RATE_PER_S, at: now() };
+  const operatorRate = OPERATOR_RATE_PER_S / MS_PER_S;
+  const hold = (ms: number): Promise<void> => {
+    if (ms === 0 || held >= MAX_HELD_REFUSALS) return RELEASED;
+    held++;
+    return new Promise<void>((resolve) =>
+      setTimeout(() => {
+        held--;
+        resolve();
+      }, ms),
+    );
+  };
   const sweep = (at: number) => {
     for (const [tenant, bucket] of buckets) if (bucket.tokens + (at - bucket.at) * rate >= burst) buckets.delete(tenant);
   };
@@ -82,14 +111,15 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
       return { ok: false, retryAfterS: Math.max(1, Math.ceil((1 - bucket.tokens) / rate / MS_PER_S)) };
     },
     holdRefusal() {
-      if (config.refusalHoldMs === 0 || held >= MAX_HELD_REFUSALS) return RELEASED;
-      held++;
-      return new Promise<void>((resolve) =>
-        setTimeout(() => {
-          held--;
-          resolve();
-        }, config.refusalHoldMs),
-      );
+      return hold(config.refusalHoldMs);
+    },
+    paceOperator() {
+      const at = now();
+      operator.tokens = Math.min(OPERATOR_RATE_PER_S, operator.tokens + (at - operator.at) * operatorRate);
+      operator.at = at;
+      if (operator.tokens < 1) return hold(OPERATOR_HOLD_MS);
+      operator.tokens -= 1;
+      return RELEASED;
     },
     enter() {
       if (inFlight >= config.maxInFlight) return false;
@@ -102,23 +132,35 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
     get inFlight() {
       return inFlight;
     },
-    enterTenant(tenant) {
-      const holding = byTenant.get(tenant) ?? 0;
-      if (holding >= config.maxInFlightPerTenant) return false;
-      byTenant.set(tenant, holding + 1);
-      return true;
-    },
-    leaveTenant(tenant) {
-      const holding = byTenant.get(tenant) ?? 0;
-      if (holding <= 1) byTenant.delete(tenant);
-      else byTenant.set(tenant, holding - 1);
-    },
-    inFlightOf(tenant) {
-      return byTenant.get(tenant) ?? 0;
-    },
+    enterTenant: byTenant.enter,
+    leaveTenant: byTenant.leave,
+    inFlightOf: byTenant.of,
+    enterKey: byKey.enter,
+    leaveKey: byKey.leave,
     bodyTimeoutMs: config.bodyTimeoutMs,
     get held() {
       return held;
+    },
+  };
+}
+
+/** Requests in flight by name (a tenant, a tenant's key), each up to `max`; a name at 0 is forgotten. */
+function createHoldings(max: number) {
+  const held = new Map<string, number>();
+  return {
+    enter(name: string): boolean {
+      const holding = held.get(name) ?? 0;
+      if (holding >= max) return false;
+      held.set(name, holding + 1);
+      return true;
+    },
+    leave(name: string): void {
+      const holding = held.get(name) ?? 0;
+      if (holding <= 1) held.delete(name);
+      else held.set(name, holding - 1);
+    },
+    of(name: string): number {
+      return held.get(name) ?? 0;
     },
   };
 }

@@ -73,7 +73,7 @@ export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
     // The operator's port has no /charges: a path there is a plain 404, with or without a token.
     .onError(({ request, code, error, trail }) => answerError(deps, trail, request, code, error, options.surface !== "operator"));
   const operator = options.surface !== "api";
-  if (operator) app.use(documentRoutes(documentApp(context, options), options.docs));
+  if (operator) app.use(documentRoutes(context, documentApp(context, options), options.docs));
   // In this order, the document's paths are in the order they always were.
   if (options.surface !== "operator") app.use(chargeRoutes(context));
   if (operator) app.use(operatorRoutes(context, options.metrics));
@@ -91,21 +91,25 @@ function documentApp(context: ReturnType<typeof requestContext>, options: AppOpt
   return app.use(chargeRoutes(context)).use(operatorRoutes(context, options.metrics)).compile();
 }
 
-/** /openapi.json and /docs as documentApp makes them, made once, then compressed and tagged; and the docs' assets. */
-function documentRoutes(source: AnyElysia, docs: DocsAssets | undefined) {
-  const plugin = new Elysia({ name: "document-routes" });
+/**
+ * /openapi.json and /docs as documentApp makes them, made once, then compressed and tagged; and
+ * the docs' assets; each answer paced with /metrics' (admission.ts paceOperator).
+ */
+function documentRoutes(context: ReturnType<typeof requestContext>, source: AnyElysia, docs: DocsAssets | undefined) {
+  const plugin = new Elysia({ name: "document-routes" }).use(context);
   const made = (path: string, contentType: string) => async () => {
     const res = await source.handle(new Request(`http://localhost${path}`));
     if (res.status !== 200) throw new Error(`bug: the document app answered ${path} with ${res.status}`);
     return { body: new Uint8Array(await res.arrayBuffer()), contentType };
   };
   const document = assetAnswer(made(DOCUMENT_PATH, "application/json"), DOCUMENT_CACHE_CONTROL);
-  plugin.get(DOCUMENT_PATH, ({ request }) => document(request), { detail: { hide: true } });
-  if (docs) {
-    const page = assetAnswer(made(PAGE_PATH, "text/html; charset=utf-8"), DOCUMENT_CACHE_CONTROL);
-    plugin.get(PAGE_PATH, ({ request }) => page(request), { detail: { hide: true } });
-  }
-  for (const [path, serveFile] of Object.entries(docs?.files ?? {})) plugin.get(path, ({ request }) => serveFile(request), { detail: { hide: true } });
+  const paced = (answer: (request: Request) => Promise<Response>) => async ({ request, deps }: { request: Request; deps: RequestDeps }) => {
+    await deps.admission.paceOperator();
+    return answer(request);
+  };
+  plugin.get(DOCUMENT_PATH, paced(document), { detail: { hide: true } });
+  if (docs) plugin.get(PAGE_PATH, paced(assetAnswer(made(PAGE_PATH, "text/html; charset=utf-8"), DOCUMENT_CACHE_CONTROL)), { detail: { hide: true } });
+  for (const [path, serveFile] of Object.entries(docs?.files ?? {})) plugin.get(path, paced(serveFile), { detail: { hide: true } });
   return plugin;
 }
 

@@ -71,17 +71,25 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   if (auth.mode === "none") {
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
   }
-  const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log));
+  // This process's notifies name it: its own completions wake their keys' waiters directly
+  // (lib/idempotency/waits.ts), so only another process's wake every waiter to read its key
+  // again. Otherwise each charge here would cost a read per waiter: a tenant holding many
+  // Prefer: wait requests would multiply every other tenant's commits.
+  const sender = crypto.randomUUID();
+  const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log), undefined, sender);
   const counters = createApiMetrics(options.meter, OPERATIONS.map(endpointOf));
   // Prefer: wait hears other processes' completions on the relay's channel; behind a
   // transaction pooler LISTEN hears nothing, so there the preference is ignored.
   let listener: OutboxListener | undefined;
-  const listen = isTransactionPooled(sql) ? undefined : async (onNotify: () => void) => (listener = await listenForOutbox(sql, onNotify));
+  const listen = isTransactionPooled(sql)
+    ? undefined
+    : async (onNotify: () => void) => (listener = await listenForOutbox(sql, (from) => void (from !== sender && onNotify())));
   const core = boundedCore(config, sql, poolSize, notifier.poke, counters, listen);
   const admission = createAdmission(config.admission);
   counters.observeInFlight(() => admission.inFlight);
   const deps: RequestDeps = { sql, core, auth, log, counters, admission, readiness: createReadiness() };
-  const metrics = options.metrics && cachedExposition(options.metrics, config.admission.metricsMaxAgeMs);
+  const exposition = options.metrics && cachedExposition(options.metrics, config.admission.metricsMaxAgeMs);
+  const metrics = exposition && (() => admission.paceOperator().then(exposition));
   const handlerOptions = { metrics, httpMetrics: options.httpMetrics, docs: swaggerUiAssets() };
   const split = config.admission.operatorPort !== undefined;
   const api = createApi(SCHEMAS, deps, { ...handlerOptions, surface: split ? "api" : "all" });

@@ -12,6 +12,8 @@ export interface AdmissionConfig {
   readonly maxInFlight: number;
   /** API_MAX_IN_FLIGHT_PER_TENANT: of those, what one tenant may hold; past it, 503 at once. */
   readonly maxInFlightPerTenant: number;
+  /** API_MAX_IN_FLIGHT_PER_KEY: of those, what one tenant's Idempotency-Key may hold; past it, 409 at once. */
+  readonly maxInFlightPerKey: number;
   /** API_BODY_TIMEOUT_MS: from its arrival, how long a request's body has to arrive in full; past it, 408. */
   readonly bodyTimeoutMs: number;
   /** API_METRICS_MAX_AGE_MS: how old the /metrics text may be; every scrape within it gets one render. */
@@ -37,6 +39,11 @@ const MAX_IN_FLIGHT = 1_000_000;
 // on its own key in flight) leaves the other half to everyone else, and a single-tenant
 // deployment still has 500 at once, above the bench's 400 clients in processor mode.
 const DEFAULT_TENANT_SHARE = 0.5;
+// Requests of one key run one after another (they never share a statement): hundreds of them,
+// say Prefer: wait on a key in flight, would queue every other tenant's charges behind theirs.
+// A few cover a client's honest retries and waits; past them the key is in flight anyway, and
+// the answer is the 409 it would get.
+export const DEFAULT_MAX_IN_FLIGHT_PER_KEY = 8;
 // A charge body is tens of bytes and arrives with its headers; 5 s is a slow mobile link's
 // worst for 16 KiB, and ends a stalled body's place well before Bun's own idle timeout (10 s)
 // closes the socket without an answer.
@@ -71,6 +78,7 @@ export function admissionConfig(env: Env): AdmissionConfig {
     rateBurst,
     maxInFlight,
     maxInFlightPerTenant: integer(env, "API_MAX_IN_FLIGHT_PER_TENANT", Math.ceil(maxInFlight * DEFAULT_TENANT_SHARE), 1, maxInFlight),
+    maxInFlightPerKey: integer(env, "API_MAX_IN_FLIGHT_PER_KEY", DEFAULT_MAX_IN_FLIGHT_PER_KEY, 1, MAX_IN_FLIGHT),
     bodyTimeoutMs: integer(env, "API_BODY_TIMEOUT_MS", DEFAULT_BODY_TIMEOUT_MS, MIN_BODY_TIMEOUT_MS, MAX_BODY_TIMEOUT_MS),
     metricsMaxAgeMs: integer(env, "API_METRICS_MAX_AGE_MS", DEFAULT_METRICS_MAX_AGE_MS, 0, MAX_METRICS_MAX_AGE_MS),
     refusalHoldMs: integer(env, "API_RATE_LIMIT_HOLD_MS", DEFAULT_REFUSAL_HOLD_MS, 0, MAX_REFUSAL_HOLD_MS),

@@ -2,8 +2,8 @@
 // `tenant` in its context (derive, scoped to that group), or the request is answered 503 when
 // the process is full (http/in-flight.ts), 401 for its token (503 when the key set cannot be
 // fetched), 429 when the tenant is past its rate (admission.ts; sent API_RATE_LIMIT_HOLD_MS
-// late, so a client that ignores Retry-After cannot flood), or 503 when the tenant holds its
-// share of the places in flight; all before anything else of it is read: derive runs before
+// late, so a client that ignores Retry-After cannot flood), 503 when the tenant holds its
+// share of the places in flight, or 409 when its Idempotency-Key holds its own; all before anything else of it is read: derive runs before
 // the routes' own transform, where their body is read (routes.ts), and an admitted request's
 // body has API_BODY_TIMEOUT_MS from its arrival to come (body-deadline.ts). The verification
 // itself is auth.ts's.
@@ -11,7 +11,7 @@ import { Elysia, status } from "elysia";
 import { authFailureDetail, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
-import { countOut, enterProcess, enterTenant } from "./in-flight.ts";
+import { countOut, enterKey, enterProcess, enterTenant } from "./in-flight.ts";
 import { setBodyDeadline } from "../body-deadline.ts";
 import type { RequestContextPlugin, RequestDeps, RequestTrail } from "./context.ts";
 
@@ -32,6 +32,8 @@ export function authentication(context: RequestContextPlugin) {
       }
       const share = enterTenant(deps, trail, verdict);
       if (share) return status(503, trail.answer(share));
+      const keyShare = enterKey(deps, trail, verdict, request.headers.get("idempotency-key"));
+      if (keyShare) return status(409, trail.answer(keyShare));
       setBodyDeadline(request, trail.started + deps.admission.bodyTimeoutMs);
       return { tenant: verdict };
     });

@@ -86,6 +86,8 @@ export class RequestTrail {
   admitted = false;
   /** The tenant whose share it is counted in, so counted out of once answered. */
   tenantIn: string | undefined = undefined;
+  /** The tenant's key whose places it is counted in, so counted out of once answered. */
+  keyIn: string | undefined = undefined;
 
   /** Stamps `response` as this request's answer, and hands it back. */
   answer(response: Response): Response {

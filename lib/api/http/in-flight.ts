@@ -4,7 +4,8 @@
 // and holds both until its answer has left, so a request still reading its body or waiting on
 // Prefer: wait counts against its tenant. Past either, 503 with Retry-After at once instead of
 // a queue without bound (every waiting request holds its body and a place in the pool's
-// queue). The operator's routes never take a place, so a saturated process still says so.
+// queue). A tenant's Idempotency-Key holds at most API_MAX_IN_FLIGHT_PER_KEY of its places: past
+// it, the 409 the key in flight would get. The operator's routes never take a place, so a saturated process still says so.
 // Both refusals are answered in the routes' lifecycle, so each has its log line and its sample.
 import { Elysia } from "elysia";
 import { problemResponse } from "../problem.ts";
@@ -35,8 +36,28 @@ export function enterTenant(deps: Pick<RequestDeps, "admission">, trail: Request
   return undefined;
 }
 
+/**
+ * A place of the tenant's Idempotency-Key for the request, when it sends one, or the 409 that key
+ * would get (the process's and tenant's places given back).
+ */
+export function enterKey(deps: Pick<RequestDeps, "admission">, trail: RequestTrail, tenant: string, key: string | null): Response | undefined {
+  if (key === null) return undefined;
+  const scope = `${tenant}\u0000${key}`;
+  if (!deps.admission.enterKey(scope)) {
+    countOut(deps, trail);
+    const detail = "as many requests with this Idempotency-Key are in flight as one key may (API_MAX_IN_FLIGHT_PER_KEY); retry later";
+    return problemResponse("inFlight", detail, {}, { "retry-after": RETRY_AFTER_S });
+  }
+  trail.keyIn = scope;
+  return undefined;
+}
+
 /** The request leaves the count in flight, once: when answered, or earlier when its refusal is held (authentication.ts). */
 export function countOut(deps: Pick<RequestDeps, "admission">, trail: RequestTrail): void {
+  if (trail.keyIn !== undefined) {
+    deps.admission.leaveKey(trail.keyIn);
+    trail.keyIn = undefined;
+  }
   if (trail.tenantIn !== undefined) {
     deps.admission.leaveTenant(trail.tenantIn);
     trail.tenantIn = undefined;
