@@ -1,7 +1,8 @@
 // Fair admission and every answer seen, on a real `bun api.ts` driven over raw sockets: a
 // tenant's bodies that never come hold at most its share of the places in flight (its next
 // request is a 503, another tenant is served), each gets a 408 after API_BODY_TIMEOUT_MS that
-// frees its place; past API_MAX_IN_FLIGHT anyone gets a 503; and every refusal (503, 408, 413,
+// frees its place; one key's places are API_MAX_IN_FLIGHT_PER_KEY (past them, the 409 of a key
+// in flight); past API_MAX_IN_FLIGHT anyone gets a 503; and every refusal (503, 408, 413,
 // 429, a body that is not JSON) has its log line and its sample in
 // http_server_request_duration_seconds. Nothing waits on a timer: each step waits for what the
 // process answers.
@@ -30,6 +31,7 @@ const api = await startEntrypoint("api", {
     API_POOL_SIZE: "2",
     API_MAX_IN_FLIGHT: "4",
     API_MAX_IN_FLIGHT_PER_TENANT: "2",
+    API_MAX_IN_FLIGHT_PER_KEY: "1",
     API_BODY_TIMEOUT_MS: String(BODY_TIMEOUT_MS),
     API_RATE_LIMIT: "1",
     API_RATE_BURST: "30",
@@ -48,13 +50,13 @@ async function head(method: string, path: string, tenant: string, extra: string[
 }
 
 /** A POST /charges whose announced body never comes: resolves with the answer, the socket left open until then. */
-async function stalledPost(tenant: string, length = 40): Promise<RawResponse> {
-  const lines = await head("POST", "/charges", tenant, ["content-type: application/json", `idempotency-key: ${crypto.randomUUID()}`, `content-length: ${length}`]);
+async function stalledPost(tenant: string, length = 40, key = crypto.randomUUID()): Promise<RawResponse> {
+  const lines = await head("POST", "/charges", tenant, ["content-type: application/json", `idempotency-key: ${key}`, `content-length: ${length}`]);
   return answerWithoutBody(api.port, lines.filter((l) => l !== "connection: close"));
 }
 
-async function post(tenant: string, body = '{"amountCents":100}'): Promise<RawResponse> {
-  return raw(api.port, await head("POST", "/charges", tenant, ["content-type: application/json", `idempotency-key: ${crypto.randomUUID()}`]), body);
+async function post(tenant: string, body = '{"amountCents":100}', key = crypto.randomUUID()): Promise<RawResponse> {
+  return raw(api.port, await head("POST", "/charges", tenant, ["content-type: application/json", `idempotency-key: ${key}`]), body);
 }
 
 async function get(tenant: string): Promise<RawResponse> {
@@ -127,4 +129,19 @@ test("past API_MAX_IN_FLIGHT anyone gets a 503; every refusal (503, 408, 413, 42
   expect(series("POST", "/charges", 400)).toBeGreaterThanOrEqual(1);
   expect(series("GET", "/charges/:id", 503)).toBeGreaterThanOrEqual(1);
   expect(series("GET", "/charges/:id", 429)).toBeGreaterThanOrEqual(1);
+});
+
+test("a key holding its places (API_MAX_IN_FLIGHT_PER_KEY): the next request of it is the 409 of a key in flight at once, nothing written; the tenant's other keys are served", async () => {
+  await settled();
+  const key = crypto.randomUUID();
+  const stalled = stalledPost("tenant-k", 40, key);
+  await waitUntil(async () => (await inFlight()) === 1, 10_000, "the stalled request admitted");
+  const refused = await post("tenant-k", '{"amountCents":100}', key);
+  expect(expectProblem(refused, 409, "request-in-flight").detail).toContain("API_MAX_IN_FLIGHT_PER_KEY");
+  expect(Number(refused.headers["retry-after"])).toBeGreaterThanOrEqual(1);
+  expect((await post("tenant-k")).status).toBe(201);
+  expectProblem(await stalled, 408, "body-timeout");
+  await settled();
+  // The key was never claimed: its first complete request creates.
+  expect((await post("tenant-k", '{"amountCents":100}', key)).status).toBe(201);
 });
