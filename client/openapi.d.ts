@@ -570,6 +570,27 @@ export interface operations {
                     };
                 };
             };
+            /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
@@ -1012,6 +1033,27 @@ export interface operations {
                     };
                 };
             };
+            /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
@@ -1293,6 +1335,27 @@ export interface operations {
             };
             /** @description Unknown charge, or another tenant's; the key stays unused */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1849,6 +1912,27 @@ export interface operations {
             };
             /** @description Unknown charge, or another tenant's; the key stays unused */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        detail: string;
+                        errors?: {
+                            field: string;
+                            message: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        /** Format: uri */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
