@@ -16,6 +16,7 @@ import { besideSection } from "./beside.ts";
 import { growthSection, GROWTH_DEFAULTS } from "./outbox-growth.ts";
 import { unitCostsSection } from "./unit-costs.ts";
 import { processorSection } from "./processor-bench.ts";
+import { subscriberSection } from "./subscriber-ab.ts";
 import { fairSection } from "./abuse-fair.ts";
 import { benchServices, log, median } from "./support.ts";
 import { createReport } from "./report.ts";
@@ -294,6 +295,7 @@ await section("end to end", async () => {
 await section("outbox growth", () => growthSection(report, quick ? { rounds: 1, seconds: 10, rate: GROWTH_DEFAULTS.rate, seeded: 100_000 } : GROWTH_DEFAULTS));
 await section("unit costs", () => unitCostsSection(report, quick ? 1 : 3, P.seconds));
 await section("processor mode", () => processorSection(report, quick ? 1 : 2, P.seconds, quick ? 1 : 3));
+await section("subscriber library", () => subscriberSection(report, quick ? 1 : 5, quick ? 500 : 3000));
 // One tenant's slow bodies, its waits on a key in flight, and floods of the operator's routes,
 // beside another tenant creating charges at a fixed rate (bench/abuse-fair.ts).
 await section("fair admission", () => fairSection(report, quick ? 1 : 2, quick ? 8 : 16));

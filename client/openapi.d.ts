@@ -12,7 +12,7 @@ export interface paths {
         put?: never;
         /**
          * Create a charge
-         * @description Idempotent: the key's scope is (tenant, key, "POST /charges").
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges"); a retry with the same key and body replays the first answer.
          */
         post: operations["createCharge"];
         delete?: never;
@@ -28,7 +28,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A charge, with its refunded total */
+        /**
+         * A charge, with its refunded total
+         * @description Another tenant's charge is unknown alike (404).
+         */
         get: operations["getCharge"];
         put?: never;
         post?: never;
@@ -49,7 +52,7 @@ export interface paths {
         put?: never;
         /**
          * Cancel an authorized charge
-         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/cancel").
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/cancel"); a retry with the same key and body replays the first answer.
          */
         post: operations["cancelCharge"];
         delete?: never;
@@ -69,7 +72,7 @@ export interface paths {
         put?: never;
         /**
          * Capture an authorized charge
-         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/capture").
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/capture"); a retry with the same key and body replays the first answer.
          */
         post: operations["captureCharge"];
         delete?: never;
@@ -109,7 +112,7 @@ export interface paths {
         put?: never;
         /**
          * Refund part or all of a charge
-         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/refunds").
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/refunds"); a retry with the same key and body replays the first answer.
          */
         post: operations["createRefund"];
         delete?: never;
@@ -125,7 +128,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A refund of a charge */
+        /**
+         * A refund of a charge
+         * @description A refund of another charge, or another tenant's, is unknown alike (404).
+         */
         get: operations["getRefund"];
         put?: never;
         post?: never;
@@ -142,7 +148,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A key's state, per operation: in flight, completed, parked, expired or unknown */
+        /**
+         * A key's state, per operation: in flight, completed, parked, expired or unknown
+         * @description The key travels in the Idempotency-Key header its POST sent it in; never cached by a shared cache (Cache-Control: private, no-store).
+         */
         get: operations["getIdempotencyKey"];
         put?: never;
         post?: never;
@@ -159,7 +168,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Liveness: the process runs */
+        /**
+         * Liveness: the process runs
+         * @description Answers while the process serves requests; it asks nothing of the database.
+         */
         get: operations["health"];
         put?: never;
         post?: never;
@@ -176,7 +188,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Prometheus metrics */
+        /**
+         * Prometheus metrics
+         * @description The process's metrics in the Prometheus text format, for a scraper.
+         */
         get: operations["metrics"];
         put?: never;
         post?: never;
@@ -193,7 +208,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Readiness: the database answers */
+        /**
+         * Readiness: the database answers
+         * @description A load balancer sends requests here only while this answers 200.
+         */
         get: operations["ready"];
         put?: never;
         post?: never;
@@ -207,6 +225,12 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description Nothing: {} */
+        CancelChargeBody: Record<string, never>;
+        CaptureChargeBody: {
+            /** @description What to capture, in cents, up to the authorized amount (the rest is released); all of it when absent */
+            amountCents?: number;
+        };
         Charge: {
             amountCents: number;
             /** @description What was captured of a manual charge (the rest was released) */
@@ -469,16 +493,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description Amount in cents */
-                    amountCents: number;
-                    /** @enum {string} */
-                    capture?: "automatic" | "manual";
-                    /** @description ISO 4217 code in lower case; DEFAULT_CURRENCY (usd) when absent */
-                    currency?: string;
-                    /** @description The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe */
-                    paymentMethod?: string;
-                };
+                "application/json": components["schemas"]["ChargeBody"];
             };
         };
         responses: {
@@ -490,21 +505,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        amountCents: number;
-                        /** @description What was captured of a manual charge (the rest was released) */
-                        capturedCents?: number;
-                        /** Format: date-time */
-                        createdAt: string;
-                        /** @description ISO 4217, lower case */
-                        currency: string;
-                        /** Format: uuid */
-                        id: string;
-                        /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
-                        processorPaymentId?: string;
-                        /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
-                    };
+                    "application/json": components["schemas"]["Charge"];
                 };
             };
             /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, or a Prefer wait that is not whole seconds (invalid-prefer) */
@@ -513,19 +514,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -534,19 +523,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The payment processor declined the charge (card-declined, with declineCode): stored under the key and replayed */
@@ -555,19 +532,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
@@ -576,19 +541,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
@@ -597,19 +550,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
@@ -618,19 +559,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Body over 16384 bytes */
@@ -639,40 +568,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Content-Type is not JSON */
+            /** @description Content-Type is not JSON (an empty body needs none when no field is required) */
             415: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key was used with another request */
@@ -681,19 +586,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -702,20 +595,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
@@ -723,19 +611,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
@@ -744,19 +620,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
@@ -765,19 +629,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -799,24 +651,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        amountCents: number;
-                        /** @description What was captured of a manual charge (the rest was released) */
-                        capturedCents?: number;
-                        /** Format: date-time */
-                        createdAt: string;
-                        /** @description ISO 4217, lower case */
-                        currency: string;
-                        /** @description The processor's decline code, when it failed */
-                        declineCode?: string;
-                        /** Format: uuid */
-                        id: string;
-                        /** @description The processor's payment id, once it succeeded */
-                        processorPaymentId?: string;
-                        refundedCents: number;
-                        /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
-                    };
+                    "application/json": components["schemas"]["ChargeView"];
                 };
             };
             /** @description Not a UUID */
@@ -825,19 +660,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -846,19 +669,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unknown charge, or another tenant's */
@@ -867,19 +678,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -888,20 +687,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After) */
             503: {
@@ -909,19 +703,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -941,7 +723,7 @@ export interface operations {
         /** @description Nothing: {} */
         requestBody: {
             content: {
-                "application/json": Record<string, never>;
+                "application/json": components["schemas"]["CancelChargeBody"];
             };
         };
         responses: {
@@ -953,21 +735,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        amountCents: number;
-                        /** @description What was captured of a manual charge (the rest was released) */
-                        capturedCents?: number;
-                        /** Format: date-time */
-                        createdAt: string;
-                        /** @description ISO 4217, lower case */
-                        currency: string;
-                        /** Format: uuid */
-                        id: string;
-                        /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
-                        processorPaymentId?: string;
-                        /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
-                    };
+                    "application/json": components["schemas"]["Charge"];
                 };
             };
             /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, an id that is not a UUID, or a Prefer wait that is not whole seconds (invalid-prefer) */
@@ -976,19 +744,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -997,19 +753,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unknown charge, or another tenant's; the key stays unused */
@@ -1018,19 +762,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
@@ -1039,19 +771,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
@@ -1060,19 +780,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
@@ -1081,19 +789,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Body over 16384 bytes */
@@ -1102,40 +798,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Content-Type is not JSON */
+            /** @description Content-Type is not JSON (an empty body needs none when no field is required) */
             415: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key was used with another request (idempotency-key-reused), or the charge is not authorized (charge-not-cancelable: captured, canceled, failed, or captured at once; the key stays unused). With a processor, also its refusal (cancel-refused), stored under the key */
@@ -1144,19 +816,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -1165,20 +825,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
@@ -1186,19 +841,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
@@ -1207,19 +850,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
@@ -1228,19 +859,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -1259,10 +878,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description What to capture, in cents, up to the authorized amount (the rest is released); all of it when absent */
-                    amountCents?: number;
-                };
+                "application/json": components["schemas"]["CaptureChargeBody"];
             };
         };
         responses: {
@@ -1274,21 +890,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        amountCents: number;
-                        /** @description What was captured of a manual charge (the rest was released) */
-                        capturedCents?: number;
-                        /** Format: date-time */
-                        createdAt: string;
-                        /** @description ISO 4217, lower case */
-                        currency: string;
-                        /** Format: uuid */
-                        id: string;
-                        /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
-                        processorPaymentId?: string;
-                        /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
-                    };
+                    "application/json": components["schemas"]["Charge"];
                 };
             };
             /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, an id that is not a UUID, or a Prefer wait that is not whole seconds (invalid-prefer) */
@@ -1297,19 +899,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -1318,19 +908,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unknown charge, or another tenant's; the key stays unused */
@@ -1339,19 +917,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
@@ -1360,19 +926,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
@@ -1381,19 +935,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
@@ -1402,19 +944,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Body over 16384 bytes */
@@ -1423,40 +953,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Content-Type is not JSON */
+            /** @description Content-Type is not JSON (an empty body needs none when no field is required) */
             415: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key was used with another request (idempotency-key-reused), the charge is not authorized (charge-not-capturable: captured, canceled, failed, or captured at once), or the amount is more than authorized (capture-exceeds-authorized); the key stays unused for the latter two. With a processor, also its refusal (capture-refused), stored under the key */
@@ -1465,19 +971,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -1486,20 +980,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
@@ -1507,19 +996,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
@@ -1528,19 +1005,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
@@ -1549,19 +1014,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -1585,138 +1038,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        /** @description The charge's published events after `after`, in sequence order, at most 500 (a Link rel="next" names the next page); each element is byte for byte the MQTT payload the relay published */
-                        events: ({
-                            /** @description The id of the aggregate (the charge) the event belongs to */
-                            aggregateId: string;
-                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
-                            createdAt: string;
-                            /** @description ChargeCreated data */
-                            data: {
-                                /** @description The charge's amount */
-                                amountCents: number;
-                                /** @description The charge's id (also the envelope's aggregateId) */
-                                chargeId: string;
-                                /** @description ISO 4217, lower case; absent from events written before currencies existed */
-                                currency?: string;
-                                /**
-                                 * @description A manual charge: authorized, captured later (ChargeCaptured) or canceled (ChargeCanceled); absent when captured at once
-                                 * @constant
-                                 */
-                                status?: "authorized";
-                            };
-                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
-                            id: string;
-                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
-                            sequence: number;
-                            /** @description The tenant whose request wrote the event */
-                            tenantId: string;
-                            /**
-                             * @description The event type; also the topic's last level
-                             * @constant
-                             */
-                            type: "ChargeCreated";
-                        } | {
-                            /** @description The id of the aggregate (the charge) the event belongs to */
-                            aggregateId: string;
-                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
-                            createdAt: string;
-                            /** @description ChargeRefunded data */
-                            data: {
-                                /** @description This refund's amount */
-                                amountCents: number;
-                                /** @description The refunded charge's id (also the envelope's aggregateId) */
-                                chargeId: string;
-                                /** @description The charge's refunded total after this refund */
-                                refundedCents: number;
-                                /** @description The refund's id */
-                                refundId: string;
-                            };
-                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
-                            id: string;
-                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
-                            sequence: number;
-                            /** @description The tenant whose request wrote the event */
-                            tenantId: string;
-                            /**
-                             * @description The event type; also the topic's last level
-                             * @constant
-                             */
-                            type: "ChargeRefunded";
-                        } | {
-                            /** @description The id of the aggregate (the charge) the event belongs to */
-                            aggregateId: string;
-                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
-                            createdAt: string;
-                            /** @description ChargeFailed data */
-                            data: {
-                                /** @description The charge's amount */
-                                amountCents: number;
-                                /** @description The declined charge's id (also the envelope's aggregateId) */
-                                chargeId: string;
-                                /** @description ISO 4217, lower case */
-                                currency: string;
-                                /** @description The payment processor's decline code (generic_decline, insufficient_funds, …) */
-                                declineCode: string;
-                            };
-                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
-                            id: string;
-                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
-                            sequence: number;
-                            /** @description The tenant whose request wrote the event */
-                            tenantId: string;
-                            /**
-                             * @description The event type; also the topic's last level
-                             * @constant
-                             */
-                            type: "ChargeFailed";
-                        } | {
-                            /** @description The id of the aggregate (the charge) the event belongs to */
-                            aggregateId: string;
-                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
-                            createdAt: string;
-                            /** @description ChargeCaptured data */
-                            data: {
-                                /** @description What was captured of the authorized amount; the rest was released */
-                                capturedCents: number;
-                                /** @description The captured charge's id (also the envelope's aggregateId) */
-                                chargeId: string;
-                            };
-                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
-                            id: string;
-                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
-                            sequence: number;
-                            /** @description The tenant whose request wrote the event */
-                            tenantId: string;
-                            /**
-                             * @description The event type; also the topic's last level
-                             * @constant
-                             */
-                            type: "ChargeCaptured";
-                        } | {
-                            /** @description The id of the aggregate (the charge) the event belongs to */
-                            aggregateId: string;
-                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
-                            createdAt: string;
-                            /** @description ChargeCanceled data */
-                            data: {
-                                /** @description The canceled charge's id (also the envelope's aggregateId) */
-                                chargeId: string;
-                            };
-                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
-                            id: string;
-                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
-                            sequence: number;
-                            /** @description The tenant whose request wrote the event */
-                            tenantId: string;
-                            /**
-                             * @description The event type; also the topic's last level
-                             * @constant
-                             */
-                            type: "ChargeCanceled";
-                        })[];
-                    };
+                    "application/json": components["schemas"]["ChargeEvents"];
                 };
             };
             /** @description Not a UUID (invalid-id), or `after` not an integer from 0 to 2147483647 (invalid-query) */
@@ -1725,19 +1047,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -1746,19 +1056,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unknown charge, or another tenant's */
@@ -1767,19 +1065,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -1788,20 +1074,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Database unavailable or slower than the request's time bounds, or too many requests in flight (Retry-After) */
             503: {
@@ -1809,19 +1090,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -1840,10 +1109,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description Amount to refund, in cents */
-                    amountCents: number;
-                };
+                "application/json": components["schemas"]["RefundBody"];
             };
         };
         responses: {
@@ -1855,17 +1121,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        amountCents: number;
-                        /** Format: uuid */
-                        chargeId: string;
-                        /** Format: date-time */
-                        createdAt: string;
-                        /** Format: uuid */
-                        id: string;
-                        /** @enum {string} */
-                        status?: "pending" | "succeeded" | "failed";
-                    };
+                    "application/json": components["schemas"]["Refund"];
                 };
             };
             /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, an id that is not a UUID, or a Prefer wait that is not whole seconds (invalid-prefer) */
@@ -1874,19 +1130,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -1895,19 +1139,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unknown charge, or another tenant's; the key stays unused */
@@ -1916,19 +1148,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
@@ -1937,19 +1157,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
@@ -1958,19 +1166,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
@@ -1979,19 +1175,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Body over 16384 bytes */
@@ -2000,40 +1184,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Content-Type is not JSON */
+            /** @description Content-Type is not JSON (an empty body needs none when no field is required) */
             415: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key was used with another request (idempotency-key-reused), the refund is more than the charge has left (refund-exceeds-charge, with leftCents), or the charge has not succeeded (charge-not-refundable); the key stays unused for the latter two. With a processor, also its refusal (refund-refused), stored under the key */
@@ -2042,19 +1202,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -2063,20 +1211,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
@@ -2084,19 +1227,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
@@ -2105,19 +1236,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
@@ -2126,19 +1245,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2161,17 +1268,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        amountCents: number;
-                        /** Format: uuid */
-                        chargeId: string;
-                        /** Format: date-time */
-                        createdAt: string;
-                        /** Format: uuid */
-                        id: string;
-                        /** @enum {string} */
-                        status?: "pending" | "succeeded" | "failed";
-                    };
+                    "application/json": components["schemas"]["Refund"];
                 };
             };
             /** @description Not a UUID */
@@ -2180,19 +1277,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -2201,19 +1286,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unknown refund or charge, or another tenant's */
@@ -2222,19 +1295,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -2243,20 +1304,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After) */
             503: {
@@ -2264,19 +1320,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2298,42 +1342,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        /** @description The key, as the API stores it (a UUID lowercased) */
-                        key: string;
-                        /** @description Every operation, in the route table's order */
-                        operations: {
-                            /**
-                             * Format: date-time
-                             * @description completed, expired: when the key completed
-                             */
-                            completedAt?: string;
-                            /** @description The key's scope: the method and route template ("POST /charges") */
-                            endpoint: string;
-                            /**
-                             * Format: date-time
-                             * @description completed: when its stored answer expires (then 410); expired: when its tombstone ends (then the key is new again)
-                             */
-                            expiresAt?: string;
-                            /**
-                             * Format: date-time
-                             * @description in_flight: when its holder's lease ends; past it, the next request with the key resumes it
-                             */
-                            leaseUntil?: string;
-                            /** @description completed, expired: the resource the key made */
-                            location?: string;
-                            /** @description The operation's operationId (createCharge, createRefund, …) */
-                            operation: string;
-                            /** @description parked: why, for the operator (bun run ops parked) */
-                            reason?: string;
-                            /** @description in_flight: the last step recorded (with a payment processor) */
-                            recoveryPoint?: string;
-                            /** @enum {string} */
-                            state: "in_flight" | "completed" | "parked" | "expired" | "unknown";
-                            /** @description completed, expired: the stored answer's status */
-                            status?: number;
-                        }[];
-                    };
+                    "application/json": components["schemas"]["KeyStateView"];
                 };
             };
             /** @description Missing or invalid Idempotency-Key (over 255 characters, not visible ASCII, a malformed String) */
@@ -2342,19 +1351,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -2363,19 +1360,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -2384,20 +1369,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After) */
             503: {
@@ -2405,19 +1385,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2442,6 +1410,13 @@ export interface operations {
                         status: "ok";
                     };
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -2469,20 +1444,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -2507,25 +1477,20 @@ export interface operations {
                     };
                 };
             };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description The database does not answer */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };

@@ -3,10 +3,10 @@
 // the process is full (http/in-flight.ts), 401 for its token (503 when the key set cannot be
 // fetched), 429 when the tenant is past its rate (admission.ts; sent API_RATE_LIMIT_HOLD_MS
 // late, so a client that ignores Retry-After cannot flood), 503 when the tenant holds its
-// share of the places in flight, or 409 when its Idempotency-Key holds its own; all before anything else of it is read: derive runs before
-// the routes' own transform, where their body is read (routes.ts), and an admitted request's
-// body has API_BODY_TIMEOUT_MS from its arrival to come (body-deadline.ts). The verification
-// itself is auth.ts's.
+// share of the places in flight, or 409 when its Idempotency-Key holds its own; all before
+// anything else of it is read: a body route's parser admits the request before it reads the
+// body (http/checks.ts), and an admitted request's body has API_BODY_TIMEOUT_MS from its
+// arrival to come (body-deadline.ts). The verification itself is auth.ts's.
 import { Elysia, status } from "elysia";
 import { authFailureDetail, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
@@ -19,24 +19,37 @@ export function authentication(context: RequestContextPlugin) {
   return new Elysia({ name: "authentication" })
     .use(context)
     .derive({ as: "scoped" }, async ({ request, deps, trail }) => {
-      const full = enterProcess(deps, trail);
-      if (full) return status(503, trail.answer(full));
-      const verdict = await authenticate(deps, trail, request);
+      const verdict = await admitOnce(deps, trail, request);
       if (typeof verdict !== "string") return status(verdict.status, trail.answer(verdict));
-      const admitted = deps.admission.take(verdict);
-      if (!admitted.ok) {
-        // Held, the refusal is no request in flight: it must not crowd out admitted ones.
-        countOut(deps, trail);
-        await deps.admission.holdRefusal();
-        return status(429, trail.answer(rateLimited(admitted.retryAfterS)));
-      }
-      const share = enterTenant(deps, trail, verdict);
-      if (share) return status(503, trail.answer(share));
-      const keyShare = enterKey(deps, trail, verdict, request.headers.get("idempotency-key"));
-      if (keyShare) return status(409, trail.answer(keyShare));
-      setBodyDeadline(request, trail.started + deps.admission.bodyTimeoutMs);
       return { tenant: verdict };
     });
+}
+
+/**
+ * The request's tenant, or its refusal (503, 401, 429, 409), decided once per request: a body
+ * route's parser (checks.ts) asks first, since Elysia parses before it derives, and the
+ * derive above finds the verdict taken.
+ */
+export function admitOnce(deps: RequestDeps, trail: RequestTrail, request: Request): Promise<string | Response> {
+  return (trail.admission ??= admit(deps, trail, request));
+}
+
+async function admit(deps: RequestDeps, trail: RequestTrail, request: Request): Promise<string | Response> {
+  const full = enterProcess(deps, trail);
+  if (full) return full;
+  const verdict = await authenticate(deps, trail, request);
+  if (typeof verdict !== "string") return verdict;
+  const admitted = deps.admission.take(verdict);
+  if (!admitted.ok) {
+    // Held, the refusal is no request in flight: it must not crowd out admitted ones.
+    countOut(deps, trail);
+    await deps.admission.holdRefusal();
+    return rateLimited(admitted.retryAfterS);
+  }
+  const refused = enterTenant(deps, trail, verdict) ?? enterKey(deps, trail, verdict, request.headers.get("idempotency-key"));
+  if (refused) return refused;
+  setBodyDeadline(request, trail.started + deps.admission.bodyTimeoutMs);
+  return verdict;
 }
 
 function rateLimited(retryAfterS: number): Response {
