@@ -71,22 +71,11 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
   const rate = config.rateLimitPerS / MS_PER_S; // tokens per ms
   const burst = config.rateBurst;
   let inFlight = 0;
-  let held = 0;
   // Only tenants and keys with a request in flight: at most API_MAX_IN_FLIGHT entries each.
   const byTenant = createHoldings(config.maxInFlightPerTenant);
   const byKey = createHoldings(config.maxInFlightPerKey);
-  const operator: Bucket = { tokens: OPERATOR_RATE_PER_S, at: now() };
-  const operatorRate = OPERATOR_RATE_PER_S / MS_PER_S;
-  const hold = (ms: number): Promise<void> => {
-    if (ms === 0 || held >= MAX_HELD_REFUSALS) return RELEASED;
-    held++;
-    return new Promise<void>((resolve) =>
-      setTimeout(() => {
-        held--;
-        resolve();
-      }, ms),
-    );
-  };
+  const holds = createHolds();
+  const paceOperator = operatorPace(holds, now);
   const sweep = (at: number) => {
     for (const [tenant, bucket] of buckets) if (bucket.tokens + (at - bucket.at) * rate >= burst) buckets.delete(tenant);
   };
@@ -111,16 +100,9 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
       return { ok: false, retryAfterS: Math.max(1, Math.ceil((1 - bucket.tokens) / rate / MS_PER_S)) };
     },
     holdRefusal() {
-      return hold(config.refusalHoldMs);
+      return holds.hold(config.refusalHoldMs);
     },
-    paceOperator() {
-      const at = now();
-      operator.tokens = Math.min(OPERATOR_RATE_PER_S, operator.tokens + (at - operator.at) * operatorRate);
-      operator.at = at;
-      if (operator.tokens < 1) return hold(OPERATOR_HOLD_MS);
-      operator.tokens -= 1;
-      return RELEASED;
-    },
+    paceOperator,
     enter() {
       if (inFlight >= config.maxInFlight) return false;
       inFlight++;
@@ -139,6 +121,40 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
     leaveKey: byKey.leave,
     bodyTimeoutMs: config.bodyTimeoutMs,
     get held() {
+      return holds.held;
+    },
+  };
+}
+
+/** The operator routes' bucket: OPERATOR_RATE_PER_S answers at once, the rest held OPERATOR_HOLD_MS. */
+function operatorPace(holds: ReturnType<typeof createHolds>, now: () => number): () => Promise<void> {
+  const bucket: Bucket = { tokens: OPERATOR_RATE_PER_S, at: now() };
+  const perMs = OPERATOR_RATE_PER_S / MS_PER_S;
+  return () => {
+    const at = now();
+    bucket.tokens = Math.min(OPERATOR_RATE_PER_S, bucket.tokens + (at - bucket.at) * perMs);
+    bucket.at = at;
+    if (bucket.tokens < 1) return holds.hold(OPERATOR_HOLD_MS);
+    bucket.tokens -= 1;
+    return RELEASED;
+  };
+}
+
+/** Answers held back: each for `ms`, at most MAX_HELD_REFUSALS at once (past it, at once). */
+function createHolds() {
+  let held = 0;
+  return {
+    hold(ms: number): Promise<void> {
+      if (ms === 0 || held >= MAX_HELD_REFUSALS) return RELEASED;
+      held++;
+      return new Promise<void>((resolve) =>
+        setTimeout(() => {
+          held--;
+          resolve();
+        }, ms),
+      );
+    },
+    get held(): number {
       return held;
     },
   };

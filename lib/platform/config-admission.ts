@@ -12,7 +12,7 @@ export interface AdmissionConfig {
   readonly maxInFlight: number;
   /** API_MAX_IN_FLIGHT_PER_TENANT: of those, what one tenant may hold; past it, 503 at once. */
   readonly maxInFlightPerTenant: number;
-  /** API_MAX_IN_FLIGHT_PER_KEY: of those, what one tenant's Idempotency-Key may hold; past it, 409 at once. */
+  /** API_MAX_IN_FLIGHT_PER_KEY: of those, what the POSTs of one tenant's Idempotency-Key may hold; past it, 409 at once. */
   readonly maxInFlightPerKey: number;
   /** API_BODY_TIMEOUT_MS: from its arrival, how long a request's body has to arrive in full; past it, 408. */
   readonly bodyTimeoutMs: number;

@@ -46,7 +46,9 @@ async function admit(deps: RequestDeps, trail: RequestTrail, request: Request): 
     await deps.admission.holdRefusal();
     return rateLimited(admitted.retryAfterS);
   }
-  const refused = enterTenant(deps, trail, verdict) ?? enterKey(deps, trail, verdict, request.headers.get("idempotency-key"));
+  // The operations' requests of one key run one after another; a read of its state does not.
+  const key = request.method === "POST" ? request.headers.get("idempotency-key") : null;
+  const refused = enterTenant(deps, trail, verdict) ?? enterKey(deps, trail, verdict, key);
   if (refused) return refused;
   setBodyDeadline(request, trail.started + deps.admission.bodyTimeoutMs);
   return verdict;
