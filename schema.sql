@@ -40,7 +40,7 @@ create table charges (
     -- once: its whole amount. Refunds apply to it.
     captured_cents integer,
     constraint charges_refunded_within_amount check (refunded_cents between 0 and amount_cents),
-    constraint charges_status_check check (status in ('pending', 'authorized', 'capturing', 'canceling', 'succeeded', 'failed', 'canceled')),
+    constraint charges_status_check check (status in ('pending', 'authorized', 'capturing', 'canceling', 'updating', 'succeeded', 'failed', 'canceled')),
     constraint charges_captured_within_amount check (captured_cents is null or captured_cents between 1 and amount_cents),
     constraint charges_refunds_within_captured check (refunded_cents + pending_refund_cents <= coalesce(captured_cents, amount_cents)),
     constraint charges_reserved_within_amount check (pending_refund_cents >= 0 and refunded_cents + pending_refund_cents <= amount_cents)

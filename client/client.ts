@@ -23,6 +23,7 @@ export type RefundBody = JsonRequest<paths["/charges/{id}/refunds"]["post"]>;
 export type Refund = JsonAnswer<paths["/charges/{id}/refunds"]["post"], 201>;
 export type KeyState = JsonAnswer<paths["/charges/idempotency-key"]["get"], 200>;
 export type CaptureBody = JsonRequest<paths["/charges/{id}/capture"]["post"]>;
+export type IncrementAuthorizationBody = JsonRequest<paths["/charges/{id}/increment-authorization"]["post"]>;
 
 // A try that has no answer after this long is abandoned and sent again with the same key.
 const DEFAULT_PER_TRY_TIMEOUT_MS = 10_000;
@@ -101,6 +102,9 @@ export class ChargesClient {
     /** Cancels an authorized charge ("capture": "manual"): its authorization released. */
     cancel: (id: string, options: CreateOptions = {}): Promise<Created & { charge: Charge }> =>
       this.#create(`/charges/${encodeURIComponent(id)}/cancel`, {}, options).then(({ value, ...rest }) => ({ charge: value as Charge, ...rest })),
+    /** Raises an authorized charge's amount to the new total `amountCents` (Stripe's incremental authorization). */
+    incrementAuthorization: (id: string, body: IncrementAuthorizationBody, options: CreateOptions = {}): Promise<Created & { charge: Charge }> =>
+      this.#create(`/charges/${encodeURIComponent(id)}/increment-authorization`, body, options).then(({ value, ...rest }) => ({ charge: value as Charge, ...rest })),
     /**
      * The charge's events after sequence `after` (default 0: all), in sequence order, as the
      * broker carried them, while the API's outbox keeps them; every page, one call each.

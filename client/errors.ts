@@ -54,6 +54,12 @@ export const PROBLEM = {
   chargeNotCancelable: `${API}charge-not-cancelable`,
   /** 422 of charges.cancel, stored under the key: final. */
   cancelRefused: `${API}cancel-refused`,
+  /** 422 of charges.incrementAuthorization: the charge is not authorized. */
+  chargeNotIncrementable: `${API}charge-not-incrementable`,
+  /** 422 of charges.incrementAuthorization: the new total is not more than the charge's amount. */
+  incrementNotGreater: `${API}increment-not-greater`,
+  /** 422 of charges.incrementAuthorization, stored under the key: final (the processor will not raise this payment). */
+  incrementRefused: `${API}increment-refused`,
   /** 402, stored under the key: final. */
   cardDeclined: `${API}card-declined`,
   /** 422, stored under the key: final. */

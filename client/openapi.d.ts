@@ -101,6 +101,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/charges/{id}/increment-authorization": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Raise an authorized charge's amount
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/increment-authorization"); a retry with the same key and body replays the first answer.
+         */
+        post: operations["incrementAuthorization"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/charges/{id}/refunds": {
         parameters: {
             query?: never;
@@ -243,8 +263,8 @@ export interface components {
             id: string;
             /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
             processorPaymentId?: string;
-            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known */
-            status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
+            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing, canceling or updating (another change of it) while the processor's answer is not known */
+            status: "pending" | "authorized" | "capturing" | "canceling" | "updating" | "succeeded" | "failed" | "canceled";
         };
         ChargeBody: {
             /** @description Amount in cents */
@@ -387,6 +407,31 @@ export interface components {
                  * @constant
                  */
                 type: "ChargeCanceled";
+            } | {
+                /** @description The id of the aggregate (the charge) the event belongs to */
+                aggregateId: string;
+                /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
+                createdAt: string;
+                /** @description ChargeAuthorizationIncreased data */
+                data: {
+                    /** @description The charge's new authorized total */
+                    amountCents: number;
+                    /** @description The charge's id (also the envelope's aggregateId) */
+                    chargeId: string;
+                    /** @description Its authorized amount before */
+                    previousAmountCents: number;
+                };
+                /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
+                id: string;
+                /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
+                sequence: number;
+                /** @description The tenant whose request wrote the event */
+                tenantId: string;
+                /**
+                 * @description The event type; also the topic's last level
+                 * @constant
+                 */
+                type: "ChargeAuthorizationIncreased";
             })[];
         };
         ChargeView: {
@@ -404,8 +449,12 @@ export interface components {
             /** @description The processor's payment id, once it succeeded */
             processorPaymentId?: string;
             refundedCents: number;
-            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known */
-            status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
+            /** @description pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing, canceling or updating (another change of it) while the processor's answer is not known */
+            status: "pending" | "authorized" | "capturing" | "canceling" | "updating" | "succeeded" | "failed" | "canceled";
+        };
+        IncrementAuthorizationBody: {
+            /** @description The charge's new total, in cents: more than its amount now */
+            amountCents: number;
         };
         /** @description The key's state for each operation */
         KeyStateView: {
@@ -1086,6 +1135,152 @@ export interface operations {
             };
             /** @description Database unavailable or slower than the request's time bounds, or too many requests in flight (Retry-After) */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    incrementAuthorization: {
+        parameters: {
+            query?: never;
+            header: {
+                "idempotency-key": string;
+                prefer?: string;
+            };
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["IncrementAuthorizationBody"];
+            };
+        };
+        responses: {
+            /** @description Done; a replay of a completed request returns the stored response (Location; Idempotent-Replayed: true) */
+            200: {
+                headers: {
+                    "idempotent-replayed"?: "true";
+                    location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Charge"];
+                };
+            };
+            /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, an id that is not a UUID, or a Prefer wait that is not whole seconds (invalid-prefer) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unknown charge, or another tenant's; the key stays unused */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body over 16384 bytes */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Content-Type is not JSON (an empty body needs none when no field is required) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key was used with another request (idempotency-key-reused), the charge is not authorized (charge-not-incrementable: captured, canceled, failed, or captured at once), or the new amount is not more than the charge's amount (increment-not-greater); the key stays unused for the latter two. With a processor, also its refusal (increment-refused), stored under the key */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };

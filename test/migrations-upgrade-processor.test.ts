@@ -97,7 +97,7 @@ const asBefore = (rows: Row[], like: Row[]): Row[] => {
 
 describe("migrating a database of the release before the payment processor", () => {
   test("it was that release's schema (the fixture), and only 0004 and the later ones run", async () => {
-    expect(applied).toEqual(["0004_payment_processor", "0005_resume_created_at", "0006_manual_capture", "0007_cancel", "0008_key_tombstones"]);
+    expect(applied).toEqual((await readMigrations()).map((m) => m.name).filter((name) => name >= "0004"));
     const reference = await createScratchDatabase(adminDatabaseUrl, scratchName("t", "upgrade_processor_ref"), { migrate: false });
     try {
       await reference.sql.unsafe(await readFile(new URL("fixtures/schema-release-0003.sql", import.meta.url), "utf8"));

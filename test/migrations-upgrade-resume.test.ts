@@ -73,7 +73,7 @@ afterAll(async () => {
 
 describe("STARTED keys of the release of 0004", () => {
   test("0005 (and the later ones) alone run, and 0005 gives each its row's creation time as the API spells it", async () => {
-    expect(applied).toEqual(["0005_resume_created_at", "0006_manual_capture", "0007_cancel", "0008_key_tombstones"]);
+    expect(applied).toEqual((await readMigrations()).map((m) => m.name).filter((name) => name >= "0005"));
     expect((await keyState(db.sql, CHARGE_KEY))?.resume?.createdAt).toBe(CHARGE_CREATED_AT_API);
     expect((await keyState(db.sql, REFUND_KEY))?.resume?.createdAt).toBe(REFUND_CREATED_AT_API);
   });

@@ -15,7 +15,9 @@ import { waitUntil } from "../testkit/wait.ts";
 setDefaultTimeout(60_000);
 
 const LEDGER = "schema_history";
-const ALL = ["0001_baseline", "0002_refunds_and_sequences", "0003_subscriber_sequences", "0004_payment_processor", "0005_resume_created_at", "0006_manual_capture", "0007_cancel", "0008_key_tombstones"];
+// Every migration of migrations/, in order: a new one changes no test.
+const FILES = await readMigrations();
+const ALL = FILES.map((m) => m.name);
 const { adminDatabaseUrl } = await services();
 const scratch: ScratchDatabase[] = [];
 afterAll(() => Promise.all(scratch.map((db) => db.drop())));
@@ -41,8 +43,8 @@ describe("from an empty database", () => {
     await reference.sql.unsafe(await readFile(new URL("../schema.sql", import.meta.url), "utf8"));
     const [got, want] = await Promise.all([describeSchema(migrated.sql, [LEDGER]), describeSchema(reference.sql, [LEDGER])]);
     expect(got).toEqual(want);
-    // Not vacuously equal: the description sees every table and the new columns.
-    expect(want.relations).toEqual([
+    // Not vacuously equal: the description sees the tables and the new columns.
+    expect(want.relations).toEqual(expect.arrayContaining([
       "charges r",
       "idempotency_keys r",
       "inbox r",
@@ -51,7 +53,7 @@ describe("from an empty database", () => {
       "subscriber_dead_letters r",
       "subscriber_held_events r",
       "subscriber_sequences r",
-    ]);
+    ]));
     expect(want.columns).toContain("outbox.sequence integer not null default 1");
     expect(want.constraints).toContain("charges charges_refunded_within_amount CHECK (((refunded_cents >= 0) AND (refunded_cents <= amount_cents)))");
   });
@@ -105,7 +107,7 @@ describe("a ledger that disagrees with the files", () => {
 
     await db.sql`update schema_history set checksum = ${(await readMigrations())[1]!.checksum} where version = 2`;
     // One past this release's last file: whatever number that is.
-    const version = ALL.length + 1;
+    const version = FILES.at(-1)!.version + 1;
     const unknown = `${String(version).padStart(4, "0")}_from_a_newer_release`;
     await db.sql`insert into schema_history (version, name, checksum) values (${version}, ${unknown}, 'x')`;
     expect(await migrate(db.sql)).toEqual({ kind: "unknown", names: [unknown] });
@@ -113,7 +115,7 @@ describe("a ledger that disagrees with the files", () => {
     expect((newer as Error).message).toContain(`does not know (${unknown}): a newer release migrated it`);
     // Refused means untouched: nothing ran, the ledger is as it was.
     const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from schema_history`;
-    expect(row?.n).toBe(version);
+    expect(row?.n).toBe(FILES.length + 1);
   });
 
   test("the plan: renamed counts as changed, pending are the unrecorded ones in order, CRLF is the same text", () => {
@@ -152,6 +154,6 @@ describe("two processes migrating at once", () => {
     expect(outcomes.map((o) => o.kind).sort()).toEqual(["applied", "current"]);
     const rows = await db.sql<{ version: number; n: number }[]>`
       select version, count(*)::int as n from schema_history group by version order by version`;
-    expect([...rows]).toEqual(ALL.map((_, i) => ({ version: i + 1, n: 1 })));
+    expect([...rows]).toEqual(FILES.map((m) => ({ version: m.version, n: 1 })));
   });
 });

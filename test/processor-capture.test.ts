@@ -30,10 +30,12 @@ async function postCapture(chargeId: string, body: string, k: string): Promise<R
 
 const eventsOf = (chargeId: string) => db.sql<{ event_type: string; sequence: number; payload: string }[]>`select event_type, sequence, payload from outbox where aggregate_id = ${chargeId} order by sequence`;
 
-test("a manual charge is authorized: its PaymentIntent confirmed with capture_method=manual, requires_capture, nothing captured", async () => {
+test("a manual charge is authorized: its PaymentIntent confirmed with capture_method=manual, requires_capture, nothing captured, and asked for incremental authorization", async () => {
   const charge = await authorize(5000);
   expect(charge).toMatchObject({ status: "authorized", processorPaymentId: expect.stringMatching(/^pi_/) });
-  expect(paymentsOf(sim.ledger(), charge.id)).toEqual([expect.objectContaining({ status: "requires_capture", amountCaptured: 0, amountCapturable: 5000, confirmations: 1 })]);
+  expect(paymentsOf(sim.ledger(), charge.id)).toEqual([
+    expect.objectContaining({ status: "requires_capture", amountCaptured: 0, amountCapturable: 5000, confirmations: 1, incrementalAuthorization: "if_available" }),
+  ]);
   expect((await eventsOf(charge.id)).map((e) => JSON.parse(e.payload).status)).toEqual(["authorized"]);
 });
 

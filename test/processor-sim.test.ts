@@ -45,7 +45,7 @@ test("pm_card_visa: the payment succeeds and the ledger holds the money, the met
   expect(intent.latest_charge).toMatch(/^ch_/);
   expect(intent.payment_method).toMatch(/^pm_/);
   expect(intent.lastResponse.requestId).toMatch(/^req_/);
-  expect(entry(intent.id)).toEqual({ id: intent.id, amount: 4900, currency: "usd", status: "succeeded", paymentMethod: "pm_card_visa", metadata: { charge_id: "c-1" }, confirmations: 1, amountCaptured: 4900, amountCapturable: 0, amountRefunded: 0, idempotencyKey: key });
+  expect(entry(intent.id)).toEqual({ id: intent.id, amount: 4900, currency: "usd", status: "succeeded", paymentMethod: "pm_card_visa", metadata: { charge_id: "c-1" }, confirmations: 1, amountCaptured: 4900, amountCapturable: 0, amountRefunded: 0, incrementalAuthorization: null, idempotencyKey: key });
 });
 
 test("create then confirm: nothing moves before the confirmation; a second confirmation is refused and moves nothing", async () => {
@@ -266,6 +266,29 @@ test("cancel: an authorization is released (canceled, nothing captured); a succe
   const paid = await stripe.paymentIntents.create(charge("pm_card_visa"));
   expect((await failure(stripe.paymentIntents.cancel(paid.id))).code).toBe("payment_intent_unexpected_state");
   expect(entry(intent.id)).toMatchObject({ status: "canceled", amountCaptured: 0, amountCapturable: 0 });
+});
+
+test("increment_authorization: only a requires_capture intent whose creation asked for it, to a greater total; the answer is the intent with the new amount, all of it capturable", async () => {
+  const asked = { capture_method: "manual" as const, payment_method_options: { card: { request_incremental_authorization: "if_available" as const } } };
+  const intent = await stripe.paymentIntents.create({ ...charge("pm_card_visa", {}, 5000), ...asked });
+  expect(intent.payment_method_options?.card?.request_incremental_authorization).toBe("if_available");
+  expect((await failure(stripe.paymentIntents.incrementAuthorization(intent.id, { amount: 5000 }))).code).toBe("amount_too_small");
+  const key = crypto.randomUUID();
+  const raised = await stripe.paymentIntents.incrementAuthorization(intent.id, { amount: 7000 }, { idempotencyKey: key });
+  expect(raised).toMatchObject({ id: intent.id, status: "requires_capture", amount: 7000, amount_capturable: 7000, amount_received: 0 });
+  const replay = await stripe.paymentIntents.incrementAuthorization(intent.id, { amount: 7000 }, { idempotencyKey: key });
+  expect(responseHeader(replay.lastResponse.headers, "idempotent-replayed")).toBe("true");
+  expect(entry(intent.id)).toMatchObject({ amount: 7000, amountCapturable: 7000 });
+  expect((await stripe.paymentIntents.capture(intent.id)).amount_received).toBe(7000);
+  expect((await failure(stripe.paymentIntents.incrementAuthorization(intent.id, { amount: 8000 }))).code).toBe("payment_intent_unexpected_state");
+  // Not asked at creation (or asked "never"): not eligible, and nothing changes.
+  for (const options of [{}, { payment_method_options: { card: { request_incremental_authorization: "never" as const } } }]) {
+    const plain = await stripe.paymentIntents.create({ ...charge("pm_card_visa", {}, 5000), capture_method: "manual", ...options });
+    const refused = await failure(stripe.paymentIntents.incrementAuthorization(plain.id, { amount: 6000 }));
+    expect([refused.statusCode, refused.code]).toEqual([400, "incremental_authorization_not_available"]);
+    expect(entry(plain.id)).toMatchObject({ amount: 5000, amountCapturable: 5000 });
+  }
+  expect((await failure(stripe.paymentIntents.create({ ...charge("pm_card_visa"), payment_method_options: { card: { request_incremental_authorization: "sometimes" as never } } }))).statusCode).toBe(400);
 });
 
 test("refunds are listed as Stripe lists them: by PaymentIntent, newest first, a page at a time, with their metadata", async () => {

@@ -3,7 +3,7 @@
 import type { SimFaultKind, SimFaultRule, SimFaults, SimOperation } from "./types.ts";
 
 const KINDS: ReadonlySet<string> = new Set<SimFaultKind>(["refuse", "500-before", "500-after", "hang", "drop-after"]);
-const OPS: ReadonlySet<string> = new Set<SimOperation | "any">(["create", "confirm", "retrieve", "capture", "cancel", "refund", "retrieveRefund", "listRefunds", "any"]);
+const OPS: ReadonlySet<string> = new Set<SimOperation | "any">(["create", "confirm", "retrieve", "capture", "cancel", "incrementAuthorization", "refund", "retrieveRefund", "listRefunds", "any"]);
 const RULE_FIELDS: ReadonlySet<string> = new Set(["kind", "op", "times", "probability", "paymentMethod", "refuseForMs"]);
 
 interface LiveRule {

@@ -7,7 +7,7 @@ import type { FaultSet } from "./faults.ts";
 import { canonical, parseForm, type FormObject } from "./form.ts";
 import { newRequestId } from "./ids.ts";
 import { IdempotencyKeys, type StoredAnswer } from "./idempotency.ts";
-import { cancelIntent, captureIntent, confirmIntent, createIntent, intentMethodName, retrieveIntent } from "./intents.ts";
+import { cancelIntent, captureIntent, confirmIntent, createIntent, incrementAuthorization, intentMethodName, retrieveIntent } from "./intents.ts";
 import { createRefund, listRefunds, refundMethodName, retrieveRefund } from "./refunds.ts";
 import { Store } from "./store.ts";
 import type { SimFaultKind, SimOperation, SimRequestEntry } from "./types.ts";
@@ -130,6 +130,8 @@ export class Api {
         return captureIntent(this.store, route.id ?? "", form);
       case "cancel":
         return cancelIntent(this.store, route.id ?? "", form);
+      case "incrementAuthorization":
+        return incrementAuthorization(this.store, route.id ?? "", form);
       case "refund":
         return createRefund(this.store, form, ctx);
       case "retrieveRefund":
@@ -189,6 +191,9 @@ function routeOf(method: string, path: string): Route | undefined {
     if (method === "POST" && id !== undefined && action === "confirm") return { op: "confirm", id, endpoint: "POST /v1/payment_intents/:id/confirm" };
     if (method === "POST" && id !== undefined && action === "capture") return { op: "capture", id, endpoint: "POST /v1/payment_intents/:id/capture" };
     if (method === "POST" && id !== undefined && action === "cancel") return { op: "cancel", id, endpoint: "POST /v1/payment_intents/:id/cancel" };
+    if (method === "POST" && id !== undefined && action === "increment_authorization") {
+      return { op: "incrementAuthorization", id, endpoint: "POST /v1/payment_intents/:id/increment_authorization" };
+    }
   }
   if (resource === "refunds" && action === undefined) {
     if (method === "POST" && id === undefined) return { op: "refund", id, endpoint: "POST /v1/refunds" };

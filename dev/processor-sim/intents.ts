@@ -1,7 +1,8 @@
-// PaymentIntents: create (optionally confirming), confirm, retrieve, capture, cancel. A
-// confirmation with a test card that succeeds moves the amount at once (automatic capture),
-// or with capture_method=manual authorizes it (`requires_capture`, amount_capturable) until a
-// capture of up to that amount (the rest released) or a cancel; a declining card leaves the
+// PaymentIntents: create (optionally confirming), confirm, retrieve, capture, cancel,
+// increment_authorization. A confirmation with a test card that succeeds moves the amount at
+// once (automatic capture), or with capture_method=manual authorizes it (`requires_capture`,
+// amount_capturable), raised by incremental authorizations when the creation asked for them,
+// until a capture of up to that amount (the rest released) or a cancel; a declining card leaves the
 // intent `requires_payment_method` and answers Stripe's 402 card_error.
 import { checkParams, errorAnswer, invalidParam, MAX_AMOUNT, metadataOf, noSuch, type ApiAnswer, type ParamSpec } from "./errors.ts";
 import { formList, type FormObject } from "./form.ts";
@@ -37,6 +38,7 @@ const CREATE_SPEC: ParamSpec = {
   excluded_payment_method_types: "list",
   automatic_payment_methods: { enabled: "boolean", allow_redirects: "string" },
   capture_method: "string",
+  payment_method_options: { card: { request_incremental_authorization: "string" } },
   statement_descriptor: "string",
   statement_descriptor_suffix: "string",
 };
@@ -49,6 +51,8 @@ const DEFAULT_MINIMUM_AMOUNT = 50;
 const SUPPORTED_CAPTURE = new Set(["automatic", "automatic_async", "manual"]);
 const CAPTURE_SPEC: ParamSpec = { amount_to_capture: "integer", metadata: "metadata" };
 const CANCEL_SPEC: ParamSpec = { cancellation_reason: "string" };
+const INCREMENT_SPEC: ParamSpec = { amount: "integer", description: "string", metadata: "metadata", statement_descriptor: "string" };
+const INCREMENTAL_REQUESTS = new Set(["if_available", "never"]);
 // Stripe's documented cancellation reasons, and the statuses a PaymentIntent may be canceled in.
 const CANCELLATION_REASONS = new Set(["duplicate", "fraudulent", "requested_by_customer", "abandoned"]);
 const CANCELABLE = ["requires_payment_method", "requires_capture", "requires_confirmation", "requires_action", "processing"];
@@ -75,6 +79,7 @@ export function createIntent(store: Store, form: FormObject, ctx: CallContext): 
     allowedTypes: allowed ?? null,
     automatic: types || allowed ? null : automaticMethods(form),
     captureMethod: typeof form.capture_method === "string" ? form.capture_method : "automatic_async",
+    incrementalAuthorization: incrementalRequestOf(form),
     idempotencyKey: ctx.idempotencyKey,
     metadata: metadataOf(form.metadata),
     status: methodName ? "requires_confirmation" : "requires_payment_method",
@@ -153,6 +158,33 @@ export function cancelIntent(store: Store, id: string, form: FormObject): ApiAns
   return { status: 200, body: intentJson(intent), stored: true };
 }
 
+/**
+ * An incremental authorization, as Stripe documents it: only a PaymentIntent in requires_capture
+ * whose creation asked for it (payment_method_options[card][request_incremental_authorization]=
+ * if_available) is incremented, to `amount`, the new total, greater than the current one; the
+ * answer is the PaymentIntent with that amount, all of it capturable. Stripe's documents name no
+ * code for a payment that did not ask: the simulator's is its own.
+ */
+export function incrementAuthorization(store: Store, id: string, form: FormObject): ApiAnswer {
+  const intent = store.intents.get(id);
+  if (!intent) return noSuch("payment_intent", id, "intent", 404);
+  const wrong = checkParams(form, INCREMENT_SPEC);
+  if (wrong) return wrong;
+  if (form.amount === undefined) return invalidParam("Missing required param: amount.", "amount", "parameter_missing");
+  if (intent.status !== "requires_capture") {
+    return unexpectedState(intent, `This PaymentIntent's authorization could not be incremented because it has a status of ${intent.status}. Only a PaymentIntent with one of the following statuses may be incremented: requires_capture.`);
+  }
+  if (intent.incrementalAuthorization !== "if_available") {
+    return invalidParam("This PaymentIntent is not eligible for incremental authorization: it was not requested at its creation (payment_method_options[card][request_incremental_authorization]).", "amount", "incremental_authorization_not_available");
+  }
+  const amount = Number(form.amount);
+  if (amount <= intent.amount) return invalidParam(`The amount must be greater than the PaymentIntent's current amount (${intent.amount}).`, "amount", "amount_too_small");
+  intent.amount = amount;
+  intent.amountCapturable = amount;
+  if (form.metadata !== undefined) intent.metadata = { ...intent.metadata, ...metadataOf(form.metadata) };
+  return { status: 200, body: intentJson(intent), stored: true };
+}
+
 export function retrieveIntent(store: Store, id: string, query: FormObject): ApiAnswer {
   const intent = store.intents.get(id);
   if (!intent) return noSuch("payment_intent", id, "intent", 404);
@@ -163,6 +195,14 @@ export function retrieveIntent(store: Store, id: string, query: FormObject): Api
 export function intentMethodName(store: Store, id: string | undefined, form: FormObject): string | null {
   if (typeof form.payment_method === "string") return store.testMethodName(form.payment_method) ?? form.payment_method;
   return id ? store.intents.get(id)?.methodName ?? null : null;
+}
+
+/** What the creation asked of incremental authorization; null when it did not say. */
+function incrementalRequestOf(form: FormObject): string | null {
+  const options = form.payment_method_options;
+  const card = typeof options === "object" ? options.card : undefined;
+  const asked = typeof card === "object" ? card.request_incremental_authorization : undefined;
+  return typeof asked === "string" ? asked : null;
 }
 
 function checkAmount(form: FormObject): ApiAnswer | undefined {
@@ -191,6 +231,10 @@ function checkCreateOptions(store: Store, form: FormObject): ApiAnswer | undefin
   const capture = form.capture_method;
   if (typeof capture === "string" && !SUPPORTED_CAPTURE.has(capture)) {
     return invalidParam(`capture_method "${capture}" is not supported by the simulator`, "capture_method");
+  }
+  const incremental = incrementalRequestOf(form);
+  if (incremental !== null && !INCREMENTAL_REQUESTS.has(incremental)) {
+    return invalidParam(`Invalid payment_method_options[card][request_incremental_authorization]: must be one of ${[...INCREMENTAL_REQUESTS].join(", ")}`, "payment_method_options[card][request_incremental_authorization]");
   }
   if (form.allowed_payment_method_types !== undefined) {
     const clash = ["payment_method_types", "excluded_payment_method_types", "automatic_payment_methods"].find((name) => form[name] !== undefined);

@@ -37,7 +37,8 @@ export interface AutomaticMethods {
 export interface IntentRecord {
   readonly id: string;
   readonly secret: string;
-  readonly amount: number;
+  /** What is authorized; an incremental authorization raises it. */
+  amount: number;
   readonly currency: string;
   readonly created: number;
   readonly description: string | null;
@@ -46,6 +47,8 @@ export interface IntentRecord {
   readonly allowedTypes: readonly string[] | null;
   readonly automatic: AutomaticMethods | null;
   readonly captureMethod: string;
+  /** payment_method_options[card][request_incremental_authorization] at creation: if_available, never, or null (not asked). */
+  readonly incrementalAuthorization: string | null;
   readonly idempotencyKey: string | null;
   metadata: Record<string, string>;
   status: string;
@@ -102,6 +105,7 @@ export class Store {
       amountCaptured: intent.amountReceived,
       amountCapturable: intent.amountCapturable,
       amountRefunded: intent.amountRefunded,
+      incrementalAuthorization: intent.incrementalAuthorization,
       idempotencyKey: intent.idempotencyKey,
     }));
     const refunds = [...this.refunds.values()].map((refund) => ({
@@ -153,7 +157,7 @@ export function intentJson(intent: IntentRecord): Record<string, unknown> {
     on_behalf_of: null,
     payment_method: intent.methodId,
     payment_method_configuration_details: null,
-    payment_method_options: {},
+    payment_method_options: intent.incrementalAuthorization === null ? {} : { card: { request_incremental_authorization: intent.incrementalAuthorization } },
     payment_method_types: [...intent.paymentMethodTypes],
     processing: null,
     receipt_email: null,

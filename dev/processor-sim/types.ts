@@ -1,6 +1,6 @@
 // The simulator's public shapes: what a test, a chaos scenario or dev mode sees of it.
 
-export type SimOperation = "create" | "confirm" | "retrieve" | "capture" | "cancel" | "refund" | "retrieveRefund" | "listRefunds";
+export type SimOperation = "create" | "confirm" | "retrieve" | "capture" | "cancel" | "incrementAuthorization" | "refund" | "retrieveRefund" | "listRefunds";
 
 export type SimFaultKind =
   /** While set, connections to the port are refused: the server stops listening, and listens again when cleared. */
@@ -49,6 +49,8 @@ export interface SimPaymentIntentEntry {
   /** Authorized, not captured (capture_method=manual). */
   amountCapturable: number;
   amountRefunded: number;
+  /** What its creation asked of incremental authorization (if_available, never), or null. */
+  incrementalAuthorization: string | null;
   /** The Idempotency-Key of the call that created it. */
   idempotencyKey: string | null;
 }

@@ -1,7 +1,7 @@
 // RFC 9457 problem details. Every error the API answers goes through here, so each body
 // has type, title, status and detail, and never a stack trace or SQL text.
 
-import { OPERATION_PROBLEMS, PROBLEM_BASE, STORED_PROBLEMS, type ProblemSpec } from "../idempotency/problem-types.ts";
+import { OPERATION_PROBLEMS, PROBLEM_BASE, type ProblemSpec } from "../idempotency/problem-types.ts";
 
 export { PROBLEM_BASE, type ProblemSpec };
 
@@ -21,10 +21,9 @@ export const PROBLEMS = {
   // The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS); its tombstone still names the resource.
   keyExpired: { slug: "idempotency-key-expired", title: "Idempotency-Key expired", status: 410 },
   payloadConflict: { slug: "idempotency-key-reused", title: "Idempotency-Key reused with another request", status: 422 },
-  // What operations refuse with (lib/idempotency/problem-types.ts); an operation may declare types of its own.
+  // What any operation may refuse with (lib/idempotency/problem-types.ts); each declares its own
+  // types beside (its `problems`: lib/charges/index.ts operationProblems).
   ...OPERATION_PROBLEMS,
-  // The payment processor's final refusals, stored under the key and replayed.
-  ...STORED_PROBLEMS,
   // The processor's outcome is unknown: nothing stored, the same key resumes (docs/api.md).
   processorError: { slug: "processor-error", title: "Payment processor error, outcome unknown", status: 502 },
   processorUnavailable: { slug: "processor-unavailable", title: "Payment processor unreachable, outcome unknown", status: 503 },

@@ -5,7 +5,8 @@
 // 5xx (and stores so: the same key would answer the same 500 for a day) goes on under the next
 // attempt. A resumed confirm reads the payment first: confirmed or declined, that is the
 // outcome; only an unconfirmed one is confirmed, and the processor lets a payment succeed once.
-// The PaymentIntent calls and their view are capture's and cancel's too.
+// The PaymentIntent calls and their view serve every change of an authorized charge too
+// (transition.ts); a manual charge asks at its creation for incremental authorization.
 import { Type as t, type Static } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import { mapCall, type CallResult, type ProcessorAdapter } from "./processor.ts";
@@ -37,13 +38,15 @@ export interface PaymentView {
   readonly status: string;
   /** The last decline's code, when the last confirmation was declined. */
   readonly declineCode: string | null;
+  /** What is authorized or charged: the amount, raised by an incremental authorization. */
+  readonly amount: number;
   /** What was captured (amount_received). */
   readonly amountReceived: number;
 }
 
 export function paymentView(pi: Stripe.PaymentIntent): PaymentView {
   const error = pi.last_payment_error;
-  return { id: pi.id, status: pi.status, declineCode: error ? (error.decline_code ?? error.code ?? "declined") : null, amountReceived: pi.amount_received };
+  return { id: pi.id, status: pi.status, declineCode: error ? (error.decline_code ?? error.code ?? "declined") : null, amount: pi.amount, amountReceived: pi.amount_received };
 }
 
 /** The PaymentIntent calls a charge's steps make. */
@@ -58,8 +61,9 @@ export const payments = (p: ProcessorAdapter) => ({
             payment_method: c.paymentMethod,
             // A server-side confirmation with no customer present: no method that needs a redirect.
             automatic_payment_methods: { enabled: true, allow_redirects: "never" },
-            // Authorized only, captured later (POST /charges/:id/capture), as Stripe documents.
-            ...(c.capture === "manual" && { capture_method: "manual" as const }),
+            // Authorized only, captured later (POST /charges/:id/capture), as Stripe documents; and
+            // its authorization may be raised before (Stripe increments only a payment that asked).
+            ...(c.capture === "manual" && { capture_method: "manual" as const, payment_method_options: { card: { request_incremental_authorization: "if_available" as const } } }),
             metadata: { charge_id: c.chargeId },
           },
           { idempotencyKey: key },

@@ -6,7 +6,7 @@ import { Type as t, type Static } from "@sinclair/typebox";
 import { CHARGE, CHARGE_CREATED, CHARGE_FAILED, chargeCreatedPayload, chargeFailedPayload } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
-import { OPERATION_PROBLEMS, problemJson, STORED_PROBLEMS } from "../idempotency/problem-types.ts";
+import { OPERATION_PROBLEMS, problemJson, problemsByName, problemType } from "../idempotency/problem-types.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { ChargeResume, confirm, create, payments, type Payments } from "./charge-steps.ts";
 import { DEFAULT_SETTINGS, foreign, PROCESSOR_REFUSALS, type FinalRow, type Fragment, type Operation, type OperationInput } from "../idempotency/model.ts";
@@ -14,10 +14,13 @@ import { idOf } from "./steps.ts";
 
 const Currency = (description: string) => t.String({ pattern: "^[a-z]{3}$", description });
 const PaymentMethod = t.String({ pattern: "^[\\x21-\\x7e]{1,255}$", minLength: 1, maxLength: 255, description: "The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe" });
-const STATUSES = ["pending", "authorized", "capturing", "canceling", "succeeded", "failed", "canceled"] as const;
+// `updating`: the in-flight status of every change of an authorized charge that declares none
+// of its own (transition.ts), so that a new change needs no new status.
+const STATUSES = ["pending", "authorized", "capturing", "canceling", "updating", "succeeded", "failed", "canceled"] as const;
+export type ChargeStatus = (typeof STATUSES)[number];
 const Status = t.Union(STATUSES.map((s) => t.Literal(s)), {
   description:
-    "pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing or canceling while the processor's answer is not known",
+    "pending while the processor's outcome is not known; succeeded, or failed (declined); a manual charge is authorized until captured (succeeded) or canceled, capturing, canceling or updating (another change of it) while the processor's answer is not known",
 });
 const CapturedCents = t.Optional(t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS, description: "What was captured of a manual charge (the rest was released)" }));
 
@@ -65,6 +68,9 @@ export const ChargeView = t.Object(
   { additionalProperties: false },
 );
 
+// The processor's decline, stored under the key and replayed.
+const CARD_DECLINED = problemType("cardDeclined", "card-declined", "Card declined", 402);
+
 /** Phase 3 as values: the charge's final state, its first event and the response to store. */
 function final(outcome: "succeeded" | "refused", resume: ChargeResume): FinalRow {
   const { chargeId, amountCents, currency } = resume;
@@ -81,7 +87,7 @@ function final(outcome: "succeeded" | "refused", resume: ChargeResume): FinalRow
   const declineCode = resume.declineCode ?? "declined";
   const failed = { ...common, declineCode };
   return {
-    response: { status: STORED_PROBLEMS.cardDeclined.status, body: problemJson(STORED_PROBLEMS.cardDeclined, `the payment processor declined the charge (${declineCode})`, failed) },
+    response: { status: CARD_DECLINED.status, body: problemJson(CARD_DECLINED, `the payment processor declined the charge (${declineCode})`, failed) },
     columns: { charge_id: chargeId, charge_status: "failed", payment_id: paymentId, decline_code: declineCode, event_type: CHARGE_FAILED, payload: chargeFailedPayload(failed) },
   };
 }
@@ -155,6 +161,7 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
     throw new Error(`bug: createCharge refused with ${reason}`);
   },
   locationOf: (body) => `/charges/${idOf(body, "id")}`,
+  problems: problemsByName([CARD_DECLINED]),
   refusals: {
     "402": "The payment processor declined the charge (card-declined, with declineCode): stored under the key and replayed",
     ...PROCESSOR_REFUSALS,
@@ -234,14 +241,16 @@ export async function chargeView(sql: Sql, tenant: string, id: string, endsAt: n
 
 /**
  * A charge's JSON as Charge's schema writes it (the members in its order, JSON.stringify's
- * spelling), made in SQL from the charge row `t` with `status` and `captured` (SQL
- * expressions): the answer of an operation on an existing charge (capture, cancel), which its
- * statement alone reads.
+ * spelling), made in SQL from the charge row `t` with `status` and the members a change sets
+ * (`amountCents`, `capturedCents`: SQL expressions): the answer of an operation on an existing
+ * charge, which its statement alone reads.
  */
-export function chargeAnswerSql(sql: Sql, status: string, captured: Fragment | null): Fragment {
-  return sql`'{"id":' || to_json(t.id)::text || ',"amountCents":' || t.amount_cents || ',"currency":' || to_json(t.currency)::text
+export function chargeAnswerSql(sql: Sql, status: string, members: Readonly<Record<string, Fragment>>): Fragment {
+  const { amountCents, capturedCents, ...others } = members;
+  if (Object.keys(others).length > 0) throw new Error(`bug: a charge's answer has no member ${Object.keys(others).join(", ")}`);
+  return sql`'{"id":' || to_json(t.id)::text || ',"amountCents":' || ${amountCents ?? sql`t.amount_cents`} || ',"currency":' || to_json(t.currency)::text
     || ',"status":' || to_json(${status}::text)::text
     || case when t.processor_payment_id is null then '' else ',"processorPaymentId":' || to_json(t.processor_payment_id)::text end
-    ${captured === null ? sql`` : sql`|| ',"capturedCents":' || (${captured})`}
+    ${capturedCents === undefined ? sql`` : sql`|| ',"capturedCents":' || (${capturedCents})`}
     || ',"createdAt":' || to_json(to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text || '}'`;
 }

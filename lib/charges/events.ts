@@ -2,51 +2,11 @@
 // topic each is published on, the JSON envelope, and the MQTT 5 properties that travel
 // with it. The relay builds with it, the reference subscriber and dev mode parse with it,
 // and tests, chaos and the bench use it instead of writing topics by hand.
-import { Type as t, type TObject } from "@sinclair/typebox";
+import { Type as t, type Static, type TObject, type TProperties } from "@sinclair/typebox";
 import { isUuid } from "../platform/uuid.ts";
 
 /** The aggregate type of every event so far: a charge (the outbox's aggregate_type). */
 export const CHARGE = "charge";
-/** A charge committed: written in the charge's own transaction, published by the relay. */
-export const CHARGE_CREATED = "ChargeCreated";
-/** A refund of a charge committed, in the refund's own transaction; its aggregate is the charge. */
-export const CHARGE_REFUNDED = "ChargeRefunded";
-/** The payment processor declined a charge: written in the transaction that records its final state. */
-export const CHARGE_FAILED = "ChargeFailed";
-/** A manual charge captured (POST /charges/:id/capture): the charge's next sequence. */
-export const CHARGE_CAPTURED = "ChargeCaptured";
-/** A manual charge canceled (POST /charges/:id/cancel), its authorization released: the charge's next sequence. */
-export const CHARGE_CANCELED = "ChargeCanceled";
-export type EventType = typeof CHARGE_CREATED | typeof CHARGE_REFUNDED | typeof CHARGE_FAILED | typeof CHARGE_CAPTURED | typeof CHARGE_CANCELED;
-export const EVENT_TYPES: readonly EventType[] = [CHARGE_CREATED, CHARGE_REFUNDED, CHARGE_FAILED, CHARGE_CAPTURED, CHARGE_CANCELED];
-
-/** The `data` of a ChargeCreated event. */
-export interface ChargeCreatedData {
-  readonly chargeId: string;
-  readonly amountCents: number;
-  /** ISO 4217, lower case. Absent from events written before currencies existed. */
-  readonly currency?: string;
-  /** "authorized" for a manual charge (captured later: ChargeCaptured); absent when captured at once. */
-  readonly status?: "authorized";
-}
-
-/** The `data` of a ChargeFailed event. */
-export interface ChargeFailedData {
-  readonly chargeId: string;
-  readonly amountCents: number;
-  readonly currency: string;
-  /** The processor's decline code (generic_decline, insufficient_funds, …). */
-  readonly declineCode: string;
-}
-
-/** The `data` of a ChargeRefunded event. */
-export interface ChargeRefundedData {
-  readonly chargeId: string;
-  readonly refundId: string;
-  readonly amountCents: number;
-  /** The charge's refunded total after this refund. */
-  readonly refundedCents: number;
-}
 
 // The event contract's JSON Schema, as TypeBox objects: each type's `data` and its envelope. The
 // AsyncAPI document's payloads (lib/relay/asyncapi.ts) and the API's GET /charges/:id/events
@@ -59,65 +19,82 @@ const CREATED_AT_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z
 const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
 // A Postgres integer column holds every amount.
 const cents = (minimum: number, description: string) => t.Integer({ minimum, maximum: 2_147_483_647, description });
+const data = <P extends TProperties>(type: string, properties: P) => t.Object(properties, { description: `${type} data` });
 
-/** The `data` of each event type (the ChargeCreatedData, … interfaces above). */
-export const EVENT_DATA_SCHEMAS: Readonly<Record<EventType, TObject>> = {
-  [CHARGE_CREATED]: t.Object(
-    {
+/**
+ * Every event type, declared once: its `data` schema and what it means. The type names, the
+ * list, the schemas and the AsyncAPI document are derived from this table, in its order (the
+ * order of the AsyncAPI channels and of the events' union in /openapi.json).
+ */
+const EVENTS = {
+  ChargeCreated: {
+    data: data("ChargeCreated", {
       chargeId: uuid("The charge's id (also the envelope's aggregateId)"),
       amountCents: cents(1, "The charge's amount"),
       currency: t.Optional(t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case; absent from events written before currencies existed" })),
       status: t.Optional(t.Literal("authorized", { description: "A manual charge: authorized, captured later (ChargeCaptured) or canceled (ChargeCanceled); absent when captured at once" })),
-    },
-    { description: "ChargeCreated data" },
-  ),
-  [CHARGE_FAILED]: t.Object(
-    {
-      chargeId: uuid("The declined charge's id (also the envelope's aggregateId)"),
-      amountCents: cents(1, "The charge's amount"),
-      currency: t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case" }),
-      declineCode: t.String({ minLength: 1, description: "The payment processor's decline code (generic_decline, insufficient_funds, …)" }),
-    },
-    { description: "ChargeFailed data" },
-  ),
-  [CHARGE_REFUNDED]: t.Object(
-    {
+    }),
+    description: "A charge committed; published from the outbox row written in the charge's own transaction.",
+  },
+  ChargeRefunded: {
+    data: data("ChargeRefunded", {
       chargeId: uuid("The refunded charge's id (also the envelope's aggregateId)"),
       refundId: uuid("The refund's id"),
       amountCents: cents(1, "This refund's amount"),
       refundedCents: cents(1, "The charge's refunded total after this refund"),
-    },
-    { description: "ChargeRefunded data" },
-  ),
-  [CHARGE_CAPTURED]: t.Object(
-    {
+    }),
+    description: "A refund of a charge committed; its aggregate is the charge, its sequence the next after the charge's last event.",
+  },
+  ChargeFailed: {
+    data: data("ChargeFailed", {
+      chargeId: uuid("The declined charge's id (also the envelope's aggregateId)"),
+      amountCents: cents(1, "The charge's amount"),
+      currency: t.String({ pattern: "^[a-z]{3}$", description: "ISO 4217, lower case" }),
+      declineCode: t.String({ minLength: 1, description: "The payment processor's decline code (generic_decline, insufficient_funds, …)" }),
+    }),
+    description: "The payment processor declined a charge (PAYMENT_PROCESSOR=stripe); sequence 1, the charge's only event.",
+  },
+  ChargeCaptured: {
+    data: data("ChargeCaptured", {
       chargeId: uuid("The captured charge's id (also the envelope's aggregateId)"),
       capturedCents: cents(1, "What was captured of the authorized amount; the rest was released"),
-    },
-    { description: "ChargeCaptured data" },
-  ),
-  [CHARGE_CANCELED]: t.Object({ chargeId: uuid("The canceled charge's id (also the envelope's aggregateId)") }, { description: "ChargeCanceled data" }),
-};
+    }),
+    description: "A manual charge captured (POST /charges/:id/capture); its sequence the next after the charge's last event.",
+  },
+  ChargeCanceled: {
+    data: data("ChargeCanceled", { chargeId: uuid("The canceled charge's id (also the envelope's aggregateId)") }),
+    description: "A manual charge canceled, its authorization released (POST /charges/:id/cancel); its sequence the next after the charge's last event.",
+  },
+  ChargeAuthorizationIncreased: {
+    data: data("ChargeAuthorizationIncreased", {
+      chargeId: uuid("The charge's id (also the envelope's aggregateId)"),
+      amountCents: cents(1, "The charge's new authorized total"),
+      previousAmountCents: cents(1, "Its authorized amount before"),
+    }),
+    description: "An authorized charge's amount raised (POST /charges/:id/increment-authorization); its sequence the next after the charge's last event.",
+  },
+} as const satisfies Record<string, { readonly data: TObject; readonly description: string }>;
 
-export const EVENT_DESCRIPTIONS: Readonly<Record<EventType, string>> = {
-  [CHARGE_CREATED]: "A charge committed; published from the outbox row written in the charge's own transaction.",
-  [CHARGE_REFUNDED]: "A refund of a charge committed; its aggregate is the charge, its sequence the next after the charge's last event.",
-  [CHARGE_FAILED]: "The payment processor declined a charge (PAYMENT_PROCESSOR=stripe); sequence 1, the charge's only event.",
-  [CHARGE_CAPTURED]: "A manual charge captured (POST /charges/:id/capture); its sequence the next after the charge's last event.",
-  [CHARGE_CANCELED]: "A manual charge canceled, its authorization released (POST /charges/:id/cancel); its sequence the next after the charge's last event.",
-};
+type Events = typeof EVENTS;
+export type EventType = keyof Events;
+/** The `data` of one event type, as its schema says. */
+export type EventData<E extends EventType> = Static<Events[E]["data"]>;
+export type ChargeCreatedData = EventData<"ChargeCreated">;
+export type ChargeFailedData = EventData<"ChargeFailed">;
+export type ChargeRefundedData = EventData<"ChargeRefunded">;
 
-/** The `data` of a ChargeCaptured event. */
-export interface ChargeCapturedData {
-  readonly chargeId: string;
-  /** What was captured of the authorized amount (the rest was released). */
-  readonly capturedCents: number;
-}
+export const EVENT_TYPES = Object.keys(EVENTS) as readonly EventType[];
+const byType = <T>(make: (type: EventType) => T): Readonly<Record<EventType, T>> => Object.fromEntries(EVENT_TYPES.map((type) => [type, make(type)])) as Record<EventType, T>;
+/** The `data` schema of each event type. */
+export const EVENT_DATA_SCHEMAS = byType((type): TObject => EVENTS[type].data);
+export const EVENT_DESCRIPTIONS = byType((type): string => EVENTS[type].description);
 
-/** The `data` of a ChargeCanceled event. */
-export interface ChargeCanceledData {
-  readonly chargeId: string;
-}
+// Names of the event types the charges' own code writes: `satisfies` keeps each checked against the table.
+export const CHARGE_CREATED = "ChargeCreated" satisfies EventType;
+export const CHARGE_REFUNDED = "ChargeRefunded" satisfies EventType;
+export const CHARGE_FAILED = "ChargeFailed" satisfies EventType;
+export const CHARGE_CAPTURED = "ChargeCaptured" satisfies EventType;
+export const CHARGE_CANCELED = "ChargeCanceled" satisfies EventType;
 
 /** What a subscriber receives as the MQTT payload (UTF-8 JSON). */
 export interface EventEnvelope {
@@ -159,13 +136,7 @@ function envelopeSchema(type: EventType): TObject {
 }
 
 /** Each event type's envelope schema. */
-export const ENVELOPE_SCHEMAS: Readonly<Record<EventType, TObject>> = {
-  [CHARGE_CREATED]: envelopeSchema(CHARGE_CREATED),
-  [CHARGE_REFUNDED]: envelopeSchema(CHARGE_REFUNDED),
-  [CHARGE_FAILED]: envelopeSchema(CHARGE_FAILED),
-  [CHARGE_CAPTURED]: envelopeSchema(CHARGE_CAPTURED),
-  [CHARGE_CANCELED]: envelopeSchema(CHARGE_CANCELED),
-};
+export const ENVELOPE_SCHEMAS = byType(envelopeSchema);
 
 /** The MQTT 5 content type of every event. */
 export const EVENT_CONTENT_TYPE = "application/json";

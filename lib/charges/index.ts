@@ -5,6 +5,7 @@ import { cancelCharge } from "./cancel.ts";
 import { captureCharge } from "./capture.ts";
 import { createCharge } from "./charges.ts";
 import { endpointOf, type Operation } from "../idempotency/model.ts";
+import { incrementAuthorization } from "./increment-authorization.ts";
 import { createRefund } from "./refunds.ts";
 import type { ProblemSpec } from "../idempotency/problem-types.ts";
 
@@ -13,6 +14,7 @@ export const OPERATIONS: readonly Operation[] = [
   createRefund,
   captureCharge,
   cancelCharge,
+  incrementAuthorization,
 ];
 
 /** Every operation's own problem types, by name (the API's table has the rest: lib/api/problem.ts). */

@@ -1,5 +1,5 @@
-// A change of an authorized payment at the processor (its capture, its cancel), as one step:
-// what capture.ts and cancel.ts share. The processor applies such a change once per payment,
+// A change of an authorized payment at the processor (its capture, its cancel, an increase of
+// its authorization), as one step: every transition's (transition.ts). The processor applies such a change once per payment,
 // so a resumed key reads the payment first (an earlier holder's call may have gone through
 // with its answer lost), and a refusal because the payment moved on is settled by reading it.
 import type { CallResult } from "./processor.ts";
@@ -19,7 +19,7 @@ export interface PaymentChange<R> {
   /** The change, under the idempotency key of `attempt`. */
   readonly send: (attempt: number) => Promise<CallResult<PaymentView>>;
   readonly read: () => Promise<CallResult<PaymentView>>;
-  /** What the payment's state decides; undefined: still authorized, the change not made. */
+  /** What the payment decides; undefined: the change is not made yet (the payment may stay requires_capture either way). */
   readonly decide: (payment: PaymentView, resume: R) => StepResult<R> | undefined;
 }
 
@@ -45,11 +45,11 @@ export async function changePayment<R extends { readonly failureCode?: string }>
   }
 }
 
-/** What a read of the payment decides; undefined: still authorized. */
+/** What a read of the payment decides; undefined: the change is not made yet. */
 function fromRead<R>(read: CallResult<PaymentView>, change: PaymentChange<R>): StepResult<R> | undefined {
   switch (read.kind) {
     case "ok":
-      return read.value.status === "requires_capture" ? undefined : change.decide(read.value, change.resume);
+      return change.decide(read.value, change.resume);
     case "refused":
       return { kind: "unknown", cause: "processor_error", detail: `the payment could not be read (${read.code})`, resume: change.resume };
     case "unknown":

@@ -10,7 +10,8 @@ import { CHARGE, CHARGE_REFUNDED } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import { chargeRefundedPayload } from "../idempotency/outbox-insert.ts";
-import { OPERATION_PROBLEMS, problemJson, STORED_PROBLEMS } from "../idempotency/problem-types.ts";
+import { OPERATION_PROBLEMS, problemJson, problemType } from "../idempotency/problem-types.ts";
+import { document422, problemsOf, refuseBy, type Reason, type RefusalType } from "./refusals.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { admitOnCharge } from "./existing-charge.ts";
 import { foreign, PROCESSOR_REFUSALS, type FinalRow, type Operation } from "../idempotency/model.ts";
@@ -37,6 +38,25 @@ export const Refund = t.Object(
 
 
 /** Phase 3 as values: the response to store, and what the refund's row and its charge's get. */
+// The operation's refusals, each once: its problem type and its phrase in the API reference.
+const EXCEEDS_CHARGE: RefusalType = {
+  problem: problemType("refundExceedsCharge", "refund-exceeds-charge", "Refund exceeds what is left of the charge"),
+  doc: "the refund is more than the charge has left",
+  note: ", with leftCents",
+};
+const NOT_REFUNDABLE: RefusalType = { problem: problemType("chargeNotRefundable", "charge-not-refundable", "Charge not refundable"), doc: "the charge has not succeeded" };
+const REFUND_REFUSED: RefusalType = { problem: problemType("refundRefused", "refund-refused", "Refund refused by the payment processor"), doc: "its refusal" };
+
+// admit's reasons, each with its answer.
+const REASONS = {
+  charge_not_found: { problem: OPERATION_PROBLEMS.notFound, answer: (id) => ({ detail: `no charge with id ${id}` }) },
+  charge_not_refundable: { problem: NOT_REFUNDABLE.problem, answer: (id) => ({ detail: `charge ${id} has not succeeded (pending or declined): there is nothing to refund` }) },
+  charge_not_at_processor: { problem: NOT_REFUNDABLE.problem, answer: (id) => ({ detail: `charge ${id} was taken without the payment processor: it has no payment there to refund` }) },
+  refund_exceeds_charge: { problem: EXCEEDS_CHARGE.problem, answer: (id, left) => ({ detail: `charge ${id} has ${Number(left)} cents left to refund`, extensions: { leftCents: Number(left) } }) },
+} satisfies Record<string, Reason>;
+const reason = (name: keyof typeof REASONS): string => name;
+const refuse = refuseBy("createRefund", REASONS);
+
 function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow {
   const { refundId, chargeId, amountCents } = resume;
   const columns = { refund_id: refundId, charge_id: chargeId, amount_cents: amountCents, succeeded: outcome === "succeeded", processor_refund_id: resume.processorRefundId ?? null };
@@ -46,8 +66,8 @@ function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow
   const failureCode = resume.failureCode ?? "refused";
   return {
     response: {
-      status: STORED_PROBLEMS.refundRefused.status,
-      body: problemJson(STORED_PROBLEMS.refundRefused, `the payment processor refused the refund (${failureCode})`, { chargeId, refundId, failureCode }),
+      status: REFUND_REFUSED.problem.status,
+      body: problemJson(REFUND_REFUSED.problem, `the payment processor refused the refund (${failureCode})`, { chargeId, refundId, failureCode }),
     },
     columns: { ...columns, failure_code: failureCode },
   };
@@ -55,11 +75,6 @@ function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow
 
 type RefundColumns = { refund_id: string; charge_id: string; amount_cents: number; created_at: string };
 
-// admit's refusals.
-const CHARGE_NOT_FOUND = "charge_not_found";
-const EXCEEDS_CHARGE = "refund_exceeds_charge";
-const NOT_REFUNDABLE = "charge_not_refundable";
-const NOT_AT_PROCESSOR = "charge_not_at_processor";
 
 /** The charge id of the route, lowercased: a UUID's case never makes another charge or another fingerprint. */
 function chargeIdOf(params: Readonly<Record<string, string>>): string {
@@ -104,10 +119,10 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
       sql,
       sql`c.id, c.tenant, c.status, c.processor_payment_id,
                coalesce(c.captured_cents, c.amount_cents) - c.refunded_cents - c.pending_refund_cents as left_cents`,
-      sql`case when t.id is null then ${CHARGE_NOT_FOUND}::text
-                    when t.status <> 'succeeded' then ${NOT_REFUNDABLE}::text
-                    when ${mode === "processor"} and t.processor_payment_id is null then ${NOT_AT_PROCESSOR}::text
-                    when r.amount_cents > t.left_cents then ${EXCEEDS_CHARGE}::text end as refusal,
+      sql`case when t.id is null then ${reason("charge_not_found")}::text
+                    when t.status <> 'succeeded' then ${reason("charge_not_refundable")}::text
+                    when ${mode === "processor"} and t.processor_payment_id is null then ${reason("charge_not_at_processor")}::text
+                    when r.amount_cents > t.left_cents then ${reason("refund_exceeds_charge")}::text end as refusal,
                t.left_cents::text as detail,
                jsonb_build_object('paymentId', t.processor_payment_id) as resume,
                null::text as answer`,
@@ -147,21 +162,12 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
       ),
       begun as (select w.n from won w join refund f on f.id = w.refund_id)`,
   }),
-  refuse(reason, detail, { params }) {
-    const chargeId = chargeIdOf(params);
-    if (reason === CHARGE_NOT_FOUND) return { problem: OPERATION_PROBLEMS.notFound, detail: `no charge with id ${chargeId}` };
-    if (reason === NOT_REFUNDABLE) return { problem: OPERATION_PROBLEMS.chargeNotRefundable, detail: `charge ${chargeId} has not succeeded (pending or declined): there is nothing to refund` };
-    if (reason === NOT_AT_PROCESSOR) return { problem: OPERATION_PROBLEMS.chargeNotRefundable, detail: `charge ${chargeId} was taken without the payment processor: it has no payment there to refund` };
-    if (reason === EXCEEDS_CHARGE) {
-      const leftCents = Number(detail);
-      return { problem: OPERATION_PROBLEMS.refundExceedsCharge, detail: `charge ${chargeId} has ${leftCents} cents left to refund`, extensions: { leftCents } };
-    }
-    throw new Error(`bug: createRefund refused with ${reason}`);
-  },
+  refuse: (reason, detail, { params }) => refuse(reason, detail, chargeIdOf(params)),
   locationOf: (body) => `/charges/${idOf(body, "chargeId")}/refunds/${idOf(body, "id")}`,
+  problems: problemsOf([EXCEEDS_CHARGE, NOT_REFUNDABLE, REFUND_REFUSED]),
   refusals: {
     "404": "Unknown charge, or another tenant's; the key stays unused",
-    "422": "The key was used with another request (idempotency-key-reused), the refund is more than the charge has left (refund-exceeds-charge, with leftCents), or the charge has not succeeded (charge-not-refundable); the key stays unused for the latter two. With a processor, also its refusal (refund-refused), stored under the key",
+    "422": document422([EXCEEDS_CHARGE, NOT_REFUNDABLE], REFUND_REFUSED),
     ...PROCESSOR_REFUSALS,
   },
   foreign: foreign<Static<typeof RefundBody>, RefundResume, RefundCalls>({

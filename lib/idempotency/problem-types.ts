@@ -1,6 +1,6 @@
-// The base of every problem type's URI, and the problems an operation declares: its refusals
-// and what its steps store under a key, written by the API and by the completer alike
-// (lib/charges/), so they live here; lib/api/problem.ts spreads them into its table.
+// The base of every problem type's URI, how an operation declares a problem type of its own
+// (by the name the client's PROBLEM gives it), and the two every operation may answer: the
+// operations' modules (lib/charges/) declare the rest, and lib/api/problem.ts adds the API's.
 
 export const PROBLEM_BASE = "https://charges.example/problems/";
 
@@ -11,17 +11,22 @@ export interface ProblemSpec {
   readonly status: number;
 }
 
-/** The problems an operation may answer for its own refusals (beside its own types). */
+/** A problem type an operation declares, under the name the client's PROBLEM gives it. */
+export interface NamedProblem extends ProblemSpec {
+  readonly name: string;
+}
+
+export const problemType = (name: string, slug: string, title: string, status = 422): NamedProblem => ({ name, slug, title, status });
+
+/** An operation's problem types by name (its Operation.problems). */
+export function problemsByName(problems: readonly NamedProblem[]): Readonly<Record<string, ProblemSpec>> {
+  return Object.fromEntries(problems.map(({ name, ...spec }) => [name, spec]));
+}
+
+/** The problems any operation may answer for its own refusals. */
 export const OPERATION_PROBLEMS = {
   invalidBody: { slug: "invalid-body", title: "Invalid request body", status: 400 },
   notFound: { slug: "not-found", title: "Not found", status: 404 },
-  refundExceedsCharge: { slug: "refund-exceeds-charge", title: "Refund exceeds what is left of the charge", status: 422 },
-  chargeNotRefundable: { slug: "charge-not-refundable", title: "Charge not refundable", status: 422 },
-} as const satisfies Record<string, ProblemSpec>;
-
-export const STORED_PROBLEMS = {
-  cardDeclined: { slug: "card-declined", title: "Card declined", status: 402 },
-  refundRefused: { slug: "refund-refused", title: "Refund refused by the payment processor", status: 422 },
 } as const satisfies Record<string, ProblemSpec>;
 
 /** An RFC 9457 body as JSON text, members in a fixed order (stored and replayed byte for byte). */

@@ -1,4 +1,5 @@
-// The AsyncAPI 3 document of the MQTT events, built from the event contract in lib/charges/events.ts:
+// The AsyncAPI 3 document of the MQTT events, built from the event contract in lib/charges/events.ts
+// (one entry per event type there gives its channel, operation and message here):
 // the same event type names, topicOf for the channel addresses, EVENT_CONTENT_TYPE, and the
 // user property names userPropertiesOf writes, and its envelope schemas (ENVELOPE_SCHEMAS, which
 // the API's GET /charges/:id/events documents too). The payload and header schemas are TypeBox

@@ -18,7 +18,8 @@ import { checkMessage, isKnownEvent, type ChargeEvent, type UnknownEvent } from 
 import type { Delivery, GapFillApi, Held, Subscriber, SubscriberOptions } from "./types.ts";
 
 export { migrateSubscriber, type SubscriberMigrationOutcome } from "./migrate.ts";
-export { checkMessage, isKnownEvent, type ChargeEvent, type EventDataByType, type UnknownEvent } from "./typed-events.ts";
+export { checkMessage, isKnownEvent, type ChargeEvent, type UnknownEvent } from "./typed-events.ts";
+export type { EventData, EventType } from "../charges/events.ts";
 export type { DeadLetter } from "./inbox-sql.ts";
 export type { Delivery, Held } from "./types.ts";
 export type { BrokerMove } from "../platform/mqtt-brokers.ts";

@@ -4,30 +4,8 @@
 // add types without stopping their subscribers. Anything else is malformed, with the reason.
 import { Type as t, type TObject } from "@sinclair/typebox";
 import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
-import {
-  ENVELOPE_SCHEMAS,
-  EVENT_TYPES,
-  UUID_PATTERN,
-  type ChargeCanceledData,
-  type ChargeCapturedData,
-  type ChargeCreatedData,
-  type ChargeFailedData,
-  type ChargeRefundedData,
-  type EventEnvelope,
-  type EventType,
-} from "../charges/events.ts";
+import { ENVELOPE_SCHEMAS, EVENT_TYPES, UUID_PATTERN, type EventData, type EventEnvelope, type EventType } from "../charges/events.ts";
 import type { Checked } from "./types.ts";
-
-// Each event type's `data`. The constraint makes an event type added to the contract without
-// its entry here a compile error.
-type DataOf<T extends Record<EventType, object>> = T;
-export type EventDataByType = DataOf<{
-  ChargeCreated: ChargeCreatedData;
-  ChargeRefunded: ChargeRefundedData;
-  ChargeFailed: ChargeFailedData;
-  ChargeCaptured: ChargeCapturedData;
-  ChargeCanceled: ChargeCanceledData;
-}>;
 
 /** One event of a type this version knows, checked against its schema: `data` is typed by `type`. */
 export type ChargeEvent = {
@@ -38,7 +16,7 @@ export type ChargeEvent = {
     readonly tenantId: string;
     readonly createdAt: string;
     readonly sequence: number;
-    readonly data: EventDataByType[T];
+    readonly data: EventData<T>;
   };
 }[EventType];
 

@@ -1,0 +1,63 @@
+// POST /charges/:id/increment-authorization: an authorized charge's amount raised to a new total
+// `amountCents` before it is captured, as Stripe's incremental authorization does: 200 with the
+// charge, still `authorized`, at its new amount, and ChargeAuthorizationIncreased at the
+// charge's next sequence.
+//
+// Through the processor the charge is `updating` while its PaymentIntent is incremented under
+// `<charge id>:increment:<attempt>` (transition.ts); the payment stays requires_capture either
+// way, so its amount says whether the increment was made (a resumed step reads it first).
+// Stripe increments only a payment that asked for it at its creation: a manual charge asks.
+import { Type as t } from "@sinclair/typebox";
+import { AmountCents, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
+import { chargeTransition, problemType } from "./transition.ts";
+
+export const IncrementAuthorizationBody = t.Object(
+  { amountCents: AmountCents("The charge's new total, in cents: more than its amount now") },
+  { additionalProperties: false },
+);
+
+export const incrementAuthorization = chargeTransition({
+  name: "incrementAuthorization",
+  summary: "Raise an authorized charge's amount",
+  path: "/charges/:id/increment-authorization",
+  body: IncrementAuthorizationBody,
+  request: { amountCents: { type: "int", schema: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }) } },
+  requestOf: (body) => ({ amountCents: body.amountCents }),
+  fingerprint: (body) => ({ amountCents: body.amountCents }),
+  from: "authorized",
+  to: "authorized",
+  verb: ["increment", "incremented"],
+  sets: {
+    amountCents: { type: "int", ledger: ({ request }) => request.amountCents, final: (r) => r.amountCents },
+  },
+  event: {
+    type: "ChargeAuthorizationIncreased",
+    data: ({ charge, before }) => ({ chargeId: charge.id, amountCents: charge.amountCents, previousAmountCents: before.amountCents }),
+  },
+  call: {
+    key: "increment",
+    send: (api, r, idempotencyKey) => api.paymentIntents.incrementAuthorization(r.paymentId, { amount: r.amountCents }, { idempotencyKey }),
+    decide: (payment, resume) => {
+      if (payment.status === "requires_capture" && payment.amount === resume.amountCents) return { kind: "final", outcome: "succeeded", resume };
+      if (payment.status === "succeeded" || payment.status === "canceled") return { kind: "final", outcome: "refused", resume: { ...resume, failureCode: payment.status } };
+      return undefined;
+    },
+  },
+  refusals: {
+    state: {
+      problem: problemType("chargeNotIncrementable", "charge-not-incrementable", "Charge's authorization not incrementable"),
+      doc: "the charge is not authorized",
+      note: ": captured, canceled, failed, or captured at once",
+    },
+    checks: [
+      {
+        problem: problemType("incrementNotGreater", "increment-not-greater", "New amount not greater than the authorized amount"),
+        doc: "the new amount is not more than the charge's amount",
+        when: ({ sql, charge, request }) => sql`${request.amountCents} <= ${charge.amountCents}`,
+        detail: ({ sql, charge }) => sql`${charge.amountCents}::text`,
+        answer: (chargeId, detail) => ({ detail: `charge ${chargeId} has ${detail} cents authorized: the new total must be more`, extensions: { authorizedCents: Number(detail) } }),
+      },
+    ],
+    processor: { problem: problemType("incrementRefused", "increment-refused", "Increment refused by the payment processor"), doc: "its refusal" },
+  },
+});

@@ -1,0 +1,152 @@
+// The statements of a change of an authorized charge (transition.ts), made from its
+// declaration: its admit, its ledger write, its phase 1 and its phase 3. This file alone knows
+// the aliases the skeleton and admitOnCharge give the rows (`t` the locked charge, `r` and `w`
+// the request, `c` the charge being updated, `p` the updated row, `b` the charge before): a
+// declaration names `charge`, `request` and `before`, and gets the right alias in each place.
+import { CHARGE } from "./events.ts";
+import type { Sql } from "../platform/db.ts";
+import type { Fragment, Mode, OperationSql, FinishSql, SqlType } from "../idempotency/model.ts";
+import { chargeAnswerSql } from "./charges.ts";
+import { admitOnCharge } from "./existing-charge.ts";
+
+/** A charge's columns, by their members' names (amountCents is the column amount_cents). */
+export type ChargeMember = "id" | "tenant" | "amountCents" | "currency" | "status" | "processorPaymentId" | "capturedCents" | "refundedCents" | "lastSequence" | "createdAt";
+
+/** A row's columns as one statement names them, by member: `charge.amountCents`. */
+export type Row<M extends string> = Readonly<Record<M, Fragment>>;
+
+/** What a declaration's SQL reads: the charge before the change, and the request's own members. */
+export interface At<M extends string = string> {
+  readonly sql: Sql;
+  readonly charge: Row<ChargeMember>;
+  readonly request: Row<M>;
+}
+
+/** What an event's data reads: the charge after the change and before it. */
+export interface Rows {
+  readonly sql: Sql;
+  readonly charge: Row<ChargeMember>;
+  readonly before: Row<ChargeMember>;
+}
+
+const NAME = /^[a-z][a-zA-Z0-9_]*$/;
+
+/** A member's column: amountCents → amount_cents. */
+export const columnOf = (member: string): string => member.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
+/** The columns of the row the statement calls `alias`, by member. Names come from declarations in lib/, never a request. */
+function rowOf<M extends string>(sql: Sql, alias: string): Row<M> {
+  return new Proxy({} as Row<M>, {
+    get: (_, member) => {
+      if (typeof member !== "string" || !NAME.test(member)) throw new Error(`bug: a declaration names column ${String(member)}`);
+      return sql(`${alias}.${columnOf(member)}`) as unknown as Fragment;
+    },
+  });
+}
+
+export interface TransitionShape {
+  readonly from: string;
+  readonly during: string;
+  readonly to: string;
+  readonly checks: readonly { readonly reason: string; readonly when: (at: At) => Fragment; readonly detail: (at: At) => Fragment }[];
+  readonly sets: Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At) => Fragment }>>;
+  readonly event: { readonly type: string; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
+}
+
+/** `parts` one after the other, `separator` between them. */
+function list(sql: Sql, parts: readonly Fragment[], separator: string): Fragment {
+  return parts.reduce((all, part, i) => (i === 0 ? part : sql`${all}${sql.unsafe(separator)}${part}`), sql``);
+}
+
+/** The set columns of `s`, by member and column. */
+const setsOf = (s: TransitionShape) => Object.entries(s.sets).map(([member, set]) => ({ member, column: columnOf(member), ...set }));
+
+/** The event of each changed charge `p`, its data from `p` and from the charge before it (`b`, a row of `from`). */
+function eventsSql(sql: Sql, s: TransitionShape, from: Fragment, where: Fragment): Fragment {
+  const data = s.event.data({ sql, charge: rowOf(sql, "p"), before: rowOf(sql, "b") });
+  const members = Object.entries(data).map(([name, value]) => {
+    if (!NAME.test(name)) throw new Error(`bug: an event's data names ${name}`);
+    return sql`${sql.unsafe(`'${name}'`)}, ${value}`;
+  });
+  return sql`
+      events as (
+        select p.n, ${CHARGE}::text as aggregate_type, p.id as aggregate_id, p.last_sequence as sequence,
+               ${s.event.type}::text as event_type, json_build_object(${list(sql, members, ", ")})::text as payload
+          from p join ${from} b on b.id = p.id${where}
+      )`;
+}
+
+/** admit: the charge locked; refused when missing, not `from`, without a payment at the processor, or by a check; the resume and the answer from its row. */
+function admitSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
+  const at: At = { sql, charge: rowOf(sql, "t"), request: rowOf(sql, "r") };
+  const refusals = s.checks.map((c) => sql` when ${c.when(at)} then ${c.reason}::text`);
+  const details = s.checks.map((c) => sql` when ${c.when(at)} then ${c.detail(at)}`);
+  const answer = chargeAnswerSql(sql, s.to, Object.fromEntries(setsOf(s).map((x) => [x.member, x.ledger(at)])));
+  return admitOnCharge(
+    sql,
+    sql`c.*`,
+    sql`case when t.id is null then 'charge_not_found'::text
+                  when t.status <> ${s.from}::text then 'charge_not_in_state'::text
+                  when ${mode === "processor"} and t.processor_payment_id is null then 'charge_not_at_processor'::text${list(sql, refusals, "")} end as refusal,
+             case when t.status <> ${s.from}::text then t.status${list(sql, details, "")} end as detail,
+             jsonb_build_object('paymentId', t.processor_payment_id, 'authorizedCents', t.amount_cents, 'currency', t.currency,
+                                'createdAt', to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as resume,
+             ${answer} as answer`,
+  );
+}
+
+/** The ledger's write: the charge `to` (its sets) at its next sequence, and its event. Phase 1's: the charge `during`. */
+function writeSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
+  if (mode === "processor") {
+    return sql`
+      mark as (
+        update charges c set status = ${s.during}::text from won w where c.id = w.charge_id
+        returning w.n
+      ),
+      begun as (select n from mark)`;
+  }
+  const at: At = { sql, charge: rowOf(sql, "c"), request: rowOf(sql, "w") };
+  const set = setsOf(s).map((x) => sql`, ${sql(x.column)} = ${x.ledger(at)}`);
+  return sql`
+      p as (
+        update charges c
+           set status = ${s.to}::text${list(sql, set, "")}, last_sequence = c.last_sequence + 1
+          from won w
+         where c.id = w.charge_id
+        returning w.n, c.*
+      ),${eventsSql(sql, s, sql`target`, sql``)}`;
+}
+
+/**
+ * Phase 3: a succeeded key's charge changed as in the ledger, from its final row; a refused
+ * one's back to `from`, its sequence kept and no event; a charge no longer `during` is left.
+ * `prior` is the charge before the change: the statement's snapshot, which nothing but this
+ * key's holder changes while the charge is `during`.
+ */
+function finishSql(sql: Sql, s: TransitionShape): FinishSql {
+  const sets = setsOf(s);
+  const set = sets.map((x) => sql`, ${sql(x.column)} = case when w.succeeded then ${sql(`w.${x.column}`)} else ${sql(`c.${x.column}`)} end`);
+  return {
+    columns: { charge_id: "uuid", succeeded: "boolean", ...Object.fromEntries(sets.map((x) => [x.column, x.type])) },
+    write: sql`
+      prior as (
+        select c.* from charges c join won w on w.charge_id = c.id and w.tenant = c.tenant
+      ),
+      p as (
+        update charges c
+           set status = case when w.succeeded then ${s.to}::text else ${s.from}::text end${list(sql, set, "")},
+               last_sequence = c.last_sequence + case when w.succeeded then 1 else 0 end
+          from won w
+         where c.id = w.charge_id and c.tenant = w.tenant and c.status = ${s.during}::text
+        returning w.n, c.*, w.succeeded
+      ),${eventsSql(sql, s, sql`prior`, sql` where p.succeeded`)}`,
+  };
+}
+
+/** The transition's statements: its `sql` (ledger and phase 1) and its phase 3. */
+export function transitionSql(s: TransitionShape): { operation: (sql: Sql, mode: Mode) => OperationSql; finish: (sql: Sql) => FinishSql } {
+  return {
+    operation: (sql, mode) => ({ admit: admitSql(sql, s, mode), write: writeSql(sql, s, mode) }),
+    finish: (sql) => finishSql(sql, s),
+  };
+}

@@ -1,0 +1,226 @@
+// One factory for a change of an authorized charge through the processor (capture, cancel,
+// an increase of its authorization): an operation declares what is its own (its body, its
+// statuses, the columns it sets, its event, its processor call, its refusals) and gets its
+// route, its ledger statement, its phase 1 (the charge `during`), its step and its phase 3.
+//
+// Its SQL names rows, never aliases: a declaration's fragments read `charge` (the charge as it
+// is before the change) and `request` (the request's own columns), and the event's data reads
+// `charge` after the change and `before`. The statements behind (transition-sql.ts) decide
+// which alias each one is in which statement.
+import { Type as t, type Static, type TObject, type TSchema } from "@sinclair/typebox";
+import type Stripe from "stripe";
+import type { EventType } from "./events.ts";
+import { OPERATION_PROBLEMS, problemJson } from "../idempotency/problem-types.ts";
+import { document422, problemsOf, refuseBy, type RefusalType } from "./refusals.ts";
+import { mapCall, type ProcessorAdapter } from "./processor.ts";
+import { checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
+import { paymentView, payments, type PaymentView } from "./charge-steps.ts";
+import { Charge, type ChargeStatus } from "./charges.ts";
+import { foreign, PROCESSOR_REFUSALS, type ColumnValue, type FinalRow, type Fragment, type Operation, type SqlType, type StepContext, type StepResult } from "../idempotency/model.ts";
+import { changePayment } from "./payment-change.ts";
+import { columnOf, transitionSql, type At, type Rows } from "./transition-sql.ts";
+import { idOf } from "./steps.ts";
+
+export type { At, Rows };
+
+export { problemType } from "../idempotency/problem-types.ts";
+
+/** A check on the charge and the request, made by admit: the key stays unused when it refuses. */
+export interface Check<M extends string = string> extends RefusalType {
+  /** True: refused. */
+  readonly when: (at: At<M>) => Fragment;
+  /** The text the answer is made from (the admit's `detail`). */
+  readonly detail: (at: At<M>) => Fragment;
+  readonly answer: (chargeId: string, detail: string) => { readonly detail: string; readonly extensions?: Record<string, unknown> };
+}
+
+/** What phase 1's admit records of the charge, and every transition's resume. */
+const Snapshot = {
+  chargeId: t.String({ format: "uuid" }),
+  traceparent: t.Union([t.String(), t.Null()]),
+  paymentId: t.String(),
+  authorizedCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
+  currency: t.String(),
+  createdAt: t.String(),
+  failureCode: t.Optional(t.String()),
+  resolvedBy: t.Optional(t.String()),
+};
+
+/** A request's own member: its SQL type, and its schema in the resume. */
+export interface RequestMember {
+  readonly type: SqlType;
+  readonly schema: TSchema;
+}
+type Requests = Readonly<Record<string, RequestMember>>;
+type Values<Q> = { readonly [K in keyof Q]: Q[K] extends { readonly schema: infer S extends TSchema } ? Static<S> : never };
+
+/** The resume of a transition whose request declares `Q` and whose step adds `O`. */
+export type TransitionResume<Q = {}, O = {}> = Static<TObject<typeof Snapshot>> & Values<Q> & { readonly [K in keyof O]?: O[K] extends TSchema ? Static<O[K]> : never };
+
+export interface Transition<B extends TObject, Q extends Requests, O extends Readonly<Record<string, TSchema>>> {
+  readonly name: string;
+  readonly summary: string;
+  readonly path: `/charges/:id/${string}`;
+  readonly body: B;
+  /** The request's own members: its column (snake case) in every statement, and in the resume. */
+  readonly request?: Q;
+  /** The request's members' values, from its body. */
+  readonly requestOf?: (body: Static<B>) => Values<Q>;
+  /** The fingerprint's fields beside the charge id. */
+  readonly fingerprint?: (body: Static<B>) => Readonly<Record<string, string | number>>;
+  readonly from: ChargeStatus;
+  /** The charge's status while the processor is asked; `updating` when the change names none. */
+  readonly during?: ChargeStatus;
+  readonly to: ChargeStatus;
+  /** The verb of the documentation and the details ("capture"), and the past participle ("captured"). */
+  readonly verb: readonly [string, string];
+  /**
+   * The charge's columns the change sets beside its status, by the charge's member (its column
+   * in snake case): in the ledger (of the charge and the request), and from the final resume.
+   */
+  readonly sets?: Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At<keyof Q & string>) => Fragment; readonly final: (resume: TransitionResume<Q, O>) => number }>>;
+  readonly event: { readonly type: EventType; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
+  /** The resume's own members beside the request's (what the processor said). */
+  readonly resume?: O;
+  readonly call: {
+    /** The processor key's segment: `<charge id>:<key>:<attempt>`, its attempts counted in `<key>Attempt`. */
+    readonly key: string;
+    readonly send: (api: Stripe, resume: TransitionResume<Q, O>, idempotencyKey: string) => Promise<Stripe.PaymentIntent>;
+    /** What the payment decides; undefined: the change is not made yet. */
+    readonly decide: (payment: PaymentView, resume: TransitionResume<Q, O>) => StepResult<TransitionResume<Q, O>> | undefined;
+  };
+  /** `state`: the charge is not `from` (or has no payment at the processor); `processor`: its refusal, stored. */
+  readonly refusals: { readonly state: RefusalType; readonly checks?: readonly Check<keyof Q & string>[]; readonly processor: RefusalType };
+}
+
+const chargeIdOf = (params: Readonly<Record<string, string>>): string => params.id!.toLowerCase();
+
+// Any transition as the factory holds it: its own members are read by name.
+type AnyResume = TransitionResume & Readonly<Record<string, unknown>>;
+type AnyTransition = Omit<Transition<TObject, Requests, {}>, "sets" | "call"> & {
+  readonly sets?: Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At) => Fragment; readonly final: (resume: AnyResume) => number }>>;
+  readonly call: {
+    readonly key: string;
+    readonly send: (api: Stripe, resume: AnyResume, idempotencyKey: string) => Promise<Stripe.PaymentIntent>;
+    readonly decide: (payment: PaymentView, resume: AnyResume) => StepResult<AnyResume> | undefined;
+  };
+};
+
+/** The request's columns (by SQL name), and its members (by name) and columns from its body. */
+function requestOf(request: Requests, valuesOf: (body: unknown) => Readonly<Record<string, ColumnValue>>) {
+  const members = Object.entries(request);
+  return {
+    columns: { charge_id: "uuid" as SqlType, ...Object.fromEntries(members.map(([m, c]) => [columnOf(m), c.type])) },
+    columnsOf: (params: Readonly<Record<string, string>>, body: unknown) => {
+      const values = valuesOf(body);
+      return { charge_id: chargeIdOf(params), ...Object.fromEntries(members.map(([m]) => [columnOf(m), values[m] ?? null])) };
+    },
+    membersOf: (body: unknown) => valuesOf(body),
+    schemas: Object.fromEntries(members.map(([m, c]) => [m, c.schema])),
+  };
+}
+
+/** The processor calls of the step, and the step: the change under `<charge id>:<key>:<attempt>`, read first on a resume. */
+function stepOf(call: AnyTransition["call"]) {
+  const attemptName = `${call.key}Attempt`;
+  const capabilities = (p: ProcessorAdapter) => ({
+    send: (r: AnyResume, key: string) => mapCall(p.call("POST", (api) => call.send(api, r, key)), paymentView),
+    retrieve: payments(p).retrieve,
+  });
+  const step = ({ resume, processor, resumed }: StepContext<AnyResume, ReturnType<typeof capabilities>>) =>
+    changePayment({
+      resume,
+      resumed,
+      attemptName,
+      send: (attempt) => processor.send(resume, `${resume.chargeId}:${call.key}:${attempt}`),
+      read: () => processor.retrieve(resume.paymentId),
+      decide: call.decide,
+    });
+  return { attemptName, capabilities, step };
+}
+
+/** Phase 3 as values: the charge changed (its `sets` from the resume), or the processor's refusal stored. */
+function finalOf(d: AnyTransition) {
+  const sets = Object.entries(d.sets ?? {});
+  const { problem } = d.refusals.processor;
+  return (outcome: "succeeded" | "refused", resume: AnyResume): FinalRow => {
+    const { chargeId } = resume;
+    if (outcome === "succeeded") {
+      const members = Object.fromEntries(sets.map(([m, s]) => [m, s.final(resume)]));
+      const body = checkedJson(Charge, { id: chargeId, amountCents: resume.authorizedCents, currency: resume.currency, status: d.to, processorPaymentId: resume.paymentId, ...members, createdAt: resume.createdAt });
+      return { response: { status: 200, body }, columns: { charge_id: chargeId, succeeded: true, ...Object.fromEntries(sets.map(([m]) => [columnOf(m), members[m]!])) } };
+    }
+    const failureCode = resume.failureCode ?? "refused";
+    return {
+      response: { status: problem.status, body: problemJson(problem, `the payment processor refused the ${d.verb[0]} (${failureCode})`, { chargeId, failureCode }) },
+      columns: { charge_id: chargeId, succeeded: false, ...Object.fromEntries(sets.map(([m]) => [columnOf(m), null])) },
+    };
+  };
+}
+
+/** The answers of admit's reasons: no charge, not `from`, no payment at the processor, and each check. */
+function refuseOf(d: AnyTransition) {
+  const [verb, verbed] = d.verb;
+  const { problem } = d.refusals.state;
+  return refuseBy(d.name, {
+    charge_not_found: { problem: OPERATION_PROBLEMS.notFound, answer: (id) => ({ detail: `no charge with id ${id}` }) },
+    charge_not_in_state: { problem, answer: (id, status) => ({ detail: `charge ${id} is ${status}: only an authorized charge (capture: manual) can be ${verbed}`, extensions: { chargeStatus: status } }) },
+    charge_not_at_processor: { problem, answer: (id) => ({ detail: `charge ${id} was authorized without the payment processor: it has no payment there to ${verb}` }) },
+    ...Object.fromEntries((d.refusals.checks ?? []).map((c, i) => [`check_${i}`, { problem: c.problem, answer: (id: string, detail: string | null) => c.answer(id, detail ?? "") }])),
+  });
+}
+
+/** The processor part: phase 1 is the operation's `sql` in processor mode; the step; phase 3. */
+function foreignOf(d: AnyTransition, request: ReturnType<typeof requestOf>, finishSql: FinishSqlOf) {
+  const { attemptName, capabilities, step } = stepOf(d.call);
+  return foreign<unknown, AnyResume, ReturnType<typeof capabilities>>({
+    columns: request.columns,
+    validate: () => undefined,
+    prepare: ({ params, body }, traceparent) => ({ columns: request.columnsOf(params, body), resume: { chargeId: chargeIdOf(params), ...request.membersOf(body), traceparent }, exclusive: chargeIdOf(params) }),
+    resume: t.Object({ ...Snapshot, ...request.schemas, [attemptName]: t.Optional(t.Integer({ minimum: 0 })), ...d.resume }),
+    operatorIds: ["chargeId", "paymentId"],
+    resolution: { succeeded: "paymentId", refused: "failureCode" },
+    capabilities,
+    firstPoint: "begun",
+    steps: { begun: step },
+    final: finalOf(d),
+    finishSql,
+    exclusive: (resume) => resume.chargeId,
+  });
+}
+type FinishSqlOf = ReturnType<typeof transitionSql>["finish"];
+
+export function chargeTransition<B extends TObject, Q extends Requests = {}, O extends Readonly<Record<string, TSchema>> = {}>(
+  declared: Transition<B, Q, O>,
+): Operation<B> {
+  // Held in its general shape: the bodies its functions get are the route's, checked against `body` first.
+  const d = declared as unknown as AnyTransition;
+  const request = requestOf(d.request ?? {}, (body) => (d.requestOf?.(body as never) ?? {}) as Readonly<Record<string, ColumnValue>>);
+  const checks = d.refusals.checks ?? [];
+  const refuse = refuseOf(d);
+  const statements = transitionSql({ from: d.from, during: d.during ?? "updating", to: d.to, checks: checks.map((c, i) => ({ reason: `check_${i}`, when: c.when, detail: c.detail })), sets: d.sets ?? {}, event: d.event });
+  return {
+    name: d.name,
+    summary: d.summary,
+    method: "POST",
+    path: d.path,
+    uuidParams: ["id"],
+    body: declared.body,
+    response: Charge,
+    status: 200,
+    columns: request.columns,
+    fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), ...d.fingerprint?.(body) }),
+    // The answer is the charge, made by the admit from its row.
+    prepare: ({ params, body }) => ({ columns: request.columnsOf(params, body), body: "", exclusive: chargeIdOf(params) }),
+    sql: statements.operation,
+    refuse: (reason, detail, { params }) => refuse(reason, detail, chargeIdOf(params)),
+    locationOf: (body) => `/charges/${idOf(body, "id")}`,
+    problems: problemsOf([d.refusals.state, ...checks, d.refusals.processor]),
+    refusals: {
+      "404": "Unknown charge, or another tenant's; the key stays unused",
+      "422": document422([d.refusals.state, ...checks], d.refusals.processor),
+      ...PROCESSOR_REFUSALS,
+    },
+    foreign: foreignOf(d, request, statements.finish),
+  };
+}
