@@ -17,6 +17,7 @@ import { growthSection, GROWTH_DEFAULTS } from "./outbox-growth.ts";
 import { unitCostsSection } from "./unit-costs.ts";
 import { processorSection } from "./processor-bench.ts";
 import { subscriberSection } from "./subscriber-ab.ts";
+import { fairSection } from "./abuse-fair.ts";
 import { benchServices, log, median } from "./support.ts";
 import { createReport } from "./report.ts";
 import { ServicesUnavailable } from "../testkit/services.ts";
@@ -295,5 +296,8 @@ await section("outbox growth", () => growthSection(report, quick ? { rounds: 1, 
 await section("unit costs", () => unitCostsSection(report, quick ? 1 : 3, P.seconds));
 await section("processor mode", () => processorSection(report, quick ? 1 : 2, P.seconds, quick ? 1 : 3));
 await section("subscriber library", () => subscriberSection(report, quick ? 1 : 5, quick ? 500 : 3000));
+// One tenant's slow bodies, its waits on a key in flight, and floods of the operator's routes,
+// beside another tenant creating charges at a fixed rate (bench/abuse-fair.ts).
+await section("fair admission", () => fairSection(report, quick ? 1 : 2, quick ? 8 : 16));
 
 process.exit(await report.finish(quick, started));

@@ -37,6 +37,8 @@ export const PROBLEM = {
   /** 410: the key's stored answer expired and its tombstone lives; nothing was done, `location` names the original resource. Final. */
   keyExpired: `${API}idempotency-key-expired`,
   bodyTooLarge: `${API}body-too-large`,
+  /** 408: the body did not arrive in time; nothing was done. */
+  bodyTimeout: `${API}body-timeout`,
   unsupportedMediaType: `${API}unsupported-media-type`,
   /** 422: the key was used with another request. */
   payloadConflict: `${API}idempotency-key-reused`,

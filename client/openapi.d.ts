@@ -584,6 +584,15 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
@@ -805,6 +814,15 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
@@ -944,6 +962,15 @@ export interface operations {
             };
             /** @description Unknown charge, or another tenant's; the key stays unused */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1173,6 +1200,15 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
             409: {
                 headers: {
@@ -1312,6 +1348,15 @@ export interface operations {
             };
             /** @description Unknown charge, or another tenant's; the key stays unused */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body did not arrive in full within API_BODY_TIMEOUT_MS of the request */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,8 +1,8 @@
-// Admission control (issue 43 item 2), against real APIs on a real database: a tenant past its
+// Admission control, against real APIs on a real database: a tenant past its
 // token bucket gets a 429 problem with Retry-After and writes nothing, while another tenant is
 // served; past API_MAX_IN_FLIGHT a /charges request gets a 503 problem at once while the
 // operator's routes still answer; /readyz answers from one probe a second; OPERATOR_PORT moves
-// the operator's routes off the public port.
+// the operator's routes off the public port, and the document there still names every route.
 import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import postgres from "postgres";
 import { counts, getCharge, postCharge, startTestApi, waitForApiBlockedOnLock } from "../testkit/api.ts";
@@ -67,7 +67,7 @@ describe("per-tenant rate limit", () => {
     // they do not turn another tenant away with a 503. The longest hold, so that the other tenant's answers
     // come within it however loaded the machine.
     const HOLD_MS = 1000;
-    const config = loadConfig({ DATABASE_URL: db.url, ...authEnv(), API_RATE_LIMIT: "1", API_RATE_BURST: "4", API_MAX_IN_FLIGHT: "4", API_RATE_LIMIT_HOLD_MS: String(HOLD_MS) });
+    const config = loadConfig({ DATABASE_URL: db.url, ...authEnv(), API_RATE_LIMIT: "1", API_RATE_BURST: "4", API_MAX_IN_FLIGHT: "4", API_MAX_IN_FLIGHT_PER_TENANT: "4", API_RATE_LIMIT_HOLD_MS: String(HOLD_MS) });
     const admission = createAdmission(config.admission);
     const sql = createSql(db.url, { max: 4 });
     const deps = { sql, core: createIdempotencyCore(sql, { ttlSeconds: 60 }), auth: createAuthenticator(config.auth), log: silentLogger, counters: createApiMetrics(), admission, readiness: createReadiness() };
@@ -168,6 +168,10 @@ describe("OPERATOR_PORT", () => {
         expect([path, (await fetch(`${operator}${path}`)).status]).toEqual([path, 200]);
         expect([path, (await fetch(`${api.base}${path}`)).status]).toEqual([path, 404]);
       }
+      // The document on the operator's port still describes every route, the public port's too.
+      const doc = (await (await fetch(`${operator}/openapi.json`)).json()) as { paths: Record<string, Record<string, { operationId?: string }>> };
+      const operations = Object.values(doc.paths).flatMap((methods) => Object.values(methods).map((op) => op.operationId));
+      for (const id of ["createCharge", "createRefund", "getCharge", "getChargeEvents", "getRefund", "getIdempotencyKey", "health", "ready", "metrics"]) expect(operations).toContain(id);
       const created = await fetch(`${api.base}/charges`, {
         method: "POST",
         headers: { "content-type": "application/json", "idempotency-key": crypto.randomUUID(), ...(await authHeaders()) },

@@ -18,7 +18,8 @@ setDefaultTimeout(30_000);
 
 const db = await freshDatabase("api_metrics");
 const telemetry = startTelemetry("charges-api-test", undefined, false);
-const api = await startTestApi(db.url, {}, { metrics: telemetry.scrape, meter: telemetry.provider.getMeter("charges") });
+// Every scrape renders: each test reads the counts right after its requests.
+const api = await startTestApi(db.url, { API_METRICS_MAX_AGE_MS: "0" }, { metrics: telemetry.scrape, meter: telemetry.provider.getMeter("charges") });
 afterAll(async () => {
   await api.close();
   await telemetry.shutdown();

@@ -1,7 +1,9 @@
 // A tenant claim is stored with every key, charge and event: one that cannot name a tenant
-// (control, format or separator characters, a lone surrogate, longer than MAX_TENANT_CHARS,
-// the implicit tenant of AUTH_MODE=none) is a 401 problem with nothing written, never a 500
-// from the database refusing the text. A `typ` header other than JWT or at+jwt is refused too.
+// (by default anything but printable ASCII without a space at either end; with
+// AUTH_TENANT_IDS=unicode, control, format or separator characters, a lone surrogate, a
+// compatibility form; longer than MAX_TENANT_CHARS; the implicit tenant of AUTH_MODE=none) is
+// a 401 problem with nothing written, never a 500 from the database refusing the text. A `typ`
+// header other than JWT or at+jwt is refused too, and so is a time claim that is no time.
 import { expect, setDefaultTimeout, test } from "bun:test";
 import { SignJWT } from "jose";
 import { IMPLICIT_TENANT, MAX_TENANT_CHARS } from "../lib/api/auth.ts";
@@ -32,6 +34,12 @@ test.each([
   ["a no-break space", "tenant\u00a0a"],
   ["a private-use character", "tenant\ue000"],
   ["the implicit tenant of AUTH_MODE=none", IMPLICIT_TENANT],
+  ["a trailing space", "acme "],
+  ["a leading space", " acme"],
+  ["only spaces", " ".repeat(MAX_TENANT_CHARS)],
+  ["a Cyrillic а among Latin letters", "\u0430cme"],
+  ["full-width letters", "\uff41\uff43\uff4d\uff45"],
+  ["a Latin letter with an accent", "\u00e9cole"],
 ])("a tenant claim with %s → 401 problem, nothing written", async (_name, tenant) => {
   const res = await postCharge(api, body, { key: crypto.randomUUID(), headers: { authorization: `Bearer ${await tokenFor(tenant)}` } });
   expect(res.status).toBe(401);
@@ -79,12 +87,57 @@ test.each([["JWS"], ["logout+jwt"], ["id_token+jwt"], ["secevent+jwt"], [""], [4
   expect(await counts(db.sql)).toEqual(before);
 });
 
-test("a tenant of MAX_TENANT_CHARS characters, non-ASCII letters and a surrogate pair included, is served", async () => {
-  const tenant = `é😀${"t".repeat(MAX_TENANT_CHARS - 3)}`;
+test("a tenant of MAX_TENANT_CHARS printable ASCII characters, inner spaces and punctuation included, is served", async () => {
+  const tenant = `acme corp/eu-1:${"t".repeat(MAX_TENANT_CHARS - 16)}~`;
   expect(tenant.length).toBe(MAX_TENANT_CHARS);
   const res = await postCharge(api, body, { key: crypto.randomUUID(), headers: { authorization: `Bearer ${await tokenFor(tenant)}` } });
   expect(res.status).toBe(201);
   const { id } = (await res.json()) as { id: string };
   const [row] = await db.sql<{ tenant: string }[]>`select tenant from charges where id = ${id}`;
   expect(row?.tenant).toBe(tenant);
+});
+
+test("AUTH_TENANT_IDS=unicode: letters of any script are served; surrounding spaces, compatibility forms and invisible characters are still refused", async () => {
+  const wide = await startTestApi(db.url, { AUTH_TENANT_IDS: "unicode" });
+  try {
+    const post = async (tenant: string) => (await postCharge(wide, body, { key: crypto.randomUUID(), headers: { authorization: `Bearer ${await tokenFor(tenant)}` } })).status;
+    const tenant = `é😀ж${"t".repeat(MAX_TENANT_CHARS - 4)}`;
+    expect(tenant.length).toBe(MAX_TENANT_CHARS);
+    expect(await post(tenant)).toBe(201);
+    expect(await post("\u0430cme")).toBe(201);
+    for (const refused of ["acme ", " acme", "\uff41\uff43\uff4d\uff45", "tenant\u200ba", "tenant\u00a0a", "tenant\u0000a"]) expect([refused, await post(refused)]).toEqual([refused, 401]);
+  } finally {
+    await wide.close();
+  }
+});
+
+/** An HS256 token for tenant-a whose payload is `payload` as written (JSON's 1e400 reads as Infinity). */
+async function tokenWithPayload(payload: string): Promise<string> {
+  const encode = (text: string) => Buffer.from(text).toString("base64url");
+  const signed = `${encode('{"alg":"HS256","typ":"JWT"}')}.${encode(payload)}`;
+  const key = await crypto.subtle.importKey("raw", new TextEncoder().encode(TEST_JWT_SECRET), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const signature = await crypto.subtle.sign("HMAC", key, new TextEncoder().encode(signed));
+  return `${signed}.${Buffer.from(signature).toString("base64url")}`;
+}
+
+const NOW_S = Math.floor(Date.now() / 1000);
+test.each([
+  ["exp 1e400 (Infinity)", `{"sub":"tenant-a","exp":1e400}`],
+  ["exp past the year 3000", `{"sub":"tenant-a","exp":${32_503_680_001}}`],
+  ["exp a string", `{"sub":"tenant-a","exp":"${NOW_S + 60}"}`],
+  ["nbf -1e400 (-Infinity)", `{"sub":"tenant-a","exp":${NOW_S + 60},"nbf":-1e400}`],
+  ["iat 1e400", `{"sub":"tenant-a","exp":${NOW_S + 60},"iat":1e400}`],
+  ["iat negative", `{"sub":"tenant-a","exp":${NOW_S + 60},"iat":-5}`],
+  ["iat an hour ahead", `{"sub":"tenant-a","exp":${NOW_S + 7200},"iat":${NOW_S + 3600}}`],
+])("a token with %s → 401, nothing written", async (_name, payload) => {
+  const before = await counts(db.sql);
+  const res = await postCharge(api, body, { key: crypto.randomUUID(), headers: { authorization: `Bearer ${await tokenWithPayload(payload)}` } });
+  expect(res.status).toBe(401);
+  expect(res.headers.get("www-authenticate")).toBe('Bearer error="invalid_token"');
+  expect(await counts(db.sql)).toEqual(before);
+});
+
+test("a hand-made token with sane times is served (the refusals above are the claims', not the signing's)", async () => {
+  const res = await postCharge(api, body, { key: crypto.randomUUID(), headers: { authorization: `Bearer ${await tokenWithPayload(`{"sub":"tenant-a","exp":${NOW_S + 60},"nbf":${NOW_S - 5},"iat":${NOW_S}}`)}` } });
+  expect(res.status).toBe(201);
 });

@@ -24,9 +24,20 @@ test("defaults are the README's (Configuration)", () => {
   expect(Object.isFrozen(config)).toBe(true);
 });
 
-test("admission: 10,000 requests a second per tenant with a burst of one second, 1,000 in flight, no operator port, by default; frozen", () => {
+test("admission: 10,000 requests a second per tenant with a burst of one second, 1,000 in flight and half of them per tenant, 5 s for a body, /metrics a second old at most, no operator port, by default; frozen", () => {
   const admission = loadConfig({}).admission;
-  expect(admission).toEqual({ rateLimitPerS: 10_000, rateBurst: 10_000, maxInFlight: 1000, refusalHoldMs: 250, operatorPort: undefined, operatorHost: "127.0.0.1" });
+  expect(admission).toEqual({
+    rateLimitPerS: 10_000,
+    rateBurst: 10_000,
+    maxInFlight: 1000,
+    maxInFlightPerTenant: 500,
+    maxInFlightPerKey: 8,
+    bodyTimeoutMs: 5000,
+    metricsMaxAgeMs: 1000,
+    refusalHoldMs: 250,
+    operatorPort: undefined,
+    operatorHost: "127.0.0.1",
+  });
   expect(Object.isFrozen(admission)).toBe(true);
   // The burst follows the rate unless set; 0 turns the limit off.
   expect(loadConfig({ API_RATE_LIMIT: "50" }).admission).toMatchObject({ rateLimitPerS: 50, rateBurst: 50 });
@@ -34,6 +45,11 @@ test("admission: 10,000 requests a second per tenant with a burst of one second,
   expect(loadConfig({ API_RATE_LIMIT: "50", API_RATE_BURST: "200" }).admission).toMatchObject({ rateBurst: 200 });
   expect(loadConfig({ API_RATE_LIMIT_HOLD_MS: "0" }).admission).toMatchObject({ refusalHoldMs: 0 });
   expect(loadConfig({ OPERATOR_PORT: "9464", OPERATOR_HOST: "0.0.0.0" }).admission).toMatchObject({ operatorPort: 9464, operatorHost: "0.0.0.0" });
+  // A tenant's share follows the cap unless set (half, rounded up: one place of one); up to all of it.
+  expect(loadConfig({ API_MAX_IN_FLIGHT: "1" }).admission).toMatchObject({ maxInFlight: 1, maxInFlightPerTenant: 1 });
+  expect(loadConfig({ API_MAX_IN_FLIGHT: "7" }).admission).toMatchObject({ maxInFlightPerTenant: 4 });
+  expect(loadConfig({ API_MAX_IN_FLIGHT: "100", API_MAX_IN_FLIGHT_PER_TENANT: "100" }).admission).toMatchObject({ maxInFlightPerTenant: 100 });
+  expect(loadConfig({ API_BODY_TIMEOUT_MS: "100", API_METRICS_MAX_AGE_MS: "0" }).admission).toMatchObject({ bodyTimeoutMs: 100, metricsMaxAgeMs: 0 });
 });
 
 test("RELAY_GATHER_MS: 0 turns gathering off; up to a second", () => {
@@ -48,7 +64,8 @@ test("MQTT_PROTOCOL_VERSION: auto by default; 5 and 3.1.1 taken as they are", ()
 });
 
 test("auth defaults: jwt mode, the tenant in sub, no key source (the API refuses to start without one)", () => {
-  expect(loadConfig({}).auth).toEqual({ mode: "jwt", jwtSecret: undefined, jwksUrl: undefined, issuer: undefined, audience: undefined, tenantClaim: "sub" });
+  expect(loadConfig({}).auth).toEqual({ mode: "jwt", jwtSecret: undefined, jwksUrl: undefined, issuer: undefined, audience: undefined, tenantClaim: "sub", tenantIds: "ascii" });
+  expect(loadConfig({ AUTH_TENANT_IDS: " Unicode " }).auth.tenantIds).toBe("unicode");
   const set = loadConfig({ AUTH_MODE: "NONE", AUTH_TENANT_CLAIM: "org_id", AUTH_ISSUER: "https://idp/", AUTH_AUDIENCE: "charges", AUTH_JWKS_URL: "https://idp/jwks.json" }).auth;
   expect(set).toMatchObject({ mode: "none", tenantClaim: "org_id", issuer: "https://idp/", audience: "charges", jwksUrl: "https://idp/jwks.json" });
 });
@@ -126,6 +143,15 @@ test.each([
   ["API_RATE_LIMIT", "10/s"],
   ["API_RATE_BURST", "0"],
   ["API_MAX_IN_FLIGHT", "0"],
+  ["API_MAX_IN_FLIGHT_PER_TENANT", "0"],
+  // More than the process's cap (1,000 by default).
+  ["API_MAX_IN_FLIGHT_PER_TENANT", "1001"],
+  ["API_MAX_IN_FLIGHT_PER_KEY", "0"],
+  ["API_BODY_TIMEOUT_MS", "99"],
+  ["API_BODY_TIMEOUT_MS", "60001"],
+  ["API_METRICS_MAX_AGE_MS", "-1"],
+  ["API_METRICS_MAX_AGE_MS", "60001"],
+  ["AUTH_TENANT_IDS", "latin1"],
   // Longer than the smallest Retry-After it announces.
   ["API_RATE_LIMIT_HOLD_MS", "1001"],
   ["API_RATE_LIMIT_HOLD_MS", "-1"],

@@ -31,7 +31,8 @@ beforeAll(async () => {
   db = await freshDatabase("processor_statements");
   sim = await startProcessorSim();
   // Bounds long enough that nothing times out while the test holds the outbox locked.
-  const bounds = { API_POOL_SIZE: String(POOL_SIZE), API_LOCK_TIMEOUT_MS: "4000", API_POOL_WAIT_MS: "4000" };
+  // Every scrape renders (API_METRICS_MAX_AGE_MS=0): the tests read the pool's slots as they change.
+  const bounds = { API_POOL_SIZE: String(POOL_SIZE), API_LOCK_TIMEOUT_MS: "4000", API_POOL_WAIT_MS: "4000", API_METRICS_MAX_AGE_MS: "0" };
   api = await startProcessorApi(db.url, sim, bounds, { metrics: telemetry.scrape, meter: telemetry.provider.getMeter("charges") });
 });
 afterAll(async () => {

@@ -22,7 +22,8 @@ const EXCEEDS = "https://charges.example/problems/refund-exceeds-charge";
 const db = await freshDatabase("refunds_race");
 const telemetry = startTelemetry("charges-api-refunds-race", undefined, false);
 // The defaults: API_CHARGE_STATEMENTS 2 under a pool of 32, so queued requests go in batches.
-const api = await startTestApi(db.url, {}, { metrics: telemetry.scrape, meter: telemetry.provider.getMeter("charges") });
+// Every scrape renders (API_METRICS_MAX_AGE_MS=0): the tests read the counts right after their requests.
+const api = await startTestApi(db.url, { API_METRICS_MAX_AGE_MS: "0" }, { metrics: telemetry.scrape, meter: telemetry.provider.getMeter("charges") });
 afterAll(async () => {
   await api.close();
   await telemetry.shutdown();

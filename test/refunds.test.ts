@@ -301,7 +301,7 @@ test("an upper-case UUID in the path is the same charge and the same fingerprint
 
 describe("metrics", () => {
   const telemetry = startTelemetry("charges-api-refunds-test", undefined, false);
-  const metered = startTestApi(db.url, {}, { metrics: telemetry.scrape, meter: telemetry.provider.getMeter("charges") });
+  const metered = startTestApi(db.url, { API_METRICS_MAX_AGE_MS: "0" }, { metrics: telemetry.scrape, meter: telemetry.provider.getMeter("charges") });
   afterAll(async () => {
     await (await metered).close();
     await telemetry.shutdown();

@@ -1,7 +1,9 @@
 // Admission control for the /charges routes (docs/configuration.md, "Admission control"): a
-// token bucket per tenant (429 past it) and a cap on requests in flight (503 past it), both
-// answered at once with Retry-After, before the body is read or the database is touched.
-// Per process: N processes admit N times as much.
+// token bucket per tenant (429 past it), a cap on requests in flight (503 past it), and each
+// tenant's share of that cap (503 past it), all answered at once with Retry-After, before the
+// body is read or the database is touched. A tenant's place is held from its token's check to
+// its answer: while its body arrives and while it waits on Prefer: wait. Per process: N
+// processes admit N times as much.
 import type { AdmissionConfig } from "../platform/config.ts";
 
 const MS_PER_S = 1000;
@@ -9,6 +11,13 @@ const MS_PER_S = 1000;
 // held refusal is a timer and an open socket, not a request in flight (it is counted out of
 // API_MAX_IN_FLIGHT first): this bounds what a client with many connections can park here.
 const MAX_HELD_REFUSALS = 4096;
+// Answers of /metrics, /openapi.json and /docs a second, for the whole process: far above a few
+// scrapers and operators reading the docs (a page load is four requests). Past it each answer
+// is held OPERATOR_HOLD_MS first, so a client that fetches them over many connections as fast
+// as they come gets about one per connection per hold, and cannot take the event loop from
+// the requests being served.
+export const OPERATOR_RATE_PER_S = 100;
+export const OPERATOR_HOLD_MS = 250;
 // Tenants whose bucket is remembered at most; past it, the full (idle) buckets are dropped: a
 // full bucket is what a tenant that was never seen gets anyway.
 const MAX_BUCKETS = 100_000;
@@ -35,6 +44,23 @@ export interface Admission {
   /** Counts an entered request out. */
   leave(): void;
   readonly inFlight: number;
+  /** Counts a request of `tenant` in; false when it already holds API_MAX_IN_FLIGHT_PER_TENANT (nothing counted then). */
+  enterTenant(tenant: string): boolean;
+  /** Counts a request of `tenant` entered with enterTenant out. */
+  leaveTenant(tenant: string): void;
+  /** The requests `tenant` holds now. */
+  inFlightOf(tenant: string): number;
+  /** Counts a request of one tenant's key in; false when API_MAX_IN_FLIGHT_PER_KEY of it are already in. */
+  enterKey(scope: string): boolean;
+  /** Counts a request entered with enterKey out. */
+  leaveKey(scope: string): void;
+  /**
+   * Resolves once an answer of /metrics, /openapi.json or /docs may be sent: at once within
+   * OPERATOR_RATE_PER_S, else after OPERATOR_HOLD_MS (at once past MAX_HELD_REFUSALS held).
+   */
+  paceOperator(): Promise<void>;
+  /** API_BODY_TIMEOUT_MS. */
+  readonly bodyTimeoutMs: number;
 }
 
 const ADMITTED: Admitted = { ok: true };
@@ -45,7 +71,11 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
   const rate = config.rateLimitPerS / MS_PER_S; // tokens per ms
   const burst = config.rateBurst;
   let inFlight = 0;
-  let held = 0;
+  // Only tenants and keys with a request in flight: at most API_MAX_IN_FLIGHT entries each.
+  const byTenant = createHoldings(config.maxInFlightPerTenant);
+  const byKey = createHoldings(config.maxInFlightPerKey);
+  const holds = createHolds();
+  const paceOperator = operatorPace(holds, now);
   const sweep = (at: number) => {
     for (const [tenant, bucket] of buckets) if (bucket.tokens + (at - bucket.at) * rate >= burst) buckets.delete(tenant);
   };
@@ -70,15 +100,9 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
       return { ok: false, retryAfterS: Math.max(1, Math.ceil((1 - bucket.tokens) / rate / MS_PER_S)) };
     },
     holdRefusal() {
-      if (config.refusalHoldMs === 0 || held >= MAX_HELD_REFUSALS) return RELEASED;
-      held++;
-      return new Promise<void>((resolve) =>
-        setTimeout(() => {
-          held--;
-          resolve();
-        }, config.refusalHoldMs),
-      );
+      return holds.hold(config.refusalHoldMs);
     },
+    paceOperator,
     enter() {
       if (inFlight >= config.maxInFlight) return false;
       inFlight++;
@@ -90,8 +114,69 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
     get inFlight() {
       return inFlight;
     },
+    enterTenant: byTenant.enter,
+    leaveTenant: byTenant.leave,
+    inFlightOf: byTenant.of,
+    enterKey: byKey.enter,
+    leaveKey: byKey.leave,
+    bodyTimeoutMs: config.bodyTimeoutMs,
     get held() {
+      return holds.held;
+    },
+  };
+}
+
+/** The operator routes' bucket: OPERATOR_RATE_PER_S answers at once, the rest held OPERATOR_HOLD_MS. */
+function operatorPace(holds: ReturnType<typeof createHolds>, now: () => number): () => Promise<void> {
+  const bucket: Bucket = { tokens: OPERATOR_RATE_PER_S, at: now() };
+  const perMs = OPERATOR_RATE_PER_S / MS_PER_S;
+  return () => {
+    const at = now();
+    bucket.tokens = Math.min(OPERATOR_RATE_PER_S, bucket.tokens + (at - bucket.at) * perMs);
+    bucket.at = at;
+    if (bucket.tokens < 1) return holds.hold(OPERATOR_HOLD_MS);
+    bucket.tokens -= 1;
+    return RELEASED;
+  };
+}
+
+/** Answers held back: each for `ms`, at most MAX_HELD_REFUSALS at once (past it, at once). */
+function createHolds() {
+  let held = 0;
+  return {
+    hold(ms: number): Promise<void> {
+      if (ms === 0 || held >= MAX_HELD_REFUSALS) return RELEASED;
+      held++;
+      return new Promise<void>((resolve) =>
+        setTimeout(() => {
+          held--;
+          resolve();
+        }, ms),
+      );
+    },
+    get held(): number {
       return held;
+    },
+  };
+}
+
+/** Requests in flight by name (a tenant, a tenant's key), each up to `max`; a name at 0 is forgotten. */
+function createHoldings(max: number) {
+  const held = new Map<string, number>();
+  return {
+    enter(name: string): boolean {
+      const holding = held.get(name) ?? 0;
+      if (holding >= max) return false;
+      held.set(name, holding + 1);
+      return true;
+    },
+    leave(name: string): void {
+      const holding = held.get(name) ?? 0;
+      if (holding <= 1) held.delete(name);
+      else held.set(name, holding - 1);
+    },
+    of(name: string): number {
+      return held.get(name) ?? 0;
     },
   };
 }

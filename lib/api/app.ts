@@ -4,8 +4,9 @@
 // histogram sample are taken in onAfterResponse (http/observe.ts). Elysia routes, reads a body
 // with the route's strict JSON parser (http/checks.ts), validates headers, params, query and
 // body against the routes' TypeBox schemas, and builds /openapi.json from the same schemas
-// (documentation.ts); every failure is answered here as an RFC 9457 problem, never HTML or a
-// stack trace.
+// (documentation.ts, in an app of every route that is never served, so that with OPERATOR_PORT
+// the operator's port still documents the /charges routes); every failure is answered here as
+// an RFC 9457 problem, never HTML or a stack trace.
 import { Elysia, ParseError, ValidationError, type AnyElysia } from "elysia";
 import { CloudflareAdapter } from "elysia/adapter/cloudflare-worker";
 import { describeDbError, isTimeBound, isUnavailable } from "../platform/db.ts";
@@ -19,7 +20,8 @@ import { observability } from "./http/observe.ts";
 import { inFlightCap } from "./http/in-flight.ts";
 import { problemResponse } from "./problem.ts";
 import { chargeRoutes, operatorRoutes } from "./routes.ts";
-import { documentation, type DocsAssets } from "./documentation.ts";
+import { documentation, DOCUMENT_PATH, PAGE_PATH, type DocsAssets } from "./documentation.ts";
+import { assetAnswer, DOCUMENT_CACHE_CONTROL } from "./asset-answer.ts";
 
 export { DOCUMENT_PATH, PAGE_PATH, type DocsAssets } from "./documentation.ts";
 
@@ -49,12 +51,43 @@ export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
     // The operator's port has no /charges: a path there is a plain 404, with or without a token.
     .onError((ctx) => answerError(deps, ctx.trail, ctx, ctx.code, ctx.error, options.surface !== "operator"));
   const operator = options.surface !== "api";
-  if (operator) app.use(documentation(options.docs));
+  if (operator) app.use(documentRoutes(context, documentApp(context, options), options.docs));
   // In this order, the document's paths are in the order they always were.
   if (options.surface !== "operator") app.use(chargeRoutes(context));
   if (operator) app.use(operatorRoutes(context, options.metrics));
   // Every handler composed now rather than on its first request.
   return app.compile();
+}
+
+/**
+ * Every route, whichever port serves it, with /openapi.json and /docs: never served, only asked
+ * for those two once (documentRoutes).
+ */
+function documentApp(context: ReturnType<typeof requestContext>, options: AppOptions): AnyElysia {
+  const adapter = options.aheadOfTime ? { adapter: CloudflareAdapter } : {};
+  const app = new Elysia({ aot: true, normalize: false, ...adapter }).use(context).use(documentation(options.docs));
+  return app.use(chargeRoutes(context)).use(operatorRoutes(context, options.metrics)).compile();
+}
+
+/**
+ * /openapi.json and /docs as documentApp makes them, made once, then compressed and tagged; and
+ * the docs' assets; each answer paced with /metrics' (admission.ts paceOperator).
+ */
+function documentRoutes(context: ReturnType<typeof requestContext>, source: AnyElysia, docs: DocsAssets | undefined) {
+  const plugin = new Elysia({ name: "document-routes" }).use(context);
+  const made = (path: string, contentType: string) => async () => {
+    const res = await source.handle(new Request(`http://localhost${path}`));
+    if (res.status !== 200) throw new Error(`bug: the document app answered ${path} with ${res.status}`);
+    return { body: new Uint8Array(await res.arrayBuffer()), contentType };
+  };
+  const paced = (answer: (request: Request) => Promise<Response>) => async ({ request, deps }: { request: Request; deps: RequestDeps }) => {
+    await deps.admission.paceOperator();
+    return answer(request);
+  };
+  plugin.get(DOCUMENT_PATH, paced(assetAnswer(made(DOCUMENT_PATH, "application/json"), DOCUMENT_CACHE_CONTROL)), { detail: { hide: true } });
+  if (docs) plugin.get(PAGE_PATH, paced(assetAnswer(made(PAGE_PATH, "text/html; charset=utf-8"), DOCUMENT_CACHE_CONTROL)), { detail: { hide: true } });
+  for (const [path, serveFile] of Object.entries(docs?.files ?? {})) plugin.get(path, paced(serveFile), { detail: { hide: true } });
+  return plugin;
 }
 
 /** Every failure Elysia raises or a handler throws, as a problem (`code`: Elysia's error code); HEAD gets it without its body. */

@@ -5,7 +5,7 @@
 // asymmetric one against the JWKS only, so neither `alg: none` nor a token "signed" with
 // HMAC over a public key (algorithm confusion) can pass.
 import { createRemoteJWKSet, customFetch, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions } from "jose";
-import { ConfigError, type AuthConfig } from "../platform/config.ts";
+import { ConfigError, type AuthConfig, type TenantIds } from "../platform/config.ts";
 import { createTokenCache } from "./token-cache.ts";
 
 /** The tenant of every request when AUTH_MODE=none, and of the rows written before tenants existed. */
@@ -16,14 +16,25 @@ export const IMPLICIT_TENANT = "default";
 export const CLOCK_TOLERANCE_S = 30;
 // A tenant is stored with every key and charge; a claim longer than this is not an id.
 export const MAX_TENANT_CHARS = 255;
-// A tenant id is made of letters, marks, digits, punctuation, symbols and the ASCII space. Out:
-// control characters (Postgres refuses NUL in text, a log line or a topic would carry them
-// on), format characters (U+200B, U+200D, bidi overrides: two ids that print alike, or one
-// that reorders the line it is printed in), line and paragraph separators (U+2028 ends a
-// line in a log viewer or a JavaScript source), other spaces (U+00A0, U+3000 look like the
+// AUTH_TENANT_IDS=ascii (the default): printable ASCII, no space at either end. Two ids that
+// print alike are then one id: no look-alike letters of another script, no full-width forms,
+// no trailing space, nothing invisible.
+const ASCII_TENANT_ID = /^[!-~](?:[ -~]*[!-~])?$/;
+// AUTH_TENANT_IDS=unicode, for issuers whose ids are in other scripts: letters, marks, digits,
+// punctuation, symbols and the ASCII space, no space at either end, and in NFKC form (a
+// full-width or compatibility spelling of another id is refused). Out: control characters
+// (Postgres refuses NUL in text, a log line or a topic would carry them on), format characters
+// (U+200B, U+200D, bidi overrides: two ids that print alike, or one that reorders the line it
+// is printed in), line and paragraph separators, other spaces (U+00A0, U+3000 look like the
 // plain one), private-use and unassigned code points, and lone surrogates (no UTF-8 form
 // exists to store them). Tested on code points (the `u` flag), so a surrogate pair is one.
-const TENANT_ID = /^[\p{L}\p{M}\p{N}\p{P}\p{S} ]+$/u;
+// Letters of different scripts that look alike stay distinct ids: the cost of the setting.
+const UNICODE_TENANT_ID = /^[\p{L}\p{M}\p{N}\p{P}\p{S}](?:[\p{L}\p{M}\p{N}\p{P}\p{S} ]*[\p{L}\p{M}\p{N}\p{P}\p{S}])?$/u;
+// A time claim (exp, nbf, iat) is seconds since the epoch: a number JSON reads as Infinity
+// (1e400), a negative one or one past the year 3000 is no time an issuer means, and an exp of
+// Infinity would never expire. A token issued in the future (past the clock tolerance) was not.
+const MAX_TIME_CLAIM_S = 32_503_680_000;
+const TIME_CLAIMS = ["exp", "nbf", "iat"] as const;
 // RFC 8725 §3.11 explicit typing: a `typ` other than these names another kind of JWT (an ID
 // token's own type, a logout token, a JWT-secured request) that must not pass as an access
 // token. Compared without case and without an "application/" prefix (RFC 7515 §4.1.9).
@@ -158,11 +169,12 @@ class JwtAuthenticator implements Authenticator {
 
   /** The tenant of a verified token, remembered for its next use. */
   private admit(token: string, { payload, stamp }: Verified): AuthResult {
+    if (!hasSaneTimes(payload)) return refused("claims");
     const tenant = payload[this.config.tenantClaim];
     if (tenant === undefined) return refused("claims");
     // The implicit tenant belongs to AUTH_MODE=none and to the rows written before tenants
     // existed: a token naming it would read and write those rows.
-    if (!isTenantId(tenant) || tenant === IMPLICIT_TENANT) return refused("tenant");
+    if (!isTenantId(tenant, this.config.tenantIds) || tenant === IMPLICIT_TENANT) return refused("tenant");
     // exp is a required claim: jose refused the token above if it was missing or not a number.
     if (payload.exp !== undefined) this.verified.remember(token, tenant, payload.exp, stamp);
     return { kind: "authenticated", tenant };
@@ -170,11 +182,25 @@ class JwtAuthenticator implements Authenticator {
 }
 
 /**
- * Whether a claim can name a tenant: a string of 1 to MAX_TENANT_CHARS UTF-16 units from
- * TENANT_ID's character set (docs/api.md, "Tenants").
+ * Whether a claim can name a tenant: a string of 1 to MAX_TENANT_CHARS UTF-16 units of the
+ * character set AUTH_TENANT_IDS names (docs/api.md, "Tenants").
  */
-export function isTenantId(value: unknown): value is string {
-  return typeof value === "string" && value.length > 0 && value.length <= MAX_TENANT_CHARS && TENANT_ID.test(value);
+export function isTenantId(value: unknown, ids: TenantIds = "ascii"): value is string {
+  if (typeof value !== "string" || value.length === 0 || value.length > MAX_TENANT_CHARS) return false;
+  if (ids === "ascii") return ASCII_TENANT_ID.test(value);
+  return UNICODE_TENANT_ID.test(value) && value.normalize("NFKC") === value;
+}
+
+/**
+ * Whether each of exp, nbf and iat, where present, is a time an issuer can mean, and iat is not
+ * in the future (jose checks exp and nbf against the clock, iat only with a maximum age).
+ */
+function hasSaneTimes(payload: JWTPayload, nowS = Date.now() / 1000): boolean {
+  for (const claim of TIME_CLAIMS) {
+    const value: unknown = payload[claim];
+    if (value !== undefined && (typeof value !== "number" || !Number.isFinite(value) || value < 0 || value > MAX_TIME_CLAIM_S)) return false;
+  }
+  return payload.iat === undefined || payload.iat <= nowS + CLOCK_TOLERANCE_S;
 }
 
 /** `typ` is optional; when present it must say the token is a JWT or an access token. */

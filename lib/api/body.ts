@@ -1,6 +1,8 @@
-// Reading the POST body: media type first (415), then size (413), then strict JSON (400).
+// Reading the POST body: media type first (415), then size (413), then strict JSON (400); a body
+// that has not arrived by its deadline is a 408 (body-deadline.ts).
 // Everything here runs before the database is touched, so nothing is written on failure.
 import { ProblemError } from "./problem.ts";
+import { arriving } from "./body-deadline.ts";
 import { boundedField, MAX_FAULTS, parseStrictJson, type JsonFault } from "./strict-json.ts";
 
 // Far above any valid charge body (~30 bytes); small enough that nobody can make the
@@ -37,11 +39,11 @@ export async function readJsonBody(request: Request, empty?: unknown): Promise<u
   // here rather than in an async helper: each async frame costs a promise per charge.)
   let text: string;
   if (Number.isFinite(declared)) {
-    const bytes = await bodyBytes(request);
+    const bytes = await arriving(request, bodyBytes(request));
     if (bytes.byteLength > MAX_BODY_BYTES) throw tooLarge();
     text = UTF8.decode(bytes);
   } else {
-    text = await readLimited(request);
+    text = await arriving(request, readLimited(request));
   }
   if (text === "" && empty !== undefined) return empty;
   const parsed = parseStrictJson(text);

@@ -12,8 +12,8 @@ import { components } from "./routes.ts";
 
 /** The assets of the interactive reference at /docs, served by this process (no CDN). */
 export interface DocsAssets {
-  /** Path → the asset's answer; the page names `script` and `stylesheet` among them. */
-  readonly files: Readonly<Record<string, () => Promise<Response>>>;
+  /** Path → the answer to a GET of the asset; the page names `script` and `stylesheet` among them. */
+  readonly files: Readonly<Record<string, (request: Request) => Promise<Response>>>;
   readonly script: string;
   readonly stylesheet: string;
 }
@@ -72,7 +72,7 @@ export function documentation(docs: DocsAssets | undefined) {
     return document;
   };
   const withAssets = new Elysia({ name: "documentation" }).use(plugin);
-  for (const [path, serveFile] of Object.entries(docs?.files ?? {})) withAssets.get(path, () => serveFile(), { detail: { hide: true } });
+  for (const [path, serveFile] of Object.entries(docs?.files ?? {})) withAssets.get(path, ({ request }) => serveFile(request), { detail: { hide: true } });
   return withAssets;
 }
 

@@ -14,6 +14,8 @@ export interface ApiMetrics {
   countOutcome(endpoint: string, outcome: OutcomeKind): void;
   /** A /charges request refused before the idempotency core saw it: no idempotency outcome. */
   countAuthFailure(reason: AuthFailureReason): void;
+  /** Reports the /charges requests holding a place in flight (API_MAX_IN_FLIGHT) at each collection. */
+  observeInFlight(read: () => number): void;
 }
 
 /** One label set's running total, with the attributes object it is reported under. */
@@ -71,5 +73,39 @@ export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), end
     countAuthFailure(reason) {
       authFailures.add(1, { reason });
     },
+    observeInFlight(read) {
+      meter
+        .createObservableGauge("api_requests_in_flight", { description: "/charges requests holding a place in flight now (API_MAX_IN_FLIGHT): from the token's check to the answer's leaving" })
+        .addCallback((result) => result.observe(read()));
+    },
+  };
+}
+
+interface Rendered {
+  readonly at: number;
+  readonly status: number;
+  readonly headers: [string, string][];
+  readonly body: string;
+}
+
+/**
+ * GET /metrics rendered at most once per `maxAgeMs` (API_METRICS_MAX_AGE_MS): every scrape in
+ * between gets the last text, and scrapes that come during a render share it. A render walks
+ * every series; a flood of scrapes would otherwise render once each and take the event loop
+ * from the requests being served.
+ */
+export function cachedExposition(render: () => Promise<Response>, maxAgeMs: number, now: () => number = performance.now.bind(performance)): () => Promise<Response> {
+  let last: Rendered | undefined;
+  let rendering: Promise<Rendered> | undefined;
+  return async () => {
+    if (last === undefined || now() - last.at >= maxAgeMs) {
+      rendering ??= render()
+        .then(async (res) => ({ at: now(), status: res.status, headers: [...res.headers], body: await res.text() }))
+        .finally(() => {
+          rendering = undefined;
+        });
+      last = await rendering;
+    }
+    return new Response(last.body, { status: last.status, headers: last.headers });
   };
 }

@@ -16,6 +16,7 @@ export const PROBLEMS = {
   // A key whose recovery data failed its operation's schema: parked for an operator (docs/operations.md).
   keyParked: { slug: "idempotency-key-parked", title: "Idempotency-Key parked for an operator", status: 409 },
   bodyTooLarge: { slug: "body-too-large", title: "Request body too large", status: 413 },
+  bodyTimeout: { slug: "body-timeout", title: "Request body not received in time", status: 408 },
   unsupportedMediaType: { slug: "unsupported-media-type", title: "Unsupported media type", status: 415 },
   // The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS); its tombstone still names the resource.
   keyExpired: { slug: "idempotency-key-expired", title: "Idempotency-Key expired", status: 410 },

@@ -70,6 +70,7 @@ function operationResponses(op: Operation): Record<number, TSchema> {
     ),
     400: problem(`Missing or invalid Idempotency-Key, body not JSON or not matching the schema${op.uuidParams.length > 0 ? ", an id that is not a UUID" : ""}, or a Prefer wait that is not whole seconds (invalid-prefer)`),
     401: unauthorized,
+    408: problem("The body did not arrive in full within API_BODY_TIMEOUT_MS of the request"),
     409: problem("A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked)"),
     410: problem("The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource"),
     429: rateLimited,

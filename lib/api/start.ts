@@ -13,7 +13,7 @@ import type { RequestDeps } from "./http/context.ts";
 import { swaggerUiAssets } from "./docs-assets.ts";
 import { OPERATIONS, SCHEMAS } from "./routes.ts";
 import { endpointOf } from "../idempotency/model.ts";
-import { createApiMetrics } from "./metrics.ts";
+import { cachedExposition, createApiMetrics } from "./metrics.ts";
 import { createLogger, type Logger } from "../platform/log.ts";
 import { createOutboxNotifier, listenForOutbox, type OutboxListener } from "../platform/wakeup.ts";
 import { isTransactionPooled } from "../platform/pooler.ts";
@@ -73,15 +73,26 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   if (auth.mode === "none") {
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
   }
-  const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log));
+  // This process's notifies name it: its own completions wake their keys' waiters directly
+  // (lib/idempotency/waits.ts), so only another process's wake every waiter to read its key
+  // again. Otherwise each charge here would cost a read per waiter: a tenant holding many
+  // Prefer: wait requests would multiply every other tenant's commits.
+  const sender = crypto.randomUUID();
+  const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log), undefined, sender);
   const counters = createApiMetrics(options.meter, OPERATIONS.map(endpointOf));
   // Prefer: wait hears other processes' completions on the relay's channel; behind a
   // transaction pooler LISTEN hears nothing, so there the preference is ignored.
   let listener: OutboxListener | undefined;
-  const listen = isTransactionPooled(sql) ? undefined : async (onNotify: () => void) => (listener = await listenForOutbox(sql, onNotify));
+  const listen = isTransactionPooled(sql)
+    ? undefined
+    : async (onNotify: () => void) => (listener = await listenForOutbox(sql, (from) => void (from !== sender && onNotify())));
   const core = boundedCore(config, sql, poolSize, notifier.poke, counters, listen);
-  const deps: RequestDeps = { sql, core, auth, log, counters, admission: createAdmission(config.admission), readiness: createReadiness() };
-  const handlerOptions = { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: swaggerUiAssets() };
+  const admission = createAdmission(config.admission);
+  counters.observeInFlight(() => admission.inFlight);
+  const deps: RequestDeps = { sql, core, auth, log, counters, admission, readiness: createReadiness() };
+  const exposition = options.metrics && cachedExposition(options.metrics, config.admission.metricsMaxAgeMs);
+  const metrics = exposition && (() => admission.paceOperator().then(exposition));
+  const handlerOptions = { metrics, httpMetrics: options.httpMetrics, docs: swaggerUiAssets() };
   const split = config.admission.operatorPort !== undefined;
   const api = createApi(SCHEMAS, deps, { ...handlerOptions, surface: split ? "api" : "all" });
   const operator = split ? createApi(SCHEMAS, deps, { ...handlerOptions, surface: "operator" }) : undefined;

@@ -89,7 +89,13 @@ export interface AuthConfig {
   readonly audience: string | undefined;
   /** The claim that names the tenant. */
   readonly tenantClaim: string;
+  /** AUTH_TENANT_IDS: the characters a tenant id may hold (lib/api/auth.ts). */
+  readonly tenantIds: TenantIds;
 }
+
+/** `ascii`: printable ASCII; `unicode`: letters, marks, digits, punctuation and symbols of any script. */
+export type TenantIds = "ascii" | "unicode";
+const TENANT_IDS: readonly TenantIds[] = ["ascii", "unicode"];
 
 function topicPrefix(env: Env): string {
   const raw = env.MQTT_TOPIC_PREFIX ?? "";
@@ -262,6 +268,9 @@ function authConfig(env: Env): AuthConfig {
   }
   const jwksRaw = env.AUTH_JWKS_URL?.trim();
   const tenantClaim = env.AUTH_TENANT_CLAIM?.trim() || "sub";
+  const rawIds = (env.AUTH_TENANT_IDS ?? "").trim().toLowerCase() || "ascii";
+  const tenantIds = TENANT_IDS.find((ids) => ids === rawIds);
+  if (!tenantIds) throw new ConfigError(`AUTH_TENANT_IDS must be one of ${TENANT_IDS.join(", ")}, got "${rawIds}"`);
   return Object.freeze({
     mode,
     jwtSecret,
@@ -269,6 +278,7 @@ function authConfig(env: Env): AuthConfig {
     issuer: env.AUTH_ISSUER?.trim() || undefined,
     audience: env.AUTH_AUDIENCE?.trim() || undefined,
     tenantClaim,
+    tenantIds,
   });
 }
 

@@ -45,9 +45,9 @@ export interface OutboxNotifier {
   close(): Promise<void>;
 }
 
-/** One notify on the outbox channel (also for ops commands that requeue rows). */
-export async function notifyOutbox(sql: Sql): Promise<void> {
-  await sql`select pg_notify(${OUTBOX_CHANNEL}, '')`;
+/** One notify on the outbox channel (also for ops commands that requeue rows); `sender` is its payload. */
+export async function notifyOutbox(sql: Sql, sender = ""): Promise<void> {
+  await sql`select pg_notify(${OUTBOX_CHANNEL}, ${sender})`;
 }
 
 /**
@@ -59,6 +59,8 @@ export function createOutboxNotifier(
   windowMs: number = NOTIFY_WINDOW_MS,
   onError: (error: unknown) => void = () => {},
   busyWindowMs: number = BUSY_NOTIFY_WINDOW_MS,
+  /** The payload of its notifies, so that its own listener can tell them from another process's. */
+  sender = "",
 ): OutboxNotifier {
   let window: ReturnType<typeof setTimeout> | undefined;
   let owed = false;
@@ -69,7 +71,7 @@ export function createOutboxNotifier(
     pokes.perMs(performance.now()) * 1000 >= BUSY_STREAM_PER_S ? Math.max(windowMs, busyWindowMs) : windowMs;
 
   const send = (): void => {
-    const sent: Promise<void> = notifyOutbox(sql)
+    const sent: Promise<void> = notifyOutbox(sql, sender)
       .catch(onError)
       .finally(() => inFlight.delete(sent));
     inFlight.add(sent);
@@ -111,13 +113,13 @@ export interface OutboxListener {
 /**
  * LISTENs on the outbox channel, on a pool whose connections are Postgres sessions of their
  * own (not behind a transaction pooler). postgres.js keeps the listening connection open and
- * re-LISTENs after a reconnect; `onWake` runs on each notify and on each (re)connect,
- * since rows may have committed while the connection was down.
+ * re-LISTENs after a reconnect; `onWake` runs on each notify (with its sender) and on each
+ * (re)connect (without), since rows may have committed while the connection was down.
  */
-export async function listenForOutbox(sql: Sql, onWake: () => void): Promise<OutboxListener> {
+export async function listenForOutbox(sql: Sql, onWake: (sender?: string) => void): Promise<OutboxListener> {
   // Through a transaction pooler LISTEN succeeds and then hears nothing: its registration stays
   // on a server connection other clients use. Refused rather than silently deaf.
   if (isTransactionPooled(sql)) throw new Error("bug: LISTEN through a transaction pooler; use DATABASE_DIRECT_URL's pool");
-  const request = await sql.listen(OUTBOX_CHANNEL, () => onWake(), () => onWake());
+  const request = await sql.listen(OUTBOX_CHANNEL, (sender) => onWake(sender), () => onWake());
   return { unlisten: () => request.unlisten() };
 }

@@ -1,14 +1,18 @@
-// The bearer token of the /charges routes, as an Elysia plugin: a group that `use`s it gets
-// `tenant` in its context (derive, scoped to that group), or the request is answered 401 (503
-// when the key set cannot be fetched), or 429 when the tenant is past its rate (admission.ts;
-// sent API_RATE_LIMIT_HOLD_MS late, so a client that ignores Retry-After cannot flood),
-// before anything else of it is read: a body route's parser admits the request before it
-// reads the body (http/checks.ts). The verification itself is auth.ts's.
+// The admission of the /charges routes, as an Elysia plugin: a group that `use`s it gets
+// `tenant` in its context (derive, scoped to that group), or the request is answered 503 when
+// the process is full (http/in-flight.ts), 401 for its token (503 when the key set cannot be
+// fetched), 429 when the tenant is past its rate (admission.ts; sent API_RATE_LIMIT_HOLD_MS
+// late, so a client that ignores Retry-After cannot flood), 503 when the tenant holds its
+// share of the places in flight, or 409 when its Idempotency-Key holds its own; all before
+// anything else of it is read: a body route's parser admits the request before it reads the
+// body (http/checks.ts), and an admitted request's body has API_BODY_TIMEOUT_MS from its
+// arrival to come (body-deadline.ts). The verification itself is auth.ts's.
 import { Elysia, status } from "elysia";
 import { authFailureDetail, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
-import { countOut } from "./in-flight.ts";
+import { countOut, enterKey, enterProcess, enterTenant } from "./in-flight.ts";
+import { setBodyDeadline } from "../body-deadline.ts";
 import type { RequestContextPlugin, RequestDeps, RequestTrail } from "./context.ts";
 
 export function authentication(context: RequestContextPlugin) {
@@ -22,7 +26,7 @@ export function authentication(context: RequestContextPlugin) {
 }
 
 /**
- * The request's tenant, or its refusal (401, 503, 429), decided once per request: a body
+ * The request's tenant, or its refusal (503, 401, 429, 409), decided once per request: a body
  * route's parser (checks.ts) asks first, since Elysia parses before it derives, and the
  * derive above finds the verdict taken.
  */
@@ -31,6 +35,8 @@ export function admitOnce(deps: RequestDeps, trail: RequestTrail, request: Reque
 }
 
 async function admit(deps: RequestDeps, trail: RequestTrail, request: Request): Promise<string | Response> {
+  const full = enterProcess(deps, trail);
+  if (full) return full;
   const verdict = await authenticate(deps, trail, request);
   if (typeof verdict !== "string") return verdict;
   const admitted = deps.admission.take(verdict);
@@ -40,6 +46,11 @@ async function admit(deps: RequestDeps, trail: RequestTrail, request: Request): 
     await deps.admission.holdRefusal();
     return rateLimited(admitted.retryAfterS);
   }
+  // The operations' requests of one key run one after another; a read of its state does not.
+  const key = request.method === "POST" ? request.headers.get("idempotency-key") : null;
+  const refused = enterTenant(deps, trail, verdict) ?? enterKey(deps, trail, verdict, key);
+  if (refused) return refused;
+  setBodyDeadline(request, trail.started + deps.admission.bodyTimeoutMs);
   return verdict;
 }
 

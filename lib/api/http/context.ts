@@ -84,6 +84,10 @@ export class RequestTrail {
   status: number | undefined;
   /** Counted in flight (admission.ts), so counted out once answered. */
   admitted = false;
+  /** The tenant whose share it is counted in, so counted out of once answered. */
+  tenantIn: string | undefined = undefined;
+  /** The tenant's key whose places it is counted in, so counted out of once answered. */
+  keyIn: string | undefined = undefined;
   /** The token's and the rate's verdict, taken once (authentication.ts admitOnce): the tenant, or the refusal. */
   admission: Promise<string | Response> | undefined;
   /** A body route's checks (checks.ts bodyParser), for answering a refusal in their order. */

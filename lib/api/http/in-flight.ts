@@ -1,31 +1,72 @@
-// The cap on /charges requests in flight (API_MAX_IN_FLIGHT), as an Elysia plugin: onRequest,
-// before the route is even found, answers 503 with Retry-After past it instead of queueing
-// without bound (every waiting request holds its body and a place in the pool's queue); the
-// operator's routes are never refused, so a saturated process still says so. Counted out in
-// onAfterResponse.
+// The requests in flight (API_MAX_IN_FLIGHT) and each tenant's share of them
+// (API_MAX_IN_FLIGHT_PER_TENANT): a /charges request takes a place of the process as its
+// token is checked and one of its tenant's once the token names it (http/authentication.ts),
+// and holds both until its answer has left, so a request still reading its body or waiting on
+// Prefer: wait counts against its tenant. Past either, 503 with Retry-After at once instead of
+// a queue without bound (every waiting request holds its body and a place in the pool's
+// queue). A tenant's Idempotency-Key holds at most API_MAX_IN_FLIGHT_PER_KEY of its places: past
+// it, the 409 the key in flight would get. The operator's routes never take a place, so a saturated process still says so.
+// Both refusals are answered in the routes' lifecycle, so each has its log line and its sample.
 import { Elysia } from "elysia";
-import { pathOf } from "../../platform/runtime.ts";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
-import { needsToken, type RequestContextPlugin, type RequestDeps, type RequestTrail } from "./context.ts";
+import type { RequestContextPlugin, RequestDeps, RequestTrail } from "./context.ts";
 
+/** Counts every admitted request out once its answer has left. */
 export function inFlightCap(context: RequestContextPlugin) {
-  return new Elysia({ name: "in-flight-cap" })
-    .use(context)
-    .onRequest(({ request, deps, trail }) => {
-      if (!needsToken(pathOf(request.url))) return;
-      if (!deps.admission.enter()) {
-        const detail = "this process has as many requests in flight as it takes (API_MAX_IN_FLIGHT); retry later";
-        return trail.answer(problemResponse("overloaded", detail, {}, { "retry-after": RETRY_AFTER_S }));
-      }
-      trail.admitted = true;
-    })
-    .onAfterResponse({ as: "global" }, ({ deps, trail }) => countOut(deps, trail));
+  return new Elysia({ name: "in-flight-cap" }).use(context).onAfterResponse({ as: "global" }, ({ deps, trail }) => countOut(deps, trail));
+}
+
+/** A place of the process for the request, or its 503. */
+export function enterProcess(deps: Pick<RequestDeps, "admission">, trail: RequestTrail): Response | undefined {
+  if (!deps.admission.enter()) {
+    return overloaded("this process has as many requests in flight as it takes (API_MAX_IN_FLIGHT); retry later");
+  }
+  trail.admitted = true;
+  return undefined;
+}
+
+/** A place of `tenant`'s share for the request, or its 503 (the process's place given back). */
+export function enterTenant(deps: Pick<RequestDeps, "admission">, trail: RequestTrail, tenant: string): Response | undefined {
+  if (!deps.admission.enterTenant(tenant)) {
+    countOut(deps, trail);
+    return overloaded("this tenant has as many requests in flight as one tenant may (API_MAX_IN_FLIGHT_PER_TENANT); retry later");
+  }
+  trail.tenantIn = tenant;
+  return undefined;
+}
+
+/**
+ * A place of the tenant's Idempotency-Key for the request, when it sends one, or the 409 that key
+ * would get (the process's and tenant's places given back).
+ */
+export function enterKey(deps: Pick<RequestDeps, "admission">, trail: RequestTrail, tenant: string, key: string | null): Response | undefined {
+  if (key === null) return undefined;
+  const scope = `${tenant}\u0000${key}`;
+  if (!deps.admission.enterKey(scope)) {
+    countOut(deps, trail);
+    const detail = "as many requests with this Idempotency-Key are in flight as one key may (API_MAX_IN_FLIGHT_PER_KEY); retry later";
+    return problemResponse("inFlight", detail, {}, { "retry-after": RETRY_AFTER_S });
+  }
+  trail.keyIn = scope;
+  return undefined;
 }
 
 /** The request leaves the count in flight, once: when answered, or earlier when its refusal is held (authentication.ts). */
 export function countOut(deps: Pick<RequestDeps, "admission">, trail: RequestTrail): void {
+  if (trail.keyIn !== undefined) {
+    deps.admission.leaveKey(trail.keyIn);
+    trail.keyIn = undefined;
+  }
+  if (trail.tenantIn !== undefined) {
+    deps.admission.leaveTenant(trail.tenantIn);
+    trail.tenantIn = undefined;
+  }
   if (!trail.admitted) return;
   trail.admitted = false;
   deps.admission.leave();
+}
+
+function overloaded(detail: string): Response {
+  return problemResponse("overloaded", detail, {}, { "retry-after": RETRY_AFTER_S });
 }

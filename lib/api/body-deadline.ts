@@ -1,0 +1,31 @@
+// When a request's body must have arrived (API_BODY_TIMEOUT_MS from the request's arrival): set
+// where the request is admitted (http/authentication.ts), kept beside the Request itself (a
+// WeakMap, gone with it), and raced where the body is read (body.ts). Past it the read is a 408
+// problem, the request is answered and its place in flight is freed; the read left behind ends
+// when the socket does. A body that never comes would otherwise hold its place until Bun's own
+// idle timeout closes the socket, without an answer.
+import { ProblemError } from "./problem.ts";
+
+const deadlines = new WeakMap<Request, number>();
+
+/** The body of `request` must have arrived by `at` (performance.now() time). */
+export function setBodyDeadline(request: Request, at: number): void {
+  deadlines.set(request, at);
+}
+
+/** `reading`, or a 408 ProblemError once the request's body deadline has passed first. */
+export function arriving<T>(request: Request, reading: Promise<T>): Promise<T> {
+  const at = deadlines.get(request);
+  if (at === undefined) return reading;
+  // Whatever the read does after a timeout is no one's to hear.
+  reading.catch(() => {});
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(bodyTimeout()), Math.max(0, at - performance.now()));
+  });
+  return Promise.race([reading, late]).finally(() => clearTimeout(timer));
+}
+
+function bodyTimeout(): ProblemError {
+  return new ProblemError("bodyTimeout", "the request body did not arrive in time (API_BODY_TIMEOUT_MS)");
+}
