@@ -38,7 +38,7 @@ const LIST_PAGE = 100;
 // A payment has a handful of refunds; more pages than this is a processor that pages wrong.
 const MAX_LIST_PAGES = 1000;
 
-/** Attempt 0's key is the one refunds always had, so keys stored by earlier releases resume on it. */
+/** Attempt 0's key has no suffix: keys stored by earlier releases resume on it. */
 export function refundKey(refundId: string, attempt: number): string {
   return attempt === 0 ? `${refundId}:refund` : `${refundId}:refund:${attempt}`;
 }
