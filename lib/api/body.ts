@@ -5,11 +5,9 @@ import { ProblemError } from "./problem.ts";
 import { arriving } from "./body-deadline.ts";
 import { boundedField, MAX_FAULTS, parseStrictJson, type JsonFault } from "./strict-json.ts";
 
-// Far above any valid charge body (~30 bytes); small enough that nobody can make the
-// server buffer megabytes per request.
+// Far above any valid body; small enough that nobody can make the server buffer megabytes per request.
 export const MAX_BODY_BYTES = 16 * 1024;
-// One decoder for every body: decode() without `stream` keeps no state between calls, and
-// building a TextDecoder per request cost more than the decoding.
+// One decoder for every body: decode() without `stream` keeps no state between calls.
 const UTF8 = new TextDecoder("utf-8", { fatal: false });
 
 export function isJsonMediaType(contentType: string | null): boolean {
@@ -34,9 +32,9 @@ export async function readJsonBody(request: Request, empty?: unknown): Promise<u
   }
   const declared = length === null ? Number.NaN : Number(length);
   if (declared > MAX_BODY_BYTES) throw tooLarge();
-  // A declared length within the limit lets the runtime read the body in one native call;
-  // only a body of unknown length (chunked) is streamed and counted as it arrives. (Read
-  // here rather than in an async helper: each async frame costs a promise per charge.)
+  // A declared length within the limit lets the runtime read the body in one native call; only
+  // a body of unknown length (chunked) is streamed and counted. Inline, not an async helper, to
+  // spare a promise per request.
   let text: string;
   if (Number.isFinite(declared)) {
     const bytes = await arriving(request, bodyBytes(request));
@@ -53,9 +51,9 @@ export async function readJsonBody(request: Request, empty?: unknown): Promise<u
 
 // A fault's message is ours or TypeBox's fixed words; cut all the same, so no answer grows with input.
 const MAX_MESSAGE_CHARS = 160;
-// Faults past the named ones are counted up to this many: counting is bounded work too, and
-// TypeBox's error walk is lazy, so a body of thousands of unknown members stops early (at
-// 10,000 it walked them all while the event loop waited: bench/README.md, hostile bodies).
+// Faults past the named ones are counted up to this many: TypeBox's error walk is lazy, so a
+// body of thousands of unknown members stops early instead of holding the event loop
+// (bench/README.md, hostile bodies, measures it).
 const MAX_COUNTED_FAULTS = 100;
 
 /**
@@ -72,7 +70,7 @@ export function invalidBody(faults: readonly JsonFault[], more: number, cut = fa
   return new ProblemError("invalidBody", detail || "the body does not match the schema", { errors });
 }
 
-/** Schema faults as TypeBox iterates them (a JSON Pointer and a message), named then counted, lazily. */
+/** Schema faults as TypeBox iterates them, named then counted, lazily. */
 export function schemaFaults(errors: Iterable<{ readonly path: string; readonly message: string }>): { faults: JsonFault[]; more: number; cut: boolean } {
   const faults: JsonFault[] = [];
   let more = 0;
@@ -88,8 +86,8 @@ function tooLarge(): ProblemError {
 }
 
 function bodyBytes(request: Request): Promise<Uint8Array> {
-  // bytes() (Bun, Deno, recent workerd) hands over the body without the ArrayBuffer copy
-  // arrayBuffer() makes in Bun, measurably cheaper per request.
+  // bytes() (Bun, Deno, recent workerd) hands over the body without the copy arrayBuffer()
+  // makes in Bun.
   const withBytes = request as Request & { bytes?: () => Promise<Uint8Array> };
   return typeof withBytes.bytes === "function" ? withBytes.bytes() : request.arrayBuffer().then((buffer) => new Uint8Array(buffer));
 }

@@ -1,8 +1,7 @@
-// /openapi.json and the interactive reference at /docs, both @elysiajs/openapi's, made from the
-// routes' own schemas. The plugin writes every schema where a route uses it; the document
-// served names each shared one once, under components, and refers to it by $ref wherever it
-// is used (referenced), with what a linter asks of a reference beside it: a server, tags, and
-// a 431 for every operation (the runtime's own answer to oversized headers).
+// /openapi.json and the reference at /docs (@elysiajs/openapi), made from the routes' own
+// schemas. The plugin inlines every schema where used; the document served names each shared one
+// once under components and refers to it by $ref, with what a linter asks beside: a server,
+// tags, and a 431 on every operation (the runtime's own answer to oversized headers).
 import { Elysia } from "elysia";
 import { openapi } from "@elysiajs/openapi";
 import type { TSchema } from "@sinclair/typebox";
@@ -10,7 +9,7 @@ import { isFixedError } from "./http/checks.ts";
 import { PROBLEM_BASE } from "./problem.ts";
 import { components } from "./routes.ts";
 
-/** The assets of the interactive reference at /docs, served by this process (no CDN). */
+/** The interactive reference's assets, served by this process (no CDN). */
 export interface DocsAssets {
   /** Path → the answer to a GET of the asset; the page names `script` and `stylesheet` among them. */
   readonly files: Readonly<Record<string, (request: Request) => Promise<Response>>>;
@@ -18,7 +17,7 @@ export interface DocsAssets {
   readonly stylesheet: string;
 }
 
-/** What @elysiajs/openapi serves beside the routes: the document, and the page with the docs assets. */
+/** Where @elysiajs/openapi serves the document. */
 export const DOCUMENT_PATH = "/openapi.json";
 export const PAGE_PATH = "/docs";
 
@@ -47,7 +46,6 @@ const TAGS = [
 // Every operation may meet it: the runtime answers it before the API sees the request.
 const HEADERS_TOO_LARGE = { description: "Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body" };
 
-/** /openapi.json and, with the assets, the interactive reference at /docs. */
 export function documentation(docs: DocsAssets | undefined) {
   const named = components();
   const plugin = openapi({

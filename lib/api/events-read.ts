@@ -1,10 +1,7 @@
-// GET /charges/:id/events: a charge's events as the broker carried them, read back from the
-// outbox while it keeps them (OUTBOX_RETENTION_SECONDS). Each envelope is built from its row
-// by lib/charges/events.ts's buildEnvelope, with createdAt written as the relay's claim writes it, so
-// an event here is the same bytes as the payload a subscriber received. Only published rows
-// are answered: the relay hands the broker an aggregate's events in sequence order, so a
-// subscriber holding event n that came through the broker finds every event before it here,
-// and an event not yet published cannot be answered before the broker has it.
+// GET /charges/:id/events: a charge's events read back from the outbox while it keeps them, each
+// built by buildEnvelope as the relay builds it, so the same bytes a subscriber received. Only
+// published rows are answered: the relay publishes an aggregate's events in order, so a
+// subscriber holding event n finds every one before it here, and nothing comes here first.
 import { Type as t, type Static } from "@sinclair/typebox";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import type { Sql } from "../platform/db.ts";
@@ -13,14 +10,12 @@ import type { RequestContext } from "./http/context.ts";
 import { problemResponse } from "./problem.ts";
 import { checkOf } from "./schemas.ts";
 
-// Events per answer. A charge has one event per refund besides its first, so almost every
-// charge fits in one; a longer one is read in pages (a Link rel="next" with ?after=), each
-// answer one bounded statement and a few hundred kilobytes at most.
+// Events per answer: a charge has one event per refund besides its first, so almost every one
+// fits; a longer one is paged (Link rel="next" with ?after=), each page one bounded statement.
 export const EVENTS_PAGE_SIZE = 500;
 // The largest sequence there can be (a Postgres integer column).
 const MAX_SEQUENCE = 2_147_483_647;
 
-/** The answer's body: the envelopes, each exactly as the relay published it. */
 export const ChargeEvents = t.Object(
   {
     events: t.Array(t.Union(Object.values(ENVELOPE_SCHEMAS)), {
@@ -50,9 +45,9 @@ interface EventRow {
 }
 
 /**
- * The charge's published events after `after`, up to `limit` of them; undefined when the
- * tenant has no such charge (another tenant's is unknown alike). One statement: the charge,
- * then its rows by the outbox's hash index on aggregate_id.
+ * The charge's published events after `after`, up to `limit`; undefined when the tenant has no
+ * such charge (another tenant's alike). One statement: the charge, then its rows by the outbox's
+ * hash index on aggregate_id.
  */
 export async function chargeEvents(sql: Sql, tenant: string, id: string, after: number, limit: number, endsAt: number): Promise<EventRow[] | undefined> {
   const rows = await boundedStatement(sql, endsAt, (q) => q<EventRow[]>`
@@ -69,7 +64,6 @@ export async function chargeEvents(sql: Sql, tenant: string, id: string, after: 
   return rows.filter((row) => row.id !== null);
 }
 
-/** The envelopes of `rows`, as the relay's RowMessage builds each payload. */
 function envelopesOf(rows: readonly EventRow[], chargeId: string): string[] {
   const values = rows.map((row) => ({
     id: row.id!,
@@ -89,7 +83,7 @@ function envelopesOf(rows: readonly EventRow[], chargeId: string): string[] {
   return values.map(buildEnvelope);
 }
 
-/** `after` as given, or a problem; absent is 0. */
+/** Absent is 0. */
 function afterOf(request: Request): number | Response {
   const raw = new URL(request.url).searchParams.get("after");
   if (raw === null) return 0;
@@ -97,12 +91,12 @@ function afterOf(request: Request): number | Response {
   return Number.isInteger(value) && value <= MAX_SEQUENCE ? value : invalidAfter();
 }
 
-/** The 400 of an `after` that is not a sequence: the handler's, and Elysia's refusal of the query's pattern (http/checks.ts). */
+/** The handler's 400 for `after`, and Elysia's for the query's pattern (http/checks.ts). */
 export function invalidAfter(): Response {
   return problemResponse("invalidQuery", `after must be a sequence, an integer from 0 to ${MAX_SEQUENCE}`, { errors: [{ field: "after", message: "not an integer from 0 to 2147483647" }] });
 }
 
-/** GET /charges/:id/events (its id already checked): 400 for an `after` that is not one, 404 for an unknown charge, else the page. */
+/** Its id already checked: 400 for a bad `after`, 404 for an unknown charge, else the page. */
 export async function chargeEventsHandler(ctx: Pick<RequestContext, "request" | "params" | "tenant" | "deps">): Promise<Response> {
   const after = afterOf(ctx.request);
   if (after instanceof Response) return after;

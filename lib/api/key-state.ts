@@ -1,6 +1,6 @@
-// GET /charges/idempotency-key: the state of the key named by the request's Idempotency-Key
-// header, for each operation (core/key-state.ts). The key travels in the header the POST sent
-// it in, parsed by the same parser (docs/api.md, "A key's state", says why not the path).
+// GET /charges/idempotency-key: the state of the key in the request's Idempotency-Key header, for
+// each operation (lib/idempotency/key-state.ts). The key travels in the header the POST sent it
+// in, through the same parser (docs/api.md, "A key's state", says why not the path).
 import { parseIdempotencyKey } from "../idempotency/keys.ts";
 import { keyStateView, readKeyRows } from "../idempotency/key-state.ts";
 import { OPERATIONS } from "../charges/index.ts";

@@ -21,8 +21,7 @@ export const PROBLEMS = {
   // The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS); its tombstone still names the resource.
   keyExpired: { slug: "idempotency-key-expired", title: "Idempotency-Key expired", status: 410 },
   payloadConflict: { slug: "idempotency-key-reused", title: "Idempotency-Key reused with another request", status: 422 },
-  // What any operation may refuse with (lib/idempotency/problem-types.ts); each declares its own
-  // types beside (its `problems`: lib/charges/index.ts operationProblems).
+  // What any operation may refuse with; each declares its own types beside (lib/charges/index.ts).
   ...OPERATION_PROBLEMS,
   // The processor's outcome is unknown: nothing stored, the same key resumes (docs/api.md).
   processorError: { slug: "processor-error", title: "Payment processor error, outcome unknown", status: 502 },
@@ -64,7 +63,6 @@ export function problemResponse(
   return specResponse(PROBLEMS[name], detail, extensions, headers);
 }
 
-/** A problem answer of any type, the core's or one an operation declares. */
 export function specResponse(spec: ProblemSpec, detail: string, extensions: Record<string, unknown> = {}, headers: Record<string, string> = {}): Response {
   const body: ProblemBody = { type: PROBLEM_BASE + spec.slug, title: spec.title, status: spec.status, detail, ...extensions };
   return new Response(JSON.stringify(body), {

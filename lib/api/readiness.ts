@@ -1,7 +1,5 @@
-// GET /readyz from a result at most READY_MAX_AGE_MS old: one probe of the database at a
-// time, shared by every request that asks meanwhile, instead of a `select 1` per request on
-// the API's pool (a load balancer polling every instance often would take connections from
-// charges).
+// GET /readyz from a result at most READY_MAX_AGE_MS old: one database probe at a time, shared
+// by every request meanwhile, so a load balancer polling often takes no connections from charges.
 import { probeDatabase, type Sql } from "../platform/db.ts";
 
 /** How old an answer of /readyz may be (documented in docs/api.md). */
@@ -10,7 +8,7 @@ export const READY_MAX_AGE_MS = 1000;
 const READY_TIMEOUT_MS = 2000;
 
 export interface Readiness {
-  /** Whether the database answered, probed through `sql` unless a result of the last READY_MAX_AGE_MS is there. */
+  /** Probed through `sql` unless a result of the last READY_MAX_AGE_MS is there. */
   check(sql: Sql): Promise<boolean>;
 }
 

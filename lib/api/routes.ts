@@ -1,11 +1,8 @@
-// The API's routes as Elysia plugins, one per group, each route with the TypeBox schemas Elysia
-// validates (headers, path parameters, query, body: withFixedErrors, so no refusal formats what
-// was sent) and documents. An idempotent operation is one line in OPERATIONS
-// (lib/charges/index.ts), its module beside it, its migration, docs and tests; app.ts composes
-// the plugins. The handlers answer Responses of stored bytes, which Elysia does not check
-// against the response schemas: test/api-schema.test.ts checks every route's answers instead,
-// since each body was checked when it was written (checkedJson) and a second check per answer
-// would cost the hot path.
+// The API's routes as Elysia plugins, each with the TypeBox schemas Elysia validates (through
+// withFixedErrors, so no refusal formats what was sent) and documents; app.ts composes them. An
+// idempotent operation is one line in OPERATIONS (lib/charges/index.ts). Handlers answer stored
+// bytes that were checked when written (checkedJson), so the response schemas only document:
+// test/api-schema.test.ts checks the answers instead of a second check on the hot path.
 import { Elysia } from "elysia";
 import { withHeaders } from "@elysiajs/openapi";
 import { Type as t, type TObject, type TSchema } from "@sinclair/typebox";
@@ -25,13 +22,11 @@ import { problemResponse } from "./problem.ts";
 import { IdempotencyKeyHeader, PreferHeader, Problem } from "./schemas.ts";
 import { KEY_STATE_PATH, KeyStateView, keyStateHandler } from "./key-state.ts";
 
-/** The idempotent operations: one line each, in lib/charges/index.ts (the operations jobs read it too). */
 export { OPERATIONS };
 
 const bearer = [{ bearer: [] }];
 const uuid = (noun: string) => t.String({ format: "uuid", description: `The ${noun}'s id` });
 
-/** A problem answer's schema, described (the description is the answer's in /openapi.json). */
 const problem = (description: string): TSchema => ({ ...Problem, description });
 const overloaded = problem("Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After)");
 const rateLimited = problem("The tenant is over its request rate, API_RATE_LIMIT (Retry-After)");
@@ -48,20 +43,17 @@ const described = (schema: TObject, description: string): TSchema => ({ ...schem
 // What an idempotent operation's success (201 or 200) carries besides its body.
 const CREATED_HEADERS = { location: t.String(), "idempotent-replayed": t.Optional(t.Literal("true")) };
 
-/** The tag an operation is listed under in /openapi.json (documentation.ts declares each). */
 function tagOf(path: string): string {
   return path.includes("/refunds") ? "Refunds" : "Charges";
 }
 
 const CHARGE_ID = withFixedErrors(t.Object({ id: uuid("charge") }));
 
-/** The path parameters of a template, each a UUID ("/charges/:id" → { id }). */
 function uuidParams(names: readonly string[]): TObject | undefined {
   if (names.length === 0) return undefined;
   return withFixedErrors(t.Object(Object.fromEntries(names.map((name) => [name, uuid(nounOf(name))]))));
 }
 
-/** What every idempotent operation may answer besides its own refusals, for /openapi.json. */
 function operationResponses(op: Operation): Record<number, TSchema> {
   return {
     [op.status]: withHeaders(
@@ -177,7 +169,6 @@ export function chargeRoutes(context: RequestContextPlugin) {
 // The operator's routes need no token: an empty security requirement says so in the document.
 const PUBLIC = { tags: ["Operator"], security: [] };
 
-/** The operator's routes, without a token: liveness, readiness, Prometheus. */
 export function operatorRoutes(context: RequestContextPlugin, metrics: (() => Promise<Response>) | undefined) {
   return new Elysia({ name: "operator-routes" })
     .use(context)
@@ -222,10 +213,7 @@ export function components(): Readonly<Record<string, TSchema>> {
 /** Every schema the API checks itself (a refusal's faults, the answers it writes): compiled at load by the edge worker. */
 export const SCHEMAS: readonly TSchema[] = [ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem, ...OPERATIONS.map((op) => op.body)];
 
-/**
- * A GET of one of the tenant's rows by the route's UUIDs (Elysia has checked them): 404 when
- * there is no such row (or it is another tenant's), else its body.
- */
+/** A GET of one of the tenant's rows by the route's UUIDs: 404 when none (or another tenant's), else its body. */
 async function lookup(ctx: { readonly deps: RequestDeps }, params: Readonly<Record<string, string>>, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {
   const names = Object.keys(params);
   const body = await ctx.deps.core.read(find);

@@ -13,10 +13,10 @@ import { resumedCounter } from "../idempotency/metrics.ts";
 import { createProcessorClient } from "../charges/processor.ts";
 import type { ForeignOptions } from "../idempotency/foreign.ts";
 
-/** The long-lived API's application_name, also its pool's name on the metrics. */
+/** Also the pool's name on the metrics. */
 export const API_POOL_NAME = "charges-api";
 
-/** A pool of `max` connections, each with the API's statement and lock bounds (behind a transaction pooler: each transaction). */
+/** Each connection with the API's statement and lock bounds (behind a transaction pooler: each transaction). */
 export function apiSql(config: Config, max: number, applicationName: string, singleUse = false): Sql {
   const bounds = config.apiTimeBounds;
   return createSql(config.databaseUrl, {
@@ -31,15 +31,13 @@ export function apiSql(config: Config, max: number, applicationName: string, sin
   });
 }
 
-// Rows in one processor-phase statement at most (core/group.ts): enough to carry a few hundred
-// requests a second in a handful of statements, small enough that one statement stays a few
-// milliseconds (a statement's rows are JSON the server parses).
+// Rows in one processor-phase statement at most: enough to carry a busy API in a few
+// statements, small enough that one statement (whose rows are JSON the server parses) stays short.
 const FOREIGN_MAX_BATCH = 64;
 
 /**
- * The idempotency core of every operation, admitting at most `poolSize` requests at once (one
- * pool gate for the process) within their bounds, and batching them beyond
- * API_CHARGE_STATEMENTS statements (core/group.ts).
+ * The idempotency core of every operation: at most `poolSize` requests at once behind one pool
+ * gate, batched beyond API_CHARGE_STATEMENTS statements (lib/idempotency/group-commit.ts).
  */
 export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreated: () => void, metrics?: ApiMetrics, listen?: (onNotify: () => void) => Promise<unknown>): IdempotencyCore {
   const bounds = config.apiTimeBounds;
@@ -73,7 +71,6 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
 // One processor client per configuration: the edge worker builds a core per request.
 const processors = new WeakMap<Config, ForeignOptions>();
 
-/** With PAYMENT_PROCESSOR=stripe, what the core's foreign operations call; none otherwise. */
 export function processorOptions(config: Config): ForeignOptions | undefined {
   if (config.processor.mode === "none") return undefined;
   let options = processors.get(config);

@@ -1,12 +1,8 @@
-// Strict JSON for request bodies: what JSON.parse lets through but a charge must not.
-//  - A member name twice in one object is refused: JSON.parse keeps the last, a gateway or
-//    a log reader may keep the first, and the two would disagree on the amount.
-//  - A number is judged on its text, never on the double JSON.parse makes of it: it must
-//    denote an exact integer (4900, 4900.0, 49e2 and 4.9e3 all denote 4900; 4900.5 and
-//    4900.0000000000001 do not) within the safe-integer range, where the double is exact.
-//    The bodies of this API hold integers only.
-// JSON.parse stays the judge of syntax and builds the value; jsonc-parser's scanner walks
-// the same text for member names and number tokens.
+// Strict JSON for request bodies: what JSON.parse lets through but a charge must not. A member
+// name twice is refused (JSON.parse keeps the last, a gateway or log reader may keep the first,
+// and the two would disagree on the amount). A number is judged on its text, never its double:
+// it must denote an exact integer (4900, 4900.0, 49e2; not 4900.5) within the safe range.
+// JSON.parse judges syntax and builds the value; jsonc-parser's scanner walks the same text.
 import { visit, type JSONPath } from "jsonc-parser";
 
 export interface JsonFault {
@@ -27,17 +23,16 @@ const MAX_QUOTED_CHARS = 32;
 // A field's path is named up to this length: a member name may be as long as the body.
 export const MAX_FIELD_CHARS = 64;
 /**
- * Arrays and objects nest at most this deep (documented in docs/api.md). A charge body is 1
- * or 2 deep; the limit is checked on the text before JSON.parse or any schema sees it, since
- * everything after (the scan, a schema's errors) costs in proportion to the depth.
+ * Arrays and objects nest at most this deep (docs/api.md), checked on the text before JSON.parse
+ * or a schema sees it, since everything after costs in proportion to the depth.
  */
 export const MAX_NESTING_DEPTH = 32;
 const NUMBER_RE = /^-?(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/;
 // Decimal digits of Number.MAX_SAFE_INTEGER (9007199254740991).
 const SAFE_DIGITS = 16;
 // The shape of nearly every charge body: one member holding an integer of at most 15 digits
-// (always a safe integer). Such a text has no name twice and no number the scan would refuse,
-// so, once JSON.parse has accepted it, the scan (most of the cost of reading a body) is skipped.
+// (always safe). Such a text has no name twice and no number the scan would refuse, so once
+// JSON.parse has accepted it the scan is skipped.
 const ONE_SMALL_INTEGER_MEMBER = /^[ \t\n\r]*\{[ \t\n\r]*"[^"\\]*"[ \t\n\r]*:[ \t\n\r]*-?(?:0|[1-9]\d{0,14})[ \t\n\r]*\}[ \t\n\r]*$/;
 
 export function parseStrictJson(text: string): StrictJson {
@@ -108,7 +103,6 @@ function scan(text: string): { faults: JsonFault[]; more: number } {
   return { faults, more };
 }
 
-/** Whether a JSON number token denotes an exact safe integer, worked out on its digits. */
 export function judgeNumber(token: string): "integer" | "fraction" | "out_of_range" {
   const match = NUMBER_RE.exec(token);
   if (!match) return "fraction";
@@ -130,7 +124,6 @@ function fieldOf(path: JSONPath): string {
   return path.length === 0 ? "(body)" : boundedField(path.join("."));
 }
 
-/** A field's path as a problem names it: at most MAX_FIELD_CHARS characters. */
 export function boundedField(field: string): string {
   return field.length <= MAX_FIELD_CHARS ? field : `${field.slice(0, MAX_FIELD_CHARS)}…`;
 }

@@ -1,10 +1,7 @@
-// POST /charges/:id/cancel: a manual charge ("capture": "manual", authorized) canceled, its
-// authorization released: 200 with the charge `canceled`, and ChargeCanceled at the charge's
-// next sequence.
-//
-// Through the processor the charge is `canceling` while its PaymentIntent is canceled under
-// `<charge id>:cancel:<attempt>` (transition.ts): the processor cancels a payment once, so an
-// attempt after a stored 5xx may take a new key, and a resumed step reads the payment first.
+// POST /charges/:id/cancel: an authorized manual charge canceled, its authorization released
+// (200, the charge `canceled`, ChargeCanceled at its next sequence). Through the processor it is
+// `canceling` under `<charge id>:cancel:<attempt>` (transition.ts): the processor cancels once,
+// so a resumed step reads the payment first, and only a stored 5xx moves to a new key.
 import { Type as t } from "@sinclair/typebox";
 import { CHARGE_CANCELED } from "./events.ts";
 import { chargeTransition, problemType } from "./transition.ts";

@@ -1,10 +1,7 @@
-// POST /charges/:id/capture: a manual charge ("capture": "manual", authorized) captured, all of
-// it or `amountCents` of it (the rest released, as Stripe does): 200 with the charge
-// `succeeded` and its `capturedCents`, and ChargeCaptured at the charge's next sequence.
-//
-// Through the processor the charge is `capturing` while its PaymentIntent is captured under
-// `<charge id>:capture:<attempt>` (transition.ts): the processor captures a payment once, so an
-// attempt after a stored 5xx may take a new key, and a resumed step reads the payment first.
+// POST /charges/:id/capture: an authorized manual charge captured, whole or `amountCents` of it
+// (the rest released, as Stripe does): 200, the charge `succeeded`, ChargeCaptured at its next
+// sequence. Through the processor it is `capturing` under `<charge id>:capture:<attempt>`
+// (transition.ts): the processor captures once, so a resumed step reads the payment first.
 import { Type as t } from "@sinclair/typebox";
 import { CHARGE_CAPTURED } from "./events.ts";
 import { AmountCents, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
@@ -22,7 +19,7 @@ export const captureCharge = chargeTransition({
   summary: "Capture an authorized charge",
   path: "/charges/:id/capture",
   body: CaptureBody,
-  // The amount asked for; null: all that is capturable.
+  // null: all that is capturable.
   request: { amountCents: { type: "int", schema: t.Union([Cents, t.Null()]) } },
   requestOf: (body) => ({ amountCents: body.amountCents ?? null }),
   fingerprint: (body) => ({ ...(body.amountCents !== undefined && { amountCents: body.amountCents }) }),

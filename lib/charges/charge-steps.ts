@@ -1,12 +1,8 @@
-// A charge's processor steps. Recovery point `begun` (nothing at the processor is known) →
-// create the payment under `<charge id>:create:<attempt>`; `created` (the payment's id
-// recorded) → confirm that payment, and no other, under `<charge id>:confirm:<attempt>`. A
-// payment never confirmed moves no money, so a create whose key the processor answered with a
-// 5xx (and stores so: the same key would answer the same 500 for a day) goes on under the next
-// attempt. A resumed confirm reads the payment first: confirmed or declined, that is the
-// outcome; only an unconfirmed one is confirmed, and the processor lets a payment succeed once.
-// The PaymentIntent calls and their view serve every change of an authorized charge too
-// (transition.ts); a manual charge asks at its creation for incremental authorization.
+// A charge's processor steps: `begun` creates the payment under `<charge id>:create:<attempt>`;
+// `created` confirms that payment, and no other, under `<charge id>:confirm:<attempt>`. An
+// unconfirmed payment moves no money, so after a create answered with a stored 5xx the next
+// attempt's key is safe. A resumed confirm reads the payment first: the processor lets a payment
+// succeed once. Every change of an authorized charge reuses these calls (transition.ts).
 import { Type as t, type Static } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import { mapCall, type CallResult, type ProcessorAdapter } from "./processor.ts";
@@ -14,7 +10,7 @@ import { MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import type { StepContext, StepResult } from "../idempotency/model.ts";
 import { attemptOf, unknownAfter } from "./steps.ts";
 
-/** The recovery data of a charge's key: phase 1's, then what the steps learnt. */
+/** Phase 1's recovery data, then what the steps learnt. */
 export const ChargeResume = t.Object({
   chargeId: t.String({ format: "uuid" }),
   amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
@@ -31,16 +27,13 @@ export const ChargeResume = t.Object({
 });
 export type ChargeResume = Static<typeof ChargeResume>;
 
-/** A PaymentIntent as the steps read it. */
 export interface PaymentView {
   readonly id: string;
-  /** Stripe's PaymentIntent status: requires_confirmation, processing, succeeded, requires_payment_method, canceled, … */
   readonly status: string;
-  /** The last decline's code, when the last confirmation was declined. */
   readonly declineCode: string | null;
-  /** What is authorized or charged: the amount, raised by an incremental authorization. */
+  /** Raised by an incremental authorization. */
   readonly amount: number;
-  /** What was captured (amount_received). */
+  /** amount_received. */
   readonly amountReceived: number;
 }
 
@@ -49,7 +42,6 @@ export function paymentView(pi: Stripe.PaymentIntent): PaymentView {
   return { id: pi.id, status: pi.status, declineCode: error ? (error.decline_code ?? error.code ?? "declined") : null, amount: pi.amount, amountReceived: pi.amount_received };
 }
 
-/** The PaymentIntent calls a charge's steps make. */
 export const payments = (p: ProcessorAdapter) => ({
   create: (c: { amountCents: number; currency: string; paymentMethod: string; chargeId: string; capture?: "manual" }, key: string): Promise<CallResult<PaymentView>> =>
     mapCall(

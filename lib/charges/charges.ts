@@ -1,7 +1,5 @@
-// POST /charges, declared once: its route, its ledger statement, and through a payment
-// processor its phase 1 (the charge pending), its steps and its phase 3; and GET /charges/:id.
-//
-// Its processor steps (the payment's create, then its confirm) are in charge-steps.ts.
+// POST /charges declared once: its route, its ledger statement and, through a processor, its
+// phase 1 (the charge pending), steps (charge-steps.ts) and phase 3; and GET /charges/:id.
 import { Type as t, type Static } from "@sinclair/typebox";
 import { CHARGE, CHARGE_CREATED, CHARGE_FAILED, chargeCreatedPayload, chargeFailedPayload } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
@@ -38,7 +36,7 @@ export const ChargeBody = t.Object(
   { additionalProperties: false },
 );
 
-// The body of POST /charges (201), stored under the key and replayed byte for byte.
+// POST /charges' body, stored under the key and replayed byte for byte.
 export const Charge = t.Object(
   {
     id: t.String({ format: "uuid" }),
@@ -52,7 +50,6 @@ export const Charge = t.Object(
   { additionalProperties: false },
 );
 
-// GET /charges/:id: the charge as it is now, with what has been refunded of it.
 export const ChargeView = t.Object(
   {
     id: t.String({ format: "uuid" }),
@@ -68,10 +65,8 @@ export const ChargeView = t.Object(
   { additionalProperties: false },
 );
 
-// The processor's decline, stored under the key and replayed.
 const CARD_DECLINED = problemType("cardDeclined", "card-declined", "Card declined", 402);
 
-/** Phase 3 as values: the charge's final state, its first event and the response to store. */
 function final(outcome: "succeeded" | "refused", resume: ChargeResume): FinalRow {
   const { chargeId, amountCents, currency } = resume;
   const paymentId = resume.paymentId ?? null;
@@ -107,11 +102,8 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   response: Charge,
   status: 201,
   columns: { charge_id: "uuid", amount_cents: "int", currency: "text", status: "text", created_at: "timestamptz", payload: "text" },
-  /**
-   * "The same request": the amount, and the currency and payment method when the body names
-   * them, so the seed's body {"amountCents": N} has the fingerprint it always had (a key of the
-   * previous release replays after an upgrade).
-   */
+  // Currency and payment method count only when the body names them, so a body of amountCents
+  // alone keeps the fingerprint its stored keys hold, and they replay across an upgrade.
   fingerprint: ({ body }) => ({
     amountCents: body.amountCents,
     ...(body.currency !== undefined && { currency: body.currency }),
@@ -132,9 +124,8 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
       body: checkedJson(Charge, { id, amountCents, currency, status, createdAt }),
     };
   },
-  // A new charge has nothing to check: every request that got its lock goes ahead. In the
-  // ledger it is succeeded at once, its event the charge's first (sequence 1); through the
-  // processor it is pending until phase 3.
+  // A new charge has nothing to check. In the ledger it succeeds at once (its event is
+  // sequence 1); through the processor it is pending until phase 3.
   sql: (sql, mode) => ({
     admit: sql`admit as (select l.n, null::text as refusal, null::text as detail, null::jsonb as resume, null::text as answer from lock l where l.got)`,
     write:
@@ -189,7 +180,7 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
     firstPoint: "begun",
     steps: { begun: create, created: confirm },
     final,
-    // The pending charge of each completed key made final, and its event (the charge's first: sequence 1).
+    // Each completed key's pending charge made final, with its first event (sequence 1).
     finishSql: (sql: Sql) => ({
       columns: { charge_id: "uuid", charge_status: "text", payment_id: "text", decline_code: "text", event_type: "text", payload: "text" },
       write: sql`
@@ -220,7 +211,7 @@ interface ChargeRow {
   readonly created_at: Date;
 }
 
-/** GET /charges/:id's body, or undefined when there is no such charge for the tenant (another tenant's is not found, exactly like an unknown id). */
+/** GET /charges/:id's body; undefined for an unknown id or another tenant's charge alike. */
 export async function chargeView(sql: Sql, tenant: string, id: string, endsAt: number): Promise<string | undefined> {
   const [row] = await boundedStatement(sql, endsAt, (q) => q<ChargeRow[]>`
     select id, amount_cents, currency, status, processor_payment_id, decline_code, captured_cents, refunded_cents, created_at
@@ -240,10 +231,8 @@ export async function chargeView(sql: Sql, tenant: string, id: string, endsAt: n
 }
 
 /**
- * A charge's JSON as Charge's schema writes it (the members in its order, JSON.stringify's
- * spelling), made in SQL from the charge row `t` with `status` and the members a change sets
- * (`amountCents`, `capturedCents`: SQL expressions): the answer of an operation on an existing
- * charge, which its statement alone reads.
+ * A charge's JSON made in SQL from the charge row `t`, byte for byte as Charge's schema writes
+ * it, so an operation on an existing charge answers from its statement alone.
  */
 export function chargeAnswerSql(sql: Sql, status: string, members: Readonly<Record<string, Fragment>>): Fragment {
   const { amountCents, capturedCents, ...others } = members;

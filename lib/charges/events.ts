@@ -5,14 +5,12 @@
 import { Type as t, type Static, type TObject, type TProperties } from "@sinclair/typebox";
 import { isUuid } from "../platform/uuid.ts";
 
-/** The aggregate type of every event so far: a charge (the outbox's aggregate_type). */
+/** The outbox's aggregate_type of a charge's events. */
 export const CHARGE = "charge";
 
-// The event contract's JSON Schema, as TypeBox objects: each type's `data` and its envelope. The
-// AsyncAPI document's payloads (lib/relay/asyncapi.ts) and the API's GET /charges/:id/events
-// answer (lib/api/events-read.ts) are these very objects. Patterns rather than `format`: TypeBox
-// checks a format only once a process-wide registry knows it, and any JSON Schema validator reads
-// a pattern the same way.
+// The event contract's JSON Schema: the AsyncAPI payloads (lib/relay/asyncapi.ts) and GET
+// /charges/:id/events (lib/api/events-read.ts) are these very objects. Patterns, not `format`:
+// TypeBox checks a format only once a process-wide registry knows it.
 export const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
 // What the relay's claim writes (to_char with microseconds, UTC): lib/relay/outbox-sql.ts.
 const CREATED_AT_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$";
@@ -22,9 +20,8 @@ const cents = (minimum: number, description: string) => t.Integer({ minimum, max
 const data = <P extends TProperties>(type: string, properties: P) => t.Object(properties, { description: `${type} data` });
 
 /**
- * Every event type, declared once: its `data` schema and what it means. The type names, the
- * list, the schemas and the AsyncAPI document are derived from this table, in its order (the
- * order of the AsyncAPI channels and of the events' union in /openapi.json).
+ * Every event type, declared once. The names, the schemas and the AsyncAPI document derive from
+ * this table, in its order (the AsyncAPI channels' and /openapi.json's union's).
  */
 const EVENTS = {
   ChargeCreated: {
@@ -77,7 +74,6 @@ const EVENTS = {
 
 type Events = typeof EVENTS;
 export type EventType = keyof Events;
-/** The `data` of one event type, as its schema says. */
 export type EventData<E extends EventType> = Static<Events[E]["data"]>;
 export type ChargeCreatedData = EventData<"ChargeCreated">;
 export type ChargeFailedData = EventData<"ChargeFailed">;
@@ -85,7 +81,6 @@ export type ChargeRefundedData = EventData<"ChargeRefunded">;
 
 export const EVENT_TYPES = Object.keys(EVENTS) as readonly EventType[];
 const byType = <T>(make: (type: EventType) => T): Readonly<Record<EventType, T>> => Object.fromEntries(EVENT_TYPES.map((type) => [type, make(type)])) as Record<EventType, T>;
-/** The `data` schema of each event type. */
 export const EVENT_DATA_SCHEMAS = byType((type): TObject => EVENTS[type].data);
 export const EVENT_DESCRIPTIONS = byType((type): string => EVENTS[type].description);
 
@@ -101,17 +96,13 @@ export interface EventEnvelope {
   readonly id: string;
   readonly type: string;
   readonly aggregateId: string;
-  /**
-   * The tenant whose request wrote the event (the token's tenant claim; "default" without
-   * authentication). Absent only from events published before tenants existed.
-   */
+  /** The writing request's tenant ("default" without authentication); optional for events older than tenants. */
   readonly tenantId?: string;
   /** The outbox row's created_at, ISO-8601 UTC with microseconds. */
   readonly createdAt: string;
   /**
-   * The event's place among its aggregate's events: 1, 2, 3, … in the order their
-   * transactions committed (a charge's ChargeCreated is 1, each refund the next). Absent only
-   * from events published before sequences existed.
+   * The event's place among its aggregate's events (1, 2, 3, …) in commit order; optional for
+   * events older than sequences.
    */
   readonly sequence?: number;
   readonly data: unknown;
@@ -119,7 +110,6 @@ export interface EventEnvelope {
 
 export { newEventId } from "../platform/uuid.ts";
 
-/** The envelope (buildEnvelope's JSON) of one event type. */
 function envelopeSchema(type: EventType): TObject {
   return t.Object(
     {
@@ -135,27 +125,20 @@ function envelopeSchema(type: EventType): TObject {
   );
 }
 
-/** Each event type's envelope schema. */
 export const ENVELOPE_SCHEMAS = byType(envelopeSchema);
 
-/** The MQTT 5 content type of every event. */
 export const EVENT_CONTENT_TYPE = "application/json";
 
-// The topic level of each aggregate type's events.
 const AGGREGATE_TOPICS: Readonly<Record<string, string>> = { [CHARGE]: "charges" };
 
-/**
- * `<prefix><aggregate level>/<EventType>` (`charges/ChargeCreated`): one topic per event type
- * under the deployment's prefix. An aggregate type without a level of its own is its own level.
- */
+/** `<prefix><aggregate level>/<EventType>`; an aggregate type without a level is its own level. */
 export function topicOf(prefix: string, eventType: string, aggregateType: string = CHARGE): string {
   return `${prefix}${AGGREGATE_TOPICS[aggregateType] ?? aggregateType}/${eventType}`;
 }
 
 /**
- * The aggregate type a topic of topicOf names: its next-to-last level read back through the
- * same table (`charges` → `charge`, any other level is its own type); undefined for a topic
- * of one level, which topicOf never makes. The envelope does not carry the type; the topic does.
+ * A topic's aggregate type, read back through topicOf's table (the envelope does not carry it);
+ * undefined for a one-level topic, which topicOf never makes.
  */
 export function aggregateTypeOfTopic(topic: string): string | undefined {
   const levels = topic.split("/");
@@ -164,7 +147,6 @@ export function aggregateTypeOfTopic(topic: string): string | undefined {
   return Object.keys(AGGREGATE_TOPICS).find((type) => AGGREGATE_TOPICS[type] === level) ?? level;
 }
 
-/** The filter that receives every event type of charges under `prefix`. */
 export function subscriptionFilter(prefix: string): string {
   return `${prefix}charges/#`;
 }
@@ -172,15 +154,13 @@ export function subscriptionFilter(prefix: string): string {
 // A share name is one topic level without wildcards (MQTT 5 §4.8.2).
 const BAD_SHARE_GROUP = /^$|[#+/\u0000]/;
 
-/** Whether `group` can name an MQTT 5 shared subscription. */
 export function isShareGroup(group: string): boolean {
   return !BAD_SHARE_GROUP.test(group);
 }
 
 /**
- * `$share/<group>/<prefix>charges/#`: an MQTT 5 shared subscription to every event type. The
- * broker hands each event to one session of the group, so the subscribers of one group split
- * the stream. `group` must satisfy isShareGroup.
+ * `$share/<group>/<prefix>charges/#`: the broker hands each event to one session of the group,
+ * so the group's subscribers split the stream. `group` must satisfy isShareGroup.
  */
 export function sharedSubscriptionFilter(group: string, prefix: string): string {
   if (!isShareGroup(group)) throw new Error(`bug: invalid share group ${JSON.stringify(group)}`);
@@ -191,22 +171,18 @@ export function sharedSubscriptionFilter(group: string, prefix: string): string 
 // the broker would refuse it or drop the connection, so it is never sent.
 const BAD_EVENT_TYPE = /^$|[#+/\u0000]/;
 
-/** Whether `eventType` yields a valid publish topic. */
 export function isPublishableType(eventType: string): boolean {
   return !BAD_EVENT_TYPE.test(eventType);
 }
 
-/** The outbox payload of a ChargeCreated event (the envelope's `data`), as JSON text. */
 export function chargeCreatedPayload(data: ChargeCreatedData): string {
   return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, ...(data.currency !== undefined && { currency: data.currency }), ...(data.status !== undefined && { status: data.status }) });
 }
 
-/** The outbox payload of a ChargeFailed event, as JSON text. */
 export function chargeFailedPayload(data: ChargeFailedData): string {
   return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, currency: data.currency, declineCode: data.declineCode });
 }
 
-/** The wire payload: the envelope as JSON text. */
 export function buildEnvelope(envelope: EventEnvelope & { readonly tenantId: string; readonly sequence: number }): string {
   const { id, type, aggregateId, tenantId, createdAt, sequence, data } = envelope;
   return JSON.stringify({ id, type, aggregateId, tenantId, createdAt, sequence, data });
@@ -218,11 +194,9 @@ export interface EventProperties {
   readonly type: string;
   readonly tenantId: string;
   readonly sequence: number;
-  /** The request's W3C traceparent, if it had one. */
   readonly traceparent: string | null;
 }
 
-/** MQTT 5 user properties of an event: event-id, event-type, tenant-id, aggregate-sequence, and traceparent if any. */
 export function userPropertiesOf(event: EventProperties): Record<string, string> {
   const properties: Record<string, string> = {
     "event-id": event.id,
@@ -234,7 +208,7 @@ export function userPropertiesOf(event: EventProperties): Record<string, string>
   return properties;
 }
 
-/** The envelope, or undefined when the payload is not one. */
+/** undefined when the payload is not an envelope. */
 export function parseEnvelope(payload: Uint8Array | string): EventEnvelope | undefined {
   let value: unknown;
   try {

@@ -4,13 +4,10 @@ import type { Sql } from "../platform/db.ts";
 import type { Fragment } from "../idempotency/model.ts";
 
 /**
- * An operation's admit on the charge its requests name (`req.charge_id`): `target`, those
- * charges of the requests' tenants (`select`: its columns of `c`), and `admit`, each request
- * that got its key's lock beside its charge (`t`, null when there is no such charge; `checks`:
- * admit's columns after `n`). The charges are locked in id order, so that two statements
- * locking several charges cannot deadlock, and read as committed now, not as of the
- * statement's snapshot: FOR UPDATE waits for a change of the charge in flight and then sees
- * it, so what admit checks holds until the commit.
+ * An operation's admit on the charge its requests name (`req.charge_id`): `target` (`select`:
+ * columns of `c`) and `admit` (each locked request beside its charge `t`, null when none;
+ * `checks`: columns after `n`). Charges lock in id order, so two statements cannot deadlock,
+ * and FOR UPDATE reads them as committed now: what admit checks holds until the commit.
  */
 export function admitOnCharge(sql: Sql, select: Fragment, checks: Fragment): Fragment {
   return sql`

@@ -1,12 +1,7 @@
 // POST /charges/:id/increment-authorization: an authorized charge's amount raised to a new total
-// `amountCents` before it is captured, as Stripe's incremental authorization does: 200 with the
-// charge, still `authorized`, at its new amount, and ChargeAuthorizationIncreased at the
-// charge's next sequence.
-//
-// Through the processor the charge is `updating` while its PaymentIntent is incremented under
-// `<charge id>:increment:<attempt>` (transition.ts); the payment stays requires_capture either
-// way, so its amount says whether the increment was made (a resumed step reads it first).
-// Stripe increments only a payment that asked for it at its creation: a manual charge asks.
+// (Stripe's incremental authorization): 200, still `authorized`, ChargeAuthorizationIncreased.
+// Through the processor it is `updating` under `<charge id>:increment:<attempt>`; the payment
+// stays requires_capture either way, so a resumed step reads its amount to know.
 import { Type as t } from "@sinclair/typebox";
 import { AmountCents, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { chargeTransition, problemType } from "./transition.ts";

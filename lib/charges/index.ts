@@ -22,7 +22,6 @@ export function operationProblems(): Readonly<Record<string, ProblemSpec>> {
   return Object.assign({}, ...OPERATIONS.map((op) => op.problems ?? {}));
 }
 
-/** The operations that call the processor, by their key's endpoint. */
 export function foreignOperations(): ReadonlyMap<string, Operation> {
   return new Map(OPERATIONS.filter((op) => op.foreign !== undefined).map((op) => [endpointOf(op), op]));
 }

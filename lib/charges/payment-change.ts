@@ -1,20 +1,19 @@
-// A change of an authorized payment at the processor (its capture, its cancel, an increase of
-// its authorization), as one step: every transition's (transition.ts). The processor applies such a change once per payment,
-// so a resumed key reads the payment first (an earlier holder's call may have gone through
-// with its answer lost), and a refusal because the payment moved on is settled by reading it.
+// A change of an authorized payment at the processor (capture, cancel, an increment), as every
+// transition's one step. The processor applies such a change once, so a resumed key reads the
+// payment first (an earlier holder's answer may be lost), and a refusal because the payment
+// moved on is settled by reading it.
 import type { CallResult } from "./processor.ts";
 import type { PaymentView } from "./charge-steps.ts";
 import type { StepResult } from "../idempotency/model.ts";
 import { attemptOf, unknownAfter } from "./steps.ts";
 
-// Stripe's code for a change the payment's state no longer allows (captured or canceled already).
+// Stripe's code for a change the payment's state does not allow (captured or canceled already).
 const UNEXPECTED_STATE = "payment_intent_unexpected_state";
 
 export interface PaymentChange<R> {
   readonly resume: R;
   /** Whether an earlier holder of the key may have sent the change (the step runs again). */
   readonly resumed: boolean;
-  /** The resume's member counting the attempts of the change's idempotency key. */
   readonly attemptName: keyof R & string;
   /** The change, under the idempotency key of `attempt`. */
   readonly send: (attempt: number) => Promise<CallResult<PaymentView>>;
@@ -23,7 +22,6 @@ export interface PaymentChange<R> {
   readonly decide: (payment: PaymentView, resume: R) => StepResult<R> | undefined;
 }
 
-/** The step's result: read first when resumed, then the change; its outcome read from the payment. */
 export async function changePayment<R extends { readonly failureCode?: string }>(change: PaymentChange<R>): Promise<StepResult<R>> {
   const { resume } = change;
   if (change.resumed) {

@@ -1,7 +1,5 @@
-// The payment processor's adapter: calls of Stripe's v1 API through Stripe's official package,
-// each answered as a value: the object, a final refusal, or an unknown outcome. Shared by the
-// API (requests) and the operations jobs (the completer), which both drive foreign steps
-// (lib/idempotency/); which calls exist is each operation's to declare.
+// The payment processor's adapter: Stripe's v1 API through Stripe's official package, each call
+// answered as a value (the object, a final refusal, or an unknown outcome).
 import { metrics, type Meter } from "@opentelemetry/api";
 import Stripe from "stripe";
 import type { ProcessorConfig } from "../platform/config-processor.ts";
@@ -9,17 +7,14 @@ import type { CallResult, ForeignAdapter } from "../idempotency/adapter.ts";
 
 export { mapCall, type CallResult, type UnknownCause } from "../idempotency/adapter.ts";
 
-/** The processor as operations see it: Stripe's official package behind the engine's one-call adapter. */
 export type ProcessorAdapter = ForeignAdapter<Stripe>;
 
-// Seconds: a processor call takes tens of milliseconds to seconds, and up to the timeout.
 const CLIENT_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 /**
- * The client for PAYMENT_PROCESSOR=stripe, built on first use (nothing runs at import).
- * Stripe's own retries are off: a retry is ours to decide, under our idempotency keys and our
- * lease. Its fetch HTTP client serves every runtime this API runs on (Bun, Deno, workerd,
- * Node 20+), so one code path is tested for all of them.
+ * The client for PAYMENT_PROCESSOR=stripe, built on first use. Stripe's own retries are off: a
+ * retry is ours, under our idempotency keys and lease. Its fetch client serves every runtime
+ * this API runs on, so one code path is tested for all.
  */
 export function createProcessorClient(config: ProcessorConfig, meter: Meter = metrics.getMeter("charges")): ProcessorAdapter {
   if (config.key === undefined) throw new Error("bug: a processor client without PAYMENT_PROCESSOR_KEY");

@@ -1,10 +1,7 @@
-// A refund's processor steps. `begun` → create the processor's refund under
-// `<refund id>:refund` (attempt 0), then `<refund id>:refund:<n>`; `created` (its id recorded
-// while the processor still processes it) → read it until it is final. A try that resumes the
-// key (the client's next try, or the completer's) first lists the payment's refunds at the
-// processor and looks for ours by the refund id in its metadata: found, its status decides;
-// not found, the create is sent under the attempt the key records, which moves on only past a
-// call the processor finished (its kept 5xx), so that no call under an earlier key can still
+// A refund's processor steps: `begun` creates the refund under `<refund id>:refund[:<n>]`;
+// `created` reads it until final. A resumed key first lists the payment's refunds and looks for
+// ours by its metadata's refund id; not found, the create goes under the recorded attempt, which
+// moves on only past a call the processor finished (its kept 5xx), so no earlier key can still
 // make a refund (docs/api.md, "An unknown refund is resolved by reading the processor").
 import { Type as t, type Static } from "@sinclair/typebox";
 import type Stripe from "stripe";
@@ -12,7 +9,7 @@ import { mapCall, type CallResult, type ProcessorAdapter } from "./processor.ts"
 import { MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import type { StepContext, StepResult } from "../idempotency/model.ts";
 
-/** The recovery data of a refund's key: phase 1's (the charge's payment from the admit), then the processor's refund. */
+/** Phase 1's recovery data (the charge's payment), then the processor's refund. */
 export const RefundResume = t.Object({
   refundId: t.String({ format: "uuid" }),
   chargeId: t.String({ format: "uuid" }),
@@ -30,7 +27,6 @@ export type RefundResume = Static<typeof RefundResume>;
 
 interface RefundView {
   readonly id: string;
-  /** pending, succeeded, failed, canceled, requires_action. */
   readonly status: string;
   readonly failureCode: string | null;
 }
@@ -42,12 +38,11 @@ const LIST_PAGE = 100;
 // A payment has a handful of refunds; more pages than this is a processor that pages wrong.
 const MAX_LIST_PAGES = 1000;
 
-/** The create's idempotency key: attempt 0's is the key refunds always had, so a key of an earlier release resumes on it. */
+/** Attempt 0's key has no suffix: keys stored by earlier releases resume on it. */
 export function refundKey(refundId: string, attempt: number): string {
   return attempt === 0 ? `${refundId}:refund` : `${refundId}:refund:${attempt}`;
 }
 
-/** The Refund calls a refund's steps make. */
 export const refundCalls = (p: ProcessorAdapter) => ({
   create: (r: RefundResume, key: string) =>
     mapCall(
@@ -123,5 +118,4 @@ function fromCall(call: CallResult<RefundView>, resume: RefundResume, creating: 
   }
 }
 
-/** The steps by recovery point. */
 export const refundSteps = { begun: create, created: read };

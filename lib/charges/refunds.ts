@@ -1,10 +1,7 @@
-// POST /charges/:id/refunds, declared once: its route, its ledger statement, and through a
-// payment processor its phase 1 (the amount reserved against the charge, the refund pending),
-// its steps and its phase 3; and GET /charges/:id/refunds/:refundId.
-//
-// Its processor steps (the create, the listing that resolves an unknown outcome, the read)
-// are in refund-steps.ts. Phase 3 turns the reservation into the refunded total (201,
-// ChargeRefunded) or releases it (the processor's refusal, stored as a problem).
+// POST /charges/:id/refunds declared once: its route, its ledger statement and, through a
+// processor, its phase 1 (the amount reserved against the charge, the refund pending), steps
+// (refund-steps.ts) and phase 3 (the reservation made the refunded total, or released); and GET
+// /charges/:id/refunds/:refundId.
 import { Type as t, type Static } from "@sinclair/typebox";
 import { CHARGE, CHARGE_REFUNDED } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
@@ -20,7 +17,7 @@ import { idOf } from "./steps.ts";
 
 export const RefundBody = t.Object({ amountCents: AmountCents("Amount to refund, in cents") }, { additionalProperties: false });
 
-// The body of POST /charges/:id/refunds (201) and GET /charges/:id/refunds/:refundId (200).
+// POST /charges/:id/refunds' body (201) and GET /charges/:id/refunds/:refundId's (200).
 export const Refund = t.Object(
   {
     id: t.String({ format: "uuid" }),
@@ -36,8 +33,6 @@ export const Refund = t.Object(
   { additionalProperties: false },
 );
 
-
-/** Phase 3 as values: the response to store, and what the refund's row and its charge's get. */
 // The operation's refusals, each once: its problem type and its phrase in the API reference.
 const EXCEEDS_CHARGE: RefusalType = {
   problem: problemType("refundExceedsCharge", "refund-exceeds-charge", "Refund exceeds what is left of the charge"),
@@ -47,7 +42,6 @@ const EXCEEDS_CHARGE: RefusalType = {
 const NOT_REFUNDABLE: RefusalType = { problem: problemType("chargeNotRefundable", "charge-not-refundable", "Charge not refundable"), doc: "the charge has not succeeded" };
 const REFUND_REFUSED: RefusalType = { problem: problemType("refundRefused", "refund-refused", "Refund refused by the payment processor"), doc: "its refusal" };
 
-// admit's reasons, each with its answer.
 const REASONS = {
   charge_not_found: { problem: OPERATION_PROBLEMS.notFound, answer: (id) => ({ detail: `no charge with id ${id}` }) },
   charge_not_refundable: { problem: NOT_REFUNDABLE.problem, answer: (id) => ({ detail: `charge ${id} has not succeeded (pending or declined): there is nothing to refund` }) },
@@ -57,6 +51,7 @@ const REASONS = {
 const reason = (name: keyof typeof REASONS): string => name;
 const refuse = refuseBy("createRefund", REASONS);
 
+/** Phase 3 as values: the response to store, and what the refund's row and its charge's get. */
 function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow {
   const { refundId, chargeId, amountCents } = resume;
   const columns = { refund_id: refundId, charge_id: chargeId, amount_cents: amountCents, succeeded: outcome === "succeeded", processor_refund_id: resume.processorRefundId ?? null };
@@ -75,8 +70,7 @@ function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow
 
 type RefundColumns = { refund_id: string; charge_id: string; amount_cents: number; created_at: string };
 
-
-/** The charge id of the route, lowercased: a UUID's case never makes another charge or another fingerprint. */
+/** Lowercased: a UUID's case never makes another charge or another fingerprint. */
 function chargeIdOf(params: Readonly<Record<string, string>>): string {
   const id = params.id;
   if (id === undefined) throw new Error("bug: a refund route without a charge id");
@@ -105,15 +99,12 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
       exclusive: chargeId,
     };
   },
-  // The charge row is locked and read as committed now (admitOnCharge): SELECT … FOR UPDATE
-  // waits for a refund in flight and then sees its total. So what is left to refund is exact
-  // until the commit, whatever runs beside it (another API process, another batch, a resend);
-  // the check constraint on charges is the last guard. What is left is of what was captured (a
-  // manual charge's captured_cents, else its amount), less the refunds still pending at the
-  // processor: they are reserved. An authorized charge is not refundable. The charge's
-  // last_sequence numbers its events under the same lock, so sequences follow commit order.
-  // Through the processor, a charge the ledger took (before PAYMENT_PROCESSOR=stripe) has no
-  // payment there to refund, and the charge's payment goes into the key's resume.
+  // admitOnCharge locks the charge and reads it as committed now: FOR UPDATE waits for a refund
+  // in flight and then sees its total, so what is left is exact until the commit, whatever runs
+  // beside it; the check constraint on charges is the last guard. What is left is of what was
+  // captured, less the refunds still pending at the processor (reserved). last_sequence numbers
+  // events under the same lock, so sequences follow commit order. A charge the ledger took has
+  // no payment at the processor to refund.
   sql: (sql, mode) => ({
     admit: admitOnCharge(
       sql,
@@ -192,9 +183,9 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
     firstPoint: "begun",
     steps: refundSteps,
     final,
-    // The reservation turned into the refunded total (and the charge's next event sequence,
-    // ChargeRefunded) or released, and the refund made final. The charge rows are locked first
-    // and in id order, as every refund statement locks them: one lock order, no deadlock.
+    // The reservation turned into the refunded total (with ChargeRefunded at the charge's next
+    // sequence) or released. Charges lock first and in id order, as every refund statement
+    // locks them: one lock order, no deadlock.
     finishSql: (sql: Sql) => ({
       columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", succeeded: "boolean", processor_refund_id: "text", failure_code: "text" },
       write: sql`
@@ -241,7 +232,7 @@ interface RefundRow {
   readonly status: "pending" | "succeeded" | "failed";
 }
 
-/** A refund of the tenant's charge; another tenant's, or another charge's, is not found. */
+/** A refund of the tenant's charge; another tenant's or charge's is not found. */
 export async function refundView(sql: Sql, tenant: string, chargeId: string, refundId: string, endsAt: number): Promise<string | undefined> {
   const [row] = await boundedStatement(sql, endsAt, (q) => q<RefundRow[]>`
     select id, charge_id, amount_cents, created_at, status

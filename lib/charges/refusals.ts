@@ -4,12 +4,11 @@
 import type { Refusal } from "../idempotency/model.ts";
 import { problemsByName, type NamedProblem, type ProblemSpec } from "../idempotency/problem-types.ts";
 
-/** A problem type of the operation's own, and how the API reference names it. */
 export interface RefusalType {
   readonly problem: NamedProblem;
-  /** What it means, as the 422's line in /openapi.json says it. */
+  /** Its meaning, as the 422's line in /openapi.json says it. */
   readonly doc: string;
-  /** What follows its slug in that line's parenthesis (": its cases", ", with its extension"). */
+  /** What follows its slug in the 422 line's parenthesis (": its cases", ", with its extension"). */
   readonly note?: string;
 }
 
@@ -31,7 +30,6 @@ export function document422(admitted: readonly RefusalType[], processor: Refusal
   return `The key was used with another request (idempotency-key-reused)${own}. With a processor, also its refusal (${processor.problem.slug}), stored under the key`;
 }
 
-/** The operation's problem types by name (its `problems`). */
 export const problemsOf = (types: readonly RefusalType[]) => problemsByName(types.map((r) => r.problem));
 
 /** The operation's `refuse`: the problem of admit's `reason`; any other reason is a bug. */

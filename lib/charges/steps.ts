@@ -9,11 +9,10 @@ export function attemptOf(value: number | undefined): number {
 }
 
 /**
- * An unknown outcome of a call whose effect, should it have happened, is harmless to repeat
- * under another key (a payment created and never confirmed; a confirmation, which the
- * processor applies once per payment). When the processor answered (a 5xx), it stored that
- * answer under the key and would replay it: the next try uses the next attempt. When no
- * answer came, the key is kept: what the processor stored under it, if anything, is the truth.
+ * An unknown outcome of a call that is harmless to repeat under another key (an unconfirmed
+ * payment; a confirmation, applied once per payment). A processor that answered (a 5xx) stored
+ * that answer under the key and would replay it, so the next try takes the next attempt; with
+ * no answer the key is kept, since what the processor stored under it, if anything, is the truth.
  */
 export function unknownAfter<R extends Readonly<Record<string, unknown>>>(call: Extract<CallResult<unknown>, { kind: "unknown" }>, resume: R, attemptName: keyof R & string): StepResult<R> {
   const current = resume[attemptName];

@@ -1,8 +1,7 @@
-// The statements of a change of an authorized charge (transition.ts), made from its
-// declaration: its admit, its ledger write, its phase 1 and its phase 3. This file alone knows
-// the aliases the skeleton and admitOnCharge give the rows (`t` the locked charge, `r` and `w`
-// the request, `c` the charge being updated, `p` the updated row, `b` the charge before): a
-// declaration names `charge`, `request` and `before`, and gets the right alias in each place.
+// The statements of a change of an authorized charge (transition.ts): admit, ledger write,
+// phase 1 and phase 3. Only this file knows the skeleton's and admitOnCharge's row aliases (`t`
+// the locked charge, `r`/`w` the request, `c` the charge updated, `p` the updated row, `b` the
+// charge before); a declaration names `charge`, `request` and `before`.
 import { CHARGE } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
 import type { Fragment, Mode, OperationSql, FinishSql, SqlType } from "../idempotency/model.ts";
@@ -31,7 +30,6 @@ export interface Rows {
 
 const NAME = /^[a-z][a-zA-Z0-9_]*$/;
 
-/** A member's column: amountCents → amount_cents. */
 export const columnOf = (member: string): string => member.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
 /** The columns of the row the statement calls `alias`, by member. Names come from declarations in lib/, never a request. */
@@ -53,12 +51,10 @@ export interface TransitionShape {
   readonly event: { readonly type: string; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
 }
 
-/** `parts` one after the other, `separator` between them. */
 function list(sql: Sql, parts: readonly Fragment[], separator: string): Fragment {
   return parts.reduce((all, part, i) => (i === 0 ? part : sql`${all}${sql.unsafe(separator)}${part}`), sql``);
 }
 
-/** The set columns of `s`, by member and column. */
 const setsOf = (s: TransitionShape) => Object.entries(s.sets).map(([member, set]) => ({ member, column: columnOf(member), ...set }));
 
 /** The event of each changed charge `p`, its data from `p` and from the charge before it (`b`, a row of `from`). */
@@ -119,9 +115,9 @@ function writeSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
 
 /**
  * Phase 3: a succeeded key's charge changed as in the ledger, from its final row; a refused
- * one's back to `from`, its sequence kept and no event; a charge no longer `during` is left.
- * `prior` is the charge before the change: the statement's snapshot, which nothing but this
- * key's holder changes while the charge is `during`.
+ * one's back to `from`, its sequence kept and no event; a charge not `during` is left alone.
+ * `prior` is the statement's snapshot of the charge, which nothing but this key's holder
+ * changes while the charge is `during`.
  */
 function finishSql(sql: Sql, s: TransitionShape): FinishSql {
   const sets = setsOf(s);
@@ -143,7 +139,6 @@ function finishSql(sql: Sql, s: TransitionShape): FinishSql {
   };
 }
 
-/** The transition's statements: its `sql` (ledger and phase 1) and its phase 3. */
 export function transitionSql(s: TransitionShape): { operation: (sql: Sql, mode: Mode) => OperationSql; finish: (sql: Sql) => FinishSql } {
   return {
     operation: (sql, mode) => ({ admit: admitSql(sql, s, mode), write: writeSql(sql, s, mode) }),

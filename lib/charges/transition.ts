@@ -1,12 +1,8 @@
-// One factory for a change of an authorized charge through the processor (capture, cancel,
-// an increase of its authorization): an operation declares what is its own (its body, its
-// statuses, the columns it sets, its event, its processor call, its refusals) and gets its
-// route, its ledger statement, its phase 1 (the charge `during`), its step and its phase 3.
-//
-// Its SQL names rows, never aliases: a declaration's fragments read `charge` (the charge as it
-// is before the change) and `request` (the request's own columns), and the event's data reads
-// `charge` after the change and `before`. The statements behind (transition-sql.ts) decide
-// which alias each one is in which statement.
+// One factory for a change of an authorized charge through the processor (capture, cancel, an
+// increment): an operation declares its own body, statuses, columns, event, processor call and
+// refusals, and gets its route, ledger statement, phase 1 (the charge `during`), step and phase 3.
+// Its SQL reads `charge` (before the change), `request` and, in event data, `before`;
+// transition-sql.ts decides which alias each is.
 import { Type as t, type Static, type TObject, type TSchema } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import type { EventType } from "./events.ts";
@@ -27,7 +23,6 @@ export { problemType } from "../idempotency/problem-types.ts";
 
 /** A check on the charge and the request, made by admit: the key stays unused when it refuses. */
 export interface Check<M extends string = string> extends RefusalType {
-  /** True: refused. */
   readonly when: (at: At<M>) => Fragment;
   /** The text the answer is made from (the admit's `detail`). */
   readonly detail: (at: At<M>) => Fragment;
@@ -62,9 +57,8 @@ export interface Transition<B extends TObject, Q extends Requests, O extends Rea
   readonly summary: string;
   readonly path: `/charges/:id/${string}`;
   readonly body: B;
-  /** The request's own members: its column (snake case) in every statement, and in the resume. */
+  /** The request's own members: a (snake case) column in every statement, and in the resume. */
   readonly request?: Q;
-  /** The request's members' values, from its body. */
   readonly requestOf?: (body: Static<B>) => Values<Q>;
   /** The fingerprint's fields beside the charge id. */
   readonly fingerprint?: (body: Static<B>) => Readonly<Record<string, string | number>>;
@@ -72,7 +66,7 @@ export interface Transition<B extends TObject, Q extends Requests, O extends Rea
   /** The charge's status while the processor is asked; `updating` when the change names none. */
   readonly during?: ChargeStatus;
   readonly to: ChargeStatus;
-  /** The verb of the documentation and the details ("capture"), and the past participle ("captured"). */
+  /** ["capture", "captured"]: the verb of the docs and the details, and its past participle. */
   readonly verb: readonly [string, string];
   /**
    * The charge's columns the change sets beside its status, by the charge's member (its column
@@ -80,7 +74,6 @@ export interface Transition<B extends TObject, Q extends Requests, O extends Rea
    */
   readonly sets?: Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At<keyof Q & string>) => Fragment; readonly final: (resume: TransitionResume<Q, O>) => number }>>;
   readonly event: { readonly type: EventType; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
-  /** The resume's own members beside the request's (what the processor said). */
   readonly resume?: O;
   readonly call: {
     /** The processor key's segment: `<charge id>:<key>:<attempt>`, its attempts counted in `<key>Attempt`. */
@@ -106,7 +99,6 @@ type AnyTransition = Omit<Transition<TObject, Requests, {}>, "sets" | "call"> & 
   };
 };
 
-/** The request's columns (by SQL name), and its members (by name) and columns from its body. */
 function requestOf(request: Requests, valuesOf: (body: unknown) => Readonly<Record<string, ColumnValue>>) {
   const members = Object.entries(request);
   return {
@@ -120,7 +112,7 @@ function requestOf(request: Requests, valuesOf: (body: unknown) => Readonly<Reco
   };
 }
 
-/** The processor calls of the step, and the step: the change under `<charge id>:<key>:<attempt>`, read first on a resume. */
+/** The step: the change under `<charge id>:<key>:<attempt>`, the payment read first on a resume. */
 function stepOf(call: AnyTransition["call"]) {
   const attemptName = `${call.key}Attempt`;
   const capabilities = (p: ProcessorAdapter) => ({
@@ -170,7 +162,6 @@ function refuseOf(d: AnyTransition) {
   });
 }
 
-/** The processor part: phase 1 is the operation's `sql` in processor mode; the step; phase 3. */
 function foreignOf(d: AnyTransition, request: ReturnType<typeof requestOf>, finishSql: FinishSqlOf) {
   const { attemptName, capabilities, step } = stepOf(d.call);
   return foreign<unknown, AnyResume, ReturnType<typeof capabilities>>({
@@ -210,7 +201,6 @@ export function chargeTransition<B extends TObject, Q extends Requests = {}, O e
     status: 200,
     columns: request.columns,
     fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), ...d.fingerprint?.(body) }),
-    // The answer is the charge, made by the admit from its row.
     prepare: ({ params, body }) => ({ columns: request.columnsOf(params, body), body: "", exclusive: chargeIdOf(params) }),
     sql: statements.operation,
     refuse: (reason, detail, { params }) => refuse(reason, detail, chargeIdOf(params)),

@@ -1,7 +1,6 @@
-// The operator's actions, one target at a time or over a filtered list: resolve a parked (or
-// stale) key, requeue or discard a parked outbox row, release a held aggregate. Each needs a
-// reason, and each is recorded (who, what, why, when, what came of it) in operator_audit and
-// as a log line. The console and `bun run ops` both act through `act` and `actOnList`.
+// The operator's actions, on one target or a filtered list: resolve a parked (or stale) key,
+// requeue or discard a parked outbox row, release a held aggregate. Each needs a reason and is
+// recorded in operator_audit and a log line; the console and `bun run ops` both act through here.
 import type { Sql } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
 import type { ProcessorAdapter } from "../charges/processor.ts";
@@ -16,7 +15,6 @@ export const ACTIONS = ["resolve", "requeue", "discard", "release"] as const;
 export type ActionName = (typeof ACTIONS)[number];
 export const isAction = (value: string | undefined): value is ActionName => ACTIONS.some((a) => a === value);
 
-/** Which action a list's entries take. */
 export const LIST_ACTIONS: Readonly<Record<ListKind, readonly ActionName[]>> = {
   "parked-keys": ["resolve"],
   "stale-keys": ["resolve"],
@@ -50,7 +48,7 @@ export const MAX_REASON_CHARS = 500;
 // A list action touches at most this many entries; the rest stay for another run.
 export const MAX_LIST_ACTION = 1000;
 
-/** One action on one target, recorded when it was attempted (a refusal for want of a reason records nothing). */
+/** Recorded once attempted (a refusal for want of a reason records nothing). */
 export async function act(ctx: OpsContext, request: ActionRequest): Promise<ActionResult> {
   const { action, target } = request;
   const reason = request.reason.trim();
@@ -92,8 +90,8 @@ export interface ListActionResult {
 }
 
 /**
- * The action on every entry the filter matches now (at most MAX_LIST_ACTION), one by one,
- * each recorded as its own action. The caller shows the count first (listNeeds' total).
+ * The action on every entry the filter matches now (at most MAX_LIST_ACTION), each recorded as
+ * its own action. The caller shows the count first (listNeeds' total).
  */
 export async function actOnList(ctx: OpsContext, kind: ListKind, filter: ListFilter, request: Omit<ActionRequest, "target">): Promise<ListActionResult | { readonly refused: "action_not_for_list" | "reason_required" }> {
   if (!LIST_ACTIONS[kind].includes(request.action)) return { refused: "action_not_for_list" };

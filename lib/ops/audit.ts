@@ -1,10 +1,7 @@
-// The operators' audit trail: one row per action taken through the console or `bun run ops`
-// (who, through what, which action, on what, why, what came of it, when), written after the
-// action so that its outcome is the one recorded. Read newest first by the console's audit
-// page and `bun run ops audit`.
+// The operators' audit trail: one row per action through the console or `bun run ops`, written
+// after the action so that the outcome recorded is the real one. Read newest first.
 import type { Sql } from "../platform/db.ts";
 
-/** Who acts, and through which tool. */
 export interface Actor {
   /** The console token's `sub`, or the CLI's OPS_ACTOR (else the login name). */
   readonly name: string;
@@ -30,14 +27,12 @@ export interface AuditRow {
   readonly outcome: Record<string, unknown>;
 }
 
-/** Appends one entry. */
 export async function recordAction(sql: Sql, entry: AuditEntry): Promise<void> {
   await sql`
     insert into operator_audit (actor, via, action, target, reason, outcome)
     values (${entry.actor.name}, ${entry.actor.via}, ${entry.action}, ${entry.target}, ${entry.reason}, ${sql.json(entry.outcome as never)})`;
 }
 
-/** The newest `limit` entries, from `offset`, with the total. */
 export async function listAudit(sql: Sql, limit: number, offset: number): Promise<{ total: number; rows: AuditRow[] }> {
   const rows = await sql<(AuditRow & { total: number })[]>`
     select id::text, to_char(at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as at, actor, via, action, target, reason, outcome,

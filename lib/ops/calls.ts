@@ -5,7 +5,6 @@ import type { Resume } from "../idempotency/model.ts";
 
 export interface ProcessorCall {
   readonly call: string;
-  /** The Idempotency-Key the call was sent with. */
   readonly processorKey: string;
   readonly outcome: string;
 }
@@ -36,9 +35,8 @@ const PLANS: Readonly<Record<string, readonly CallPlan[]>> = {
 };
 
 /**
- * The calls a key's steps made (or are about to make), with what is known of each: an
- * earlier attempt was answered with a 5xx (the processor keeps that answer under its key), the
- * last one's outcome is the key's own.
+ * The calls a key's steps made (or are about to make): an earlier attempt was answered with a
+ * 5xx (the processor keeps that answer under its key); the last one's outcome is the key's own.
  */
 export function processorCalls(endpoint: string, resume: Resume | null, keyOutcome: string): ProcessorCall[] {
   if (resume === null) return [];

@@ -1,8 +1,6 @@
-// `bun run ops`'s operator commands, the console's twins: find, show, list, export, audit,
-// backlog, and the actions (requeue, resolve, discard, release, and `apply` over a filtered
-// list, which prints the count and acts only when given it back with --yes). Each prints one
-// JSON line (export: CSV); every action goes through actions.ts, so it is audited as the
-// console's are. Arguments are parsed here; ops.ts opens the database and calls `runCommand`.
+// `bun run ops`: the console's twins (find, show, list, export, audit, backlog, and the
+// actions; `apply` over a list acts only when given its count back with --yes). Each prints one
+// JSON line (export: CSV); actions go through actions.ts, so they are audited as the console's.
 import { findCharges } from "./find.ts";
 import { chargeLife } from "./life.ts";
 import { isListKind, listNeeds, toCsv, LIST_KINDS, type ListFilter } from "./lists.ts";
@@ -26,7 +24,6 @@ export const COMMANDS_USAGE = [
   "bun run ops apply <requeue|discard|resolve|release> <list> [filters] --reason R [--yes COUNT]",
 ].join("\n  ");
 
-/** A command line's flags (--name value) apart from its positional words. */
 export interface Parsed {
   readonly words: readonly string[];
   readonly flags: ReadonlyMap<string, string>;
@@ -34,7 +31,7 @@ export interface Parsed {
 
 const VALUE_FLAGS = new Set(["tenant", "operation", "older-than", "limit", "offset", "reason", "yes"]);
 
-/** The words and flags; a flag without its value, or one not known, is a usage error (the message). */
+/** A flag without its value, or an unknown one, is a usage error (the message). */
 export function parseArgs(args: readonly string[]): Parsed | string {
   const words: string[] = [];
   const flags = new Map<string, string>();
@@ -71,7 +68,7 @@ export type Output = { readonly kind: "json"; readonly value: unknown } | { read
 const json = (value: unknown): Output => ({ kind: "json", value });
 const usage = (message: string): Output => ({ kind: "usage", message });
 
-/** Runs one command; a usage error comes back as one, never thrown. */
+/** A usage error comes back as one, never thrown. */
 export async function runCommand(ctx: OpsContext, actor: Actor, command: Command, parsed: Parsed): Promise<Output> {
   const [first, second] = parsed.words;
   const { flags } = parsed;
@@ -129,7 +126,6 @@ async function apply(ctx: OpsContext, actor: Actor, action: string | undefined, 
   return json("refused" in result ? { job: "apply", refused: result.refused } : { job: "apply", action, list, matched: result.matched, done: result.done, failed: result.failed });
 }
 
-/** `resolve <id> [succeeded <processor id> | refused <code>]`'s outcome. */
 export function resolutionArg(how: string | undefined, value: string | undefined): Resolution | undefined | string {
   if (how === undefined) return { kind: "retry" };
   if (how === "succeeded" && value) return { kind: how, processorId: value };

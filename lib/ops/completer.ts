@@ -1,7 +1,5 @@
-// The completer job's run (lib/idempotency/completer.ts does each round): in stripe mode,
-// rounds of STARTED keys with an expired lease driven to their final state; in either mode,
-// the parked keys counted. jobs.ts turns the result into the gauge, the log lines and the
-// job's printed result.
+// The completer job's run (lib/idempotency/completer.ts does each round): with a processor,
+// STARTED keys with an expired lease driven final; in either mode, parked keys counted.
 import type { Config } from "../platform/config.ts";
 import type { Sql } from "../platform/db.ts";
 import { completeRound, parkedCount, type CompleterOptions, type CompleterRound } from "../idempotency/completer.ts";
@@ -11,10 +9,9 @@ import { withJobLock, type Locked } from "../platform/job-lock.ts";
 import { createProcessorClient } from "../charges/processor.ts";
 import { foreignOperations } from "../charges/index.ts";
 
-// Keys the completer claims per round, driven COMPLETER_PARALLEL at a time (a few processor
-// calls each); a run goes on while rounds come back full, up to COMPLETER_ROUNDS, so a
-// backlog left by an outage drains at a few hundred keys a run while a run lasts seconds and
-// the relay's other jobs wait no longer than that.
+// Keys claimed per round, driven COMPLETER_PARALLEL at a time; a run goes on while rounds come
+// back full, up to COMPLETER_ROUNDS, so an outage's backlog drains over a few runs while one run
+// stays short and the relay's other jobs do not wait long behind it.
 const COMPLETER_BATCH = 50;
 const COMPLETER_PARALLEL = 8;
 const COMPLETER_ROUNDS = 5;
@@ -40,15 +37,13 @@ function optionsOf(config: Config): Omit<CompleterOptions, "lockId"> {
 }
 
 export interface CompleterRun {
-  /** Undefined without a processor: nothing to drive. */
   readonly round: CompleterRound | undefined;
   readonly parkedNow: number;
 }
 
 /**
- * One run under the job's lock (`ran: false` when another process holds it). Without a
- * processor the count still runs, so that a switch back to PAYMENT_PROCESSOR=none keeps the
- * operator's view of the keys it left parked.
+ * One run under the job's lock. Without a processor the count still runs, so a switch back to
+ * PAYMENT_PROCESSOR=none keeps the operator's view of the keys it left parked.
  */
 export async function completerRun(sql: Sql, config: Config, lockId: bigint): Promise<Locked<CompleterRun>> {
   if (config.processor.mode === "none") {

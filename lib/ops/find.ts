@@ -1,7 +1,6 @@
-// Find: one text (an idempotency key, with its tenant or not; a charge or refund id; a
-// processor payment or refund id; an event id) to the charges it belongs to. Each kind of id
-// is one statement; the key is read from the key row's own ids (its recovery data, its stored
-// answer, a tombstone's Location), never guessed.
+// Find: one text (an idempotency key, a charge, refund, processor or event id) to the charges
+// it belongs to, one statement per kind of id. A key's charge is read from the key row's own ids
+// (recovery data, stored answer, tombstone's Location), never guessed.
 import type { Sql } from "../platform/db.ts";
 import { isUuid } from "../platform/uuid.ts";
 
@@ -24,7 +23,7 @@ export interface FindQuery {
 // A key may match in several tenants and endpoints: a page of them is enough to choose from.
 const MAX_MATCHES = 50;
 
-/** Every charge the text names, ids before keys. */
+/** Ids before keys. */
 export async function findCharges(sql: Sql, query: FindQuery): Promise<Found[]> {
   const text = query.text.trim();
   if (text === "") return [];
@@ -79,7 +78,6 @@ async function byIdempotencyKey(sql: Sql, key: string, tenant: string | undefine
 
 const CHARGE_IN_PATH = /\/charges\/([0-9a-f-]{36})/i;
 
-/** The charge a key row belongs to: its recovery data's, its stored answer's, or its tombstone's Location. */
 export function chargeIdOfKey(row: Pick<KeyMatch, "resume" | "response_body" | "location">): string | undefined {
   const fromResume = row.resume?.chargeId;
   if (typeof fromResume === "string") return fromResume;

@@ -1,6 +1,6 @@
-// Operations jobs: run by the relay on an interval, and on demand with `bun run ops <job>`.
-// Each job runs under an advisory lock of its own, so with several relays (and an operator's
-// `bun run ops`) one process at a time runs it; the others skip that round.
+// Operations jobs: run by the relay on an interval, and on demand with `bun run ops <job>`. Each
+// runs under its own advisory lock, so among several relays (and an operator) one process at a
+// time runs it; the others skip that round.
 import { metrics, type Meter } from "@opentelemetry/api";
 import type { Config } from "../platform/config.ts";
 import { describeDbError, type Sql } from "../platform/db.ts";
@@ -21,17 +21,15 @@ import {
   staleStartedSummary,
 } from "./sql.ts";
 
-// Rows per delete statement: small enough that each statement's locks last milliseconds.
+// Rows per delete statement, so each statement's locks stay short.
 export const DELETE_BATCH = 1000;
-// Upper bound of batches per run, so one run ends (and the loop's other jobs get their turn)
-// even behind a huge backlog; a run that stopped at it is due again at once, so retention keeps
-// up with any rate the deletes can (one run per interval alone capped it at 100,000 rows per
-// interval: 333 outbox rows/s, below what the API writes).
+// Batches per run, so one run ends (and the loop's other jobs get their turn) behind any
+// backlog; a run that stopped at it is due again at once, so retention keeps up with any rate
+// the deletes can, not one capped by the interval.
 export const MAX_BATCHES_PER_RUN = 100;
 // A STARTED key older than this is stale: no request in this service stays in flight
 // that long (each is one statement bounded by the connection's timeouts).
 const STALE_STARTED_SECONDS = 300;
-// How many ids a report names in its log line.
 const SAMPLE_SIZE = 20;
 
 export const JOB_NAMES = ["key-retention", "stale-keys", "reconcile", "outbox-retention", "outbox-gauges", "completer"] as const;
@@ -61,9 +59,8 @@ interface OpsGauges {
   chargesWithoutOutbox: number;
   staleStartedKeys: number;
   staleStartedOldestSeconds: number;
-  /** STARTED keys the completer gave up on after PAYMENT_PROCESSOR_RESOLVE_WINDOW. */
   parkedKeys: number;
-  /** When this process last computed each job's values (ms since epoch). */
+  /** Per job, when this process last computed its values (ms since epoch). */
   computedAt: Partial<Record<JobName, number>>;
 }
 
@@ -82,9 +79,8 @@ export function newGauges(): OpsGauges {
 }
 
 /**
- * Runs the job if no other process is running it: `{ job, skipped: true }` when another
- * holds its lock. The job's statements run on the connection (or in the transactions) that
- * hold the lock (lib/platform/job-lock.ts).
+ * `{ job, skipped: true }` when another process holds the job's lock. Its statements run on
+ * the connection (or in the transactions) that hold the lock (lib/platform/job-lock.ts).
  */
 export async function runJob(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger, signal?: AbortSignal): Promise<JobResult> {
   const outcome = await runLocked(job, sql, config, gauges, log, signal);
@@ -95,7 +91,6 @@ export async function runJob(job: JobName, sql: Sql, config: Config, gauges: Ops
 
 type ReportJob = Exclude<JobName, "key-retention" | "outbox-retention" | "completer">;
 
-/** The job under its lock: a retention job batch by batch (deleteUnderJobLock), a report in one go. */
 function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger, signal?: AbortSignal): Promise<Locked<JobResult>> {
   const lockId = JOB_LOCK_IDS[job];
   const limits = { batch: DELETE_BATCH, maxBatches: MAX_BATCHES_PER_RUN };
@@ -168,13 +163,12 @@ async function keyRetention(sql: Sql, lockId: bigint, tombstoneSeconds: number, 
   return { ran: true, value };
 }
 
-// Each operation's Location of a stored success, found by the key's endpoint.
 const OPERATION_BY_ENDPOINT = new Map(OPERATIONS.map((op) => [endpointOf(op), op]));
 
 function locateStored(endpoint: string, status: number | null, body: string | null): string | null {
   const op = OPERATION_BY_ENDPOINT.get(endpoint);
   if (op === undefined || body === null || status !== op.status) return null;
-  // A body this release cannot read (written by hand, or by an old release) still gets its
+  // A body this code cannot read (written by hand, or by another version) still gets its
   // tombstone, without a resource: retention never stops on one row.
   try {
     return op.locationOf(body) ?? null;
@@ -183,7 +177,6 @@ function locateStored(endpoint: string, status: number | null, body: string | nu
   }
 }
 
-/** A retention run's outcome as the job's result, logged when it deleted anything. */
 async function logDeleted(
   job: JobName,
   message: string,
@@ -209,10 +202,7 @@ async function reportStaleKeys(sql: Sql, gauges: OpsGauges, log: Logger): Promis
   return { job, ...summary, sample };
 }
 
-/**
- * The completer (lib/ops/completer.ts): STARTED keys with an expired lease driven to their
- * final state, and the parked keys counted for idempotency_parked_keys.
- */
+/** STARTED keys with an expired lease driven final, and parked keys counted for idempotency_parked_keys. */
 async function runCompleter(sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Promise<Locked<JobResult>> {
   const job = "completer";
   const run = await completerRun(sql, config, JOB_LOCK_IDS[job]);
@@ -233,13 +223,13 @@ const JOB_INTERVAL_MS: Record<JobName, number> = {
   reconcile: 60_000,
   "key-retention": 60_000,
   "outbox-retention": 300_000,
-  // A key's lease outlives its holder by at most the lease; five seconds more is nothing beside it.
+  // A lease outlives its holder by at most the lease; a few seconds more is nothing beside it.
   completer: 5_000,
 };
 
-// A gauge is reported while its job's last run by THIS process is at most this many
-// intervals old. With several relays only the one that won the job's lock has a current
-// value; the others report nothing rather than a stale figure (aggregate with max()).
+// A gauge is reported while this process's last run of its job is at most this many intervals
+// old: with several relays only the lock's winner has a current value, and the others report
+// nothing rather than a stale one (aggregate with max()).
 const FRESH_INTERVALS = 3;
 
 function isFresh(gauges: OpsGauges, job: JobName): boolean {
@@ -247,7 +237,6 @@ function isFresh(gauges: OpsGauges, job: JobName): boolean {
   return at !== undefined && Date.now() - at <= FRESH_INTERVALS * JOB_INTERVAL_MS[job];
 }
 
-/** Observable gauges over the values the jobs last computed in this process. */
 export function registerOpsGauges(gauges: OpsGauges, meter: Meter = metrics.getMeter("charges")): void {
   const gauge = (name: string, description: string, job: JobName, read: () => number) =>
     meter.createObservableGauge(name, { description }).addCallback((result) => {

@@ -1,6 +1,5 @@
-// A charge's whole life, read for the operator: the charge, its refunds, every key that
-// acted on it (phase, lease, processor calls, the stored answer) and its outbox rows in
-// sequence with their delivery state. Read-only; one statement per table.
+// A charge's whole life for the operator: the charge, its refunds, every key that acted on it
+// (phase, lease, processor calls, stored answer) and its outbox rows with their delivery state.
 import type { Sql } from "../platform/db.ts";
 import type { Resume } from "../idempotency/model.ts";
 import { keyHash } from "../platform/redact.ts";
@@ -78,7 +77,6 @@ export interface ChargeLife {
   readonly outbox: readonly OutboxLife[];
 }
 
-/** The charge's life, or undefined when there is no such charge. */
 export async function chargeLife(sql: Sql, id: string): Promise<ChargeLife | undefined> {
   if (!isUuid(id)) return undefined;
   const [charge] = await sql<ChargeRow[]>`
@@ -110,9 +108,8 @@ interface KeyRow {
   readonly completed_at: Date | null;
 }
 
-// The tenant's keys whose ids name the charge: the tenant narrows the unique index's range;
-// within it the ids are read from each row (a key names its charge in its recovery data, its
-// answer or its Location, not in a column of its own).
+// The tenant narrows the unique index's range; within it each row is read for the charge's id,
+// since a key names its charge in its recovery data, answer or Location, not in a column.
 async function keysOf(sql: Sql, charge: ChargeRow): Promise<KeyLife[]> {
   const rows = await sql<KeyRow[]>`
     select key, endpoint, status, response_status, response_body, created_at, recovery_point, lease_until, resume,

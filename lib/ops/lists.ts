@@ -1,7 +1,6 @@
-// What needs a person: parked keys, stale STARTED keys, parked outbox rows and the rows held
-// behind them, each filtered by tenant, operation (a key's endpoint, a row's event type) and
-// age, paged, with the total the filter matches. The console's tables, its CSV export and
-// `bun run ops list|export` all read these.
+// What needs a person: parked and stale STARTED keys, parked outbox rows and the rows held
+// behind them, filtered by tenant, operation and age, paged, with the filter's total. The
+// console's tables, its CSV export and `bun run ops list|export` all read these.
 import type { Sql } from "../platform/db.ts";
 import type { Fragment, Resume } from "../idempotency/model.ts";
 import { keyHash } from "../platform/redact.ts";
@@ -24,7 +23,7 @@ export interface Page {
   readonly offset: number;
 }
 
-/** One entry, flat, in the columns' order: a table row and a CSV line alike. */
+/** Flat, in the columns' order: a table row and a CSV line alike. */
 export type ListRow = Readonly<Record<string, string | number | null>>;
 
 export interface ListResult {
@@ -34,12 +33,11 @@ export interface ListResult {
   readonly targets: readonly string[];
 }
 
-// A STARTED key without a lease (written before leases) is stale once this old.
+// A STARTED key without a lease is stale once this old.
 const UNLEASED_STALE_S = 60;
 
 const iso = (d: Date | null) => d?.toISOString() ?? null;
 
-/** A page of the list and the total its filter matches. */
 export async function listNeeds(sql: Sql, kind: ListKind, filter: ListFilter, page: Page): Promise<ListResult> {
   switch (kind) {
     case "parked-keys":
@@ -155,7 +153,7 @@ function rowResult(rows: readonly RowEntry[], target: (r: RowEntry) => string): 
   };
 }
 
-/** The rows as CSV (RFC 4180: CRLF, fields quoted when they hold a comma, quote or line break). */
+/** RFC 4180: CRLF, fields quoted when they hold a comma, quote or line break. */
 export function toCsv(rows: readonly ListRow[]): string {
   if (rows.length === 0) return "";
   const columns = Object.keys(rows[0]!);

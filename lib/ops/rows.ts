@@ -4,9 +4,8 @@ import type { Sql } from "../platform/db.ts";
 import { isUuid } from "../platform/uuid.ts";
 
 /**
- * Gives a parked row up: it is marked published without being sent, and keeps parked_at so
- * it reads as discarded, never as delivered. The rows its aggregate held behind it go on.
- * Returns how many rows (0 or 1).
+ * Marked published without being sent, parked_at kept so it reads as discarded, never as
+ * delivered; the rows held behind it go on. How many rows (0 or 1).
  */
 export async function discardRow(sql: Sql, id: string): Promise<number> {
   if (!isUuid(id)) return 0;
@@ -16,10 +15,7 @@ export async function discardRow(sql: Sql, id: string): Promise<number> {
   return result.count;
 }
 
-/**
- * Releases a held aggregate: every parked row of it back in line, attempts from zero, so that
- * its events go out again in sequence, the held ones after them. Returns how many were parked.
- */
+/** Every parked row of the aggregate back in line, attempts from zero, so its events go out again in order; how many. */
 export async function releaseAggregate(sql: Sql, aggregateId: string): Promise<number> {
   if (!isUuid(aggregateId)) return 0;
   const result = await sql`

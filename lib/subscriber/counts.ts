@@ -1,10 +1,8 @@
-// What the subscriber has done so far, for its Subscriber view; the same is counted on the
-// meter, where an operator graphs throughput (subscriber_events_total), alerts on dead
-// letters (subscriber_dead_letters_total) and watches order (subscriber_sequence_gaps_total,
-// subscriber_held_events). Labels: the consumer and the outcome only.
+// What the subscriber has done, for its handle's counts and on the meter: throughput
+// (subscriber_events_total), dead letters (subscriber_dead_letters_total) and order
+// (subscriber_sequence_gaps_total, subscriber_held_events), labelled by consumer and outcome only.
 import { metrics, type Counter, type Meter, type ObservableGauge, type ObservableResult } from "@opentelemetry/api";
 
-/** What became of an event that met a gap in its aggregate's sequence. */
 export type GapOutcome = "held" | "filled" | "released_after_timeout" | "late";
 const GAP_OUTCOMES: readonly GapOutcome[] = ["held", "filled", "released_after_timeout", "late"];
 
@@ -62,7 +60,6 @@ export class SubscriberCounts {
     this.events.add(1, { consumer: this.consumer, outcome: "rejected" });
   }
 
-  /** A message that is not a valid event, kept in subscriber_dead_letters. */
   countMalformed(): void {
     this.malformed += 1;
     this.events.add(1, { consumer: this.consumer, outcome: "malformed" });
@@ -85,7 +82,6 @@ export class SubscriberCounts {
     this.heldNow = count;
   }
 
-  /** Stops reporting the gauge: a closed subscriber no longer knows. */
   close(): void {
     this.heldGauge.removeCallback(this.observeHeld);
   }

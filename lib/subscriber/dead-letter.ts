@@ -8,7 +8,6 @@ import { recordDeadLetter, type DeadLetter } from "./inbox-sql.ts";
 
 import { retryWithBackoff } from "./retry.ts";
 
-/** The dead letter for `event`, received as `packet`, on which the handler last failed with `error`. */
 export function deadLetterOf(consumer: string, packet: IPublishPacket, event: EventEnvelope, error: unknown, attempts: number): DeadLetter {
   return { eventId: event.id, consumer, topic: packet.topic, payload: payloadText(packet), error: describeDbError(error), attempts };
 }
@@ -38,7 +37,6 @@ export function payloadText(packet: IPublishPacket): string {
 export interface DeadLetterStore {
   readonly sql: Sql;
   readonly onError?: (description: string) => void;
-  /** True once the subscriber closes: retries stop with `Closing`. */
   readonly closing: () => boolean;
 }
 

@@ -1,7 +1,6 @@
 // The subscriber's one call to the API: GET /charges/:id/events?after=<last processed>, every
-// page. Each element of the answer is the envelope the relay published; written back with
-// JSON.stringify it is the payload's text again (the relay wrote it with JSON.stringify), and
-// that text is what the inbox, the held events and the dead letters keep.
+// page. Each element is the envelope the relay published with JSON.stringify, so JSON.stringify
+// gives back the payload's text, which the inbox, held events and dead letters keep.
 import { parseEnvelope } from "../charges/events.ts";
 import type { SequencedEvent } from "./process.ts";
 import type { GapFillApi } from "./types.ts";
@@ -13,17 +12,15 @@ const MAX_PAGES = 10;
 
 export interface FetchedEvent {
   readonly event: SequencedEvent;
-  /** The envelope's JSON text, as the broker carried it. */
   readonly payload: string;
 }
 
 export type ApiAnswer =
-  /** The charge's published events after the sequence asked for, in order. */
   | { readonly kind: "events"; readonly events: readonly FetchedEvent[] }
   /** 404: no such charge for the token's tenant (another tenant's, or gone). */
   | { readonly kind: "unknown" };
 
-/** A refusal or a fault of the API: the gap is asked again later. */
+/** A refusal or fault of the API: the gap is asked again later. */
 export class ApiError extends Error {}
 
 /** The charge's events after `after`; throws ApiError when the API does not answer them (or `stop` aborts the call). */
@@ -50,7 +47,6 @@ async function get(api: GapFillApi, path: string, stop: AbortSignal): Promise<Re
   }
 }
 
-/** ": <the problem's detail>" of an RFC 9457 answer, or nothing. */
 async function problemOf(response: Response): Promise<string> {
   const text = await response.text().catch(() => "");
   try {

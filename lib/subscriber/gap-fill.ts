@@ -1,14 +1,9 @@
-// Filling a gap from the API: an aggregate whose next event has not come while later ones
-// are held, for `fillAfterMs` (usually the predecessor is only late: another member of a share
-// group has it, or the relay's chain is one PUBACK behind), is read from the API's
-// GET /charges/:id/events?after=<last processed>. Each event it answers that is not held is
-// processed through the inbox in its turn, exactly as if the broker had brought it (a
-// duplicate of one processed meanwhile is dropped; the held events behind it follow in
-// order), so the gap timeout skips only a gap the API could not fill either: the events are
-// gone from the outbox (OUTBOX_RETENTION_SECONDS), the charge is another tenant's than the
-// token's, or the API did not answer until the timeout.
-// The call holds no transaction and no connection: the gaps are read first, then the API is
-// asked, then each event is one transaction of its own.
+// Filling a gap from the API. Usually a missing predecessor is only late (another share-group
+// member has it, or the relay is one PUBACK behind), so a gap waits `fillAfterMs`, then GET
+// /charges/:id/events?after=<last> is read and each event not held goes through the inbox in
+// its turn, as if the broker had brought it. The gap timeout then skips only what the API could
+// not fill either. The call holds no transaction or connection: gaps are read, the API asked,
+// then each event is its own transaction.
 import { CHARGE } from "../charges/events.ts";
 import { describeDbError } from "../platform/db.ts";
 import { keepDeadLetter } from "./dead-letter.ts";
@@ -24,22 +19,19 @@ import type { GapFillApi } from "./types.ts";
 const GAPS_PER_RUN = 200;
 // Gaps read per sweep, those asked lately included (passed over until their pause ends).
 const GAPS_SCANNED = 2000;
-// Calls to the API at once. After a lost session a subscriber may find a gap in every charge
-// it was told of meanwhile, all aged alike: one call after another, an API slowed by load
-// (tens of milliseconds an answer) would fill them slower than the gap timeout runs out.
+// Calls to the API at once: after a lost session every charge told of meanwhile may have a gap,
+// all aged alike, and one call after another would fill them slower than the gap timeout runs out.
 const FILLS_AT_ONCE = 4;
-// After an answer that did not fill the gap, or a failed call, the same gap is asked again
-// after a pause that doubles from fillAfterMs (a second at least) up to this: an API that is down is not asked
-// every second, and one that answered is asked again now and then in case the events appear
-// (an outbox restored from a backup), until the gap timeout.
+// After an answer that did not fill the gap, or a failed call, the gap is asked again after a
+// pause doubling from fillAfterMs (API_MIN_PAUSE_MS at least) up to this: an API that is down is
+// not hammered, and one that answered is asked now and then in case the events appear (an outbox
+// restored from a backup), until the gap timeout.
 const MAX_ASK_PAUSE_MS = 60_000;
 
-// The first pause after a failed call (then doubling to MAX_ASK_PAUSE_MS).
 const API_MIN_PAUSE_MS = 1000;
-// A sweep that asked GAPS_PER_RUN gaps may have left more: it asks the next at once, for up to
-// this long, rather than one batch a sweep interval, which after a lost session with thousands
-// of gaps filled them slower than the gap timeout ran out (chaos 17). Bounded, so the sweep's
-// releases of the gaps past their timeout still come.
+// A sweep that filled GAPS_PER_RUN gaps asks the next batch at once, up to this long, rather
+// than one batch a sweep interval, so that thousands of gaps after a lost session fill before
+// the gap timeout runs out. Bounded, so the sweep's releases of overdue gaps still come.
 const FILL_RUN_MAX_MS = 5000;
 
 interface Asked {
@@ -74,7 +66,7 @@ export class GapFiller {
     }
   }
 
-  /** One batch: the gaps old enough, each asked unless it was lately, a few at once; how many were asked. */
+  /** One batch of the gaps old enough, a few at once; how many were asked. */
   private async runBatch(signal: AbortSignal): Promise<number> {
     const { sql, consumer } = this.processing;
     const gaps = await gapsToFill(sql, consumer, CHARGE, this.api.fillAfterMs, this.timeoutMs, GAPS_SCANNED);
@@ -99,17 +91,15 @@ export class GapFiller {
     return batch.length;
   }
 
-  /** Whether the gap may be asked about now: not asked lately at the same place. */
   private mayAsk(gap: Gap): boolean {
     const asked = this.asked.get(gap.place.aggregateId);
     return asked === undefined || asked.last !== gap.last || performance.now() >= asked.nextAt;
   }
 
   /**
-   * The gap is being asked: its next ask waits a pause that doubles while it stays at the same
-   * place. Recorded only for the gaps a batch takes: recorded for every gap scanned, the ones
-   * past the batch were paused without being asked, longer each sweep, and after a lost
-   * session some waited past the gap timeout unasked (chaos 17).
+   * Its next ask waits a pause that doubles while the gap stays at the same place. Recorded only
+   * for the gaps a batch takes: a gap scanned but not taken must not be paused unasked, or after
+   * a lost session some would wait past the gap timeout.
    */
   private recordAsked(gap: Gap): void {
     const key = gap.place.aggregateId;
@@ -119,7 +109,6 @@ export class GapFiller {
     this.asked.set(key, { last: gap.last, nextAt: performance.now() + pauseMs, pauseMs });
   }
 
-  /** A gap gone from the list was filled, released or skipped: forgotten. */
   private forgetClosed(gaps: readonly Gap[]): void {
     const open = new Set(gaps.map((gap) => gap.place.aggregateId));
     for (const key of this.asked.keys()) if (!open.has(key)) this.asked.delete(key);

@@ -1,10 +1,7 @@
-// The gap sweep: now and then, fills from the API the gaps that lasted SUBSCRIBER_GAP_FILL_AFTER_MS
-// (gap-fill.ts, when the subscriber has the API), then processes the held events that may go
-// although no event of their aggregate came to release them: those whose turn a crash left unreleased (their
-// predecessor committed, the release after it never ran), and those whose gap has lasted
-// longer than the gap timeout (their predecessor never came). It also counts the consumer's
-// held events for the subscriber_held_events gauge. Every member of a share group runs it;
-// the aggregate's row lock keeps two of them from releasing the same event.
+// The gap sweep: now and then fills old gaps from the API (gap-fill.ts), then processes held
+// events no arriving event will release: those whose turn a crash left unreleased, and those
+// whose gap outlasted the gap timeout. It also counts held events for the gauge. Every member of
+// a share group runs it; the aggregate's row lock keeps two from releasing the same event.
 import { describeDbError, type Sql } from "../platform/db.ts";
 import { every, type Every } from "../platform/every.ts";
 import type { SubscriberCounts } from "./counts.ts";
@@ -19,7 +16,6 @@ const GAP_SWEEP_INTERVAL_MS = 1000;
 // After failed runs (the database away) the pause doubles up to this, so an outage is not
 // logged every second.
 const GAP_SWEEP_MAX_PAUSE_MS = 30_000;
-// Aggregates released per run; the next run takes the rest.
 const GAP_SWEEP_BATCH = 100;
 
 export interface GapSweepOptions {
@@ -28,12 +24,11 @@ export interface GapSweepOptions {
   readonly timeoutMs: number;
   readonly releaser: Releaser;
   readonly counts: SubscriberCounts;
-  /** Fills the gaps old enough from the API before the timeout (SUBSCRIBER_API_URL); none without. */
   readonly filler?: GapFiller;
   readonly onError?: (description: string) => void;
 }
 
-/** Runs at once, then every GAP_SWEEP_INTERVAL_MS until stop(), which lets the release in hand finish. */
+/** Runs at once, then every interval until stop(), which lets the release in hand finish. */
 export function startGapSweep(options: GapSweepOptions): Every {
   let failures = 0;
   return every({

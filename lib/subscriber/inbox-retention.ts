@@ -1,10 +1,7 @@
-// Inbox retention: the inbox only has to remember an event while a redelivery of it can
-// still come (see SUBSCRIBER_INBOX_RETENTION_SECONDS); older rows are deleted in bounded
-// batches, by one subscriber process at a time. It leaves the order's state alone: an
-// aggregate's place (subscriber_sequences) is needed for as long as the aggregate can have
-// events, a charge's refund coming at any time (without it the next event would look like a
-// new aggregate's and wait for the gap timeout), and held events leave by their turn or the
-// gap timeout, never by age.
+// Inbox retention: an inbox row is needed only while a redelivery can still come, so older rows
+// are deleted in bounded batches, one process at a time. An aggregate's place stays (a refund may
+// come any time, and without it the next event would wait for the gap timeout), and held events
+// leave by their turn or the gap timeout, never by age.
 import type { Sql } from "../platform/db.ts";
 import { describeDbError } from "../platform/db.ts";
 import { every, type Every } from "../platform/every.ts";
@@ -12,7 +9,7 @@ import { deleteUnderJobLock } from "../platform/job-lock.ts";
 import type { Logger } from "../platform/log.ts";
 import { deleteOldInbox } from "./inbox-sql.ts";
 
-// Rows per delete statement: each statement's locks last milliseconds.
+// Rows per delete statement, so each statement's locks stay short.
 export const INBOX_DELETE_BATCH = 1000;
 // Statements per run, so one run ends behind any backlog; the next run continues.
 const MAX_BATCHES_PER_RUN = 100;
@@ -25,7 +22,6 @@ type InboxRetentionResult =
   | { readonly job: "inbox-retention"; readonly deleted: number; readonly batches: number }
   | { readonly job: "inbox-retention"; readonly skipped: true };
 
-/** One run: `skipped` when another process is running it right now. */
 export async function runInboxRetention(sql: Sql, retentionSeconds: number, log: Logger, signal?: AbortSignal): Promise<InboxRetentionResult> {
   const limits = { batch: INBOX_DELETE_BATCH, maxBatches: MAX_BATCHES_PER_RUN };
   const outcome = await deleteUnderJobLock(sql, INBOX_RETENTION_LOCK_ID, limits, (conn) => deleteOldInbox(conn, retentionSeconds, INBOX_DELETE_BATCH), signal);
@@ -37,7 +33,7 @@ export async function runInboxRetention(sql: Sql, retentionSeconds: number, log:
   return { job: "inbox-retention", ...outcome.value };
 }
 
-/** Runs the retention now and then on its interval until stop(); a failed run is logged and tried again later. */
+/** Runs on its interval until stop(); a failed run is logged and tried again later. */
 export function startInboxRetention(sql: Sql, retentionSeconds: number, log: Logger): Every {
   return every({
     delayMs: INBOX_RETENTION_INTERVAL_MS,

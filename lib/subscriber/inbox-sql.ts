@@ -1,10 +1,7 @@
 // The reference subscriber's inbox: one row per (event id, consumer) it has processed.
 import type { Sql, Tx } from "../platform/db.ts";
 
-/**
- * Records the event as processed by this consumer; false when it already was (a redelivery).
- * Run it in the transaction that holds the consumer's own writes: both commit, or neither.
- */
+/** false for a redelivery. Run it in the transaction of the consumer's writes: both commit, or neither. */
 export async function recordInbox(tx: Sql | Tx, eventId: string, consumer: string): Promise<boolean> {
   const rows = await tx`
     insert into inbox (event_id, consumer) values (${eventId}::uuid, ${consumer})
@@ -17,16 +14,12 @@ export interface DeadLetter {
   readonly eventId: string;
   readonly consumer: string;
   readonly topic: string;
-  /** The message as received (the event envelope's JSON text). */
   readonly payload: string;
   readonly error: string;
   readonly attempts: number;
 }
 
-/**
- * Keeps an event the handler gave up on. A redelivery of it that fails again replaces the
- * error and the time: the row says how it failed last.
- */
+/** A redelivery that fails again replaces the error and the time: the row says how it failed last. */
 export async function recordDeadLetter(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
   await sql`
     insert into subscriber_dead_letters (event_id, consumer, topic, payload, error, attempts)
@@ -36,7 +29,6 @@ export async function recordDeadLetter(sql: Sql | Tx, letter: DeadLetter): Promi
           attempts = excluded.attempts, dead_at = now()`;
 }
 
-/** Deletes up to `batch` inbox rows received more than `retentionSeconds` ago; returns how many. */
 export async function deleteOldInbox(sql: Sql, retentionSeconds: number, batch: number): Promise<number> {
   const result = await sql`
     delete from inbox

@@ -1,9 +1,7 @@
-// charges-outbox/subscriber: the consumer's half of the guarantee as a library. Your handler
-// runs in the transaction that records the event id in the inbox, so its writes commit exactly
-// once per event id, whatever the redeliveries, kills and restarts; the PUBACK goes out only
-// after that commit. Events are checked on receipt against the event contract and handed over
-// typed; in order per charge; gaps filled from the API when given it; dead letters for a
-// handler that keeps failing and for messages that are not valid events. docs/subscriber.md.
+// charges-outbox/subscriber: the consumer's half of the guarantee as a library. The handler runs
+// in the transaction that records the event id in the inbox, so its writes commit once per event
+// id whatever the redeliveries, and the PUBACK follows that commit. Typed events in order per
+// charge, gaps filled from the API, dead letters for poison and malformed messages (docs/subscriber.md).
 import type { Meter } from "@opentelemetry/api";
 import type postgres from "postgres";
 import { isShareGroup, sharedSubscriptionFilter, subscriptionFilter } from "../charges/events.ts";
@@ -26,7 +24,6 @@ export type { BrokerMove } from "../platform/mqtt-brokers.ts";
 export type { Logger } from "../platform/log.ts";
 export type { MqttProtocol } from "../platform/config.ts";
 
-/** A postgres.js transaction: the one the inbox row is written in. */
 export type SubscriberTx = Tx;
 
 // Inbox rows older than this are deleted: longer than the broker keeps a session (a day), so a
@@ -35,22 +32,20 @@ const DEFAULT_INBOX_RETENTION_S = 7 * 86_400;
 const DEFAULT_FILL_AFTER_MS = 5000;
 
 export interface CreateSubscriberOptions {
-  /** One broker URL, or several to fail over between (mqtt://, mqtts://, ws://, wss://). */
+  /** Several to fail over between (mqtt://, mqtts://, ws://, wss://). */
   readonly mqttUrl: string | readonly string[];
-  /** A postgres.js client of the subscriber's own database (migrated by migrateSubscriber). */
+  /** The subscriber's own database (migrated by migrateSubscriber). */
   readonly sql: postgres.Sql;
-  /** The inbox's consumer name: one per kind of consumer; also the default MQTT client id. */
+  /** One per kind of consumer; also the default MQTT client id. */
   readonly consumer: string;
-  /** Your work for one event; its writes through `tx` commit together with the inbox row, once. */
+  /** Its writes through `tx` commit together with the inbox row, once per event id. */
   readonly handle: (event: ChargeEvent, tx: SubscriberTx) => Promise<void> | void;
   /** An event of a type this version does not know, in its inbox transaction; without it, counted only. */
   readonly onUnknown?: (event: UnknownEvent, tx: SubscriberTx) => Promise<void> | void;
-  /** The deployment's MQTT_TOPIC_PREFIX ("" by default). */
   readonly topicPrefix?: string;
   /** An MQTT 5 shared subscription: the members of a group split the stream (each needs its own `clientId`). */
   readonly shareGroup?: string;
   readonly clientId?: string;
-  /** "auto" (5, falling back to 3.1.1), "5" or "3.1.1". */
   readonly protocol?: MqttProtocol;
   readonly sessionExpirySeconds?: number;
   /** Order per charge by `sequence` (true by default); false: arrival order. */
@@ -73,14 +68,11 @@ export interface CreateSubscriberOptions {
   readonly meter?: Meter;
 }
 
-/** What this subscriber has done since it started, live. */
 export interface SubscriberCounts {
-  /** Events settled: handled, or found in the inbox already. */
   readonly processed: number;
   readonly duplicates: number;
-  /** Events of a type this version does not know (handed to onUnknown when given). */
+  /** Events of a type this version does not know. */
   readonly unknown: number;
-  /** Messages that are not valid events, kept in subscriber_dead_letters. */
   readonly malformed: number;
   /** Events the handler kept failing on (or that came after their turn was skipped). */
   readonly deadLettered: number;
@@ -90,11 +82,10 @@ export interface SubscriberCounts {
 }
 
 export interface SubscriberHandle {
-  /** Resolves once subscribed. */
   readonly ready: Promise<void>;
   readonly counts: SubscriberCounts;
   readonly connected: boolean;
-  /** The broker in use, its password masked. */
+  /** Its password masked. */
   readonly broker: string;
   /** Lets the event in hand finish and be acknowledged, then disconnects, keeping the session. */
   stop(): Promise<void>;
@@ -122,8 +113,8 @@ export function createSubscriber(options: CreateSubscriberOptions): SubscriberHa
   };
 }
 
-// The engine's options: the handler dispatches by whether the type is known; every message is
-// checked on receipt (checkMessage), a malformed one kept as a dead letter.
+// Dispatch by whether the type is known; every message is checked on receipt (checkMessage), a
+// malformed one kept as a dead letter.
 function engineOptions(options: CreateSubscriberOptions, sql: Sql, countUnknown: () => void): SubscriberOptions {
   return {
     sql,

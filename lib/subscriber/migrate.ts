@@ -1,9 +1,7 @@
-// The subscriber's own tables, in the subscriber's own database: `migrateSubscriber(sql)`
-// applies the library's migrations (below, in the code, so that a bundle needs no files) under
-// a transaction-scoped advisory lock, each recorded in its own ledger,
-// charges_outbox_subscriber_migrations. Idempotent: a ledger that has them all changes nothing.
-// The statements themselves are idempotent too, so a database the service's own migrations
-// already gave these tables (a subscriber sharing the service's database) takes them as they are.
+// migrateSubscriber(sql): the subscriber's own tables, from migrations kept in the code (a
+// bundle needs no files), under an advisory lock, recorded in charges_outbox_subscriber_migrations.
+// Its statements are idempotent, so a database the service's migrations already gave these
+// tables (a subscriber sharing the service's database) takes them as they are.
 import type { Sql, Tx } from "../platform/db.ts";
 import { MIGRATION_LOCK_ID } from "../platform/migrations.ts";
 

@@ -1,9 +1,7 @@
-// One event through the inbox: in ONE transaction, the inbox row and the handler's own writes;
-// a conflict on the inbox row means "already processed" and the handler is skipped. An event
-// with a sequence is processed in its aggregate's turn: the aggregate's row is locked first,
-// then the event is processed (next in line), dropped (already processed), held (ahead of its
-// turn) or kept as a dead letter (its turn was skipped). Retried while the database is away; a
-// handler that keeps failing is given up on.
+// One event through the inbox: in ONE transaction, the inbox row and the handler's writes (a
+// conflict on the inbox row: already processed, handler skipped). An event with a sequence waits
+// for its aggregate's row lock, then is processed, dropped, held (ahead of its turn) or kept as a
+// dead letter (its turn was skipped). Retried while the database is away.
 import { isUnavailable, describeDbError, type Sql, type Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
@@ -12,9 +10,8 @@ import { recordDeadLetter, recordInbox, type DeadLetter } from "./inbox-sql.ts";
 import { advance, claimTurn, holdEvent, inboxHas, type Place } from "./sequence-sql.ts";
 import { retryWithBackoff } from "./retry.ts";
 
-// A handler that keeps failing (not the database being away) is given up after this many
-// attempts, so one poison event cannot stall the stream; the event then goes to the
-// dead-letter table.
+// Only a handler's own failures count (not the database being away), so one poison event cannot
+// stall the stream: it goes to the dead letters.
 export const MAX_HANDLER_ATTEMPTS = 5;
 
 export interface Processing {
@@ -22,20 +19,17 @@ export interface Processing {
   readonly consumer: string;
   readonly handler?: (event: EventEnvelope, tx: Tx) => Promise<void> | void;
   readonly onError?: (description: string) => void;
-  /** True once the subscriber closes: retries stop with `Closing`. */
   readonly closing: () => boolean;
-  /** The handler's budget of failures before its event is a dead letter (MAX_HANDLER_ATTEMPTS by default). */
   readonly maxHandlerAttempts?: number;
 }
 
-/** How many handler failures make a dead letter. */
 export function handlerAttempts(processing: Pick<Processing, "maxHandlerAttempts">): number {
   return processing.maxHandlerAttempts ?? MAX_HANDLER_ATTEMPTS;
 }
 
 export type SequencedEvent = EventEnvelope & { readonly sequence: number };
 
-/** A received event: with its aggregate's place when it has a sequence, as before sequences when not. */
+/** A received event, with its aggregate's place when it has a sequence. */
 export type Arrival =
   | { readonly ordered: false; readonly event: EventEnvelope }
   | { readonly ordered: true; readonly event: SequencedEvent; readonly place: Place; readonly topic: string; readonly payload: string };
@@ -48,7 +42,6 @@ export type Outcome =
   /** Behind its turn and never processed: its gap was skipped; kept in subscriber_dead_letters as `letter`. */
   | { readonly kind: "late"; readonly place: Place; readonly event: SequencedEvent; readonly last: number; readonly letter: DeadLetter };
 
-/** Where a sequence stands against its aggregate's last processed one. */
 export type Turn = "next" | "past" | "ahead";
 
 export function turnOf(last: number, sequence: number): Turn {
@@ -74,7 +67,6 @@ export function withHandlerBudget<T>(processing: Processing, what: () => string,
   });
 }
 
-/** The transaction, retried (see withHandlerBudget). */
 export function processEvent(processing: Processing, arrival: Arrival): Promise<Outcome> {
   // Postgres may go away mid-transaction: the attempt fails, the retry finds a new connection.
   // `transaction` (not sql.begin) so that a statement is never sent on the dead connection,
@@ -84,7 +76,7 @@ export function processEvent(processing: Processing, arrival: Arrival): Promise<
   return withHandlerBudget(processing, () => `event ${arrival.event.id}`, attempt);
 }
 
-/** An envelope without a sequence (from a relay older than sequences): as the inbox always did. */
+/** An envelope without a sequence (from a relay that kept none): as the inbox always did. */
 async function unordered(tx: Tx, processing: Processing, event: EventEnvelope): Promise<Outcome> {
   const fresh = await recordInbox(tx, event.id, processing.consumer);
   if (fresh) await processing.handler?.(event, tx);
@@ -93,7 +85,7 @@ async function unordered(tx: Tx, processing: Processing, event: EventEnvelope): 
 
 type OrderedArrival = Extract<Arrival, { ordered: true }>;
 
-// In its turn: two round trips besides the handler (the lock with the inbox row, the advance).
+// In its turn: two round trips besides the handler.
 async function inTurn(tx: Tx, processing: Processing, arrival: OrderedArrival): Promise<Outcome> {
   const { event, place } = arrival;
   const { last, inserted } = await claimTurn(tx, place, event.id, event.sequence);
@@ -102,7 +94,7 @@ async function inTurn(tx: Tx, processing: Processing, arrival: OrderedArrival): 
     return { kind: "processed", ...(await following(tx, place, event.sequence)) };
   }
   const turn = turnOf(last, event.sequence);
-  // Next in line, yet in the inbox: processed before its consumer kept sequences.
+  // Next in line, yet in the inbox: processed while its consumer kept no sequences.
   if (turn === "next") return { kind: "duplicate", ...(await following(tx, place, event.sequence)) };
   // Read after the lock: whatever the aggregate's previous holder committed is seen.
   if (await inboxHas(tx, event.id, place.consumer)) return { kind: "duplicate" };
@@ -119,12 +111,10 @@ async function inTurn(tx: Tx, processing: Processing, arrival: OrderedArrival): 
   }
 }
 
-/** Advances the aggregate to `sequence`; names it when it has held events that may follow. */
 async function following(tx: Tx, place: Place, sequence: number): Promise<{ follow?: Place }> {
   return (await advance(tx, place, sequence)) ? { follow: place } : {};
 }
 
-/** The dead letter of an event that came after its aggregate went past it: the handler never ran. */
 export function lateLetter(arrival: { event: SequencedEvent; place: Place; topic: string; payload: string }, last: number): DeadLetter {
   const error = `late: sequence ${arrival.event.sequence} came after its aggregate went on to ${last} (its gap was skipped after the gap timeout); not processed out of order`;
   return { eventId: arrival.event.id, consumer: arrival.place.consumer, topic: arrival.topic, payload: arrival.payload, error, attempts: 0 };

@@ -1,11 +1,7 @@
-// One received PUBLISH, from arrival to PUBACK. Not an event: acknowledged and counted as
-// rejected, or, read by a caller's `check` (the library's typed events), kept as a dead letter
-// with the reason first. An event: through the inbox in its aggregate's turn (process.ts), then
-// acknowledged; when it was the turn held events waited for, they are processed before its
-// PUBACK (release.ts). A handler that keeps failing: the event is kept as a dead letter
-// (dead-letter.ts), then acknowledged.
-// The PUBACK goes out only after the transaction committed, so a crash before the commit gets
-// the event redelivered, and one after it is deduplicated (or finds it held already).
+// One received PUBLISH, from arrival to PUBACK: a non-event is rejected (or, read by a caller's
+// `check`, kept as a dead letter); an event goes through the inbox in its turn (process.ts), then
+// the held events it releases (release.ts), then its PUBACK. The PUBACK follows the commit, so a
+// crash before it gets a redelivery, and one after it is deduplicated (or finds it held).
 import type { IPublishPacket } from "mqtt";
 import { aggregateTypeOfTopic, parseEnvelope, type EventEnvelope } from "../charges/events.ts";
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
@@ -23,7 +19,6 @@ export class Receiver {
   readonly releaser: Releaser;
   readonly processing: Processing;
   private closing = false;
-  // The event in hand, which drain() lets finish.
   private current: Promise<void> = Promise.resolve();
 
   constructor(private readonly options: SubscriberOptions) {
@@ -33,8 +28,8 @@ export class Receiver {
     this.releaser = new Releaser(this.processing, this.report, options.gapTimeoutMs ?? DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS);
   }
 
-  // Called for one received PUBLISH at a time (see session.ts), so events are processed in
-  // arrival order, each in its aggregate's turn; `ack` sends its PUBACK.
+  // Called for one PUBLISH at a time (session.ts), so events go in arrival order, each in its
+  // aggregate's turn.
   receive(packet: IPublishPacket, ack: Ack): void {
     if (packet.qos === 0) return ack(); // nothing to acknowledge; the relay never sends QoS 0
     const checked = this.check(packet.payload);
@@ -57,8 +52,8 @@ export class Receiver {
     return event ? { kind: "event", event } : { kind: "malformed", reason: "not an outbox event envelope" };
   }
 
-  // Without a `check` of the caller's, rejected as always; with one, kept as a dead letter
-  // first (a crash before the PUBACK gets it redelivered and kept again, in the same row).
+  // With a caller's `check`, kept as a dead letter first (a redelivery after a crash before the
+  // PUBACK is kept again, in the same row); without, rejected.
   private malformed(packet: IPublishPacket, checked: Extract<Checked, { kind: "malformed" }>, ack: Ack): void {
     if (!this.options.check) return this.reject(packet.topic, checked.reason, ack);
     const letter = malformedLetterOf(this.options.consumer, packet, checked.reason, checked.eventId);
@@ -75,14 +70,13 @@ export class Receiver {
       });
   }
 
-  /** Lets the event in hand commit and be acknowledged (a retry in progress gives up). */
   async drain(): Promise<void> {
     this.closing = true;
     await this.current;
   }
 
-  // An event without a sequence (an older relay), or on a topic that names no aggregate type,
-  // is processed as before sequences: in arrival order, with no turn to wait for.
+  // An event without a sequence (from a relay that kept none), or on a topic naming no aggregate
+  // type, is processed in arrival order, with no turn to wait for.
   private arrivalOf(packet: IPublishPacket, event: EventEnvelope): Arrival {
     const aggregateType = aggregateTypeOfTopic(packet.topic);
     const { sequence } = event;

@@ -1,9 +1,7 @@
-// The events held for one aggregate, processed from subscriber_held_events in sequence order:
-// after an event in its turn finds held events behind it (receive.ts), and from the gap sweep
-// (gap-sweep.ts), for a turn a crash left unreleased or a gap older than the gap timeout.
-// Each held event in a transaction of its own, with a handler budget of its own: a held event
-// whose handler keeps failing is kept as a dead letter alone (the event before it stays
-// processed), and its aggregate's later events wait again, for an operator or the timeout.
+// An aggregate's held events, processed in sequence order after an event in its turn
+// (receive.ts) or from the gap sweep. Each in its own transaction and handler budget: one whose
+// handler keeps failing becomes a dead letter alone (the one before stays processed), and the
+// aggregate's later events wait again, for an operator or the timeout.
 import { parseEnvelope } from "../charges/events.ts";
 import { describeDbError, type Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
@@ -34,7 +32,6 @@ export class Releaser {
     private readonly timeoutMs: number,
   ) {}
 
-  /** Processes the aggregate's held events that may go, in order, until one must wait. */
   async release(place: Place): Promise<void> {
     for (;;) {
       const step = await this.next(place);
@@ -100,7 +97,7 @@ export class Releaser {
   }
 }
 
-/** The held payload as the envelope it was when it came (it was held only once parsed). */
+/** Held only once parsed, so the payload parses again. */
 function heldEvent(held: NextHeld): SequencedEvent {
   const envelope = parseEnvelope(held.payload);
   if (!envelope) throw new Error(`bug: held event ${held.eventId} is not an envelope`);

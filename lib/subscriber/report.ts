@@ -26,7 +26,6 @@ export class Report {
     this.options.onRejected?.(topic, reason);
   }
 
-  /** Not a valid event; kept in subscriber_dead_letters with the reason. */
   malformed(letter: DeadLetter): void {
     this.counts.countMalformed();
     this.options.onError?.(`message on ${letter.topic} kept in subscriber_dead_letters: ${letter.error}`);
@@ -39,14 +38,12 @@ export class Report {
     this.options.onDeadLetter?.(letter);
   }
 
-  /** Kept in subscriber_held_events: a gap before it. */
   held(place: Place, event: SequencedEvent, topic: string, expected: number): void {
     this.counts.countGap("held");
     this.log.warn("event ahead of its turn held", { ...fieldsOf(place, event), expectedSequence: expected, receivedSequence: event.sequence });
     this.options.onHeld?.({ event, topic, expected });
   }
 
-  /** About to be processed past its missing predecessor(s). */
   gapSkipped(place: Place, event: SequencedEvent, expected: number, waitedMs: number): void {
     this.counts.countGap("released_after_timeout");
     this.log.warn("sequence gap skipped after the gap timeout", {
@@ -73,7 +70,6 @@ export class Report {
     this.options.onError?.(`gap of ${gap.place.aggregateType} ${gap.place.aggregateId} after ${gap.last} not filled from the API (asked again later): ${error}`);
   }
 
-  /** Came after its aggregate went past it; kept in subscriber_dead_letters. */
   late(place: Place, event: SequencedEvent, last: number, letter: DeadLetter): void {
     this.counts.countGap("late");
     this.counts.countDeadLetter();

@@ -11,13 +11,11 @@ export class Closing extends Error {}
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 export interface RetryPolicy {
-  /** Asked before each attempt; true ends the retries with `Closing`. */
   readonly closing: () => boolean;
-  /** Told of each failed attempt (numbered from 1); throwing gives up with what it throws. */
+  /** Throwing gives up with what it throws. */
   readonly onFailure: (error: unknown, attempt: number) => void;
 }
 
-/** Runs `attempt` until it succeeds, pausing between failures, until the policy gives up. */
 export async function retryWithBackoff<T>(attempt: () => Promise<T>, policy: RetryPolicy): Promise<T> {
   let pause = RETRY_MIN_MS;
   for (let n = 1; ; n += 1) {

@@ -4,7 +4,6 @@
 import type { Sql, Tx } from "../platform/db.ts";
 import type { DeadLetter } from "./inbox-sql.ts";
 
-/** One aggregate, as one consumer sees it. */
 export interface Place {
   readonly consumer: string;
   readonly aggregateType: string;
@@ -12,11 +11,10 @@ export interface Place {
 }
 
 /**
- * Locks the aggregate's row (created at 0 when new) and, when the event is the next one,
- * records it in the inbox: one round trip for an event in its turn. `inserted` false with
- * `last` = sequence - 1 means the inbox already had it. The lock is taken first (the upsert
- * waits for another transaction holding it): two members of a share group take an
- * aggregate's events one after the other, and `last` is what the one before committed.
+ * Locks the aggregate's row (created at 0) and, when the event is next, records it in the inbox:
+ * one round trip for an event in its turn. `inserted` false with `last` = sequence - 1 means the
+ * inbox had it. The lock comes first (the upsert waits for its holder), so share-group members
+ * take an aggregate's events in turn, and `last` is what the one before committed.
  */
 export async function claimTurn(tx: Tx, place: Place, eventId: string, sequence: number): Promise<{ last: number; inserted: boolean }> {
   const [row] = await tx<{ last: number; inserted: boolean }[]>`
@@ -59,7 +57,6 @@ export async function advance(tx: Tx, place: Place, sequence: number): Promise<b
   return row?.more === true;
 }
 
-/** Whether the consumer's inbox has the event. */
 export async function inboxHas(tx: Tx, eventId: string, consumer: string): Promise<boolean> {
   const rows = await tx`select 1 from inbox where event_id = ${eventId}::uuid and consumer = ${consumer}`;
   return rows.length === 1;
@@ -69,7 +66,6 @@ export interface HeldEvent {
   readonly eventId: string;
   readonly sequence: number;
   readonly topic: string;
-  /** The message as received (the event envelope's JSON text). */
   readonly payload: string;
 }
 
@@ -84,13 +80,11 @@ export async function holdEvent(tx: Tx, place: Place, held: HeldEvent): Promise<
 }
 
 export interface NextHeld extends HeldEvent {
-  /** The aggregate's gap has lasted longer than the timeout. */
   readonly overdue: boolean;
   /** How long the gap has lasted: since the aggregate last advanced or its first held event came, whichever is later. */
   readonly waitedMs: number;
 }
 
-/** The aggregate's held event of the lowest sequence, if any. */
 export async function nextHeld(tx: Tx, place: Place, timeoutMs: number): Promise<NextHeld | undefined> {
   const [row] = await tx<NextHeld[]>`
     select h.event_id as "eventId", h.sequence, h.topic, h.payload,
@@ -112,7 +106,7 @@ export async function deleteHeld(tx: Tx, eventId: string, consumer: string): Pro
   await tx`delete from subscriber_held_events where event_id = ${eventId}::uuid and consumer = ${consumer}`;
 }
 
-/** A held event the handler gave up on: out of the held events and into the dead letters, in one statement. */
+/** Out of the held events and into the dead letters in one statement. */
 export async function deadLetterHeld(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
   await sql`
     with gone as (delete from subscriber_held_events where event_id = ${letter.eventId}::uuid and consumer = ${letter.consumer})
@@ -124,9 +118,8 @@ export async function deadLetterHeld(sql: Sql | Tx, letter: DeadLetter): Promise
 }
 
 /**
- * Up to `limit` aggregates of the consumer with a held event that may go now: its turn has
- * come (a crash between an event's commit and the release of those after it leaves them so)
- * or its aggregate's gap has lasted longer than `timeoutMs`.
+ * Up to `limit` aggregates with a held event that may go now: its turn came (a crash between an
+ * event's commit and the release of those after it leaves them so) or its gap is overdue.
  */
 export async function dueAggregates(sql: Sql, consumer: string, timeoutMs: number, limit: number): Promise<Place[]> {
   return sql<Place[]>`
@@ -141,27 +134,23 @@ export async function dueAggregates(sql: Sql, consumer: string, timeoutMs: numbe
      limit ${limit}`;
 }
 
-/** How many events the consumer holds now (every member of its share group together). */
+/** Events the consumer holds now (every member of its share group together). */
 export async function countHeld(sql: Sql, consumer: string): Promise<number> {
   const [row] = await sql<{ n: number }[]>`select count(*)::int as n from subscriber_held_events where consumer = ${consumer}`;
   return row?.n ?? 0;
 }
 
-/** An aggregate whose next event has not come while later ones are held. */
 export interface Gap {
   readonly place: Place;
-  /** The aggregate's last processed sequence. */
   readonly last: number;
   /** The sequences held, lowest first (all above last + 1). */
   readonly held: readonly number[];
-  /** The topic the lowest held event came on. */
   readonly topic: string;
 }
 
 /**
- * Up to `limit` aggregates of the consumer of type `aggregateType` whose gap has lasted at
- * least `afterMs` but not yet `timeoutMs` (past it the gap sweep skips it), oldest gap first.
- * The gap's age is counted as the gap timeout counts it.
+ * Up to `limit` aggregates of `aggregateType` whose gap has lasted at least `afterMs` but not
+ * `timeoutMs` (past it the gap sweep skips it), oldest first, aged as the gap timeout ages it.
  */
 export async function gapsToFill(sql: Sql, consumer: string, aggregateType: string, afterMs: number, timeoutMs: number, limit: number): Promise<Gap[]> {
   const rows = await sql<{ aggregateId: string; last: number; held: number[]; topic: string }[]>`

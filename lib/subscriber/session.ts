@@ -1,21 +1,17 @@
-// The subscriber's MQTT side: a persistent session (MQTT 5 Clean Start 0 + Session Expiry,
-// stable client id; Clean Session 0 on 3.1.1), so QoS 1 events published while it is offline
-// are kept by the broker and arrive when it returns; the subscription; a bounded close.
-// Given several brokers (a cluster's nodes), it connects to one and moves to the next when that
-// one is lost (lib/platform/mqtt-brokers.ts), under the same client id: a cluster that keeps
-// sessions cluster-wide hands it the same session there, with what was queued for it.
+// The subscriber's MQTT side: a persistent session (Clean Start 0 + Session Expiry on 5, Clean
+// Session 0 on 3.1.1, stable client id), so QoS 1 events sent while it is offline wait at the
+// broker; the subscription; a bounded close. Across several brokers it keeps its client id, so a
+// cluster that shares sessions hands it the same one (lib/platform/mqtt-brokers.ts).
 import type { IPublishPacket, MqttClient } from "mqtt";
 import { connectMqtt, type MqttProtocol } from "../platform/mqtt-connect.ts";
 import { describeMqttError } from "../platform/mqtt-errors.ts";
 import { brokerList, type BrokerList, type BrokerMove, type Brokers } from "../platform/mqtt-brokers.ts";
 
-// The broker keeps the session (subscription + queued QoS 1 events) this long while the
-// subscriber is away: a day covers a deploy or an outage. Mosquitto also caps the queue
-// (max_queued_messages, 1000 by default).
-// SUBSCRIBER_INBOX_RETENTION_SECONDS must stay above it (a redelivery must still find the inbox row).
+// The broker keeps the session (subscription and queued QoS 1 events) this long while the
+// subscriber is away: a day covers a deploy or an outage (Mosquitto also caps the queue:
+// max_queued_messages). SUBSCRIBER_INBOX_RETENTION_SECONDS must stay above it.
 const SESSION_EXPIRY_S = 86_400;
 const RECONNECT_MS = 1000;
-// A graceful DISCONNECT that has not completed in this time is cut.
 const CLOSE_TIMEOUT_MS = 2000;
 
 export interface SessionOptions {
@@ -26,7 +22,6 @@ export interface SessionOptions {
   readonly clientId?: string;
   readonly sessionExpirySeconds?: number;
   readonly onError?: (description: string) => void;
-  /** A move to the next broker after the one in use was lost, once per loss. */
   readonly onBrokerMove?: (move: BrokerMove) => void;
 }
 
@@ -34,7 +29,6 @@ export interface Session {
   readonly client: MqttClient;
   /** MQTT_URL's brokers and the one in use. */
   readonly brokers: BrokerList;
-  /** Resolves once subscribed. */
   readonly ready: Promise<void>;
 }
 
@@ -52,14 +46,11 @@ export function openSession(options: SessionOptions, onMessage: (packet: IPublis
     // Once per cause, not once per retry (mqtt-connect.ts).
     onError: (error) => options.onError?.(`broker connection failed: ${describeMqttError(error)}`),
   });
-  // mqtt.js calls handleMessage for each received PUBLISH and sends the PUBACK when `ack` is
-  // called; it handles one received packet at a time, so events are processed in arrival order.
-  // A PUBACK goes out only on the connection its PUBLISH came in on. One for a PUBLISH of a
-  // connection since closed would be sent (or queued by mqtt.js and sent) on the next, where the
-  // packet identifier may by then name another message: a broker that resumes the session on
-  // another node (NATS 2.9 does) took such a PUBACK for the message it had just given that
-  // identifier, and never delivered the one it was meant for. Unacknowledged, the PUBLISH comes
-  // again in the resumed session (MQTT 3.1.1 §4.4, 5 §4.4), and the inbox knows it.
+  // mqtt.js handles one received packet at a time, so events are processed in arrival order.
+  // A PUBACK goes out only on the connection its PUBLISH came in on: sent on the next
+  // connection, its packet identifier may name another message by then, and a broker resuming
+  // the session on another node (NATS 2.9 does) takes it for that one and never delivers it.
+  // Unacknowledged, the PUBLISH comes again in the resumed session (MQTT 3.1.1 §4.4, 5 §4.4).
   let connection = 0;
   client.on("close", () => void (connection += 1));
   client.handleMessage = (packet, callback) => {
@@ -73,7 +64,6 @@ export function openSession(options: SessionOptions, onMessage: (packet: IPublis
   return { client, brokers, ready: subscribed(client, options) };
 }
 
-/** Subscribes on every connect until a SUBACK comes back; resolves then. */
 function subscribed(client: MqttClient, options: SessionOptions): Promise<void> {
   return new Promise<void>((resolve) => {
     const subscribe = (): void => {
@@ -92,7 +82,6 @@ function subscribed(client: MqttClient, options: SessionOptions): Promise<void> 
   });
 }
 
-/** Disconnects, keeping the session; a DISCONNECT that hangs is cut after CLOSE_TIMEOUT_MS. */
 export async function closeSession(client: MqttClient): Promise<void> {
   const timer = setTimeout(() => client.end(true), CLOSE_TIMEOUT_MS);
   await client.endAsync().catch(() => {});

@@ -1,6 +1,5 @@
-// The library's events, typed and checked on receipt against the one event contract
-// (lib/charges/events.ts): a known type must match its envelope schema there, field by field;
-// a type this version does not know needs only the envelope's common fields, so producers can
+// The library's events, typed and checked on receipt against lib/charges/events.ts: a known type
+// must match its envelope schema; an unknown one needs only the common fields, so producers can
 // add types without stopping their subscribers. Anything else is malformed, with the reason.
 import { Type as t, type TObject } from "@sinclair/typebox";
 import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
@@ -26,12 +25,10 @@ export type UnknownEvent = EventEnvelope;
 const KNOWN: ReadonlySet<string> = new Set(EVENT_TYPES);
 const UUID = new RegExp(UUID_PATTERN);
 
-/** Whether this version knows the event's type (and so checked it against its schema). */
 export function isKnownEvent(event: EventEnvelope | ChargeEvent): event is ChargeEvent {
   return KNOWN.has(event.type);
 }
 
-// The fields every envelope has, whatever its type.
 const commonEnvelope = (): TObject =>
   t.Object({
     id: t.String({ pattern: UUID_PATTERN }),

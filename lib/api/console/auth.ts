@@ -1,9 +1,7 @@
-// Who may use the console: a bearer JWT from the API's own key source (AUTH_JWT_SECRET or
-// AUTH_JWKS_URL, the same issuer and audience) whose `scope` holds charges:operate. A tenant's
-// token verifies but lacks the scope: 403. The token comes in the session cookie that
-// /console/sign-in sets (HttpOnly, SameSite=Strict) or in an Authorization header. Forms are
-// guarded against other sites by a double-submit token (a cookie and a hidden field that must
-// match) and the Origin header; nothing changes state on GET.
+// Who may use the console: a JWT from the API's own key source whose `scope` holds
+// charges:operate (a tenant's token verifies but lacks it: 403), from the sign-in cookie
+// (HttpOnly, SameSite=Strict) or a Bearer header. Forms are guarded by a double-submit CSRF token
+// and the Origin header; nothing changes state on GET.
 import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from "jose";
 import type { AuthConfig } from "../../platform/config.ts";
 import { CLOCK_TOLERANCE_S } from "../auth.ts";
@@ -50,7 +48,6 @@ export function createOperatorCheck(auth: AuthConfig): OperatorCheck {
   }
 }
 
-/** OAuth's `scope` (space-separated) or the `scp` list some providers use. */
 function hasScope(payload: JWTPayload): boolean {
   const { scope, scp } = payload as { scope?: unknown; scp?: unknown };
   if (typeof scope === "string" && scope.split(/\s+/).includes(OPERATE_SCOPE)) return true;
@@ -66,7 +63,6 @@ export function cookiesOf(request: Request): Map<string, string> {
   return jar;
 }
 
-/** The token of the request: the session cookie, else a Bearer header. */
 export function tokenOf(request: Request): string | undefined {
   const cookie = cookiesOf(request).get(SESSION_COOKIE);
   if (cookie) return cookie;

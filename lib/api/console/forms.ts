@@ -32,7 +32,6 @@ ${[...filters].map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}
 <button>${LABELS[action]} every entry of this filter…</button></form>`;
 }
 
-/** The confirmation: the count, the reason, then the POST. */
 export function confirmForm(csrf: string, kind: string, action: ActionName, filters: URLSearchParams, count: number): Html {
   return html`<form method="post" action="/console/lists/${kind}/apply" class="action" data-confirm="${action}">
 <input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="action" value="${action}"><input type="hidden" name="expected" value="${count}">

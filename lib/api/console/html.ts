@@ -46,7 +46,6 @@ export const PAGE_HEADERS: Readonly<Record<string, string>> = {
 
 export interface Frame {
   readonly title: string;
-  /** The signed-in operator (none on the sign-in page). */
   readonly operator?: string;
   readonly csrf?: string;
 }
@@ -65,7 +64,6 @@ export function page(frame: Frame, body: Html, status = 200, headers: Record<str
   return new Response(doc.text, { status, headers: { ...PAGE_HEADERS, ...headers } });
 }
 
-/** A table of flat records, every cell as text. */
 export function table(rows: readonly Readonly<Record<string, unknown>>[], extra?: (i: number) => Html, columns = rows[0] ? Object.keys(rows[0]) : []): Html {
   if (rows.length === 0) return html`<p class="empty">Nothing here.</p>`;
   return html`<table><thead><tr>${columns.map((c) => html`<th>${c}</th>`)}${extra ? html`<th></th>` : ""}</tr></thead>

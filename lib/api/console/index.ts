@@ -16,7 +16,6 @@ export function createApiConsole(config: Config, sql: Sql, log: Logger): FetchHa
   return createConsole({ check: createOperatorCheck(config.auth), ops: { sql, log, processor, leaseMs: leaseMsFor(config.processor.timeoutMs) } });
 }
 
-/** `serve` with /console and below answered by the console. */
 export function withConsole(serve: FetchHandler, console: FetchHandler): FetchHandler {
   return (request) => {
     const path = new URL(request.url).pathname;

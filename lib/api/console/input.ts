@@ -3,7 +3,6 @@
 import type { ListFilter } from "../../ops/lists.ts";
 import type { Resolution } from "../../ops/parked.ts";
 
-// The console's forms are a few short fields.
 const MAX_FORM_BYTES = 16 * 1024;
 const MAX_FIELD_CHARS = 1000;
 

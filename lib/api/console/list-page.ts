@@ -9,7 +9,6 @@ import type { ListFilter, ListKind, ListResult } from "../../ops/lists.ts";
 
 export const PAGE_SIZE = 50;
 
-/** The filter as the list's query parameters (only those set). */
 export function filterParams(filter: ListFilter): URLSearchParams {
   const p = new URLSearchParams();
   if (filter.tenant) p.set("tenant", filter.tenant);

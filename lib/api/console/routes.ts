@@ -1,8 +1,7 @@
-// The operator console's routes, an Elysia app of its own on the operator listener under
-// /console: pages (HTML; a request not signed in gets the sign-in page, a tenant's token a 403
-// page) and data (backlog.json, the CSV export; 401 and 403 as problems). Every read and
-// action goes through lib/ops, as `bun run ops` does. GETs only read; each POST is checked
-// for its origin and CSRF token before anything else.
+// The operator console's routes, an Elysia app of its own under /console on the operator
+// listener: HTML pages (not signed in: the sign-in page) and data (backlog.json, CSV; 401/403 as
+// problems). Every read and action goes through lib/ops, as `bun run ops` does; GETs only read,
+// and each POST is checked for its origin and CSRF token before anything else.
 import { Elysia } from "elysia";
 import { describeDbError } from "../../platform/db.ts";
 import type { ProblemSpec } from "../../idempotency/problem-types.ts";
@@ -38,7 +37,6 @@ const MAX_EXPORT = 10_000;
 interface Session {
   readonly operator: string;
   readonly csrf: string;
-  /** A CSRF cookie to set (a Bearer caller without one). */
   readonly setCookie: string | undefined;
 }
 
@@ -64,13 +62,11 @@ function csrfTokenOf(request: Request): { csrf: string; setCookie: string | unde
   return { csrf: token, setCookie };
 }
 
-/** The page's answer with the session's CSRF cookie when it had none. */
 function withSession(session: Session, response: Response): Response {
   if (session.setCookie) response.headers.append("set-cookie", session.setCookie);
   return response;
 }
 
-/** The console's handler: /console and below. */
 export function createConsole(deps: ConsoleDeps): (request: Request) => Promise<Response> {
   const gate = gates(deps.check);
   const app = new Elysia({ aot: false })
@@ -86,7 +82,6 @@ export function createConsole(deps: ConsoleDeps): (request: Request) => Promise<
   return (request) => app.handle(request);
 }
 
-/** The assets, signing in and out. */
 function sessionRoutes(deps: ConsoleDeps) {
   const assets = consoleAssets();
   return new Elysia({ name: "console-session" })
@@ -102,7 +97,6 @@ function sessionRoutes(deps: ConsoleDeps) {
     }, FORM);
 }
 
-/** Home, the backlog's figures, find, a charge, the audit trail. */
 function readRoutes(deps: ConsoleDeps, gate: Gates) {
   const { sql } = deps.ops;
   return new Elysia({ name: "console-read" })
@@ -131,7 +125,6 @@ function readRoutes(deps: ConsoleDeps, gate: Gates) {
     }));
 }
 
-/** A list's page, its count before a list-wide action, its CSV. */
 function listRoutes(deps: ConsoleDeps, gate: Gates) {
   const { sql } = deps.ops;
   return new Elysia({ name: "console-lists" })
@@ -158,7 +151,6 @@ function listRoutes(deps: ConsoleDeps, gate: Gates) {
 
 const RESOLUTION_NEEDS_VALUE = "a resolution's outcome needs its processor id or code";
 
-/** The actions: one target, or every entry of a list's filter. */
 function actionRoutes(deps: ConsoleDeps, gate: Gates) {
   return new Elysia({ name: "console-actions" })
     .post("/console/actions", ({ request, body }) => withForm(gate.page, request, body, async (s, form) => {

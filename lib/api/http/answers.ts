@@ -1,8 +1,6 @@
-// The handler of an idempotent operation, the same for every one, and the answers every route
-// shares. Elysia has checked the headers, the path's ids and the body against the route's
-// schemas (the body read as strict JSON by the route's parser: http/checks.ts); here the key
-// is read (the header's format is its parser: lib/api/schemas.ts) and the Prefer wait, then
-// the core runs, whose outcome is answered by one exhaustive switch.
+// The handler of every idempotent operation, and the answers routes share. Elysia has checked
+// headers, ids and body (http/checks.ts); here the key and the Prefer wait are read, the core
+// runs, and its outcome is answered by one exhaustive switch.
 import type { Static } from "@sinclair/typebox";
 import { keyHashField } from "../../platform/redact.ts";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
@@ -13,11 +11,10 @@ import { problemResponse, specResponse, type ProblemName } from "../problem.ts";
 import type { UnknownCause } from "../../charges/processor.ts";
 import type { RequestContext } from "./context.ts";
 
-// How long a client should wait before retrying a 409 (the first request is a single
-// statement, normally done in milliseconds) or a 503 (the pool reconnects within a second).
+// How long a client should wait before retrying a 409 (the first request is one short
+// statement) or a 503 (the pool reconnects quickly).
 export const RETRY_AFTER_S = "1";
 
-/** The handler of `op`'s route: `ctx.body` has passed `op.body`. */
 export function operationHandler(op: Operation): (ctx: RequestContext) => Promise<Response> {
   const endpoint = endpointOf(op);
   return async (ctx) => {
@@ -45,7 +42,7 @@ export function operationHandler(op: Operation): (ctx: RequestContext) => Promis
   };
 }
 
-/** Runs after the operation committed: a failure here is logged, never turned into a 500. */
+/** After the commit: a failure here is logged, never turned into a 500. */
 function heard(ctx: RequestContext, endpoint: string, outcome: Outcome, key: string): void {
   try {
     ctx.deps.counters.countOutcome(endpoint, outcome.kind);
@@ -104,7 +101,6 @@ function expiredProblem(location: string | undefined): Response {
   return problemResponse("keyExpired", detail, location === undefined ? {} : { resource: location }, location === undefined ? {} : { location });
 }
 
-/** The processor's refusal stored under the key (a 402 decline), first time or replayed. */
 function storedProblem(status: number, body: string, replayed: boolean): Response {
   const headers: Record<string, string> = { "content-type": "application/problem+json" };
   if (replayed) headers["idempotent-replayed"] = "true";

@@ -1,9 +1,7 @@
-// What Elysia's lifecycle is given to check a request with, and how its verdicts are answered.
-// A body route's parser (bodyParser) reads the body as strict JSON: media type (415), size
-// (413), nesting depth, syntax and strictness (400), answered in app.ts's onError as Elysia's
-// ParseError. Elysia then validates the headers, the path's ids, the query and the body
-// against the route's TypeBox schemas, and onError answers a refusal with validationProblem:
-// the same 400 problems, in the same order, whichever check Elysia ran first.
+// What Elysia's lifecycle checks a request with, and how its verdicts are answered: a body
+// route's parser reads strict JSON (415, 413, depth, syntax: 400, answered as a ParseError in
+// app.ts's onError); Elysia then validates headers, ids, query and body against the route's
+// schemas, and validationProblem answers the same 400s in the same order whichever it ran first.
 import type { ValidationError } from "elysia";
 import type { TSchema } from "@sinclair/typebox";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
@@ -17,9 +15,8 @@ import { nounOf, type BodyChecks, type RequestDeps, type RequestTrail } from "./
 import { isUuid } from "../../platform/uuid.ts";
 
 /**
- * What a body route's parser gives for a request it did not read, its token or rate refused:
- * the token's derive answers it before Elysia validates anything. Not undefined, which would
- * hand the body to Elysia's own JSON parser.
+ * What the parser gives for a request whose token or rate was refused: the token's derive
+ * answers it. Not undefined, which would hand the body to Elysia's own JSON parser.
  */
 export const UNREAD_BODY: unique symbol = Symbol("unread body");
 
@@ -30,10 +27,10 @@ interface ParseContext {
 }
 
 /**
- * A body route's parse hook: strict JSON (body.ts), its refusal thrown as Elysia's ParseError
- * and answered in onError. Elysia parses before it derives, and the token must come first (a
- * refused request costs the check of its token and nothing else): the hook admits the request
- * (admitOnce, whose verdict the token's derive then finds) and reads the body only then.
+ * A body route's parse hook: strict JSON (body.ts), its refusal thrown as Elysia's ParseError.
+ * Elysia parses before it derives, yet the token must come first (a refused request costs the
+ * check of its token and nothing else): the hook admits the request (admitOnce, whose verdict
+ * the token's derive then finds) and only then reads the body.
  */
 export function bodyParser(schema: TSchema): (ctx: ParseContext) => Promise<unknown> {
   const checks: BodyChecks = { body: schema, empty: requiresNothing(schema) ? {} : undefined };
@@ -66,10 +63,9 @@ interface RefusedContext {
 }
 
 /**
- * The answer to Elysia's refusal of a request, in the order the checks have always run after
- * reading the body: the path's ids, the body's schema, the Idempotency-Key, Prefer, the query.
- * Elysia validates headers first, so whatever it refused, the earlier checks are asked again
- * here (a few compiled checks, on refusals only).
+ * The answer to Elysia's refusal, in one fixed order: the path's ids, the body's schema, the
+ * Idempotency-Key, Prefer, the query. Elysia validates headers first, so whatever it refused,
+ * the earlier checks are asked again here (on refusals only), and every client sees one order.
  */
 export function validationProblem(ctx: RefusedContext, trail: RequestTrail, error: ValidationError): Response {
   const params = ctx.params ?? {};
@@ -93,13 +89,12 @@ export function validationProblem(ctx: RefusedContext, trail: RequestTrail, erro
   return problemResponse("internal", "an unexpected error occurred");
 }
 
-/** The 400 invalid-id problem for the first path parameter that is not a UUID (every parameter of ours is one), if any. */
+/** The 400 for the first path parameter that is not a UUID (every parameter of ours is one). */
 function invalidIdProblem(params: Readonly<Record<string, string>>): Response | undefined {
   const bad = Object.keys(params).find((name) => !isUuid(params[name] ?? ""));
   return bad === undefined ? undefined : problemResponse("invalidId", `the ${nounOf(bad)} id must be a UUID`);
 }
 
-/** The 400 naming a few of the fields of `value` that fail `schema`, then how many more. */
 function schemaProblem<S extends TSchema>(schema: S, value: unknown): Response {
   const { faults, more, cut } = schemaFaults(checkOf(schema).Errors(value));
   return bodyProblem(invalidBody(faults, more, cut));
@@ -109,11 +104,10 @@ function schemaProblem<S extends TSchema>(schema: S, value: unknown): Response {
 const FIXED_MESSAGE = "refused by the route's schema";
 
 /**
- * `schema` as Elysia validates it: the same checks, each node carrying a fixed `error`. On a
- * refusal Elysia builds a ValidationError before any hook of ours runs, and its message
- * formats the whole value refused (pretty-printed unless NODE_ENV=production), unless the
- * failing node has an `error`: with one, the message is those fixed words, whatever was sent.
- * The document shows the schema without them (documentation.ts).
+ * `schema` as Elysia validates it, each node carrying a fixed `error`. Elysia builds a
+ * ValidationError before any hook of ours runs, and its message formats the whole value refused
+ * unless the failing node has an `error`: then it is those fixed words, whatever was sent. The
+ * document shows the schema without them (documentation.ts).
  */
 export function withFixedErrors<S extends TSchema>(schema: S): S {
   return fixed(schema) as S;
@@ -135,7 +129,7 @@ function fixed(node: unknown): unknown {
   return out;
 }
 
-/** Whether `key` is the one `withFixedErrors` adds (documentation.ts leaves it out of the document). */
+/** `withFixedErrors`' key, which documentation.ts leaves out of the document. */
 export function isFixedError(key: string, value: unknown): boolean {
   return key === "error" && value === FIXED_MESSAGE;
 }

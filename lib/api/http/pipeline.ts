@@ -20,27 +20,22 @@ export interface HandlerOptions {
   readonly httpMetrics?: HttpServerMetrics;
   /** The interactive reference at /docs, from installed assets; none when unset (the worker). */
   readonly docs?: DocsAssets;
-  /** What the app serves (app.ts AppOptions.surface); "all" by default. */
+  /** app.ts AppOptions.surface; "all" by default. */
   readonly surface?: "all" | "api" | "operator";
 }
 
 export type ApiHandler = (request: Request) => Promise<Response>;
 
-/** A route the app serves, as /openapi.json names it. */
 export interface ServedRoute {
   readonly method: string;
   readonly path: string;
   readonly operationId: string;
-  /**
-   * The schema of each answer it declares, by status. Its handlers answer stored bytes, which
-   * Elysia does not check against them: test/api-schema.test.ts checks the answers instead.
-   */
+  /** Handlers answer stored bytes, which Elysia does not check: test/api-schema.test.ts does. */
   readonly responses: Readonly<Record<string, TSchema>>;
 }
 
 export interface Api {
   readonly handle: ApiHandler;
-  /** Every documented route (the docs' assets are served but not documented). */
   readonly routes: readonly ServedRoute[];
 }
 
@@ -60,7 +55,6 @@ export function createApi(schemas: readonly TSchema[], deps: RequestDeps, option
   return { handle: (request) => app.handle(routableRequest(request)), routes };
 }
 
-/** The handler alone (start.ts, worker.ts). */
 export function createApiHandler(schemas: readonly TSchema[], deps: RequestDeps, options: HandlerOptions = {}): ApiHandler {
   return createApi(schemas, deps, options).handle;
 }
