@@ -1,7 +1,7 @@
 // The API's metrics through the OpenTelemetry API only; the entrypoint registers the SDK.
 // Labels hold the endpoint and the outcome, never a key or an id.
 import { metrics, type Attributes, type Meter } from "@opentelemetry/api";
-import { OUTCOME_KINDS, type OutcomeKind } from "../idempotency/service.ts";
+import { OUTCOME_KINDS, type OutcomeKind } from "../idempotency/outcome.ts";
 import { AUTH_FAILURE_REASONS, type AuthFailureReason } from "./auth.ts";
 import type { StatementStats } from "../idempotency/group-commit.ts";
 import { observePool, type PoolView } from "../platform/runtime-metrics.ts";
