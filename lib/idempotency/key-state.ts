@@ -1,4 +1,4 @@
-// A key's state, per operation, as its tenant may ask for it (GET /charges/idempotency-key,
+// A key's state, per operation, as its tenant may ask for it (the API's key-state route,
 // docs/api.md "A key's state"): in flight, completed, parked, expired (a tombstone) or unknown.
 // One statement reads every operation's row of the key through the unique (tenant, key,
 // endpoint) index's prefix; another tenant's key finds no row and so reads exactly as unknown.

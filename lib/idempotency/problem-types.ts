@@ -1,6 +1,6 @@
 // The base of every problem type's URI, and the problems an operation declares: its refusals
 // and what its steps store under a key, written by the API and by the completer alike
-// (lib/charges/), so they live here; lib/api/problem.ts spreads them into its table.
+// (the domain's operations), so they live here; the API spreads them into its problem table.
 
 export const PROBLEM_BASE = "https://charges.example/problems/";
 
