@@ -66,8 +66,8 @@ export interface Compiled {
   readonly existing: Fragment;
   /** What follows `write`: ", event as (…)", the outbox insert, where the statement commits events; empty in phase 1. */
   readonly event: Fragment;
-  /** A claim's test that this request's row was written: its event (ledger), or its pending rows (phase 1). */
-  readonly created: Fragment;
+  /** A claim's `created` (this request's rows written: its event, or phase 1's pending rows) and `resume` (phase 1's, as written). */
+  readonly result: Fragment;
   /** The ledger's key row values: COMPLETED with its answer; undefined in phase 1, whose lease is the engine's term. */
   readonly completed: Fragment | undefined;
 }
@@ -111,7 +111,7 @@ function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
   if (mode === "finish") {
     if (op.foreign === undefined) throw new Error(`bug: ${op.name} has no phase 3`);
     const { columns, write } = op.foreign.finishSql(sql);
-    return { op, endpoint, mode, record: recordOf(sql, op.name, { ...FINISH_COLUMNS, ...columns }), admit: sql``, write, existing: sql``, event, created: sql``, completed: undefined };
+    return { op, endpoint, mode, record: recordOf(sql, op.name, { ...FINISH_COLUMNS, ...columns }), admit: sql``, write, existing: sql``, event, result: sql``, completed: undefined };
   }
   const own = mode === "ledger" ? op.columns : { ...op.foreign!.columns };
   const record = recordOf(sql, op.name, { ...(mode === "ledger" ? LEDGER_COLUMNS : BEGIN_COLUMNS), ...own });
@@ -136,10 +136,10 @@ function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
         from req r
        where not exists (select 1 from existing x where x.n = r.n)
     )`;
-  if (mode === "processor") return { op, endpoint, mode, record, admit, write, existing, event: sql``, created: sql`exists (select 1 from begun b where b.n = r.n)`, completed: undefined };
-  const created = sql`exists (select 1 from event v where v.id = r.event_id)`;
+  if (mode === "processor") return { op, endpoint, mode, record, admit, write, existing, event: sql``, result: sql`(exists (select 1 from begun b where b.n = r.n))::int as created, (select k.resume from claimed k where k.tenant = r.tenant and k.key = r.key) as resume`, completed: undefined };
+  const result = sql`(exists (select 1 from event v where v.id = r.event_id))::int as created, null::jsonb as resume`;
   const completed = sql`'COMPLETED', ${op.status}::int, coalesce(a.answer, r.response_body), null::text, null::uuid, null::timestamptz, null::jsonb`;
-  return { op, endpoint, mode, record, admit, write, existing, event, created, completed };
+  return { op, endpoint, mode, record, admit, write, existing, event, result, completed };
 }
 
 /** What a claim needs beyond its rows: how long the key's answer lives, and phase 1's lease. */
@@ -200,13 +200,12 @@ export async function runClaim(sql: Sql, c: Compiled, terms: ClaimTerms, rows: r
       select r.* from req r join claimed k on k.tenant = r.tenant and k.key = r.key
     ),
     ${c.write}${c.event}
-    select r.n, l.got, (${c.created})::int as created, a.refusal, a.detail, a.answer,
-           e.request_hash, e.status, e.response_status, e.response_body, e.location, k.resume
+    select r.n, l.got, ${c.result}, a.refusal, a.detail, a.answer,
+           e.request_hash, e.status, e.response_status, e.response_body, e.location
       from req r
       left join lock l on l.n = r.n
       left join admit a on a.n = r.n
       left join existing e on e.n = r.n
-      left join claimed k on k.tenant = r.tenant and k.key = r.key
      order by r.n`);
   // By n, not by position: postgres.js 3.4.9 can hand the next query on a connection whose
   // previous one failed mid-stream a sparse array (porsager/postgres#1119).
