@@ -31,7 +31,7 @@ export function apiSql(config: Config, max: number, applicationName: string, sin
   });
 }
 
-// Rows in one processor-phase statement at most (core/group.ts): enough to carry a few hundred
+// Rows in one processor-phase statement at most (lib/idempotency/group-commit.ts): enough to carry a few hundred
 // requests a second in a handful of statements, small enough that one statement stays a few
 // milliseconds (a statement's rows are JSON the server parses).
 const FOREIGN_MAX_BATCH = 64;
@@ -39,7 +39,7 @@ const FOREIGN_MAX_BATCH = 64;
 /**
  * The idempotency core of every operation, admitting at most `poolSize` requests at once (one
  * pool gate for the process) within their bounds, and batching them beyond
- * API_CHARGE_STATEMENTS statements (core/group.ts).
+ * API_CHARGE_STATEMENTS statements (lib/idempotency/group-commit.ts).
  */
 export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreated: () => void, metrics?: ApiMetrics, listen?: (onNotify: () => void) => Promise<unknown>): IdempotencyCore {
   const bounds = config.apiTimeBounds;
