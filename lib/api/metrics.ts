@@ -7,7 +7,7 @@ import type { StatementStats } from "../idempotency/group-commit.ts";
 import { observePool, type PoolView } from "../platform/runtime-metrics.ts";
 
 export interface ApiMetrics {
-  /** Reports the group commit's totals (core/group.ts) at each collection. */
+  /** Reports the group commit's totals (lib/idempotency/group-commit.ts) at each collection. */
   observeStatements(stats: StatementStats): void;
   /** Reports the pool's size and its gate's slots in use at each collection (db_client_connections_*). */
   observePool(pool: PoolView): void;
