@@ -1,5 +1,5 @@
 // The bare-stack limit of the API: `Bun.serve` + postgres.js running the API's one
-// statement for POST /charges (lib/idempotency/skeleton.ts runSingle with the charges operation, imported
+// statement for POST /charges (lib/idempotency/skeleton.ts runClaim with the charges operation, imported
 // so the two never drift), one request per statement, with the same parameter shapes (a
 // SHA-256 hex fingerprint, a 64-bit lock id from a SHA-256, a random charge id and a
 // time-ordered event id, the stored 201 body, the event payload) and nothing else: no
@@ -8,7 +8,7 @@
 // `DATABASE_URL=… PORT=… bun bench/bare-api.ts`; GET answers 200 (the bench's ready check).
 import { createHash } from "node:crypto";
 import postgres from "postgres";
-import { compile, runSingle, type Compiled } from "../lib/idempotency/skeleton.ts";
+import { compile, runClaim, type Compiled } from "../lib/idempotency/skeleton.ts";
 import { createCharge } from "../lib/charges/charges.ts";
 import { newEventId } from "../lib/charges/events.ts";
 import type { Sql } from "../lib/platform/db.ts";
@@ -32,7 +32,7 @@ async function charge(sql: Sql, statement: Compiled, request: Request): Promise<
   const chargeId = crypto.randomUUID();
   const createdAt = new Date().toISOString();
   const responseBody = JSON.stringify({ id: chargeId, amountCents, createdAt });
-  const [row] = await runSingle(sql, statement, TTL_SECONDS, [
+  const [row] = await runClaim(sql, statement, { ttlSeconds: TTL_SECONDS, leaseMs: 0 }, [
     {
       n: 0,
       tenant: TENANT,

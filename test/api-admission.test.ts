@@ -15,7 +15,7 @@ import { createReadiness, READY_MAX_AGE_MS } from "../lib/api/readiness.ts";
 import { createAdmission } from "../lib/api/admission.ts";
 import { createAuthenticator } from "../lib/api/auth.ts";
 import { createApiMetrics } from "../lib/api/metrics.ts";
-import { createIdempotencyCore } from "../lib/idempotency/service.ts";
+import { createIdempotencyCore } from "../lib/idempotency/run.ts";
 import { createApiHandler } from "../lib/api/http/pipeline.ts";
 import { SCHEMAS } from "../lib/api/routes.ts";
 import { loadConfig } from "../lib/platform/config.ts";

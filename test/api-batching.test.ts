@@ -1,14 +1,14 @@
-// Group commit: several requests in one statement (lib/idempotency/skeleton.ts runSingle,
+// Group commit: several requests in one statement (lib/idempotency/skeleton.ts runClaim,
 // the same statement a request alone runs with one row) and the engine that forms them under
 // load (core/group.ts), here for the charges operation. Each request must get exactly what it
 // would get alone; the batch is held deterministically behind a key row the test keeps
 // uncommitted, and the queue is watched through the batcher's own counters.
 import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
 import { createSql, sqlState } from "../lib/platform/db.ts";
-import { compile, runSingle, type KeyRow, type RequestRow } from "../lib/idempotency/skeleton.ts";
+import { compile, runClaim, type KeyRow, type RequestRow } from "../lib/idempotency/skeleton.ts";
 import { createGroupCommit, type GroupStatement } from "../lib/idempotency/group-commit.ts";
 import { endpointOf } from "../lib/idempotency/model.ts";
-import { advisoryLockId, fingerprint } from "../lib/idempotency/fingerprint.ts";
+import { advisoryLockId, fingerprint } from "../lib/idempotency/keys.ts";
 import { createCharge } from "../lib/charges/charges.ts";
 import { chargeCreatedPayload } from "../lib/charges/events.ts";
 import { REQUEST_DEADLINE } from "../lib/platform/pool-gate.ts";
@@ -59,7 +59,7 @@ function chargeRow(tenant: string, key: string, amountCents = 4900): ChargeReque
   return { chargeId, tenant, lockId, requestHash, responseBody, row };
 }
 
-const run = (requests: readonly ChargeRequest[]): Promise<KeyRow[]> => runSingle(sql, compiledCharge, TTL_SECONDS, requests.map((r, n) => ({ ...r.row, n })));
+const run = (requests: readonly ChargeRequest[]): Promise<KeyRow[]> => runClaim(sql, compiledCharge, { ttlSeconds: TTL_SECONDS, leaseMs: 0 }, requests.map((r, n) => ({ ...r.row, n })));
 const runAlone = async (request: ChargeRequest): Promise<KeyRow> => (await run([request]))[0]!;
 
 /** The charges (with their tenant and transaction) and events in the database. */

@@ -5,7 +5,7 @@ import { setDefaultTimeout } from "bun:test";
 import { expect, test } from "bun:test";
 import { StartupError } from "../lib/platform/startup.ts";
 import { endpointOf } from "../lib/idempotency/model.ts";
-import { createIdempotencyCore } from "../lib/idempotency/service.ts";
+import { createIdempotencyCore } from "../lib/idempotency/run.ts";
 import { createCharge } from "../lib/charges/charges.ts";
 import { createSql } from "../lib/platform/db.ts";
 import { createApiHandler } from "../lib/api/http/pipeline.ts";

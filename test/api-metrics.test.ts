@@ -11,7 +11,7 @@ import { labelValues, samples, valueOf } from "../testkit/prometheus.ts";
 import { createHttpServerMetrics, UNMATCHED_ROUTE } from "../lib/platform/http-metrics.ts";
 import { loadConfig } from "../lib/platform/config.ts";
 import { AUTH_FAILURE_REASONS } from "../lib/api/auth.ts";
-import { OUTCOME_KINDS } from "../lib/idempotency/service.ts";
+import { OUTCOME_KINDS } from "../lib/idempotency/outcome.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(30_000);
@@ -72,7 +72,7 @@ test("idempotency_requests_total counts each outcome exactly, without keys or id
   const holder = await db.sql.reserve();
   try {
     await holder`begin`;
-    const { advisoryLockId } = await import("../lib/idempotency/fingerprint.ts");
+    const { advisoryLockId } = await import("../lib/idempotency/keys.ts");
     await holder`select pg_advisory_xact_lock(${advisoryLockId(TEST_TENANT, c, "POST /charges")}::bigint)`;
     expect((await postCharge(api, body, { key: c })).status).toBe(409);
   } finally {

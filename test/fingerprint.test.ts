@@ -4,7 +4,7 @@
 // one key at once during a rolling deploy. Both are pinned to the values every version wrote.
 import { expect, test } from "bun:test";
 import canonicalize from "canonicalize";
-import { advisoryLockId, canonicalJson, fingerprint, type FingerprintFields } from "../lib/idempotency/fingerprint.ts";
+import { advisoryLockId, canonicalJson, fingerprint, type FingerprintFields } from "../lib/idempotency/keys.ts";
 import { createCharge } from "../lib/charges/charges.ts";
 import { createHash, createHmac } from "node:crypto";
 import { hmacSha256Hex, sha256Hex, sha256Int64 } from "../lib/platform/sha256.ts";

@@ -4,7 +4,7 @@
 // copies it from their charge or refund row, and this release finishes such a key with the
 // creation time its charge row holds.
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { fingerprint } from "../lib/idempotency/fingerprint.ts";
+import { fingerprint } from "../lib/idempotency/keys.ts";
 import { createSql, type Sql } from "../lib/platform/db.ts";
 import { migrate, readMigrations } from "../lib/platform/migrations.ts";
 import { applySchema } from "../lib/platform/startup.ts";

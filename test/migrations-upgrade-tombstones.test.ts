@@ -8,7 +8,7 @@ import { createSql } from "../lib/platform/db.ts";
 import { silentLogger } from "../lib/platform/log.ts";
 import { migrate, readMigrations } from "../lib/platform/migrations.ts";
 import { applySchema } from "../lib/platform/startup.ts";
-import { fingerprint } from "../lib/idempotency/fingerprint.ts";
+import { fingerprint } from "../lib/idempotency/keys.ts";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import type { ApiProcess } from "../lib/api/start.ts";
 import { postCharge, startTestApi } from "../testkit/api.ts";

@@ -9,7 +9,7 @@ import { expect, test } from "bun:test";
 import { apiTestContext, waitForApiBlockedOnLock } from "../testkit/api.ts";
 import { TEST_TENANT } from "../testkit/auth.ts";
 import { newCharge, postRefund, refundBody, REFUNDS_ENDPOINT } from "../testkit/refunds.ts";
-import { fingerprint } from "../lib/idempotency/fingerprint.ts";
+import { fingerprint } from "../lib/idempotency/keys.ts";
 
 setDefaultTimeout(30_000);
 

@@ -1,13 +1,13 @@
 // The API's metrics through the OpenTelemetry API only; the entrypoint registers the SDK.
 // Labels hold the endpoint and the outcome, never a key or an id.
 import { metrics, type Attributes, type Meter } from "@opentelemetry/api";
-import { OUTCOME_KINDS, type OutcomeKind } from "../idempotency/service.ts";
+import { OUTCOME_KINDS, type OutcomeKind } from "../idempotency/outcome.ts";
 import { AUTH_FAILURE_REASONS, type AuthFailureReason } from "./auth.ts";
 import type { StatementStats } from "../idempotency/group-commit.ts";
 import { observePool, type PoolView } from "../platform/runtime-metrics.ts";
 
 export interface ApiMetrics {
-  /** Reports the group commit's totals (core/group.ts) at each collection. */
+  /** Reports the group commit's totals (lib/idempotency/group-commit.ts) at each collection. */
   observeStatements(stats: StatementStats): void;
   /** Reports the pool's size and its gate's slots in use at each collection (db_client_connections_*). */
   observePool(pool: PoolView): void;

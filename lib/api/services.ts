@@ -6,12 +6,12 @@ import { createSql, describeDbError, type Sql } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
 import { openConnections } from "../platform/open-connections.ts";
 import { createPoolGate } from "../platform/pool-gate.ts";
-import { createIdempotencyCore, type IdempotencyCore } from "../idempotency/service.ts";
+import { createIdempotencyCore, type IdempotencyCore } from "../idempotency/run.ts";
 import type { ApiMetrics } from "./metrics.ts";
 import { leaseMsFor } from "../idempotency/drive.ts";
 import { resumedCounter } from "../idempotency/metrics.ts";
 import { createProcessorClient } from "../charges/processor.ts";
-import type { ForeignOptions } from "../idempotency/foreign.ts";
+import type { ForeignOptions } from "../idempotency/run.ts";
 
 /** Also the pool's name on the metrics. */
 export const API_POOL_NAME = "charges-api";

@@ -6,12 +6,11 @@ import { Type as t, type Static } from "@sinclair/typebox";
 import { CHARGE, CHARGE_REFUNDED } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
-import { chargeRefundedPayload } from "../idempotency/outbox-insert.ts";
 import { OPERATION_PROBLEMS, problemJson, problemType } from "../idempotency/problem-types.ts";
 import { document422, problemsOf, refuseBy, type Reason, type RefusalType } from "./refusals.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { admitOnCharge } from "./existing-charge.ts";
-import { foreign, PROCESSOR_REFUSALS, type FinalRow, type Operation } from "../idempotency/model.ts";
+import { foreign, PROCESSOR_REFUSALS, type FinalRow, type Fragment, type Operation } from "../idempotency/model.ts";
 import { RefundResume, refundCalls, refundSteps, type RefundCalls } from "./refund-steps.ts";
 import { idOf } from "./steps.ts";
 
@@ -240,4 +239,15 @@ export async function refundView(sql: Sql, tenant: string, chargeId: string, ref
      where id = ${refundId}::uuid and charge_id = ${chargeId}::uuid and tenant = ${tenant}`);
   if (!row) return undefined;
   return checkedJson(Refund, { id: row.id, chargeId: row.charge_id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString(), status: row.status });
+}
+
+/**
+ * The JSON text of a ChargeRefunded event's data (events.ts), as both modes write it: from
+ * the request row `w` (charge_id, refund_id, amount_cents) and the charge's new refunded_cents,
+ * returned by the CTE aliased `settled`. One expression, so the ledger's and the processor's
+ * events carry the same bytes.
+ */
+function chargeRefundedPayload(sql: Sql, settled: string): Fragment {
+  return sql`json_build_object('chargeId', w.charge_id, 'refundId', w.refund_id,
+                               'amountCents', w.amount_cents, 'refundedCents', ${sql(settled)}.refunded_cents)::text`;
 }

@@ -5,12 +5,15 @@
 // One runner at a time: a round claims its keys in one short transaction that holds the job's
 // advisory lock (pg_try_advisory_xact_lock: also behind a transaction pooler), taking each
 // key's lease as a request would. The keys are then driven with nothing held but their
-// leases: no transaction, row lock or connection while the processor is called.
+// leases: no transaction, row lock or connection while the processor is called. An operator
+// resolves a parked key here too (resolveParked), by the same lease.
 import type { Sql } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
-import type { Operation, Resume } from "./model.ts";
-import type { HeldKey } from "./skeleton.ts";
+import type { FinalOutcome, Operation, Resume } from "./model.ts";
+import type { HeldKey, KeyRef } from "./skeleton.ts";
+import type { HeldAdapter } from "./adapter.ts";
 import { drive, type DriveOptions, type DriveResult } from "./drive.ts";
+import { finishUnderLease, takeLease } from "./lease.ts";
 
 export interface CompleterOptions extends DriveOptions {
   readonly lockId: bigint;
@@ -22,7 +25,7 @@ export interface CompleterOptions extends DriveOptions {
    */
   readonly parallel: number;
   readonly resolveWindowSeconds: number;
-  /** The operations with processor steps, by their key's endpoint (lib/charges/index.ts). */
+  /** The operations with processor steps, by their key's endpoint (the domain lists them). */
   readonly operations: ReadonlyMap<string, Operation>;
   readonly onResumed?: (endpoint: string) => void;
 }
@@ -118,4 +121,51 @@ export interface ParkedKey {
 export async function parkedCount(sql: Sql): Promise<number> {
   const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'STARTED' and parked_at is not null`;
   return row?.n ?? 0;
+}
+
+/** What the operator decided after reading the processor: drive it again, or its outcome as the processor shows it. */
+export type Resolution =
+  | { readonly kind: "retry" }
+  | { readonly kind: "succeeded"; readonly processorId: string }
+  | { readonly kind: "refused"; readonly code: string };
+
+export type ResolveResult =
+  | { readonly resolved: false; readonly reason: "not_found" | "held" }
+  | { readonly resolved: true; readonly outcome: string; readonly status?: number };
+
+/**
+ * Resolves the STARTED key that an operation's own id names (`id`, a UUID: the first of its
+ * `operatorIds`, the object its key began): unparked, its lease taken (a live one is refused),
+ * then either driven once now, or finished with the operator's outcome (phase 3, as the steps
+ * would have written it: the processor's object id, or its refusal code, where the
+ * operation's `resolution` says). `operations`: those with processor steps, by endpoint.
+ */
+export async function resolveParked(sql: Sql, id: string, resolution: Resolution, operations: ReadonlyMap<string, Operation>, processor: HeldAdapter | undefined, leaseMs: number): Promise<ResolveResult> {
+  const ref = await unparkByOwnId(sql, operations, id);
+  if (ref === undefined) return { resolved: false, reason: "not_found" };
+  const op = operations.get(ref.endpoint);
+  if (op === undefined) throw new Error(`bug: a STARTED key of ${ref.endpoint}`);
+  const held = await takeLease(sql, ref, leaseMs);
+  if (held === undefined) return { resolved: false, reason: "held" };
+  if (resolution.kind === "retry") {
+    if (processor === undefined) throw new Error("bug: a retry without a processor client");
+    const result = await drive(sql, op, held, true, { processor, leaseMs });
+    return result.kind === "final" ? { resolved: true, outcome: result.outcome, status: result.response.status } : { resolved: true, outcome: result.kind };
+  }
+  const outcome: FinalOutcome = resolution.kind;
+  const { succeeded, refused } = op.foreign!.resolution;
+  const patch: Resume = resolution.kind === "succeeded" ? { [succeeded]: resolution.processorId } : { [refused]: resolution.code };
+  const response = await finishUnderLease(sql, op, held, outcome, { ...held.resume, ...patch, resolvedBy: "operator" });
+  return response === undefined ? { resolved: false, reason: "held" } : { resolved: true, outcome, status: response.status };
+}
+
+/** The STARTED key whose operation's own id is `id`, unparked and due at once; undefined when none. */
+async function unparkByOwnId(sql: Sql, operations: ReadonlyMap<string, Operation>, id: string): Promise<KeyRef | undefined> {
+  const owners = [...operations].map(([endpoint, op]) => ({ endpoint, field: op.foreign!.operatorIds[0]! }));
+  const [row] = await sql<KeyRef[]>`
+    update idempotency_keys k set parked_at = null, next_attempt_at = null
+      from jsonb_to_recordset(${sql.json(owners)}) as o(endpoint text, field text)
+     where k.status = 'STARTED' and k.endpoint = o.endpoint and k.resume->>o.field = ${id.toLowerCase()}
+    returning k.tenant, k.key, k.endpoint`;
+  return row;
 }

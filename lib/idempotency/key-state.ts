@@ -1,43 +1,33 @@
-// A key's state, per operation, as its tenant may ask for it (GET /charges/idempotency-key,
+// A key's state, per operation, as its tenant may ask for it (the API's key-state route,
 // docs/api.md "A key's state"): in flight, completed, parked, expired (a tombstone) or unknown.
 // One statement reads every operation's row of the key through the unique (tenant, key,
 // endpoint) index's prefix; another tenant's key finds no row and so reads exactly as unknown.
-import { Type as t, type Static } from "@sinclair/typebox";
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
-import { checkOf } from "../platform/schemas.ts";
 import { endpointOf, type Operation } from "./model.ts";
 
 export const KEY_STATES = ["in_flight", "completed", "parked", "expired", "unknown"] as const;
 export type KeyStateName = (typeof KEY_STATES)[number];
 
-const instant = (description: string) => t.String({ format: "date-time", description });
+/** One operation's use of a key (lib/api publishes its schema and checks every view against it). */
+export interface OperationState {
+  readonly operation: string;
+  readonly endpoint: string;
+  readonly state: KeyStateName;
+  readonly recoveryPoint?: string;
+  readonly leaseUntil?: string;
+  readonly status?: number;
+  readonly location?: string;
+  readonly completedAt?: string;
+  readonly expiresAt?: string;
+  readonly reason?: string;
+}
 
-export const KeyOperationState = t.Object(
-  {
-    operation: t.String({ description: "The operation's operationId (createCharge, createRefund, …)" }),
-    endpoint: t.String({ description: 'The key\'s scope: the method and route template ("POST /charges")' }),
-    state: t.Union(KEY_STATES.map((s) => t.Literal(s)), { description: "in_flight, completed, parked, expired (a tombstone: 410) or unknown (never used, its tombstone gone, or another tenant's)" }),
-    recoveryPoint: t.Optional(t.String({ description: "in_flight: the last step recorded (with a payment processor)" })),
-    leaseUntil: t.Optional(instant("in_flight: when its holder's lease ends; past it, the next request with the key resumes it")),
-    status: t.Optional(t.Integer({ description: "completed, expired: the stored answer's status" })),
-    location: t.Optional(t.String({ description: "completed, expired: the resource the key made" })),
-    completedAt: t.Optional(instant("completed, expired: when the key completed")),
-    expiresAt: t.Optional(instant("completed: when its stored answer expires (then 410); expired: when its tombstone ends (then the key is new again)")),
-    reason: t.Optional(t.String({ description: "parked: why, for the operator (bun run ops parked)" })),
-  },
-  { description: "One operation's use of the key" },
-);
-
-export const KeyStateView = t.Object(
-  {
-    key: t.String({ description: "The key, as the API stores it (a UUID lowercased)" }),
-    operations: t.Array(KeyOperationState, { description: "Every operation, in the route table's order" }),
-  },
-  { description: "The key's state for each operation" },
-);
-export type KeyStateView = Static<typeof KeyStateView>;
-type OperationState = Static<typeof KeyOperationState>;
+/** The key's state for each operation. */
+export interface KeyState {
+  readonly key: string;
+  readonly operations: readonly OperationState[];
+}
 
 interface KeyStateRow {
   readonly endpoint: string;
@@ -64,10 +54,10 @@ export async function readKeyRows(sql: Sql, tenant: string, key: string, endsAt:
      where tenant = ${tenant} and key = ${key} and (expires_at > now() or status <> 'EXPIRED')`);
 }
 
-/** The view of `rows` for every one of `operations`, checked against its schema. */
-export function keyStateView(key: string, operations: readonly Operation[], rows: readonly KeyStateRow[]): KeyStateView {
+/** The view of `rows` for every one of `operations`. */
+export function keyStateView(key: string, operations: readonly Operation[], rows: readonly KeyStateRow[]): KeyState {
   const byEndpoint = new Map(rows.map((r) => [r.endpoint, r]));
-  const view: KeyStateView = {
+  return {
     key,
     operations: operations.map((op) => {
       const endpoint = endpointOf(op);
@@ -75,9 +65,6 @@ export function keyStateView(key: string, operations: readonly Operation[], rows
       return { operation: op.name, endpoint, ...(row === undefined ? { state: "unknown" as const } : stateOf(op, row)) };
     }),
   };
-  const check = checkOf(KeyStateView);
-  if (!check.Check(view)) throw new Error(`bug: a key's state does not match its schema at ${check.Errors(view).First()?.path ?? "(root)"}`);
-  return view;
 }
 
 type StateFields = Omit<OperationState, "operation" | "endpoint">;

@@ -4,7 +4,9 @@
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import type { FinalOutcome, Operation, Resume, StoredResponse } from "./model.ts";
-import { compile, runFinish, type HeldKey, type KeyRef } from "./skeleton.ts";
+import { compile, runFinish, type FinishRequest, type HeldKey, type KeyRef } from "./skeleton.ts";
+import type { GroupCommit, GroupStatement } from "./group-commit.ts";
+import { keyId } from "./keys.ts";
 
 interface LeaseRow {
   readonly recovery_point: string;
@@ -111,5 +113,36 @@ export function directWrites(sql: Sql, op: Operation, leaseMs: number): LeaseWri
     finish: (key, outcome, resume) => finishUnderLease(sql, op, key, outcome, resume),
     release: (key, resume, error) => releaseLease(sql, key, resume, error),
     park: (key, reason) => parkKey(sql, key, reason),
+  };
+}
+
+// Every release or park conflicts with every other: each is a statement of its own (rare).
+const ALONE = ["alone"];
+const idOf = (k: KeyRef): string => keyId(k.tenant, k.key, k.endpoint);
+
+/**
+ * The writes of a drive in the API: each grouped with the same write of other holders under
+ * load (group-commit.ts), within a deadline of its own from `endsAt()` (a statement sent after
+ * a processor call). One key's two writes, or two finals of one `exclusive` value, never share
+ * a statement.
+ */
+export function groupedWrites(sql: Sql, op: Operation, group: GroupCommit, leaseMs: number, endsAt: () => number): LeaseWrites {
+  const finish = compile(sql, op, "finish");
+  const exclusive = op.foreign!.exclusive;
+  const records: GroupStatement<StepRecord, boolean> = { send: (items, e) => recordSteps(sql, items, leaseMs, e), conflicts: (r) => [idOf(r.key)] };
+  const finals: GroupStatement<FinishRequest, StoredResponse | undefined> = {
+    send: (items, e) => runFinish(sql, finish, items, e),
+    conflicts: (r) => (exclusive === undefined ? [idOf(r.key)] : [idOf(r.key), `x:${exclusive(r.resume)}`]),
+  };
+  const releases: GroupStatement<{ key: HeldKey; resume: Resume; error: string }, boolean> = {
+    send: async ([r], e) => [await releaseLease(sql, r!.key, r!.resume, r!.error, e)],
+    conflicts: () => ALONE,
+  };
+  const parks: GroupStatement<{ key: HeldKey; reason: string }, boolean> = { send: async ([r], e) => [await parkKey(sql, r!.key, r!.reason, e)], conflicts: () => ALONE };
+  return {
+    record: (key, point, resume) => group.run(records, { key, point, resume }, endsAt()),
+    finish: (key, outcome, resume) => group.run(finals, { key, outcome, resume }, endsAt()),
+    release: (key, resume, error) => group.run(releases, { key, resume, error }, endsAt()),
+    park: (key, reason) => group.run(parks, { key, reason }, endsAt()),
   };
 }

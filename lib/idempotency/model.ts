@@ -9,7 +9,7 @@ import type postgres from "postgres";
 import type { Sql } from "../platform/db.ts";
 import type { ProblemSpec } from "./problem-types.ts";
 import type { HeldAdapter, UnknownCause } from "./adapter.ts";
-import type { FingerprintFields } from "./fingerprint.ts";
+import type { FingerprintFields } from "./keys.ts";
 
 /** A postgres.js fragment (sql`…` nested in another statement). */
 export type Fragment = postgres.Fragment;

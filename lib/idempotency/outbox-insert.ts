@@ -1,7 +1,6 @@
 // The outbox insert of every statement that commits events: the ledger's single statement
 // and phase 3 of processor steps (lib/idempotency/skeleton.ts).
-// One place writes outbox rows, so both modes' events have one shape; the ChargeRefunded
-// payload both refund paths build is here too.
+// One place writes outbox rows, so both modes' events have one shape.
 import type postgres from "postgres";
 import type { Sql } from "../platform/db.ts";
 
@@ -17,15 +16,4 @@ export function insertEvents(sql: Sql): postgres.Fragment {
         from events e join won w on w.n = e.n
       returning id
     )`;
-}
-
-/**
- * The JSON text of a ChargeRefunded event's data (lib/charges/events.ts), as both modes write it: from
- * the request row `w` (charge_id, refund_id, amount_cents) and the charge's new refunded_cents,
- * returned by the CTE aliased `settled`. One expression, so the ledger's and the processor's
- * events carry the same bytes.
- */
-export function chargeRefundedPayload(sql: Sql, settled: string): postgres.Fragment {
-  return sql`json_build_object('chargeId', w.charge_id, 'refundId', w.refund_id,
-                               'amountCents', w.amount_cents, 'refundedCents', ${sql(settled)}.refunded_cents)::text`;
 }

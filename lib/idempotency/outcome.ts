@@ -1,4 +1,4 @@
-// The one mapping from what the statements and the steps answered to an operation's outcome,
+// The one mapping from what the claim and the steps answered to an operation's outcome (run.ts),
 // for both modes: a key row (the request's own, another's, or the same key's earlier try) and
 // a drive's result. Expected outcomes are values; only bugs and infrastructure faults throw.
 import type { DriveResult } from "./drive.ts";
@@ -70,12 +70,17 @@ export async function fromUnwritten(op: Operation, row: KeyRow, requestHash: str
   return row.refusal !== null ? { kind: "refused", refusal: refuse(row.refusal, row.detail) } : IN_FLIGHT;
 }
 
+/** The operation's success, first time. */
+export function createdOf(op: Operation, body: string): Outcome {
+  return { kind: "created", status: op.status, body, location: op.locationOf(body) };
+}
+
 /** A drive's end as the request's outcome. */
 export function fromDrive(op: Operation, result: DriveResult): Outcome {
   switch (result.kind) {
     case "final": {
       const { status, body } = result.response;
-      if (status === op.status) return { kind: "created", status, body, location: op.locationOf(body) };
+      if (status === op.status) return createdOf(op, body);
       return { kind: "stored_problem", status, body, replayed: false };
     }
     case "unknown":

@@ -1,6 +1,6 @@
-// The one SQL skeleton of every operation and its one column compiler. Three statements wrap an
-// operation's fragments (model.ts): the ledger's single statement, phase 1 and phase 3 of its
-// processor steps. A request alone and a batch of requests (group commit) run the same
+// The one SQL skeleton of every operation and its one column compiler. Two statements wrap an
+// operation's fragments (model.ts): the key's claim (the ledger's single statement, or phase 1
+// of its processor steps) and phase 3. A request alone and a batch of requests (group commit) run the same
 // statement: the requests arrive as one JSON array of rows (jsonb_to_recordset), so one
 // prepared statement serves any count.
 import type { Sql } from "../platform/db.ts";
@@ -64,7 +64,12 @@ export interface Compiled {
   readonly admit: Fragment;
   readonly write: Fragment;
   readonly existing: Fragment;
+  /** What follows `write`: ", event as (…)", the outbox insert, where the statement commits events; empty in phase 1. */
   readonly event: Fragment;
+  /** A claim's `created` (this request's rows written: its event, or phase 1's pending rows) and `resume` (phase 1's, as written). */
+  readonly result: Fragment;
+  /** The ledger's key row values: COMPLETED with its answer; undefined in phase 1, whose lease is the engine's term. */
+  readonly completed: Fragment | undefined;
 }
 
 // The core's columns of `req`, before the operation's own, per statement.
@@ -102,11 +107,11 @@ export function compile(sql: Sql, op: Operation, mode: Mode | "finish"): Compile
 
 function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
   const endpoint = endpointOf(op);
-  const event = insertEvents(sql);
+  const event = sql`, ${insertEvents(sql)}`;
   if (mode === "finish") {
     if (op.foreign === undefined) throw new Error(`bug: ${op.name} has no phase 3`);
     const { columns, write } = op.foreign.finishSql(sql);
-    return { op, endpoint, mode, record: recordOf(sql, op.name, { ...FINISH_COLUMNS, ...columns }), admit: sql``, write, existing: sql``, event };
+    return { op, endpoint, mode, record: recordOf(sql, op.name, { ...FINISH_COLUMNS, ...columns }), admit: sql``, write, existing: sql``, event, result: sql``, completed: undefined };
   }
   const own = mode === "ledger" ? op.columns : { ...op.foreign!.columns };
   const record = recordOf(sql, op.name, { ...(mode === "ledger" ? LEDGER_COLUMNS : BEGIN_COLUMNS), ...own });
@@ -131,72 +136,44 @@ function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
         from req r
        where not exists (select 1 from existing x where x.n = r.n)
     )`;
-  return { op, endpoint, mode, record, admit, write, existing, event };
+  if (mode === "processor") return { op, endpoint, mode, record, admit, write, existing, event: sql``, result: sql`(exists (select 1 from begun b where b.n = r.n))::int as created, (select k.resume from claimed k where k.tenant = r.tenant and k.key = r.key) as resume`, completed: undefined };
+  const result = sql`(exists (select 1 from event v where v.id = r.event_id))::int as created, null::jsonb as resume`;
+  const completed = sql`'COMPLETED', ${op.status}::int, coalesce(a.answer, r.response_body), null::text, null::uuid, null::timestamptz, null::jsonb`;
+  return { op, endpoint, mode, record, admit, write, existing, event, result, completed };
+}
+
+/** What a claim needs beyond its rows: how long the key's answer lives, and phase 1's lease. */
+export interface ClaimTerms {
+  readonly ttlSeconds: number;
+  /** The lease phase 1 gives its holder (unused by the ledger). */
+  readonly leaseMs: number;
 }
 
 /**
- * The ledger's single statement: every request of `rows` in ONE statement, one round trip
- * (three behind a transaction pooler: bounded-statement.ts) and one transaction, row by row,
- * each scoped to its own tenant and key:
+ * The key's claim, the one statement that inserts a key: every request of `rows` in ONE
+ * statement, one round trip (three behind a transaction pooler: bounded-statement.ts) and one
+ * transaction, row by row, each scoped to its own tenant and key:
  *  - existing: the key row, if committed before and not a tombstone past its end; then
  *    nothing is locked or written (a COMPLETED key past its expiry reads as EXPIRED: a 410);
  *  - lock: otherwise the (tenant, key, endpoint) advisory lock, without waiting: a request in
  *    flight with the same key holds it, so the answer is a 409 at once;
  *  - admit: the operation's checks (its refusals write nothing and leave the key unused);
- *  - claimed: the key row, already COMPLETED with the response to replay; a tombstone past
- *    its end is overwritten in place, so such a key is new again;
- *  - the operation's writes and events for the rows whose key row was written (`won`).
+ *  - claimed: the key row. The ledger writes it COMPLETED with the response to replay, and
+ *    the operation's writes and events follow: the whole operation. Phase 1 writes it STARTED
+ *    with a lease (`token`) at the first recovery point and its resume (the request's, plus
+ *    the admit's), and the operation's pending rows (`begun`). A tombstone past its end is
+ *    overwritten in place, so such a key is new again;
+ *  - the operation's writes for the rows whose key row was written (`won`).
  * The unique (tenant, key, endpoint) index stays the safety net under the advisory lock. Two
  * requests for one (tenant, key) never share a statement (group commit's conflicts). The key
  * lookup is a lateral subquery kept from being flattened (offset 0), so each request reads
  * the unique index. Rows come back in the order of `rows`.
  */
-export async function runSingle(sql: Sql, c: Compiled, ttlSeconds: number, rows: readonly RequestRow[], endsAt = Number.POSITIVE_INFINITY): Promise<KeyRow[]> {
-  const result = await boundedStatement(sql, endsAt, (q) => q<KeyRow[]>`
-    with req as (
-      select * from jsonb_to_recordset(${q.json(rows as never)}) as r(${c.record})
-    ),
-    ${c.existing},
-    ${c.admit},
-    claimed as (
-      insert into idempotency_keys as k
-             (tenant, key, endpoint, request_hash, status, response_status, response_body, expires_at)
-      select r.tenant, r.key, ${c.endpoint}, r.request_hash, 'COMPLETED', ${c.op.status}::int,
-             coalesce(a.answer, r.response_body), now() + make_interval(secs => ${ttlSeconds}::int)
-        from req r join admit a on a.n = r.n
-       where a.refusal is null
-      on conflict (tenant, key, endpoint) do update
-         set request_hash = excluded.request_hash, status = excluded.status,
-             response_status = excluded.response_status, response_body = excluded.response_body,
-             created_at = now(), expires_at = excluded.expires_at, location = null, completed_at = null
-       where k.expires_at <= now() and k.status = 'EXPIRED'
-      returning k.tenant, k.key
-    ),
-    won as (
-      select r.* from req r join claimed k on k.tenant = r.tenant and k.key = r.key
-    ),
-    ${c.write},
-    ${c.event}
-    select l.got,
-           (exists (select 1 from event v where v.id = r.event_id))::int as created,
-           a.refusal, a.detail, a.answer,
-           e.request_hash, e.status, e.response_status, e.response_body, e.location
-      from req r
-      left join lock l on l.n = r.n
-      left join admit a on a.n = r.n
-      left join existing e on e.n = r.n
-     order by r.n`);
-  if (result.length !== rows.length) throw new Error(`bug: ${c.op.name} returned ${result.length} rows for ${rows.length} requests`);
-  return result;
-}
-
-/**
- * Phase 1 in one statement, for one request or a batch of them (no two with one key), rows
- * back in order: the key STARTED with a lease (`token`, `leaseMs`) at the first recovery
- * point and its resume (the request's, plus the admit's), and the operation's pending rows.
- */
-export async function runBegin(sql: Sql, c: Compiled, ttlSeconds: number, leaseMs: number, rows: readonly RequestRow[], endsAt: number): Promise<KeyRow[]> {
-  const firstPoint = c.op.foreign!.firstPoint;
+export async function runClaim(sql: Sql, c: Compiled, terms: ClaimTerms, rows: readonly RequestRow[], endsAt = Number.POSITIVE_INFINITY): Promise<KeyRow[]> {
+  const values =
+    c.completed ??
+    sql`'STARTED', null::int, null::text, ${c.op.foreign!.firstPoint}, r.token,
+        now() + make_interval(secs => ${terms.leaseMs / 1000}::float8), r.resume::jsonb || coalesce(a.resume, '{}'::jsonb)`;
   const result = await boundedStatement(sql, endsAt, (q) => q<(KeyRow & { n: number })[]>`
     with req as (
       select * from jsonb_to_recordset(${q.json(rows as never)}) as r(${c.record})
@@ -205,37 +182,36 @@ export async function runBegin(sql: Sql, c: Compiled, ttlSeconds: number, leaseM
     ${c.admit},
     claimed as (
       insert into idempotency_keys as k
-             (tenant, key, endpoint, request_hash, status, expires_at, recovery_point, lease_token, lease_until, resume)
-      select r.tenant, r.key, ${c.endpoint}, r.request_hash, 'STARTED', now() + make_interval(secs => ${ttlSeconds}::int),
-             ${firstPoint}, r.token, now() + make_interval(secs => ${leaseMs / 1000}::float8),
-             r.resume::jsonb || coalesce(a.resume, '{}'::jsonb)
+             (tenant, key, endpoint, request_hash, status, response_status, response_body,
+              recovery_point, lease_token, lease_until, resume, expires_at)
+      select r.tenant, r.key, ${c.endpoint}, r.request_hash, ${values}, now() + make_interval(secs => ${terms.ttlSeconds}::int)
         from req r join admit a on a.n = r.n
        where a.refusal is null
       on conflict (tenant, key, endpoint) do update
-         set request_hash = excluded.request_hash, status = excluded.status, response_status = null, response_body = null,
-             created_at = now(), expires_at = excluded.expires_at, recovery_point = excluded.recovery_point,
-             lease_token = excluded.lease_token, lease_until = excluded.lease_until, resume = excluded.resume,
-             attempts = 0, next_attempt_at = null, last_error = null, parked_at = null, location = null, completed_at = null
+         set request_hash = excluded.request_hash, status = excluded.status, response_status = excluded.response_status,
+             response_body = excluded.response_body, created_at = now(), expires_at = excluded.expires_at,
+             recovery_point = excluded.recovery_point, lease_token = excluded.lease_token, lease_until = excluded.lease_until,
+             resume = excluded.resume, attempts = 0, next_attempt_at = null, last_error = null, parked_at = null,
+             location = null, completed_at = null
        where k.expires_at <= now() and k.status = 'EXPIRED'
       returning k.tenant, k.key, k.resume
     ),
     won as (
       select r.* from req r join claimed k on k.tenant = r.tenant and k.key = r.key
     ),
-    ${c.write}
-    select r.n, l.got, (exists (select 1 from begun b where b.n = r.n))::int as created, a.refusal, a.detail,
-           e.request_hash, e.status, e.response_status, e.response_body, e.location, k.resume
+    ${c.write}${c.event}
+    select r.n, l.got, ${c.result}, a.refusal, a.detail, a.answer,
+           e.request_hash, e.status, e.response_status, e.response_body, e.location
       from req r
       left join lock l on l.n = r.n
       left join admit a on a.n = r.n
       left join existing e on e.n = r.n
-      left join claimed k on k.tenant = r.tenant and k.key = r.key
      order by r.n`);
   // By n, not by position: postgres.js 3.4.9 can hand the next query on a connection whose
   // previous one failed mid-stream a sparse array (porsager/postgres#1119).
   const byN: KeyRow[] = [];
   for (const row of result) if (row !== undefined) byN[row.n] = row;
-  if (rows.some((_, n) => byN[n] === undefined)) throw new Error(`bug: ${c.op.name}'s phase 1 returned ${result.count} rows for ${rows.length} requests`);
+  for (let n = 0; n < rows.length; n++) if (byN[n] === undefined) throw new Error(`bug: ${c.op.name}'s claim returned ${result.length} rows for ${rows.length} requests`);
   return byN;
 }
 
@@ -280,8 +256,7 @@ export async function runFinish(sql: Sql, c: Compiled, requests: readonly Finish
     won as (
       select r.* from req r join completed d on d.n = r.n
     ),
-    ${c.write},
-    ${c.event}
+    ${c.write}${c.event}
     select n from completed`);
   // A Set of n, not positions: postgres.js 3.4.9 can hand back a sparse array (porsager/postgres#1119).
   const won = new Set(done.map((d) => d.n));

@@ -11,11 +11,10 @@ import { keyHash } from "../platform/redact.ts";
 import { completerRun } from "./completer.ts";
 import { OPERATIONS } from "../charges/index.ts";
 import { endpointOf } from "../idempotency/model.ts";
+import { deleteExpiredTombstones, tombstoneExpiredKeys } from "../idempotency/tombstones.ts";
 import {
   chargesWithoutOutbox,
-  deleteExpiredTombstones,
   deletePublishedOutbox,
-  tombstoneExpiredKeys,
   pendingStats,
   staleStartedSample,
   staleStartedSummary,

@@ -6,7 +6,7 @@ import { keyHashField } from "../../platform/redact.ts";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
 import { preferredWait } from "./prefer.ts";
 import { endpointOf, type Operation } from "../../idempotency/model.ts";
-import type { Outcome } from "../../idempotency/service.ts";
+import type { Outcome } from "../../idempotency/outcome.ts";
 import { problemResponse, specResponse, type ProblemName } from "../problem.ts";
 import type { UnknownCause } from "../../charges/processor.ts";
 import type { RequestContext } from "./context.ts";

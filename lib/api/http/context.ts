@@ -7,7 +7,7 @@ import type { TSchema } from "@sinclair/typebox";
 import type { Logger } from "../../platform/log.ts";
 import type { Sql } from "../../platform/db.ts";
 import { UNMATCHED_ROUTE } from "../../platform/http-metrics.ts";
-import type { IdempotencyCore } from "../../idempotency/service.ts";
+import type { IdempotencyCore } from "../../idempotency/run.ts";
 import type { Authenticator } from "../auth.ts";
 import type { ApiMetrics } from "../metrics.ts";
 import type { Admission } from "../admission.ts";
