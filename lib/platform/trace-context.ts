@@ -3,7 +3,7 @@
 // the request's server span writes its own onto the key and the outbox row, and the relay's
 // producer span and the subscriber's consumer span take it as their parent. With no exporter
 // `tracingOn()` is false and callers build no span at all.
-import { ROOT_CONTEXT, SpanStatusCode, trace, TraceFlags, type Context, type Span } from "@opentelemetry/api";
+import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Attributes, type Context, type Span } from "@opentelemetry/api";
 import { sha256Hex } from "./sha256.ts";
 
 let on = false;
@@ -53,4 +53,20 @@ export function hashedKey(key: string): string {
 export function endSpan(span: Span, error?: string): void {
   if (error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: error }).setAttribute("error.type", error);
   span.end();
+}
+
+/**
+ * `run` inside an internal span whose parent is `traceparent`: what `run` awaits (a processor
+ * call) is the span's child through the async context.
+ */
+export async function inSpan<T>(name: string, traceparent: unknown, attributes: Attributes, run: () => Promise<T>): Promise<T> {
+  const span = tracer().startSpan(name, { kind: SpanKind.INTERNAL, attributes }, contextOf(typeof traceparent === "string" ? traceparent : null));
+  try {
+    return await context.with(trace.setSpan(context.active(), span), run);
+  } catch (error) {
+    endSpan(span, error instanceof Error ? error.name : "error");
+    throw error;
+  } finally {
+    if (span.isRecording()) span.end();
+  }
 }

@@ -3,6 +3,7 @@
 // it and the path's ids (http/checks.ts); here come the ids once more (the handler's own
 // contract), the key's syntax (400), then the core, whose outcome is answered by one
 // exhaustive switch.
+import { traceparentOf as spanTraceparent } from "../../platform/trace-context.ts";
 import type { Static } from "@sinclair/typebox";
 import { keyHashField } from "../../platform/redact.ts";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
@@ -30,7 +31,8 @@ export function operationHandler(op: Operation): (ctx: RequestContext) => Promis
       key: parsed.key,
       // Elysia checked it against op.body before the handler ran.
       input: { params: ctx.params, body: ctx.body as Static<typeof op.body>, settings: ctx.deps.core.settings },
-      traceparent: traceparentOf(ctx.request),
+      // The server span's own when traced, so the relay's and the subscriber's spans join it.
+      traceparent: ctx.span ? spanTraceparent(ctx.span) : traceparentOf(ctx.request),
     };
     const wait = preferredWait(ctx.request.headers.get("prefer"));
     if (wait.kind === "invalid") return problemResponse("invalidPrefer", wait.detail);

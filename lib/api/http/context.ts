@@ -14,6 +14,9 @@ import type { Readiness } from "../readiness.ts";
 import type { OutcomeKind } from "../../idempotency/outcome.ts";
 import { isUuid } from "../../platform/uuid.ts";
 import { problemResponse } from "../problem.ts";
+import type { Span } from "@opentelemetry/api";
+import { tracingOn } from "../../platform/trace-context.ts";
+import { serverSpan } from "./trace.ts";
 
 /** What serving one request takes: one fixed set in the server, the request's own in the worker. */
 export interface RequestDeps {
@@ -52,6 +55,8 @@ export interface RequestContext {
   readonly tenant: string;
   readonly deps: RequestDeps;
   readonly fields: LogFields;
+  /** The request's server span, when the process exports traces. */
+  readonly span?: Span;
 }
 
 // What each path parameter names, for the problem of an id that is not a UUID.
@@ -84,6 +89,8 @@ export class RequestTrail {
   status: number | undefined;
   /** Counted in flight (admission.ts), so counted out once answered. */
   admitted = false;
+  /** The request's server span, when the process exports traces. */
+  span: Span | undefined;
 
   /** Stamps `response` as this request's answer, and hands it back. */
   answer(response: Response): Response {
@@ -105,6 +112,7 @@ export function requestContext(deps: RequestDeps) {
       .decorate("trail", new RequestTrail())
       .onRequest((ctx) => {
         ctx.trail = new RequestTrail();
+        if (tracingOn()) ctx.trail.span = serverSpan(ctx.request);
       })
       .as("global")
   );

@@ -3,12 +3,13 @@
 // Elysia has matched it. Its own traceparent is what the request writes onto its key and
 // its outbox row, so the relay's and the subscriber's spans join the same trace.
 import { SpanKind, type Span } from "@opentelemetry/api";
+import { pathOf } from "../../platform/runtime.ts";
 import { contextOf, endSpan, tracer } from "../../platform/trace-context.ts";
 
-export function serverSpan(request: Request, path: string): Span {
+export function serverSpan(request: Request): Span {
   return tracer().startSpan(
     request.method,
-    { kind: SpanKind.SERVER, attributes: { "http.request.method": request.method, "url.path": path } },
+    { kind: SpanKind.SERVER, attributes: { "http.request.method": request.method, "url.path": pathOf(request.url) } },
     contextOf(request.headers.get("traceparent")),
   );
 }
