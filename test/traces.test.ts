@@ -10,6 +10,8 @@ import { startEntrypoint, type Service } from "../testkit/processes.ts";
 import { startProcessorSim, type ProcessorSim } from "../testkit/processor-sim.ts";
 import { chargeWith, keyState, processorEnv } from "../testkit/processor.ts";
 import { freshDatabase, services, type TestDatabase } from "../testkit/services.ts";
+import { spawnSubscriber } from "../testkit/subscriber.ts";
+import type { Child } from "../testkit/processes.ts";
 import { waitUntil } from "../testkit/wait.ts";
 
 setDefaultTimeout(120_000);
@@ -17,6 +19,7 @@ setDefaultTimeout(120_000);
 const SERVER = 2;
 const CLIENT = 3;
 const PRODUCER = 4;
+const CONSUMER = 5;
 // The SDK's batch export runs every 5 s; a loaded machine needs margin beyond it.
 const EXPORT_WAIT_MS = 40_000;
 
@@ -27,6 +30,7 @@ let otlp: OtlpReceiver;
 let api: Service;
 let collector: Collector;
 let env: Record<string, string>;
+let subscriber: Child;
 const prefix = `test/${crypto.randomUUID()}/`;
 
 beforeAll(async () => {
@@ -43,9 +47,11 @@ beforeAll(async () => {
   };
   api = await startEntrypoint("api", { env });
   collector = await collect(mqttUrl, prefix);
+  subscriber = (await spawnSubscriber({ databaseUrl: db.url, mqttUrl, prefix, consumer: "traces", env: { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint } })).child;
 });
 afterAll(async () => {
   await collector?.close();
+  await subscriber?.stop();
   await api?.child.stop();
   await Promise.all([sim?.stop(), otlp?.stop()]);
   await db?.drop();
@@ -63,7 +69,7 @@ function treeOf(traceId: string) {
   return { spans, ancestors };
 }
 
-test("a charge through the processor is one trace from the caller's span to the relay's publish, across a relay killed and restarted", async () => {
+test("a charge through the processor is one trace from the caller's span to the subscriber's handler, across a relay killed and restarted", async () => {
   // The relay that should have published is gone (SIGKILL); another one takes the row over.
   const first = await startEntrypoint("relay", { env });
   first.child.kill("SIGKILL");
@@ -87,6 +93,7 @@ test("a charge through the processor is one trace from the caller's span to the 
     await waitUntil(() => otlp.spans().some((s) => s.kind === PRODUCER && s.attributes["messaging.message.id"] === eventId), EXPORT_WAIT_MS, "the relay's producer span");
     await relay.child.stop();
     await waitUntil(() => otlp.spans().filter((s) => s.traceId === callerTrace && s.kind === CLIENT && s.service === "charges-api").length >= 2, EXPORT_WAIT_MS, "the processor calls' spans");
+    await waitUntil(() => otlp.spans().some((s) => s.kind === CONSUMER && s.attributes["messaging.message.id"] === eventId), EXPORT_WAIT_MS, "the subscriber's consumer span");
 
     const { spans, ancestors } = treeOf(callerTrace);
     const server = spans.find((s) => s.kind === SERVER && s.service === "charges-api");
@@ -106,6 +113,11 @@ test("a charge through the processor is one trace from the caller's span to the 
     expect(producer?.service).toBe("charges-relay");
     expect(producer?.parentSpanId).toBe(server!.spanId);
     expect(producer?.attributes["messaging.destination.name"]).toBe(`${prefix}charges/ChargeCreated`);
+
+    const consumer = spans.find((s) => s.kind === CONSUMER && s.attributes["messaging.message.id"] === eventId);
+    expect(consumer?.service).toBe("charges-subscriber");
+    expect(consumer?.parentSpanId).toBe(server!.spanId);
+    expect(consumer?.status).not.toBe(2);
   } finally {
     await relay.child.stop();
   }
