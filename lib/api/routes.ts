@@ -83,7 +83,7 @@ export function chargeRoutes(context: RequestContextPlugin) {
   const routes = new Elysia({ name: "charge-routes" }).use(authentication(context));
   for (const op of OPERATIONS) {
     const handle = operationHandler(op);
-    routes.post(op.path, async (ctx) => handle({ request: ctx.request, params: ctx.params, body: ctx.body, tenant: ctx.tenant, deps: ctx.deps, fields: ctx.trail.fields }), {
+    routes.post(op.path, async (ctx) => handle({ request: ctx.request, params: ctx.params, body: ctx.body, tenant: ctx.tenant, deps: ctx.deps, fields: ctx.trail.fields, span: ctx.trail.span }), {
       params: uuidParams(op.uuidParams),
       headers: OPERATION_HEADERS,
       body: withFixedErrors(op.body),

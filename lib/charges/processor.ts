@@ -1,8 +1,9 @@
 // The payment processor's adapter: Stripe's v1 API through Stripe's official package, each call
 // answered as a value (the object, a final refusal, or an unknown outcome).
-import { metrics, type Meter } from "@opentelemetry/api";
+import { context, metrics, SpanKind, trace, type Meter } from "@opentelemetry/api";
 import Stripe from "stripe";
 import type { ProcessorConfig } from "../platform/config-processor.ts";
+import { endSpan, hashedKey, tracer, tracingOn } from "../platform/trace-context.ts";
 import type { CallResult, ForeignAdapter } from "../idempotency/adapter.ts";
 
 export { mapCall, type CallResult, type UnknownCause } from "../idempotency/adapter.ts";
@@ -37,10 +38,19 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
     unit: "s",
     advice: { explicitBucketBoundaries: CLIENT_BUCKETS_S },
   });
+  stripe.on("request", (event: StripeRequestEvent) => {
+    // Runs in the call's async context, so the active span is the call's own (traced below).
+    if (!tracingOn()) return;
+    trace.getActiveSpan()?.setAttributes({
+      "url.full": `${protocol}://${target.host}${event.path}`,
+      ...(event.idempotency_key && { "charges.processor.idempotency_key_hash": hashedKey(event.idempotency_key) }),
+    });
+  });
+  const send = <T>(request: (api: Stripe) => Promise<T>) => request(stripe).then((value): CallResult<T> => ({ kind: "ok", value }), classify);
   return {
     async call<T>(method: "GET" | "POST", request: (api: Stripe) => Promise<T>): Promise<CallResult<T>> {
       const started = performance.now();
-      const result = await request(stripe).then((value): CallResult<T> => ({ kind: "ok", value }), classify);
+      const result = tracingOn() ? await traced(method, target, () => send(request)) : await send(request);
       const attributes: Record<string, string | number> = { http_request_method: method, server_address: target.hostname };
       if (result.kind === "ok") attributes.http_response_status_code = 200;
       else if (result.status === null) attributes.error_type = result.kind === "unknown" ? result.cause : "refused";
@@ -49,6 +59,25 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
       return result;
     },
   };
+}
+
+/** What Stripe's package emits as "request" before it sends one (its RequestEvent). */
+interface StripeRequestEvent {
+  readonly path: string;
+  readonly idempotency_key?: string;
+}
+
+/** A call as an HTTP client span, the child of whatever step awaits it. */
+async function traced<T>(method: string, target: URL, send: () => Promise<CallResult<T>>): Promise<CallResult<T>> {
+  const span = tracer().startSpan(method, {
+    kind: SpanKind.CLIENT,
+    attributes: { "http.request.method": method, "server.address": target.hostname },
+  });
+  const result = await context.with(trace.setSpan(context.active(), span), send);
+  if (result.kind === "ok") span.setAttribute("http.response.status_code", 200);
+  else if (result.status !== null) span.setAttribute("http.response.status_code", result.status);
+  endSpan(span, result.kind === "ok" ? undefined : result.kind === "unknown" ? result.cause : String(result.status));
+  return result;
 }
 
 /**

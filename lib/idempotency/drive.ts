@@ -4,6 +4,7 @@
 import { Value } from "@sinclair/typebox/value";
 import type { Sql } from "../platform/db.ts";
 import type { HeldAdapter, UnknownCause } from "./adapter.ts";
+import { inSpan, tracingOn } from "../platform/trace-context.ts";
 import { registerFormats } from "../platform/schemas.ts";
 import type { FinalOutcome, ForeignDeclaration, Operation, Resume, StoredResponse } from "./model.ts";
 import type { HeldKey } from "./skeleton.ts";
@@ -80,7 +81,9 @@ export async function drive(sql: Sql, op: Operation, start: HeldKey, resumed: bo
   for (let i = 0; i < MAX_STEPS; i++) {
     const step = declaration.steps[key.point];
     if (step === undefined) throw new Error(`bug: ${op.name} has no step at ${key.point}`);
-    const result = await step({ resume: key.resume, processor, resumed: resumed && i === 0 });
+    const ctx = { resume: key.resume, processor, resumed: resumed && i === 0 };
+    // A step as a span of the request's trace (its traceparent on the resume), whoever drives it.
+    const result = tracingOn() ? await inSpan(`${op.name} ${key.point}`, key.resume.traceparent, { "charges.step": key.point }, () => step(ctx)) : await step(ctx);
     switch (result.kind) {
       case "record": {
         if (!(await writes.record(key, result.point, result.resume))) return { kind: "lost" };

@@ -1,6 +1,6 @@
-// The OpenTelemetry SDK, wired here in the entrypoints' layer so lib/ depends on the API
-// package only. Metrics are served as Prometheus text on /metrics and, when
-// OTEL_EXPORTER_OTLP_ENDPOINT is set, also pushed over OTLP/HTTP.
+// The OpenTelemetry SDK, wired here in the entrypoints' layer so the rest of lib/ depends on
+// the API package only. Metrics are served as Prometheus text on /metrics; when
+// OTEL_EXPORTER_OTLP_ENDPOINT is set they are also pushed over OTLP/HTTP, and traces exported.
 import { metrics } from "@opentelemetry/api";
 import { MeterProvider, PeriodicExportingMetricReader, type MetricReader } from "@opentelemetry/sdk-metrics";
 import { PrometheusExporter, PrometheusSerializer } from "@opentelemetry/exporter-prometheus";
@@ -8,6 +8,7 @@ import { OTLPMetricExporter } from "@opentelemetry/exporter-metrics-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { createHistogramProducer } from "./histogram-producer.ts";
 import type { HistogramSource } from "./http-metrics.ts";
+import { startTracing, type Tracing } from "./tracing.ts";
 
 // OTLP push interval: the collector's usual scrape period, so both views agree.
 const OTLP_EXPORT_INTERVAL_MS = 15_000;
@@ -34,6 +35,7 @@ export function startTelemetry(serviceName: string, otlpEndpoint?: string, setGl
   }
   const provider = new MeterProvider({ resource, readers });
   if (setGlobal) metrics.setGlobalMeterProvider(provider);
+  const tracing: Tracing | undefined = otlpEndpoint && setGlobal ? startTracing(resource, otlpEndpoint) : undefined;
   const serializer = new PrometheusSerializer(undefined, false, undefined, true, true);
   return {
     provider,
@@ -44,6 +46,8 @@ export function startTelemetry(serviceName: string, otlpEndpoint?: string, setGl
       });
     },
     addHistogram: (source) => histograms.add(source),
-    shutdown: () => provider.shutdown(),
+    async shutdown() {
+      await Promise.all([provider.shutdown(), tracing?.shutdown()]);
+    },
   };
 }

@@ -8,6 +8,8 @@ import { within } from "../platform/within.ts";
 import type { GcPacer } from "../platform/gc-pacer.ts";
 import type { OutboxRow } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
+import { SpanKind } from "@opentelemetry/api";
+import { contextOf, endSpan, tracer, tracingOn } from "../platform/trace-context.ts";
 import type { OutboundMessage } from "./window.ts";
 import { buildEnvelope, isPublishableType, topicOf, userPropertiesOf } from "../charges/events.ts";
 import { classify, type Outcome } from "./outcome.ts";
@@ -133,14 +135,40 @@ function messageOf(topics: Topics, row: OutboxRow): OutboundMessage | string {
 }
 
 /** Hands one row to the broker; `answer` gets its outcome (at once when it cannot be published). */
-function publishRow(ctx: HandoverContext, topics: Topics, row: OutboxRow, answer: (outcome: Outcome) => void): void {
+function publishRow(ctx: HandoverContext, topics: Topics, row: OutboxRow, answered: (outcome: Outcome) => void): void {
   const message = messageOf(topics, row);
+  const answer = tracingOn() ? producerSpan(row, typeof message === "string" ? undefined : message.topic, answered) : answered;
   if (typeof message === "string") return answer({ kind: "failed", error: message, park: true });
   try {
     ctx.deliver(message, (error) => answer(error === undefined ? { kind: "acked", at: Date.now() } : classify(error, ctx.broker.connected)));
   } catch (error) {
     answer(classify(error, ctx.broker.connected));
   }
+}
+
+/**
+ * The publish as a producer span, the child of the request that wrote the row (its
+ * traceparent), whichever relay and whichever try publishes it: ended by the row's outcome.
+ */
+function producerSpan(row: OutboxRow, topic: string | undefined, answer: (outcome: Outcome) => void): (outcome: Outcome) => void {
+  const span = tracer().startSpan(
+    `send ${topic ?? row.eventType}`,
+    {
+      kind: SpanKind.PRODUCER,
+      attributes: {
+        "messaging.system": "mqtt",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "publish",
+        "messaging.destination.name": topic ?? "",
+        "messaging.message.id": row.id,
+      },
+    },
+    contextOf(row.traceparent),
+  );
+  return (outcome) => {
+    endSpan(span, outcome.kind === "acked" ? undefined : outcome.kind);
+    answer(outcome);
+  };
 }
 
 const NOT_ATTEMPTED_BEHIND: Outcome = { kind: "released", error: "not attempted: the event before it in its aggregate was not acknowledged" };

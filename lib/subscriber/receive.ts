@@ -11,6 +11,8 @@ import { Releaser } from "./release.ts";
 import { Report } from "./report.ts";
 import { Closing } from "./retry.ts";
 import type { Checked, SubscriberOptions } from "./types.ts";
+import { endSpan } from "../platform/trace-context.ts";
+import { consumerSpan, withSpan } from "./trace.ts";
 
 type Ack = () => void;
 
@@ -36,10 +38,17 @@ export class Receiver {
     if (checked.kind === "malformed") return this.malformed(packet, checked, ack);
     const { event } = checked;
     const arrival = this.arrivalOf(packet, event);
-    this.current = processEvent(this.processing, arrival)
+    const span = consumerSpan(packet, event.id, this.options.consumer);
+    this.current = withSpan(span, () => processEvent(this.processing, arrival))
       .then(
-        (outcome) => this.settled(packet, event, outcome, ack),
-        (error: unknown) => this.failed(packet, event, error, ack),
+        (outcome) => {
+          endSpan(span);
+          return this.settled(packet, event, outcome, ack);
+        },
+        (error: unknown) => {
+          endSpan(span, error instanceof Closing ? "closing" : "handler_failed");
+          return this.failed(packet, event, error, ack);
+        },
       )
       .catch((error: unknown) => {
         if (!(error instanceof Closing)) this.options.onError?.(`onDelivery, onHeld or onDeadLetter threw: ${String(error)}`);

@@ -1,6 +1,7 @@
 // The handler of every idempotent operation, and the answers routes share. Elysia has checked
 // headers, ids and body (http/checks.ts); here the key and the Prefer wait are read, the core
 // runs, and its outcome is answered by one exhaustive switch.
+import { traceparentOf as spanTraceparent } from "../../platform/trace-context.ts";
 import type { Static } from "@sinclair/typebox";
 import { keyHashField } from "../../platform/redact.ts";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
@@ -25,7 +26,8 @@ export function operationHandler(op: Operation): (ctx: RequestContext) => Promis
       key: parsed.key,
       // Elysia checked it against op.body before the handler ran.
       input: { params: ctx.params, body: ctx.body as Static<typeof op.body>, settings: ctx.deps.core.settings },
-      traceparent: traceparentOf(ctx.request),
+      // The server span's own when traced, so the relay's and the subscriber's spans join it.
+      traceparent: ctx.span ? spanTraceparent(ctx.span) : traceparentOf(ctx.request),
     };
     const wait = preferredWait(ctx.request.headers.get("prefer"));
     if (wait.kind === "invalid") return problemResponse("invalidPrefer", wait.detail);

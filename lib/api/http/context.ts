@@ -13,6 +13,9 @@ import type { ApiMetrics } from "../metrics.ts";
 import type { Admission } from "../admission.ts";
 import type { Readiness } from "../readiness.ts";
 import type { OutcomeKind } from "../../idempotency/outcome.ts";
+import type { Span } from "@opentelemetry/api";
+import { tracingOn } from "../../platform/trace-context.ts";
+import { serverSpan } from "./trace.ts";
 
 /** What serving one request takes: one fixed set in the server, the request's own in the worker. */
 export interface RequestDeps {
@@ -51,6 +54,8 @@ export interface RequestContext {
   readonly tenant: string;
   readonly deps: RequestDeps;
   readonly fields: LogFields;
+  /** The request's server span, when the process exports traces. */
+  readonly span?: Span;
 }
 
 // What each path parameter names, for the problem of an id that is not a UUID.
@@ -88,6 +93,8 @@ export class RequestTrail {
   tenantIn: string | undefined = undefined;
   /** The tenant's key whose places it is counted in, so counted out of once answered. */
   keyIn: string | undefined = undefined;
+  /** The request's server span, when the process exports traces. */
+  span: Span | undefined;
   /** The token's and the rate's verdict, taken once (authentication.ts admitOnce): the tenant, or the refusal. */
   admission: Promise<string | Response> | undefined;
   /** A body route's checks (checks.ts bodyParser), for answering a refusal in their order. */
@@ -113,6 +120,7 @@ export function requestContext(deps: RequestDeps) {
       .decorate("trail", new RequestTrail())
       .onRequest((ctx) => {
         ctx.trail = new RequestTrail();
+        if (tracingOn()) ctx.trail.span = serverSpan(ctx.request);
       })
       .as("global")
   );

@@ -7,6 +7,7 @@ import { Elysia } from "elysia";
 import type { HttpServerMetrics } from "../../platform/http-metrics.ts";
 import type { Logger } from "../../platform/log.ts";
 import { routeOf, type LogFields, type RequestContextPlugin } from "./context.ts";
+import { endServerSpan } from "./trace.ts";
 
 const MS_PER_S = 1000;
 
@@ -23,6 +24,7 @@ export function observability(context: RequestContextPlugin, httpMetrics: HttpSe
       const status = trail.status ?? 200;
       const name = routeOf(route);
       httpMetrics?.record(request.method, name, status, durationMs / MS_PER_S);
+      if (trail.span) endServerSpan(trail.span, request.method, name, status, trail.fields.tenant, trail.fields.keyHash?.toJSON());
       try {
         logRequest(deps.log, request.method, name, status, durationMs, trail.fields);
       } catch (error) {

@@ -1,0 +1,72 @@
+// What every process needs to join its spans to a charge's trace, on the OpenTelemetry API
+// alone (no SDK: edge runtimes load this). A charge crosses processes as a W3C traceparent:
+// the request's server span writes its own onto the key and the outbox row, and the relay's
+// producer span and the subscriber's consumer span take it as their parent. With no exporter
+// `tracingOn()` is false and callers build no span at all.
+import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Attributes, type Context, type Span } from "@opentelemetry/api";
+import { sha256Hex } from "./sha256.ts";
+
+let on = false;
+
+/** True once this process exports traces: the only check a hot path makes when they are off. */
+export function tracingOn(): boolean {
+  return on;
+}
+
+/** Set by the SDK's set-up (tracing.ts) alone. */
+export function setTracingOn(value: boolean): void {
+  on = value;
+}
+
+/** The tracer of this project's spans. */
+export function tracer() {
+  return trace.getTracer("charges-outbox");
+}
+
+const TRACEPARENT_RE = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+const INVALID_TRACE_ID = "0".repeat(32);
+const INVALID_SPAN_ID = "0".repeat(16);
+
+/** The context whose parent is `traceparent` (W3C, version 00), or the root for none or a malformed one. */
+export function contextOf(traceparent: string | null | undefined): Context {
+  const match = traceparent ? TRACEPARENT_RE.exec(traceparent.trim().toLowerCase()) : null;
+  if (!match || match[1] === INVALID_TRACE_ID || match[2] === INVALID_SPAN_ID) return ROOT_CONTEXT;
+  const flags = Number.parseInt(match[3]!, 16) & TraceFlags.SAMPLED;
+  return trace.setSpanContext(ROOT_CONTEXT, { traceId: match[1]!, spanId: match[2]!, traceFlags: flags, isRemote: true });
+}
+
+/** `span`'s own traceparent, as the next hop's parent. */
+export function traceparentOf(span: Span): string {
+  const { traceId, spanId, traceFlags } = span.spanContext();
+  return `00-${traceId}-${spanId}-${(traceFlags & TraceFlags.SAMPLED) === 0 ? "00" : "01"}`;
+}
+
+// Enough of a SHA-256 to tell keys apart in a trace, never the key.
+const KEY_HASH_HEX = 16;
+
+/** A key as a span may carry it: hashed, never raw. */
+export function hashedKey(key: string): string {
+  return sha256Hex(key).slice(0, KEY_HASH_HEX);
+}
+
+/** Ends `span` with an error status when `error` is set. */
+export function endSpan(span: Span, error?: string): void {
+  if (error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: error }).setAttribute("error.type", error);
+  span.end();
+}
+
+/**
+ * `run` inside an internal span whose parent is `traceparent`: what `run` awaits (a processor
+ * call) is the span's child through the async context.
+ */
+export async function inSpan<T>(name: string, traceparent: unknown, attributes: Attributes, run: () => Promise<T>): Promise<T> {
+  const span = tracer().startSpan(name, { kind: SpanKind.INTERNAL, attributes }, contextOf(typeof traceparent === "string" ? traceparent : null));
+  try {
+    return await context.with(trace.setSpan(context.active(), span), run);
+  } catch (error) {
+    endSpan(span, error instanceof Error ? error.name : "error");
+    throw error;
+  } finally {
+    if (span.isRecording()) span.end();
+  }
+}
