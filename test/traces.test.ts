@@ -1,5 +1,5 @@
 // One charge is one trace, received by a real OTLP/HTTP endpoint: the API's server span (the
-// child of the caller's traceparent), its processor calls, the relay's publish after a relay
+// child of the caller's traceparent), its transactions and processor calls, the relay's publish after a relay
 // was SIGKILLed and another started, and the subscriber's handling of the event. Keys appear
 // only hashed.
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
@@ -101,6 +101,11 @@ test("a charge through the processor is one trace from the caller's span to the 
     expect(server?.parentSpanId).toBe(callerSpan);
     expect(server?.attributes["http.response.status_code"]).toBe(201);
     expect(server?.attributes["http.route"]).toBe("/charges");
+
+    // The request's transactions: phase 1's claim and phase 3's finish, each under the request.
+    const transactions = spans.filter((s) => s.kind === CLIENT && s.attributes["db.system.name"] === "postgresql");
+    expect(transactions.map((s) => s.name).sort()).toEqual(expect.arrayContaining(["claim idempotency_keys", "finish idempotency_keys"]));
+    for (const tx of transactions) expect(tx.parentSpanId).toBe(server!.spanId);
 
     const calls = spans.filter((s) => s.kind === CLIENT && s.attributes["http.request.method"] === "POST" && String(s.attributes["url.full"]).includes("/v1/payment_intents"));
     expect(calls.length).toBeGreaterThanOrEqual(2);

@@ -4,7 +4,7 @@
 import { Value } from "@sinclair/typebox/value";
 import type { Sql } from "../platform/db.ts";
 import type { HeldAdapter, UnknownCause } from "./adapter.ts";
-import { inSpan, tracingOn } from "../platform/trace-context.ts";
+import { inSpan, inTransaction, tracingOn } from "../platform/trace-context.ts";
 import { registerFormats } from "../platform/schemas.ts";
 import type { FinalOutcome, ForeignDeclaration, Operation, Resume, StoredResponse } from "./model.ts";
 import type { HeldKey } from "./skeleton.ts";
@@ -73,7 +73,8 @@ function capabilitiesOf(declaration: ForeignDeclaration<unknown>, adapter: HeldA
 export async function drive(sql: Sql, op: Operation, start: HeldKey, resumed: boolean, options: DriveOptions): Promise<DriveResult> {
   const declaration = op.foreign;
   if (declaration === undefined) throw new Error(`bug: ${op.name} has no processor steps`);
-  const writes = options.writes ?? directWrites(sql, op, options.leaseMs);
+  const direct = options.writes ?? directWrites(sql, op, options.leaseMs);
+  const writes = tracingOn() ? tracedWrites(direct) : direct;
   const fault = resumeFault(declaration, start.resume);
   if (fault !== undefined) return (await writes.park(start, fault)) ? { kind: "parked", reason: fault } : { kind: "lost" };
   const processor = capabilitiesOf(declaration, options.processor);
@@ -105,4 +106,15 @@ export async function drive(sql: Sql, op: Operation, start: HeldKey, resumed: bo
     }
   }
   throw new Error(`bug: ${op.name} ran ${MAX_STEPS} steps without an end`);
+}
+
+// Each write under the lease as a transaction span of the request's trace.
+function tracedWrites(writes: LeaseWrites): LeaseWrites {
+  const t = <T>(name: string, key: HeldKey, run: () => Promise<T>) => inTransaction(name, key.resume.traceparent, "idempotency_keys", run);
+  return {
+    record: (key, point, resume) => t("record", key, () => writes.record(key, point, resume)),
+    finish: (key, outcome, resume) => t("finish", key, () => writes.finish(key, outcome, resume)),
+    release: (key, resume, error) => t("release", key, () => writes.release(key, resume, error)),
+    park: (key, reason) => t("park", key, () => writes.park(key, reason)),
+  };
 }

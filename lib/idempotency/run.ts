@@ -14,6 +14,7 @@ import { newEventId } from "../platform/uuid.ts";
 import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../platform/db.ts";
 import { UNBOUNDED, type Deadline, type PoolGate } from "../platform/pool-gate.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
+import { endSpan, tracingOn, transactionSpan } from "../platform/trace-context.ts";
 import { advisoryLockId, fingerprint, keyId } from "./keys.ts";
 import { DEFAULT_SETTINGS, endpointOf, type Operation, type OperationInput, type OperationSettings } from "./model.ts";
 import { compile, findKey, runClaim, type Compiled, type KeyRow, type RequestRow } from "./skeleton.ts";
@@ -171,6 +172,8 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
         if (b.steps !== undefined && (outcome = await invalidOrStored(b, request, requestHash, d)) !== undefined) return outcome;
         const claim = claimOf(b, request, advisoryLockId(request.tenant, request.key, b.c.endpoint), requestHash);
         let row: KeyRow | undefined;
+        // The claim's transaction as a span of the request's trace (the ledger's whole operation).
+        const span = tracingOn() ? transactionSpan("claim", request.traceparent, "idempotency_keys") : undefined;
         // The loop is here rather than in a function of its own: an async frame costs a promise per request.
         for (let resends = 0; row === undefined; resends++) {
           try {
@@ -180,9 +183,13 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
             if (sqlState(error) === UNIQUE_VIOLATION) row = LOST_RACE;
             // A server gone read-only (a failover): answered 503, and the pool leaves it.
             else if (isReadOnly(error)) void dropReadOnlyConnections(sql);
-            if (row === undefined && (b.steps !== undefined || resends >= MAX_RESENDS || !isConnectionLost(error))) throw error;
+            if (row === undefined && (b.steps !== undefined || resends >= MAX_RESENDS || !isConnectionLost(error))) {
+              if (span) endSpan(span, sqlState(error) ?? "error");
+              throw error;
+            }
           }
         }
+        span?.end();
         if (row.created !== 1) outcome = await unwritten(b, request, row, requestHash, claim, d);
         else if (b.steps === undefined) outcome = createdOf(op, row.answer ?? claim.body!);
         else {

@@ -59,8 +59,8 @@ export function endSpan(span: Span, error?: string): void {
  * `run` inside an internal span whose parent is `traceparent`: what `run` awaits (a processor
  * call) is the span's child through the async context.
  */
-export async function inSpan<T>(name: string, traceparent: unknown, attributes: Attributes, run: () => Promise<T>): Promise<T> {
-  const span = tracer().startSpan(name, { kind: SpanKind.INTERNAL, attributes }, contextOf(typeof traceparent === "string" ? traceparent : null));
+export async function inSpan<T>(name: string, traceparent: unknown, attributes: Attributes, run: () => Promise<T>, kind: SpanKind = SpanKind.INTERNAL): Promise<T> {
+  const span = tracer().startSpan(name, { kind, attributes }, contextOf(typeof traceparent === "string" ? traceparent : null));
   try {
     return await context.with(trace.setSpan(context.active(), span), run);
   } catch (error) {
@@ -69,4 +69,18 @@ export async function inSpan<T>(name: string, traceparent: unknown, attributes: 
   } finally {
     if (span.isRecording()) span.end();
   }
+}
+
+/** A transaction of `operation` (claim, record, finish, …) as a database client span under `traceparent`. */
+export function transactionSpan(operation: string, traceparent: unknown, table: string): Span {
+  return tracer().startSpan(
+    `${operation} ${table}`,
+    { kind: SpanKind.CLIENT, attributes: { "db.system.name": "postgresql", "db.operation.name": operation, "db.collection.name": table } },
+    contextOf(typeof traceparent === "string" ? traceparent : null),
+  );
+}
+
+/** `run`, a transaction of `operation`, inside its span under `traceparent`. */
+export function inTransaction<T>(operation: string, traceparent: unknown, table: string, run: () => Promise<T>): Promise<T> {
+  return inSpan(`${operation} ${table}`, traceparent, { "db.system.name": "postgresql", "db.operation.name": operation, "db.collection.name": table }, run, SpanKind.CLIENT);
 }
