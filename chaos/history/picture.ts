@@ -11,7 +11,7 @@ const LEFT = 70;
 const RIGHT = 220;
 const GAP = 50;
 const PLOT_W = WIDTH - LEFT - RIGHT;
-const HEIGHT = TOP + 2 * PANEL + GAP + 50;
+const ROW = 16;
 const OUTCOME_COLOURS = { ok: "#2a9d3a", fail: "#e08a00", info: "#d1242f" } as const;
 const RECEIPT_COLOUR = "#3b6fd6";
 const FAULT_COLOURS = ["#f4a3a3", "#a3c8f4", "#b7e4a8", "#f4d9a3", "#d8b4f0", "#a8e4de", "#f0b4d8", "#c8c8c8", "#e4e0a8", "#b0b0f0"];
@@ -26,33 +26,46 @@ export function renderPicture(checked: Checked, title: string): string {
   const times = [...checked.operations.flatMap((o) => [o.start, o.end ?? o.start]), ...checked.receipts.map((r) => r.time), ...checked.windows.flatMap((w) => [w.start, w.stop ?? w.start])];
   const t0 = times.length ? Math.min(...times) : 0;
   const span = Math.max(1000, (times.length ? Math.max(...times) : 0) - t0);
-  const frame: Frame = { t0, span, x: (t) => LEFT + ((t - t0) / span) * PLOT_W };
+  const frame: Frame = { t0, span, x: (t) => LEFT + Math.min(1, Math.max(0, (t - t0) / span)) * PLOT_W };
   const kinds = [...new Set(checked.windows.map((w) => w.f))];
+  const height = TOP + 2 * PANEL + 2 * GAP + kinds.length * ROW + 20;
   const parts = [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}" font-family="sans-serif" font-size="12">`,
-    `<rect width="${WIDTH}" height="${HEIGHT}" fill="white"/>`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${height}" font-family="sans-serif" font-size="12">`,
+    `<rect width="${WIDTH}" height="${height}" fill="white"/>`,
     `<text x="${LEFT}" y="20" font-size="15">${escape(title)}</text>`,
     ...shading(checked.windows, kinds, frame),
     ...ratePanel(checked, frame, TOP),
     ...latencyPanel(checked.operations, frame, TOP + PANEL + GAP),
     ...timeAxis(frame, TOP + 2 * PANEL + GAP),
-    ...legend(kinds),
+    ...gantt(checked.windows, kinds, frame, TOP + 2 * PANEL + 2 * GAP),
     "</svg>",
   ];
   return parts.join("\n");
 }
 
+/** Each window shades both panels faintly in its fault's colour (overlaps darken). */
 function shading(windows: readonly NemesisWindow[], kinds: readonly string[], frame: Frame): string[] {
-  const band = PANEL * 2 + GAP;
-  const lane = band / Math.max(1, kinds.length);
-  return windows.map((w) => {
+  return windows.flatMap((w) => {
     const x = frame.x(w.start);
-    const end = frame.x(w.stop ?? frame.t0 + frame.span);
-    const i = kinds.indexOf(w.f);
-    // Each fault shades the whole height faintly and its own lane strongly, so overlaps stay readable.
-    return `<rect x="${x.toFixed(1)}" y="${TOP}" width="${Math.max(1, end - x).toFixed(1)}" height="${band}" fill="${FAULT_COLOURS[i % FAULT_COLOURS.length]}" opacity="0.25"/>` +
-      `<rect x="${x.toFixed(1)}" y="${(TOP + i * lane).toFixed(1)}" width="${Math.max(1, end - x).toFixed(1)}" height="${lane.toFixed(1)}" fill="${FAULT_COLOURS[i % FAULT_COLOURS.length]}" opacity="0.55"/>`;
+    const width = Math.max(1, frame.x(w.stop ?? frame.t0 + frame.span) - x).toFixed(1);
+    const fill = FAULT_COLOURS[kinds.indexOf(w.f) % FAULT_COLOURS.length];
+    return [TOP, TOP + PANEL + GAP].map((y) => `<rect x="${x.toFixed(1)}" y="${y}" width="${width}" height="${PANEL}" fill="${fill}" opacity="0.3"/>`);
   });
+}
+
+/** One row per fault under the panels: when each was on, so overlaps read at a glance. */
+function gantt(windows: readonly NemesisWindow[], kinds: readonly string[], frame: Frame, y0: number): string[] {
+  const out = [`<text x="${LEFT + 4}" y="${y0 - 6}">nemesis</text>`];
+  for (const [i, k] of kinds.entries()) {
+    const y = y0 + i * ROW;
+    out.push(`<text x="${LEFT + PLOT_W + 8}" y="${y + 12}">${escape(k)}</text>`, `<line x1="${LEFT}" x2="${LEFT + PLOT_W}" y1="${y + ROW / 2}" y2="${y + ROW / 2}" stroke="#eee"/>`);
+  }
+  for (const w of windows) {
+    const x = frame.x(w.start);
+    const i = kinds.indexOf(w.f);
+    out.push(`<rect x="${x.toFixed(1)}" y="${y0 + i * ROW + 2}" width="${Math.max(1, frame.x(w.stop ?? frame.t0 + frame.span) - x).toFixed(1)}" height="${ROW - 4}" fill="${FAULT_COLOURS[i % FAULT_COLOURS.length]}" stroke="#666" stroke-width="0.5"/>`);
+  }
+  return out;
 }
 
 /** Counts per second of the run. */
@@ -102,14 +115,6 @@ function timeAxis(frame: Frame, y0: number): string[] {
 function niceStep(seconds: number): number {
   for (const step of [1, 2, 5, 10, 15, 30, 60, 120, 300]) if (seconds / step <= 15) return step;
   return 600;
-}
-
-function legend(kinds: readonly string[]): string[] {
-  const x = WIDTH - RIGHT + 20;
-  return [`<text x="${x}" y="${TOP + 12}">nemesis</text>`, ...kinds.flatMap((k, i) => [
-    `<rect x="${x}" y="${TOP + 22 + i * 18}" width="14" height="12" fill="${FAULT_COLOURS[i % FAULT_COLOURS.length]}"/>`,
-    `<text x="${x + 20}" y="${TOP + 32 + i * 18}">${escape(k)}</text>`,
-  ])];
 }
 
 function escape(text: string): string {
