@@ -76,6 +76,6 @@ export class SubscriberDeliveries {
     const rows = await sql<{ id: string; aggregate: string; sequence: number; at: number }[]>`
       select i.event_id::text as id, o.aggregate_id::text as aggregate, o.sequence, (extract(epoch from i.received_at) * 1000)::float8 as at
         from inbox i join outbox o on o.id = i.event_id where i.consumer = ${this.consumer}`;
-    return rows.filter((r) => !told.has(r.id)).map((r) => ({ type: "delivery", consumer: this.consumer, event_id: r.id, aggregate: r.aggregate, sequence: r.sequence, time: r.at }));
+    return rows.filter((r) => !told.has(r.id)).map((r) => ({ type: "delivery", consumer: this.consumer, event_id: r.id, aggregate: r.aggregate, sequence: r.sequence, time: r.at, via: "inbox" }));
   }
 }

@@ -42,6 +42,8 @@ export interface ArrivalRecord {
   readonly aggregate: string;
   readonly sequence: number;
   readonly time: number;
+  /** "inbox": a delivery the consumer's inbox holds whose line was lost with its process. */
+  readonly via?: string;
 }
 
 export interface NemesisRecord {

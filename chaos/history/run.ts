@@ -63,7 +63,8 @@ async function run(s: System): Promise<void> {
     await nemesis;
     await clients.done;
     console.log(`chaos:history: load and faults over after ${((Date.now() - t0) / 1000).toFixed(1)} s; healed`);
-    await settle(s.db.sql, () => ({ deliveries: new Set(s.subscriber.records.map((r) => r.event_id)), receipts: new Set(receiptsOf(receiver).map((r) => r.event_id)) }));
+    const delivered = async (): Promise<Set<string>> => new Set([...s.subscriber.records, ...(await s.subscriber.fromInbox(s.db.sql))].map((r) => r.event_id));
+    await settle(s.db.sql, async () => ({ deliveries: await delivered(), receipts: new Set(receiptsOf(receiver).map((r) => r.event_id)) }));
     ledger.stop();
     for (const e of ledger.effects(attribution)) recorder.add(e);
     for (const c of await committedEvents(s.db.sql)) recorder.add(c);

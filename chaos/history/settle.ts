@@ -28,7 +28,7 @@ export async function committedEvents(sql: Sql): Promise<CommittedRecord[]> {
 }
 
 /** Waits for the completer, the relay, then every event at both consumers; a line for each wait. */
-export async function settle(sql: Sql, arrived: () => { deliveries: Set<string>; receipts: Set<string> }): Promise<void> {
+export async function settle(sql: Sql, arrived: () => Promise<{ deliveries: Set<string>; receipts: Set<string> }>): Promise<void> {
   const waited = async (what: string, done: () => Promise<boolean>, timeoutMs: number): Promise<void> => {
     const t = Date.now();
     const ok = await waitUntil(done, timeoutMs, what, 250).then(() => true, () => false);
@@ -38,7 +38,7 @@ export async function settle(sql: Sql, arrived: () => { deliveries: Set<string>;
   await waited("every row published (the relay)", async () => (await unpublishedRows(sql)) === 0, DRAIN_TIMEOUT_MS);
   await waited("every event at the subscriber and the plain receiver", async () => {
     const ids = (await committedEvents(sql)).map((c) => c.event_id);
-    const { deliveries, receipts } = arrived();
+    const { deliveries, receipts } = await arrived();
     return ids.every((id) => deliveries.has(id) && receipts.has(id));
   }, ARRIVAL_TIMEOUT_MS);
 }
