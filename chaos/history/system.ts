@@ -1,7 +1,8 @@
 // The system under the history run, all of it private to the run: a Postgres (the embedded
 // one, its own cluster and port) and a Mosquitto (persistence on, no queue limit), the
 // processor simulator in this process, two `bun api.ts` behind the lossy fault proxy, the relay
-// (which runs the completer), the reference subscriber; and what the nemesis does to each.
+// (which runs the completer) reaching the broker through a link that can be cut, the reference
+// subscriber; and what the nemesis does to each.
 import { appendFileSync } from "node:fs";
 import { join } from "node:path";
 import { authEnv } from "../../testkit/auth.ts";
@@ -14,6 +15,7 @@ import { startProcessorSim, type ProcessorSim } from "../../testkit/processor-si
 import { startEntrypoint, type Child, type Service } from "../../testkit/processes.ts";
 import type { SimFaultRule } from "../../dev/processor-sim/types.ts";
 import { chaosChild, hardKill, LOG_DIR, startRelay } from "../lib/harness.ts";
+import { cuttableLink } from "../lib/tcp-cut.ts";
 import { SubscriberDeliveries } from "./deliveries.ts";
 import type { FaultAction } from "./nemesis.ts";
 import type { Fault } from "./schedule.ts";
@@ -53,7 +55,10 @@ export async function startSystem(seed: number): Promise<System> {
   const env = { DATABASE_URL: db.url, MQTT_URL: broker.url, MQTT_TOPIC_PREFIX: prefix, API_POOL_SIZE: "8", ...authEnv(), ...processorEnv(sim, PROCESSOR_TIMEOUT_MS) };
   const apis: Service[] = [];
   for (const name of ["api-a", "api-b"]) apis.push(await startEntrypoint("api", chaosChild(name, env)));
-  let relay: Child = await startRelay(db.url, prefix, broker.url, processorEnv(sim, PROCESSOR_TIMEOUT_MS));
+  // The relay reaches the broker through a link the network cut cuts silently.
+  const relayLink = await cuttableLink(broker.port);
+  const relayBroker = `mqtt://127.0.0.1:${relayLink.port}`;
+  let relay: Child = await startRelay(db.url, prefix, relayBroker, processorEnv(sim, PROCESSOR_TIMEOUT_MS));
   const subscriber = new SubscriberDeliveries({ DATABASE_URL: db.url, MQTT_URL: broker.url, MQTT_TOPIC_PREFIX: prefix }, `history-${seed}`);
   await subscriber.start();
   const cut = { on: false };
@@ -89,19 +94,30 @@ export async function startSystem(seed: number): Promise<System> {
     "kill-relay": {
       start: () => hardKill(relay),
       heal: async () => {
-        if (relay.exited) relay = await startRelay(db.url, prefix, broker.url, processorEnv(sim, PROCESSOR_TIMEOUT_MS));
+        if (relay.exited) relay = await startRelay(db.url, prefix, relayBroker, processorEnv(sim, PROCESSOR_TIMEOUT_MS));
       },
     },
     "kill-subscriber": { start: () => subscriber.kill(), heal: async () => (subscriber.running ? undefined : subscriber.start()) },
     "restart-broker": { start: () => broker.stop(), heal: () => broker.start() },
     "restart-postgres": { start: () => pg.stopImmediately(), heal: () => pg.start() },
-    "cut-network": { start: async () => void (cut.on = true), heal: async () => void (cut.on = false) },
+    // Clients lose their requests' answers or their connections; the relay's publishes vanish.
+    "cut-network": {
+      start: async () => {
+        cut.on = true;
+        relayLink.cut();
+      },
+      heal: async () => {
+        cut.on = false;
+        relayLink.heal();
+      },
+    },
     "processor-500-after": processorFault("processor-500-after"),
     "processor-hang": processorFault("processor-hang"),
     "processor-down": processorFault("processor-down"),
   };
   const close = async (): Promise<void> => {
     await proxy.close();
+    await relayLink.close();
     await subscriber.stop();
     await relay.stop(5000);
     for (const api of apis) await api.child.stop(5000);
