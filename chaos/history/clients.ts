@@ -91,11 +91,18 @@ function noting(last: { status: number; sha: string }): (url: string, init: Requ
 function choose(client: ChargesClient, random: () => number, held: Held[], answered: Sent[], attribution: Attribution): Sent {
   const r = random();
   if (r < 0.1 && answered.length > 0) return answered[Math.floor(random() * answered.length)]!;
+  // Mostly the charge just made, as a shop refunds or captures right after the sale: a
+  // charge's events then follow one another closely, and an outage finds several pending.
   const refundable = held.filter((h) => !h.manual && h.refunds < MAX_REFUNDS);
-  if (r < 0.35 && refundable.length > 0) return refund(client, refundable[Math.floor(random() * refundable.length)]!, attribution);
+  if (r < 0.35 && refundable.length > 0) return refund(client, pick(refundable, random), attribution);
   const authorized = held.filter((h) => h.manual && !h.settled);
-  if (r < 0.55 && authorized.length > 0) return settle(client, authorized[0]!, random() < 0.7, attribution);
+  if (r < 0.55 && authorized.length > 0) return settle(client, pick(authorized, random), random() < 0.7, attribution);
   return charge(client, random, attribution);
+}
+
+/** The latest of `list` most of the time, else any. */
+function pick<T>(list: readonly T[], random: () => number): T {
+  return random() < 0.7 ? list.at(-1)! : list[Math.floor(random() * list.length)]!;
 }
 
 function charge(client: ChargesClient, random: () => number, attribution: Attribution): Sent {
