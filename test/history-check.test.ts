@@ -1,12 +1,14 @@
 // The history checker (chaos/history/check.ts) on hand-made histories: each anomaly kind in a
 // history made to have it, and valid histories (operations whose outcome stayed unknown, with
 // and without an effect; redeliveries the inbox dropped; receipts repeated) flagged by none.
+// And the nemesis's schedule, which must put at least four faults on at once.
 import { describe, expect, test } from "bun:test";
 import { mkdtempSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ANOMALY_KINDS, checkHistory, type AnomalyKind } from "../chaos/history/checker.ts";
 import { parseHistory, type HistoryRecord } from "../chaos/history/history.ts";
+import { FAULTS, overlapOf, schedule } from "../chaos/history/schedule.ts";
 
 const SHA_A = "a".repeat(64);
 const SHA_B = "b".repeat(64);
@@ -131,5 +133,22 @@ describe("the command", () => {
     expect(done.exitCode).toBe(2);
     expect(done.stderr.toString().trim()).toBe(`chaos:check: ${file}: line 2: effect needs key, object, amount and time`);
     expect(parseHistory("{}\n").ok).toBe(false);
+  });
+});
+
+describe("the nemesis's schedule (chaos/history/schedule.ts)", () => {
+  test("every seed and duration gives at least four faults at once, none overlapping itself, all within the run, the same each time", () => {
+    for (const durationMs of [20_000, 60_000, 75_000, 600_000]) {
+      for (let seed = 0; seed < 40; seed++) {
+        const windows = schedule(seed, durationMs);
+        expect(overlapOf(windows)).toBeGreaterThanOrEqual(4);
+        expect(windows.every((w) => w.at >= 0 && w.at + w.ms <= durationMs)).toBe(true);
+        for (const f of FAULTS) {
+          const own = windows.filter((w) => w.f === f);
+          expect(own.every((w, i) => i === 0 || own[i - 1]!.at + own[i - 1]!.ms <= w.at)).toBe(true);
+        }
+        expect(schedule(seed, durationMs)).toEqual(windows);
+      }
+    }
   });
 });
