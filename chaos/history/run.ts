@@ -9,6 +9,7 @@
 // Options: --seed N, --duration SECONDS, --out FILE. The history's path is the last line.
 import { collect, type Collector } from "../../testkit/mqtt.ts";
 import { killAll } from "../../testkit/processes.ts";
+import { LOG_DIR } from "../lib/harness.ts";
 import { sleep } from "../../testkit/wait.ts";
 import { parseArgs, type RunOptions } from "./args.ts";
 import { Attribution, startClients } from "./clients.ts";
@@ -31,7 +32,7 @@ if ("error" in parsed) {
 }
 const options: RunOptions = parsed;
 const windows = schedule(options.seed, options.durationMs);
-console.log(`chaos:history: seed ${options.seed}, ${options.durationMs / 1000} s, ${windows.length} nemesis windows, at most ${overlapOf(windows)} faults at once (replay: --seed ${options.seed} --duration ${options.durationMs / 1000})`);
+console.log(`chaos:history: seed ${options.seed}, ${options.durationMs / 1000} s, ${windows.length} nemesis windows, at most ${overlapOf(windows)} faults at once (replay: --seed ${options.seed} --duration ${options.durationMs / 1000}); the processes' logs: ${LOG_DIR}`);
 const recorder = new Recorder(options.out);
 const system = await startSystem(options.seed);
 let failed = false;
