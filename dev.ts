@@ -2,7 +2,8 @@
 // Postgres unless DATABASE_URL is set (data in .data/postgres, kept across runs, or in the
 // temp dir when Postgres's user cannot reach the project: dev/pg-place.ts), an in-process
 // MQTT broker unless MQTT_URL is set, an in-process payment-processor simulator (Stripe's
-// API, dev/processor-sim/), then api, relay and a printing subscriber.
+// API, dev/processor-sim/) unless PAYMENT_PROCESSOR is set, then api, relay and a printing
+// subscriber.
 // Ctrl-C stops the three processes first and the services they use last.
 import { relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -13,7 +14,7 @@ import { banner, dataPlace, embeddedPostgresLine, print, printPostgres } from ".
 import { processorEnv, startDevProcessor } from "./dev/processor.ts";
 import { stopWithSupervisor } from "./dev/watchdog.ts";
 import { freePort } from "./dev/ports.ts";
-import { DEMO_TENANT, devSecret, DEV_KEY_HASH_SECRET_FILE, DEV_SECRET_FILE, mintToken } from "./dev/token.ts";
+import { DEMO_TENANT, devSecret, DEV_KEY_HASH_SECRET_FILE, DEV_SECRET_FILE, DEV_OPERATOR, mintToken, OPERATOR_SCOPE } from "./dev/token.ts";
 
 const ROOT = fileURLToPath(new URL("./", import.meta.url));
 const DEFAULT_API_PORT = 3000;
@@ -38,27 +39,30 @@ async function main(): Promise<void> {
   services.push(database);
   const broker = await brokerService();
   services.push(broker);
-  const processor = await processorService();
-  services.push(processor);
+  // The simulator only when the API charges through it: a PAYMENT_PROCESSOR of the
+  // environment's own (none for the bare ledger, or a processor of its own) runs none.
+  const processor = processorChosen() ? undefined : await processorService();
+  if (processor) services.push(processor);
   const apiPort = await portFor("PORT", DEFAULT_API_PORT);
   const relayPort = await portFor("RELAY_PORT", DEFAULT_RELAY_PORT);
   const auth = authSetup();
-  // Charges go through the simulator (the relay runs the completer for them), unless the
-  // environment chose a processor itself (PAYMENT_PROCESSOR=none for the bare ledger).
-  const charging = process.env.PAYMENT_PROCESSOR ? {} : processorEnv(processor);
+  // Charges go through the simulator (the relay runs the completer for them).
+  const charging = processor ? processorEnv(processor) : {};
   // One key for the api's and the relay's keyHash, kept in .data/: their logs name a key alike, run after run.
   const keyHashSecret = process.env.API_KEY_HASH_SECRET || devSecret(DEV_KEY_HASH_SECRET_FILE);
   const env = { ...process.env, ...auth.env, ...charging, API_KEY_HASH_SECRET: keyHashSecret, DATABASE_URL: database.url, MQTT_URL: broker.url, PORT: String(apiPort), RELAY_PORT: String(relayPort) };
   children.push(startChild("api", [`${ROOT}api.ts`], env, print));
   children.push(startChild("relay", [`${ROOT}relay.ts`], env, print));
-  children.push(startChild("subscriber", [subscriberScript()], env, print));
-  for (const child of children) void child.exited.then((code) => onChildExit(child, code));
-  // In their own process groups, they would outlive a SIGKILLed supervisor without this.
-  stopWithSupervisor(process.pid, children.flatMap((child) => (child.process.pid === undefined ? [] : [child.process.pid])));
+  for (const child of children) supervise(child);
   const api = `http://127.0.0.1:${apiPort}`;
   const relay = `http://127.0.0.1:${relayPort}`;
   // The relay's /healthz, not /readyz: a relay waiting for its broker is running, and says why in its lines.
   await Promise.all([waitReady(`${api}/readyz`), waitReady(`${relay}/healthz`)]);
+  // Once the API has migrated the database: the subscriber library's migrations, on the same
+  // database here, then find the service's tables and take them as they are.
+  const subscriber = startChild("subscriber", [subscriberScript()], env, print);
+  children.push(subscriber);
+  supervise(subscriber);
   const endpoints = {
     api,
     relay,
@@ -68,10 +72,11 @@ async function main(): Promise<void> {
     databaseDirectUrl: process.env.DATABASE_DIRECT_URL || undefined,
     mqttUrl: broker.url,
     mqttNote: broker.note,
-    processorUrl: processor.url,
-    paymentMethod: process.env.PAYMENT_PROCESSOR ? undefined : "pm_card_visa",
+    processorUrl: processor?.url,
+    paymentMethod: processor ? "pm_card_visa" : undefined,
     authorization: await auth.authorization(),
     authNote: auth.note,
+    consoleUrl: await consoleLink(process.env.OPERATOR_PORT ? `http://127.0.0.1:${process.env.OPERATOR_PORT}` : api, auth),
   };
   for (const line of banner(endpoints)) log(line);
 }
@@ -91,6 +96,10 @@ async function brokerService(): Promise<Service> {
   return { url: broker.url, note: "(in-process aedes)", stop: () => broker.close() };
 }
 
+function processorChosen(): boolean {
+  return (process.env.PAYMENT_PROCESSOR ?? "").trim() !== "";
+}
+
 async function processorService(): Promise<Service> {
   const sim = await startDevProcessor();
   print("processor", `Stripe API simulator (PaymentIntents, Refunds) on port ${sim.port}`);
@@ -101,6 +110,8 @@ interface AuthSetup {
   readonly env: Record<string, string>;
   /** The Authorization header value the printed curl carries, if dev mode can mint one. */
   authorization(): Promise<string | undefined>;
+  /** An operator's token for the console's sign-in link, if dev mode can mint one. */
+  operatorToken(): Promise<string | undefined>;
   readonly note: string;
 }
 
@@ -110,10 +121,10 @@ interface AuthSetup {
  */
 function authSetup(): AuthSetup {
   const mode = (process.env.AUTH_MODE ?? "").trim().toLowerCase();
-  if (mode === "none") return { env: {}, authorization: async () => undefined, note: "AUTH_MODE=none: no token needed" };
+  if (mode === "none") return { env: {}, authorization: async () => undefined, operatorToken: async () => undefined, note: "AUTH_MODE=none: no token needed" };
   const configured = process.env.AUTH_JWT_SECRET;
   if (!configured && process.env.AUTH_JWKS_URL) {
-    return { env: {}, authorization: async () => "Bearer <a token from your identity provider>", note: "tokens from AUTH_JWKS_URL" };
+    return { env: {}, authorization: async () => "Bearer <a token from your identity provider>", operatorToken: async () => undefined, note: "tokens from AUTH_JWKS_URL" };
   }
   const secret = configured || devSecret();
   const note = configured ? "a token signed with AUTH_JWT_SECRET" : `a token signed with the dev secret in ${relative(ROOT, DEV_SECRET_FILE)}`;
@@ -121,8 +132,15 @@ function authSetup(): AuthSetup {
   return {
     env: { AUTH_JWT_SECRET: secret },
     authorization: async () => `Bearer ${await mintToken(secret, claims)}`,
+    operatorToken: () => mintToken(secret, { ...claims, tenant: DEV_OPERATOR, scope: OPERATOR_SCOPE }),
     note: `${note}, for the tenant "${DEMO_TENANT}" (bun run token <tenant> mints others)`,
   };
+}
+
+/** The console's sign-in link (docs/console.md): it sets the session cookie and opens the console. */
+async function consoleLink(base: string, auth: AuthSetup): Promise<string | undefined> {
+  const token = await auth.operatorToken();
+  return token === undefined ? undefined : `${base}/console/sign-in?token=${token}`;
 }
 
 /** The variable when set; otherwise the usual port, or any free one when it is taken. */
@@ -142,6 +160,12 @@ async function isTaken(port: number): Promise<boolean> {
     server.once("error", () => resolve(true));
     server.listen(port, "0.0.0.0", () => server.close(() => resolve(false)));
   });
+}
+
+/** Stopped with the others when it exits; in its own process group, it would outlive a SIGKILLed supervisor without the watchdog. */
+function supervise(child: Child): void {
+  void child.exited.then((code) => onChildExit(child, code));
+  if (child.process.pid !== undefined) stopWithSupervisor(process.pid, [child.process.pid]);
 }
 
 function subscriberScript(): string {

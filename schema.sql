@@ -203,3 +203,19 @@ create table subscriber_held_events (
 );
 -- An aggregate's next held event, and the gap sweep's scan of one consumer's held events.
 create index subscriber_held_events_aggregate_idx on subscriber_held_events (consumer, aggregate_type, aggregate_id, sequence);
+
+-- The operators' audit trail: one row per action taken through the console or `bun run ops`
+-- (who, through what, which action on which target, why, what came of it, when). Only added to.
+create table operator_audit (
+    id bigint generated always as identity primary key,
+    at timestamptz not null default now(),
+    actor text not null,
+    via text not null,
+    action text not null,
+    target text not null,
+    reason text not null,
+    outcome jsonb not null,
+    constraint operator_audit_reason_given check (length(btrim(reason)) > 0)
+);
+-- The console's audit page reads the newest first.
+create index operator_audit_at_idx on operator_audit (at);

@@ -16,6 +16,7 @@ import { besideSection } from "./beside.ts";
 import { growthSection, GROWTH_DEFAULTS } from "./outbox-growth.ts";
 import { unitCostsSection } from "./unit-costs.ts";
 import { processorSection } from "./processor-bench.ts";
+import { subscriberSection } from "./subscriber-ab.ts";
 import { benchServices, log, median } from "./support.ts";
 import { createReport } from "./report.ts";
 import { ServicesUnavailable } from "../testkit/services.ts";
@@ -293,5 +294,6 @@ await section("end to end", async () => {
 await section("outbox growth", () => growthSection(report, quick ? { rounds: 1, seconds: 10, rate: GROWTH_DEFAULTS.rate, seeded: 100_000 } : GROWTH_DEFAULTS));
 await section("unit costs", () => unitCostsSection(report, quick ? 1 : 3, P.seconds));
 await section("processor mode", () => processorSection(report, quick ? 1 : 2, P.seconds, quick ? 1 : 3));
+await section("subscriber library", () => subscriberSection(report, quick ? 1 : 5, quick ? 500 : 3000));
 
 process.exit(await report.finish(quick, started));

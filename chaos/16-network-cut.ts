@@ -118,7 +118,7 @@ await scenario("16", "network cut silently: API and relay from Postgres, then re
   const [late] = await db.sql<{ n: number }[]>`select count(*)::int as n from outbox where created_at > now() - make_interval(secs => ${(performance.now() - at.brokerCut) / 1000})`;
   checks.check((late?.n ?? 0) > 0 && totals.unpublished === 0, `the relay resumed by itself and published the ${late?.n} rows written since the broker cut`);
   await waitUntil(() => collector.firstArrivals().size >= totals.outbox, PHASE_TIMEOUT_MS, "every event at the order collector").catch(() => {});
-  // The order the relay promises (docs/relay.md#order): each aggregate's events in sequence
+  // The order the relay promises (docs/events.md#order): each aggregate's events in sequence
   // order at first receipt. Between charges no order is promised while a backlog drains (claims
   // in several lanes at once): a first version judged commit order after the heal and saw
   // inversions, as documented.

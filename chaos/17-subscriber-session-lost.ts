@@ -1,5 +1,5 @@
 // Scenario 17: the subscriber's session is lost. A private Mosquitto WITHOUT persistence serves
-// the relay and the reference subscriber (examples/subscriber.ts, given the API's URL and a
+// the relay and the reference subscriber (examples/reference-subscriber.ts, given the API's URL and a
 // token). Under charges and refunds, the subscriber stops (its session keeps what comes
 // meanwhile at the broker), then the broker restarts and forgets the session with every event
 // queued in it: the relay had their PUBACKs, so they are published and will never come again.

@@ -6,6 +6,7 @@ import { requestHash, type KeyStore } from "./key-store.ts";
 import type { paths } from "./openapi.d.ts";
 import { RetryBudget } from "./budget.ts";
 import type { BackoffOptions, RetryBudgetOptions } from "./policy.ts";
+import { checkedBaseUrl, tokenSource } from "./options.ts";
 import { parseObject, problemError, send, type Exchange, type FetchLike, type Transport, type TryReport } from "./send.ts";
 
 // Taken by route and status, not by schema name: the routes are the contract (SPEC), the
@@ -38,8 +39,12 @@ const DEFAULT_BUDGET: RetryBudgetOptions = { burst: 50, perSecond: 1, perSuccess
 export interface ChargesClientOptions {
   /** The API's origin, e.g. "https://api.example" (a path prefix is kept). */
   readonly baseUrl: string;
-  /** The bearer token, or a function that returns the current one (asked before every try). */
-  readonly token: string | (() => string | Promise<string>);
+  /**
+   * The bearer token, or a function that returns the current one (asked before every try).
+   * None for an API that takes none (AUTH_MODE=none). A function that throws, or returns
+   * something that is not a token, is the caller's bug: the call throws at once, unsent.
+   */
+  readonly token?: string | (() => string | Promise<string>) | undefined;
   /** A fetch of your own (a test's, a proxy's); the global one by default. */
   readonly fetch?: FetchLike;
   readonly perTryTimeoutMs?: number;
@@ -131,13 +136,13 @@ export class ChargesClient {
     },
   };
 
+  /** Throws TypeError at once when the options themselves are wrong (client/options.ts). */
   constructor(options: ChargesClientOptions) {
-    this.#base = options.baseUrl.replace(/\/+$/, "");
-    const token = options.token;
+    this.#base = checkedBaseUrl(options?.baseUrl);
     this.budget = new RetryBudget(options.retryBudget ?? DEFAULT_BUDGET);
     this.#transport = {
       fetch: options.fetch ?? ((url, init) => fetch(url, init)),
-      token: async () => (typeof token === "string" ? token : await token()),
+      token: tokenSource(options.token),
       perTryTimeoutMs: options.perTryTimeoutMs ?? DEFAULT_PER_TRY_TIMEOUT_MS,
       backoff: options.backoff ?? DEFAULT_BACKOFF,
       budget: this.budget,

@@ -12,7 +12,7 @@ export interface paths {
         put?: never;
         /**
          * Create a charge
-         * @description Idempotent: the key's scope is (tenant, key, "POST /charges").
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges"); a retry with the same key and body replays the first answer.
          */
         post: operations["createCharge"];
         delete?: never;
@@ -28,7 +28,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A charge, with its refunded total */
+        /**
+         * A charge, with its refunded total
+         * @description Another tenant's charge is unknown alike (404).
+         */
         get: operations["getCharge"];
         put?: never;
         post?: never;
@@ -49,7 +52,7 @@ export interface paths {
         put?: never;
         /**
          * Cancel an authorized charge
-         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/cancel").
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/cancel"); a retry with the same key and body replays the first answer.
          */
         post: operations["cancelCharge"];
         delete?: never;
@@ -69,7 +72,7 @@ export interface paths {
         put?: never;
         /**
          * Capture an authorized charge
-         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/capture").
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/capture"); a retry with the same key and body replays the first answer.
          */
         post: operations["captureCharge"];
         delete?: never;
@@ -109,7 +112,7 @@ export interface paths {
         put?: never;
         /**
          * Refund part or all of a charge
-         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/refunds").
+         * @description Idempotent: the key's scope is (tenant, key, "POST /charges/:id/refunds"); a retry with the same key and body replays the first answer.
          */
         post: operations["createRefund"];
         delete?: never;
@@ -125,7 +128,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A refund of a charge */
+        /**
+         * A refund of a charge
+         * @description A refund of another charge, or another tenant's, is unknown alike (404).
+         */
         get: operations["getRefund"];
         put?: never;
         post?: never;
@@ -142,7 +148,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A key's state, per operation: in flight, completed, parked, expired or unknown */
+        /**
+         * A key's state, per operation: in flight, completed, parked, expired or unknown
+         * @description The key travels in the Idempotency-Key header its POST sent it in; never cached by a shared cache (Cache-Control: private, no-store).
+         */
         get: operations["getIdempotencyKey"];
         put?: never;
         post?: never;
@@ -159,7 +168,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Liveness: the process runs */
+        /**
+         * Liveness: the process runs
+         * @description Answers while the process serves requests; it asks nothing of the database.
+         */
         get: operations["health"];
         put?: never;
         post?: never;
@@ -176,7 +188,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Prometheus metrics */
+        /**
+         * Prometheus metrics
+         * @description The process's metrics in the Prometheus text format, for a scraper.
+         */
         get: operations["metrics"];
         put?: never;
         post?: never;
@@ -193,7 +208,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Readiness: the database answers */
+        /**
+         * Readiness: the database answers
+         * @description A load balancer sends requests here only while this answers 200.
+         */
         get: operations["ready"];
         put?: never;
         post?: never;
@@ -207,6 +225,12 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description Nothing: {} */
+        CancelChargeBody: Record<string, never>;
+        CaptureChargeBody: {
+            /** @description What to capture, in cents, up to the authorized amount (the rest is released); all of it when absent */
+            amountCents?: number;
+        };
         Charge: {
             amountCents: number;
             /** @description What was captured of a manual charge (the rest was released) */
@@ -469,16 +493,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description Amount in cents */
-                    amountCents: number;
-                    /** @enum {string} */
-                    capture?: "automatic" | "manual";
-                    /** @description ISO 4217 code in lower case; DEFAULT_CURRENCY (usd) when absent */
-                    currency?: string;
-                    /** @description The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe */
-                    paymentMethod?: string;
-                };
+                "application/json": components["schemas"]["ChargeBody"];
             };
         };
         responses: {
@@ -490,21 +505,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        amountCents: number;
-                        /** @description What was captured of a manual charge (the rest was released) */
-                        capturedCents?: number;
-                        /** Format: date-time */
-                        createdAt: string;
-                        /** @description ISO 4217, lower case */
-                        currency: string;
-                        /** Format: uuid */
-                        id: string;
-                        /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
-                        processorPaymentId?: string;
-                        /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
-                    };
+                    "application/json": components["schemas"]["Charge"];
                 };
             };
             /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, or a Prefer wait that is not whole seconds (invalid-prefer) */
@@ -513,19 +514,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -534,19 +523,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The payment processor declined the charge (card-declined, with declineCode): stored under the key and replayed */
@@ -555,19 +532,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
@@ -576,19 +541,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
@@ -597,19 +550,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Body over 16384 bytes */
@@ -618,40 +559,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Content-Type is not JSON */
+            /** @description Content-Type is not JSON (an empty body needs none when no field is required) */
             415: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key was used with another request */
@@ -660,19 +577,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -681,20 +586,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
@@ -702,19 +602,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
@@ -723,19 +611,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
@@ -744,19 +620,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -778,24 +642,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        amountCents: number;
-                        /** @description What was captured of a manual charge (the rest was released) */
-                        capturedCents?: number;
-                        /** Format: date-time */
-                        createdAt: string;
-                        /** @description ISO 4217, lower case */
-                        currency: string;
-                        /** @description The processor's decline code, when it failed */
-                        declineCode?: string;
-                        /** Format: uuid */
-                        id: string;
-                        /** @description The processor's payment id, once it succeeded */
-                        processorPaymentId?: string;
-                        refundedCents: number;
-                        /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
-                    };
+                    "application/json": components["schemas"]["ChargeView"];
                 };
             };
             /** @description Not a UUID */
@@ -804,19 +651,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -825,19 +660,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unknown charge, or another tenant's */
@@ -846,19 +669,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -867,20 +678,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After) */
             503: {
@@ -888,19 +694,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -920,7 +714,7 @@ export interface operations {
         /** @description Nothing: {} */
         requestBody: {
             content: {
-                "application/json": Record<string, never>;
+                "application/json": components["schemas"]["CancelChargeBody"];
             };
         };
         responses: {
@@ -932,21 +726,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        amountCents: number;
-                        /** @description What was captured of a manual charge (the rest was released) */
-                        capturedCents?: number;
-                        /** Format: date-time */
-                        createdAt: string;
-                        /** @description ISO 4217, lower case */
-                        currency: string;
-                        /** Format: uuid */
-                        id: string;
-                        /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
-                        processorPaymentId?: string;
-                        /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
-                    };
+                    "application/json": components["schemas"]["Charge"];
                 };
             };
             /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, an id that is not a UUID, or a Prefer wait that is not whole seconds (invalid-prefer) */
@@ -955,19 +735,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -976,19 +744,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unknown charge, or another tenant's; the key stays unused */
@@ -997,19 +753,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
@@ -1018,19 +762,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
@@ -1039,19 +771,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Body over 16384 bytes */
@@ -1060,40 +780,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Content-Type is not JSON */
+            /** @description Content-Type is not JSON (an empty body needs none when no field is required) */
             415: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key was used with another request (idempotency-key-reused), or the charge is not authorized (charge-not-cancelable: captured, canceled, failed, or captured at once; the key stays unused). With a processor, also its refusal (cancel-refused), stored under the key */
@@ -1102,19 +798,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -1123,20 +807,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
@@ -1144,19 +823,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
@@ -1165,19 +832,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
@@ -1186,19 +841,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -1217,10 +860,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description What to capture, in cents, up to the authorized amount (the rest is released); all of it when absent */
-                    amountCents?: number;
-                };
+                "application/json": components["schemas"]["CaptureChargeBody"];
             };
         };
         responses: {
@@ -1232,21 +872,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        amountCents: number;
-                        /** @description What was captured of a manual charge (the rest was released) */
-                        capturedCents?: number;
-                        /** Format: date-time */
-                        createdAt: string;
-                        /** @description ISO 4217, lower case */
-                        currency: string;
-                        /** Format: uuid */
-                        id: string;
-                        /** @description The processor's payment id (PAYMENT_PROCESSOR=stripe) */
-                        processorPaymentId?: string;
-                        /** @enum {string} */
-                        status: "pending" | "authorized" | "capturing" | "canceling" | "succeeded" | "failed" | "canceled";
-                    };
+                    "application/json": components["schemas"]["Charge"];
                 };
             };
             /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, an id that is not a UUID, or a Prefer wait that is not whole seconds (invalid-prefer) */
@@ -1255,19 +881,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -1276,19 +890,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unknown charge, or another tenant's; the key stays unused */
@@ -1297,19 +899,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
@@ -1318,19 +908,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
@@ -1339,19 +917,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Body over 16384 bytes */
@@ -1360,40 +926,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Content-Type is not JSON */
+            /** @description Content-Type is not JSON (an empty body needs none when no field is required) */
             415: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key was used with another request (idempotency-key-reused), the charge is not authorized (charge-not-capturable: captured, canceled, failed, or captured at once), or the amount is more than authorized (capture-exceeds-authorized); the key stays unused for the latter two. With a processor, also its refusal (capture-refused), stored under the key */
@@ -1402,19 +944,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -1423,20 +953,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
@@ -1444,19 +969,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
@@ -1465,19 +978,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
@@ -1486,19 +987,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -1522,138 +1011,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        /** @description The charge's published events after `after`, in sequence order, at most 500 (a Link rel="next" names the next page); each element is byte for byte the MQTT payload the relay published */
-                        events: ({
-                            /** @description The id of the aggregate (the charge) the event belongs to */
-                            aggregateId: string;
-                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
-                            createdAt: string;
-                            /** @description ChargeCreated data */
-                            data: {
-                                /** @description The charge's amount */
-                                amountCents: number;
-                                /** @description The charge's id (also the envelope's aggregateId) */
-                                chargeId: string;
-                                /** @description ISO 4217, lower case; absent from events written before currencies existed */
-                                currency?: string;
-                                /**
-                                 * @description A manual charge: authorized, captured later (ChargeCaptured) or canceled (ChargeCanceled); absent when captured at once
-                                 * @constant
-                                 */
-                                status?: "authorized";
-                            };
-                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
-                            id: string;
-                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
-                            sequence: number;
-                            /** @description The tenant whose request wrote the event */
-                            tenantId: string;
-                            /**
-                             * @description The event type; also the topic's last level
-                             * @constant
-                             */
-                            type: "ChargeCreated";
-                        } | {
-                            /** @description The id of the aggregate (the charge) the event belongs to */
-                            aggregateId: string;
-                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
-                            createdAt: string;
-                            /** @description ChargeRefunded data */
-                            data: {
-                                /** @description This refund's amount */
-                                amountCents: number;
-                                /** @description The refunded charge's id (also the envelope's aggregateId) */
-                                chargeId: string;
-                                /** @description The charge's refunded total after this refund */
-                                refundedCents: number;
-                                /** @description The refund's id */
-                                refundId: string;
-                            };
-                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
-                            id: string;
-                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
-                            sequence: number;
-                            /** @description The tenant whose request wrote the event */
-                            tenantId: string;
-                            /**
-                             * @description The event type; also the topic's last level
-                             * @constant
-                             */
-                            type: "ChargeRefunded";
-                        } | {
-                            /** @description The id of the aggregate (the charge) the event belongs to */
-                            aggregateId: string;
-                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
-                            createdAt: string;
-                            /** @description ChargeFailed data */
-                            data: {
-                                /** @description The charge's amount */
-                                amountCents: number;
-                                /** @description The declined charge's id (also the envelope's aggregateId) */
-                                chargeId: string;
-                                /** @description ISO 4217, lower case */
-                                currency: string;
-                                /** @description The payment processor's decline code (generic_decline, insufficient_funds, …) */
-                                declineCode: string;
-                            };
-                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
-                            id: string;
-                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
-                            sequence: number;
-                            /** @description The tenant whose request wrote the event */
-                            tenantId: string;
-                            /**
-                             * @description The event type; also the topic's last level
-                             * @constant
-                             */
-                            type: "ChargeFailed";
-                        } | {
-                            /** @description The id of the aggregate (the charge) the event belongs to */
-                            aggregateId: string;
-                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
-                            createdAt: string;
-                            /** @description ChargeCaptured data */
-                            data: {
-                                /** @description What was captured of the authorized amount; the rest was released */
-                                capturedCents: number;
-                                /** @description The captured charge's id (also the envelope's aggregateId) */
-                                chargeId: string;
-                            };
-                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
-                            id: string;
-                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
-                            sequence: number;
-                            /** @description The tenant whose request wrote the event */
-                            tenantId: string;
-                            /**
-                             * @description The event type; also the topic's last level
-                             * @constant
-                             */
-                            type: "ChargeCaptured";
-                        } | {
-                            /** @description The id of the aggregate (the charge) the event belongs to */
-                            aggregateId: string;
-                            /** @description The outbox row's created_at, ISO-8601 UTC with microseconds */
-                            createdAt: string;
-                            /** @description ChargeCanceled data */
-                            data: {
-                                /** @description The canceled charge's id (also the envelope's aggregateId) */
-                                chargeId: string;
-                            };
-                            /** @description The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it. */
-                            id: string;
-                            /** @description 1, 2, 3, … per aggregate, in commit order; a subscriber's first receipts come in this order */
-                            sequence: number;
-                            /** @description The tenant whose request wrote the event */
-                            tenantId: string;
-                            /**
-                             * @description The event type; also the topic's last level
-                             * @constant
-                             */
-                            type: "ChargeCanceled";
-                        })[];
-                    };
+                    "application/json": components["schemas"]["ChargeEvents"];
                 };
             };
             /** @description Not a UUID (invalid-id), or `after` not an integer from 0 to 2147483647 (invalid-query) */
@@ -1662,19 +1020,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -1683,19 +1029,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unknown charge, or another tenant's */
@@ -1704,19 +1038,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -1725,20 +1047,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Database unavailable or slower than the request's time bounds, or too many requests in flight (Retry-After) */
             503: {
@@ -1746,19 +1063,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -1777,10 +1082,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description Amount to refund, in cents */
-                    amountCents: number;
-                };
+                "application/json": components["schemas"]["RefundBody"];
             };
         };
         responses: {
@@ -1792,17 +1094,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        amountCents: number;
-                        /** Format: uuid */
-                        chargeId: string;
-                        /** Format: date-time */
-                        createdAt: string;
-                        /** Format: uuid */
-                        id: string;
-                        /** @enum {string} */
-                        status?: "pending" | "succeeded" | "failed";
-                    };
+                    "application/json": components["schemas"]["Refund"];
                 };
             };
             /** @description Missing or invalid Idempotency-Key, body not JSON or not matching the schema, an id that is not a UUID, or a Prefer wait that is not whole seconds (invalid-prefer) */
@@ -1811,19 +1103,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -1832,19 +1112,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unknown charge, or another tenant's; the key stays unused */
@@ -1853,19 +1121,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked) */
@@ -1874,19 +1130,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource */
@@ -1895,19 +1139,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Body over 16384 bytes */
@@ -1916,40 +1148,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Content-Type is not JSON */
+            /** @description Content-Type is not JSON (an empty body needs none when no field is required) */
             415: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The key was used with another request (idempotency-key-reused), the refund is more than the charge has left (refund-exceeds-charge, with leftCents), or the charge has not succeeded (charge-not-refundable); the key stays unused for the latter two. With a processor, also its refusal (refund-refused), stored under the key */
@@ -1958,19 +1166,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -1979,20 +1175,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description The processor answered with an error: outcome unknown, nothing stored; retry with the same key (Retry-After) */
             502: {
@@ -2000,19 +1191,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (overloaded); with a payment processor, also the processor unreachable (outcome unknown, nothing stored; retry with the same key). Retry-After */
@@ -2021,19 +1200,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The processor did not answer in time: outcome unknown, nothing stored; retry with the same key (Retry-After) */
@@ -2042,19 +1209,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2077,17 +1232,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        amountCents: number;
-                        /** Format: uuid */
-                        chargeId: string;
-                        /** Format: date-time */
-                        createdAt: string;
-                        /** Format: uuid */
-                        id: string;
-                        /** @enum {string} */
-                        status?: "pending" | "succeeded" | "failed";
-                    };
+                    "application/json": components["schemas"]["Refund"];
                 };
             };
             /** @description Not a UUID */
@@ -2096,19 +1241,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -2117,19 +1250,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unknown refund or charge, or another tenant's */
@@ -2138,19 +1259,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -2159,20 +1268,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After) */
             503: {
@@ -2180,19 +1284,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2214,42 +1306,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        /** @description The key, as the API stores it (a UUID lowercased) */
-                        key: string;
-                        /** @description Every operation, in the route table's order */
-                        operations: {
-                            /**
-                             * Format: date-time
-                             * @description completed, expired: when the key completed
-                             */
-                            completedAt?: string;
-                            /** @description The key's scope: the method and route template ("POST /charges") */
-                            endpoint: string;
-                            /**
-                             * Format: date-time
-                             * @description completed: when its stored answer expires (then 410); expired: when its tombstone ends (then the key is new again)
-                             */
-                            expiresAt?: string;
-                            /**
-                             * Format: date-time
-                             * @description in_flight: when its holder's lease ends; past it, the next request with the key resumes it
-                             */
-                            leaseUntil?: string;
-                            /** @description completed, expired: the resource the key made */
-                            location?: string;
-                            /** @description The operation's operationId (createCharge, createRefund, …) */
-                            operation: string;
-                            /** @description parked: why, for the operator (bun run ops parked) */
-                            reason?: string;
-                            /** @description in_flight: the last step recorded (with a payment processor) */
-                            recoveryPoint?: string;
-                            /** @enum {string} */
-                            state: "in_flight" | "completed" | "parked" | "expired" | "unknown";
-                            /** @description completed, expired: the stored answer's status */
-                            status?: number;
-                        }[];
-                    };
+                    "application/json": components["schemas"]["KeyStateView"];
                 };
             };
             /** @description Missing or invalid Idempotency-Key (over 255 characters, not visible ASCII, a malformed String) */
@@ -2258,19 +1315,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer) */
@@ -2279,19 +1324,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description The tenant is over its request rate, API_RATE_LIMIT (Retry-After) */
@@ -2300,20 +1333,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After) */
             503: {
@@ -2321,19 +1349,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };
@@ -2358,6 +1374,13 @@ export interface operations {
                         status: "ok";
                     };
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -2385,20 +1408,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
+            };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -2423,25 +1441,20 @@ export interface operations {
                     };
                 };
             };
+            /** @description Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description The database does not answer */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        detail: string;
-                        errors?: {
-                            field: string;
-                            message: string;
-                        }[];
-                        status: number;
-                        title: string;
-                        /** Format: uri */
-                        type: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };

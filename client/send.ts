@@ -30,7 +30,8 @@ export type FetchLike = (url: string, init: RequestInit) => Promise<Response>;
 
 export interface Transport {
   readonly fetch: FetchLike;
-  readonly token: () => Promise<string>;
+  /** The bearer token of a try, undefined for none; it throws (at once, unretried) when the caller's option is wrong. */
+  readonly token: () => Promise<string | undefined>;
   readonly perTryTimeoutMs: number;
   readonly backoff: BackoffOptions;
   readonly budget: RetryBudget;
@@ -173,6 +174,8 @@ export function parseObject(text: string): Record<string, unknown> | undefined {
 }
 
 async function tryOnce(t: Transport, plan: Plan, limits: Limits): Promise<Outcome> {
+  // Outside the try below: a token option that fails is the caller's bug, not the network's.
+  const token = await t.token();
   const controller = new AbortController();
   let timedOut = false;
   const timer = setTimeout(() => {
@@ -183,7 +186,7 @@ async function tryOnce(t: Transport, plan: Plan, limits: Limits): Promise<Outcom
   limits.signal?.addEventListener("abort", onAbort, { once: true });
   try {
     if (limits.signal?.aborted) throw limits.signal.reason;
-    const headers = { ...plan.headers, authorization: `Bearer ${await t.token()}` };
+    const headers = token === undefined ? plan.headers : { ...plan.headers, authorization: `Bearer ${token}` };
     const response = await t.fetch(plan.url, { method: plan.method, headers, body: plan.body, signal: controller.signal });
     const text = await response.text();
     return { kind: "answer", exchange: { status: response.status, headers: response.headers, text } };

@@ -58,6 +58,8 @@ export interface Endpoints {
   /** The Authorization header value of the printed curl (none with AUTH_MODE=none). */
   readonly authorization: string | undefined;
   readonly authNote: string;
+  /** The operator console's sign-in link (an operator token in its query), when dev mode can mint one. */
+  readonly consoleUrl?: string;
 }
 
 export function banner(endpoints: Endpoints): string[] {
@@ -71,6 +73,7 @@ export function banner(endpoints: Endpoints): string[] {
     `  MQTT       ${maskUrl(endpoints.mqttUrl)}   ${endpoints.mqttNote}`,
     ...(endpoints.processorUrl ? [`  processor  ${endpoints.processorUrl}   (Stripe API simulator; ledger at ${endpoints.processorUrl}/_sim/ledger, docs/dev-mode.md)`] : []),
     `  auth       ${endpoints.authNote}`,
+    ...(endpoints.consoleUrl ? [`  console    ${endpoints.consoleUrl}   (the operator console, opens signed in; docs/console.md)`] : []),
     "create a charge (paste it twice: the second answer is the stored one, with Idempotent-Replayed: true):",
     curlFor(endpoints, crypto.randomUUID(), endpoints.paymentMethod),
     ...(endpoints.paymentMethod ? ["a card the processor declines (a 402 card-declined, stored under its key and replayed as well):", curlFor(endpoints, crypto.randomUUID(), DECLINED_CARD)] : []),

@@ -9,6 +9,8 @@ import { SignJWT } from "jose";
 export const DEV_SECRET_FILE = new URL("../.data/auth-jwt-secret", import.meta.url).pathname;
 /** The key of keyHash in dev mode's logs, kept so hashes match across its runs (API_KEY_HASH_SECRET). */
 export const DEV_KEY_HASH_SECRET_FILE = new URL("../.data/api-key-hash-secret", import.meta.url).pathname;
+/** The operator (the token's `sub`) of the console link dev mode prints. */
+export const DEV_OPERATOR = "dev-operator";
 /** The tenant of the curl dev mode prints. */
 export const DEMO_TENANT = "demo";
 // 32 random bytes as base64url (43 characters): the HS256 minimum the API accepts.
@@ -44,12 +46,18 @@ export interface TokenClaims {
   readonly ttlSeconds?: number;
   /** `nbf` this many seconds from now. */
   readonly notBeforeSeconds?: number;
+  /** The OAuth `scope` claim (space-separated); `charges:operate` makes an operator's token (the console). */
+  readonly scope?: string;
 }
+
+/** The scope of an operator's token: the console reads and acts across tenants with it. */
+export const OPERATOR_SCOPE = "charges:operate";
 
 /** An HS256 JWT for `tenant`, signed with `secret`. */
 export function mintToken(secret: string, claims: TokenClaims): Promise<string> {
   const now = Math.floor(Date.now() / 1000);
-  const extra = claims.tenantClaim && claims.tenantClaim !== "sub" ? { [claims.tenantClaim]: claims.tenant } : {};
+  const extra: Record<string, string> = claims.tenantClaim && claims.tenantClaim !== "sub" ? { [claims.tenantClaim]: claims.tenant } : {};
+  if (claims.scope !== undefined) extra.scope = claims.scope;
   let jwt = new SignJWT(extra)
     .setProtectedHeader({ alg: "HS256", typ: "JWT" })
     .setSubject(claims.tenant)

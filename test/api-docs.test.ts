@@ -1,6 +1,6 @@
 // The API's document and its reference page, from the real `bun api.ts`: /openapi.json is
-// valid OpenAPI 3.1 with every route, each operation's request and response schemas, the
-// problem answers and the bearer scheme; /docs renders in a real browser (Debian's headless
+// valid OpenAPI 3.1 with every route, each operation's request and response schemas (each
+// shared one a component, referenced), the problem answers, tags, security and the bearer scheme; /docs renders in a real browser (Debian's headless
 // Chromium) from assets the API serves itself, and lists the operations by name.
 import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { Validator } from "@seriousme/openapi-schema-validator";
@@ -21,12 +21,24 @@ afterAll(async () => {
 
 interface Operation {
   operationId: string;
+  description?: string;
+  tags?: string[];
   security?: unknown;
   parameters?: unknown[];
   requestBody?: { content: Record<string, { schema: unknown }> };
-  responses: Record<string, { description: string; content?: Record<string, { schema: { properties?: Record<string, unknown> } }> }>;
+  responses: Record<string, { description: string; content?: Record<string, { schema: Schema }> }>;
 }
-type Document = { openapi: string; paths: Record<string, Record<string, Operation>>; components: { securitySchemes: Record<string, unknown> } };
+interface Schema {
+  $ref?: string;
+  properties?: Record<string, unknown>;
+}
+type Document = {
+  openapi: string;
+  servers?: { url: string }[];
+  tags?: { name: string }[];
+  paths: Record<string, Record<string, Operation>>;
+  components: { securitySchemes: Record<string, unknown>; schemas: Record<string, Schema> };
+};
 
 const doc = (await (await fetch(`${api.base}/openapi.json`)).json()) as Document;
 // The routes the app declares, from an in-process API on the same database.
@@ -34,6 +46,11 @@ const served = await startTestApi(db.url);
 const ROUTES = served.routes;
 afterAll(() => served.close());
 const openApiPath = (template: string) => template.replace(/:([A-Za-z]+)/g, "{$1}");
+/** A schema, its component when it is a $ref to one. */
+const resolve = (schema: unknown): Schema => {
+  const ref = (schema as Schema | undefined)?.$ref;
+  return ref === undefined ? (schema as Schema) : doc.components.schemas[ref.slice("#/components/schemas/".length)]!;
+};
 
 describe("/openapi.json", () => {
   test("is valid OpenAPI 3.1", async () => {
@@ -52,14 +69,43 @@ describe("/openapi.json", () => {
       expect(op.operationId).toBe(id);
       expect(op.security).toEqual([{ bearer: [] }]);
       expect(op.parameters).toContainEqual(expect.objectContaining({ name: "idempotency-key", in: "header", required: true }));
-      expect(op.requestBody?.content["application/json"]?.schema).toMatchObject({ type: "object", required: ["amountCents"], additionalProperties: false });
-      expect(op.responses["201"]!.content!["application/json"]!.schema.properties).toHaveProperty("id");
+      expect(resolve(op.requestBody?.content["application/json"]?.schema)).toMatchObject({ type: "object", required: ["amountCents"], additionalProperties: false });
+      expect(resolve(op.responses["201"]!.content!["application/json"]!.schema).properties).toHaveProperty("id");
       for (const status of ["400", "401", "409", "413", "415", "422", "503"]) {
-        expect(op.responses[status]!.content!["application/json"]!.schema.properties).toHaveProperty("type");
+        expect(resolve(op.responses[status]!.content!["application/json"]!.schema).properties).toHaveProperty("type");
       }
     }
     expect(doc.paths["/charges/{id}/refunds"]!.post!.responses["404"]).toBeDefined();
     expect(doc.components.securitySchemes.bearer).toMatchObject({ type: "http", scheme: "bearer" });
+  });
+
+  test("names each schema once: every component is referenced, none is written out where a $ref would do", () => {
+    const refs = new Set([...JSON.stringify(doc.paths).matchAll(/"\$ref":"#\/components\/schemas\/([A-Za-z]+)"/g)].map((m) => m[1]!));
+    const components = doc.components.schemas;
+    for (const name of Object.keys(components)) expect(refs).toContain(name);
+    // An object schema in an operation with a component's members would be a copy of it.
+    const members = (schema: Schema) => Object.keys(schema.properties ?? {}).join(",");
+    const inline: string[] = [];
+    const walk = (node: unknown): void => {
+      if (node === null || typeof node !== "object") return;
+      if ("properties" in node) inline.push(members(node as Schema));
+      Object.values(node).forEach(walk);
+    };
+    walk(doc.paths);
+    const copied = Object.entries(components).filter(([, schema]) => members(schema) !== "" && inline.includes(members(schema)));
+    expect(copied.map(([name]) => name)).toEqual([]);
+  });
+
+  test("every operation has a tag the document declares, a description, and security ([] on the operator's)", () => {
+    expect(doc.servers?.length).toBeGreaterThan(0);
+    const tags = new Set((doc.tags ?? []).map((tag) => tag.name));
+    for (const [path, methods] of Object.entries(doc.paths)) {
+      for (const op of Object.values(methods)) {
+        expect(op.tags?.every((tag) => tags.has(tag)) && op.tags.length > 0).toBe(true);
+        expect(op.description?.length).toBeGreaterThan(0);
+        expect(op.security).toEqual(path.startsWith("/charges") ? [{ bearer: [] }] : []);
+      }
+    }
   });
 });
 

@@ -1,8 +1,14 @@
 // Strict JSON: duplicate member names and numbers that are not exact integers are 400s,
 // judged on the body's text; the scanner's own rules, then the same rules through POST.
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
+import { ValidationError } from "elysia";
+import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { apiTestContext, counts, postCharge } from "../testkit/api.ts";
+import { authHeaders } from "../testkit/auth.ts";
 import { judgeNumber, MAX_FAULTS, MAX_NESTING_DEPTH, parseStrictJson } from "../lib/api/strict-json.ts";
+import { withFixedErrors } from "../lib/api/http/checks.ts";
+import { ChargeBody } from "../lib/charges/charges.ts";
+import { OPERATIONS } from "../lib/charges/index.ts";
 
 setDefaultTimeout(30_000);
 
@@ -162,6 +168,38 @@ describe("POST /charges", () => {
       for (const e of problem.errors) expect(e.field.length).toBeLessThanOrEqual(65);
       if (more) expect(problem.detail).toEndWith(`; and ${more}`);
     }
+    expect(await counts(db.sql)).toEqual({ charges: 0, outbox: 0, keys: 0 });
+  });
+});
+
+describe("Elysia's refusal never formats what was sent, whatever NODE_ENV says", () => {
+  // bun test runs with NODE_ENV=test: Elysia's development path, which formats the value it refused.
+  const secret = "s3cr3t-".repeat(2000);
+  test.each([
+    ["an unknown member", { amountCents: 1, [secret]: secret }],
+    ["a wrong type", { amountCents: secret }],
+    ["a missing member", { currency: secret }],
+    ["a union's miss", { amountCents: 1, capture: secret }],
+    ["not an object", [secret]],
+  ])("%s: the fixed words, nothing of the value", (_name, value) => {
+    for (const schema of [ChargeBody, ...OPERATIONS.map((op) => op.body)]) {
+      const check = TypeCompiler.Compile(withFixedErrors(schema));
+      if (check.Check(value)) continue;
+      const error = new ValidationError("body", check, value);
+      expect(error.message).toBe("refused by the route's schema");
+    }
+  });
+
+  test("the checks' order holds whichever Elysia runs first: body reading, ids, body schema, key, Prefer", async () => {
+    const problem = async (path: string, body: string, headers: Record<string, string>) =>
+      ((await (await api.fetch(new Request(`http://localhost${path}`, { method: "POST", body, headers: { ...(await authHeaders()), ...headers } }))).json()) as { type: string }).type.split("/").pop();
+    const json = { "content-type": "application/json" };
+    expect(await problem("/charges/nope/refunds", '{"amountCents":1,"amountCents":2}', json)).toBe("invalid-body");
+    expect(await problem("/charges/nope/refunds", '{"amountCents":"x"}', { ...json, "idempotency-key": '"' })).toBe("invalid-id");
+    expect(await problem("/charges", '{"amountCents":"x"}', json)).toBe("invalid-body");
+    expect(await problem("/charges", "{}", { "content-type": "text/plain" })).toBe("unsupported-media-type");
+    expect(await problem("/charges", '{"amountCents":1}', { ...json, prefer: "wait=soon" })).toBe("invalid-idempotency-key");
+    expect(await problem("/charges", '{"amountCents":1}', { ...json, "idempotency-key": crypto.randomUUID(), prefer: "wait=soon" })).toBe("invalid-prefer");
     expect(await counts(db.sql)).toEqual({ charges: 0, outbox: 0, keys: 0 });
   });
 });

@@ -1,7 +1,7 @@
 // The real `bun api.ts` (Elysia on Bun.serve) with requests written on raw sockets, one test
 // per way a request arrives that a fetch client would never send: no Host, a one-letter Host,
-// HTTP/1.0, HEAD, a 60 kB header, a path with %2F and "..", a 10 MB body announced and not
-// sent. Each is answered as the contract says, with a JSON problem where it fails, never
+// HTTP/1.0, HEAD, a 60 kB header, a path with %2F and "..", a POST with no body at all, a 10 MB
+// body announced and not sent. Each is answered as the contract says, with a JSON problem where it fails, never
 // HTML or a stack trace, and nothing is written that the answer does not name.
 import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { freshDatabase } from "../testkit/services.ts";
@@ -107,6 +107,31 @@ describe("raw requests to bun api.ts", () => {
     const got = await raw(api.port, http11(`GET /x/../charges/./${id}`, "host: localhost", bearer));
     expect(got.status).toBe(200);
     expectProblem(await raw(api.port, http11("GET /../../etc/passwd", "host: localhost")), 404, "not-found");
+  });
+
+  test("cancel and capture as `curl -X POST` sends them, no body and no Content-Type: done; a body still needs its Content-Type", async () => {
+    const authorize = async () => {
+      const res = await raw(api.port, http11("POST /charges", "host: localhost", ...chargeHeaders(crypto.randomUUID())), JSON.stringify({ amountCents: 107, capture: "manual" }));
+      expect(res.status).toBe(201);
+      return (JSON.parse(res.body) as { id: string }).id;
+    };
+    const bare = (path: string, ...headers: string[]) => http11(`POST ${path}`, "host: localhost", `idempotency-key: ${crypto.randomUUID()}`, bearer, ...headers);
+    const canceled = await authorize();
+    const cancel = await raw(api.port, bare(`/charges/${canceled}/cancel`));
+    expect(cancel.status).toBe(200);
+    expect(JSON.parse(cancel.body)).toMatchObject({ id: canceled, status: "canceled" });
+    // Content-Length: 0 and a JSON Content-Type with nothing after it are the same empty body.
+    const captured = await authorize();
+    const capture = await raw(api.port, bare(`/charges/${captured}/capture`, "content-type: application/json", "content-length: 0"));
+    expect(capture.status).toBe(200);
+    expect(JSON.parse(capture.body)).toMatchObject({ id: captured, status: "succeeded", capturedCents: 107 });
+    const [row] = await db.sql<{ status: string }[]>`select status from charges where id = ${canceled}::uuid`;
+    expect(row?.status).toBe("canceled");
+    // Bytes are a body: without a JSON Content-Type they are refused; POST /charges requires a member.
+    const other = await authorize();
+    expectProblem(await raw(api.port, bare(`/charges/${other}/cancel`), "{}"), 415, "unsupported-media-type");
+    expectProblem(await raw(api.port, bare("/charges")), 415, "unsupported-media-type");
+    expectProblem(await raw(api.port, bare("/charges", "content-type: application/json", "content-length: 0")), 400, "invalid-body");
   });
 
   test("a 10 MB body announced and not sent: 413 at once, nothing written", async () => {

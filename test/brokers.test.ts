@@ -1,5 +1,5 @@
 // MQTT_URL as a list of brokers: the relay (bun relay.ts) and the reference subscriber
-// (examples/subscriber.ts) connect to the first, a private Mosquitto, which is then SIGKILLed;
+// (examples/reference-subscriber.ts) connect to the first, a private Mosquitto, which is then SIGKILLed;
 // each moves to the second, says so once, and goes on: every row published in order, none
 // parked, every event processed in sequence order. Two Mosquittos share nothing (no bridge),
 // so what the first had not yet handed on dies with it: each phase waits until the first

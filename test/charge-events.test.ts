@@ -207,6 +207,6 @@ test("in /openapi.json: the route, its `after` query parameter, its answers and 
   const op = doc.paths["/charges/{id}/events"]?.get;
   expect(op?.operationId).toBe("getChargeEvents");
   expect(op?.parameters?.map((p) => `${p.in}:${p.name}`).sort()).toEqual(["path:id", "query:after"]);
-  expect(Object.keys(op?.responses ?? {}).sort()).toEqual(["200", "400", "401", "404", "429", "503"]);
+  expect(Object.keys(op?.responses ?? {}).sort()).toEqual(["200", "400", "401", "404", "429", "431", "503"]);
   expect(Object.keys(doc.components.schemas.ChargeEvents?.properties ?? {})).toEqual(["events"]);
 });

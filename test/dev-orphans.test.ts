@@ -44,8 +44,10 @@ test.skipIf(process.platform === "win32")("SIGKILL of bun run dev: its api, rela
     stdout: "tail",
   });
   await waitUntil(async () => (await fetch(`http://127.0.0.1:${apiPort}/readyz`).catch(() => undefined))?.status === 200, 30_000, "dev mode's api to be ready");
-  // The watchdog shell is a child too: the three bun processes are the ones to watch.
-  const bunChildren = childrenOf(dev.pid).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(".ts"));
+  // The watchdog shells are children too: the three bun processes are the ones to watch (the
+  // subscriber starts once the api is ready).
+  const bunKids = (): number[] => childrenOf(dev.pid).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(".ts"));
+  const bunChildren = await waitUntil(() => (bunKids().length >= CHILDREN ? bunKids() : undefined), 10_000, "dev mode's subscriber to start");
   expect(bunChildren).toHaveLength(CHILDREN);
 
   dev.kill("SIGKILL");

@@ -1,4 +1,4 @@
-// The reference subscriber (examples/subscriber.ts, a real process) when its database server
+// The reference subscriber (examples/reference-subscriber.ts, a real process) when its database server
 // crashes under an open inbox transaction: a private Postgres stopped in immediate mode while
 // the subscriber's inbox insert waits on a row lock the test holds, then started again on the
 // same port. The process must stay up, retry, and process the event once. And the shared

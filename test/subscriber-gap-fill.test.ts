@@ -242,8 +242,8 @@ test("SUBSCRIBER_API_URL and SUBSCRIBER_API_TOKEN: both or neither, a fill wait 
   expect(spaced).not.toContain("secret");
 });
 
-test("bun examples/subscriber.ts with SUBSCRIBER_API_URL but no token: one line naming both, exit 1, nothing connected", async () => {
-  const run = await runToExit(["bun", "examples/subscriber.ts"], { DATABASE_URL: db.url, SUBSCRIBER_API_URL: "http://127.0.0.1:1", SUBSCRIBER_API_TOKEN: "" });
+test("bun examples/reference-subscriber.ts with SUBSCRIBER_API_URL but no token: one line naming both, exit 1, nothing connected", async () => {
+  const run = await runToExit(["bun", "examples/reference-subscriber.ts"], { DATABASE_URL: db.url, SUBSCRIBER_API_URL: "http://127.0.0.1:1", SUBSCRIBER_API_TOKEN: "" });
   expect(run.code).toBe(1);
   expect(run.stderr.trim()).toBe("configuration error: SUBSCRIBER_API_URL is set without SUBSCRIBER_API_TOKEN (a bearer token of the events' tenant); set both, or neither");
   expect(run.stdout).toBe("");

@@ -1,4 +1,4 @@
-// The reference subscriber (examples/subscriber.ts, a real process) when its database server
+// The reference subscriber (examples/reference-subscriber.ts, a real process) when its database server
 // refuses every connection for a while (53300, as at max_connections) after its connections
 // were cut: the events published meanwhile must wait in the broker's session and each be
 // processed once when the server accepts again, without the process dying.

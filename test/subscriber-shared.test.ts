@@ -1,4 +1,4 @@
-// Two examples/subscriber.ts processes in one MQTT 5 shared subscription group
+// Two examples/reference-subscriber.ts processes in one MQTT 5 shared subscription group
 // (SUBSCRIBER_SHARE_GROUP) on Mosquitto, with one inbox consumer name: the broker hands each
 // event to one of them, and the inbox they share records each event once, a duplicate of an
 // event the other member already processed included. And the order across members: fed a
@@ -35,7 +35,7 @@ test("sharedSubscriptionFilter: $share/<group>/<prefix>charges/#, and a group th
 test("SUBSCRIBER_SHARE_GROUP without SUBSCRIBER_CLIENT_ID, or with a '/', is one line and exit 1", async () => {
   const env = { DATABASE_URL: db.url, MQTT_URL: mqttUrl };
   for (const extra of [{ SUBSCRIBER_SHARE_GROUP: "g" }, { SUBSCRIBER_SHARE_GROUP: "a/b", SUBSCRIBER_CLIENT_ID: "c" }]) {
-    const { code, stderr } = await runToExit(["bun", "examples/subscriber.ts"], { ...env, ...extra });
+    const { code, stderr } = await runToExit(["bun", "examples/reference-subscriber.ts"], { ...env, ...extra });
     expect(code).toBe(1);
     expect(stderr.trim().split("\n")).toHaveLength(1);
     expect(stderr).toContain("SUBSCRIBER_SHARE_GROUP");
@@ -49,7 +49,7 @@ test.skipIf(!mqtt5)("two subscribers in one share group split the stream: each e
   const group = `g${crypto.randomUUID().slice(0, 8)}`;
   const members: { child: Child; lines: Line[] }[] = ["a", "b"].map((name) => {
     const lines: Line[] = [];
-    const child = spawnScript("examples/subscriber.ts", {
+    const child = spawnScript("examples/reference-subscriber.ts", {
       name: `subscriber ${name}`,
       env: {
         DATABASE_URL: db.url,
@@ -178,7 +178,7 @@ test.skipIf(!mqtt5)("two members of one share group fed charges' events latest f
   }
 });
 
-test.skipIf(!mqtt5)("examples/subscriber.ts in a share group: an event ahead of its turn prints a held line, and a gap that never closes is released after SUBSCRIBER_GAP_TIMEOUT_MS with a warn line", async () => {
+test.skipIf(!mqtt5)("examples/reference-subscriber.ts in a share group: an event ahead of its turn prints a held line, and a gap that never closes is released after SUBSCRIBER_GAP_TIMEOUT_MS with a warn line", async () => {
   const prefix = `test/${crypto.randomUUID()}/`;
   const consumer = `ordered-${crypto.randomUUID().slice(0, 8)}`;
   const group = `g${crypto.randomUUID().slice(0, 8)}`;

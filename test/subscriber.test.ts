@@ -119,9 +119,9 @@ test("a message that is not an event is acknowledged and counted as rejected; th
   expect(await countWhere(db.sql, "pending")).toBe(0);
 });
 
-test("examples/subscriber.ts prints one JSON line per event, marks duplicates, and stops cleanly on SIGTERM", async () => {
+test("examples/reference-subscriber.ts prints one JSON line per event, marks duplicates, and stops cleanly on SIGTERM", async () => {
   const lines: Record<string, unknown>[] = [];
-  const child = spawnScript("examples/subscriber.ts", {
+  const child = spawnScript("examples/reference-subscriber.ts", {
     env: { DATABASE_URL: db.url, MQTT_URL: mqttUrl, MQTT_TOPIC_PREFIX: prefix, SUBSCRIBER_CONSUMER: consumer },
     stdout: (line) => lines.push(JSON.parse(line) as Record<string, unknown>),
   });

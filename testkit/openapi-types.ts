@@ -3,7 +3,7 @@
 // produce the same text from the same document.
 import openapiTS, { astToString, type OpenAPI3 } from "openapi-typescript";
 import { startTestApi } from "./api.ts";
-import { services } from "./services.ts";
+import { freshDatabase } from "./services.ts";
 
 /** Where the generated types are checked in. */
 export const CLIENT_TYPES_PATH = new URL("../client/openapi.d.ts", import.meta.url).pathname;
@@ -18,15 +18,22 @@ export async function typesOf(document: unknown): Promise<string> {
   return HEADER + astToString(ast);
 }
 
-/** The /openapi.json of an in-process API (no database query: the pool opens on demand). */
+/**
+ * The /openapi.json of an in-process API, on a scratch database of its own: the API migrates
+ * the database it is given, and the server's own database may be another release's.
+ */
 export async function servedOpenApi(): Promise<unknown> {
-  const { adminDatabaseUrl } = await services();
-  const api = await startTestApi(adminDatabaseUrl);
+  const db = await freshDatabase("openapi");
   try {
-    const response = await api.fetch(new Request("http://localhost/openapi.json"));
-    if (response.status !== 200) throw new Error(`/openapi.json answered ${response.status}`);
-    return await response.json();
+    const api = await startTestApi(db.url);
+    try {
+      const response = await api.fetch(new Request("http://localhost/openapi.json"));
+      if (response.status !== 200) throw new Error(`/openapi.json answered ${response.status}`);
+      return await response.json();
+    } finally {
+      await api.close();
+    }
   } finally {
-    await api.close();
+    await db.drop();
   }
 }

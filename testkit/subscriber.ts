@@ -1,4 +1,4 @@
-// The reference subscriber (examples/subscriber.ts) as a real process, for tests that hold it
+// The reference subscriber (examples/reference-subscriber.ts) as a real process, for tests that hold it
 // to a fault: started, subscribed, and its JSON lines kept as it prints them. And events as
 // a relay would publish them, crafted one by one (any aggregate, any sequence, any order), for
 // tests of the subscriber's order.
@@ -37,10 +37,10 @@ export interface SubscriberOptions {
   readonly name?: string;
 }
 
-/** examples/subscriber.ts, once it has subscribed; the caller stops it. Fails at once if it exits first. */
+/** examples/reference-subscriber.ts, once it has subscribed; the caller stops it. Fails at once if it exits first. */
 export async function spawnSubscriber(options: SubscriberOptions): Promise<{ child: Child; lines: SubscriberLine[] }> {
   const lines: SubscriberLine[] = [];
-  const child = spawnScript("examples/subscriber.ts", {
+  const child = spawnScript("examples/reference-subscriber.ts", {
     name: options.name ?? "subscriber",
     env: {
       DATABASE_URL: options.databaseUrl,

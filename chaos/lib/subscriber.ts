@@ -1,4 +1,4 @@
-// Runs the reference subscriber (examples/subscriber.ts) and reads its JSON lines: which
+// Runs the reference subscriber (examples/reference-subscriber.ts) and reads its JSON lines: which
 // event ids arrived, how often, and which the inbox dropped as duplicates.
 import { spawnScript, type Child } from "../../testkit/processes.ts";
 import { waitUntil } from "../../testkit/wait.ts";
@@ -49,7 +49,7 @@ interface Line {
 }
 
 /**
- * examples/subscriber.ts on the scenario's database and topics; `env` adds variables
+ * examples/reference-subscriber.ts on the scenario's database and topics; `env` adds variables
  * (SUBSCRIBER_API_URL, …). Given the view of the process it follows (`continuing`, stopped),
  * the new view counts on from it: what both processes received, as one subscriber.
  */
@@ -96,7 +96,7 @@ export async function startSubscriber(dbUrl: string, prefix: string, consumer: s
     }
   };
   const env = { DATABASE_URL: dbUrl, MQTT_URL: brokers, MQTT_TOPIC_PREFIX: prefix, SUBSCRIBER_CONSUMER: consumer, ...extraEnv };
-  const child = spawnScript("examples/subscriber.ts", { ...chaosChild("subscriber", env), stdout: onLine });
+  const child = spawnScript("examples/reference-subscriber.ts", { ...chaosChild("subscriber", env), stdout: onLine });
   await waitUntil(
     () => {
       if (child.exited) throw new Error(`subscriber exited with ${child.exitCode}`);

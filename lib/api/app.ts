@@ -1,33 +1,27 @@
 // The API as one Elysia app: the routes are Elysia plugins, one per group (routes.ts), the
 // /charges group behind the bearer-token plugin (http/authentication.ts); each request's
 // dependencies and trail live in Elysia's context (http/context.ts); its log line and its
-// histogram sample are taken in onAfterResponse (http/observe.ts). Elysia routes, checks
-// params and bodies against the routes' TypeBox schemas after our own reading of them (the
-// strict JSON reader, body.ts; http/checks.ts), and builds /openapi.json from the same schemas
-// (@elysiajs/openapi); every failure is answered here as an RFC 9457 problem, never HTML or a
+// histogram sample are taken in onAfterResponse (http/observe.ts). Elysia routes, reads a body
+// with the route's strict JSON parser (http/checks.ts), validates headers, params, query and
+// body against the routes' TypeBox schemas, and builds /openapi.json from the same schemas
+// (documentation.ts); every failure is answered here as an RFC 9457 problem, never HTML or a
 // stack trace.
-import { Elysia, ParseError, type AnyElysia } from "elysia";
+import { Elysia, ParseError, ValidationError, type AnyElysia } from "elysia";
 import { CloudflareAdapter } from "elysia/adapter/cloudflare-worker";
-import { openapi } from "@elysiajs/openapi";
 import { describeDbError, isTimeBound, isUnavailable } from "../platform/db.ts";
 import type { HttpServerMetrics } from "../platform/http-metrics.ts";
 import { pathOf } from "../platform/runtime.ts";
 import { RETRY_AFTER_S } from "./http/answers.ts";
 import { authenticate } from "./http/authentication.ts";
-import { Answered, bodyProblem } from "./http/checks.ts";
+import { bodyProblem, validationProblem } from "./http/checks.ts";
 import { needsToken, requestContext, type RequestDeps, type RequestTrail } from "./http/context.ts";
 import { observability } from "./http/observe.ts";
 import { inFlightCap } from "./http/in-flight.ts";
-import { PROBLEM_BASE, problemResponse } from "./problem.ts";
-import { chargeRoutes, COMPONENTS, documentedHeaders, operatorRoutes } from "./routes.ts";
+import { problemResponse } from "./problem.ts";
+import { chargeRoutes, operatorRoutes } from "./routes.ts";
+import { documentation, type DocsAssets } from "./documentation.ts";
 
-/** The assets of the interactive reference at /docs, served by this process (no CDN). */
-export interface DocsAssets {
-  /** Path → the asset's answer; the page names `script` and `stylesheet` among them. */
-  readonly files: Readonly<Record<string, () => Promise<Response>>>;
-  readonly script: string;
-  readonly stylesheet: string;
-}
+export { DOCUMENT_PATH, PAGE_PATH, type DocsAssets } from "./documentation.ts";
 
 export interface AppOptions {
   readonly metrics?: () => Promise<Response>;
@@ -43,22 +37,6 @@ export interface AppOptions {
   readonly surface: "all" | "api" | "operator";
 }
 
-const DOCUMENT_INFO = {
-  title: "Charges",
-  version: "0.3.0",
-  description: `Idempotent charges and refunds with a transactional outbox. Problem types live under ${PROBLEM_BASE}.`,
-};
-const BEARER_SCHEME = {
-  type: "http",
-  scheme: "bearer",
-  bearerFormat: "JWT",
-  description: "HS256 with the API's AUTH_JWT_SECRET, or a key at AUTH_JWKS_URL; the tenant is the sub claim (or AUTH_TENANT_CLAIM)",
-} as const;
-
-/** What @elysiajs/openapi serves beside the routes: the document, and the page with the docs assets. */
-export const DOCUMENT_PATH = "/openapi.json";
-export const PAGE_PATH = "/docs";
-
 export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
   // normalize off: an unknown member is a 400, never silently dropped. Ahead of time (the
   // edge worker), the Cloudflare adapter compiles every route in compile(), at module load.
@@ -69,7 +47,7 @@ export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
     .use(inFlightCap(context))
     .use(observability(context, options.httpMetrics))
     // The operator's port has no /charges: a path there is a plain 404, with or without a token.
-    .onError(({ request, code, error, trail }) => answerError(deps, trail, request, code, error, options.surface !== "operator"));
+    .onError((ctx) => answerError(deps, ctx.trail, ctx, ctx.code, ctx.error, options.surface !== "operator"));
   const operator = options.surface !== "api";
   if (operator) app.use(documentation(options.docs));
   // In this order, the document's paths are in the order they always were.
@@ -79,35 +57,20 @@ export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
   return app.compile();
 }
 
-/** /openapi.json and, with the assets, the interactive reference at /docs. */
-function documentation(docs: DocsAssets | undefined) {
-  const plugin = new Elysia({ name: "documentation" }).use(
-    openapi({
-      path: PAGE_PATH,
-      specPath: DOCUMENT_PATH,
-      openapiVersion: "3.1.0",
-      provider: docs ? "swagger-ui" : null,
-      // No validator badge: Swagger UI would send the document to its public validator.
-      swagger: docs && { cdn: docs.script, theme: docs.stylesheet, autoDarkMode: false, displayOperationId: true, validatorUrl: "none" },
-      documentation: { info: DOCUMENT_INFO, components: { schemas: COMPONENTS, securitySchemes: { bearer: BEARER_SCHEME } } },
-      references: documentedHeaders(),
-    }),
-  );
-  for (const [path, serveFile] of Object.entries(docs?.files ?? {})) plugin.get(path, () => serveFile(), { detail: { hide: true } });
-  return plugin;
-}
-
 /** Every failure Elysia raises or a handler throws, as a problem (`code`: Elysia's error code); HEAD gets it without its body. */
-async function answerError(deps: RequestDeps, trail: RequestTrail, request: Request, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
+async function answerError(deps: RequestDeps, trail: RequestTrail, ctx: RefusedContext, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
+  const { request } = ctx;
   // Never throws: a throw here would skip Elysia's onAfterResponse (the log line, the count in flight).
-  const answer = trail.answer(await problemOf(deps, trail, request, code, error, tokenFirst).catch((bug: unknown) => failure(trail, bug)));
+  const answer = trail.answer(await problemOf(deps, trail, ctx, code, error, tokenFirst).catch((bug: unknown) => failure(trail, bug)));
   // HEAD is GET without the body (RFC 9110 §9.3.2): a problem answered to one goes without it too.
   return request.method === "HEAD" ? new Response(null, { status: answer.status, headers: answer.headers }) : answer;
 }
 
-async function problemOf(deps: RequestDeps, trail: RequestTrail, request: Request, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
-  // A route's own check answered (http/checks.ts): route-level onError sees it before Elysia's toResponse.
-  if (error instanceof Answered) return error.response;
+/** What onError is given of the request Elysia refused. */
+type RefusedContext = Parameters<typeof validationProblem>[0];
+
+async function problemOf(deps: RequestDeps, trail: RequestTrail, ctx: RefusedContext, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
+  const { request } = ctx;
   switch (code) {
     case "NOT_FOUND": {
       // Under /charges the token comes first, matched or not.
@@ -118,12 +81,12 @@ async function problemOf(deps: RequestDeps, trail: RequestTrail, request: Reques
       return problemResponse("notFound", "no such route");
     }
     case "PARSE":
+      // A body route's parser threw its refusal (415, 413, 400: http/checks.ts).
       return bodyProblem(error instanceof ParseError ? error.cause : error);
     case "VALIDATION":
-      // Our transforms check what Elysia checks after them (http/checks.ts): a bug if it refuses,
-      // logged as one, and answered without the details Elysia formatted.
-      trail.fields.error = "bug: Elysia refused what the route's own checks passed";
-      return problemResponse("invalidBody", "the request does not match the schema");
+      // Its message is fixed words (withFixedErrors): answered with our own problem, never it.
+      if (error instanceof ValidationError) return validationProblem(ctx, trail, error);
+      return failure(trail, error);
     default:
       return failure(trail, error);
   }

@@ -18,11 +18,18 @@ export function isJsonMediaType(contentType: string | null): boolean {
   return essence === "application/json" || /^application\/[a-z0-9.+-]+\+json$/.test(essence);
 }
 
-export async function readJsonBody(request: Request): Promise<unknown> {
-  if (!isJsonMediaType(request.headers.get("content-type"))) {
+/**
+ * The body as strict JSON, or throws its problem. `empty`: the value of a body of no bytes, for
+ * an operation whose body has no required field (`curl -X POST` sends none, and no Content-Type):
+ * absent, an empty body is judged as any other (415 without a JSON Content-Type, else not JSON).
+ */
+export async function readJsonBody(request: Request, empty?: unknown): Promise<unknown> {
+  const contentType = request.headers.get("content-type");
+  const length = request.headers.get("content-length");
+  if (!isJsonMediaType(contentType)) {
+    if (empty !== undefined && contentType === null && (request.body === null || length === "0")) return empty;
     throw new ProblemError("unsupportedMediaType", "Content-Type must be application/json");
   }
-  const length = request.headers.get("content-length");
   const declared = length === null ? Number.NaN : Number(length);
   if (declared > MAX_BODY_BYTES) throw tooLarge();
   // A declared length within the limit lets the runtime read the body in one native call;
@@ -36,6 +43,7 @@ export async function readJsonBody(request: Request): Promise<unknown> {
   } else {
     text = await readLimited(request);
   }
+  if (text === "" && empty !== undefined) return empty;
   const parsed = parseStrictJson(text);
   if (parsed.ok) return parsed.value;
   throw invalidBody(parsed.faults, parsed.more ?? 0);

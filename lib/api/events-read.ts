@@ -30,7 +30,7 @@ export const ChargeEvents = t.Object(
   { description: "The charge's events, as the broker carried them" },
 );
 
-/** The query GET /charges/:id/events reads (documented; the handler checks it itself). */
+/** The query GET /charges/:id/events reads: Elysia checks its pattern, the handler its range. */
 export const ChargeEventsQuery = t.Object({
   after: t.Optional(
     t.String({
@@ -94,7 +94,11 @@ function afterOf(request: Request): number | Response {
   const raw = new URL(request.url).searchParams.get("after");
   if (raw === null) return 0;
   const value = /^[0-9]{1,10}$/.test(raw) ? Number(raw) : Number.NaN;
-  if (Number.isInteger(value) && value <= MAX_SEQUENCE) return value;
+  return Number.isInteger(value) && value <= MAX_SEQUENCE ? value : invalidAfter();
+}
+
+/** The 400 of an `after` that is not a sequence: the handler's, and Elysia's refusal of the query's pattern (http/checks.ts). */
+export function invalidAfter(): Response {
   return problemResponse("invalidQuery", `after must be a sequence, an integer from 0 to ${MAX_SEQUENCE}`, { errors: [{ field: "after", message: "not an integer from 0 to 2147483647" }] });
 }
 

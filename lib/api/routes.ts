@@ -1,10 +1,13 @@
 // The API's routes as Elysia plugins, one per group, each route with the TypeBox schemas Elysia
-// checks and documents. An idempotent operation is one line in OPERATIONS
-// (lib/charges/index.ts), its module beside it, its migration, docs and tests; app.ts
-// composes the plugins.
+// validates (headers, path parameters, query, body: withFixedErrors, so no refusal formats what
+// was sent) and documents. An idempotent operation is one line in OPERATIONS
+// (lib/charges/index.ts), its module beside it, its migration, docs and tests; app.ts composes
+// the plugins. The handlers answer Responses of stored bytes, which Elysia does not check
+// against the response schemas: test/api-schema.test.ts checks every route's answers instead,
+// since each body was checked when it was written (checkedJson) and a second check per answer
+// would cost the hot path.
 import { Elysia } from "elysia";
 import { withHeaders } from "@elysiajs/openapi";
-import type { AdditionalReference } from "@elysiajs/openapi/types";
 import { Type as t, type TObject, type TSchema } from "@sinclair/typebox";
 import type { Sql } from "../platform/db.ts";
 import { READY_MAX_AGE_MS } from "./readiness.ts";
@@ -14,12 +17,12 @@ import { OPERATIONS } from "../charges/index.ts";
 import { operationHandler, RETRY_AFTER_S } from "./http/answers.ts";
 import { nounOf, type RequestContextPlugin, type RequestDeps } from "./http/context.ts";
 import { authentication } from "./http/authentication.ts";
-import { checkBody, DEFERRED_BODY, readBody, refuseBadIds } from "./http/checks.ts";
+import { bodyParser, withFixedErrors } from "./http/checks.ts";
 import { ChargeEvents, chargeEventsHandler, ChargeEventsQuery } from "./events-read.ts";
 import { Charge, ChargeBody, ChargeView, chargeView } from "../charges/charges.ts";
 import { Refund, RefundBody, refundView } from "../charges/refunds.ts";
 import { problemResponse } from "./problem.ts";
-import { IdempotencyKeyHeader, Problem } from "./schemas.ts";
+import { IdempotencyKeyHeader, PreferHeader, Problem } from "./schemas.ts";
 import { KEY_STATE_PATH, KeyStateView, keyStateHandler } from "./key-state.ts";
 
 /** The idempotent operations: one line each, in lib/charges/index.ts (the operations jobs read it too). */
@@ -33,18 +36,29 @@ const problem = (description: string): TSchema => ({ ...Problem, description });
 const overloaded = problem("Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After)");
 const rateLimited = problem("The tenant is over its request rate, API_RATE_LIMIT (Retry-After)");
 const unauthorized = problem("Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer)");
-// The operations read Prefer themselves (answers.ts): documented here only.
-const PreferHeader = t.Optional(
-  t.String({ description: "RFC 7240: wait=N holds a request whose key is in flight up to N seconds (capped by the request timeout) for its outcome (Preference-Applied: wait=N); other values are ignored" }),
-);
-const described = (schema: TObject, description: string): TSchema => ({ ...schema, description });
+// The headers an idempotent operation reads (their formats are their parsers: schemas.ts).
+const OPERATION_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader, prefer: t.Optional(PreferHeader) }));
+const KEY_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader }));
+/**
+ * A response's schema, described. Elysia sets a response schema's missing additionalProperties
+ * to false the first time it answers; absent means true, so the copy says so and the document
+ * is the same whatever was answered before it.
+ */
+const described = (schema: TObject, description: string): TSchema => ({ ...schema, additionalProperties: schema.additionalProperties ?? true, description });
 // What an idempotent operation's success (201 or 200) carries besides its body.
 const CREATED_HEADERS = { location: t.String(), "idempotent-replayed": t.Optional(t.Literal("true")) };
+
+/** The tag an operation is listed under in /openapi.json (documentation.ts declares each). */
+function tagOf(path: string): string {
+  return path.includes("/refunds") ? "Refunds" : "Charges";
+}
+
+const CHARGE_ID = withFixedErrors(t.Object({ id: uuid("charge") }));
 
 /** The path parameters of a template, each a UUID ("/charges/:id" → { id }). */
 function uuidParams(names: readonly string[]): TObject | undefined {
   if (names.length === 0) return undefined;
-  return t.Object(Object.fromEntries(names.map((name) => [name, uuid(nounOf(name))])));
+  return withFixedErrors(t.Object(Object.fromEntries(names.map((name) => [name, uuid(nounOf(name))]))));
 }
 
 /** What every idempotent operation may answer besides its own refusals, for /openapi.json. */
@@ -60,7 +74,7 @@ function operationResponses(op: Operation): Record<number, TSchema> {
     410: problem("The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource"),
     429: rateLimited,
     413: problem(`Body over ${MAX_BODY_BYTES} bytes`),
-    415: problem("Content-Type is not JSON"),
+    415: problem("Content-Type is not JSON (an empty body needs none when no field is required)"),
     422: problem("The key was used with another request"),
     503: overloaded,
     ...Object.fromEntries(Object.entries(op.refusals).map(([status, description]) => [Number(status), problem(description)])),
@@ -69,9 +83,8 @@ function operationResponses(op: Operation): Record<number, TSchema> {
 
 /**
  * The /charges routes, behind the bearer token: each idempotent operation (one line in
- * OPERATIONS) and the GETs of what they wrote. Every hook of a route runs after the token's
- * derive; its own transform reads and checks what Elysia would otherwise check after it
- * (checks.ts), so no Elysia validation error is ever built from a request.
+ * OPERATIONS) and the GETs of what they wrote. The token's derive runs before Elysia's
+ * validation; a body route's parser admits the request before it reads the body (checks.ts).
  */
 export function chargeRoutes(context: RequestContextPlugin) {
   const routes = new Elysia({ name: "charge-routes" }).use(authentication(context));
@@ -79,20 +92,23 @@ export function chargeRoutes(context: RequestContextPlugin) {
     const handle = operationHandler(op);
     routes.post(op.path, async (ctx) => handle({ request: ctx.request, params: ctx.params, body: ctx.body, tenant: ctx.tenant, deps: ctx.deps, fields: ctx.trail.fields }), {
       params: uuidParams(op.uuidParams),
-      body: op.body,
-      parse: DEFERRED_BODY,
-      // Elysia's order: the body read (415, 413, strict JSON), then the ids, then the body's schema.
-      transform: async (ctx) => {
-        const value = await readBody(ctx.request);
-        refuseBadIds(ctx.params);
-        ctx.body = checkBody(op.body, value);
-      },
+      headers: OPERATION_HEADERS,
+      body: withFixedErrors(op.body),
+      // Ours (415, 413, the nesting depth, strict JSON), and the media type the document shows.
+      parse: [bodyParser(op.body), "application/json"],
       response: operationResponses(op),
-      detail: { operationId: op.name, summary: op.summary, description: `Idempotent: the key's scope is (tenant, key, "${endpointOf(op)}").`, security: bearer },
+      detail: {
+        operationId: op.name,
+        summary: op.summary,
+        description: `Idempotent: the key's scope is (tenant, key, "${endpointOf(op)}"); a retry with the same key and body replays the first answer.`,
+        tags: [tagOf(op.path)],
+        security: bearer,
+      },
     });
   }
   return routes
     .get(KEY_STATE_PATH, async (ctx) => keyStateHandler({ request: ctx.request, tenant: ctx.tenant, deps: ctx.deps, fields: ctx.trail.fields }), {
+      headers: KEY_HEADERS,
       response: {
         200: described(KeyStateView, "The key's state for each operation; a key never used, whose tombstone has gone, or another tenant's reads unknown for all"),
         400: problem("Missing or invalid Idempotency-Key (over 255 characters, not visible ASCII, a malformed String)"),
@@ -100,11 +116,16 @@ export function chargeRoutes(context: RequestContextPlugin) {
         429: rateLimited,
         503: overloaded,
       },
-      detail: { operationId: "getIdempotencyKey", summary: "A key's state, per operation: in flight, completed, parked, expired or unknown", security: bearer },
+      detail: {
+        operationId: "getIdempotencyKey",
+        summary: "A key's state, per operation: in flight, completed, parked, expired or unknown",
+        description: "The key travels in the Idempotency-Key header its POST sent it in; never cached by a shared cache (Cache-Control: private, no-store).",
+        tags: ["Idempotency"],
+        security: bearer,
+      },
     })
     .get("/charges/:id", async (ctx) => lookup(ctx, ctx.params, (sql, endsAt) => chargeView(sql, ctx.tenant, ctx.params.id, endsAt)), {
-      params: t.Object({ id: uuid("charge") }),
-      transform: ({ params }) => refuseBadIds(params),
+      params: CHARGE_ID,
       response: {
         200: described(ChargeView, "The charge, with its refunded total"),
         400: problem("Not a UUID"),
@@ -113,11 +134,11 @@ export function chargeRoutes(context: RequestContextPlugin) {
         429: rateLimited,
         503: overloaded,
       },
-      detail: { operationId: "getCharge", summary: "A charge, with its refunded total", security: bearer },
+      detail: { operationId: "getCharge", summary: "A charge, with its refunded total", description: "Another tenant's charge is unknown alike (404).", tags: ["Charges"], security: bearer },
     })
     .get("/charges/:id/events", async (ctx) => chargeEventsHandler({ request: ctx.request, params: ctx.params, tenant: ctx.tenant, deps: ctx.deps }), {
-      params: t.Object({ id: uuid("charge") }),
-      transform: ({ params }) => refuseBadIds(params),
+      params: CHARGE_ID,
+      query: withFixedErrors(ChargeEventsQuery),
       response: {
         200: described(ChargeEvents, "The charge's published events after `after`, in sequence order, each the envelope the broker carried (byte for byte), while the outbox keeps them (OUTBOX_RETENTION_SECONDS); Link rel=\"next\" when there are more"),
         400: problem("Not a UUID (invalid-id), or `after` not an integer from 0 to 2147483647 (invalid-query)"),
@@ -130,6 +151,7 @@ export function chargeRoutes(context: RequestContextPlugin) {
         operationId: "getChargeEvents",
         summary: "A charge's events, as the broker carried them",
         description: "The MQTT payloads of the relay's AsyncAPI document (its GET /asyncapi.json), read back from the outbox: a subscriber fills here a gap in a charge's sequence that the broker will never fill.",
+        tags: ["Charges"],
         security: bearer,
       },
     })
@@ -137,8 +159,7 @@ export function chargeRoutes(context: RequestContextPlugin) {
       "/charges/:id/refunds/:refundId",
       async (ctx) => lookup(ctx, ctx.params, (sql, endsAt) => refundView(sql, ctx.tenant, ctx.params.id, ctx.params.refundId, endsAt)),
       {
-        params: t.Object({ id: uuid("charge"), refundId: uuid("refund") }),
-        transform: ({ params }) => refuseBadIds(params),
+        params: withFixedErrors(t.Object({ id: uuid("charge"), refundId: uuid("refund") })),
         response: {
           200: described(Refund, "The refund"),
           400: problem("Not a UUID"),
@@ -147,18 +168,21 @@ export function chargeRoutes(context: RequestContextPlugin) {
           429: rateLimited,
           503: overloaded,
         },
-        detail: { operationId: "getRefund", summary: "A refund of a charge", security: bearer },
+        detail: { operationId: "getRefund", summary: "A refund of a charge", description: "A refund of another charge, or another tenant's, is unknown alike (404).", tags: ["Refunds"], security: bearer },
       },
     );
 }
+
+// The operator's routes need no token: an empty security requirement says so in the document.
+const PUBLIC = { tags: ["Operator"], security: [] };
 
 /** The operator's routes, without a token: liveness, readiness, Prometheus. */
 export function operatorRoutes(context: RequestContextPlugin, metrics: (() => Promise<Response>) | undefined) {
   return new Elysia({ name: "operator-routes" })
     .use(context)
     .get("/healthz", () => Response.json({ status: "ok" }), {
-      response: { 200: t.Object({ status: t.Literal("ok") }, { description: "The process runs" }) },
-      detail: { operationId: "health", summary: "Liveness: the process runs" },
+      response: { 200: t.Object({ status: t.Literal("ok") }, { additionalProperties: false, description: "The process runs" }) },
+      detail: { operationId: "health", summary: "Liveness: the process runs", description: "Answers while the process serves requests; it asks nothing of the database.", ...PUBLIC },
     })
     .get(
       "/readyz",
@@ -168,38 +192,38 @@ export function operatorRoutes(context: RequestContextPlugin, metrics: (() => Pr
           : problemResponse("unavailable", "the database does not answer", {}, { "retry-after": RETRY_AFTER_S }),
       {
         response: {
-          200: t.Object({ status: t.Literal("ready") }, { description: `The database answered (a probe at most ${READY_MAX_AGE_MS} ms old)` }),
+          200: t.Object({ status: t.Literal("ready") }, { additionalProperties: false, description: `The database answered (a probe at most ${READY_MAX_AGE_MS} ms old)` }),
           503: problem("The database does not answer"),
         },
-        detail: { operationId: "ready", summary: "Readiness: the database answers" },
+        detail: { operationId: "ready", summary: "Readiness: the database answers", description: "A load balancer sends requests here only while this answers 200.", ...PUBLIC },
       },
     )
     .get("/metrics", async () => (metrics ? metrics() : problemResponse("notFound", "metrics are not enabled")), {
       response: { 200: t.String({ description: "Prometheus text exposition" }), 404: problem("No exposition wired in this process") },
-      detail: { operationId: "metrics", summary: "Prometheus metrics" },
+      detail: { operationId: "metrics", summary: "Prometheus metrics", description: "The process's metrics in the Prometheus text format, for a scraper.", ...PUBLIC },
     });
 }
 
-/** The headers the operations read themselves, for the document only (@elysiajs/openapi's references). */
-export function documentedHeaders(): AdditionalReference {
-  const headers = t.Object({ "idempotency-key": IdempotencyKeyHeader, prefer: PreferHeader });
-  const reference: AdditionalReference = {};
-  // Only `headers` is read from an entry; @elysiajs/openapi's type asks for every slot.
-  for (const op of OPERATIONS) reference[op.path] = { ...reference[op.path], post: { params: t.Object({}), query: t.Object({}), headers, body: t.Object({}), response: {} } };
-  // GET /charges/idempotency-key reads the key from the header its POST sent it in.
-  reference[KEY_STATE_PATH] = { get: { params: t.Object({}), query: t.Object({}), headers: t.Object({ "idempotency-key": IdempotencyKeyHeader }), body: t.Object({}), response: {} } };
-  // GET /charges/:id/events reads `after` itself (its own invalid-query problem).
-  reference["/charges/:id/events"] = { get: { params: t.Object({}), query: ChargeEventsQuery, headers: t.Object({}), body: t.Object({}), response: {} } };
-  return reference;
+/**
+ * The document's named schemas, each shown once and referenced ($ref) wherever a route uses
+ * it (documentation.ts): the shared ones by name, and each operation's body that is none of
+ * them under its operation's name ("captureCharge" → "CaptureChargeBody").
+ */
+export function components(): Readonly<Record<string, TSchema>> {
+  const named: Record<string, TSchema> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem };
+  const known = new Set(Object.values(named));
+  for (const op of OPERATIONS) {
+    if (!known.has(op.body)) named[`${op.name[0]!.toUpperCase()}${op.name.slice(1)}Body`] = op.body;
+  }
+  return named;
 }
 
-/** Every schema a route checks or documents: compiled at load by the edge worker, and the document's components. */
-export const COMPONENTS: Readonly<Record<string, TObject>> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem };
-export const SCHEMAS: readonly TSchema[] = Object.values(COMPONENTS);
+/** Every schema the API checks itself (a refusal's faults, the answers it writes): compiled at load by the edge worker. */
+export const SCHEMAS: readonly TSchema[] = [ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem, ...OPERATIONS.map((op) => op.body)];
 
 /**
- * A GET of one of the tenant's rows by the route's UUIDs: 400 for an id that is not one, 404
- * when there is no such row (or it is another tenant's), else its body.
+ * A GET of one of the tenant's rows by the route's UUIDs (Elysia has checked them): 404 when
+ * there is no such row (or it is another tenant's), else its body.
  */
 async function lookup(ctx: { readonly deps: RequestDeps }, params: Readonly<Record<string, string>>, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {
   const names = Object.keys(params);

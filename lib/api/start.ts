@@ -1,6 +1,7 @@
 // Assembles the API process from config: the pool, the schema, the idempotency core, the
 // relay's wake-up and metrics; the request pipeline (the Elysia app of app.ts, request logs)
-// is http/pipeline.ts's, shared with the edge worker (worker.ts), and /docs is this process's.
+// is http/pipeline.ts's, shared with the edge worker (worker.ts), and /docs and the operator
+// console (console/) are this process's.
 import type { Meter } from "@opentelemetry/api";
 import type { Config } from "../platform/config.ts";
 import type { Sql } from "../platform/db.ts";
@@ -21,6 +22,7 @@ import { openPool } from "./pool-open.ts";
 import { useKeyHashSecret } from "../platform/redact.ts";
 import { createAdmission } from "./admission.ts";
 import { createReadiness } from "./readiness.ts";
+import { createApiConsole, withConsole } from "./console/index.ts";
 
 export interface ApiProcess {
   readonly sql: Sql;
@@ -83,13 +85,15 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const split = config.admission.operatorPort !== undefined;
   const api = createApi(SCHEMAS, deps, { ...handlerOptions, surface: split ? "api" : "all" });
   const operator = split ? createApi(SCHEMAS, deps, { ...handlerOptions, surface: "operator" }) : undefined;
-  const fetch = api.handle;
+  // The operator console (/console) on the operator listener: OPERATOR_PORT's when set.
+  const operatorConsole = createApiConsole(config, sql, log);
+  const fetch = operator ? api.handle : withConsole(api.handle, operatorConsole);
   const routes = [...api.routes, ...(operator?.routes ?? [])];
   return {
     sql,
     fetch,
     routes,
-    operatorFetch: operator?.handle,
+    operatorFetch: operator && withConsole(operator.handle, operatorConsole),
     async close() {
       await notifier.close();
       await listener?.unlisten().catch(() => {});

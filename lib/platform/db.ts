@@ -30,7 +30,7 @@ export interface DbOptions {
   /**
    * Count the pool's open connections (openConnections(), db_client_connections_open). Not for
    * a pool that LISTENs (open-connections.ts). Costs postgres.js's debug mode: a stack captured
-   * per statement (bench/README.md, "Open connections").
+   * per statement.
    */
   readonly countOpen?: boolean;
   /**

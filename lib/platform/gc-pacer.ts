@@ -8,9 +8,6 @@
 // 100 ms, so much of what one collection frees waits longer than that to be reused, and goes through
 // that round trip. A young collection after every `every` units of work (rows answered, on the
 // relay) keeps the cycle short while work flows fast; when it flows slowly, it runs rarely.
-// Pacing every 1,000 rows cut the relay's CPU per row on a drain (bench/README.md, "Relay
-// drain"); every 4,000 cuts it further, each collection having a fixed cost ("Relay drain: the
-// row's CPU").
 
 export interface GcPacer {
   /** `units` of work were done. */

@@ -76,9 +76,8 @@ export function keyHash(key: string): string {
 
 /**
  * keyHash(key) as a log field, computed only if a line is written (JSON.stringify calls
- * toJSON): at LOG_LEVEL=warn no request line is, and the HMAC was part of a ledger POST's CPU
- * in the API (bench/README.md, issue 38's row). The key lives in a closure, so inspecting the
- * fields never shows it.
+ * toJSON): at LOG_LEVEL=warn no request line is, and the HMAC would be paid by every POST for
+ * nothing. The key lives in a closure, so inspecting the fields never shows it.
  */
 export function keyHashField(key: string): { toJSON(): string } {
   return { toJSON: () => keyHash(key) };

@@ -66,8 +66,3 @@ export const Problem = t.Object(
   },
   { additionalProperties: true },
 );
-
-export const IdempotencyKeyHeader = t.String({
-  description:
-    'An RFC 9651 String of 1-255 visible ASCII characters ("order-12345-payment"), or the same bare (no spaces, quotes, commas or semicolons); a UUID is compared in lowercase, any other key exactly. Unique per tenant and route.',
-});

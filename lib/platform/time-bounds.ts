@@ -46,8 +46,7 @@ export function relayTimeBounds(env: Env): RelayTimeBounds {
 // The API's time bounds. Every bound trips long before a client's own timeout (30 s and more
 // for common HTTP clients and load balancers), so the client gets a 503 it can act on, not
 // a dropped connection; and far above what a healthy database takes.
-// A charge is one statement taking milliseconds (bench/README.md, "Results"):
-// 5 s only trips on a stalled database.
+// A charge is one statement taking milliseconds: 5 s only trips on a stalled database.
 const API_STATEMENT_TIMEOUT_MS = 5_000;
 // The statement's lock waits are sub-millisecond unless DDL, VACUUM FULL or LOCK TABLE holds a
 // table: 2 s says "a lock queue" (55P03) sooner than the statement bound would.

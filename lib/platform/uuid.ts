@@ -12,10 +12,8 @@ export function isUuid(value: string): boolean {
  * A new event id (the outbox row's primary key): a time-ordered UUID (version 7, RFC 9562),
  * increasing within this process. Each write lands at the right-hand edge of the outbox's
  * primary key instead of on a random leaf, and so does the relay's mark, which adds a second
- * entry for every row it publishes (the update is not HOT): marks measured cheaper per row
- * than with random ids . The
- * time it carries is the event's own creation, which the envelope's createdAt states anyway.
- *
+ * entry for every row it publishes (the update is not HOT). The time it carries is the event's
+ * own creation, which the envelope's createdAt states anyway.
  */
 export function newEventId(): string {
   return uuidV7();

@@ -20,20 +20,19 @@ export const OUTBOX_CHANNEL = "outbox_pending";
 
 // Bounds the extra commit → relay latency a trailing notify adds, and the notify rate of
 // a busy API process (500/s), far below the rate at which notifying commits start to queue.
-// At 200 charges/s a 5 ms window delayed every other event by up to 5 ms; 2 ms gave a lower
-// commit → subscriber p50 at no cost seen in created/s (bench/README.md, "Relay wake-up").
+// Short, as at live rates every other event waits up to the window for its notify.
 export const NOTIFY_WINDOW_MS = 2;
 
 // A busy stream: past this many events a second the relay stops claiming at every notify and
 // gathers the stream for RELAY_GATHER_MS (lib/relay/gather.ts). An API process whose own commits
 // pass it widens its window to BUSY_NOTIFY_WINDOW_MS: the relay is gathering anyway (the
-// stream is at least this API's rate), and each notify it sent woke the relay's connection
-// and its process for nothing, up to 1000/NOTIFY_WINDOW_MS times a second. Below it (200 charges/s, the latency case)
-// the window stays NOTIFY_WINDOW_MS.
+// stream is at least this API's rate), and each notify would wake the relay's connection and
+// its process for nothing, up to 1000/NOTIFY_WINDOW_MS times a second. Below it (the latency
+// case) the window stays NOTIFY_WINDOW_MS.
 export const BUSY_STREAM_PER_S = 1000;
-// An eighth of the notifies of NOTIFY_WINDOW_MS: the API, its Postgres and the relay spent less
-// per charge beside the relay (bench/README.md, "Relay beside the API"). Well inside the
-// relay's default gather (40 ms), so a gathering relay waits no longer.
+// An eighth of the notifies of NOTIFY_WINDOW_MS, so the API, its Postgres and the relay spend
+// less per charge; well inside the relay's default gather (40 ms), so a gathering relay waits
+// no longer.
 export const BUSY_NOTIFY_WINDOW_MS = 16;
 // The poke rate is a moving figure over about this long (moving-rate.ts), as the relay's gather
 // reads its stream.

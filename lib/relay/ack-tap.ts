@@ -4,7 +4,7 @@
 // parses every other packet; the relay's QoS 1 publishes and their PUBACKs bypass it. Through
 // mqtt.js a publish and its PUBACK cost several times the CPU (an outgoing store, a callback
 // table, a parsed packet object and a tick per packet received) of encoding once and matching
-// here, the largest item of a row's cost (bench/README.md, "Relay drain"). What passes through
+// here, the largest item of a row's cost. What passes through
 // is byte-for-byte what arrived.
 import { Duplex } from "node:stream";
 

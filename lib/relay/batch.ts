@@ -58,15 +58,13 @@ export interface BatchRun {
   readonly result: Promise<BatchResult>;
 }
 
-// Claims of up to this many rows are published in turn (handover.ts publishInTurn). Whether
-// the claim came back full does not matter: an adaptive claim of 10 or 20 rows is full as soon
-// as the relay falls a little behind (a loaded machine), and a burst would then add the 40 ms
-// stall to every claim, which makes it fall further behind (a claim of the whole
-// OUTBOX_BATCH_SIZE, when that is 50 or less, still goes out at once: the backlog is not
-// drained). Past about 50 rows, a local round trip per row costs more than the one stall of a
-// burst (bench/README.md, "Relay drain"). A claim that asked for more (a growing drain, or a
-// gathered stream: gather.ts) goes out at once whatever it found: the outbox is busy, and the
-// PINGREQ of window.ts keeps its last PUBACKs from the stall.
+// Claims of up to this many rows are published in turn (handover.ts publishInTurn): a burst
+// waits for the broker's delayed PUBACKs (the stall window.ts's PINGREQ ends), and for a few
+// rows a round trip each costs less. Whether the claim came back full does not matter: a
+// small adaptive claim is full as soon as the relay falls a little behind, and a burst would
+// then add the stall to every claim. Past this size the round trips cost more than the one
+// stall. A claim that asked for more (a growing drain, or a gathered stream: gather.ts), or a
+// claim of the whole OUTBOX_BATCH_SIZE, goes out at once: the outbox is busy.
 export const IN_TURN_MAX = 50;
 
 const LEFT_FOR_LATER: Outcome = { kind: "released", error: "not attempted: a row before it in its aggregate was not in the claim" };
@@ -98,13 +96,11 @@ function atEnd(heads: readonly OutboxRow[], end: string | undefined): number {
 async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: OutboxRow[]; heads: number; full: boolean; fromTop: boolean }> {
   const from = turn.frontier.from(performance.now());
   const headLimit = turn.heads.of(limit);
-  // The window walks past the rows this relay holds, still locked and never heads. From the
-  // frontier those are the last claim's rows at its end, found again: without them a backlog
-  // was claimed one row short of every window (49 of 50), which at a cap of 50 or less also
-  // sent every claim in turn (handOver), 0.4x the drain rate. From the top they are all the
-  // rows in flight: a window of 10 rows behind 8 lanes' 80 took none, and moved the frontier
-  // back to its end, so the next claims walked the same locked rows, each a transaction for
-  // nothing, once a second.
+  // The window walks past the rows this relay holds, still locked and never heads, so they are
+  // added to it: from the frontier, the last claim's rows at its end, found again (else every
+  // window of a backlog comes back one row short, and not full); from the top, all the rows in
+  // flight (else a small window behind the other lanes' rows takes none and moves the frontier
+  // back over the same locked rows).
   const walk = turn.window.of(limit) + (from === undefined ? turn.window.held : turn.frontier.overlap);
   // A backlog of ChargeCreated rows, claimed from the frontier, needs no window: none of its
   // rows costs a probe, so nothing bounds the walk but the heads it is after (claimHeadsUnbounded).
@@ -118,19 +114,16 @@ async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: Ou
   const full = stopped || window.end !== undefined;
   const end = stopped ? heads.at(-1)?.createdAt : window.end;
   turn.frontier.claimed(limit, full ? limit : heads.length, end, atEnd(heads, end));
-  // No room, or no other due row in the window (every one a head it took: a few ChargeCreated
-  // at live rates), or none that could follow a head (every one a ChargeCreated, sequence 1:
-  // a backlog of them, where the claim from the frontier finds the last claim's row still
-  // locked and so takes one head fewer than its window): no followers to look for, no round
-  // trip. Without that last test a ChargeCreated drain looked up the followers of nearly every
-  // row (26 of 34 claims, 19,930 of 20,000 rows), each a probe of the aggregate hash index
-  // (bench/README.md, "Relay order"). One that lies past the window waits to be a head.
+  // No room, or no other due row in the window (every one a head it took), or none that could
+  // follow a head (every one a ChargeCreated, sequence 1): no followers to look for, no round
+  // trip, and no probe of the aggregate index per row. A follower past the window waits to be
+  // a head.
   const more = heads.length < limit && window.rows > heads.length;
   const room = more && window.rows > window.firstEvents;
   const followers = room ? await claimFollowers(tx, heads, limit - heads.length) : [];
-  // A window of ChargeCreated rows only found no followers too: told so, the claims after a
-  // backlog of chains take full claims of heads again (else they kept taking the few heads that
-  // left room for that backlog's followers: 14k against 27k rows/s, run V's first form).
+  // A window of ChargeCreated rows only found no followers either: told so, the claims after a
+  // backlog of chains take full claims of heads again, instead of leaving room for followers
+  // that no longer come.
   if (more) turn.heads.claimed(limit, heads.length, followers.length);
   turn.window.walked(full && window.rows === window.firstEvents && followers.length === 0);
   return { rows: followers.length > 0 ? [...heads, ...followers] : heads, heads: heads.length, full, fromTop: from === undefined };

@@ -36,8 +36,7 @@ export interface ClaimFrontier {
 
 // A claim from the top of the pending index walks past every row the relay's other lanes
 // hold locked, and past the entries of the rows it has just published until they are known
-// dead, more than twice the time of a claim starting past them (bench/README.md, "Relay
-// drain"). Claims come in created_at order, so the next one starts where the
+// dead, which costs far more than a claim starting past them. Claims come in created_at order, so the next one starts where the
 // last one ended. A row that appears behind that point (a transaction that committed late,
 // a row released after a lost connection, a back-off that ended) is claimed by the next claim
 // from the top: the first after a short claim, and at least one this often.
@@ -67,8 +66,7 @@ export function createClaimFrontier(): ClaimFrontier {
  * How many heads a claim takes, so that their followers fill the rest of it (claims are
  * serialized: one per relay). A backlog of many events per aggregate is then claimed as whole
  * chains, a few heads and every due row behind them, not as a claim full of heads whose later
- * events every following claim walks past, one probe each, while those heads are in flight
- * (bench/README.md, "Relay order").
+ * events every following claim walks past, one probe each, while those heads are in flight.
  */
 export interface HeadLimit {
   /** The heads a claim of `limit` rows takes. */
@@ -95,8 +93,8 @@ export function createHeadLimit(): HeadLimit {
 /**
  * How many due rows a claim of `limit` rows looks at (its window, outbox-sql.ts claimHeads):
  * `limit` of them, more while the windows' ChargeCreated rows (heads without a probe) are
- * mostly held by another relay's claims. Two relays on one database took turns at each
- * other's locked windows, one claim in two finding nothing (bench/README.md, "Relay order").
+ * mostly held by another relay's claims: else two relays on one database take turns at each
+ * other's locked windows, and half the claims find nothing.
  */
 export interface WindowSize {
   of(limit: number): number;

@@ -2,22 +2,19 @@
 // the same whatever its rows: a transaction (BEGIN, the claim, the mark and COMMIT), a wake-up
 // per round trip, a log line. At a live rate of thousands of events a second a notify wakes
 // the relay every few milliseconds and each claim takes a handful of rows, so that fixed cost
-// falls on few rows: several times a backlog's CPU per row (bench/README.md, "Relay beside
-// the API"). Past GATHER_MIN_RATE_PER_S the next drain therefore starts only once the gather time has passed
-// since the last one began, and claims what came meanwhile in one claim, published at once.
-// Below it (200 events/s, the latency case) nothing waits.
+// falls on few rows: several times a backlog's CPU per row. Past GATHER_MIN_RATE_PER_S the
+// next drain therefore starts only once the gather time has passed since the last one began,
+// and claims what came meanwhile in one claim, published at once. Below it (the latency case)
+// nothing waits.
 import { createMovingRate } from "../platform/moving-rate.ts";
 import { IN_TURN_MAX } from "./batch.ts";
 
-// Events a second past which the relay gathers. At 200/s the commit → subscriber p99 is held
-// to 10 ms (bench/README.md); a claim there takes one row, and 200 claims a second cost a
-// fraction of a core. Twice that, so that a burst at 200/s does not read as a stream (the
-// rate is a moving figure over RATE_WINDOW_MS: 40 events against 20 expected is far out for
-// arrivals at random). It was the API's busy rate (1,000/s, lib/platform/wakeup.ts), but an API
-// that shares its cores with the relay (or with anything else) may not reach that: beside the
-// API at 400–900 events/s the relay claimed a few rows per NOTIFY, 150–230 µs of its CPU and
-// 60–120 µs of its Postgres per event, and the API lost that CPU (bench/README.md, "One
-// harness for beside").
+// Events a second past which the relay gathers. At 200/s a claim takes one row, 200 claims a
+// second cost a fraction of a core, and the latency matters more; twice that, so that a burst
+// at 200/s does not read as a stream (the rate is a moving figure over RATE_WINDOW_MS, and
+// twice the expected count is far out for arrivals at random). Below the API's own busy rate
+// (lib/platform/wakeup.ts): an API that shares its cores with the relay may never reach that,
+// and then every NOTIFY would cost a claim of a few rows, CPU the API loses.
 export const GATHER_MIN_RATE_PER_S = 400;
 // The rows a claim need not exceed: past them the claim's fixed cost is a few µs per row.
 const GATHER_ROWS = 200;

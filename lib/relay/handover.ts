@@ -62,8 +62,7 @@ export function chainsOf(rows: readonly OutboxRow[], heads: number): { chains: C
 
 /**
  * Values under two string keys, a map per first key: no `a/b` key string built (and hashed)
- * per row, a few percent of the relay's CPU on a drain (bench/README.md, "Relay drain: the
- * row's CPU"). A claim's chains by aggregate type and id; a hand-over's topics by aggregate
+ * per row on the drain's hot path. A claim's chains by aggregate type and id; a hand-over's topics by aggregate
  * type and event type.
  */
 class ByTwoKeys<V> {
@@ -85,8 +84,7 @@ class ByTwoKeys<V> {
  * behind the other lanes' for up to a few hundred milliseconds, across several young
  * collections (lib/platform/gc-pacer.ts), and what they hold then is promoted to the old
  * generation, whose collections free it tens of megabytes at a time for the allocator to hand
- * back to the kernel. Built at the send, these strings die young: more rows/s, less CPU per
- * row and a lower peak memory than built at hand-over (bench/README.md, "Relay drain").
+ * back to the kernel. Built at the send, these strings die young.
  */
 class RowMessage implements OutboundMessage {
   constructor(

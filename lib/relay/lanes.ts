@@ -11,15 +11,13 @@
 // and marks per row).
 import type { BatchRun } from "./batch.ts";
 
-// Rows claimed and not yet settled over all lanes. Measured with bench/relay-drain.ts on 2
-// cores: past about 200, more lanes only make every claim skip more locked rows, Postgres's
-// CPU per row grows and the drain slows down.
+// Rows claimed and not yet settled over all lanes: past this, more lanes only make every claim
+// skip more locked rows, and Postgres's CPU per row grows (bench/relay-drain.ts finds the knee).
 const MAX_CLAIMED_ROWS = 200;
-// At least three: with publishing as fast as it is (publisher.ts), a batch's database phases
-// (mark, commit, the next claim) take about as long as publishing the other batch's rows, so
-// with two lanes the publisher sat idle, out of rows, for a third of a drain; a third lane
-// keeps rows waiting for it (bench/README.md, "Relay drain"). At most eight, as each lane
-// holds a database connection for the length of its batch.
+// At least three: a batch's database phases (mark, commit, the next claim) take about as long
+// as publishing the other batch's rows, so with two lanes the publisher would wait for rows; a
+// third keeps rows waiting for it. At most eight, as each lane holds a database connection for
+// the length of its batch.
 const MIN_LANES = 3;
 const MAX_LANES = 8;
 // The first claim of a drain, and the smallest. A short claim is published one row at a

@@ -49,8 +49,7 @@ export interface OutboxRow {
  * is bookkeeping of rows already delivered. A Postgres crash can lose the last few hundred
  * milliseconds of it; those rows are then published again, which at-least-once delivery
  * already allows and the subscriber's inbox absorbs; no event is lost, since the rows
- * themselves were committed durably by the API. It measured a faster drain (bench/README.md,
- * "Relay drain").
+ * themselves were committed durably by the API.
  */
 export async function batchSettings(tx: Db): Promise<void> {
   await tx`select set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('synchronous_commit', 'off', true)`.execute();
@@ -108,16 +107,14 @@ type HeadRow = OutboxRow & { readonly windowRows: number; readonly windowFirstEv
 /**
  * Locks the heads that are due among the first `walk` due rows from `from` (a created_at as
  * the claim returns it) or from the top of the pending index, `limit` at most, oldest first,
- * and says what that window held: one statement, the window walked once for its figures and
- * its bound (a statement of its own for the figures cost a claim of 10 rows a tenth more CPU,
- * in the relay and in Postgres, than the claim before windows: bench/README.md, issue 41).
- * A head is its aggregate's oldest unpublished event; a row behind an unpublished one (in
+ * and says what that window held: one statement, the window walked once for both its figures
+ * and its bound. A head is its aggregate's oldest unpublished event; a row behind an unpublished one (in
  * flight in another batch, backing off, parked) is not a head: it waits, and only its
  * aggregate waits with it. A `sequence` of 1 (every ChargeCreated) is a head without looking
  * further; any other row the walk passes costs a probe of its aggregate's rows (the hash index
- * on aggregate_id). The walk is bounded: behind a backlog of one aggregate's events in flight,
- * an unbounded walk probed every row of the backlog for each claim (bench/README.md, "Relay
- * order"); the next claim starts where this window ended. SKIP LOCKED: rows another relay (or
+ * on aggregate_id). The walk is bounded, or behind a backlog of one aggregate's events in
+ * flight every claim would probe every row of the backlog; the next claim starts where this
+ * window ended. SKIP LOCKED: rows another relay (or
  * lane) holds are passed over, never waited for. The scans follow the partial index on
  * pending rows; parked rows and rows still backing off are filtered out.
  */
@@ -146,10 +143,10 @@ export async function claimHeads(tx: Db, limit: number, from?: string, walk: num
  * claimHeads without a window: the heads among the due rows from `from`, `limit` at most,
  * oldest first, the walk going on until it has them. What the relay claims with from the
  * frontier while its last claims found nothing but ChargeCreated rows (sequence 1, each a head
- * without a probe) and no other relay's locks (claim-lock.ts WindowSize.unbounded): the window's bound is
- * for walks that pass rows that are no heads, and walking the window a second time for its
- * figures made small claims slower than the claim before windows (1ff5455; bench/README.md,
- * "Small batches"). Its figures are the claim's own: every row it took is a row of its walk.
+ * without a probe) and no other relay's locks (claim-lock.ts WindowSize.unbounded): the
+ * window's bound is for walks that pass rows that are no heads, and such a backlog has none,
+ * so the window's second walk would be pure cost. Its figures are the claim's own: every row
+ * it took is a row of its walk.
  */
 export async function claimHeadsUnbounded(tx: Db, limit: number, from: string): Promise<ClaimedHeads> {
   const heads = await tx<OutboxRow[]>`
@@ -171,9 +168,8 @@ export async function claimHeadsUnbounded(tx: Db, limit: number, from: string): 
  *
  * Two forms keep this on the hash index on aggregate_id: the due test is wrapped in `is true`,
  * which the planner cannot match to the predicate of the pending index (the plain form
- * matches it, and without statistics the planner walked the whole pending index once per
- * head); and no ORDER BY, which with enable_sort off made a claim of ten rows slow
- * (bench/README.md, "Relay order").
+ * matches it, and without statistics the planner walks the whole pending index once per
+ * head); and no ORDER BY, which with enable_sort off turns the probe into a scan.
  */
 export async function claimFollowers(tx: Db, heads: readonly OutboxRow[], limit: number): Promise<OutboxRow[]> {
   if (heads.length === 0 || limit <= 0) return [];
@@ -193,8 +189,7 @@ export async function claimFollowers(tx: Db, heads: readonly OutboxRow[], limit:
 
 /**
  * The rows the broker acknowledged, by their `tid` from the claim of the same transaction, in
- * one statement: a TID scan, where matching the ids cost a primary-key probe per row (the
- * Postgres CPU it saves: bench/README.md, "Relay drain").
+ * one statement: a TID scan, where matching the ids would cost a primary-key probe per row.
  */
 export async function markPublished(tx: Db, tids: readonly string[]): Promise<number> {
   if (tids.length === 0) return 0;

@@ -1,8 +1,8 @@
 // The bytes of the relay's one kind of packet: a QoS 1 PUBLISH (MQTT 5 §3.3, or 3.1.1 §3.3
 // without the properties). mqtt-packet's generate() writes the same bytes (test/publish-packet
 // .test.ts compares them) but costs several times as much per message through its chunk
-// accumulator and per-property dispatch (bench/README.md, "Relay drain"); this sizes the
-// packet once and writes it into one buffer.
+// accumulator and per-property dispatch; this sizes the packet once and writes it into one
+// buffer.
 
 export interface PublishFields {
   /** Packet identifier, 1..65535. */
@@ -50,7 +50,7 @@ function writeVarint(buf: Buffer, at: number, value: number): number {
 // Strings up to this many UTF-16 units are measured and copied by a loop here when they are
 // ASCII (every property name and the relay's values: ids, types, tenants, the topic): a
 // packet's two dozen Buffer.byteLength and Buffer.write calls cost more, each a native call,
-// than the loops (bench/README.md, "Relay drain: the row's CPU"). Longer ones (the payload)
+// than the loops. Longer ones (the payload)
 // take the native calls, which copy faster than a loop once past a few dozen bytes.
 const ASCII_LOOP_MAX = 64;
 // The first code unit that is not ASCII (UTF-8 writes it in two bytes or more).

@@ -27,11 +27,10 @@ const EXTRA_CONNECTIONS = 2;
 // left running. postgres.js still waits this long on a pool whose connections were killed
 // under it (it keeps one it never finishes with), so the grace is short.
 const POOL_CLOSE_GRACE_S = 1;
-// One young collection per this many rows answered: at drain speed (30-65k rows/s) about the
-// allocator's 100 ms before it returns free memory to the kernel (lib/platform/gc-pacer.ts). Each
-// collection costs a millisecond or more whatever it frees: 4,000 took the relay 1 µs per row
-// less than 1,000 on a drain, as fast or faster, at the same peak memory (bench/README.md,
-// "Relay drain: the row's CPU").
+// One young collection per this many rows answered: at drain speed, about as often as the
+// allocator returns free memory to the kernel (lib/platform/gc-pacer.ts). Each collection
+// costs a millisecond or more whatever it frees, so fewer, larger ones cost less per row at
+// the same peak memory.
 const GC_EVERY_ROWS = 4000;
 
 export interface RelayProcess {

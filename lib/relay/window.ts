@@ -147,8 +147,8 @@ export class PublishWindow {
    * nothing to send and PUBACKs still to come, a PINGREQ goes instead, to carry the TCP ACK of
    * what was just read: Mosquitto (without TCP_NODELAY, its default) holds its next PUBACKs
    * until what it sent last is ACKed, and a client with nothing to send ACKs only when its
-   * delayed-ACK timer fires, 40 ms later on Linux. Each time the relay ran out of rows to
-   * publish, its last PUBACKs waited that long, and their batch could not commit meanwhile.
+   * delayed-ACK timer fires, 40 ms later on Linux. Without it, each time the relay runs out of
+   * rows to publish its last PUBACKs wait that long, and their batch cannot commit meanwhile.
    * Whatever this turn writes carries the ACK, a publish sent from a PUBACK's callback too (the
    * next row of an aggregate's chain, handover.ts): a PINGREQ after it would make Mosquitto
    * hold the next PUBACK behind its PINGRESP until our delayed ACK, 40 ms per row of a chain.

@@ -16,6 +16,7 @@ export class SubscriberCounts {
   held = 0;
   gapsSkipped = 0;
   gapsFilled = 0;
+  malformed = 0;
   private readonly deadLetters: Counter;
   private readonly events: Counter;
   private readonly gaps: Counter;
@@ -34,7 +35,7 @@ export class SubscriberCounts {
       description: "Events the reference subscriber kept in subscriber_dead_letters instead of processing: the handler failed its retry budget, or the event came after its turn was skipped",
     });
     this.events = meter.createCounter("subscriber_events_total", {
-      description: "Events the reference subscriber settled, by outcome: processed (new; a held event when it is processed), duplicate (already in the inbox), rejected (not an event)",
+      description: "Events the reference subscriber settled, by outcome: processed (new; a held event when it is processed), duplicate (already in the inbox), rejected (not an event), malformed (not a valid event, kept in subscriber_dead_letters)",
     });
     this.gaps = meter.createCounter("subscriber_sequence_gaps_total", {
       description: "Events that met a gap in their aggregate's sequence, by outcome: held (came ahead of their turn), filled (never came from the broker, read from the API's GET /charges/:id/events to fill a gap), released_after_timeout (processed past a missing predecessor after SUBSCRIBER_GAP_TIMEOUT_MS), late (came after their turn was skipped; kept in subscriber_dead_letters)",
@@ -46,7 +47,7 @@ export class SubscriberCounts {
     // At zero from the start, as the relay's counters are: a rate() or increase() alert on
     // dead letters works before the first one, and a dashboard shows 0 rather than no data.
     this.deadLetters.add(0, { consumer });
-    for (const outcome of ["processed", "duplicate", "rejected"]) this.events.add(0, { consumer, outcome });
+    for (const outcome of ["processed", "duplicate", "rejected", "malformed"]) this.events.add(0, { consumer, outcome });
     for (const outcome of GAP_OUTCOMES) this.gaps.add(0, { consumer, outcome });
   }
 
@@ -59,6 +60,13 @@ export class SubscriberCounts {
   countRejection(): void {
     this.rejected += 1;
     this.events.add(1, { consumer: this.consumer, outcome: "rejected" });
+  }
+
+  /** A message that is not a valid event, kept in subscriber_dead_letters. */
+  countMalformed(): void {
+    this.malformed += 1;
+    this.events.add(1, { consumer: this.consumer, outcome: "malformed" });
+    this.deadLetters.add(1, { consumer: this.consumer });
   }
 
   countDeadLetter(): void {

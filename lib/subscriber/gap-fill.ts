@@ -13,7 +13,7 @@ import { CHARGE } from "../charges/events.ts";
 import { describeDbError } from "../platform/db.ts";
 import { keepDeadLetter } from "./dead-letter.ts";
 import { ApiError, fetchChargeEvents, type FetchedEvent } from "./events-api.ts";
-import { MAX_HANDLER_ATTEMPTS, processEvent, type Processing } from "./process.ts";
+import { handlerAttempts, processEvent, type Processing } from "./process.ts";
 import type { Releaser } from "./release.ts";
 import type { Report } from "./report.ts";
 import { Closing } from "./retry.ts";
@@ -177,7 +177,7 @@ export class GapFiller {
     } catch (error) {
       if (error instanceof Closing) throw error;
       // The handler's budget is spent: kept as a dead letter, as an event from the broker would be.
-      const letter = { eventId: event.id, consumer: place.consumer, topic, payload, error: describeDbError(error), attempts: MAX_HANDLER_ATTEMPTS };
+      const letter = { eventId: event.id, consumer: place.consumer, topic, payload, error: describeDbError(error), attempts: handlerAttempts(this.processing) };
       await keepDeadLetter(this.processing, letter);
       this.report.deadLettered(letter);
       return false;

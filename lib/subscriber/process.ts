@@ -24,6 +24,13 @@ export interface Processing {
   readonly onError?: (description: string) => void;
   /** True once the subscriber closes: retries stop with `Closing`. */
   readonly closing: () => boolean;
+  /** The handler's budget of failures before its event is a dead letter (MAX_HANDLER_ATTEMPTS by default). */
+  readonly maxHandlerAttempts?: number;
+}
+
+/** How many handler failures make a dead letter. */
+export function handlerAttempts(processing: Pick<Processing, "maxHandlerAttempts">): number {
+  return processing.maxHandlerAttempts ?? MAX_HANDLER_ATTEMPTS;
 }
 
 export type SequencedEvent = EventEnvelope & { readonly sequence: number };
@@ -51,7 +58,7 @@ export function turnOf(last: number, sequence: number): Turn {
 
 /**
  * Runs `attempt` until it succeeds; resolves to its value. Rejects with the handler's last
- * error after MAX_HANDLER_ATTEMPTS of its own failures, or with `Closing`.
+ * error after handlerAttempts(processing) of its own failures, or with `Closing`.
  */
 export function withHandlerBudget<T>(processing: Processing, what: () => string, attempt: () => Promise<T>): Promise<T> {
   // Only the handler's own failures spend its budget, not the database being away.
@@ -61,7 +68,7 @@ export function withHandlerBudget<T>(processing: Processing, what: () => string,
     onFailure: (error, n) => {
       // A server gone read-only (a failover): the retry must find the one that writes.
       if (isReadOnly(error)) void dropReadOnlyConnections(processing.sql);
-      if (!isUnavailable(error) && ++failures >= MAX_HANDLER_ATTEMPTS) throw error;
+      if (!isUnavailable(error) && ++failures >= handlerAttempts(processing)) throw error;
       processing.onError?.(`${what()}: attempt ${n} failed: ${describeDbError(error)}`);
     },
   });

@@ -9,7 +9,7 @@ import { describeDbError, type Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
 import { keepDeadLetterWith } from "./dead-letter.ts";
 import { recordDeadLetter, recordInbox, type DeadLetter } from "./inbox-sql.ts";
-import { lateLetter, MAX_HANDLER_ATTEMPTS, turnOf, withHandlerBudget, type Processing, type SequencedEvent } from "./process.ts";
+import { handlerAttempts, lateLetter, turnOf, withHandlerBudget, type Processing, type SequencedEvent } from "./process.ts";
 import type { Report } from "./report.ts";
 import { Closing } from "./retry.ts";
 import { advance, deadLetterHeld, deleteHeld, inboxHas, lockPlace, nextHeld, type NextHeld, type Place } from "./sequence-sql.ts";
@@ -69,7 +69,7 @@ export class Releaser {
         topic: current.topic,
         payload: current.payload,
         error: describeDbError(error),
-        attempts: MAX_HANDLER_ATTEMPTS,
+        attempts: handlerAttempts(this.processing),
       };
       await keepDeadLetterWith(this.processing, letter, deadLetterHeld);
       this.report.deadLettered(letter);

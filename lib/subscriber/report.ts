@@ -26,6 +26,13 @@ export class Report {
     this.options.onRejected?.(topic, reason);
   }
 
+  /** Not a valid event; kept in subscriber_dead_letters with the reason. */
+  malformed(letter: DeadLetter): void {
+    this.counts.countMalformed();
+    this.options.onError?.(`message on ${letter.topic} kept in subscriber_dead_letters: ${letter.error}`);
+    this.options.onMalformed?.(letter);
+  }
+
   deadLettered(letter: DeadLetter): void {
     this.counts.countDeadLetter();
     this.options.onError?.(`event ${letter.eventId}: handler failed ${letter.attempts} times, kept in subscriber_dead_letters: ${letter.error}`);

@@ -23,7 +23,8 @@
 // PUBACK), process.ts (the inbox transaction, in turn), release.ts (held events, in order),
 // gap-sweep.ts (held events nothing else releases), gap-fill.ts and events-api.ts (a gap filled
 // from the API), dead-letter.ts, retry.ts (back-off),
-// report.ts and counts.ts (what is told and counted).
+// report.ts and counts.ts (what is told and counted). The library's surface on top of it:
+// index.ts (createSubscriber), typed-events.ts (the check on receipt), migrate.ts (its tables).
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
 import { GapFiller } from "./gap-fill.ts";
 import { startGapSweep } from "./gap-sweep.ts";
@@ -57,6 +58,9 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
     },
     get rejected() {
       return counts.rejected;
+    },
+    get malformed() {
+      return counts.malformed;
     },
     get deadLettered() {
       return counts.deadLettered;

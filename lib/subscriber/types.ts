@@ -1,4 +1,5 @@
-// The reference subscriber's public contract: what startSubscriber takes and what it returns.
+// The subscriber engine's contract: what startSubscriber takes and what it returns (the
+// library's createSubscriber, index.ts, is built on it).
 import type { Meter } from "@opentelemetry/api";
 import type { Sql, Tx } from "../platform/db.ts";
 import type { MqttProtocol } from "../platform/config.ts";
@@ -75,7 +76,25 @@ export interface SubscriberOptions {
   readonly api?: GapFillApi;
   /** Where the subscriber_* metrics are counted; the global meter by default. */
   readonly meter?: Meter;
+  /** Handler failures before the event is kept as a dead letter (MAX_HANDLER_ATTEMPTS by default). */
+  readonly maxHandlerAttempts?: number;
+  /** False: every event is processed in arrival order, sequences ignored (true by default). */
+  readonly ordered?: boolean;
+  /**
+   * How a received message is read. Without it, parseEnvelope: a message that is not an
+   * envelope is rejected (counted, acknowledged, not kept). With it, a message it finds
+   * malformed is kept in subscriber_dead_letters with the reason, then acknowledged.
+   */
+  readonly check?: (payload: Uint8Array | string) => Checked;
+  /** A malformed message (see `check`), once kept in subscriber_dead_letters, before the PUBACK. */
+  readonly onMalformed?: (letter: DeadLetter) => void;
 }
+
+/** A received message as `check` reads it. */
+export type Checked =
+  | { readonly kind: "event"; readonly event: OutboxEvent }
+  /** `eventId`: the id it names, when it names a valid one. */
+  | { readonly kind: "malformed"; readonly reason: string; readonly eventId?: string };
 
 export interface GapFillApi {
   /** The API's origin (a path prefix is kept), without a trailing slash. */
@@ -92,6 +111,8 @@ export interface Subscriber {
   readonly processed: number;
   readonly duplicates: number;
   readonly rejected: number;
+  /** Messages `check` found malformed, kept in subscriber_dead_letters. */
+  readonly malformed: number;
   /** Events kept in subscriber_dead_letters by this subscriber. */
   readonly deadLettered: number;
   /** Events this subscriber kept in subscriber_held_events because they came ahead of their turn. */

@@ -1,8 +1,8 @@
 // The handler of an idempotent operation, the same for every one, and the answers every route
-// shares. The route's transform has read the body (415, 413, strict JSON: body.ts) and checked
-// it and the path's ids (http/checks.ts); here come the ids once more (the handler's own
-// contract), the key's syntax (400), then the core, whose outcome is answered by one
-// exhaustive switch.
+// shares. Elysia has checked the headers, the path's ids and the body against the route's
+// schemas (the body read as strict JSON by the route's parser: http/checks.ts); here the key
+// is read (the header's format is its parser: lib/api/schemas.ts) and the Prefer wait, then
+// the core runs, whose outcome is answered by one exhaustive switch.
 import type { Static } from "@sinclair/typebox";
 import { keyHashField } from "../../platform/redact.ts";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
@@ -11,7 +11,7 @@ import { endpointOf, type Operation } from "../../idempotency/model.ts";
 import type { Outcome } from "../../idempotency/service.ts";
 import { problemResponse, specResponse, type ProblemName } from "../problem.ts";
 import type { UnknownCause } from "../../charges/processor.ts";
-import { invalidIdProblem, type RequestContext } from "./context.ts";
+import type { RequestContext } from "./context.ts";
 
 // How long a client should wait before retrying a 409 (the first request is a single
 // statement, normally done in milliseconds) or a 503 (the pool reconnects within a second).
@@ -21,8 +21,6 @@ export const RETRY_AFTER_S = "1";
 export function operationHandler(op: Operation): (ctx: RequestContext) => Promise<Response> {
   const endpoint = endpointOf(op);
   return async (ctx) => {
-    const badId = invalidIdProblem(ctx.params, op.uuidParams);
-    if (badId) return badId;
     const parsed = parseIdempotencyKey(ctx.request.headers.get("idempotency-key"));
     if (!parsed.ok) return problemResponse("invalidKey", parsed.reason);
     const request = {

@@ -2,8 +2,8 @@
 // `tenant` in its context (derive, scoped to that group), or the request is answered 401 (503
 // when the key set cannot be fetched), or 429 when the tenant is past its rate (admission.ts;
 // sent API_RATE_LIMIT_HOLD_MS late, so a client that ignores Retry-After cannot flood),
-// before anything else of it is read: derive runs before the routes' own transform, where
-// their body is read (routes.ts). The verification itself is auth.ts's.
+// before anything else of it is read: a body route's parser admits the request before it
+// reads the body (http/checks.ts). The verification itself is auth.ts's.
 import { Elysia, status } from "elysia";
 import { authFailureDetail, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
@@ -15,17 +15,32 @@ export function authentication(context: RequestContextPlugin) {
   return new Elysia({ name: "authentication" })
     .use(context)
     .derive({ as: "scoped" }, async ({ request, deps, trail }) => {
-      const verdict = await authenticate(deps, trail, request);
+      const verdict = await admitOnce(deps, trail, request);
       if (typeof verdict !== "string") return status(verdict.status, trail.answer(verdict));
-      const admitted = deps.admission.take(verdict);
-      if (!admitted.ok) {
-        // Held, the refusal is no request in flight: it must not crowd out admitted ones.
-        countOut(deps, trail);
-        await deps.admission.holdRefusal();
-        return status(429, trail.answer(rateLimited(admitted.retryAfterS)));
-      }
       return { tenant: verdict };
     });
+}
+
+/**
+ * The request's tenant, or its refusal (401, 503, 429), decided once per request: a body
+ * route's parser (checks.ts) asks first, since Elysia parses before it derives, and the
+ * derive above finds the verdict taken.
+ */
+export function admitOnce(deps: RequestDeps, trail: RequestTrail, request: Request): Promise<string | Response> {
+  return (trail.admission ??= admit(deps, trail, request));
+}
+
+async function admit(deps: RequestDeps, trail: RequestTrail, request: Request): Promise<string | Response> {
+  const verdict = await authenticate(deps, trail, request);
+  if (typeof verdict !== "string") return verdict;
+  const admitted = deps.admission.take(verdict);
+  if (!admitted.ok) {
+    // Held, the refusal is no request in flight: it must not crowd out admitted ones.
+    countOut(deps, trail);
+    await deps.admission.holdRefusal();
+    return rateLimited(admitted.retryAfterS);
+  }
+  return verdict;
 }
 
 function rateLimited(retryAfterS: number): Response {

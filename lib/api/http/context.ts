@@ -3,6 +3,7 @@
 // and histogram sample are made of, a fresh one per request (onRequest). Framework-free but
 // for the plugin that puts them there.
 import { Elysia } from "elysia";
+import type { TSchema } from "@sinclair/typebox";
 import type { Logger } from "../../platform/log.ts";
 import type { Sql } from "../../platform/db.ts";
 import { UNMATCHED_ROUTE } from "../../platform/http-metrics.ts";
@@ -12,8 +13,6 @@ import type { ApiMetrics } from "../metrics.ts";
 import type { Admission } from "../admission.ts";
 import type { Readiness } from "../readiness.ts";
 import type { OutcomeKind } from "../../idempotency/outcome.ts";
-import { isUuid } from "../../platform/uuid.ts";
-import { problemResponse } from "../problem.ts";
 
 /** What serving one request takes: one fixed set in the server, the request's own in the worker. */
 export interface RequestDeps {
@@ -62,15 +61,16 @@ export function nounOf(name: string): string {
   return PARAM_NOUNS[name] ?? name;
 }
 
-/** The 400 invalid-id problem for the first of `names` whose parameter is not a UUID, if any. */
-export function invalidIdProblem(params: Readonly<Record<string, string>>, names: readonly string[]): Response | undefined {
-  const bad = names.find((name) => !isUuid(params[name] ?? ""));
-  return bad === undefined ? undefined : problemResponse("invalidId", `the ${nounOf(bad)} id must be a UUID`);
-}
-
 /** The routes behind a bearer token: everything under /charges, matched or not. */
 export function needsToken(path: string): boolean {
   return path === "/charges" || path.startsWith("/charges/");
+}
+
+/** What a body route's checks are, kept on its trail for answering its refusals in their order (checks.ts). */
+export interface BodyChecks {
+  readonly body: TSchema;
+  /** The value of an empty body (no bytes at all): `{}` when no field is required, else none. */
+  readonly empty: unknown;
 }
 
 /**
@@ -84,6 +84,10 @@ export class RequestTrail {
   status: number | undefined;
   /** Counted in flight (admission.ts), so counted out once answered. */
   admitted = false;
+  /** The token's and the rate's verdict, taken once (authentication.ts admitOnce): the tenant, or the refusal. */
+  admission: Promise<string | Response> | undefined;
+  /** A body route's checks (checks.ts bodyParser), for answering a refusal in their order. */
+  body: BodyChecks | undefined;
 
   /** Stamps `response` as this request's answer, and hands it back. */
   answer(response: Response): Response {

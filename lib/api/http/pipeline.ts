@@ -3,7 +3,7 @@
 // worker (worker.ts: a client of its own per request) both build it here.
 import { routableRequest } from "../../platform/runtime.ts";
 import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../../platform/http-metrics.ts";
-import { prepareSchemas } from "../schemas.ts";
+import { prepareSchemas, registerHeaderFormats } from "../schemas.ts";
 import { buildApp, type DocsAssets } from "../app.ts";
 import type { RequestDeps } from "./context.ts";
 import type { TSchema } from "@sinclair/typebox";
@@ -31,6 +31,11 @@ export interface ServedRoute {
   readonly method: string;
   readonly path: string;
   readonly operationId: string;
+  /**
+   * The schema of each answer it declares, by status. Its handlers answer stored bytes, which
+   * Elysia does not check against them: test/api-schema.test.ts checks the answers instead.
+   */
+  readonly responses: Readonly<Record<string, TSchema>>;
 }
 
 export interface Api {
@@ -45,10 +50,12 @@ export { UNMATCHED_ROUTE };
 /** `deps` are read while a request is served: the worker's resolve to that request's own. */
 export function createApi(schemas: readonly TSchema[], deps: RequestDeps, options: HandlerOptions = {}): Api {
   prepareSchemas(schemas);
+  registerHeaderFormats();
   const app = buildApp(deps, { metrics: options.metrics, httpMetrics: options.httpMetrics, docs: options.docs, aheadOfTime: options.aheadOfTime ?? false, surface: options.surface ?? "all" });
   const routes = app.routes.flatMap((r) => {
     const operationId = r.hooks?.detail?.operationId;
-    return typeof operationId === "string" ? [{ method: r.method, path: r.path, operationId }] : [];
+    const responses = (r.hooks?.response ?? {}) as Record<string, TSchema>;
+    return typeof operationId === "string" ? [{ method: r.method, path: r.path, operationId, responses }] : [];
   });
   return { handle: (request) => app.handle(routableRequest(request)), routes };
 }

@@ -1,0 +1,107 @@
+// The operator's actions, one target at a time or over a filtered list: resolve a parked (or
+// stale) key, requeue or discard a parked outbox row, release a held aggregate. Each needs a
+// reason, and each is recorded (who, what, why, when, what came of it) in operator_audit and
+// as a log line. The console and `bun run ops` both act through `act` and `actOnList`.
+import type { Sql } from "../platform/db.ts";
+import type { Logger } from "../platform/log.ts";
+import type { ProcessorAdapter } from "../charges/processor.ts";
+import { notifyOutbox } from "../platform/wakeup.ts";
+import { resolveKey, type Resolution } from "./parked.ts";
+import { requeue } from "./sql.ts";
+import { discardRow, releaseAggregate } from "./rows.ts";
+import { recordAction, type Actor } from "./audit.ts";
+import { listNeeds, type ListFilter, type ListKind } from "./lists.ts";
+
+export const ACTIONS = ["resolve", "requeue", "discard", "release"] as const;
+export type ActionName = (typeof ACTIONS)[number];
+export const isAction = (value: string | undefined): value is ActionName => ACTIONS.some((a) => a === value);
+
+/** Which action a list's entries take. */
+export const LIST_ACTIONS: Readonly<Record<ListKind, readonly ActionName[]>> = {
+  "parked-keys": ["resolve"],
+  "stale-keys": ["resolve"],
+  "parked-rows": ["requeue", "discard"],
+  "held-rows": ["release"],
+};
+
+export interface OpsContext {
+  readonly sql: Sql;
+  readonly log: Logger;
+  /** Undefined with PAYMENT_PROCESSOR=none: a resolve that reads the processor cannot run. */
+  readonly processor: ProcessorAdapter | undefined;
+  readonly leaseMs: number;
+}
+
+export interface ActionRequest {
+  readonly action: ActionName;
+  readonly target: string;
+  readonly reason: string;
+  readonly actor: Actor;
+  /** For resolve: read the processor and drive the key (default), or the outcome the operator read there. */
+  readonly resolution?: Resolution;
+}
+
+export type ActionResult =
+  | { readonly done: true; readonly action: ActionName; readonly target: string; readonly detail: Readonly<Record<string, unknown>> }
+  | { readonly done: false; readonly action: ActionName; readonly target: string; readonly reason: "reason_required" | "no_processor" | "not_found" | "held" };
+
+// A reason is a sentence, not an essay: the audit row and the log line carry it whole.
+export const MAX_REASON_CHARS = 500;
+// A list action touches at most this many entries; the rest stay for another run.
+export const MAX_LIST_ACTION = 1000;
+
+/** One action on one target, recorded when it was attempted (a refusal for want of a reason records nothing). */
+export async function act(ctx: OpsContext, request: ActionRequest): Promise<ActionResult> {
+  const { action, target } = request;
+  const reason = request.reason.trim();
+  if (reason === "" || reason.length > MAX_REASON_CHARS) return { done: false, action, target, reason: "reason_required" };
+  const result = await perform(ctx, request);
+  const outcome = result.done ? { done: true, ...result.detail } : { done: false, reason: result.reason };
+  await recordAction(ctx.sql, { actor: request.actor, action, target, reason, outcome });
+  ctx.log.info("operator action", { actor: request.actor.name, via: request.actor.via, action, target, reason, outcome });
+  return result;
+}
+
+async function perform(ctx: OpsContext, request: ActionRequest): Promise<ActionResult> {
+  const { action, target } = request;
+  switch (action) {
+    case "resolve": {
+      const resolution = request.resolution ?? { kind: "retry" };
+      if (resolution.kind === "retry" && ctx.processor === undefined) return { done: false, action, target, reason: "no_processor" };
+      const resolved = await resolveKey(ctx.sql, target, resolution, ctx.processor, ctx.leaseMs);
+      if (!resolved.resolved) return { done: false, action, target, reason: resolved.reason };
+      await notifyOutbox(ctx.sql);
+      return { done: true, action, target, detail: { resolution: resolution.kind, outcome: resolved.outcome, ...(resolved.status !== undefined && { status: resolved.status }) } };
+    }
+    case "requeue":
+    case "discard":
+    case "release": {
+      const count = action === "requeue" ? await requeue(ctx.sql, target) : action === "discard" ? await discardRow(ctx.sql, target) : await releaseAggregate(ctx.sql, target);
+      if (count === 0) return { done: false, action, target, reason: "not_found" };
+      await notifyOutbox(ctx.sql);
+      return { done: true, action, target, detail: { rows: count } };
+    }
+  }
+}
+
+export interface ListActionResult {
+  readonly matched: number;
+  readonly done: number;
+  readonly failed: number;
+  readonly results: readonly ActionResult[];
+}
+
+/**
+ * The action on every entry the filter matches now (at most MAX_LIST_ACTION), one by one,
+ * each recorded as its own action. The caller shows the count first (listNeeds' total).
+ */
+export async function actOnList(ctx: OpsContext, kind: ListKind, filter: ListFilter, request: Omit<ActionRequest, "target">): Promise<ListActionResult | { readonly refused: "action_not_for_list" | "reason_required" }> {
+  if (!LIST_ACTIONS[kind].includes(request.action)) return { refused: "action_not_for_list" };
+  if (request.reason.trim() === "" || request.reason.trim().length > MAX_REASON_CHARS) return { refused: "reason_required" };
+  const list = await listNeeds(ctx.sql, kind, filter, { limit: MAX_LIST_ACTION, offset: 0 });
+  const targets = [...new Set(list.targets.filter((t) => t !== ""))];
+  const results: ActionResult[] = [];
+  for (const target of targets) results.push(await act(ctx, { ...request, target }));
+  const done = results.filter((r) => r.done).length;
+  return { matched: list.total, done, failed: results.length - done, results };
+}

@@ -1,0 +1,169 @@
+// What needs a person: parked keys, stale STARTED keys, parked outbox rows and the rows held
+// behind them, each filtered by tenant, operation (a key's endpoint, a row's event type) and
+// age, paged, with the total the filter matches. The console's tables, its CSV export and
+// `bun run ops list|export` all read these.
+import type { Sql } from "../platform/db.ts";
+import type { Fragment, Resume } from "../idempotency/model.ts";
+import { keyHash } from "../platform/redact.ts";
+
+export const LIST_KINDS = ["parked-keys", "stale-keys", "parked-rows", "held-rows"] as const;
+export type ListKind = (typeof LIST_KINDS)[number];
+
+export const isListKind = (value: string | undefined): value is ListKind => LIST_KINDS.some((k) => k === value);
+
+export interface ListFilter {
+  readonly tenant?: string;
+  /** A key's endpoint ("POST /charges") or a row's event type ("ChargeCreated"). */
+  readonly operation?: string;
+  /** Only entries at least this old (by their creation). */
+  readonly olderThanSeconds?: number;
+}
+
+export interface Page {
+  readonly limit: number;
+  readonly offset: number;
+}
+
+/** One entry, flat, in the columns' order: a table row and a CSV line alike. */
+export type ListRow = Readonly<Record<string, string | number | null>>;
+
+export interface ListResult {
+  readonly total: number;
+  readonly rows: readonly ListRow[];
+  /** What an action over this list acts on, per row (a charge or refund id, a row id, an aggregate id). */
+  readonly targets: readonly string[];
+}
+
+// A STARTED key without a lease (written before leases) is stale once this old.
+const UNLEASED_STALE_S = 60;
+
+const iso = (d: Date | null) => d?.toISOString() ?? null;
+
+/** A page of the list and the total its filter matches. */
+export async function listNeeds(sql: Sql, kind: ListKind, filter: ListFilter, page: Page): Promise<ListResult> {
+  switch (kind) {
+    case "parked-keys":
+    case "stale-keys":
+      return keyList(sql, kind, filter, page);
+    case "parked-rows":
+      return parkedRows(sql, filter, page);
+    case "held-rows":
+      return heldRows(sql, filter, page);
+  }
+}
+
+interface KeyEntry {
+  readonly tenant: string;
+  readonly key: string;
+  readonly endpoint: string;
+  readonly recovery_point: string | null;
+  readonly resume: Resume | null;
+  readonly attempts: number;
+  readonly last_error: string | null;
+  readonly created_at: Date;
+  readonly parked_at: Date | null;
+  readonly lease_until: Date | null;
+  readonly total: number;
+}
+
+async function keyList(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<ListResult> {
+  const which =
+    kind === "parked-keys"
+      ? sql`parked_at is not null`
+      : sql`parked_at is null and (lease_until <= now() or (lease_until is null and created_at < now() - make_interval(secs => ${UNLEASED_STALE_S})))`;
+  const rows = await sql<KeyEntry[]>`
+    select tenant, key, endpoint, recovery_point, resume, attempts, last_error, created_at, parked_at, lease_until,
+           count(*) over ()::int as total
+      from idempotency_keys
+     where status = 'STARTED' and ${which}
+       ${f.tenant ? sql`and tenant = ${f.tenant}` : sql``}
+       ${f.operation ? sql`and endpoint = ${f.operation}` : sql``}
+       and created_at <= now() - make_interval(secs => ${f.olderThanSeconds ?? 0})
+     order by created_at
+     limit ${page.limit} offset ${page.offset}`;
+  return {
+    total: rows[0]?.total ?? 0,
+    rows: rows.map((r) => ({
+      tenant: r.tenant, key: r.key, keyHash: keyHash(r.key), endpoint: r.endpoint, chargeId: str(r.resume?.chargeId), refundId: str(r.resume?.refundId),
+      recoveryPoint: r.recovery_point, attempts: r.attempts, lastError: r.last_error, createdAt: iso(r.created_at), parkedAt: iso(r.parked_at), leaseUntil: iso(r.lease_until),
+    })),
+    // A key is resolved by its operation's own id: a refund's, else its charge's.
+    targets: rows.map((r) => str(r.resume?.refundId) ?? str(r.resume?.chargeId) ?? ""),
+  };
+}
+
+const str = (v: unknown): string | null => (typeof v === "string" ? v : null);
+
+interface RowEntry {
+  readonly id: string;
+  readonly tenant: string;
+  readonly aggregate_id: string;
+  readonly sequence: number;
+  readonly event_type: string;
+  readonly attempts: number;
+  readonly last_error: string | null;
+  readonly created_at: Date;
+  readonly parked_at: Date | null;
+  readonly blocked_by: string | null;
+  readonly total: number;
+}
+
+// Parked rows are read through their own partial index (few rows, never deleted while parked).
+async function parkedRows(sql: Sql, f: ListFilter, page: Page): Promise<ListResult> {
+  const rows = await sql<RowEntry[]>`
+    select id::text, tenant, aggregate_id::text, sequence, event_type, attempts, last_error, created_at, parked_at, null as blocked_by,
+           count(*) over ()::int as total
+      from outbox
+     where published_at is null and parked_at is not null
+       ${rowFilter(sql, f, sql`outbox`)}
+     order by parked_at, id
+     limit ${page.limit} offset ${page.offset}`;
+  return rowResult(rows, (r) => r.id);
+}
+
+// Held rows are found from the parked ones (few), as the held gauge finds them (pendingStats).
+async function heldRows(sql: Sql, f: ListFilter, page: Page): Promise<ListResult> {
+  const rows = await sql<RowEntry[]>`
+    select o.id::text, o.tenant, o.aggregate_id::text, o.sequence, o.event_type, o.attempts, o.last_error, o.created_at, o.parked_at,
+           min(p.id::text) as blocked_by, count(*) over ()::int as total
+      from outbox p
+      join outbox o on o.aggregate_id = p.aggregate_id and o.aggregate_type = p.aggregate_type
+     where p.published_at is null and p.parked_at is not null
+       and o.sequence > p.sequence and (o.published_at is null and o.parked_at is null) is true
+       ${rowFilter(sql, f, sql`o`)}
+     group by o.id
+     order by o.created_at, o.id
+     limit ${page.limit} offset ${page.offset}`;
+  return rowResult(rows, (r) => r.aggregate_id);
+}
+
+function rowFilter(sql: Sql, f: ListFilter, table: Fragment) {
+  return sql`
+    ${f.tenant ? sql`and ${table}.tenant = ${f.tenant}` : sql``}
+    ${f.operation ? sql`and ${table}.event_type = ${f.operation}` : sql``}
+    and ${table}.created_at <= now() - make_interval(secs => ${f.olderThanSeconds ?? 0})`;
+}
+
+function rowResult(rows: readonly RowEntry[], target: (r: RowEntry) => string): ListResult {
+  return {
+    total: rows[0]?.total ?? 0,
+    rows: rows.map((r) => ({
+      id: r.id, tenant: r.tenant, aggregateId: r.aggregate_id, sequence: r.sequence, eventType: r.event_type, attempts: r.attempts,
+      lastError: r.last_error, createdAt: iso(r.created_at), parkedAt: iso(r.parked_at), blockedBy: r.blocked_by,
+    })),
+    targets: rows.map(target),
+  };
+}
+
+/** The rows as CSV (RFC 4180: CRLF, fields quoted when they hold a comma, quote or line break). */
+export function toCsv(rows: readonly ListRow[]): string {
+  if (rows.length === 0) return "";
+  const columns = Object.keys(rows[0]!);
+  const field = (v: string | number | null) => {
+    const text = v === null ? "" : String(v);
+    // A leading =, +, - or @ would be a formula to a spreadsheet: quoted with a ' first.
+    const safe = /^[=+\-@\t\r]/.test(text) ? `'${text}` : text;
+    return /[",\r\n]/.test(safe) ? `"${safe.replaceAll('"', '""')}"` : safe;
+  };
+  return [columns.join(","), ...rows.map((r) => columns.map((c) => field(r[c] ?? null)).join(","))].join("\r\n") + "\r\n";
+}

@@ -1,0 +1,115 @@
+// The subscriber's own tables, in the subscriber's own database: `migrateSubscriber(sql)`
+// applies the library's migrations (below, in the code, so that a bundle needs no files) under
+// a transaction-scoped advisory lock, each recorded in its own ledger,
+// charges_outbox_subscriber_migrations. Idempotent: a ledger that has them all changes nothing.
+// The statements themselves are idempotent too, so a database the service's own migrations
+// already gave these tables (a subscriber sharing the service's database) takes them as they are.
+import type { Sql, Tx } from "../platform/db.ts";
+import { MIGRATION_LOCK_ID } from "../platform/migrations.ts";
+
+// Any fixed 64-bit number unique to this library; not the service's migration lock.
+const SUBSCRIBER_MIGRATION_LOCK_ID = 7_310_422_118_048n;
+
+interface SubscriberMigration {
+  readonly version: number;
+  readonly name: string;
+  readonly text: string;
+}
+
+const MIGRATIONS: readonly SubscriberMigration[] = [
+  {
+    version: 1,
+    name: "0001_inbox_sequences_dead_letters",
+    text: `
+      -- One row per (event id, consumer) processed: the handler's writes commit with it.
+      create table if not exists inbox (
+          event_id uuid not null,
+          consumer text not null,
+          received_at timestamptz not null default now(),
+          primary key (event_id, consumer)
+      );
+      create index if not exists inbox_received_idx on inbox (received_at);
+      -- Events the handler kept failing on, and messages that are not valid events, with why.
+      create table if not exists subscriber_dead_letters (
+          event_id uuid not null,
+          consumer text not null,
+          topic text not null,
+          payload text not null,
+          error text not null,
+          attempts integer not null,
+          dead_at timestamptz not null default now(),
+          primary key (event_id, consumer)
+      );
+      -- Per consumer and aggregate, the last sequence processed and when it moved.
+      create table if not exists subscriber_sequences (
+          consumer text not null,
+          aggregate_type text not null,
+          aggregate_id text not null,
+          last_sequence integer not null check (last_sequence >= 0),
+          advanced_at timestamptz not null default now(),
+          primary key (consumer, aggregate_type, aggregate_id)
+      );
+      -- Events that came ahead of their turn, acknowledged once kept here.
+      create table if not exists subscriber_held_events (
+          event_id uuid not null,
+          consumer text not null,
+          aggregate_type text not null,
+          aggregate_id text not null,
+          sequence integer not null check (sequence >= 1),
+          topic text not null,
+          payload text not null,
+          held_at timestamptz not null default now(),
+          primary key (event_id, consumer)
+      );
+      create index if not exists subscriber_held_events_aggregate_idx
+          on subscriber_held_events (consumer, aggregate_type, aggregate_id, sequence);`,
+  },
+];
+
+export type SubscriberMigrationOutcome =
+  | { readonly kind: "applied"; readonly names: readonly string[] }
+  | { readonly kind: "current" }
+  /** The ledger names versions this library does not have: a newer one migrated the database. */
+  | { readonly kind: "newer"; readonly versions: readonly number[] };
+
+/** Creates or upgrades the subscriber's tables; safe to call from every process at every start. */
+export function migrateSubscriber(sql: Sql): Promise<SubscriberMigrationOutcome> {
+  return sql.begin(async (tx) => {
+    await lockMigrations(tx);
+    await createLedger(tx);
+    const done = new Set(await appliedVersions(tx));
+    const newer = [...done].filter((version) => !MIGRATIONS.some((m) => m.version === version));
+    if (newer.length > 0) return { kind: "newer", versions: newer };
+    const pending = MIGRATIONS.filter((m) => !done.has(m.version));
+    for (const migration of pending) {
+      await tx.unsafe(migration.text); // the library's own constant DDL, no input
+      await recordApplied(tx, migration);
+    }
+    return pending.length === 0 ? { kind: "current" } : { kind: "applied", names: pending.map((m) => m.name) };
+  }) as Promise<SubscriberMigrationOutcome>;
+}
+
+// The service's migration lock first (its migrations take only that one), then the library's:
+// on a database the subscriber shares with the service, the two never create the same tables
+// at once. In a database of the subscriber's own, nobody else takes the first.
+async function lockMigrations(tx: Tx): Promise<void> {
+  await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_ID.toString()}::bigint)`;
+  await tx`select pg_advisory_xact_lock(${SUBSCRIBER_MIGRATION_LOCK_ID.toString()}::bigint)`;
+}
+
+async function createLedger(tx: Tx): Promise<void> {
+  await tx`
+    create table if not exists charges_outbox_subscriber_migrations (
+        version integer primary key,
+        name text not null,
+        applied_at timestamptz not null default now())`;
+}
+
+async function appliedVersions(tx: Tx): Promise<number[]> {
+  const rows = await tx<{ version: number }[]>`select version from charges_outbox_subscriber_migrations order by version`;
+  return rows.map((row) => row.version);
+}
+
+async function recordApplied(tx: Tx, migration: SubscriberMigration): Promise<void> {
+  await tx`insert into charges_outbox_subscriber_migrations (version, name) values (${migration.version}, ${migration.name})`;
+}

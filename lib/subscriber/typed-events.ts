@@ -1,0 +1,104 @@
+// The library's events, typed and checked on receipt against the one event contract
+// (lib/charges/events.ts): a known type must match its envelope schema there, field by field;
+// a type this version does not know needs only the envelope's common fields, so producers can
+// add types without stopping their subscribers. Anything else is malformed, with the reason.
+import { Type as t, type TObject } from "@sinclair/typebox";
+import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
+import {
+  ENVELOPE_SCHEMAS,
+  EVENT_TYPES,
+  UUID_PATTERN,
+  type ChargeCanceledData,
+  type ChargeCapturedData,
+  type ChargeCreatedData,
+  type ChargeFailedData,
+  type ChargeRefundedData,
+  type EventEnvelope,
+  type EventType,
+} from "../charges/events.ts";
+import type { Checked } from "./types.ts";
+
+// Each event type's `data`. The constraint makes an event type added to the contract without
+// its entry here a compile error.
+type DataOf<T extends Record<EventType, object>> = T;
+export type EventDataByType = DataOf<{
+  ChargeCreated: ChargeCreatedData;
+  ChargeRefunded: ChargeRefundedData;
+  ChargeFailed: ChargeFailedData;
+  ChargeCaptured: ChargeCapturedData;
+  ChargeCanceled: ChargeCanceledData;
+}>;
+
+/** One event of a type this version knows, checked against its schema: `data` is typed by `type`. */
+export type ChargeEvent = {
+  readonly [T in EventType]: {
+    readonly id: string;
+    readonly type: T;
+    readonly aggregateId: string;
+    readonly tenantId: string;
+    readonly createdAt: string;
+    readonly sequence: number;
+    readonly data: EventDataByType[T];
+  };
+}[EventType];
+
+/** An event of a type this version does not know: its common fields are checked, `data` is not. */
+export type UnknownEvent = EventEnvelope;
+
+const KNOWN: ReadonlySet<string> = new Set(EVENT_TYPES);
+const UUID = new RegExp(UUID_PATTERN);
+
+/** Whether this version knows the event's type (and so checked it against its schema). */
+export function isKnownEvent(event: EventEnvelope | ChargeEvent): event is ChargeEvent {
+  return KNOWN.has(event.type);
+}
+
+// The fields every envelope has, whatever its type.
+const commonEnvelope = (): TObject =>
+  t.Object({
+    id: t.String({ pattern: UUID_PATTERN }),
+    type: t.String({ minLength: 1 }),
+    aggregateId: t.String({ minLength: 1 }),
+    tenantId: t.Optional(t.String({ minLength: 1 })),
+    createdAt: t.String({ minLength: 1 }),
+    sequence: t.Optional(t.Integer({ minimum: 1 })),
+  });
+
+interface Checkers {
+  readonly common: TypeCheck<TObject>;
+  readonly byType: ReadonlyMap<string, TypeCheck<TObject>>;
+}
+
+// Compiled on first use, not at import (compiling builds functions, which edge runtimes refuse
+// at load), and once per process.
+let checkers: Checkers | undefined;
+function compiled(): Checkers {
+  checkers ??= {
+    common: TypeCompiler.Compile(commonEnvelope()),
+    byType: new Map(EVENT_TYPES.map((type) => [type, TypeCompiler.Compile(ENVELOPE_SCHEMAS[type])])),
+  };
+  return checkers;
+}
+
+/** Reads a received payload: an event (known or not), or malformed with the first reason found. */
+export function checkMessage(payload: Uint8Array | string): Checked {
+  let value: unknown;
+  try {
+    value = JSON.parse(typeof payload === "string" ? payload : new TextDecoder().decode(payload));
+  } catch {
+    return { kind: "malformed", reason: "not JSON" };
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return { kind: "malformed", reason: "not a JSON object" };
+  const { common, byType } = compiled();
+  const record = value as Record<string, unknown>;
+  const id = typeof record.id === "string" && UUID.test(record.id) ? record.id : undefined;
+  const check = (typeof record.type === "string" && byType.get(record.type)) || common;
+  if (!check.Check(value)) return { kind: "malformed", reason: firstError(check, value), ...(id !== undefined && { eventId: id }) };
+  if (!("data" in record)) return { kind: "malformed", reason: "/data: missing", ...(id !== undefined && { eventId: id }) };
+  return { kind: "event", event: record as unknown as EventEnvelope };
+}
+
+function firstError(check: TypeCheck<TObject>, value: unknown): string {
+  const error = check.Errors(value).First();
+  return error ? `${error.path || "/"}: ${error.message}` : "does not match its schema";
+}
