@@ -1,31 +1,32 @@
-// The history run's one adapter to the reference subscriber (examples/subscriber.ts on
-// lib/subscriber): started as a real process through the test kit, SIGKILLed and started again
-// by the nemesis under the same consumer, its "received" lines that were processed (not dropped
-// as duplicates) recorded as deliveries when printed. A process killed after its commit and
-// before its line leaves the event in its inbox only: those are read from the inbox at the end,
-// timed by the inbox. Everything that knows the subscriber's lines or tables is here.
+// The history run's one adapter to the reference subscriber (examples/reference-subscriber.ts
+// on lib/subscriber), started as a real process by the test kit (testkit/subscriber.ts),
+// SIGKILLed and started again by the nemesis under the same consumer. Its "received" lines
+// that were processed (not dropped as duplicates) are recorded as deliveries, timed when read
+// (the kit's lines are read every few milliseconds, in the order printed). A process killed
+// after its commit and before its line leaves the event in its inbox only: those are read
+// from the inbox at the end, timed by the inbox. Everything that knows the subscriber's lines
+// or tables is here.
 import type { Sql } from "../../lib/platform/db.ts";
-import { spawnScript, type Child } from "../../testkit/processes.ts";
-import { waitUntil } from "../../testkit/wait.ts";
-import { chaosChild } from "../lib/harness.ts";
+import type { Child } from "../../testkit/processes.ts";
+import { spawnSubscriber, type SubscriberLine, type SubscriberOptions } from "../../testkit/subscriber.ts";
 import type { ArrivalRecord } from "./history.ts";
 
-// Bun, the database and the broker subscription, on a loaded machine.
-const READY_TIMEOUT_MS = 30_000;
-
-interface Line {
-  readonly event?: string;
-  readonly id?: string;
-  readonly aggregateId?: string;
-  readonly sequence?: number;
-  readonly duplicate?: boolean;
-}
+// How often the lines printed since the last look are timed: far below the gaps the checks
+// care about (an event's successor comes after a database commit and a broker round trip).
+const READ_EVERY_MS = 5;
 
 export class SubscriberDeliveries {
   readonly records: ArrivalRecord[] = [];
   #child: Child | undefined;
+  #lines: SubscriberLine[] = [];
+  #read = 0;
+  #timer: ReturnType<typeof setInterval> | undefined;
 
-  constructor(private readonly env: Record<string, string>, readonly consumer: string) {}
+  constructor(private readonly options: SubscriberOptions) {}
+
+  get consumer(): string {
+    return this.options.consumer;
+  }
 
   get running(): boolean {
     return this.#child !== undefined && !this.#child.exited;
@@ -33,29 +34,21 @@ export class SubscriberDeliveries {
 
   /** Started, and subscribed (its "ready" line). */
   async start(): Promise<void> {
-    let ready = false;
-    const child = spawnScript("examples/subscriber.ts", {
-      ...chaosChild("subscriber", { ...this.env, SUBSCRIBER_CONSUMER: this.consumer }),
-      stdout: (text) => {
-        if (!text.startsWith("{")) return;
-        const line = JSON.parse(text) as Line;
-        if (line.event === "ready") ready = true;
-        if (line.event === "received" && line.duplicate === false && line.id && line.aggregateId && line.sequence !== undefined) {
-          this.records.push({ type: "delivery", consumer: this.consumer, event_id: line.id, aggregate: line.aggregateId, sequence: line.sequence, time: Date.now() });
-        }
-      },
-    });
+    this.readLines();
+    const { child, lines } = await spawnSubscriber(this.options);
     this.#child = child;
-    try {
-      await waitUntil(() => {
-        if (child.exited) throw new Error(`the subscriber exited with ${child.exitCode}`);
-        return ready;
-      }, READY_TIMEOUT_MS, "the subscriber to subscribe");
-    } catch (error) {
-      // Never two under one client id: the next try starts from none.
-      child.kill("SIGKILL");
-      await child.done;
-      throw error;
+    this.#lines = lines;
+    this.#read = 0;
+    this.#timer ??= setInterval(() => this.readLines(), READ_EVERY_MS);
+  }
+
+  /** The lines printed since the last look, as deliveries. */
+  private readLines(): void {
+    const now = Date.now();
+    for (; this.#read < this.#lines.length; this.#read++) {
+      const line = this.#lines[this.#read]!;
+      if (line.event !== "received" || line.duplicate !== false || !line.id || !line.aggregateId || line.sequence === undefined) continue;
+      this.records.push({ type: "delivery", consumer: this.consumer, event_id: line.id, aggregate: line.aggregateId, sequence: line.sequence, time: now });
     }
   }
 
@@ -64,14 +57,18 @@ export class SubscriberDeliveries {
     if (!child || child.exited) return;
     child.kill("SIGKILL");
     await child.done;
+    this.readLines();
   }
 
   async stop(): Promise<void> {
     await this.#child?.stop(5000);
+    this.readLines();
+    clearInterval(this.#timer);
   }
 
   /** Deliveries its inbox holds that no line told (the process died between its commit and its line). */
   async fromInbox(sql: Sql): Promise<ArrivalRecord[]> {
+    this.readLines();
     const told = new Set(this.records.map((r) => r.event_id));
     const rows = await sql<{ id: string; aggregate: string; sequence: number; at: number }[]>`
       select i.event_id::text as id, o.aggregate_id::text as aggregate, o.sequence, (extract(epoch from i.received_at) * 1000)::float8 as at

@@ -55,7 +55,7 @@ export async function startSystem(seed: number): Promise<System> {
   // The relay reaches the broker through a link the network cut cuts silently.
   const relayLink = await cuttableLink(broker.port);
   const processes = await Processes.start(db.url, prefix, broker.url, `mqtt://127.0.0.1:${relayLink.port}`, processorEnv(sim, PROCESSOR_TIMEOUT_MS));
-  const subscriber = new SubscriberDeliveries({ DATABASE_URL: db.url, MQTT_URL: broker.url, MQTT_TOPIC_PREFIX: prefix }, `history-${seed}`);
+  const subscriber = new SubscriberDeliveries({ databaseUrl: db.url, mqttUrl: broker.url, prefix, consumer: `history-${seed}` });
   await subscriber.start();
   const cut = { on: false };
   const lossy = sharesDecider(LOSSES, seeded(seed ^ 0x5eed));
