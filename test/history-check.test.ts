@@ -3,7 +3,7 @@
 // and without an effect; redeliveries the inbox dropped; receipts repeated) flagged by none.
 // And the nemesis's schedule, which must put at least four faults on at once.
 import { describe, expect, test } from "bun:test";
-import { mkdtempSync, writeFileSync, existsSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ANOMALY_KINDS, checkHistory, type AnomalyKind } from "../chaos/history/checker.ts";
@@ -151,4 +151,12 @@ describe("the nemesis's schedule (chaos/history/schedule.ts)", () => {
       }
     }
   });
+});
+
+test("the checker's files import nothing but node: modules and each other", () => {
+  for (const file of ["check.ts", "checker.ts", "history.ts", "picture.ts"]) {
+    const text = readFileSync(join(import.meta.dir, "../chaos/history", file), "utf8");
+    const sources = [...text.matchAll(/^import[^;]*? from "([^"]+)";/gm)].map((m) => m[1]!);
+    expect(sources.filter((s) => !s.startsWith("node:") && !/^\.\/(check|checker|history|picture)\.ts$/.test(s))).toEqual([]);
+  }
 });
