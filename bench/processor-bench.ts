@@ -44,46 +44,10 @@ const SAMPLE_EVERY_MS = 1_000;
 // Requests cut off by wrk's end finish on their own (two calls, then phase 3) within this.
 const SETTLE_TIMEOUT_MS = 30_000;
 
-export type Mode = "processor" | "ledger";
+export type { ConnectionSample, Mode, ModeRun } from "./processor-report.ts";
+import type { ConnectionSample, Mode, ModeRun } from "./processor-report.ts";
 
 /** The API's connections in pg_stat_activity while the load ran, and the processor's calls in flight then. */
-export interface ConnectionSample {
-  readonly connections: number;
-  readonly idleInTransaction: number;
-  readonly active: number;
-  /** The longest any of them had been idle inside a transaction, and the oldest open transaction (ms). */
-  readonly longestIdleInTxMs: number;
-  readonly oldestTransactionMs: number;
-  /** The last statement of each connection idle in a transaction (its first words): which phase holds it. */
-  readonly idleStatements: readonly string[];
-  /** Calls the simulator held (in flight) at that moment; null in the ledger mode. */
-  readonly callsInFlight: number | null;
-}
-
-export interface ModeRun {
-  readonly mode: Mode;
-  readonly connections: number;
-  readonly createdPerSec: number;
-  readonly p50Ms: number;
-  readonly p99Ms: number;
-  readonly maxMs: number;
-  /** Answers by status over the warm-up and the run, and everything not a 201 (socket errors and timeouts included). */
-  readonly statuses: Record<string, number>;
-  readonly errors: number;
-  readonly apiUsPerCharge: number | null;
-  readonly postgresUsPerCharge: number | null;
-  /** This process's CPU per charge over the run: the simulator's (it runs here), and the sampling's. */
-  readonly benchUsPerCharge: number | null;
-  readonly samples: readonly ConnectionSample[];
-  /** Processor mode, over the process's whole life once settled: payments created and confirmations, per charge. */
-  readonly createsPerCharge: number | null;
-  readonly confirmsPerCharge: number | null;
-  /** The API's error log lines by answer and cause (e.g. "503 POOL_WAIT_TIMEOUT"), and the first few other than the pool's. */
-  readonly errorCauses: Record<string, number>;
-  readonly errorLines: readonly string[];
-  /** Charges by status once the requests cut off by wrk's end have finished. */
-  readonly chargesByStatus: Record<string, number>;
-}
 
 async function sampleConnections(db: FreshDb, sim: ProcessorSim | undefined): Promise<ConnectionSample> {
   const [row] = await db.sql<{ connections: number; idle_in_tx: number; active: number; idle_ms: number; xact_ms: number; idle_statements: string[] | null }[]>`

@@ -2,9 +2,48 @@
 // the target, 0.8 × min(clients / latency, half the ledger's created/s in the same
 // pair), and against the floor a charge's calls set, clients / (calls × latency).
 import type { Report } from "./report.ts";
-import type { ConnectionSample, ModeRun } from "./processor-bench.ts";
 import type { Comparison } from "./side-by-side.ts";
 import { median } from "./support.ts";
+
+export type Mode = "processor" | "ledger";
+
+export interface ConnectionSample {
+  readonly connections: number;
+  readonly idleInTransaction: number;
+  readonly active: number;
+  /** The longest any of them had been idle inside a transaction, and the oldest open transaction (ms). */
+  readonly longestIdleInTxMs: number;
+  readonly oldestTransactionMs: number;
+  /** The last statement of each connection idle in a transaction (its first words): which phase holds it. */
+  readonly idleStatements: readonly string[];
+  /** Calls the simulator held (in flight) at that moment; null in the ledger mode. */
+  readonly callsInFlight: number | null;
+}
+
+export interface ModeRun {
+  readonly mode: Mode;
+  readonly connections: number;
+  readonly createdPerSec: number;
+  readonly p50Ms: number;
+  readonly p99Ms: number;
+  readonly maxMs: number;
+  /** Answers by status over the warm-up and the run, and everything not a 201 (socket errors and timeouts included). */
+  readonly statuses: Record<string, number>;
+  readonly errors: number;
+  readonly apiUsPerCharge: number | null;
+  readonly postgresUsPerCharge: number | null;
+  /** This process's CPU per charge over the run: the simulator's (it runs here), and the sampling's. */
+  readonly benchUsPerCharge: number | null;
+  readonly samples: readonly ConnectionSample[];
+  /** Processor mode, over the process's whole life once settled: payments created and confirmations, per charge. */
+  readonly createsPerCharge: number | null;
+  readonly confirmsPerCharge: number | null;
+  /** The API's error log lines by answer and cause (e.g. "503 POOL_WAIT_TIMEOUT"), and the first few other than the pool's. */
+  readonly errorCauses: Record<string, number>;
+  readonly errorLines: readonly string[];
+  /** Charges by status once the requests cut off by wrk's end have finished. */
+  readonly chargesByStatus: Record<string, number>;
+}
 
 export interface ProcessorPair {
   /** The ledger at the processor's 400 clients, the processor mode, the ledger at the usual 32. */

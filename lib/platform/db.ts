@@ -7,8 +7,9 @@ import type { DatabasePooler } from "./config.ts";
 import { transactionPooled } from "./pooler.ts";
 import { createOpenCounter, trackOpen } from "./open-connections.ts";
 
-export type Sql = postgres.Sql<Record<string, never>>;
-export type Tx = postgres.TransactionSql<Record<string, never>>;
+import type { Sql } from "./sql-types.ts";
+
+export type { Sql, Tx } from "./sql-types.ts";
 
 export interface DbOptions {
   /** Pool size. The API wants several (one per in-flight request); the relay a few. */

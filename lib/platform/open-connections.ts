@@ -8,7 +8,7 @@
 // Not for a pool that LISTENs: postgres.js gives LISTEN a client of its own, built from the
 // same options with its own `onclose`, so its connection would be counted and never
 // uncounted. The relay LISTENs through a pool of its own (relay/start.ts).
-import type { Sql } from "./db.ts";
+import type { Sql } from "./sql-types.ts";
 
 export interface OpenCounter {
   /** postgres.js's `debug` option: a statement is being sent on `connection`. */

@@ -10,7 +10,7 @@
 //    the pool says it is pooled (isTransactionPooled), so that they go over
 //    DATABASE_DIRECT_URL or work per transaction (relay LISTEN, job-lock.ts).
 import type { DatabasePooler } from "./config.ts";
-import type { Sql, Tx } from "./db.ts";
+import type { Sql, Tx } from "./sql-types.ts";
 import { maskUrl } from "./redact.ts";
 
 /** The bounds a direct connection gets as startup parameters; unset keeps the server's. */
