@@ -74,7 +74,10 @@ async function inFlight(): Promise<number> {
   return valueOf(await metricsText(), "api_requests_in_flight") ?? Number.NaN;
 }
 
-/** Every place free: a request's is given back once its answer has left, a turn after the client has it. */
+/**
+ * Every place free: a request's is given back once its answer has left, a turn after the client
+ * has it. After a wait that saw places taken, a 0 can only come from a text rendered since.
+ */
 async function settled(): Promise<void> {
   await waitUntil(async () => (await inFlight()) === 0, 10_000, "no request in flight");
 }
