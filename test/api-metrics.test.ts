@@ -18,13 +18,25 @@ setDefaultTimeout(30_000);
 
 const db = await freshDatabase("api_metrics");
 const telemetry = startTelemetry("charges-api-test", undefined, false);
-// Every scrape renders: each test reads the counts right after its requests.
-const api = await startTestApi(db.url, { API_METRICS_MAX_AGE_MS: "0" }, { metrics: telemetry.scrape, meter: telemetry.provider.getMeter("charges") });
+const api = await startTestApi(db.url, {}, { metrics: telemetry.scrape, meter: telemetry.provider.getMeter("charges") });
 afterAll(async () => {
   await api.close();
   await telemetry.shutdown();
   await db.drop();
 });
+
+/**
+ * The first /metrics text of the API for which `ready` holds: the text is rendered at most once per
+ * API_METRICS_MAX_AGE_MS, so counts of requests just answered appear within that age. Counters
+ * only grow: wait until they reach what is expected, then assert them exactly.
+ */
+async function scrapeUntil(ready: (text: string) => boolean, what: string): Promise<string> {
+  return waitUntil(async () => ((text) => ready(text) && text)(await scrape()), 5000, what);
+}
+
+async function scrape(): Promise<string> {
+  return (await api.fetch(new Request("http://localhost/metrics"))).text();
+}
 
 const UUID_LIKE = /[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}/i;
 
@@ -83,7 +95,9 @@ test("idempotency_requests_total counts each outcome exactly, without keys or id
   const res = await api.fetch(new Request("http://localhost/metrics"));
   expect(res.status).toBe(200);
   expect(res.headers.get("content-type")).toContain("text/plain");
-  const text = await res.text();
+  const counted = (text: string, outcome: string) => sample(text, "idempotency_requests_total", { endpoint: "POST /charges", outcome }) ?? 0;
+  const expected = { created: 2, replayed: 3, payload_conflict: 1, in_flight: 1 };
+  const text = await scrapeUntil((t) => Object.entries(expected).every(([outcome, n]) => counted(t, outcome) >= n), "the outcomes counted");
   expect(text).toContain("# TYPE idempotency_requests_total counter");
   const at = (outcome: string) => sample(text, "idempotency_requests_total", { endpoint: "POST /charges", outcome });
   expect(at("created")).toBe(2);
@@ -103,18 +117,17 @@ test("idempotency_requests_total counts each outcome exactly, without keys or id
 });
 
 test("group commit's totals: charge statements sent, the requests they answered, and none queued when idle", async () => {
-  const read = async () => {
-    const text = await (await api.fetch(new Request("http://localhost:3000/metrics"))).text();
-    return {
-      statements: sampleBare(text, "api_charge_statements_total"),
-      requests: sampleBare(text, "api_charge_statement_requests_total"),
-      queued: sampleBare(text, "api_charge_requests_queued"),
-    };
-  };
-  const before = await read();
+  const read = (text: string) => ({
+    statements: sampleBare(text, "api_charge_statements_total"),
+    requests: sampleBare(text, "api_charge_statement_requests_total"),
+    queued: sampleBare(text, "api_charge_requests_queued"),
+  });
+  // No request since the last text this API rendered (each test's last scrape waited for its
+  // own requests' counts): whether served from the cache or rendered now, it is the count before.
+  const before = read(await scrape());
   // One at a time: each request finds a statement free and goes alone.
   for (let i = 0; i < 3; i++) expect((await postCharge(api, '{"amountCents":4900}', { key: crypto.randomUUID() })).status).toBe(201);
-  const after = await read();
+  const after = read(await scrapeUntil((t) => read(t).requests! - before.requests! >= 3, "the three requests' statements counted"));
   expect(after.statements! - before.statements!).toBe(3);
   expect(after.requests! - before.requests!).toBe(3);
   expect(after.queued).toBe(0);

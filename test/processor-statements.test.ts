@@ -31,8 +31,7 @@ beforeAll(async () => {
   db = await freshDatabase("processor_statements");
   sim = await startProcessorSim();
   // Bounds long enough that nothing times out while the test holds the outbox locked.
-  // Every scrape renders (API_METRICS_MAX_AGE_MS=0): the tests read the pool's slots as they change.
-  const bounds = { API_POOL_SIZE: String(POOL_SIZE), API_LOCK_TIMEOUT_MS: "4000", API_POOL_WAIT_MS: "4000", API_METRICS_MAX_AGE_MS: "0" };
+  const bounds = { API_POOL_SIZE: String(POOL_SIZE), API_LOCK_TIMEOUT_MS: "4000", API_POOL_WAIT_MS: "4000" };
   api = await startProcessorApi(db.url, sim, bounds, { metrics: telemetry.scrape, meter: telemetry.provider.getMeter("charges") });
 });
 afterAll(async () => {
@@ -46,8 +45,19 @@ beforeEach(async () => {
   await db.sql`truncate outbox, idempotency_keys, refunds, charges`;
 });
 
-async function busySlots(): Promise<number> {
-  const text = await (await api.fetch(new Request("http://localhost/metrics"))).text();
+/**
+ * The first /metrics text for which `ready` holds. The text is rendered at most once per
+ * API_METRICS_MAX_AGE_MS: what just happened shows within that age.
+ */
+async function scrapeUntil(ready: (text: string) => boolean, what: string): Promise<string> {
+  return waitUntil(async () => ((text) => ready(text) && text)(await scrape()), 5000, what);
+}
+
+async function scrape(): Promise<string> {
+  return (await api.fetch(new Request("http://localhost/metrics"))).text();
+}
+
+function busySlots(text: string): number {
   return valueOf(text, "db_client_connections_busy", { db_client_connection_pool_name: API_POOL_NAME }) ?? Number.NaN;
 }
 
@@ -70,8 +80,13 @@ test("phase 3, after the processor's calls, holds a slot of the pool gate: busy 
     await waitUntil(async () => (await db.sql<{ n: number }[]>`
       select count(*)::int as n from pg_stat_activity
        where datname = current_database() and application_name = ${TEST_API_APP} and wait_event_type = 'Lock'`)[0]!.n > 0 || undefined, 10_000, "a phase 3 to wait on the outbox");
-    const backends = await apiBackends();
-    const busy = await busySlots();
+    // The text is at most API_METRICS_MAX_AGE_MS old: wait for one that shows the statements
+    // admitted (no slot was busy before them) and every backend then at work in a slot.
+    const { busy, backends } = await waitUntil(async () => {
+      const busy = busySlots(await scrape());
+      const backends = await apiBackends();
+      return busy > 0 && busy >= backends.working && { busy, backends };
+    }, 3000, "the busy slots to cover every API backend at work");
     expect(backends.connections).toBeLessThanOrEqual(POOL_SIZE);
     expect(backends.working).toBeGreaterThan(0);
     // The backends at work (blocked in phase 3) are statements the gate admitted.
@@ -86,9 +101,12 @@ test("phase 3, after the processor's calls, holds a slot of the pool gate: busy 
   const [row] = await db.sql<{ succeeded: number; events: number }[]>`
     select (select count(*) from charges where status = 'succeeded')::int as succeeded, (select count(*) from outbox)::int as events`;
   expect(row).toEqual({ succeeded: REQUESTS, events: REQUESTS });
-  expect(await busySlots()).toBe(0);
-  // Each charge's three statements (phase 1, the payment's id recorded, phase 3) counted, some in batches.
-  const text = await (await api.fetch(new Request("http://localhost/metrics"))).text();
+  // Each charge's three statements (phase 1, the payment's id recorded, phase 3) counted, some in
+  // batches. A text from the hold shows slots busy: wait for one rendered since every slot was
+  // given back, with the totals (which only grow) at the requests', then assert them exactly.
+  const settled = (t: string) => busySlots(t) === 0 && (valueOf(t, "api_charge_statement_requests_total", {}) ?? 0) >= 3 * REQUESTS;
+  const text = await scrapeUntil(settled, "every slot free and every statement counted");
+  expect(busySlots(text)).toBe(0);
   const rows = valueOf(text, "api_charge_statement_requests_total", {}) ?? 0;
   const statements = valueOf(text, "api_charge_statements_total", {}) ?? 0;
   expect(rows).toBe(3 * REQUESTS);
