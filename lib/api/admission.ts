@@ -1,9 +1,7 @@
-// Admission control for the /charges routes (docs/configuration.md, "Admission control"): a
-// token bucket per tenant (429 past it), a cap on requests in flight (503 past it), and each
-// tenant's share of that cap (503 past it), all answered at once with Retry-After, before the
-// body is read or the database is touched. A tenant's place is held from its token's check to
-// its answer: while its body arrives and while it waits on Prefer: wait. Per process: N
-// processes admit N times as much.
+// Admission control for the /charges routes, per process: a token bucket per tenant (429 past
+// it), a cap on requests in flight and each tenant's share of it (503 past them), answered at
+// once with Retry-After before the body is read or the database touched. A place is held from
+// the token's check to the answer: while the body arrives and while it waits on Prefer: wait.
 import type { AdmissionConfig } from "../platform/config.ts";
 
 const MS_PER_S = 1000;
