@@ -17,7 +17,6 @@ export function setTracingOn(value: boolean): void {
   on = value;
 }
 
-/** The tracer of this project's spans. */
 export function tracer() {
   return trace.getTracer("charges-outbox");
 }
@@ -48,7 +47,6 @@ export function hashedKey(key: string): string {
   return sha256Hex(key).slice(0, KEY_HASH_HEX);
 }
 
-/** Ends `span` with an error status when `error` is set. */
 export function endSpan(span: Span, error?: string): void {
   if (error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: error }).setAttribute("error.type", error);
   span.end();
