@@ -12,7 +12,7 @@ export const HTTP_DURATION_METRIC = "http_server_request_duration_seconds";
 
 /**
  * Upper bounds (seconds). Most answers (health probes, replays, a charge's one statement and
- * commit) are sub-millisecond to a few ms, so the low end is fine-grained; above that the
+ * commit) are short, so the low end is fine-grained; above that the
  * buckets land on the service's own time bounds, so a histogram shows which one a slow
  * request ran into: 2 s is API_LOCK_TIMEOUT_MS and API_POOL_WAIT_MS, 5 s API_STATEMENT_TIMEOUT_MS
  * and 10 s API_REQUEST_TIMEOUT_MS (the defaults). Anything in +Inf outlived every bound.
