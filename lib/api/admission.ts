@@ -1,9 +1,7 @@
-// Admission control for the /charges routes (docs/configuration.md, "Admission control"): a
-// token bucket per tenant (429 past it), a cap on requests in flight (503 past it), and each
-// tenant's share of that cap (503 past it), all answered at once with Retry-After, before the
-// body is read or the database is touched. A tenant's place is held from its token's check to
-// its answer: while its body arrives and while it waits on Prefer: wait. Per process: N
-// processes admit N times as much.
+// Admission control for the /charges routes, per process: a token bucket per tenant (429 past
+// it), a cap on requests in flight and each tenant's share of it (503 past them), answered at
+// once with Retry-After before the body is read or the database touched. A place is held from
+// the token's check to the answer: while the body arrives and while it waits on Prefer: wait.
 import type { AdmissionConfig } from "../platform/config.ts";
 
 const MS_PER_S = 1000;
@@ -37,29 +35,23 @@ export interface Admission {
    * 0 or MAX_HELD_REFUSALS are already held.
    */
   holdRefusal(): Promise<void>;
-  /** Refusals held now. */
   readonly held: number;
   /** Counts a request in; false when API_MAX_IN_FLIGHT are already in (nothing counted then). */
   enter(): boolean;
-  /** Counts an entered request out. */
   leave(): void;
   readonly inFlight: number;
   /** Counts a request of `tenant` in; false when it already holds API_MAX_IN_FLIGHT_PER_TENANT (nothing counted then). */
   enterTenant(tenant: string): boolean;
-  /** Counts a request of `tenant` entered with enterTenant out. */
   leaveTenant(tenant: string): void;
-  /** The requests `tenant` holds now. */
   inFlightOf(tenant: string): number;
   /** Counts a request of one tenant's key in; false when API_MAX_IN_FLIGHT_PER_KEY of it are already in. */
   enterKey(scope: string): boolean;
-  /** Counts a request entered with enterKey out. */
   leaveKey(scope: string): void;
   /**
    * Resolves once an answer of /metrics, /openapi.json or /docs may be sent: at once within
    * OPERATOR_RATE_PER_S, else after OPERATOR_HOLD_MS (at once past MAX_HELD_REFUSALS held).
    */
   paceOperator(): Promise<void>;
-  /** API_BODY_TIMEOUT_MS. */
   readonly bodyTimeoutMs: number;
 }
 

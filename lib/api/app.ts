@@ -1,12 +1,10 @@
-// The API as one Elysia app: the routes are Elysia plugins, one per group (routes.ts), the
-// /charges group behind the bearer-token plugin (http/authentication.ts); each request's
-// dependencies and trail live in Elysia's context (http/context.ts); its log line and its
-// histogram sample are taken in onAfterResponse (http/observe.ts). Elysia routes, reads a body
-// with the route's strict JSON parser (http/checks.ts), validates headers, params, query and
-// body against the routes' TypeBox schemas, and builds /openapi.json from the same schemas
-// (documentation.ts, in an app of every route that is never served, so that with OPERATOR_PORT
-// the operator's port still documents the /charges routes); every failure is answered here as
-// an RFC 9457 problem, never HTML or a stack trace.
+// The API as one Elysia app: the routes as plugins (routes.ts), the /charges group behind the
+// bearer-token plugin (http/authentication.ts), each request's dependencies and trail in Elysia's
+// context (http/context.ts), and every failure answered here as an RFC 9457 problem, never HTML
+// or a stack trace.
+//
+// /openapi.json comes from an app of every route that is never served (documentApp), so that
+// with OPERATOR_PORT the operator's port still documents the /charges routes.
 import { Elysia, ParseError, ValidationError, type AnyElysia } from "elysia";
 import { CloudflareAdapter } from "elysia/adapter/cloudflare-worker";
 import { describeDbError, isTimeBound, isUnavailable } from "../platform/db.ts";
@@ -52,7 +50,7 @@ export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
     .onError((ctx) => answerError(deps, ctx.trail, ctx, ctx.code, ctx.error, options.surface !== "operator"));
   const operator = options.surface !== "api";
   if (operator) app.use(documentRoutes(context, documentApp(context, options), options.docs));
-  // In this order, the document's paths are in the order they always were.
+  // The routes' order, which the document's paths follow.
   if (options.surface !== "operator") app.use(chargeRoutes(context));
   if (operator) app.use(operatorRoutes(context, options.metrics));
   // Every handler composed now rather than on its first request.

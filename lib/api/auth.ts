@@ -1,9 +1,7 @@
-// Bearer JWT authentication of the /charges routes, with jose (Web Crypto and fetch only, so
-// it runs the same on Bun, Deno and workerd). The tenant is one claim of a verified token.
-// Each key source has its own pinned algorithms, chosen from the token's header before
-// anything is verified: an HS256 token is checked against AUTH_JWT_SECRET only, and an
-// asymmetric one against the JWKS only, so neither `alg: none` nor a token "signed" with
-// HMAC over a public key (algorithm confusion) can pass.
+// Bearer JWT authentication of the /charges routes with jose (Web Crypto and fetch only: the
+// same on Bun, Deno and workerd); the tenant is a claim of the verified token. Each key source
+// pins its algorithms, chosen from the header before verifying, so neither `alg: none` nor a
+// token "signed" with HMAC over a public key (algorithm confusion) can pass.
 import { createRemoteJWKSet, customFetch, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions } from "jose";
 import { ConfigError, type AuthConfig, type TenantIds } from "../platform/config.ts";
 import { createTokenCache } from "./token-cache.ts";
@@ -32,7 +30,7 @@ const ASCII_TENANT_ID = /^[!-~](?:[ -~]*[!-~])?$/;
 const UNICODE_TENANT_ID = /^[\p{L}\p{M}\p{N}\p{P}\p{S}](?:[\p{L}\p{M}\p{N}\p{P}\p{S} ]*[\p{L}\p{M}\p{N}\p{P}\p{S}])?$/u;
 // A time claim (exp, nbf, iat) is seconds since the epoch: a number JSON reads as Infinity
 // (1e400), a negative one or one past the year 3000 is no time an issuer means, and an exp of
-// Infinity would never expire. A token issued in the future (past the clock tolerance) was not.
+// Infinity would never expire. An iat in the future (past the clock tolerance) is refused too.
 const MAX_TIME_CLAIM_S = 32_503_680_000;
 const TIME_CLAIMS = ["exp", "nbf", "iat"] as const;
 // RFC 8725 §3.11 explicit typing: a `typ` other than these names another kind of JWT (an ID

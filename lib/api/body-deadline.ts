@@ -1,9 +1,7 @@
-// When a request's body must have arrived (API_BODY_TIMEOUT_MS from the request's arrival): set
-// where the request is admitted (http/authentication.ts), kept beside the Request itself (a
-// WeakMap, gone with it), and raced where the body is read (body.ts). Past it the read is a 408
-// problem, the request is answered and its place in flight is freed; the read left behind ends
-// when the socket does. A body that never comes would otherwise hold its place until Bun's own
-// idle timeout closes the socket, without an answer.
+// When a request's body must have arrived (API_BODY_TIMEOUT_MS from its arrival), kept beside
+// the Request (a WeakMap) and raced where the body is read (body.ts): past it the answer is a
+// 408 and the request's place in flight is freed, where a body that never comes would hold it
+// until Bun's idle timeout closes the socket without an answer.
 import { ProblemError } from "./problem.ts";
 
 const deadlines = new WeakMap<Request, number>();

@@ -1,7 +1,7 @@
 // Opens the API's whole pool before the process listens. postgres.js opens a connection only when
 // every open one is busy, so a process started under load (a restart, a rolling deploy) would make
 // its first requests wait on backends being forked and authenticated (bench/README.md, "API
-// start-up", measures it).
+// start-up").
 import { sqlState, type Sql } from "../platform/db.ts";
 import { within } from "../platform/within.ts";
 

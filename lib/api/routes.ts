@@ -1,8 +1,7 @@
 // The API's routes as Elysia plugins, each with the TypeBox schemas Elysia validates (through
 // withFixedErrors, so no refusal formats what was sent) and documents; app.ts composes them. An
-// idempotent operation is one line in OPERATIONS (lib/charges/index.ts). Handlers answer stored
-// bytes that were checked when written (checkedJson), so the response schemas only document:
-// test/api-schema.test.ts checks the answers instead of a second check on the hot path.
+// idempotent operation is one line in OPERATIONS (lib/charges/index.ts). Answers are bytes
+// checked when written (checkedJson), so the response schemas only document.
 import { Elysia } from "elysia";
 import { withHeaders } from "@elysiajs/openapi";
 import { Type as t, type TObject, type TSchema } from "@sinclair/typebox";

@@ -2,7 +2,6 @@
 // name twice is refused (JSON.parse keeps the last, a gateway or log reader may keep the first,
 // and the two would disagree on the amount). A number is judged on its text, never its double:
 // it must denote an exact integer (4900, 4900.0, 49e2; not 4900.5) within the safe range.
-// JSON.parse judges syntax and builds the value; jsonc-parser's scanner walks the same text.
 import { visit, type JSONPath } from "jsonc-parser";
 
 export interface JsonFault {

@@ -1,17 +1,13 @@
-// Verified bearer tokens remembered by their exact text, so a client that sends one token
-// with every request costs one signature check per minute instead of one per request (the
-// check was the largest single cost of a POST in `bun --cpu-prof`: bench/README.md, "API vs
-// the bare stack").
+// Verified bearer tokens remembered by their exact text, so a client that sends one token with
+// every request costs one signature check per minute instead of one per request (the check is
+// a POST's largest single cost: bench/README.md, "API vs the bare stack").
 //
-// Why reusing a verdict is safe: everything a verification decides is a function of the
-// token's bytes and the key, except time. With the key fixed (AUTH_JWT_SECRET), the same
-// bytes verify the same way again; of the time checks, nbf only gets easier to pass, and exp
-// is checked here against the clock on every use, with jose's own rule and tolerance. A JWKS
-// key can be withdrawn by the provider: each verdict carries a stamp of the key set it was
-// made with, and the caller reuses it only while that set is still the one jose would use
-// (not refetched since, not stale), so a withdrawn key is refused exactly when jose alone
-// would refuse it. Only acceptances are kept; a refused token is checked again every time
-// (and cannot fill the cache).
+// Why reusing a verdict is safe: a verification is a function of the token's bytes and the
+// key, except time. nbf only gets easier to pass, and exp is checked here on every use with
+// jose's own rule and tolerance. A JWKS key can be withdrawn: each verdict carries a stamp of
+// the key set that made it, reused only while that set is still the one jose would use, so a
+// withdrawn key is refused exactly when jose alone would refuse it. Only acceptances are kept,
+// so refused tokens cannot fill the cache.
 
 // A verdict is reused this long at most, then the token is verified again.
 export const MAX_REUSE_MS = 60_000;

@@ -1,18 +1,14 @@
-// Group commit, the one engine for every statement: the ledger's single statement, and with a
-// processor phase 1, the steps recorded between processor calls, and phase 3. While `maxInFlight` statements run, the work
-// that arrives queues here, and the next free turn sends up to `maxBatch` items of one kind as
-// ONE statement; with a statement free, an item is sent alone at once. Each item gets its own
-// result from its own row (every write a compare-and-set per row). What items of one batch
-// share is their fate on a fault: a cancel, a time bound or a lost connection fails them all,
-// with nothing committed; any other error of a batch (a deadlock, a constraint) sends each
-// item again alone, to get what its own statement says.
+// Group commit, the one engine for every statement (the ledger's; phase 1, the recorded steps
+// and phase 3 of processor steps): while `maxInFlight` statements run, arriving work queues,
+// and the next free turn sends up to `maxBatch` items of one kind as ONE statement.
 //
-// A ledger request holds its pool-gate slot while it queues (no `slot`: the batch is at most
-// the pool). With a processor a statement takes its slot when it is sent (`slot`): a request
-// waiting for the processor holds nothing, and one waiting for a statement holds no slot
-// either, so the gate's slots in use are the statements running, and a batch can be larger
-// than the pool. Two requests for one key never share a statement (their conflicts): the
-// second goes in the next one, after the first's commit, and reads what it stored.
+// Each item gets its own result from its own row (every write a compare-and-set per row). A
+// batch shares only its fate on a fault: a cancel, a time bound or a lost connection fails them
+// all with nothing committed; any other error (a deadlock, a constraint) sends each item again
+// alone. A ledger request holds its pool-gate slot while it queues; with a processor a statement
+// takes its slot when sent, so the slots in use are the statements running and a batch can be
+// larger than the pool. Two requests for one key never share a statement: the second goes in
+// the next one, after the first's commit, and reads what it stored.
 import { isConnectionLost, isUnavailable, sqlState } from "../platform/db.ts";
 import { REQUEST_DEADLINE, TimeBoundError } from "../platform/pool-gate.ts";
 

@@ -77,7 +77,7 @@ export async function releaseLease(sql: Sql, key: HeldKey, resume: Resume, error
 
 /**
  * Parks a key whose recovery data failed its schema: its lease given up, the reason recorded
- * for the operator (`bun run ops parked`), and the completer no longer tries it.
+ * for the operator (`bun run ops parked`), and the completer leaves it alone.
  */
 export async function parkKey(sql: Sql, key: HeldKey, reason: string, endsAt = NO_BOUND): Promise<boolean> {
   const rows = await boundedStatement(sql, endsAt, (q) => q`

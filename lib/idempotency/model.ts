@@ -1,9 +1,7 @@
-// The model of an idempotent operation, declared once in its own module (charges.ts,
-// refunds.ts, …) and read by every process: the API (its route, its statements), the
-// completer and the operator's tools (lib/ops). A ledger operation is one statement; an
-// operation with processor steps is the same declaration with a `foreign` part, run as
-// phase 1, its steps, and phase 3. The generic code (skeleton.ts, lib/idempotency,
-// lib/idempotency) never names an operation.
+// The model of an idempotent operation, declared once in its own module (lib/charges/) and read
+// by the API, the completer and the operator's tools. A ledger operation is one statement; one
+// with a `foreign` part runs as phase 1, its processor steps, and phase 3. The generic code
+// (lib/idempotency) never names an operation.
 import type { Static, TObject } from "@sinclair/typebox";
 import type postgres from "postgres";
 import type { Sql } from "../platform/db.ts";

@@ -1,13 +1,7 @@
-// The one function that runs every idempotent operation, and the engine it runs in.
-// run(op, request):
-//  1. claim: the key's one statement (skeleton.ts runClaim), grouped with other requests'
-//     under load (group-commit.ts). For the ledger it is the whole operation: key, effect and
-//     answer in one round trip. With a payment processor (the operation's `foreign` part) it
-//     writes the key STARTED under a lease, with the operation's pending rows (phase 1).
-//  2. drive: the steps from the recovery point (drive.ts), nothing held but the lease; none for
-//     the ledger. A key found STARTED with its lease expired is taken over and driven on.
-//  3. finish: phase 3, by the lease's holder at the drive's end (lease.ts, skeleton.ts runFinish).
-//  4. the outcome as a value (outcome.ts), which the caller answers.
+// The one function that runs every idempotent operation: claim (the key's one statement, grouped
+// under load: for the ledger the whole operation; with a processor, phase 1 writes the key
+// STARTED under a lease), drive (the steps from the recovery point, nothing held but the lease),
+// finish (phase 3, by the lease's holder), and the outcome as a value (outcome.ts).
 import type { Static } from "@sinclair/typebox";
 import type { Sql } from "../platform/db.ts";
 import { newEventId } from "../platform/uuid.ts";

@@ -1,8 +1,7 @@
-// The one SQL skeleton of every operation and its one column compiler. Two statements wrap an
-// operation's fragments (model.ts): the key's claim (the ledger's single statement, or phase 1
-// of its processor steps) and phase 3. A request alone and a batch of requests (group commit) run the same
-// statement: the requests arrive as one JSON array of rows (jsonb_to_recordset), so one
-// prepared statement serves any count.
+// The one SQL skeleton of every operation and its column compiler: the key's claim (the ledger's
+// single statement, or phase 1) and phase 3 wrap an operation's fragments (model.ts). One request
+// and a batch run the same statement: the requests arrive as one JSON array of rows
+// (jsonb_to_recordset), so one prepared statement serves any count.
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import { newEventId } from "../platform/uuid.ts";

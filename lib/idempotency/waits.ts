@@ -1,8 +1,7 @@
-// Requests held for a key in flight (Prefer: wait, docs/api.md): each waits for a wake-up, not
-// a timer loop. A holder in this process wakes its key's waiters when it ends (any outcome); a
-// completion in another process is heard as a notify on the relay's channel, which every
-// commit with an event sends (lib/platform/wakeup.ts), and wakes every waiter of this process to
-// read its key once more. Nothing is held while waiting: no pooled connection, no transaction.
+// Requests held for a key in flight (Prefer: wait): each waits for a wake-up, not a timer loop.
+// A holder in this process wakes its key's waiters when it ends; a completion elsewhere arrives
+// as a notify on the relay's channel (lib/platform/wakeup.ts) and wakes every waiter here to read
+// its key again. Nothing is held while waiting: no pooled connection, no transaction.
 
 export interface KeyWait {
   /** Settles when the key is woken, or at the wait's end. */

@@ -25,39 +25,37 @@ export interface AdmissionConfig {
   readonly operatorHost: string;
 }
 
-// Above what one tenant can make one process serve: the bench's replays of one key reach
-// ~6,500/s and its charges ~3,000/s on 2 cores (bench/README.md), so by default nothing a
-// process can serve is refused, and a deployment sets its tenants' contract (e.g. 100).
+// Requests a second: above what one tenant can make one process serve (bench/README.md), so by
+// default nothing a process can serve is refused, and a deployment sets its tenants' contract.
 export const DEFAULT_RATE_LIMIT_PER_S = 10_000;
 const MAX_RATE_LIMIT_PER_S = 1_000_000;
-// 30 × the default pool of 32 connections: far beyond the bench's 32 connections and the
-// chaos scenarios' few hundred, and each waiting request is at most a 16 KiB body and a
-// promise, so 1,000 of them are a few MiB, not an unbounded queue.
+// Requests: far beyond the default pool and the load bench/ and chaos/ drive, and each waiting
+// request is at most a 16 KiB body and a promise, so these are a few MiB, not an unbounded queue.
 export const DEFAULT_MAX_IN_FLIGHT = 1000;
 const MAX_IN_FLIGHT = 1_000_000;
 // Half the places by default: one tenant holding its whole share (bodies that never come, waits
 // on its own key in flight) leaves the other half to everyone else, and a single-tenant
-// deployment still has 500 at once, above the bench's 400 clients in processor mode.
+// deployment still has more at once than bench/ drives in processor mode.
 const DEFAULT_TENANT_SHARE = 0.5;
 // Requests of one key run one after another (they never share a statement): hundreds of them,
 // say Prefer: wait on a key in flight, would queue every other tenant's charges behind theirs.
 // A few cover a client's honest retries and waits; past them the key is in flight anyway, and
 // the answer is the 409 it would get.
 export const DEFAULT_MAX_IN_FLIGHT_PER_KEY = 8;
-// A charge body is tens of bytes and arrives with its headers; 5 s is a slow mobile link's
-// worst for 16 KiB, and ends a stalled body's place well before Bun's own idle timeout (10 s)
-// closes the socket without an answer.
+// Milliseconds. A charge body is tens of bytes and arrives with its headers; this is a slow
+// mobile link's worst for 16 KiB, and ends a stalled body's place well before Bun's own idle
+// timeout (10 s) closes the socket without an answer.
 export const DEFAULT_BODY_TIMEOUT_MS = 5000;
 const MIN_BODY_TIMEOUT_MS = 100;
 const MAX_BODY_TIMEOUT_MS = 60_000;
-// A scraper polls every 15-60 s: a second-old text costs it nothing, and a flood of scrapes
+// Milliseconds. A scraper polls every 15-60 s: a second-old text costs it nothing, and a flood of scrapes
 // costs one render a second however many connections send it.
 export const DEFAULT_METRICS_MAX_AGE_MS = 1000;
 const MAX_METRICS_MAX_AGE_MS = 60_000;
-// A 429 is sent this long after the request came: a client that waits its Retry-After (at
-// least a second) loses nothing, and one that never waits makes at most four refused requests
-// a second per connection, not thousands, so its refusals cannot take the CPU the other
-// tenants' requests need (bench/README.md, "a tenant at its limit").
+// Milliseconds a 429 is held before it is sent: a client that waits its Retry-After (at least a
+// second) loses nothing, and one that never waits makes a few refused requests a second per
+// connection, not thousands, so its refusals cannot take the CPU the other tenants' requests
+// need (bench/README.md, "a tenant at its limit").
 export const DEFAULT_REFUSAL_HOLD_MS = 250;
 // Under the smallest Retry-After: a held refusal never outlasts the wait it announces.
 const MAX_REFUSAL_HOLD_MS = 1000;

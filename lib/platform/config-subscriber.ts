@@ -1,8 +1,7 @@
 // The reference subscriber's way to the API (SUBSCRIBER_API_URL, SUBSCRIBER_API_TOKEN,
-// SUBSCRIBER_GAP_FILL_AFTER_MS), read by lib/platform/config.ts beside the others: with both set,
-// a gap in an aggregate's sequence is filled from GET /charges/:id/events before the gap
-// timeout (lib/subscriber/gap-fill.ts); with neither, the subscriber waits for the broker
-// alone, as before. The token is never echoed (it is held as a Secret).
+// SUBSCRIBER_GAP_FILL_AFTER_MS): with both set, a gap in an aggregate's sequence is filled from
+// GET /charges/:id/events before the gap timeout (lib/subscriber/gap-fill.ts); with neither, the
+// subscriber waits for the broker alone. The token is held as a Secret, never echoed.
 import { ConfigError, integer, url, type Env } from "./config-values.ts";
 import { Secret } from "./redact.ts";
 
@@ -15,10 +14,9 @@ export interface SubscriberApiConfig {
   readonly fillAfterMs: number;
 }
 
-// Out of order within a share group or a broker is a matter of milliseconds, and a relay's
-// chain waits one PUBACK per event: a predecessor that is merely late comes within a second or
-// two. Five seconds leaves it that, and asks the API long before the gap timeout (5 minutes)
-// for a predecessor the broker lost (a session gone with a broker that kept none).
+// Milliseconds. A predecessor that is merely late (a share group, a relay's chain waiting one
+// PUBACK per event) comes within a second or two; this leaves it that, and asks the API long
+// before the gap timeout for one the broker lost (a session gone with a broker that kept none).
 export const DEFAULT_GAP_FILL_AFTER_MS = 5000;
 // A bearer token is one header value: visible ASCII, no spaces; its value is never shown.
 const TOKEN_CHARS = /^[\x21-\x7e]{1,8192}$/;

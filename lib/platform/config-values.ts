@@ -49,7 +49,7 @@ export function urlList(env: Env, name: string, fallback: string, protocols: rea
   const raw = env[name]?.trim();
   if (raw === undefined || raw === "") return Object.freeze([fallback]);
   const entries = raw.split(",").map((entry) => entry.trim());
-  // One URL is refused in the words it always was.
+  // A single URL is refused in url()'s own words.
   if (entries.length === 1) return Object.freeze([url(env, name, fallback, protocols)]);
   for (const [i, entry] of entries.entries()) {
     if (entry === "") throw new ConfigError(`${name} entry ${i + 1} of ${entries.length} is empty`);

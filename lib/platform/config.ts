@@ -106,16 +106,14 @@ function topicPrefix(env: Env): string {
   return raw;
 }
 
-// One connection per concurrent request at the load we benchmark (32 clients): every charge
-// is one statement ending in a commit flush, and more concurrent commits let group commit
-// share the flushes (pool size measured: bench/README.md, "API latency and pool size").
+// Connections: one per concurrent request at the load bench/ drives. Every charge is one
+// statement ending in a commit flush, and more concurrent commits let group commit share the
+// flushes (bench/README.md, "API latency and pool size").
 const API_POOL_SIZE = 32;
 // Statements one API process keeps running at once (lib/idempotency/group-commit.ts); the
-// requests beyond them are sent together, several charges to a statement and a commit. On
-// the 2-core bench machine 2, 3 and 4 gave the same created/s and p99 rose with each one
-// more (bench/README.md, "Group commit"). Two keep a
-// single API process's charges near its own CPU limit even on a large database server,
-// where each process runs two at once; several processes run two each.
+// requests beyond them go together, several charges to a statement and a commit. More did not
+// add charges and lengthened the tail (bench/README.md, "Group commit"); two keep one process
+// near its own CPU limit even on a large database server.
 const API_CHARGE_STATEMENTS = 2;
 // A sanity bound: each connection is a Postgres backend process, and a pool this large is a typo.
 const MAX_API_POOL_SIZE = 1000;
@@ -131,40 +129,34 @@ const TEN_YEARS_S = 10 * 365 * 24 * 3600;
 // An expired key answers 410 this long (30 days, as Stripe's v2 API keeps its keys): a client
 // that retries a day late learns where its resource is instead of making a second one.
 export const DEFAULT_TOMBSTONE_S = 30 * 86_400;
-// The reference subscriber's inbox must remember an event for longer than a redelivery can
-// come: the broker keeps an unacknowledged event in the session for up to its expiry (one
-// day, SESSION_EXPIRY_S in lib/subscriber/session.ts), and a relay that published but
-// never saw the PUBACK publishes again when it is back, however long it was away. A week
-// covers the session and six days of relay outage; less than the session is refused.
-// The relay's largest claim. Claims start at 10 rows and grow while the broker keeps up
-// (lib/relay/lanes.ts), so this only matters on a backlog, where 2,000 drained faster than 500
-// (fewer transactions and claims per row) and 5,000 no faster (bench/README.md, "Relay drain").
+// Rows: the relay's largest claim. Claims start small and grow while the broker keeps up
+// (lib/relay/lanes.ts), so this matters only on a backlog, where larger claims mean fewer
+// transactions per row, up to where they drain no faster (bench/README.md, "Relay drain").
 export const DEFAULT_OUTBOX_BATCH_SIZE = 2000;
 const MAX_OUTBOX_BATCH_SIZE = 10_000;
-// Mosquitto lets a connection have 20 publishes unacknowledged (its max_inflight_messages, sent
-// as the CONNACK's Receive Maximum, which MQTT 5 forbids a client to exceed): one connection's
-// drain waits on that window's round trips. Three windows drain faster than one; four, five
-// and eight measured no faster (bench/README.md, "Several MQTT connections"). The events of
-// one aggregate share a connection.
+// A broker bounds each connection's unacknowledged publishes (Mosquitto's max_inflight_messages,
+// sent as the CONNACK's Receive Maximum, which MQTT 5 forbids a client to exceed), so one
+// connection's drain waits on that window's round trips; a few windows drain faster, more do not
+// (bench/README.md, "Several MQTT connections"). The events of one aggregate share a connection.
 export const DEFAULT_RELAY_MQTT_CONNECTIONS = 3;
 const MAX_RELAY_MQTT_CONNECTIONS = 16;
-// On a stream past 1,000 events/s the relay claims at most this often, each claim taking what
-// came meanwhile (lib/relay/gather.ts): beside the API at its full rate, 40 ms cut the relay's
-// CPU per event most of the shorter gathers tried, for at most 40 ms more commit → subscriber
-// time at those rates (bench/README.md, "Relay beside the API"). A second is the
-// most: past it events wait longer than a poll would make them.
+// Milliseconds: on a stream past 1,000 events/s the relay claims at most this often, each claim
+// taking what came meanwhile (lib/relay/gather.ts): fewer claims cost less CPU per event, for at
+// most this much more commit → subscriber time (bench/README.md, "Relay beside the API"). A
+// second is the most: past it events wait longer than a poll would make them.
 const DEFAULT_RELAY_GATHER_MS = 40;
 const MAX_RELAY_GATHER_MS = 1000;
+// The reference subscriber's inbox must remember an event longer than a redelivery can come:
+// the broker keeps an unacknowledged event in the session up to its expiry (SESSION_EXPIRY_S in
+// lib/subscriber/session.ts), and a relay that never saw the PUBACK publishes again when it is
+// back. A week covers the session and days of relay outage; less than the session is refused.
 const INBOX_RETENTION_S = 7 * 86_400;
 const MIN_INBOX_RETENTION_S = 86_400;
-// How long the reference subscriber holds an event that came ahead of its turn before it gives
-// up on the missing predecessor and processes it anyway (lib/subscriber/release.ts). Out of
-// order within a share group or a broker is a matter of milliseconds; a member that crashed
-// with the predecessor in its session gets it back when it is restarted, within a minute or
-// two under a supervisor. Five minutes covers that with room, and is the longest an
-// aggregate waits for an event that will never come (a consumer started on a running
-// stream, an event lost upstream). Up to a day, the MQTT session expiry: a predecessor still in a
-// session can come no later.
+// Milliseconds the reference subscriber holds an event that came ahead of its turn before it
+// processes it anyway (lib/subscriber/release.ts). A member that crashed with the predecessor in
+// its session gets it back once restarted, within a minute or two under a supervisor: five
+// minutes covers that, and is the longest an aggregate waits for an event that will never come.
+// At most a day, the MQTT session expiry: a predecessor still in a session comes no later.
 export const DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS = 300_000;
 const MAX_SUBSCRIBER_GAP_TIMEOUT_MS = 86_400_000;
 
@@ -195,10 +187,8 @@ function databaseDirectUrl(env: Env, pooler: DatabasePooler): string | undefined
 // The relay's idle fallback poll: a NOTIFY wakes it as soon as a charge commits.
 const OUTBOX_POLL_MS = 1000;
 // Behind a transaction pooler without DATABASE_DIRECT_URL the relay cannot LISTEN: its poll is
-// then the only wake-up and each event waits for it, half of it on average. 100 ms adds at most
-// that to an event's commit → subscriber time for ten claims a second of an empty pending index
-// per idle relay; a shorter poll buys less for more idle claims (docs/operations.md, "Behind
-// PgBouncer").
+// the only wake-up, so it is short, at the cost of idle claims of an empty pending index
+// (docs/operations.md, "Behind PgBouncer").
 const OUTBOX_POLL_MS_WITHOUT_LISTEN = 100;
 
 export function loadConfig(env: Env): Config {

@@ -1,23 +1,19 @@
 // http_server_request_duration_seconds (OpenTelemetry's HTTP server semantic conventions), for
-// the API's pipeline and the relay's operator port. Counted here in plain integers and handed
-// to the SDK at collection (telemetry.ts turns a snapshot into histogram data points): an OTel
-// Histogram's record() hashes its attribute set on every call (sorting and joining the
-// labels), and caching the attributes object does not spare the SDK that hash. Here a request
-// costs two map lookups by strings the runtime has already hashed, one by a small integer, a
-// short bucket scan and three increments: about a tenth of the SDK histogram's cost per record
-// (bench/README.md, "HTTP histogram on vs off").
+// the API's pipeline and the relay's operator port, counted in plain integers and handed to the
+// SDK at collection (telemetry.ts). An OTel Histogram's record() hashes its attribute set on
+// every call; here a request costs a few map lookups and increments (bench/README.md, "HTTP
+// histogram on vs off").
 //
-// The attributes carry the convention's dotted names (as OTLP sends them); Prometheus shows
-// them as http_request_method, http_route and http_response_status_code.
-// Labels are bounded by construction: the method is one of the standard ones or `_OTHER`, the
-// route is a template or UNMATCHED, and the status is the response's three-digit code.
+// The attributes carry the convention's dotted names (Prometheus shows http_request_method,
+// http_route, http_response_status_code). Labels are bounded by construction: a standard method
+// or `_OTHER`, a route template or UNMATCHED_ROUTE, a three-digit status.
 
 export const HTTP_DURATION_METRIC = "http_server_request_duration_seconds";
 
 /**
- * Upper bounds (seconds). This service answers in tens of µs to a few ms (health probes,
- * replays, a charge's one statement and commit), so the low end is fine-grained from 250 µs;
- * above that the buckets land on its own time bounds, so a histogram shows which one a slow
+ * Upper bounds (seconds). Most answers (health probes, replays, a charge's one statement and
+ * commit) are short, so the low end is fine-grained; above that the
+ * buckets land on the service's own time bounds, so a histogram shows which one a slow
  * request ran into: 2 s is API_LOCK_TIMEOUT_MS and API_POOL_WAIT_MS, 5 s API_STATEMENT_TIMEOUT_MS
  * and 10 s API_REQUEST_TIMEOUT_MS (the defaults). Anything in +Inf outlived every bound.
  */

@@ -1,8 +1,7 @@
-// What every process needs to join its spans to a charge's trace, on the OpenTelemetry API
-// alone (no SDK: edge runtimes load this). A charge crosses processes as a W3C traceparent:
-// the request's server span writes its own onto the key and the outbox row, and the relay's
-// producer span and the subscriber's consumer span take it as their parent. With no exporter
-// `tracingOn()` is false and callers build no span at all.
+// What every process needs to join its spans to a charge's trace, on the OpenTelemetry API alone
+// (edge runtimes load this). A charge crosses processes as a W3C traceparent: the request's
+// server span writes its own onto the key and the outbox row, and the relay's and subscriber's
+// spans take it as their parent. With no exporter `tracingOn()` is false and no span is built.
 import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Attributes, type Context, type Span } from "@opentelemetry/api";
 import { sha256Hex } from "./sha256.ts";
 
@@ -18,7 +17,6 @@ export function setTracingOn(value: boolean): void {
   on = value;
 }
 
-/** The tracer of this project's spans. */
 export function tracer() {
   return trace.getTracer("charges-outbox");
 }
@@ -49,7 +47,6 @@ export function hashedKey(key: string): string {
   return sha256Hex(key).slice(0, KEY_HASH_HEX);
 }
 
-/** Ends `span` with an error status when `error` is set. */
 export function endSpan(span: Span, error?: string): void {
   if (error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: error }).setAttribute("error.type", error);
   span.end();

@@ -9,7 +9,6 @@ import { BatchSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
 import { setTracingOn } from "./trace-context.ts";
 
 export interface Tracing {
-  /** Exports what is buffered, then stops. */
   shutdown(): Promise<void>;
 }
 

@@ -1,12 +1,7 @@
-// The admission of the /charges routes, as an Elysia plugin: a group that `use`s it gets
-// `tenant` in its context (derive, scoped to that group), or the request is answered 503 when
-// the process is full (http/in-flight.ts), 401 for its token (503 when the key set cannot be
-// fetched), 429 when the tenant is past its rate (admission.ts; sent API_RATE_LIMIT_HOLD_MS
-// late, so a client that ignores Retry-After cannot flood), 503 when the tenant holds its
-// share of the places in flight, or 409 when its Idempotency-Key holds its own; all before
-// anything else of it is read: a body route's parser admits the request before it reads the
-// body (http/checks.ts), and an admitted request's body has API_BODY_TIMEOUT_MS from its
-// arrival to come (body-deadline.ts). The verification itself is auth.ts's.
+// The admission of the /charges routes as an Elysia plugin: a group that `use`s it gets `tenant`
+// in its context, or the request is answered (503 process full, 401 token, 429 rate, 503
+// tenant's share, 409 key's share) before anything else of it is read; a body route's parser
+// admits the request before it reads the body (http/checks.ts). Verification is auth.ts's.
 import { Elysia, status } from "elysia";
 import { authFailureDetail, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";

@@ -1,7 +1,6 @@
-// What a request carries through Elysia's lifecycle, in Elysia's context: the dependencies
-// (one fixed set in the server, the request's own in the worker), and the trail its log line
-// and histogram sample are made of, a fresh one per request (onRequest). Framework-free but
-// for the plugin that puts them there.
+// What a request carries through Elysia's lifecycle in Elysia's context: its dependencies (one
+// fixed set in the server, the request's own in the worker) and the trail its log line and
+// histogram sample are made of, a fresh one per request (onRequest).
 import { Elysia } from "elysia";
 import type { TSchema } from "@sinclair/typebox";
 import type { Logger } from "../../platform/log.ts";
@@ -24,9 +23,7 @@ export interface RequestDeps {
   readonly auth: Authenticator;
   readonly log: Logger;
   readonly counters: ApiMetrics;
-  /** The tenants' buckets and the requests in flight (admission.ts). */
   readonly admission: Admission;
-  /** /readyz's last probe (readiness.ts). */
   readonly readiness: Readiness;
 }
 
@@ -54,14 +51,12 @@ export interface RequestContext {
   readonly tenant: string;
   readonly deps: RequestDeps;
   readonly fields: LogFields;
-  /** The request's server span, when the process exports traces. */
   readonly span?: Span;
 }
 
 // What each path parameter names, for the problem of an id that is not a UUID.
 const PARAM_NOUNS: Readonly<Record<string, string>> = { id: "charge", refundId: "refund" };
 
-/** What path parameter `name` names ("charge", "refund"). */
 export function nounOf(name: string): string {
   return PARAM_NOUNS[name] ?? name;
 }
@@ -93,14 +88,12 @@ export class RequestTrail {
   tenantIn: string | undefined = undefined;
   /** The tenant's key whose places it is counted in, so counted out of once answered. */
   keyIn: string | undefined = undefined;
-  /** The request's server span, when the process exports traces. */
   span: Span | undefined;
   /** The token's and the rate's verdict, taken once (authentication.ts admitOnce): the tenant, or the refusal. */
   admission: Promise<string | Response> | undefined;
   /** A body route's checks (checks.ts bodyParser), for answering a refusal in their order. */
   body: BodyChecks | undefined;
 
-  /** Stamps `response` as this request's answer, and hands it back. */
   answer(response: Response): Response {
     this.answeredAt = performance.now();
     this.status = response.status;

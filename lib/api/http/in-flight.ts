@@ -1,12 +1,11 @@
-// The requests in flight (API_MAX_IN_FLIGHT) and each tenant's share of them
-// (API_MAX_IN_FLIGHT_PER_TENANT): a /charges request takes a place of the process as its
-// token is checked and one of its tenant's once the token names it (http/authentication.ts),
-// and holds both until its answer has left, so a request still reading its body or waiting on
-// Prefer: wait counts against its tenant. Past either, 503 with Retry-After at once instead of
-// a queue without bound (every waiting request holds its body and a place in the pool's
-// queue). A tenant's Idempotency-Key holds at most API_MAX_IN_FLIGHT_PER_KEY of its places: past
-// it, the 409 the key in flight would get. The operator's routes never take a place, so a saturated process still says so.
-// Both refusals are answered in the routes' lifecycle, so each has its log line and its sample.
+// The requests in flight and each tenant's and key's share of them: a /charges request takes a
+// place of the process as its token is checked and one of its tenant's once the token names it,
+// and holds both until its answer has left. Past a cap, 503 with Retry-After at once (a key's:
+// the 409 a key in flight gets) instead of a queue without bound.
+//
+// A request still reading its body or waiting on Prefer: wait counts against its tenant. The
+// operator's routes never take a place, so a saturated process still says so. Both refusals
+// are answered in the routes' lifecycle, so each has its log line and its sample.
 import { Elysia } from "elysia";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";

@@ -1,8 +1,6 @@
 // Every request's log line and its sample on http_server_request_duration_seconds, taken in
-// onAfterResponse: the route is the template Elysia matched (UNMATCHED_ROUTE when none), the
-// method what the client sent (HEAD stays HEAD), the duration from onRequest to the answer's
-// stamp (onAfterHandle for a handler's, onError and the token's refusal for theirs): Elysia
-// runs onAfterResponse on a later turn of the event loop, which a loaded process delays.
+// onAfterResponse. The duration ends at the answer's stamp, not at onAfterResponse: Elysia runs
+// that on a later turn of the event loop, which a loaded process delays.
 import { Elysia } from "elysia";
 import type { HttpServerMetrics } from "../../platform/http-metrics.ts";
 import type { Logger } from "../../platform/log.ts";

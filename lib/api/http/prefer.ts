@@ -1,8 +1,7 @@
 // RFC 7240 Prefer: only `wait=N` means anything here (hold a request whose key is in flight up
-// to N seconds for the holder's outcome). Every other preference is ignored, as RFC 7240 §2 asks
-// of one a server does not understand. A `wait` whose value is not whole seconds is a 400
-// (invalid-prefer): the caller asked for this API's one preference and would otherwise never
-// learn that its wait was not applied (docs/api.md).
+// to N seconds for the holder's outcome); any other preference is ignored (RFC 7240 §2). A
+// `wait` that is not whole seconds is a 400 (invalid-prefer): the client asked for this API's
+// one preference and would otherwise never learn that its wait was not applied.
 
 /** Seconds at most: no request waits longer than the API's request timeout anyway. */
 const MAX_WAIT_DIGITS = 6;
