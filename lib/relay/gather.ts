@@ -16,7 +16,7 @@ import { IN_TURN_MAX } from "./batch.ts";
 // (lib/platform/wakeup.ts): an API that shares its cores with the relay may never reach that,
 // and then every NOTIFY would cost a claim of a few rows, CPU the API loses.
 export const GATHER_MIN_RATE_PER_S = 400;
-// The rows a claim need not exceed: past them the claim's fixed cost is a few µs per row.
+// The rows a claim need not exceed: past them the claim's fixed cost is small beside its rows'.
 const GATHER_ROWS = 200;
 // The arrival rate is a moving figure over about this long (lib/platform/moving-rate.ts): a burst
 // of a few rows at 200/s (rows that committed together) must not read as a busy stream, nor a
