@@ -47,7 +47,9 @@ export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
     .use(inFlightCap(context))
     .use(observability(context, options.httpMetrics))
     // The operator's port has no /charges: a path there is a plain 404, with or without a token.
-    .onError((ctx) => answerError(deps, ctx.trail, ctx, ctx.code, ctx.error, options.surface !== "operator"));
+    // Destructured, never passed whole: Elysia reads a hook's source, and a context handed to a
+    // function makes every route parse cookies, query and headers and rebuild each answer.
+    .onError(({ request, params, body, trail, code, error }) => answerError(deps, trail, { request, params, body }, code, error, options.surface !== "operator"));
   const operator = options.surface !== "api";
   if (operator) app.use(documentRoutes(context, documentApp(context, options), options.docs));
   // The routes' order, which the document's paths follow.

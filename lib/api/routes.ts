@@ -116,7 +116,7 @@ export function chargeRoutes(context: RequestContextPlugin) {
         security: bearer,
       },
     })
-    .get("/charges/:id", async (ctx) => lookup(ctx, ctx.params, (sql, endsAt) => chargeView(sql, ctx.tenant, ctx.params.id, endsAt)), {
+    .get("/charges/:id", async ({ deps, params, tenant }) => lookup(deps, params, (sql, endsAt) => chargeView(sql, tenant, params.id, endsAt)), {
       params: CHARGE_ID,
       response: {
         200: described(ChargeView, "The charge, with its refunded total"),
@@ -149,7 +149,7 @@ export function chargeRoutes(context: RequestContextPlugin) {
     })
     .get(
       "/charges/:id/refunds/:refundId",
-      async (ctx) => lookup(ctx, ctx.params, (sql, endsAt) => refundView(sql, ctx.tenant, ctx.params.id, ctx.params.refundId, endsAt)),
+      async ({ deps, params, tenant }) => lookup(deps, params, (sql, endsAt) => refundView(sql, tenant, params.id, params.refundId, endsAt)),
       {
         params: withFixedErrors(t.Object({ id: uuid("charge"), refundId: uuid("refund") })),
         response: {
@@ -213,9 +213,9 @@ export function components(): Readonly<Record<string, TSchema>> {
 export const SCHEMAS: readonly TSchema[] = [ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem, ...OPERATIONS.map((op) => op.body)];
 
 /** A GET of one of the tenant's rows by the route's UUIDs: 404 when none (or another tenant's), else its body. */
-async function lookup(ctx: { readonly deps: RequestDeps }, params: Readonly<Record<string, string>>, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {
+async function lookup(deps: RequestDeps, params: Readonly<Record<string, string>>, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {
   const names = Object.keys(params);
-  const body = await ctx.deps.core.read(find);
+  const body = await deps.core.read(find);
   // The row looked up is the one the route's last parameter names.
   const last = names[names.length - 1]!;
   if (body === undefined) return problemResponse("notFound", `no ${nounOf(last)} with id ${params[last]!.toLowerCase()}`);
