@@ -59,13 +59,13 @@ interface KeyMatch {
   readonly tenant: string;
   readonly endpoint: string;
   readonly resume: Record<string, unknown> | null;
-  readonly response_body: string | null;
+  readonly responseBody: string | null;
   readonly location: string | null;
 }
 
 async function byIdempotencyKey(sql: Sql, key: string, tenant: string | undefined): Promise<Found[]> {
   const rows = await sql<KeyMatch[]>`
-    select tenant, endpoint, resume, response_body, location
+    select tenant, endpoint, resume, response_body as "responseBody", location
       from idempotency_keys
      where key = ${key} ${tenant === undefined ? sql`` : sql`and tenant = ${tenant}`}
      order by created_at
@@ -78,14 +78,14 @@ async function byIdempotencyKey(sql: Sql, key: string, tenant: string | undefine
 
 const CHARGE_IN_PATH = /\/charges\/([0-9a-f-]{36})/i;
 
-export function chargeIdOfKey(row: Pick<KeyMatch, "resume" | "response_body" | "location">): string | undefined {
+export function chargeIdOfKey(row: Pick<KeyMatch, "resume" | "responseBody" | "location">): string | undefined {
   const fromResume = row.resume?.chargeId;
   if (typeof fromResume === "string") return fromResume;
   const fromLocation = row.location?.match(CHARGE_IN_PATH)?.[1];
   if (fromLocation !== undefined) return fromLocation.toLowerCase();
-  if (row.response_body === null) return undefined;
+  if (row.responseBody === null) return undefined;
   try {
-    const body: unknown = JSON.parse(row.response_body);
+    const body: unknown = JSON.parse(row.responseBody);
     if (typeof body !== "object" || body === null) return undefined;
     const { chargeId, id } = body as Record<string, unknown>;
     const found = typeof chargeId === "string" ? chargeId : id;
