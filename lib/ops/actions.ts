@@ -6,8 +6,7 @@ import type { Logger } from "../platform/log.ts";
 import type { ProcessorAdapter } from "../charges/processor.ts";
 import { notifyOutbox } from "../platform/wakeup.ts";
 import { resolveKey, type Resolution } from "./parked.ts";
-import { requeue } from "./sql.ts";
-import { discardRow, releaseAggregate } from "./rows.ts";
+import { discardRow, releaseAggregate, requeue } from "./sql.ts";
 import { recordAction, type Actor } from "./audit.ts";
 import { listNeeds, type ListFilter, type ListKind } from "./lists.ts";
 

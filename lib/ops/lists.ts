@@ -4,6 +4,7 @@
 import type { Sql } from "../platform/db.ts";
 import type { Fragment, Resume } from "../idempotency/model.ts";
 import { keyHash } from "../platform/redact.ts";
+import { staleLease } from "./sql.ts";
 
 export const LIST_KINDS = ["parked-keys", "stale-keys", "parked-rows", "held-rows"] as const;
 export type ListKind = (typeof LIST_KINDS)[number];
@@ -65,10 +66,7 @@ interface KeyEntry {
 }
 
 async function keyList(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<ListResult> {
-  const which =
-    kind === "parked-keys"
-      ? sql`parked_at is not null`
-      : sql`parked_at is null and (lease_until <= now() or (lease_until is null and created_at < now() - make_interval(secs => ${UNLEASED_STALE_S})))`;
+  const which = kind === "parked-keys" ? sql`parked_at is not null` : sql`parked_at is null and ${staleLease(sql, UNLEASED_STALE_S)}`;
   const rows = await sql<KeyEntry[]>`
     select tenant, key, endpoint, recovery_point, resume, attempts, last_error, created_at, parked_at, lease_until,
            count(*) over ()::int as total
