@@ -4,37 +4,25 @@
 import type { Sql } from "../platform/db.ts";
 import { isUuid } from "../platform/uuid.ts";
 
-export type FoundBy = "charge" | "refund" | "event" | "processor" | "key";
-
 export interface Found {
   readonly chargeId: string;
   readonly tenant: string;
-  readonly by: FoundBy;
+  readonly by: "charge" | "refund" | "event" | "processor" | "key";
   /** What matched, for the list of matches (an endpoint, an event type, a refund id). */
   readonly detail: string;
-}
-
-export interface FindQuery {
-  readonly text: string;
-  /** The key's tenant; without it a key is looked for in every tenant. */
-  readonly tenant?: string;
 }
 
 // A key may match in several tenants and endpoints: a page of them is enough to choose from.
 const MAX_MATCHES = 50;
 
-/** Ids before keys. */
-export async function findCharges(sql: Sql, query: FindQuery): Promise<Found[]> {
+/** Ids before keys; without a tenant a key is looked for in every tenant. */
+export async function findCharges(sql: Sql, query: { readonly text: string; readonly tenant?: string }): Promise<Found[]> {
   const text = query.text.trim();
   if (text === "") return [];
   const byId = isUuid(text) ? await byUuid(sql, text.toLowerCase()) : [];
   const byProcessor = await byProcessorId(sql, text);
   const byKey = await byIdempotencyKey(sql, text, query.tenant?.trim() || undefined);
-  const seen = new Set<string>();
-  return [...byId, ...byProcessor, ...byKey].filter((f) => {
-    const id = `${f.by} ${f.chargeId} ${f.detail}`;
-    return seen.has(id) ? false : (seen.add(id), true);
-  });
+  return [...new Map([...byId, ...byProcessor, ...byKey].map((f) => [`${f.by} ${f.chargeId} ${f.detail}`, f])).values()];
 }
 
 async function byUuid(sql: Sql, id: string): Promise<Found[]> {
