@@ -92,10 +92,7 @@ export interface ListActionResult {
   readonly results: readonly ActionResult[];
 }
 
-/**
- * The action on every entry the filter matches now (at most MAX_LIST_ACTION), each recorded as
- * its own action. The caller shows the count first (listNeeds' total).
- */
+/** The action on every entry the filter matches now (at most MAX_LIST_ACTION), each audited as its own. */
 export async function actOnList(ctx: OpsContext, kind: ListKind, filter: ListFilter, request: Omit<ActionRequest, "target">): Promise<ListActionResult | { readonly refused: "action_not_for_list" | "reason_required" }> {
   if (!LIST_ACTIONS[kind].includes(request.action)) return { refused: "action_not_for_list" };
   if (reasonMissing(request.reason)) return { refused: "reason_required" };

@@ -3,10 +3,9 @@
 import { findCharges } from "./find.ts";
 import { chargeLife } from "./life.ts";
 import { isListKind, listNeeds, toCsv, LIST_KINDS, type ListFilter, type Page } from "./lists.ts";
-import { listAudit } from "./audit.ts";
+import { listAudit, type Actor } from "./audit.ts";
 import { backlog } from "./backlog.ts";
 import { act, actOnList, isAction, LIST_ACTIONS, MAX_LIST_ACTION, type OpsContext } from "./actions.ts";
-import type { Actor } from "./audit.ts";
 import type { Resolution } from "./parked.ts";
 
 const COMMANDS = ["find", "show", "list", "export", "audit", "backlog", "discard", "release", "apply"] as const;
@@ -130,7 +129,7 @@ async function apply(ctx: OpsContext, actor: Actor, action: string | undefined, 
   return json("refused" in result ? { job: "apply", refused: result.refused } : { job: "apply", action, list, matched: result.matched, done: result.done, failed: result.failed });
 }
 
-export function resolutionArg(how: string | undefined, value: string | undefined): Resolution | undefined | string {
+export function resolutionArg(how: string | undefined, value: string | undefined): Resolution | string {
   if (how === undefined) return { kind: "retry" };
   if (how === "succeeded" && value) return { kind: how, processorId: value };
   if (how === "refused" && value) return { kind: how, code: value };

@@ -45,10 +45,7 @@ export const JOB_LOCK_IDS: Readonly<Record<JobName, bigint>> = {
   completer: 7_310_422_118_106n,
 };
 
-interface JobResult {
-  readonly job: JobName;
-  readonly [field: string]: unknown;
-}
+type JobResult = { readonly job: JobName; readonly [field: string]: unknown };
 
 export function newGauges() {
   return {
@@ -67,10 +64,7 @@ export function newGauges() {
 
 type OpsGauges = ReturnType<typeof newGauges>;
 
-/**
- * `{ job, skipped: true }` when another process holds the job's lock. Its statements run on
- * the connection (or in the transactions) that hold the lock (lib/platform/job-lock.ts).
- */
+/** `{ job, skipped: true }` when another process holds the job's lock (lib/platform/job-lock.ts). */
 export async function runJob(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger, signal?: AbortSignal): Promise<JobResult> {
   const outcome = await runLocked(job, sql, config, gauges, log, signal);
   if (!outcome.ran) {
@@ -104,10 +98,8 @@ function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, lo
   }
 }
 
-/**
- * Expired answers become tombstones, and tombstones past their end go, each in bounded batches;
- * a batch is a full one of either (the run goes on while either is behind).
- */
+// Expired answers become tombstones, and tombstones past their end go; a batch is a full one of
+// either (the run goes on while either is behind).
 async function keyRetention(sql: Sql, lockId: bigint, tombstoneSeconds: number, log: Logger, signal?: AbortSignal): Promise<Locked<JobResult>> {
   let tombstoned = 0;
   let deleted = 0;
@@ -188,11 +180,8 @@ function completerOptionsOf(config: Config): CompleterOptions {
   return options;
 }
 
-/**
- * STARTED keys with an expired lease driven final (lib/idempotency/completer.ts), and parked keys
- * counted; without a processor only counted, so a switch back to PAYMENT_PROCESSOR=none keeps
- * the operator's view of the keys it left parked.
- */
+// STARTED keys with an expired lease driven final, and parked keys counted; without a processor
+// only counted, so a switch back to PAYMENT_PROCESSOR=none keeps the keys it left parked in view.
 async function runCompleter(sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Promise<Locked<JobResult>> {
   const job = "completer";
   if (config.processor.mode === "none") {
@@ -258,10 +247,7 @@ export function registerOpsGauges(gauges: OpsGauges, meter: Meter = metrics.getM
   );
 }
 
-/**
- * Runs every job on its interval until stop(), one job at a time, so the loop never holds
- * more than one of the pool's connections; a failing job is logged and tried again later.
- */
+/** Every job on its interval until stop(), one at a time, so the loop holds one pool connection at most. */
 export function startOpsLoop(sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Every {
   const nextRun = new Map<JobName, number>(JOB_NAMES.map((job) => [job, 0]));
   const runDue = async (stopping: AbortSignal): Promise<void> => {

@@ -5,6 +5,7 @@ import type { Resume } from "../idempotency/model.ts";
 import { keyHash } from "../platform/redact.ts";
 import { isUuid } from "../platform/uuid.ts";
 import { chargeIdOfKey } from "./find.ts";
+import { ownerOf } from "./lists.ts";
 
 export interface ChargeRow {
   readonly id: string;
@@ -121,8 +122,7 @@ function keyLife(r: KeyRow): KeyLife {
   const { key, endpoint, status, resume, location: _, ...rest } = r;
   const outcome = status === "STARTED" ? (r.lastError ?? "not known yet") : `final (${r.responseStatus ?? "no"} stored)`;
   const calls = processorCalls(endpoint, resume, outcome);
-  const owner = idIn(resume, "refundId") ?? idIn(resume, "chargeId");
-  return { key, keyHash: keyHash(key), endpoint, status, phase: phaseOf(r), ...rest, calls, owner };
+  return { key, keyHash: keyHash(key), endpoint, status, phase: phaseOf(r), ...rest, calls, owner: ownerOf(resume) };
 }
 
 type OutboxRow = Omit<OutboxLife, "state" | "behind"> & { readonly nextAttemptAt: Date | null };
@@ -148,11 +148,6 @@ function stateOf(r: OutboxRow, parkedBefore: number | null): RowState {
   if (r.parkedAt !== null) return "parked";
   if (parkedBefore !== null) return "held";
   return r.nextAttemptAt !== null && r.nextAttemptAt > new Date() ? "backing off" : "pending";
-}
-
-function idIn(resume: Resume | null, name: string): string | null {
-  const value = resume?.[name];
-  return typeof value === "string" ? value : null;
 }
 
 // A key's processor calls as the operator reads them: each call's idempotency key is derived from

@@ -51,7 +51,7 @@ export async function listNeeds(sql: Sql, kind: ListKind, filter: ListFilter, pa
   }
 }
 
-interface KeyEntry {
+export interface KeyEntry {
   readonly tenant: string;
   readonly key: string;
   readonly endpoint: string;
@@ -65,9 +65,10 @@ interface KeyEntry {
   readonly total: number;
 }
 
-async function keyList(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<ListResult> {
+/** Also `bun run ops parked`'s rows. */
+export function keyEntries(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<KeyEntry[]> {
   const which = kind === "parked-keys" ? sql`parked_at is not null` : sql`parked_at is null and ${staleLease(sql, UNLEASED_STALE_S)}`;
-  const rows = await sql<KeyEntry[]>`
+  return sql<KeyEntry[]>`
     select tenant, key, endpoint, recovery_point, resume, attempts, last_error, created_at, parked_at, lease_until,
            count(*) over ()::int as total
       from idempotency_keys
@@ -77,18 +78,24 @@ async function keyList(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilt
        and created_at <= now() - make_interval(secs => ${f.olderThanSeconds ?? 0})
      order by created_at
      limit ${page.limit} offset ${page.offset}`;
+}
+
+async function keyList(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<ListResult> {
+  const rows = await keyEntries(sql, kind, f, page);
   return {
     total: rows[0]?.total ?? 0,
     rows: rows.map((r) => ({
       tenant: r.tenant, key: r.key, keyHash: keyHash(r.key), endpoint: r.endpoint, chargeId: str(r.resume?.chargeId), refundId: str(r.resume?.refundId),
       recoveryPoint: r.recovery_point, attempts: r.attempts, lastError: r.last_error, createdAt: iso(r.created_at), parkedAt: iso(r.parked_at), leaseUntil: iso(r.lease_until),
     })),
-    // A key is resolved by its operation's own id: a refund's, else its charge's.
-    targets: rows.map((r) => str(r.resume?.refundId) ?? str(r.resume?.chargeId) ?? ""),
+    targets: rows.map((r) => ownerOf(r.resume) ?? ""),
   };
 }
 
 const str = (v: unknown): string | null => (typeof v === "string" ? v : null);
+
+/** A key is resolved by its operation's own id: a refund's, else its charge's. */
+export const ownerOf = (resume: Resume | null): string | null => str(resume?.refundId) ?? str(resume?.chargeId);
 
 interface RowEntry {
   readonly id: string;

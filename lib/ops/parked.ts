@@ -4,31 +4,14 @@
 import type { Sql } from "../platform/db.ts";
 import { resolveParked, type Resolution, type ResolveResult } from "../idempotency/completer.ts";
 import { foreignOperations } from "../charges/index.ts";
-import type { Resume } from "../idempotency/model.ts";
 import type { ProcessorAdapter } from "../charges/processor.ts";
 import { keyHash } from "../platform/redact.ts";
 import { isUuid } from "../platform/uuid.ts";
-
-interface ParkedRow {
-  readonly tenant: string;
-  readonly key: string;
-  readonly endpoint: string;
-  readonly recovery_point: string;
-  readonly resume: Resume;
-  readonly attempts: number;
-  readonly last_error: string | null;
-  readonly created_at: Date;
-  readonly parked_at: Date | null;
-}
+import { keyEntries } from "./lists.ts";
 
 /** The parked keys, oldest first, as the operator reads them. */
 export async function listParked(sql: Sql, limit: number): Promise<Record<string, unknown>[]> {
-  const rows = await sql<ParkedRow[]>`
-    select tenant, key, endpoint, recovery_point, resume, attempts, last_error, created_at, parked_at
-      from idempotency_keys
-     where status = 'STARTED' and parked_at is not null
-     order by created_at
-     limit ${limit}`;
+  const rows = await keyEntries(sql, "parked-keys", {}, { limit, offset: 0 });
   const operations = foreignOperations();
   return rows.map((r) => ({
     keyHash: keyHash(r.key),
@@ -37,7 +20,7 @@ export async function listParked(sql: Sql, limit: number): Promise<Record<string
     recoveryPoint: r.recovery_point,
     // Never the key, the payment method or the trace.
     ...Object.fromEntries((operations.get(r.endpoint)?.foreign?.operatorIds ?? []).flatMap((name) => {
-      const value = r.resume[name];
+      const value = r.resume?.[name];
       return typeof value === "string" ? [[name, value] as const] : [];
     })),
     attempts: r.attempts,

@@ -5,10 +5,7 @@ import type { Sql } from "../platform/db.ts";
 import type { Fragment } from "../idempotency/model.ts";
 import { isUuid } from "../platform/uuid.ts";
 
-/**
- * A STARTED key is stale once its lease has expired (its holder is gone, or gave up on an unknown
- * outcome; the completer drives it on), or, without a lease, once older than `olderThanSeconds`.
- */
+/** A STARTED key is stale once its lease has expired (its holder is gone), or, without one, once this old. */
 export const staleLease = (sql: Sql, olderThanSeconds: number): Fragment =>
   sql`(lease_until <= now() or (lease_until is null and created_at < now() - make_interval(secs => ${olderThanSeconds}::int)))`;
 
@@ -31,10 +28,7 @@ export async function staleStartedSample(sql: Sql, olderThanSeconds: number, sam
      limit ${sampleSize}`;
 }
 
-/**
- * Charges with no outbox row: the atomicity alarm. Only charges younger than the outbox
- * retention are checked, since older ones have lost their published rows on purpose.
- */
+/** Charges with no outbox row: the atomicity alarm; older ones than the retention lost theirs on purpose. */
 export async function chargesWithoutOutbox(sql: Sql, windowSeconds: number, sampleSize: number): Promise<{ count: number; sample: string[] }> {
   const rows = await sql<{ id: string; total: number }[]>`
     select c.id, count(*) over ()::int as total
@@ -81,10 +75,7 @@ async function unpark(sql: Sql, which: Fragment): Promise<number> {
   return result.count;
 }
 
-/**
- * Marked published without being sent, parked_at kept so it reads as discarded, never as
- * delivered; the rows held behind it go on. How many rows (0 or 1).
- */
+/** Marked published without being sent, parked_at kept so it reads as discarded; the held rows go on. */
 export async function discardRow(sql: Sql, id: string): Promise<number> {
   if (!isUuid(id)) return 0;
   const result = await sql`
