@@ -35,16 +35,10 @@ export function parseArgs(args: readonly string[]): Parsed | string {
   const flags = new Map<string, string>();
   for (let i = 0; i < args.length; i++) {
     const arg = args[i]!;
-    if (!arg.startsWith("--")) {
-      words.push(arg);
-      continue;
-    }
-    const name = arg.slice(2);
-    const value = args[i + 1];
-    if (!VALUE_FLAGS.has(name)) return `unknown option ${arg}`;
-    if (value === undefined) return `${arg} needs a value`;
-    flags.set(name, value);
-    i++;
+    if (!arg.startsWith("--")) words.push(arg);
+    else if (!VALUE_FLAGS.has(arg.slice(2))) return `unknown option ${arg}`;
+    else if (args[i + 1] === undefined) return `${arg} needs a value`;
+    else flags.set(arg.slice(2), args[++i]!);
   }
   return { words, flags };
 }
