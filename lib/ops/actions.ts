@@ -10,7 +10,7 @@ import { discardRow, releaseAggregate, requeue } from "./sql.ts";
 import { recordAction, type Actor } from "./audit.ts";
 import { listNeeds, type ListFilter, type ListKind } from "./lists.ts";
 
-export const ACTIONS = ["resolve", "requeue", "discard", "release"] as const;
+const ACTIONS = ["resolve", "requeue", "discard", "release"] as const;
 export type ActionName = (typeof ACTIONS)[number];
 export const isAction = (value: string | undefined): value is ActionName => ACTIONS.some((a) => a === value);
 

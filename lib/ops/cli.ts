@@ -22,10 +22,7 @@ export const COMMANDS_USAGE = [
   "bun run ops apply <requeue|discard|resolve|release> <list> [filters] --reason R [--yes COUNT]",
 ].join("\n  ");
 
-interface Parsed {
-  readonly words: readonly string[];
-  readonly flags: ReadonlyMap<string, string>;
-}
+type Parsed = { readonly words: readonly string[]; readonly flags: ReadonlyMap<string, string> };
 
 const VALUE_FLAGS = new Set(["tenant", "operation", "older-than", "limit", "offset", "reason", "yes"]);
 

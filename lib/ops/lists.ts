@@ -19,10 +19,7 @@ export interface ListFilter {
   readonly olderThanSeconds?: number;
 }
 
-export interface Page {
-  readonly limit: number;
-  readonly offset: number;
-}
+export type Page = { readonly limit: number; readonly offset: number };
 
 /** Flat, in the columns' order: a table row and a CSV line alike. */
 export type ListRow = Readonly<Record<string, string | number | null>>;
