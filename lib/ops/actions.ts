@@ -1,17 +1,16 @@
 // The operator's actions, on one target or a filtered list: resolve a parked (or stale) key,
 // requeue or discard a parked outbox row, release a held aggregate. Each needs a reason and is
-// recorded in operator_audit and a log line; the console and `bun run ops` both act through here.
+// recorded in operator_audit and a log line, whether from the console or `bun run ops`.
 import type { Sql } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
 import type { ProcessorAdapter } from "../charges/processor.ts";
 import { notifyOutbox } from "../platform/wakeup.ts";
 import { resolveKey, type Resolution } from "./parked.ts";
-import { requeue } from "./sql.ts";
-import { discardRow, releaseAggregate } from "./rows.ts";
+import { discardRow, releaseAggregate, requeue } from "./sql.ts";
 import { recordAction, type Actor } from "./audit.ts";
 import { listNeeds, type ListFilter, type ListKind } from "./lists.ts";
 
-export const ACTIONS = ["resolve", "requeue", "discard", "release"] as const;
+const ACTIONS = ["resolve", "requeue", "discard", "release"] as const;
 export type ActionName = (typeof ACTIONS)[number];
 export const isAction = (value: string | undefined): value is ActionName => ACTIONS.some((a) => a === value);
 
@@ -44,15 +43,19 @@ export type ActionResult =
   | { readonly done: false; readonly action: ActionName; readonly target: string; readonly reason: "reason_required" | "no_processor" | "not_found" | "held" };
 
 // A reason is a sentence, not an essay: the audit row and the log line carry it whole.
-export const MAX_REASON_CHARS = 500;
+const MAX_REASON_CHARS = 500;
 // A list action touches at most this many entries; the rest stay for another run.
 export const MAX_LIST_ACTION = 1000;
+
+const reasonMissing = (reason: string) => reason.trim() === "" || reason.trim().length > MAX_REASON_CHARS;
+
+const ROW_ACTIONS = { requeue, discard: discardRow, release: releaseAggregate };
 
 /** Recorded once attempted (a refusal for want of a reason records nothing). */
 export async function act(ctx: OpsContext, request: ActionRequest): Promise<ActionResult> {
   const { action, target } = request;
+  if (reasonMissing(request.reason)) return { done: false, action, target, reason: "reason_required" };
   const reason = request.reason.trim();
-  if (reason === "" || reason.length > MAX_REASON_CHARS) return { done: false, action, target, reason: "reason_required" };
   const result = await perform(ctx, request);
   const outcome = result.done ? { done: true, ...result.detail } : { done: false, reason: result.reason };
   await recordAction(ctx.sql, { actor: request.actor, action, target, reason, outcome });
@@ -74,7 +77,7 @@ async function perform(ctx: OpsContext, request: ActionRequest): Promise<ActionR
     case "requeue":
     case "discard":
     case "release": {
-      const count = action === "requeue" ? await requeue(ctx.sql, target) : action === "discard" ? await discardRow(ctx.sql, target) : await releaseAggregate(ctx.sql, target);
+      const count = await ROW_ACTIONS[action](ctx.sql, target);
       if (count === 0) return { done: false, action, target, reason: "not_found" };
       await notifyOutbox(ctx.sql);
       return { done: true, action, target, detail: { rows: count } };
@@ -89,13 +92,10 @@ export interface ListActionResult {
   readonly results: readonly ActionResult[];
 }
 
-/**
- * The action on every entry the filter matches now (at most MAX_LIST_ACTION), each recorded as
- * its own action. The caller shows the count first (listNeeds' total).
- */
+/** The action on every entry the filter matches now (at most MAX_LIST_ACTION), each audited as its own. */
 export async function actOnList(ctx: OpsContext, kind: ListKind, filter: ListFilter, request: Omit<ActionRequest, "target">): Promise<ListActionResult | { readonly refused: "action_not_for_list" | "reason_required" }> {
   if (!LIST_ACTIONS[kind].includes(request.action)) return { refused: "action_not_for_list" };
-  if (request.reason.trim() === "" || request.reason.trim().length > MAX_REASON_CHARS) return { refused: "reason_required" };
+  if (reasonMissing(request.reason)) return { refused: "reason_required" };
   const list = await listNeeds(ctx.sql, kind, filter, { limit: MAX_LIST_ACTION, offset: 0 });
   const targets = [...new Set(list.targets.filter((t) => t !== ""))];
   const results: ActionResult[] = [];

@@ -4,37 +4,25 @@
 import type { Sql } from "../platform/db.ts";
 import { isUuid } from "../platform/uuid.ts";
 
-export type FoundBy = "charge" | "refund" | "event" | "processor" | "key";
-
 export interface Found {
   readonly chargeId: string;
   readonly tenant: string;
-  readonly by: FoundBy;
+  readonly by: "charge" | "refund" | "event" | "processor" | "key";
   /** What matched, for the list of matches (an endpoint, an event type, a refund id). */
   readonly detail: string;
-}
-
-export interface FindQuery {
-  readonly text: string;
-  /** The key's tenant; without it a key is looked for in every tenant. */
-  readonly tenant?: string;
 }
 
 // A key may match in several tenants and endpoints: a page of them is enough to choose from.
 const MAX_MATCHES = 50;
 
-/** Ids before keys. */
-export async function findCharges(sql: Sql, query: FindQuery): Promise<Found[]> {
+/** Ids before keys; without a tenant a key is looked for in every tenant. */
+export async function findCharges(sql: Sql, query: { readonly text: string; readonly tenant?: string }): Promise<Found[]> {
   const text = query.text.trim();
   if (text === "") return [];
   const byId = isUuid(text) ? await byUuid(sql, text.toLowerCase()) : [];
   const byProcessor = await byProcessorId(sql, text);
   const byKey = await byIdempotencyKey(sql, text, query.tenant?.trim() || undefined);
-  const seen = new Set<string>();
-  return [...byId, ...byProcessor, ...byKey].filter((f) => {
-    const id = `${f.by} ${f.chargeId} ${f.detail}`;
-    return seen.has(id) ? false : (seen.add(id), true);
-  });
+  return [...new Map([...byId, ...byProcessor, ...byKey].map((f) => [`${f.by} ${f.chargeId} ${f.detail}`, f])).values()];
 }
 
 async function byUuid(sql: Sql, id: string): Promise<Found[]> {
@@ -59,13 +47,13 @@ interface KeyMatch {
   readonly tenant: string;
   readonly endpoint: string;
   readonly resume: Record<string, unknown> | null;
-  readonly response_body: string | null;
+  readonly responseBody: string | null;
   readonly location: string | null;
 }
 
 async function byIdempotencyKey(sql: Sql, key: string, tenant: string | undefined): Promise<Found[]> {
   const rows = await sql<KeyMatch[]>`
-    select tenant, endpoint, resume, response_body, location
+    select tenant, endpoint, resume, response_body as "responseBody", location
       from idempotency_keys
      where key = ${key} ${tenant === undefined ? sql`` : sql`and tenant = ${tenant}`}
      order by created_at
@@ -78,14 +66,14 @@ async function byIdempotencyKey(sql: Sql, key: string, tenant: string | undefine
 
 const CHARGE_IN_PATH = /\/charges\/([0-9a-f-]{36})/i;
 
-export function chargeIdOfKey(row: Pick<KeyMatch, "resume" | "response_body" | "location">): string | undefined {
+export function chargeIdOfKey(row: Pick<KeyMatch, "resume" | "responseBody" | "location">): string | undefined {
   const fromResume = row.resume?.chargeId;
   if (typeof fromResume === "string") return fromResume;
   const fromLocation = row.location?.match(CHARGE_IN_PATH)?.[1];
   if (fromLocation !== undefined) return fromLocation.toLowerCase();
-  if (row.response_body === null) return undefined;
+  if (row.responseBody === null) return undefined;
   try {
-    const body: unknown = JSON.parse(row.response_body);
+    const body: unknown = JSON.parse(row.responseBody);
     if (typeof body !== "object" || body === null) return undefined;
     const { chargeId, id } = body as Record<string, unknown>;
     const found = typeof chargeId === "string" ? chargeId : id;

@@ -5,7 +5,7 @@ import type { Resume } from "../idempotency/model.ts";
 import { keyHash } from "../platform/redact.ts";
 import { isUuid } from "../platform/uuid.ts";
 import { chargeIdOfKey } from "./find.ts";
-import { processorCalls, type ProcessorCall } from "./calls.ts";
+import { ownerOf } from "./lists.ts";
 
 export interface ChargeRow {
   readonly id: string;
@@ -90,30 +90,18 @@ export async function chargeLife(sql: Sql, id: string): Promise<ChargeLife | und
   return { charge, refunds, keys: await keysOf(sql, charge), outbox: await outboxOf(sql, charge.id) };
 }
 
-interface KeyRow {
-  readonly key: string;
-  readonly endpoint: string;
-  readonly status: string;
-  readonly response_status: number | null;
-  readonly response_body: string | null;
-  readonly created_at: Date;
-  readonly recovery_point: string | null;
-  readonly lease_until: Date | null;
+type KeyRow = Omit<KeyLife, "keyHash" | "phase" | "calls" | "owner"> & {
   readonly resume: Resume | null;
-  readonly attempts: number;
-  readonly next_attempt_at: Date | null;
-  readonly last_error: string | null;
-  readonly parked_at: Date | null;
   readonly location: string | null;
-  readonly completed_at: Date | null;
-}
+};
 
 // The tenant narrows the unique index's range; within it each row is read for the charge's id,
 // since a key names its charge in its recovery data, answer or Location, not in a column.
 async function keysOf(sql: Sql, charge: ChargeRow): Promise<KeyLife[]> {
   const rows = await sql<KeyRow[]>`
-    select key, endpoint, status, response_status, response_body, created_at, recovery_point, lease_until, resume,
-           attempts, next_attempt_at, last_error, parked_at, location, completed_at
+    select key, endpoint, status, recovery_point as "recoveryPoint", lease_until as "leaseUntil", attempts,
+           next_attempt_at as "nextAttemptAt", last_error as "lastError", parked_at as "parkedAt", created_at as "createdAt",
+           completed_at as "completedAt", response_status as "responseStatus", response_body as "responseBody", resume, location
       from idempotency_keys
      where tenant = ${charge.tenant}
        and (resume->>'chargeId' = ${charge.id} or strpos(coalesce(response_body, '') || coalesce(location, ''), ${charge.id}) > 0)
@@ -124,74 +112,90 @@ async function keysOf(sql: Sql, charge: ChargeRow): Promise<KeyLife[]> {
 function phaseOf(r: KeyRow): string {
   if (r.status === "COMPLETED") return "done: answer stored";
   if (r.status === "EXPIRED") return "tombstone: answer expired, key still spent";
-  if (r.parked_at !== null) return "parked: waiting for an operator";
-  if (r.recovery_point === null) return "phase 1: in flight";
-  if (r.lease_until !== null && r.lease_until > new Date()) return `processor steps at "${r.recovery_point}", leased`;
-  return `processor steps at "${r.recovery_point}", lease expired (the completer resumes it)`;
+  if (r.parkedAt !== null) return "parked: waiting for an operator";
+  if (r.recoveryPoint === null) return "phase 1: in flight";
+  if (r.leaseUntil !== null && r.leaseUntil > new Date()) return `processor steps at "${r.recoveryPoint}", leased`;
+  return `processor steps at "${r.recoveryPoint}", lease expired (the completer resumes it)`;
 }
 
 function keyLife(r: KeyRow): KeyLife {
-  const phase = phaseOf(r);
-  const outcome = r.status === "STARTED" ? (r.last_error ?? "not known yet") : `final (${r.response_status ?? "no"} stored)`;
-  return {
-    key: r.key,
-    keyHash: keyHash(r.key),
-    endpoint: r.endpoint,
-    status: r.status,
-    phase,
-    recoveryPoint: r.recovery_point,
-    leaseUntil: r.lease_until,
-    attempts: r.attempts,
-    nextAttemptAt: r.next_attempt_at,
-    lastError: r.last_error,
-    parkedAt: r.parked_at,
-    createdAt: r.created_at,
-    completedAt: r.completed_at,
-    responseStatus: r.response_status,
-    responseBody: r.response_body,
-    calls: processorCalls(r.endpoint, r.resume, outcome),
-    owner: idIn(r.resume, "refundId") ?? idIn(r.resume, "chargeId"),
-  };
+  const { key, endpoint, status, resume, location: _, ...rest } = r;
+  const outcome = status === "STARTED" ? (r.lastError ?? "not known yet") : `final (${r.responseStatus ?? "no"} stored)`;
+  const calls = processorCalls(endpoint, resume, outcome);
+  return { key, keyHash: keyHash(key), endpoint, status, phase: phaseOf(r), ...rest, calls, owner: ownerOf(resume) };
 }
 
-interface OutboxRow {
-  readonly id: string;
-  readonly sequence: number;
-  readonly event_type: string;
-  readonly created_at: Date;
-  readonly published_at: Date | null;
-  readonly parked_at: Date | null;
-  readonly next_attempt_at: Date | null;
-  readonly attempts: number;
-  readonly last_error: string | null;
-  readonly payload: string;
-}
+type OutboxRow = Omit<OutboxLife, "state" | "behind"> & { readonly nextAttemptAt: Date | null };
 
 async function outboxOf(sql: Sql, chargeId: string): Promise<OutboxLife[]> {
   const rows = await sql<OutboxRow[]>`
-    select id::text, sequence, event_type, created_at, published_at, parked_at, next_attempt_at, attempts, last_error, payload
+    select id::text, sequence, event_type as "eventType", created_at as "createdAt", published_at as "publishedAt",
+           parked_at as "parkedAt", attempts, last_error as "lastError", payload, next_attempt_at as "nextAttemptAt"
       from outbox where aggregate_id = ${chargeId}::uuid and aggregate_type = 'charge'
      order by sequence`;
   let parkedSequence: number | null = null;
   return rows.map((r) => {
     const state = stateOf(r, parkedSequence);
     if (state === "parked" && parkedSequence === null) parkedSequence = r.sequence;
-    return {
-      id: r.id, sequence: r.sequence, eventType: r.event_type, state, createdAt: r.created_at, publishedAt: r.published_at,
-      parkedAt: r.parked_at, attempts: r.attempts, lastError: r.last_error, behind: state === "held" ? parkedSequence : null, payload: r.payload,
-    };
+    const { id, sequence, eventType, nextAttemptAt: _, lastError, payload, ...rest } = r;
+    return { id, sequence, eventType, state, ...rest, lastError, behind: state === "held" ? parkedSequence : null, payload };
   });
 }
 
 /** A row's delivery state; rows after an unpublished parked one are held by the relay's order. */
-export function stateOf(r: Pick<OutboxRow, "published_at" | "parked_at" | "next_attempt_at">, parkedBefore: number | null): RowState {
-  if (r.published_at !== null) return r.parked_at !== null ? "discarded" : "published";
-  if (r.parked_at !== null) return "parked";
+function stateOf(r: OutboxRow, parkedBefore: number | null): RowState {
+  if (r.publishedAt !== null) return r.parkedAt !== null ? "discarded" : "published";
+  if (r.parkedAt !== null) return "parked";
   if (parkedBefore !== null) return "held";
-  return r.next_attempt_at !== null && r.next_attempt_at > new Date() ? "backing off" : "pending";
+  return r.nextAttemptAt !== null && r.nextAttemptAt > new Date() ? "backing off" : "pending";
 }
 
-function idIn(resume: Resume | null, name: string): string | null {
-  const value = resume?.[name];
-  return typeof value === "string" ? value : null;
+// A key's processor calls as the operator reads them: each call's idempotency key is derived from
+// the key's recovery data the way the steps derive it (lib/charges/*-steps), one key per attempt;
+// an earlier attempt was answered with a 5xx (stored under its key by the processor), and the last
+// one's outcome is the key's own.
+export interface ProcessorCall {
+  readonly call: string;
+  readonly processorKey: string;
+  readonly outcome: string;
+}
+
+interface CallPlan {
+  readonly call: string;
+  /** The resume member that names the object the keys are made from. */
+  readonly owner: string;
+  readonly attempt: string;
+  readonly key: (owner: string, attempt: number) => string;
+  /** The resume member whose presence says the call was answered. */
+  readonly answered?: string;
+}
+
+const suffixed = (name: string) => (owner: string, attempt: number) => `${owner}:${name}:${attempt}`;
+
+// By the key's endpoint, in the order the steps run.
+const PLANS: Readonly<Record<string, readonly CallPlan[]>> = {
+  "POST /charges": [
+    { call: "create payment", owner: "chargeId", attempt: "createAttempt", key: suffixed("create"), answered: "paymentId" },
+    { call: "confirm payment", owner: "chargeId", attempt: "confirmAttempt", key: suffixed("confirm") },
+  ],
+  "POST /charges/:id/refunds": [
+    { call: "create refund", owner: "refundId", attempt: "refundAttempt", key: (owner, n) => (n === 0 ? `${owner}:refund` : `${owner}:refund:${n}`), answered: "processorRefundId" },
+  ],
+  "POST /charges/:id/capture": [{ call: "capture payment", owner: "chargeId", attempt: "captureAttempt", key: suffixed("capture") }],
+  "POST /charges/:id/cancel": [{ call: "cancel payment", owner: "chargeId", attempt: "cancelAttempt", key: suffixed("cancel") }],
+};
+
+function processorCalls(endpoint: string, resume: Resume | null, keyOutcome: string): ProcessorCall[] {
+  if (resume === null) return [];
+  const calls: ProcessorCall[] = [];
+  for (const plan of PLANS[endpoint] ?? []) {
+    const owner = resume[plan.owner];
+    if (typeof owner !== "string") continue;
+    const last = typeof resume[plan.attempt] === "number" ? (resume[plan.attempt] as number) : 0;
+    for (let n = 0; n < last; n++) calls.push({ call: plan.call, processorKey: plan.key(owner, n), outcome: "answered 5xx (stored under this key by the processor); next attempt" });
+    const answered = plan.answered === undefined ? undefined : resume[plan.answered];
+    const outcome = typeof answered === "string" ? `answered: ${answered}` : keyOutcome;
+    calls.push({ call: plan.call, processorKey: plan.key(owner, last), outcome });
+  }
+  return calls;
 }

@@ -4,6 +4,7 @@
 import type { Sql } from "../platform/db.ts";
 import type { Fragment, Resume } from "../idempotency/model.ts";
 import { keyHash } from "../platform/redact.ts";
+import { staleLease } from "./sql.ts";
 
 export const LIST_KINDS = ["parked-keys", "stale-keys", "parked-rows", "held-rows"] as const;
 export type ListKind = (typeof LIST_KINDS)[number];
@@ -18,10 +19,7 @@ export interface ListFilter {
   readonly olderThanSeconds?: number;
 }
 
-export interface Page {
-  readonly limit: number;
-  readonly offset: number;
-}
+export type Page = { readonly limit: number; readonly offset: number };
 
 /** Flat, in the columns' order: a table row and a CSV line alike. */
 export type ListRow = Readonly<Record<string, string | number | null>>;
@@ -50,7 +48,7 @@ export async function listNeeds(sql: Sql, kind: ListKind, filter: ListFilter, pa
   }
 }
 
-interface KeyEntry {
+export interface KeyEntry {
   readonly tenant: string;
   readonly key: string;
   readonly endpoint: string;
@@ -64,12 +62,10 @@ interface KeyEntry {
   readonly total: number;
 }
 
-async function keyList(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<ListResult> {
-  const which =
-    kind === "parked-keys"
-      ? sql`parked_at is not null`
-      : sql`parked_at is null and (lease_until <= now() or (lease_until is null and created_at < now() - make_interval(secs => ${UNLEASED_STALE_S})))`;
-  const rows = await sql<KeyEntry[]>`
+/** Also `bun run ops parked`'s rows. */
+export function keyEntries(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<KeyEntry[]> {
+  const which = kind === "parked-keys" ? sql`parked_at is not null` : sql`parked_at is null and ${staleLease(sql, UNLEASED_STALE_S)}`;
+  return sql<KeyEntry[]>`
     select tenant, key, endpoint, recovery_point, resume, attempts, last_error, created_at, parked_at, lease_until,
            count(*) over ()::int as total
       from idempotency_keys
@@ -79,18 +75,24 @@ async function keyList(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilt
        and created_at <= now() - make_interval(secs => ${f.olderThanSeconds ?? 0})
      order by created_at
      limit ${page.limit} offset ${page.offset}`;
+}
+
+async function keyList(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<ListResult> {
+  const rows = await keyEntries(sql, kind, f, page);
   return {
     total: rows[0]?.total ?? 0,
     rows: rows.map((r) => ({
       tenant: r.tenant, key: r.key, keyHash: keyHash(r.key), endpoint: r.endpoint, chargeId: str(r.resume?.chargeId), refundId: str(r.resume?.refundId),
       recoveryPoint: r.recovery_point, attempts: r.attempts, lastError: r.last_error, createdAt: iso(r.created_at), parkedAt: iso(r.parked_at), leaseUntil: iso(r.lease_until),
     })),
-    // A key is resolved by its operation's own id: a refund's, else its charge's.
-    targets: rows.map((r) => str(r.resume?.refundId) ?? str(r.resume?.chargeId) ?? ""),
+    targets: rows.map((r) => ownerOf(r.resume) ?? ""),
   };
 }
 
 const str = (v: unknown): string | null => (typeof v === "string" ? v : null);
+
+/** A key is resolved by its operation's own id: a refund's, else its charge's. */
+export const ownerOf = (resume: Resume | null): string | null => str(resume?.refundId) ?? str(resume?.chargeId);
 
 interface RowEntry {
   readonly id: string;
