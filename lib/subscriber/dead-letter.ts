@@ -1,15 +1,29 @@
-// An event the handler gave up on is kept in subscriber_dead_letters before it is
-// acknowledged: nothing is acknowledged that is neither processed nor kept there.
+// Dead letters: an event the handler gave up on, or a message that is not a valid event, is kept
+// in subscriber_dead_letters before it is acknowledged: nothing is acknowledged that is neither
+// processed nor kept there.
 import { createHash } from "node:crypto";
 import type { IPublishPacket } from "mqtt";
-import { describeDbError, type Sql } from "../platform/db.ts";
-import type { EventEnvelope } from "../charges/events.ts";
-import { recordDeadLetter, type DeadLetter } from "./inbox-sql.ts";
-
+import { describeDbError, type Sql, type Tx } from "../platform/db.ts";
+import type { Processing } from "./process.ts";
 import { retryWithBackoff } from "./retry.ts";
 
-export function deadLetterOf(consumer: string, packet: IPublishPacket, event: EventEnvelope, error: unknown, attempts: number): DeadLetter {
-  return { eventId: event.id, consumer, topic: packet.topic, payload: payloadText(packet), error: describeDbError(error), attempts };
+export interface DeadLetter {
+  readonly eventId: string;
+  readonly consumer: string;
+  readonly topic: string;
+  readonly payload: string;
+  readonly error: string;
+  readonly attempts: number;
+}
+
+/** A redelivery that fails again replaces the error and the time: the row says how it failed last. */
+export async function recordDeadLetter(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
+  await sql`
+    insert into subscriber_dead_letters (event_id, consumer, topic, payload, error, attempts)
+    values (${letter.eventId}::uuid, ${letter.consumer}, ${letter.topic}, ${letter.payload}, ${letter.error}, ${letter.attempts})
+    on conflict (event_id, consumer) do update
+      set topic = excluded.topic, payload = excluded.payload, error = excluded.error,
+          attempts = excluded.attempts, dead_at = now()`;
 }
 
 /**
@@ -34,21 +48,25 @@ export function payloadText(packet: IPublishPacket): string {
   return text.includes("\u0000") ? text.replaceAll("\u0000", "\uFFFD") : text;
 }
 
-export interface DeadLetterStore {
-  readonly sql: Sql;
-  readonly onError?: (description: string) => void;
-  readonly closing: () => boolean;
-}
+type Write = (sql: Sql, letter: DeadLetter) => Promise<void>;
 
-/** Writes the dead letter, retried until it is written (or the subscriber closes): never acknowledged unwritten. */
-export function keepDeadLetter(store: DeadLetterStore, letter: DeadLetter): Promise<void> {
-  return keepDeadLetterWith(store, letter, recordDeadLetter);
-}
-
-/** The same, with the statement that writes it (a held event's also takes it out of the held ones). */
-export function keepDeadLetterWith(store: DeadLetterStore, letter: DeadLetter, write: (sql: Sql, letter: DeadLetter) => Promise<void>): Promise<void> {
-  return retryWithBackoff(() => write(store.sql, letter), {
-    closing: store.closing,
-    onFailure: (error) => store.onError?.(`event ${letter.eventId}: dead letter not written yet: ${describeDbError(error)}`),
+/** Written by `write`, retried until it is (or the subscriber closes): never acknowledged unwritten. */
+export function keepDeadLetter(processing: Processing, letter: DeadLetter, write: Write = recordDeadLetter): Promise<void> {
+  return retryWithBackoff(() => write(processing.sql, letter), {
+    closing: processing.closing,
+    onFailure: (error) => processing.onError?.(`event ${letter.eventId}: dead letter not written yet: ${describeDbError(error)}`),
   });
+}
+
+/** Keeps the event whose handler failed its budget, with the last error; the letter kept. */
+export async function keepHandlerLetter(
+  processing: Processing,
+  message: { readonly eventId: string; readonly topic: string; readonly payload: string },
+  error: unknown,
+  write?: Write,
+): Promise<DeadLetter> {
+  const { eventId, topic, payload } = message;
+  const letter = { eventId, consumer: processing.consumer, topic, payload, error: describeDbError(error), attempts: processing.maxHandlerAttempts };
+  await keepDeadLetter(processing, letter, write);
+  return letter;
 }

@@ -5,10 +5,9 @@
 // not fill either. The call holds no transaction or connection: gaps are read, the API asked,
 // then each event is its own transaction.
 import { CHARGE } from "../charges/events.ts";
-import { describeDbError } from "../platform/db.ts";
-import { keepDeadLetter } from "./dead-letter.ts";
+import { keepHandlerLetter } from "./dead-letter.ts";
 import { ApiError, fetchChargeEvents, type FetchedEvent } from "./events-api.ts";
-import { handlerAttempts, processEvent, type Processing } from "./process.ts";
+import { processEvent, type Processing } from "./process.ts";
 import type { Releaser } from "./release.ts";
 import type { Report } from "./report.ts";
 import { Closing } from "./retry.ts";
@@ -144,31 +143,14 @@ export class GapFiller {
   private async processFetched(gap: Gap, { event, payload }: FetchedEvent): Promise<boolean> {
     // The topic the broker would have brought it on: the held event's, with this event's type.
     const topic = `${gap.topic.slice(0, gap.topic.lastIndexOf("/") + 1)}${event.type}`;
-    const place = gap.place;
     try {
-      const outcome = await processEvent(this.processing, { ordered: true, event, place, topic, payload });
-      switch (outcome.kind) {
-        case "processed":
-        case "duplicate": {
-          const duplicate = outcome.kind === "duplicate";
-          if (!duplicate) this.report.counts.countGap("filled");
-          this.report.delivered({ event, topic, duplicate, redelivered: false, held: false, gapSkipped: false, filled: true });
-          if (outcome.follow) await this.releaser.release(outcome.follow);
-          return !duplicate;
-        }
-        case "held":
-          if (outcome.fresh) this.report.held(outcome.place, outcome.event, topic, outcome.expected);
-          return false;
-        case "late":
-          this.report.late(outcome.place, outcome.event, outcome.last, outcome.letter);
-          return false;
-      }
+      const outcome = await processEvent(this.processing, { ordered: true, event, place: gap.place, topic, payload });
+      await this.releaser.settled(outcome, event, topic, false, true);
+      return outcome.kind === "processed";
     } catch (error) {
       if (error instanceof Closing) throw error;
       // The handler's budget is spent: kept as a dead letter, as an event from the broker would be.
-      const letter = { eventId: event.id, consumer: place.consumer, topic, payload, error: describeDbError(error), attempts: handlerAttempts(this.processing) };
-      await keepDeadLetter(this.processing, letter);
-      this.report.deadLettered(letter);
+      this.report.deadLettered(await keepHandlerLetter(this.processing, { eventId: event.id, topic, payload }, error));
       return false;
     }
   }

@@ -2,12 +2,10 @@
 // are deleted in bounded batches, one process at a time. An aggregate's place stays (a refund may
 // come any time, and without it the next event would wait for the gap timeout), and held events
 // leave by their turn or the gap timeout, never by age.
-import type { Sql } from "../platform/db.ts";
-import { describeDbError } from "../platform/db.ts";
+import { describeDbError, type Sql } from "../platform/db.ts";
 import { every, type Every } from "../platform/every.ts";
 import { deleteUnderJobLock } from "../platform/job-lock.ts";
 import type { Logger } from "../platform/log.ts";
-import { deleteOldInbox } from "./inbox-sql.ts";
 
 // Rows per delete statement, so each statement's locks stay short.
 export const INBOX_DELETE_BATCH = 1000;
@@ -41,4 +39,16 @@ export function startInboxRetention(sql: Sql, retentionSeconds: number, log: Log
     job: (signal) => runInboxRetention(sql, retentionSeconds, log, signal),
     onError: (error) => log.warn("inbox retention failed", { error: describeDbError(error) }),
   });
+}
+
+async function deleteOldInbox(sql: Sql, retentionSeconds: number, batch: number): Promise<number> {
+  const result = await sql`
+    delete from inbox
+     where (event_id, consumer) in (
+       select event_id, consumer from inbox
+        where received_at < now() - make_interval(secs => ${retentionSeconds}::int)
+        order by received_at
+        limit ${batch}
+        for update skip locked)`;
+  return result.count;
 }

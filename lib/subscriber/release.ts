@@ -1,16 +1,14 @@
-// An aggregate's held events, processed in sequence order after an event in its turn
-// (receive.ts) or from the gap sweep. Each in its own transaction and handler budget: one whose
-// handler keeps failing becomes a dead letter alone (the one before stays processed), and the
-// aggregate's later events wait again, for an operator or the timeout.
-import { parseEnvelope } from "../charges/events.ts";
-import { describeDbError, type Tx } from "../platform/db.ts";
+// An aggregate's held events, processed in sequence order after an event in its turn or from the
+// gap sweep. Each in its own transaction and handler budget: one whose handler keeps failing
+// becomes a dead letter alone, and the aggregate's later events wait again for the timeout.
+import { parseEnvelope, type EventEnvelope } from "../charges/events.ts";
+import type { Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
-import { keepDeadLetterWith } from "./dead-letter.ts";
-import { recordDeadLetter, recordInbox, type DeadLetter } from "./inbox-sql.ts";
-import { handlerAttempts, lateLetter, turnOf, withHandlerBudget, type Processing, type SequencedEvent } from "./process.ts";
+import { keepHandlerLetter, recordDeadLetter, type DeadLetter } from "./dead-letter.ts";
+import { lateLetter, turnOf, withHandlerBudget, type Outcome, type Processing, type SequencedEvent } from "./process.ts";
 import type { Report } from "./report.ts";
 import { Closing } from "./retry.ts";
-import { advance, deadLetterHeld, deleteHeld, inboxHas, lockPlace, nextHeld, type NextHeld, type Place } from "./sequence-sql.ts";
+import { advance, deadLetterHeld, deleteHeld, inboxHas, lockPlace, nextHeld, recordInbox, type NextHeld, type Place } from "./sequence-sql.ts";
 
 type Step =
   /** Nothing held, or the next held event must wait for its turn. */
@@ -31,6 +29,25 @@ export class Releaser {
     private readonly report: Report,
     private readonly timeoutMs: number,
   ) {}
+
+  /** Tells what became of an event from the broker (or the API: `filled`), then releases those it lets follow. */
+  async settled(outcome: Outcome, event: EventEnvelope, topic: string, redelivered: boolean, filled: boolean): Promise<void> {
+    switch (outcome.kind) {
+      case "processed":
+      case "duplicate": {
+        const duplicate = outcome.kind === "duplicate";
+        if (filled && !duplicate) this.report.filled();
+        this.report.delivered({ event, topic, duplicate, redelivered, held: false, gapSkipped: false, filled });
+        if (outcome.follow) await this.release(outcome.follow);
+        return;
+      }
+      case "held":
+        if (outcome.fresh) this.report.held(outcome.place, outcome.event, topic, outcome.expected);
+        return;
+      case "late":
+        this.report.late(outcome.place, outcome.event, outcome.last, outcome.letter);
+    }
+  }
 
   async release(place: Place): Promise<void> {
     for (;;) {
@@ -60,16 +77,7 @@ export class Releaser {
       return await withHandlerBudget(this.processing, what, () => transaction(this.processing.sql, (tx) => this.step(tx, place, (held) => (current = held))));
     } catch (error) {
       if (error instanceof Closing || current === undefined) throw error;
-      const letter: DeadLetter = {
-        eventId: current.eventId,
-        consumer: place.consumer,
-        topic: current.topic,
-        payload: current.payload,
-        error: describeDbError(error),
-        attempts: handlerAttempts(this.processing),
-      };
-      await keepDeadLetterWith(this.processing, letter, deadLetterHeld);
-      this.report.deadLettered(letter);
+      this.report.deadLettered(await keepHandlerLetter(this.processing, current, error, deadLetterHeld));
       return { kind: "waiting" };
     }
   }

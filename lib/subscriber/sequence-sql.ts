@@ -1,8 +1,8 @@
-// The reference subscriber's place in each aggregate's sequence (subscriber_sequences) and the
-// events it holds until their turn (subscriber_held_events). Every statement that decides on
-// an aggregate's place runs after the aggregate's row is locked, in the same transaction.
+// The subscriber's statements: its inbox, its place in each aggregate's sequence
+// (subscriber_sequences) and the events it holds until their turn (subscriber_held_events). Every
+// statement that decides on an aggregate's place runs after its row is locked, in that transaction.
 import type { Sql, Tx } from "../platform/db.ts";
-import type { DeadLetter } from "./inbox-sql.ts";
+import type { DeadLetter } from "./dead-letter.ts";
 
 export interface Place {
   readonly consumer: string;
@@ -55,6 +55,15 @@ export async function advance(tx: Tx, place: Place, sequence: number): Promise<b
       select 1 from subscriber_held_events h
        where h.consumer = s.consumer and h.aggregate_type = s.aggregate_type and h.aggregate_id = s.aggregate_id) as more`;
   return row?.more === true;
+}
+
+/** false for a redelivery. Run it in the transaction of the consumer's writes: both commit, or neither. */
+export async function recordInbox(tx: Tx, eventId: string, consumer: string): Promise<boolean> {
+  const rows = await tx`
+    insert into inbox (event_id, consumer) values (${eventId}::uuid, ${consumer})
+    on conflict do nothing
+    returning event_id`;
+  return rows.length === 1;
 }
 
 export async function inboxHas(tx: Tx, eventId: string, consumer: string): Promise<boolean> {

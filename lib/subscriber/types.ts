@@ -6,7 +6,8 @@ import type { MqttProtocol } from "../platform/config.ts";
 import type { BrokerMove, Brokers } from "../platform/mqtt-brokers.ts";
 import type { Logger } from "../platform/log.ts";
 import type { EventEnvelope } from "../charges/events.ts";
-import type { DeadLetter } from "./inbox-sql.ts";
+import type { DeadLetter } from "./dead-letter.ts";
+import type { Counts } from "./report.ts";
 
 type OutboxEvent = EventEnvelope;
 
@@ -97,19 +98,7 @@ export interface GapFillApi {
   readonly fetch?: (url: string, init: RequestInit) => Promise<Response>;
 }
 
-export interface Subscriber {
-  readonly processed: number;
-  readonly duplicates: number;
-  readonly rejected: number;
-  /** Messages `check` found malformed. */
-  readonly malformed: number;
-  readonly deadLettered: number;
-  /** Events kept because they came ahead of their turn. */
-  readonly held: number;
-  /** Events processed past a missing predecessor, after the gap timeout. */
-  readonly gapsSkipped: number;
-  /** Events read from the API to fill a gap. */
-  readonly gapsFilled: number;
+export interface Subscriber extends Readonly<Counts> {
   readonly connected: boolean;
   /** Its password masked. */
   readonly broker: string;
