@@ -3,9 +3,7 @@
 // processed nor kept there.
 import { createHash } from "node:crypto";
 import type { IPublishPacket } from "mqtt";
-import { describeDbError, type Sql, type Tx } from "../platform/db.ts";
-import type { Processing } from "./process.ts";
-import { retryWithBackoff } from "./retry.ts";
+import type { Sql, Tx } from "../platform/db.ts";
 
 export interface DeadLetter {
   readonly eventId: string;
@@ -46,27 +44,4 @@ function contentId(topic: string, payload: string): string {
 export function payloadText(packet: IPublishPacket): string {
   const text = typeof packet.payload === "string" ? packet.payload : Buffer.from(packet.payload).toString("utf8");
   return text.includes("\u0000") ? text.replaceAll("\u0000", "\uFFFD") : text;
-}
-
-type Write = (sql: Sql, letter: DeadLetter) => Promise<void>;
-
-/** Written by `write`, retried until it is (or the subscriber closes): never acknowledged unwritten. */
-export function keepDeadLetter(processing: Processing, letter: DeadLetter, write: Write = recordDeadLetter): Promise<void> {
-  return retryWithBackoff(() => write(processing.sql, letter), {
-    closing: processing.closing,
-    onFailure: (error) => processing.onError?.(`event ${letter.eventId}: dead letter not written yet: ${describeDbError(error)}`),
-  });
-}
-
-/** Keeps the event whose handler failed its budget, with the last error; the letter kept. */
-export async function keepHandlerLetter(
-  processing: Processing,
-  message: { readonly eventId: string; readonly topic: string; readonly payload: string },
-  error: unknown,
-  write?: Write,
-): Promise<DeadLetter> {
-  const { eventId, topic, payload } = message;
-  const letter = { eventId, consumer: processing.consumer, topic, payload, error: describeDbError(error), attempts: processing.maxHandlerAttempts };
-  await keepDeadLetter(processing, letter, write);
-  return letter;
 }

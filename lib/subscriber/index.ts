@@ -59,12 +59,15 @@ export interface CreateSubscriberOptions {
   readonly maxHandlerAttempts?: number;
   /** Inbox rows older than this are deleted (7 days); false: never. Keep it above the session expiry. */
   readonly inboxRetentionSeconds?: number | false;
+  /** After the commit, before the PUBACK; for a held event, when it is processed (its PUBACK long sent). */
   readonly onDelivery?: (delivery: Delivery) => void;
+  /** An event kept until its turn; a redelivery of it is not told again. */
   readonly onHeld?: (held: Held) => void;
   readonly onDeadLetter?: (letter: DeadLetter) => void;
   readonly onMalformed?: (letter: DeadLetter) => void;
   readonly onError?: (description: string) => void;
   readonly onBrokerMove?: (move: BrokerMove) => void;
+  /** Where the gap lines go (held, skipped after the timeout, late); none by default. */
   readonly log?: Logger;
   readonly meter?: Meter;
 }

@@ -2,14 +2,16 @@
 // conflict on the inbox row: already processed, handler skipped). An event with a sequence waits
 // for its aggregate's row lock, then is processed, dropped, held (ahead of its turn) or kept as a
 // dead letter (its turn was skipped). Retried while the database is away.
-import { isUnavailable, describeDbError, type Tx } from "../platform/db.ts";
+import { isUnavailable, describeDbError, type Sql, type Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
 import type { EventEnvelope } from "../charges/events.ts";
 import { recordDeadLetter, type DeadLetter } from "./dead-letter.ts";
 import { advance, claimTurn, holdEvent, inboxHas, recordInbox, type Place } from "./sequence-sql.ts";
-import { retryWithBackoff } from "./retry.ts";
 import type { SubscriberOptions } from "./types.ts";
+
+const RETRY_MIN_MS = 100;
+const RETRY_MAX_MS = 5000;
 
 // Only a handler's own failures count (not the database being away), so one poison event cannot
 // stall the stream: it goes to the dead letters.
@@ -37,6 +39,24 @@ export type Outcome =
   /** Behind its turn and never processed: its gap was skipped; kept in subscriber_dead_letters as `letter`. */
   | { readonly kind: "late"; readonly place: Place; readonly event: SequencedEvent; readonly last: number; readonly letter: DeadLetter };
 
+/** The subscriber is closing: the event in hand gets no PUBACK and comes back in the next session. */
+export class Closing extends Error {}
+
+// The database away is retried for as long as it takes; `onFailure` throwing gives up.
+async function retryWithBackoff<T>(attempt: () => Promise<T>, closing: () => boolean, onFailure: (error: unknown, n: number) => void): Promise<T> {
+  let pause = RETRY_MIN_MS;
+  for (let n = 1; ; n += 1) {
+    if (closing()) throw new Closing();
+    try {
+      return await attempt();
+    } catch (error) {
+      onFailure(error, n);
+      await new Promise((resolve) => setTimeout(resolve, pause));
+      pause = Math.min(RETRY_MAX_MS, pause * 2);
+    }
+  }
+}
+
 export function turnOf(last: number, sequence: number): "next" | "past" | "ahead" {
   if (sequence === last + 1) return "next";
   return sequence <= last ? "past" : "ahead";
@@ -45,14 +65,11 @@ export function turnOf(last: number, sequence: number): "next" | "past" | "ahead
 /** Runs `attempt` until it succeeds; rejects with the handler's last error once its budget is spent, or with `Closing`. */
 export function withHandlerBudget<T>(processing: Processing, what: () => string, attempt: () => Promise<T>): Promise<T> {
   let failures = 0;
-  return retryWithBackoff(attempt, {
-    closing: processing.closing,
-    onFailure: (error, n) => {
-      // A server gone read-only (a failover): the retry must find the one that writes.
-      if (isReadOnly(error)) void dropReadOnlyConnections(processing.sql);
-      if (!isUnavailable(error) && ++failures >= processing.maxHandlerAttempts) throw error;
-      processing.onError?.(`${what()}: attempt ${n} failed: ${describeDbError(error)}`);
-    },
+  return retryWithBackoff(attempt, processing.closing, (error, n) => {
+    // A server gone read-only (a failover): the retry must find the one that writes.
+    if (isReadOnly(error)) void dropReadOnlyConnections(processing.sql);
+    if (!isUnavailable(error) && ++failures >= processing.maxHandlerAttempts) throw error;
+    processing.onError?.(`${what()}: attempt ${n} failed: ${describeDbError(error)}`);
   });
 }
 
@@ -99,4 +116,28 @@ async function following(tx: Tx, place: Place, sequence: number): Promise<{ foll
 export function lateLetter({ event, place, topic, payload }: Omit<OrderedArrival, "ordered">, last: number): DeadLetter {
   const error = `late: sequence ${event.sequence} came after its aggregate went on to ${last} (its gap was skipped after the gap timeout); not processed out of order`;
   return { eventId: event.id, consumer: place.consumer, topic, payload, error, attempts: 0 };
+}
+
+type Write = (sql: Sql, letter: DeadLetter) => Promise<void>;
+
+/** Written by `write`, retried until it is (or the subscriber closes): never acknowledged unwritten. */
+export function keepDeadLetter(processing: Processing, letter: DeadLetter, write: Write = recordDeadLetter): Promise<void> {
+  return retryWithBackoff(
+    () => write(processing.sql, letter),
+    processing.closing,
+    (error) => processing.onError?.(`event ${letter.eventId}: dead letter not written yet: ${describeDbError(error)}`),
+  );
+}
+
+/** Keeps the event whose handler failed its budget, with the last error; the letter kept. */
+export async function keepHandlerLetter(
+  processing: Processing,
+  message: { readonly eventId: string; readonly topic: string; readonly payload: string },
+  error: unknown,
+  write?: Write,
+): Promise<DeadLetter> {
+  const { eventId, topic, payload } = message;
+  const letter = { eventId, consumer: processing.consumer, topic, payload, error: describeDbError(error), attempts: processing.maxHandlerAttempts };
+  await keepDeadLetter(processing, letter, write);
+  return letter;
 }

@@ -7,11 +7,10 @@ import type { IPublishPacket } from "mqtt";
 import { aggregateTypeOfTopic, parseEnvelope, type EventEnvelope } from "../charges/events.ts";
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
 import { contextOf, endSpan, tracer } from "../platform/trace-context.ts";
-import { keepDeadLetter, keepHandlerLetter, malformedLetterOf, payloadText } from "./dead-letter.ts";
-import { MAX_HANDLER_ATTEMPTS, processEvent, type Arrival, type Processing } from "./process.ts";
+import { malformedLetterOf, payloadText } from "./dead-letter.ts";
+import { Closing, keepDeadLetter, keepHandlerLetter, MAX_HANDLER_ATTEMPTS, processEvent, type Arrival, type Processing } from "./process.ts";
 import { Releaser } from "./release.ts";
 import { Report } from "./report.ts";
-import { Closing } from "./retry.ts";
 import type { Checked, SubscriberOptions } from "./types.ts";
 
 type Ack = () => void;

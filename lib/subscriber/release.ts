@@ -4,24 +4,13 @@
 import { parseEnvelope, type EventEnvelope } from "../charges/events.ts";
 import type { Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
-import { keepHandlerLetter, recordDeadLetter, type DeadLetter } from "./dead-letter.ts";
-import { lateLetter, turnOf, withHandlerBudget, type Outcome, type Processing, type SequencedEvent } from "./process.ts";
+import { recordDeadLetter } from "./dead-letter.ts";
+import { Closing, keepHandlerLetter, lateLetter, turnOf, withHandlerBudget, type Outcome, type Processing, type SequencedEvent } from "./process.ts";
 import type { Report } from "./report.ts";
-import { Closing } from "./retry.ts";
 import { advance, deadLetterHeld, deleteHeld, inboxHas, lockPlace, nextHeld, recordInbox, type NextHeld, type Place } from "./sequence-sql.ts";
 
-type Step =
-  /** Nothing held, or the next held event must wait for its turn. */
-  | { readonly kind: "waiting" }
-  | { readonly kind: "released"; readonly event: SequencedEvent; readonly topic: string; readonly duplicate: boolean; readonly skipped?: Skipped }
-  /** A held copy of an event already processed, deleted. */
-  | { readonly kind: "dropped" }
-  | { readonly kind: "late"; readonly event: SequencedEvent; readonly last: number; readonly letter: DeadLetter };
-
-interface Skipped {
-  readonly expected: number;
-  readonly waitedMs: number;
-}
+// What to tell once the held event's transaction committed; none: the aggregate waits.
+type Told = (() => void) | undefined;
 
 export class Releaser {
   constructor(
@@ -50,27 +39,11 @@ export class Releaser {
   }
 
   async release(place: Place): Promise<void> {
-    for (;;) {
-      const step = await this.next(place);
-      switch (step.kind) {
-        case "waiting":
-          return;
-        case "dropped":
-          continue;
-        case "late":
-          this.report.late(place, step.event, step.last, step.letter);
-          continue;
-        case "released": {
-          const { event, topic, duplicate, skipped } = step;
-          if (skipped) this.report.gapSkipped(place, event, skipped.expected, skipped.waitedMs);
-          this.report.delivered({ event, topic, duplicate, redelivered: false, held: true, gapSkipped: skipped !== undefined, filled: false });
-        }
-      }
-    }
+    for (let told = await this.next(place); told; told = await this.next(place)) told();
   }
 
   /** One held event's transaction, retried; a handler out of budget leaves it a dead letter, and the aggregate waits. */
-  private async next(place: Place): Promise<Step> {
+  private async next(place: Place): Promise<Told> {
     let current: NextHeld | undefined;
     const what = (): string => `held event ${current?.eventId ?? `of ${place.aggregateType} ${place.aggregateId}`}`;
     try {
@@ -78,30 +51,34 @@ export class Releaser {
     } catch (error) {
       if (error instanceof Closing || current === undefined) throw error;
       this.report.deadLettered(await keepHandlerLetter(this.processing, current, error, deadLetterHeld));
-      return { kind: "waiting" };
+      return undefined;
     }
   }
 
-  private async step(tx: Tx, place: Place, taking: (held: NextHeld) => void): Promise<Step> {
+  private async step(tx: Tx, place: Place, taking: (held: NextHeld) => void): Promise<Told> {
     const last = await lockPlace(tx, place);
     const held = await nextHeld(tx, place, this.timeoutMs);
-    if (!held) return { kind: "waiting" };
+    if (!held) return undefined;
     const turn = turnOf(last, held.sequence);
-    if (turn === "ahead" && !held.overdue) return { kind: "waiting" };
+    if (turn === "ahead" && !held.overdue) return undefined;
     taking(held);
     const event = heldEvent(held);
     await deleteHeld(tx, held.eventId, place.consumer);
     if (turn === "past") {
-      if (await inboxHas(tx, event.id, place.consumer)) return { kind: "dropped" };
+      // A held copy of an event already processed is only deleted.
+      if (await inboxHas(tx, event.id, place.consumer)) return () => {};
       const letter = lateLetter({ event, place, topic: held.topic, payload: held.payload }, last);
       await recordDeadLetter(tx, letter);
-      return { kind: "late", event, last, letter };
+      return () => this.report.late(place, event, last, letter);
     }
     const fresh = await recordInbox(tx, event.id, place.consumer);
     if (fresh) await this.processing.handler?.(event, tx);
     await advance(tx, place, held.sequence);
-    const skipped = turn === "ahead" ? { expected: last + 1, waitedMs: held.waitedMs } : undefined;
-    return { kind: "released", event, topic: held.topic, duplicate: !fresh, ...(skipped && { skipped }) };
+    const gapSkipped = turn === "ahead";
+    return () => {
+      if (gapSkipped) this.report.gapSkipped(place, event, last + 1, held.waitedMs);
+      this.report.delivered({ event, topic: held.topic, duplicate: !fresh, redelivered: false, held: true, gapSkipped, filled: false });
+    };
   }
 }
 

@@ -11,10 +11,9 @@ export interface Place {
 }
 
 /**
- * Locks the aggregate's row (created at 0) and, when the event is next, records it in the inbox:
- * one round trip for an event in its turn. `inserted` false with `last` = sequence - 1 means the
- * inbox had it. The lock comes first (the upsert waits for its holder), so share-group members
- * take an aggregate's events in turn, and `last` is what the one before committed.
+ * Locks the aggregate's row (created at 0) and, when the event is next, records it in the inbox,
+ * in one round trip; `inserted` false with `last` = sequence - 1: the inbox had it. The upsert
+ * waits for the lock's holder, so share-group members take an aggregate's events in turn.
  */
 export async function claimTurn(tx: Tx, place: Place, eventId: string, sequence: number): Promise<{ last: number; inserted: boolean }> {
   const [row] = await tx<{ last: number; inserted: boolean }[]>`
@@ -90,7 +89,7 @@ export async function holdEvent(tx: Tx, place: Place, held: HeldEvent): Promise<
 
 export interface NextHeld extends HeldEvent {
   readonly overdue: boolean;
-  /** How long the gap has lasted: since the aggregate last advanced or its first held event came, whichever is later. */
+  /** Since the aggregate last advanced or its first held event came, whichever is later. */
   readonly waitedMs: number;
 }
 
@@ -115,7 +114,7 @@ export async function deleteHeld(tx: Tx, eventId: string, consumer: string): Pro
   await tx`delete from subscriber_held_events where event_id = ${eventId}::uuid and consumer = ${consumer}`;
 }
 
-/** Out of the held events and into the dead letters in one statement. */
+/** Out of the held events and into the dead letters, in one statement. */
 export async function deadLetterHeld(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
   await sql`
     with gone as (delete from subscriber_held_events where event_id = ${letter.eventId}::uuid and consumer = ${letter.consumer})
@@ -126,10 +125,7 @@ export async function deadLetterHeld(sql: Sql | Tx, letter: DeadLetter): Promise
           attempts = excluded.attempts, dead_at = now()`;
 }
 
-/**
- * Up to `limit` aggregates with a held event that may go now: its turn came (a crash between an
- * event's commit and the release of those after it leaves them so) or its gap is overdue.
- */
+/** Aggregates with a held event that may go now: its turn came (a crash before its release) or its gap is overdue. */
 export async function dueAggregates(sql: Sql, consumer: string, timeoutMs: number, limit: number): Promise<Place[]> {
   return sql<Place[]>`
     select s.consumer, s.aggregate_type as "aggregateType", s.aggregate_id as "aggregateId"
@@ -157,10 +153,7 @@ export interface Gap {
   readonly topic: string;
 }
 
-/**
- * Up to `limit` aggregates of `aggregateType` whose gap has lasted at least `afterMs` but not
- * `timeoutMs` (past it the gap sweep skips it), oldest first, aged as the gap timeout ages it.
- */
+/** Gaps of `aggregateType` that lasted `afterMs` but not `timeoutMs` (the sweep skips those), oldest first. */
 export async function gapsToFill(sql: Sql, consumer: string, aggregateType: string, afterMs: number, timeoutMs: number, limit: number): Promise<Gap[]> {
   const rows = await sql<{ aggregateId: string; last: number; held: number[]; topic: string }[]>`
     select s.aggregate_id as "aggregateId", s.last_sequence as last,

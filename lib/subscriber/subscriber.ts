@@ -9,7 +9,7 @@ import { every } from "../platform/every.ts";
 import { GapFiller } from "./gap-fill.ts";
 import { Receiver } from "./receive.ts";
 import { COUNT_NAMES, withCounts } from "./report.ts";
-import { Closing } from "./retry.ts";
+import { Closing } from "./process.ts";
 import { countHeld, dueAggregates } from "./sequence-sql.ts";
 import { closeSession, openSession } from "./session.ts";
 import type { Subscriber, SubscriberOptions } from "./types.ts";
