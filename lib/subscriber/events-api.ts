@@ -1,13 +1,13 @@
 // The subscriber's one call to the API: GET /charges/:id/events?after=<last processed>, every
 // page. Each element is the envelope the relay published with JSON.stringify, so JSON.stringify
-// gives back the payload's text, which the inbox, held events and dead letters keep.
+// gives back the payload's text.
 import { parseEnvelope } from "../charges/events.ts";
 import type { SequencedEvent } from "./process.ts";
 import type { GapFillApi } from "./types.ts";
 
-// One request's bound: the API answers within its own time bounds (5 s by default) or not at all.
+// The API answers within its own bound (5 s by default) or not at all.
 const REQUEST_TIMEOUT_MS = 10_000;
-// Pages read for one gap (500 events each): a gap longer than that is filled by the next asks.
+// Of 500 events each: a longer gap is filled by the next asks.
 const MAX_PAGES = 10;
 
 export interface FetchedEvent {
@@ -69,7 +69,7 @@ function eventsOf(body: string, chargeId: string, path: string): FetchedEvent[] 
   return list.map((element: unknown) => {
     const payload = JSON.stringify(element);
     const envelope = parseEnvelope(payload);
-    // Not the charge's, or without a sequence: not what the route answers; nothing is processed from it.
+    // Not what the route answers: nothing is processed from it.
     if (envelope?.sequence === undefined || envelope.aggregateId !== chargeId) throw new ApiError(`GET ${path} answered an event that is not one of the charge's`);
     return { event: { ...envelope, sequence: envelope.sequence }, payload };
   });

@@ -27,8 +27,7 @@ export type { MqttProtocol } from "../platform/config.ts";
 
 export type SubscriberTx = Tx;
 
-// Inbox rows older than this are deleted: longer than the broker keeps a session (a day), so a
-// redelivery always finds its row.
+// Longer than the broker keeps a session (a day): a redelivery always finds its row.
 const DEFAULT_INBOX_RETENTION_S = 7 * 86_400;
 const DEFAULT_FILL_AFTER_MS = 5000;
 
@@ -119,8 +118,6 @@ export function createSubscriber(options: CreateSubscriberOptions): SubscriberHa
   };
 }
 
-// Dispatch by whether the type is known; every message is checked on receipt (checkMessage), a
-// malformed one kept as a dead letter.
 function engineOptions(options: CreateSubscriberOptions, sql: Sql, countUnknown: () => void): SubscriberOptions {
   return {
     ...options,

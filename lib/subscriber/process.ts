@@ -1,7 +1,7 @@
 // One event through the inbox: in ONE transaction, the inbox row and the handler's writes (a
 // conflict on the inbox row: already processed, handler skipped). An event with a sequence waits
 // for its aggregate's row lock, then is processed, dropped, held (ahead of its turn) or kept as a
-// dead letter (its turn was skipped). Retried while the database is away.
+// dead letter (its turn was skipped). Retried while the database is away, as are dead letters.
 import { isUnavailable, describeDbError, type Sql, type Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
@@ -13,8 +13,7 @@ import type { SubscriberOptions } from "./types.ts";
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 5000;
 
-// Only a handler's own failures count (not the database being away), so one poison event cannot
-// stall the stream: it goes to the dead letters.
+// A handler's own failures (not the database away): one poison event cannot stall the stream.
 export const MAX_HANDLER_ATTEMPTS = 5;
 
 export type Processing = Pick<SubscriberOptions, "sql" | "consumer" | "handler" | "onError"> & {

@@ -1,5 +1,4 @@
-// One received PUBLISH, from arrival to PUBACK: a non-event is rejected (or, read by a caller's
-// `check`, kept as a dead letter); an event goes through the inbox in its turn (process.ts), then
+// One received PUBLISH, from arrival to PUBACK: through the inbox in its turn (process.ts), then
 // the held events it releases (release.ts), then its PUBACK. The PUBACK follows the commit, so a
 // crash before it gets a redelivery, and one after it is deduplicated (or finds it held).
 import { context, SpanKind, trace, type Span } from "@opentelemetry/api";
@@ -29,8 +28,7 @@ export class Receiver {
     this.releaser = new Releaser(this.processing, this.report, options.gapTimeoutMs ?? DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS);
   }
 
-  // Called for one PUBLISH at a time (session.ts), so events go in arrival order, each in its
-  // aggregate's turn.
+  // Called for one PUBLISH at a time (session.ts): events go in arrival order.
   receive(packet: IPublishPacket, ack: Ack): void {
     if (packet.qos === 0) return ack(); // nothing to acknowledge; the relay never sends QoS 0
     const checked = this.options.check?.(packet.payload) ?? envelopeOf(packet.payload);
@@ -56,9 +54,8 @@ export class Receiver {
       });
   }
 
-  // With a caller's `check`, kept as a dead letter first (a redelivery after a crash before the
-  // PUBACK is kept again, in the same row); without, acknowledged (the broker drops it) without
-  // processing: it would fail the same way again.
+  // Acknowledged without processing (it would fail the same way again); with a caller's `check`,
+  // once kept as a dead letter.
   private malformed(packet: IPublishPacket, checked: Extract<Checked, { kind: "malformed" }>, ack: Ack): void {
     if (!this.options.check) return tellThenAck(() => this.report.rejected(packet.topic, checked.reason), ack);
     const letter = malformedLetterOf(this.options.consumer, packet, checked.reason, checked.eventId);
@@ -74,8 +71,7 @@ export class Receiver {
     await this.current;
   }
 
-  // An event without a sequence (from a relay that kept none), or on a topic naming no aggregate
-  // type, is processed in arrival order, with no turn to wait for.
+  // Without a sequence (from a relay that kept none) or an aggregate type in its topic: no turn to wait for.
   private arrivalOf(packet: IPublishPacket, event: EventEnvelope): Arrival {
     const aggregateType = aggregateTypeOfTopic(packet.topic);
     const { sequence } = event;
@@ -106,8 +102,8 @@ function tellThenAck(tell: () => void, ack: Ack): void {
   }
 }
 
-// The consumer span is the child of the request that wrote the event (the traceparent the relay
-// puts on an MQTT 5 publish); with no tracer provider registered it records nothing.
+// The child of the request that wrote the event (the traceparent of an MQTT 5 publish), so a charge
+// is one trace; with no tracer provider registered it records nothing.
 function consumerSpan(packet: IPublishPacket, eventId: string, consumer: string): Span {
   const traceparent = packet.properties?.userProperties?.traceparent;
   const attributes = {

@@ -25,7 +25,6 @@ export class Releaser {
       case "processed":
       case "duplicate": {
         const duplicate = outcome.kind === "duplicate";
-        if (filled && !duplicate) this.report.filled();
         this.report.delivered({ event, topic, duplicate, redelivered, held: false, gapSkipped: false, filled });
         if (outcome.follow) await this.release(outcome.follow);
         return;

@@ -51,13 +51,18 @@ export class Report {
       description: "Events the consumer holds now in subscriber_held_events until their turn (its whole share group: take the max over members)",
     });
     this.heldGauge.addCallback(this.observeHeld);
-    // At zero from the start, so a rate() alert on dead letters works before the first one.
+    // At zero from the start: a rate() alert on dead letters works before the first one.
     this.deadLetters.add(0, { consumer });
     for (const outcome of ["processed", "duplicate", "rejected", "malformed"]) this.events.add(0, { consumer, outcome });
     for (const outcome of ["held", "filled", "released_after_timeout", "late"]) this.gaps.add(0, { consumer, outcome });
   }
 
+  /** A `filled` one that is no duplicate is the broker's missing event, read from the API. */
   delivered(delivery: Delivery): void {
+    if (delivery.filled && !delivery.duplicate) {
+      this.counts.gapsFilled += 1;
+      this.gap("filled");
+    }
     this.counts.processed += 1;
     if (delivery.duplicate) this.counts.duplicates += 1;
     this.events.add(1, { consumer: this.consumer, outcome: delivery.duplicate ? "duplicate" : "processed" });
@@ -96,12 +101,6 @@ export class Report {
     this.gap("released_after_timeout");
     const fields = { ...fieldsOf(place, event), expectedSequence: expected, receivedSequence: event.sequence, waitedMs: Math.round(waitedMs) };
     this.log.warn("sequence gap skipped after the gap timeout", fields);
-  }
-
-  /** An event read from the API that the broker never brought. */
-  filled(): void {
-    this.counts.gapsFilled += 1;
-    this.gap("filled");
   }
 
   /** The API answered the gap's next event (`filled`: how many of its events were new). */

@@ -1,8 +1,7 @@
-// The subscriber's engine, which index.ts's createSubscriber is built on: the session
-// (session.ts), each PUBLISH received (receive.ts), and the gap sweep, which now and then fills
-// old gaps from the API (gap-fill.ts), then releases the held events no arriving event will: those
-// whose turn a crash left unreleased, and those whose gap outlasted the gap timeout. Every member
-// of a share group sweeps; the aggregate's row lock keeps two from releasing the same event.
+// The subscriber's engine (index.ts's createSubscriber is built on it): the session, its PUBLISHes
+// (receive.ts), and the gap sweep, which fills old gaps from the API (gap-fill.ts), then releases
+// the held events no arriving event will: those a crash left unreleased in their turn, and those
+// whose gap outlasted the timeout. The aggregate's row lock keeps two members from racing.
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
 import { describeDbError } from "../platform/db.ts";
 import { every } from "../platform/every.ts";
@@ -16,11 +15,9 @@ import type { Subscriber, SubscriberOptions } from "./types.ts";
 
 export type { Delivery, GapFillApi, Held, Subscriber, SubscriberOptions } from "./types.ts";
 
-// A held event goes at most this long after its timeout or its unreleased turn; a run is two
-// reads of the consumer's few held events (an index), so once a second costs next to nothing.
+// A run is two indexed reads of the consumer's few held events: once a second costs next to nothing.
 const GAP_SWEEP_INTERVAL_MS = 1000;
-// After failed runs (the database away) the pause doubles up to this, so an outage is not
-// logged every second.
+// After failed runs (the database away) the pause doubles up to this: an outage is not logged every second.
 const GAP_SWEEP_MAX_PAUSE_MS = 30_000;
 const GAP_SWEEP_BATCH = 100;
 
@@ -60,8 +57,7 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
     },
     ready,
     async close() {
-      // The event in hand commits and is acknowledged, the sweep's release in hand finishes (a
-      // retry in progress gives up).
+      // The event in hand commits and is acknowledged; a retry in progress gives up.
       await Promise.all([receiver.drain(), sweep.stop()]);
       report.close();
       await closeSession(client);

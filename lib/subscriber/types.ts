@@ -1,5 +1,4 @@
-// The subscriber engine's contract: what startSubscriber takes and returns (index.ts's
-// createSubscriber is built on it).
+// The subscriber engine's contract: what startSubscriber takes and returns.
 import type { Sql, Tx } from "../platform/db.ts";
 import type { MqttProtocol } from "../platform/config.ts";
 import type { Brokers } from "../platform/mqtt-brokers.ts";
@@ -7,10 +6,8 @@ import type { EventEnvelope } from "../charges/events.ts";
 import type { CreateSubscriberOptions } from "./index.ts";
 import type { Counts } from "./report.ts";
 
-type OutboxEvent = EventEnvelope;
-
 export interface Delivery {
-  readonly event: OutboxEvent;
+  readonly event: EventEnvelope;
   readonly topic: string;
   /** Already in the inbox: the handler did not run. */
   readonly duplicate: boolean;
@@ -26,7 +23,7 @@ export interface Delivery {
 
 /** An event that came ahead of its turn, kept in subscriber_held_events (and acknowledged). */
 export interface Held {
-  readonly event: OutboxEvent & { readonly sequence: number };
+  readonly event: EventEnvelope & { readonly sequence: number };
   readonly topic: string;
   readonly expected: number;
 }
@@ -44,7 +41,7 @@ export interface SubscriberOptions extends Omit<CreateSubscriberOptions, Library
    * a time and in sequence order per aggregate, across a share group too; calls for different
    * aggregates may overlap (the gap sweep beside the event in hand).
    */
-  readonly handler?: (event: OutboxEvent, tx: Tx) => Promise<void> | void;
+  readonly handler?: (event: EventEnvelope, tx: Tx) => Promise<void> | void;
   /** A message acknowledged without processing because it is not an event. */
   readonly onRejected?: (topic: string, reason: string) => void;
   readonly api?: GapFillApi;
@@ -58,7 +55,7 @@ export interface SubscriberOptions extends Omit<CreateSubscriberOptions, Library
 type LibraryOnly = "sql" | "mqttUrl" | "handle" | "onUnknown" | "topicPrefix" | "shareGroup" | "protocol" | "api" | "inboxRetentionSeconds";
 
 export type Checked =
-  | { readonly kind: "event"; readonly event: OutboxEvent }
+  | { readonly kind: "event"; readonly event: EventEnvelope }
   /** `eventId`: the id it names, when it names a valid one. */
   | { readonly kind: "malformed"; readonly reason: string; readonly eventId?: string };
 
