@@ -24,15 +24,9 @@ const API_MIN_PAUSE_MS = 1000;
 // before the timeout; bounded, so the sweep's releases of overdue gaps still come.
 const FILL_RUN_MAX_MS = 5000;
 
-interface Asked {
-  /** The aggregate's place when it was asked: once it moves, the gap is a new one. */
-  readonly last: number;
-  readonly nextAt: number;
-  readonly pauseMs: number;
-}
-
 export class GapFiller {
-  private readonly asked = new Map<string, Asked>();
+  // By charge: its place when asked (once it moves, the gap is a new one), when to ask again.
+  private readonly asked = new Map<string, { readonly last: number; readonly nextAt: number; readonly pauseMs: number }>();
   private apiPausedUntil = 0;
   private apiPauseMs = 0;
 

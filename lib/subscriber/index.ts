@@ -84,7 +84,8 @@ export interface SubscriberCounts {
   readonly gapsFilled: number;
 }
 
-const COUNT_NAMES: readonly (keyof SubscriberCounts)[] = ["processed", "duplicates", "unknown", "malformed", "deadLettered", "held", "gapsSkipped", "gapsFilled"];
+const COUNT_NAMES: readonly (keyof SubscriberCounts)[] =
+  ["processed", "duplicates", "unknown", "malformed", "deadLettered", "held", "gapsSkipped", "gapsFilled"];
 
 export interface SubscriberHandle {
   readonly ready: Promise<void>;

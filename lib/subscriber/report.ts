@@ -7,7 +7,8 @@ import type { SequencedEvent } from "./process.ts";
 import type { Gap, Place } from "./sequence-sql.ts";
 import type { Delivery, SubscriberOptions } from "./types.ts";
 
-export const COUNT_NAMES = ["processed", "duplicates", "rejected", "malformed", "deadLettered", "held", "gapsSkipped", "gapsFilled"] as const;
+export const COUNT_NAMES =
+  ["processed", "duplicates", "rejected", "malformed", "deadLettered", "held", "gapsSkipped", "gapsFilled"] as const;
 export type Counts = Record<(typeof COUNT_NAMES)[number], number>;
 
 /** `target` with a live read-only property per name in `names`, read by `read`. */

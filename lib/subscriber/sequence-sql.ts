@@ -16,7 +16,7 @@ export interface Place {
  * waits for the lock's holder, so share-group members take an aggregate's events in turn.
  */
 export async function claimTurn(tx: Tx, place: Place, eventId: string, sequence: number): Promise<{ last: number; inserted: boolean }> {
-  const [row] = await tx<{ last: number; inserted: boolean }[]>`
+  const rows = await tx<{ last: number; inserted: boolean }[]>`
     with place as (
       insert into subscriber_sequences (consumer, aggregate_type, aggregate_id, last_sequence)
       values (${place.consumer}, ${place.aggregateType}, ${place.aggregateId}, 0)
@@ -29,20 +29,18 @@ export async function claimTurn(tx: Tx, place: Place, eventId: string, sequence:
       on conflict do nothing
       returning event_id)
     select (select last_sequence from place) as last, exists (select 1 from turn) as inserted`;
-  if (!row) throw new Error("bug: the upsert of subscriber_sequences returned no row");
-  return row;
+  return rows[0]!; // the upsert always returns its row
 }
 
 /** Locks the aggregate's row (created at 0 when new); its last processed sequence. */
 export async function lockPlace(tx: Tx, place: Place): Promise<number> {
-  const [row] = await tx<{ last: number }[]>`
+  const rows = await tx<{ last: number }[]>`
     insert into subscriber_sequences (consumer, aggregate_type, aggregate_id, last_sequence)
     values (${place.consumer}, ${place.aggregateType}, ${place.aggregateId}, 0)
     on conflict (consumer, aggregate_type, aggregate_id)
       do update set last_sequence = subscriber_sequences.last_sequence
     returning last_sequence as last`;
-  if (!row) throw new Error("bug: the upsert of subscriber_sequences returned no row");
-  return row.last;
+  return rows[0]!.last;
 }
 
 /** Moves the aggregate's place to `sequence`; whether it has held events (which may now follow). */
