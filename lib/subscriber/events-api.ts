@@ -48,13 +48,8 @@ async function get(api: GapFillApi, path: string, stop: AbortSignal): Promise<Re
 }
 
 async function problemOf(response: Response): Promise<string> {
-  const text = await response.text().catch(() => "");
-  try {
-    const detail = (JSON.parse(text) as { detail?: unknown }).detail;
-    return typeof detail === "string" ? `: ${detail}` : "";
-  } catch {
-    return "";
-  }
+  const problem = (await response.json().catch(() => undefined)) as { detail?: unknown } | null | undefined;
+  return typeof problem?.detail === "string" ? `: ${problem.detail}` : "";
 }
 
 function eventsOf(body: string, chargeId: string, path: string): FetchedEvent[] {

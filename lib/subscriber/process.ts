@@ -6,8 +6,7 @@ import { isUnavailable, describeDbError, type Sql, type Tx } from "../platform/d
 import { transaction } from "../platform/tx.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
 import type { EventEnvelope } from "../charges/events.ts";
-import { recordDeadLetter, type DeadLetter } from "./dead-letter.ts";
-import { advance, claimTurn, holdEvent, inboxHas, recordInbox, type Place } from "./sequence-sql.ts";
+import { advance, claimTurn, holdEvent, inboxHas, recordDeadLetter, recordInbox, type DeadLetter, type Place } from "./sequence-sql.ts";
 import type { SubscriberOptions } from "./types.ts";
 
 const RETRY_MIN_MS = 100;
@@ -99,11 +98,7 @@ async function inTurn(tx: Tx, processing: Processing, arrival: OrderedArrival): 
   if (turn === "next") return { kind: "duplicate", ...(await following(tx, place, event.sequence)) };
   // Read after the lock: whatever the aggregate's previous holder committed is seen.
   if (await inboxHas(tx, event.id, place.consumer)) return { kind: "duplicate" };
-  if (turn === "past") {
-    const letter = lateLetter(arrival, last);
-    await recordDeadLetter(tx, letter);
-    return { kind: "late", place, event, last, letter };
-  }
+  if (turn === "past") return { kind: "late", place, event, last, letter: await keepLate(tx, arrival, last) };
   const fresh = await holdEvent(tx, place, { eventId: event.id, sequence: event.sequence, topic: arrival.topic, payload: arrival.payload });
   return { kind: "held", place, event, expected: last + 1, fresh };
 }
@@ -112,9 +107,12 @@ async function following(tx: Tx, place: Place, sequence: number): Promise<{ foll
   return (await advance(tx, place, sequence)) ? { follow: place } : {};
 }
 
-export function lateLetter({ event, place, topic, payload }: Omit<OrderedArrival, "ordered">, last: number): DeadLetter {
+/** Behind its turn, never processed: its gap was skipped, so it is kept as a dead letter. */
+export async function keepLate(tx: Tx, { event, place, topic, payload }: Omit<OrderedArrival, "ordered">, last: number): Promise<DeadLetter> {
   const error = `late: sequence ${event.sequence} came after its aggregate went on to ${last} (its gap was skipped after the gap timeout); not processed out of order`;
-  return { eventId: event.id, consumer: place.consumer, topic, payload, error, attempts: 0 };
+  const letter = { eventId: event.id, consumer: place.consumer, topic, payload, error, attempts: 0 };
+  await recordDeadLetter(tx, letter);
+  return letter;
 }
 
 type Write = (sql: Sql, letter: DeadLetter) => Promise<void>;

@@ -1,12 +1,13 @@
 // One received PUBLISH, from arrival to PUBACK: through the inbox in its turn (process.ts), then
 // the held events it releases (release.ts), then its PUBACK. The PUBACK follows the commit, so a
 // crash before it gets a redelivery, and one after it is deduplicated (or finds it held).
+import { createHash } from "node:crypto";
 import { context, SpanKind, trace, type Span } from "@opentelemetry/api";
 import type { IPublishPacket } from "mqtt";
 import { aggregateTypeOfTopic, parseEnvelope, type EventEnvelope } from "../charges/events.ts";
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
 import { contextOf, endSpan, tracer } from "../platform/trace-context.ts";
-import { malformedLetterOf, payloadText } from "./dead-letter.ts";
+import type { DeadLetter } from "./sequence-sql.ts";
 import { Closing, keepDeadLetter, keepHandlerLetter, MAX_HANDLER_ATTEMPTS, processEvent, type Arrival, type Processing } from "./process.ts";
 import { Releaser } from "./release.ts";
 import { Report } from "./report.ts";
@@ -115,4 +116,26 @@ function consumerSpan(packet: IPublishPacket, eventId: string, consumer: string)
   };
   const parent = contextOf(typeof traceparent === "string" ? traceparent : null);
   return tracer().startSpan(`process ${packet.topic}`, { kind: SpanKind.CONSUMER, attributes }, parent);
+}
+
+/**
+ * The dead letter of a message that is not a valid event: under its own id when it names one,
+ * else under an id made from its topic and bytes, so that a redelivery of it (a crash before
+ * its PUBACK) updates the same row rather than adding one.
+ */
+function malformedLetterOf(consumer: string, packet: IPublishPacket, reason: string, eventId: string | undefined): DeadLetter {
+  const payload = payloadText(packet);
+  return { eventId: eventId ?? contentId(packet.topic, payload), consumer, topic: packet.topic, payload, error: `malformed: ${reason}`, attempts: 0 };
+}
+
+// A UUID-shaped digest (the dead letters' key is a uuid); never a real event's id in practice.
+function contentId(topic: string, payload: string): string {
+  const hex = createHash("sha256").update(topic).update("\u0000").update(payload).digest("hex");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
+}
+
+/** The message as received, as text (the envelope's JSON); NUL, which a text column refuses, as U+FFFD. */
+function payloadText(packet: IPublishPacket): string {
+  const text = typeof packet.payload === "string" ? packet.payload : Buffer.from(packet.payload).toString("utf8");
+  return text.includes("\u0000") ? text.replaceAll("\u0000", "\uFFFD") : text;
 }

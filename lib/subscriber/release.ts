@@ -4,10 +4,10 @@
 import { parseEnvelope, type EventEnvelope } from "../charges/events.ts";
 import type { Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
-import { recordDeadLetter } from "./dead-letter.ts";
-import { Closing, keepHandlerLetter, lateLetter, turnOf, withHandlerBudget, type Outcome, type Processing, type SequencedEvent } from "./process.ts";
+import { Closing, keepHandlerLetter, keepLate, turnOf, withHandlerBudget, type Outcome, type Processing, type SequencedEvent } from "./process.ts";
 import type { Report } from "./report.ts";
-import { advance, deadLetterHeld, deleteHeld, inboxHas, lockPlace, nextHeld, recordInbox, type NextHeld, type Place } from "./sequence-sql.ts";
+import { advance, deadLetterHeld, deleteHeld, inboxHas, lockPlace, nextHeld, recordInbox } from "./sequence-sql.ts";
+import type { NextHeld, Place } from "./sequence-sql.ts";
 
 // What to tell once the held event's transaction committed; none: the aggregate waits.
 type Told = (() => void) | undefined;
@@ -66,8 +66,7 @@ export class Releaser {
     if (turn === "past") {
       // A held copy of an event already processed is only deleted.
       if (await inboxHas(tx, event.id, place.consumer)) return () => {};
-      const letter = lateLetter({ event, place, topic: held.topic, payload: held.payload }, last);
-      await recordDeadLetter(tx, letter);
+      const letter = await keepLate(tx, { event, place, topic: held.topic, payload: held.payload }, last);
       return () => this.report.late(place, event, last, letter);
     }
     const fresh = await recordInbox(tx, event.id, place.consumer);

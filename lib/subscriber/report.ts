@@ -2,9 +2,8 @@
 // consumer and outcome only), the caller's callbacks and the gap lines.
 import { metrics, type Counter, type ObservableGauge, type ObservableResult } from "@opentelemetry/api";
 import { silentLogger, type Logger } from "../platform/log.ts";
-import type { DeadLetter } from "./dead-letter.ts";
 import type { SequencedEvent } from "./process.ts";
-import type { Gap, Place } from "./sequence-sql.ts";
+import type { DeadLetter, Gap, Place } from "./sequence-sql.ts";
 import type { Delivery, SubscriberOptions } from "./types.ts";
 
 export const COUNT_NAMES =

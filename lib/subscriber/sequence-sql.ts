@@ -1,8 +1,8 @@
 // The subscriber's statements: its inbox, its place in each aggregate's sequence
-// (subscriber_sequences) and the events it holds until their turn (subscriber_held_events). Every
+// (subscriber_sequences), the events it holds until their turn (subscriber_held_events) and its
+// dead letters, kept before their PUBACK: nothing is acknowledged unprocessed and unkept. Every
 // statement that decides on an aggregate's place runs after its row is locked, in that transaction.
 import type { Sql, Tx } from "../platform/db.ts";
-import type { DeadLetter } from "./dead-letter.ts";
 
 export interface Place {
   readonly consumer: string;
@@ -110,6 +110,25 @@ export async function nextHeld(tx: Tx, place: Place, timeoutMs: number): Promise
 
 export async function deleteHeld(tx: Tx, eventId: string, consumer: string): Promise<void> {
   await tx`delete from subscriber_held_events where event_id = ${eventId}::uuid and consumer = ${consumer}`;
+}
+
+export interface DeadLetter {
+  readonly eventId: string;
+  readonly consumer: string;
+  readonly topic: string;
+  readonly payload: string;
+  readonly error: string;
+  readonly attempts: number;
+}
+
+/** A redelivery that fails again replaces the error and the time: the row says how it failed last. */
+export async function recordDeadLetter(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
+  await sql`
+    insert into subscriber_dead_letters (event_id, consumer, topic, payload, error, attempts)
+    values (${letter.eventId}::uuid, ${letter.consumer}, ${letter.topic}, ${letter.payload}, ${letter.error}, ${letter.attempts})
+    on conflict (event_id, consumer) do update
+      set topic = excluded.topic, payload = excluded.payload, error = excluded.error,
+          attempts = excluded.attempts, dead_at = now()`;
 }
 
 /** Out of the held events and into the dead letters, in one statement. */
