@@ -2,9 +2,10 @@
 // member has it), so a gap waits `fillAfterMs`; then each event of GET /charges/:id/events?after=
 // <last> not held goes through the inbox in its turn, as if the broker had brought it, each in
 // its own transaction (the call holds none). The gap timeout skips only what the API lacks too.
-import { CHARGE } from "../charges/events.ts";
-import { ApiError, fetchChargeEvents, type FetchedEvent } from "./events-api.ts";
-import { Closing, keepHandlerLetter, processEvent, type Processing } from "./process.ts";
+// Each element the API answers is the envelope the relay published with JSON.stringify, so
+// JSON.stringify gives back the payload's text.
+import { CHARGE, parseEnvelope } from "../charges/events.ts";
+import { Closing, keepHandlerLetter, processEvent, type Processing, type SequencedEvent } from "./process.ts";
 import type { Releaser } from "./release.ts";
 import type { Report } from "./report.ts";
 import { gapsToFill, type Gap } from "./sequence-sql.ts";
@@ -23,6 +24,10 @@ const API_MIN_PAUSE_MS = 1000;
 // A full batch is followed by the next at once, up to this long, so thousands of gaps fill
 // before the timeout; bounded, so the sweep's releases of overdue gaps still come.
 const FILL_RUN_MAX_MS = 5000;
+// The API answers within its own bound (5 s by default) or not at all.
+const REQUEST_TIMEOUT_MS = 10_000;
+// Of 500 events each: a longer gap is filled by the next asks.
+const MAX_PAGES = 10;
 
 export class GapFiller {
   // By charge: its place when asked (once it moves, the gap is a new one), when to ask again.
@@ -134,4 +139,64 @@ export class GapFiller {
       return false;
     }
   }
+}
+
+interface FetchedEvent {
+  readonly event: SequencedEvent;
+  readonly payload: string;
+}
+
+type ApiAnswer =
+  | { readonly kind: "events"; readonly events: readonly FetchedEvent[] }
+  /** 404: no such charge for the token's tenant (another tenant's, or gone). */
+  | { readonly kind: "unknown" };
+
+/** A refusal or fault of the API: the gap is asked again later. */
+class ApiError extends Error {}
+
+/** The charge's events after `after`; throws ApiError when the API does not answer them (or `stop` aborts the call). */
+async function fetchChargeEvents(api: GapFillApi, chargeId: string, after: number, stop: AbortSignal): Promise<ApiAnswer> {
+  const events: FetchedEvent[] = [];
+  let path: string | undefined = `/charges/${encodeURIComponent(chargeId)}/events?after=${after}`;
+  for (let page = 0; path !== undefined && page < MAX_PAGES; page++) {
+    const response = await get(api, path, stop);
+    if (response.status === 404 && page === 0) return { kind: "unknown" };
+    if (response.status !== 200) throw new ApiError(`GET ${path} answered ${response.status}${await problemOf(response)}`);
+    events.push(...eventsOf(await response.text(), chargeId, path));
+    path = response.headers.get("link")?.match(/^<(\/[^>]*)>;\s*rel="next"$/)?.[1];
+  }
+  return { kind: "events", events };
+}
+
+async function get(api: GapFillApi, path: string, stop: AbortSignal): Promise<Response> {
+  const fetchIt = api.fetch ?? ((url: string, init: RequestInit) => fetch(url, init));
+  const headers = { accept: "application/json", authorization: `Bearer ${await api.token()}` };
+  try {
+    return await fetchIt(`${api.url}${path}`, { headers, signal: AbortSignal.any([stop, AbortSignal.timeout(REQUEST_TIMEOUT_MS)]) });
+  } catch (error) {
+    throw new ApiError(`GET ${path} failed: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
+async function problemOf(response: Response): Promise<string> {
+  const problem = (await response.json().catch(() => undefined)) as { detail?: unknown } | null | undefined;
+  return typeof problem?.detail === "string" ? `: ${problem.detail}` : "";
+}
+
+function eventsOf(body: string, chargeId: string, path: string): FetchedEvent[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    throw new ApiError(`GET ${path} answered a body that is not JSON`);
+  }
+  const list = (parsed as { events?: unknown } | null)?.events;
+  if (!Array.isArray(list)) throw new ApiError(`GET ${path} answered no events array`);
+  return list.map((element: unknown) => {
+    const payload = JSON.stringify(element);
+    const envelope = parseEnvelope(payload);
+    // Not what the route answers: nothing is processed from it.
+    if (envelope?.sequence === undefined || envelope.aggregateId !== chargeId) throw new ApiError(`GET ${path} answered an event that is not one of the charge's`);
+    return { event: { ...envelope, sequence: envelope.sequence }, payload };
+  });
 }
