@@ -10,15 +10,16 @@ import type { Sql, Tx } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
 import type { BrokerMove } from "../platform/mqtt-brokers.ts";
 import { startInboxRetention } from "./inbox-retention.ts";
-import type { DeadLetter } from "./inbox-sql.ts";
+import { withCounts } from "./report.ts";
+import type { DeadLetter } from "./sequence-sql.ts";
 import { startSubscriber } from "./subscriber.ts";
 import { checkMessage, isKnownEvent, type ChargeEvent, type UnknownEvent } from "./typed-events.ts";
-import type { Delivery, GapFillApi, Held, Subscriber, SubscriberOptions } from "./types.ts";
+import type { Delivery, GapFillApi, Held, SubscriberOptions } from "./types.ts";
 
 export { migrateSubscriber, type SubscriberMigrationOutcome } from "./migrate.ts";
 export { checkMessage, isKnownEvent, type ChargeEvent, type UnknownEvent } from "./typed-events.ts";
 export type { EventData, EventType } from "../charges/events.ts";
-export type { DeadLetter } from "./inbox-sql.ts";
+export type { DeadLetter } from "./sequence-sql.ts";
 export type { Delivery, Held } from "./types.ts";
 export type { BrokerMove } from "../platform/mqtt-brokers.ts";
 export type { Logger } from "../platform/log.ts";
@@ -26,8 +27,7 @@ export type { MqttProtocol } from "../platform/config.ts";
 
 export type SubscriberTx = Tx;
 
-// Inbox rows older than this are deleted: longer than the broker keeps a session (a day), so a
-// redelivery always finds its row.
+// Longer than the broker keeps a session (a day): a redelivery always finds its row.
 const DEFAULT_INBOX_RETENTION_S = 7 * 86_400;
 const DEFAULT_FILL_AFTER_MS = 5000;
 
@@ -58,12 +58,15 @@ export interface CreateSubscriberOptions {
   readonly maxHandlerAttempts?: number;
   /** Inbox rows older than this are deleted (7 days); false: never. Keep it above the session expiry. */
   readonly inboxRetentionSeconds?: number | false;
+  /** After the commit, before the PUBACK; for a held event, when it is processed (its PUBACK long sent). */
   readonly onDelivery?: (delivery: Delivery) => void;
+  /** An event kept until its turn; a redelivery of it is not told again. */
   readonly onHeld?: (held: Held) => void;
   readonly onDeadLetter?: (letter: DeadLetter) => void;
   readonly onMalformed?: (letter: DeadLetter) => void;
   readonly onError?: (description: string) => void;
   readonly onBrokerMove?: (move: BrokerMove) => void;
+  /** Where the gap lines go (held, skipped after the timeout, late); none by default. */
   readonly log?: Logger;
   readonly meter?: Meter;
 }
@@ -80,6 +83,9 @@ export interface SubscriberCounts {
   readonly gapsSkipped: number;
   readonly gapsFilled: number;
 }
+
+const COUNT_NAMES: readonly (keyof SubscriberCounts)[] =
+  ["processed", "duplicates", "unknown", "malformed", "deadLettered", "held", "gapsSkipped", "gapsFilled"];
 
 export interface SubscriberHandle {
   readonly ready: Promise<void>;
@@ -100,7 +106,7 @@ export function createSubscriber(options: CreateSubscriberOptions): SubscriberHa
   const retention = retentionS === false ? undefined : startInboxRetention(sql, retentionS, options.log ?? quietLog(options));
   return {
     ready: subscriber.ready,
-    counts: countsOf(subscriber, () => unknown),
+    counts: withCounts({}, COUNT_NAMES, (name) => (name === "unknown" ? unknown : subscriber[name])),
     get connected() {
       return subscriber.connected;
     },
@@ -113,35 +119,21 @@ export function createSubscriber(options: CreateSubscriberOptions): SubscriberHa
   };
 }
 
-// Dispatch by whether the type is known; every message is checked on receipt (checkMessage), a
-// malformed one kept as a dead letter.
 function engineOptions(options: CreateSubscriberOptions, sql: Sql, countUnknown: () => void): SubscriberOptions {
   return {
+    ...options,
     sql,
     mqttUrl: typeof options.mqttUrl === "string" ? options.mqttUrl : [...options.mqttUrl],
     mqttProtocol: options.protocol,
     topic: topicOf(options),
-    consumer: options.consumer,
-    clientId: options.clientId,
-    sessionExpirySeconds: options.sessionExpirySeconds,
     handler: (event, tx) => (isKnownEvent(event) ? options.handle(event, tx) : options.onUnknown?.(event, tx)),
     check: checkMessage,
-    ordered: options.ordered,
-    gapTimeoutMs: options.gapTimeoutMs,
     api: options.api && gapFillApi(options.api),
-    maxHandlerAttempts: options.maxHandlerAttempts,
     // After the commit: a rolled-back attempt is not counted.
     onDelivery: (delivery) => {
       if (!delivery.duplicate && !isKnownEvent(delivery.event)) countUnknown();
       options.onDelivery?.(delivery);
     },
-    onHeld: options.onHeld,
-    onDeadLetter: options.onDeadLetter,
-    onMalformed: options.onMalformed,
-    onError: options.onError,
-    onBrokerMove: options.onBrokerMove,
-    log: options.log,
-    meter: options.meter,
   };
 }
 
@@ -165,33 +157,4 @@ function quietLog(options: CreateSubscriberOptions): Logger {
   const tell = (msg: string, fields?: Record<string, unknown>): void => options.onError?.(`${msg}${fields ? ` ${JSON.stringify(fields)}` : ""}`);
   const none = (): void => {};
   return { debug: none, info: none, warn: tell, error: tell };
-}
-
-function countsOf(subscriber: Subscriber, unknown: () => number): SubscriberCounts {
-  return {
-    get processed() {
-      return subscriber.processed;
-    },
-    get duplicates() {
-      return subscriber.duplicates;
-    },
-    get unknown() {
-      return unknown();
-    },
-    get malformed() {
-      return subscriber.malformed;
-    },
-    get deadLettered() {
-      return subscriber.deadLettered;
-    },
-    get held() {
-      return subscriber.held;
-    },
-    get gapsSkipped() {
-      return subscriber.gapsSkipped;
-    },
-    get gapsFilled() {
-      return subscriber.gapsFilled;
-    },
-  };
 }

@@ -8,13 +8,7 @@ import { MIGRATION_LOCK_ID } from "../platform/migrations.ts";
 // Any fixed 64-bit number unique to this library; not the service's migration lock.
 const SUBSCRIBER_MIGRATION_LOCK_ID = 7_310_422_118_048n;
 
-interface SubscriberMigration {
-  readonly version: number;
-  readonly name: string;
-  readonly text: string;
-}
-
-const MIGRATIONS: readonly SubscriberMigration[] = [
+const MIGRATIONS: readonly { readonly version: number; readonly name: string; readonly text: string }[] = [
   {
     version: 1,
     name: "0001_inbox_sequences_dead_letters",
@@ -88,8 +82,7 @@ export function migrateSubscriber(sql: Sql): Promise<SubscriberMigrationOutcome>
 }
 
 // The service's migration lock first (its migrations take only that one), then the library's:
-// on a database the subscriber shares with the service, the two never create the same tables
-// at once. In a database of the subscriber's own, nobody else takes the first.
+// on a database shared with the service, the two never create the same tables at once.
 async function lockMigrations(tx: Tx): Promise<void> {
   await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_ID.toString()}::bigint)`;
   await tx`select pg_advisory_xact_lock(${SUBSCRIBER_MIGRATION_LOCK_ID.toString()}::bigint)`;
@@ -108,6 +101,6 @@ async function appliedVersions(tx: Tx): Promise<number[]> {
   return rows.map((row) => row.version);
 }
 
-async function recordApplied(tx: Tx, migration: SubscriberMigration): Promise<void> {
+async function recordApplied(tx: Tx, migration: (typeof MIGRATIONS)[number]): Promise<void> {
   await tx`insert into charges_outbox_subscriber_migrations (version, name) values (${migration.version}, ${migration.name})`;
 }

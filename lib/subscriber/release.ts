@@ -1,29 +1,16 @@
-// An aggregate's held events, processed in sequence order after an event in its turn
-// (receive.ts) or from the gap sweep. Each in its own transaction and handler budget: one whose
-// handler keeps failing becomes a dead letter alone (the one before stays processed), and the
-// aggregate's later events wait again, for an operator or the timeout.
-import { parseEnvelope } from "../charges/events.ts";
-import { describeDbError, type Tx } from "../platform/db.ts";
+// An aggregate's held events, processed in sequence order after an event in its turn or from the
+// gap sweep. Each in its own transaction and handler budget: one whose handler keeps failing
+// becomes a dead letter alone, and the aggregate's later events wait again for the timeout.
+import { parseEnvelope, type EventEnvelope } from "../charges/events.ts";
+import type { Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
-import { keepDeadLetterWith } from "./dead-letter.ts";
-import { recordDeadLetter, recordInbox, type DeadLetter } from "./inbox-sql.ts";
-import { handlerAttempts, lateLetter, turnOf, withHandlerBudget, type Processing, type SequencedEvent } from "./process.ts";
+import { Closing, keepHandlerLetter, keepLate, turnOf, withHandlerBudget, type Outcome, type Processing, type SequencedEvent } from "./process.ts";
 import type { Report } from "./report.ts";
-import { Closing } from "./retry.ts";
-import { advance, deadLetterHeld, deleteHeld, inboxHas, lockPlace, nextHeld, type NextHeld, type Place } from "./sequence-sql.ts";
+import { advance, deadLetterHeld, deleteHeld, inboxHas, lockPlace, nextHeld, recordInbox } from "./sequence-sql.ts";
+import type { NextHeld, Place } from "./sequence-sql.ts";
 
-type Step =
-  /** Nothing held, or the next held event must wait for its turn. */
-  | { readonly kind: "waiting" }
-  | { readonly kind: "released"; readonly event: SequencedEvent; readonly topic: string; readonly duplicate: boolean; readonly skipped?: Skipped }
-  /** A held copy of an event already processed, deleted. */
-  | { readonly kind: "dropped" }
-  | { readonly kind: "late"; readonly event: SequencedEvent; readonly last: number; readonly letter: DeadLetter };
-
-interface Skipped {
-  readonly expected: number;
-  readonly waitedMs: number;
-}
+// What to tell once the held event's transaction committed; none: the aggregate waits.
+type Told = (() => void) | undefined;
 
 export class Releaser {
   constructor(
@@ -32,68 +19,64 @@ export class Releaser {
     private readonly timeoutMs: number,
   ) {}
 
-  async release(place: Place): Promise<void> {
-    for (;;) {
-      const step = await this.next(place);
-      switch (step.kind) {
-        case "waiting":
-          return;
-        case "dropped":
-          continue;
-        case "late":
-          this.report.late(place, step.event, step.last, step.letter);
-          continue;
-        case "released": {
-          const { event, topic, duplicate, skipped } = step;
-          if (skipped) this.report.gapSkipped(place, event, skipped.expected, skipped.waitedMs);
-          this.report.delivered({ event, topic, duplicate, redelivered: false, held: true, gapSkipped: skipped !== undefined, filled: false });
-        }
+  /** Tells what became of an event from the broker (or the API: `filled`), then releases those it lets follow. */
+  async settled(outcome: Outcome, event: EventEnvelope, topic: string, redelivered: boolean, filled: boolean): Promise<void> {
+    switch (outcome.kind) {
+      case "processed":
+      case "duplicate": {
+        const duplicate = outcome.kind === "duplicate";
+        this.report.delivered({ event, topic, duplicate, redelivered, held: false, gapSkipped: false, filled });
+        if (outcome.follow) await this.release(outcome.follow);
+        return;
       }
+      case "held":
+        if (outcome.fresh) this.report.held(outcome.place, outcome.event, topic, outcome.expected);
+        return;
+      case "late":
+        this.report.late(outcome.place, outcome.event, outcome.last, outcome.letter);
     }
   }
 
+  async release(place: Place): Promise<void> {
+    for (let told = await this.next(place); told; told = await this.next(place)) told();
+  }
+
   /** One held event's transaction, retried; a handler out of budget leaves it a dead letter, and the aggregate waits. */
-  private async next(place: Place): Promise<Step> {
+  private async next(place: Place): Promise<Told> {
     let current: NextHeld | undefined;
     const what = (): string => `held event ${current?.eventId ?? `of ${place.aggregateType} ${place.aggregateId}`}`;
     try {
       return await withHandlerBudget(this.processing, what, () => transaction(this.processing.sql, (tx) => this.step(tx, place, (held) => (current = held))));
     } catch (error) {
       if (error instanceof Closing || current === undefined) throw error;
-      const letter: DeadLetter = {
-        eventId: current.eventId,
-        consumer: place.consumer,
-        topic: current.topic,
-        payload: current.payload,
-        error: describeDbError(error),
-        attempts: handlerAttempts(this.processing),
-      };
-      await keepDeadLetterWith(this.processing, letter, deadLetterHeld);
-      this.report.deadLettered(letter);
-      return { kind: "waiting" };
+      this.report.deadLettered(await keepHandlerLetter(this.processing, current, error, deadLetterHeld));
+      return undefined;
     }
   }
 
-  private async step(tx: Tx, place: Place, taking: (held: NextHeld) => void): Promise<Step> {
+  private async step(tx: Tx, place: Place, taking: (held: NextHeld) => void): Promise<Told> {
     const last = await lockPlace(tx, place);
     const held = await nextHeld(tx, place, this.timeoutMs);
-    if (!held) return { kind: "waiting" };
+    if (!held) return undefined;
     const turn = turnOf(last, held.sequence);
-    if (turn === "ahead" && !held.overdue) return { kind: "waiting" };
+    if (turn === "ahead" && !held.overdue) return undefined;
     taking(held);
     const event = heldEvent(held);
     await deleteHeld(tx, held.eventId, place.consumer);
     if (turn === "past") {
-      if (await inboxHas(tx, event.id, place.consumer)) return { kind: "dropped" };
-      const letter = lateLetter({ event, place, topic: held.topic, payload: held.payload }, last);
-      await recordDeadLetter(tx, letter);
-      return { kind: "late", event, last, letter };
+      // A held copy of an event already processed is only deleted.
+      if (await inboxHas(tx, event.id, place.consumer)) return () => {};
+      const letter = await keepLate(tx, { event, place, topic: held.topic, payload: held.payload }, last);
+      return () => this.report.late(place, event, last, letter);
     }
     const fresh = await recordInbox(tx, event.id, place.consumer);
     if (fresh) await this.processing.handler?.(event, tx);
     await advance(tx, place, held.sequence);
-    const skipped = turn === "ahead" ? { expected: last + 1, waitedMs: held.waitedMs } : undefined;
-    return { kind: "released", event, topic: held.topic, duplicate: !fresh, ...(skipped && { skipped }) };
+    const gapSkipped = turn === "ahead";
+    return () => {
+      if (gapSkipped) this.report.gapSkipped(place, event, last + 1, held.waitedMs);
+      this.report.delivered({ event, topic: held.topic, duplicate: !fresh, redelivered: false, held: true, gapSkipped, filled: false });
+    };
   }
 }
 

@@ -1,8 +1,8 @@
-// The reference subscriber's place in each aggregate's sequence (subscriber_sequences) and the
-// events it holds until their turn (subscriber_held_events). Every statement that decides on
-// an aggregate's place runs after the aggregate's row is locked, in the same transaction.
+// The subscriber's statements: its inbox, its place in each aggregate's sequence
+// (subscriber_sequences), the events it holds until their turn (subscriber_held_events) and its
+// dead letters, kept before their PUBACK: nothing is acknowledged unprocessed and unkept. Every
+// statement that decides on an aggregate's place runs after its row is locked, in that transaction.
 import type { Sql, Tx } from "../platform/db.ts";
-import type { DeadLetter } from "./inbox-sql.ts";
 
 export interface Place {
   readonly consumer: string;
@@ -11,13 +11,12 @@ export interface Place {
 }
 
 /**
- * Locks the aggregate's row (created at 0) and, when the event is next, records it in the inbox:
- * one round trip for an event in its turn. `inserted` false with `last` = sequence - 1 means the
- * inbox had it. The lock comes first (the upsert waits for its holder), so share-group members
- * take an aggregate's events in turn, and `last` is what the one before committed.
+ * Locks the aggregate's row (created at 0) and, when the event is next, records it in the inbox,
+ * in one round trip; `inserted` false with `last` = sequence - 1: the inbox had it. The upsert
+ * waits for the lock's holder, so share-group members take an aggregate's events in turn.
  */
 export async function claimTurn(tx: Tx, place: Place, eventId: string, sequence: number): Promise<{ last: number; inserted: boolean }> {
-  const [row] = await tx<{ last: number; inserted: boolean }[]>`
+  const rows = await tx<{ last: number; inserted: boolean }[]>`
     with place as (
       insert into subscriber_sequences (consumer, aggregate_type, aggregate_id, last_sequence)
       values (${place.consumer}, ${place.aggregateType}, ${place.aggregateId}, 0)
@@ -30,20 +29,18 @@ export async function claimTurn(tx: Tx, place: Place, eventId: string, sequence:
       on conflict do nothing
       returning event_id)
     select (select last_sequence from place) as last, exists (select 1 from turn) as inserted`;
-  if (!row) throw new Error("bug: the upsert of subscriber_sequences returned no row");
-  return row;
+  return rows[0]!; // the upsert always returns its row
 }
 
 /** Locks the aggregate's row (created at 0 when new); its last processed sequence. */
 export async function lockPlace(tx: Tx, place: Place): Promise<number> {
-  const [row] = await tx<{ last: number }[]>`
+  const rows = await tx<{ last: number }[]>`
     insert into subscriber_sequences (consumer, aggregate_type, aggregate_id, last_sequence)
     values (${place.consumer}, ${place.aggregateType}, ${place.aggregateId}, 0)
     on conflict (consumer, aggregate_type, aggregate_id)
       do update set last_sequence = subscriber_sequences.last_sequence
     returning last_sequence as last`;
-  if (!row) throw new Error("bug: the upsert of subscriber_sequences returned no row");
-  return row.last;
+  return rows[0]!.last;
 }
 
 /** Moves the aggregate's place to `sequence`; whether it has held events (which may now follow). */
@@ -55,6 +52,15 @@ export async function advance(tx: Tx, place: Place, sequence: number): Promise<b
       select 1 from subscriber_held_events h
        where h.consumer = s.consumer and h.aggregate_type = s.aggregate_type and h.aggregate_id = s.aggregate_id) as more`;
   return row?.more === true;
+}
+
+/** false for a redelivery. Run it in the transaction of the consumer's writes: both commit, or neither. */
+export async function recordInbox(tx: Tx, eventId: string, consumer: string): Promise<boolean> {
+  const rows = await tx`
+    insert into inbox (event_id, consumer) values (${eventId}::uuid, ${consumer})
+    on conflict do nothing
+    returning event_id`;
+  return rows.length === 1;
 }
 
 export async function inboxHas(tx: Tx, eventId: string, consumer: string): Promise<boolean> {
@@ -81,7 +87,7 @@ export async function holdEvent(tx: Tx, place: Place, held: HeldEvent): Promise<
 
 export interface NextHeld extends HeldEvent {
   readonly overdue: boolean;
-  /** How long the gap has lasted: since the aggregate last advanced or its first held event came, whichever is later. */
+  /** Since the aggregate last advanced or its first held event came, whichever is later. */
   readonly waitedMs: number;
 }
 
@@ -106,7 +112,26 @@ export async function deleteHeld(tx: Tx, eventId: string, consumer: string): Pro
   await tx`delete from subscriber_held_events where event_id = ${eventId}::uuid and consumer = ${consumer}`;
 }
 
-/** Out of the held events and into the dead letters in one statement. */
+export interface DeadLetter {
+  readonly eventId: string;
+  readonly consumer: string;
+  readonly topic: string;
+  readonly payload: string;
+  readonly error: string;
+  readonly attempts: number;
+}
+
+/** A redelivery that fails again replaces the error and the time: the row says how it failed last. */
+export async function recordDeadLetter(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
+  await sql`
+    insert into subscriber_dead_letters (event_id, consumer, topic, payload, error, attempts)
+    values (${letter.eventId}::uuid, ${letter.consumer}, ${letter.topic}, ${letter.payload}, ${letter.error}, ${letter.attempts})
+    on conflict (event_id, consumer) do update
+      set topic = excluded.topic, payload = excluded.payload, error = excluded.error,
+          attempts = excluded.attempts, dead_at = now()`;
+}
+
+/** Out of the held events and into the dead letters, in one statement. */
 export async function deadLetterHeld(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
   await sql`
     with gone as (delete from subscriber_held_events where event_id = ${letter.eventId}::uuid and consumer = ${letter.consumer})
@@ -117,10 +142,7 @@ export async function deadLetterHeld(sql: Sql | Tx, letter: DeadLetter): Promise
           attempts = excluded.attempts, dead_at = now()`;
 }
 
-/**
- * Up to `limit` aggregates with a held event that may go now: its turn came (a crash between an
- * event's commit and the release of those after it leaves them so) or its gap is overdue.
- */
+/** Aggregates with a held event that may go now: its turn came (a crash before its release) or its gap is overdue. */
 export async function dueAggregates(sql: Sql, consumer: string, timeoutMs: number, limit: number): Promise<Place[]> {
   return sql<Place[]>`
     select s.consumer, s.aggregate_type as "aggregateType", s.aggregate_id as "aggregateId"
@@ -148,10 +170,7 @@ export interface Gap {
   readonly topic: string;
 }
 
-/**
- * Up to `limit` aggregates of `aggregateType` whose gap has lasted at least `afterMs` but not
- * `timeoutMs` (past it the gap sweep skips it), oldest first, aged as the gap timeout ages it.
- */
+/** Gaps of `aggregateType` that lasted `afterMs` but not `timeoutMs` (the sweep skips those), oldest first. */
 export async function gapsToFill(sql: Sql, consumer: string, aggregateType: string, afterMs: number, timeoutMs: number, limit: number): Promise<Gap[]> {
   const rows = await sql<{ aggregateId: string; last: number; held: number[]; topic: string }[]>`
     select s.aggregate_id as "aggregateId", s.last_sequence as last,

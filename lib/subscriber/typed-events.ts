@@ -29,27 +29,22 @@ export function isKnownEvent(event: EventEnvelope | ChargeEvent): event is Charg
   return KNOWN.has(event.type);
 }
 
-const commonEnvelope = (): TObject =>
-  t.Object({
-    id: t.String({ pattern: UUID_PATTERN }),
-    type: t.String({ minLength: 1 }),
-    aggregateId: t.String({ minLength: 1 }),
-    tenantId: t.Optional(t.String({ minLength: 1 })),
-    createdAt: t.String({ minLength: 1 }),
-    sequence: t.Optional(t.Integer({ minimum: 1 })),
-  });
+type Checkers = { readonly common: TypeCheck<TObject>; readonly byType: ReadonlyMap<string, TypeCheck<TObject>> };
 
-interface Checkers {
-  readonly common: TypeCheck<TObject>;
-  readonly byType: ReadonlyMap<string, TypeCheck<TObject>>;
-}
-
-// Compiled on first use, not at import (compiling builds functions, which edge runtimes refuse
-// at load), and once per process.
+// Compiled on first use, not at import: compiling builds functions, which edge runtimes refuse at load.
 let checkers: Checkers | undefined;
 function compiled(): Checkers {
   checkers ??= {
-    common: TypeCompiler.Compile(commonEnvelope()),
+    common: TypeCompiler.Compile(
+      t.Object({
+        id: t.String({ pattern: UUID_PATTERN }),
+        type: t.String({ minLength: 1 }),
+        aggregateId: t.String({ minLength: 1 }),
+        tenantId: t.Optional(t.String({ minLength: 1 })),
+        createdAt: t.String({ minLength: 1 }),
+        sequence: t.Optional(t.Integer({ minimum: 1 })),
+      }),
+    ),
     byType: new Map(EVENT_TYPES.map((type) => [type, TypeCompiler.Compile(ENVELOPE_SCHEMAS[type])])),
   };
   return checkers;
