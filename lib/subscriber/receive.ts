@@ -11,7 +11,8 @@ import type { DeadLetter } from "./sequence-sql.ts";
 import { Closing, keepDeadLetter, keepHandlerLetter, MAX_HANDLER_ATTEMPTS, processEvent, type Arrival, type Processing } from "./process.ts";
 import { Releaser } from "./release.ts";
 import { Report } from "./report.ts";
-import type { Checked, SubscriberOptions } from "./types.ts";
+import type { SubscriberOptions } from "./types.ts";
+import type { Checked } from "./typed-events.ts";
 
 type Ack = () => void;
 

@@ -4,11 +4,8 @@ import { metrics, type Counter, type ObservableGauge, type ObservableResult } fr
 import { silentLogger, type Logger } from "../platform/log.ts";
 import type { SequencedEvent } from "./process.ts";
 import type { DeadLetter, Gap, Place } from "./sequence-sql.ts";
-import type { Delivery, SubscriberOptions } from "./types.ts";
+import { COUNT_NAMES, type Counts, type Delivery, type SubscriberOptions } from "./types.ts";
 
-export const COUNT_NAMES =
-  ["processed", "duplicates", "rejected", "malformed", "deadLettered", "held", "gapsSkipped", "gapsFilled"] as const;
-export type Counts = Record<(typeof COUNT_NAMES)[number], number>;
 
 /** `target` with a live read-only property per name in `names`, read by `read`. */
 export function withCounts<T extends object, K extends string>(

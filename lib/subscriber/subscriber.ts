@@ -7,11 +7,11 @@ import { describeDbError } from "../platform/db.ts";
 import { every } from "../platform/every.ts";
 import { GapFiller } from "./gap-fill.ts";
 import { Receiver } from "./receive.ts";
-import { COUNT_NAMES, withCounts } from "./report.ts";
+import { withCounts } from "./report.ts";
 import { Closing } from "./process.ts";
 import { countHeld, dueAggregates } from "./sequence-sql.ts";
 import { closeSession, openSession } from "./session.ts";
-import type { Subscriber, SubscriberOptions } from "./types.ts";
+import { COUNT_NAMES, type Subscriber, type SubscriberOptions } from "./types.ts";
 
 export type { Delivery, GapFillApi, Held, Subscriber, SubscriberOptions } from "./types.ts";
 

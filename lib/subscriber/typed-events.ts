@@ -4,7 +4,6 @@
 import { Type as t, type TObject } from "@sinclair/typebox";
 import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
 import { ENVELOPE_SCHEMAS, EVENT_TYPES, UUID_PATTERN, type EventData, type EventEnvelope, type EventType } from "../charges/events.ts";
-import type { Checked } from "./types.ts";
 
 /** One event of a type this version knows, checked against its schema: `data` is typed by `type`. */
 export type ChargeEvent = {
@@ -72,3 +71,8 @@ function firstError(check: TypeCheck<TObject>, value: unknown): string {
   const error = check.Errors(value).First();
   return error ? `${error.path || "/"}: ${error.message}` : "does not match its schema";
 }
+
+export type Checked =
+  | { readonly kind: "event"; readonly event: EventEnvelope }
+  /** `eventId`: the id it names, when it names a valid one. */
+  | { readonly kind: "malformed"; readonly reason: string; readonly eventId?: string };

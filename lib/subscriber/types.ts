@@ -3,8 +3,12 @@ import type { Sql, Tx } from "../platform/db.ts";
 import type { MqttProtocol } from "../platform/config.ts";
 import type { Brokers } from "../platform/mqtt-brokers.ts";
 import type { EventEnvelope } from "../charges/events.ts";
-import type { CreateSubscriberOptions } from "./index.ts";
-import type { Counts } from "./report.ts";
+import type { Meter } from "@opentelemetry/api";
+import type postgres from "postgres";
+import type { Logger } from "../platform/log.ts";
+import type { BrokerMove } from "../platform/mqtt-brokers.ts";
+import type { DeadLetter } from "./sequence-sql.ts";
+import type { ChargeEvent, Checked, UnknownEvent } from "./typed-events.ts";
 
 export interface Delivery {
   readonly event: EventEnvelope;
@@ -54,10 +58,6 @@ export interface SubscriberOptions extends Omit<CreateSubscriberOptions, Library
 
 type LibraryOnly = "sql" | "mqttUrl" | "handle" | "onUnknown" | "topicPrefix" | "shareGroup" | "protocol" | "api" | "inboxRetentionSeconds";
 
-export type Checked =
-  | { readonly kind: "event"; readonly event: EventEnvelope }
-  /** `eventId`: the id it names, when it names a valid one. */
-  | { readonly kind: "malformed"; readonly reason: string; readonly eventId?: string };
 
 export interface GapFillApi {
   /** The API's origin (a path prefix is kept), no trailing slash. */
@@ -78,3 +78,62 @@ export interface Subscriber extends Readonly<Counts> {
   /** Disconnects, keeping the session: what arrives meanwhile waits at the broker. */
   close(): Promise<void>;
 }
+
+export type SubscriberTx = Tx;
+
+export interface CreateSubscriberOptions {
+  /** Several to fail over between (mqtt://, mqtts://, ws://, wss://). */
+  readonly mqttUrl: string | readonly string[];
+  /** The subscriber's own database (migrated by migrateSubscriber). */
+  readonly sql: postgres.Sql;
+  /** One per kind of consumer; also the default MQTT client id. */
+  readonly consumer: string;
+  /** Its writes through `tx` commit together with the inbox row, once per event id. */
+  readonly handle: (event: ChargeEvent, tx: SubscriberTx) => Promise<void> | void;
+  /** An event of a type this version does not know, in its inbox transaction; without it, counted only. */
+  readonly onUnknown?: (event: UnknownEvent, tx: SubscriberTx) => Promise<void> | void;
+  readonly topicPrefix?: string;
+  /** An MQTT 5 shared subscription: the members of a group split the stream (each needs its own `clientId`). */
+  readonly shareGroup?: string;
+  readonly clientId?: string;
+  readonly protocol?: MqttProtocol;
+  readonly sessionExpirySeconds?: number;
+  /** Order per charge by `sequence` (true by default); false: arrival order. */
+  readonly ordered?: boolean;
+  /** How long an event ahead of its turn waits for its predecessor before it goes anyway (5 minutes). */
+  readonly gapTimeoutMs?: number;
+  /** The API to fill a gap from, GET /charges/:id/events, once it lasted `fillAfterMs` (5 s). */
+  readonly api?: { readonly url: string; readonly token: string | (() => string | Promise<string>); readonly fillAfterMs?: number };
+  /** Handler failures before its event is kept as a dead letter (5). */
+  readonly maxHandlerAttempts?: number;
+  /** Inbox rows older than this are deleted (7 days); false: never. Keep it above the session expiry. */
+  readonly inboxRetentionSeconds?: number | false;
+  /** After the commit, before the PUBACK; for a held event, when it is processed (its PUBACK long sent). */
+  readonly onDelivery?: (delivery: Delivery) => void;
+  /** An event kept until its turn; a redelivery of it is not told again. */
+  readonly onHeld?: (held: Held) => void;
+  readonly onDeadLetter?: (letter: DeadLetter) => void;
+  readonly onMalformed?: (letter: DeadLetter) => void;
+  readonly onError?: (description: string) => void;
+  readonly onBrokerMove?: (move: BrokerMove) => void;
+  /** Where the gap lines go (held, skipped after the timeout, late); none by default. */
+  readonly log?: Logger;
+  readonly meter?: Meter;
+}
+
+export interface SubscriberCounts {
+  readonly processed: number;
+  readonly duplicates: number;
+  /** Events of a type this version does not know. */
+  readonly unknown: number;
+  readonly malformed: number;
+  /** Events the handler kept failing on (or that came after their turn was skipped). */
+  readonly deadLettered: number;
+  readonly held: number;
+  readonly gapsSkipped: number;
+  readonly gapsFilled: number;
+}
+
+export const COUNT_NAMES =
+  ["processed", "duplicates", "rejected", "malformed", "deadLettered", "held", "gapsSkipped", "gapsFilled"] as const;
+export type Counts = Record<(typeof COUNT_NAMES)[number], number>;
