@@ -1,16 +1,12 @@
-// The completer: drives every STARTED key whose lease has expired to its final state, without
-// any client, so that its event is published even if the client never comes back; and parks
-// the keys it could not resolve within PAYMENT_PROCESSOR_RESOLVE_WINDOW for an operator.
-//
-// One runner at a time: a round claims its keys in one short transaction that holds the job's
-// advisory lock (pg_try_advisory_xact_lock: also behind a transaction pooler), taking each
-// key's lease as a request would. The keys are then driven with nothing held but their
-// leases: no transaction, row lock or connection while the processor is called. An operator
-// resolves a parked key here too (resolveParked), by the same lease.
+// The completer: drives every STARTED key whose lease has expired to its final state, so that
+// its event is published even if the client never comes back, and parks the keys it could not
+// resolve within PAYMENT_PROCESSOR_RESOLVE_WINDOW for an operator, who resolves them here too.
+// A round takes its keys' leases in one short transaction under the job's advisory lock (an
+// xact lock: also behind a transaction pooler), then drives them holding nothing but the leases.
 import type { Sql } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
 import type { FinalOutcome, Operation, Resume } from "./model.ts";
-import type { HeldKey, KeyRef } from "./skeleton.ts";
+import type { KeyRef } from "./skeleton.ts";
 import type { HeldAdapter } from "./adapter.ts";
 import { drive, type DriveOptions, type DriveResult } from "./drive.ts";
 import { finishUnderLease, takeLease } from "./lease.ts";
@@ -19,13 +15,10 @@ export interface CompleterOptions extends DriveOptions {
   readonly lockId: bigint;
   /** Keys claimed per round. */
   readonly batch: number;
-  /**
-   * Keys driven at once: their calls wait on the processor, not on this process or the
-   * database (each step's statement borrows a connection for its own moment only).
-   */
+  /** Keys driven at once: their calls wait on the processor, not on this process or the database. */
   readonly parallel: number;
   readonly resolveWindowSeconds: number;
-  /** The operations with processor steps, by their key's endpoint (the domain lists them). */
+  /** The operations with processor steps, by their key's endpoint. */
   readonly operations: ReadonlyMap<string, Operation>;
   readonly onResumed?: (endpoint: string) => void;
 }
@@ -60,26 +53,19 @@ export async function completeRound(sql: Sql, options: CompleterOptions): Promis
   const results: DriveResult[] = [];
   const queue = [...claim.keys];
   const lane = async (): Promise<void> => {
-    for (let row = queue.shift(); row !== undefined; row = queue.shift()) results.push(await driveClaimed(sql, row, options));
+    for (let row = queue.shift(); row !== undefined; row = queue.shift()) {
+      const op = options.operations.get(row.endpoint)!;
+      options.onResumed?.(row.endpoint);
+      const held = { tenant: row.tenant, key: row.key, endpoint: row.endpoint, token: row.lease_token, point: row.recovery_point, resume: row.resume };
+      results.push(await drive(sql, op, held, true, options));
+    }
   };
   await Promise.all(Array.from({ length: Math.min(options.parallel, queue.length) }, lane));
   const count = (kind: DriveResult["kind"]) => results.filter((r) => r.kind === kind).length;
   return { claimed: claim.keys.length, finished: count("final"), unknown: count("unknown"), lost: count("lost"), parked: claim.parked + count("parked") };
 }
 
-function driveClaimed(sql: Sql, row: ClaimedRow, options: CompleterOptions): Promise<DriveResult> {
-  const op = options.operations.get(row.endpoint);
-  if (op === undefined) throw new Error(`bug: claimed a key of ${row.endpoint}, which has no processor steps`);
-  const held: HeldKey = { tenant: row.tenant, key: row.key, endpoint: row.endpoint, token: row.lease_token, point: row.recovery_point, resume: row.resume };
-  options.onResumed?.(row.endpoint);
-  return drive(sql, op, held, true, options);
-}
-
-/**
- * Parks the STARTED keys older than the window (and not held): the completer stops trying
- * them, and the operator is told (idempotency_parked_keys, the alert, `bun run ops parked`).
- * A request with the key may still resume it.
- */
+/** Parks the STARTED keys older than the window and not held; a request with the key may still resume one. */
 async function parkUnresolved(sql: Sql, windowSeconds: number): Promise<number> {
   const result = await sql`
     update idempotency_keys set parked_at = now()
@@ -105,18 +91,6 @@ async function claimExpired(sql: Sql, endpoints: string[], batch: number, leaseM
     returning k.tenant, k.key, k.endpoint, k.lease_token, k.recovery_point, k.resume`;
 }
 
-export interface ParkedKey {
-  readonly keyHash: string;
-  readonly endpoint: string;
-  readonly tenant: string;
-  readonly recoveryPoint: string;
-  readonly resume: Resume;
-  readonly attempts: number;
-  readonly lastError: string | null;
-  readonly parkedAt: Date;
-  readonly createdAt: Date;
-}
-
 /** How many keys are parked now (idempotency_parked_keys). */
 export async function parkedCount(sql: Sql): Promise<number> {
   const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'STARTED' and parked_at is not null`;
@@ -134,17 +108,14 @@ export type ResolveResult =
   | { readonly resolved: true; readonly outcome: string; readonly status?: number };
 
 /**
- * Resolves the STARTED key that an operation's own id names (`id`, a UUID: the first of its
- * `operatorIds`, the object its key began): unparked, its lease taken (a live one is refused),
- * then either driven once now, or finished with the operator's outcome (phase 3, as the steps
- * would have written it: the processor's object id, or its refusal code, where the
- * operation's `resolution` says). `operations`: those with processor steps, by endpoint.
+ * Resolves the STARTED key whose operation's own id (the first of its `operatorIds`) is `id`:
+ * unparked, its lease taken (a live one is refused), then driven once now, or finished with the
+ * operator's outcome as the steps would have written it.
  */
 export async function resolveParked(sql: Sql, id: string, resolution: Resolution, operations: ReadonlyMap<string, Operation>, processor: HeldAdapter | undefined, leaseMs: number): Promise<ResolveResult> {
   const ref = await unparkByOwnId(sql, operations, id);
   if (ref === undefined) return { resolved: false, reason: "not_found" };
-  const op = operations.get(ref.endpoint);
-  if (op === undefined) throw new Error(`bug: a STARTED key of ${ref.endpoint}`);
+  const op = operations.get(ref.endpoint)!;
   const held = await takeLease(sql, ref, leaseMs);
   if (held === undefined) return { resolved: false, reason: "held" };
   if (resolution.kind === "retry") {
@@ -159,7 +130,7 @@ export async function resolveParked(sql: Sql, id: string, resolution: Resolution
   return response === undefined ? { resolved: false, reason: "held" } : { resolved: true, outcome, status: response.status };
 }
 
-/** The STARTED key whose operation's own id is `id`, unparked and due at once; undefined when none. */
+/** The STARTED key whose operation's own id is `id`, unparked and due at once. */
 async function unparkByOwnId(sql: Sql, operations: ReadonlyMap<string, Operation>, id: string): Promise<KeyRef | undefined> {
   const owners = [...operations].map(([endpoint, op]) => ({ endpoint, field: op.foreign!.operatorIds[0]! }));
   const [row] = await sql<KeyRef[]>`
