@@ -6,7 +6,7 @@
 import type { Sql } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
 import type { FinalOutcome, Operation, Resume } from "./model.ts";
-import type { KeyRef } from "./skeleton.ts";
+import type { HeldKey, KeyRef } from "./skeleton.ts";
 import type { HeldAdapter } from "./adapter.ts";
 import { drive, type DriveOptions, type DriveResult } from "./drive.ts";
 import { finishUnderLease, takeLease } from "./lease.ts";
@@ -31,15 +31,6 @@ export interface CompleterRound {
   readonly parked: number;
 }
 
-interface ClaimedRow {
-  readonly tenant: string;
-  readonly key: string;
-  readonly endpoint: string;
-  readonly lease_token: string;
-  readonly recovery_point: string;
-  readonly resume: Resume;
-}
-
 /** One round, or undefined when another process is running the completer. */
 export async function completeRound(sql: Sql, options: CompleterOptions): Promise<CompleterRound | undefined> {
   const claim = await transaction(sql, async (tx) => {
@@ -53,11 +44,9 @@ export async function completeRound(sql: Sql, options: CompleterOptions): Promis
   const results: DriveResult[] = [];
   const queue = [...claim.keys];
   const lane = async (): Promise<void> => {
-    for (let row = queue.shift(); row !== undefined; row = queue.shift()) {
-      const op = options.operations.get(row.endpoint)!;
-      options.onResumed?.(row.endpoint);
-      const held = { tenant: row.tenant, key: row.key, endpoint: row.endpoint, token: row.lease_token, point: row.recovery_point, resume: row.resume };
-      results.push(await drive(sql, op, held, true, options));
+    for (let held = queue.shift(); held !== undefined; held = queue.shift()) {
+      options.onResumed?.(held.endpoint);
+      results.push(await drive(sql, options.operations.get(held.endpoint)!, held, true, options));
     }
   };
   await Promise.all(Array.from({ length: Math.min(options.parallel, queue.length) }, lane));
@@ -75,8 +64,8 @@ async function parkUnresolved(sql: Sql, windowSeconds: number): Promise<number> 
 }
 
 /** Takes the lease of up to `batch` expired, unparked keys whose back-off has passed, oldest lease first. */
-async function claimExpired(sql: Sql, endpoints: string[], batch: number, leaseMs: number): Promise<ClaimedRow[]> {
-  return sql<ClaimedRow[]>`
+async function claimExpired(sql: Sql, endpoints: string[], batch: number, leaseMs: number): Promise<HeldKey[]> {
+  return sql<HeldKey[]>`
     update idempotency_keys k
        set lease_token = gen_random_uuid(), lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8)
       from (select tenant, key, endpoint
@@ -88,7 +77,7 @@ async function claimExpired(sql: Sql, endpoints: string[], batch: number, leaseM
              limit ${batch}
                for update skip locked) due
      where k.tenant = due.tenant and k.key = due.key and k.endpoint = due.endpoint
-    returning k.tenant, k.key, k.endpoint, k.lease_token, k.recovery_point, k.resume`;
+    returning k.tenant, k.key, k.endpoint, k.lease_token as token, k.recovery_point as point, k.resume`;
 }
 
 /** How many keys are parked now (idempotency_parked_keys). */

@@ -52,8 +52,6 @@ export function createGroupCommit(options: GroupOptions): GroupCommit {
     slot((slotEndsAt) => statement.send(items, Math.min(endsAt, slotEndsAt)));
   let inFlight = 0;
   let queue: Pending[] = [];
-  let statements = 0;
-  let requests = 0;
   const finished = (): void => {
     inFlight--;
     pump();
@@ -64,20 +62,25 @@ export function createGroupCommit(options: GroupOptions): GroupCommit {
       queue = rest;
       if (batch.length === 0) continue;
       inFlight++;
-      statements++;
-      requests += batch.length;
+      group.statements++;
+      group.requests += batch.length;
       // send() settles every item itself; a bug that escapes it still answers them.
       void send(batch, sendIn)
         .catch((error: unknown) => batch.forEach((p) => p.reject(error)))
         .finally(finished);
     }
   };
-  return {
+  const group = {
+    statements: 0,
+    requests: 0,
+    get queued() {
+      return queue.length;
+    },
     run<I, R>(statement: GroupStatement<I, R>, item: I, endsAt: number): Promise<R> {
       if (inFlight < options.maxInFlight && queue.length === 0) {
         inFlight++;
-        statements++;
-        requests++;
+        group.statements++;
+        group.requests++;
         const sent = sendIn(statement, [item], endsAt).then((results) => results[0]!);
         void sent.then(finished, finished);
         return sent;
@@ -87,16 +90,8 @@ export function createGroupCommit(options: GroupOptions): GroupCommit {
         pump();
       });
     },
-    get statements() {
-      return statements;
-    },
-    get requests() {
-      return requests;
-    },
-    get queued() {
-      return queue.length;
-    },
   };
+  return group;
 }
 
 /**
