@@ -6,10 +6,10 @@
 import type { Sql } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
 import type { FinalOutcome, Operation, Resume } from "./model.ts";
-import type { HeldKey, KeyRef } from "./skeleton.ts";
+import { compile, runFinish, type HeldKey, type KeyRef } from "./skeleton.ts";
 import type { HeldAdapter } from "./adapter.ts";
 import { drive, type DriveOptions, type DriveResult } from "./drive.ts";
-import { finishUnderLease, takeLease } from "./lease.ts";
+import { takeLease } from "./lease.ts";
 
 export interface CompleterOptions extends DriveOptions {
   readonly lockId: bigint;
@@ -115,7 +115,8 @@ export async function resolveParked(sql: Sql, id: string, resolution: Resolution
   const outcome: FinalOutcome = resolution.kind;
   const { succeeded, refused } = op.foreign!.resolution;
   const patch: Resume = resolution.kind === "succeeded" ? { [succeeded]: resolution.processorId } : { [refused]: resolution.code };
-  const response = await finishUnderLease(sql, op, held, outcome, { ...held.resume, ...patch, resolvedBy: "operator" });
+  const resume = { ...held.resume, ...patch, resolvedBy: "operator" };
+  const [response] = await runFinish(sql, compile(sql, op, "finish"), [{ key: held, outcome, resume }]);
   return response === undefined ? { resolved: false, reason: "held" } : { resolved: true, outcome, status: response.status };
 }
 

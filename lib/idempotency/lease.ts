@@ -76,12 +76,6 @@ async function parkKey(sql: Sql, key: HeldKey, reason: string, endsAt: number): 
   return rows.count === 1;
 }
 
-/** Phase 3 of one key, sent at once; undefined when its holder lost the lease (nothing written). */
-export async function finishUnderLease(sql: Sql, op: Operation, key: HeldKey, outcome: FinalOutcome, resume: Resume): Promise<StoredResponse | undefined> {
-  const [response] = await runFinish(sql, compile(sql, op, "finish"), [{ key, outcome, resume }]);
-  return response;
-}
-
 /** The writes of a drive, each a compare-and-set by the holder. */
 export interface LeaseWrites {
   record(key: HeldKey, point: string, resume: Resume): Promise<boolean>;
