@@ -20,7 +20,6 @@ export interface CompleterOptions extends DriveOptions {
   readonly resolveWindowSeconds: number;
   /** The operations with processor steps, by their key's endpoint. */
   readonly operations: ReadonlyMap<string, Operation>;
-  readonly onResumed?: (endpoint: string) => void;
 }
 
 export interface CompleterRound {
@@ -45,7 +44,6 @@ export async function completeRound(sql: Sql, options: CompleterOptions): Promis
   const queue = [...claim.keys];
   const lane = async (): Promise<void> => {
     for (let held = queue.shift(); held !== undefined; held = queue.shift()) {
-      options.onResumed?.(held.endpoint);
       results.push(await drive(sql, options.operations.get(held.endpoint)!, held, true, options));
     }
   };

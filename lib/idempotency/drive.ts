@@ -16,6 +16,8 @@ export interface DriveOptions {
   readonly leaseMs: number;
   /** How the steps' writes reach the database; each its own statement when absent. */
   readonly writes?: LeaseWrites;
+  /** A key taken over from a holder that is gone (idempotency_resumed_total). */
+  readonly onResumed?: (endpoint: string) => void;
 }
 
 export type DriveResult =
@@ -63,6 +65,7 @@ function capabilitiesOf(declaration: ForeignDeclaration<unknown>, adapter: HeldA
 export async function drive(sql: Sql, op: Operation, start: HeldKey, resumed: boolean, options: DriveOptions): Promise<DriveResult> {
   const declaration = op.foreign;
   if (declaration === undefined) throw new Error(`bug: ${op.name} has no processor steps`);
+  if (resumed) options.onResumed?.(start.endpoint);
   const writes = options.writes ?? groupedWrites(sql, op, options.leaseMs);
   const fault = resumeFault(declaration, start.resume);
   if (fault !== undefined) return (await writes.park(start, fault)) ? { kind: "parked", reason: fault } : { kind: "lost" };

@@ -24,10 +24,7 @@ export interface OperationRequest<Body> {
   readonly traceparent: string | null;
 }
 
-export interface ForeignOptions extends Omit<DriveOptions, "writes"> {
-  /** A key taken over from a holder that is gone. */
-  readonly onResumed?: (endpoint: string) => void;
-}
+export type ForeignOptions = Omit<DriveOptions, "writes">;
 
 export interface CoreOptions {
   readonly ttlSeconds: number;
@@ -130,7 +127,6 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
     // STARTED, its lease expired: its holder is gone or gave up on an unknown outcome.
     const held = await d.run((endsAt) => takeLease(sql, { tenant: request.tenant, key: request.key, endpoint }, b.steps!.leaseMs, endsAt));
     if (held === undefined) return IN_FLIGHT;
-    foreign!.onResumed?.(endpoint);
     return fromDrive(op, await drive(sql, op, held, true, b.steps));
   };
 
