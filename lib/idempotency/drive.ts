@@ -61,7 +61,7 @@ function capabilitiesOf(declaration: ForeignDeclaration<unknown>, adapter: HeldA
   return byDeclaration.get(declaration);
 }
 
-/** Runs `key`'s steps from its recovery point to a final state, an unknown outcome, a lost lease or a parked key. */
+/** Runs the steps from the key's recovery point to a final state, an unknown outcome, a lost lease or a park. */
 export async function drive(sql: Sql, op: Operation, start: HeldKey, resumed: boolean, options: DriveOptions): Promise<DriveResult> {
   const declaration = op.foreign;
   if (declaration === undefined) throw new Error(`bug: ${op.name} has no processor steps`);

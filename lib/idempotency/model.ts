@@ -146,7 +146,7 @@ export interface FinalRow {
   readonly columns: Readonly<Record<string, ColumnValue>>;
 }
 
-/** Phase 3's CTEs, after the holder's compare-and-set defines `won`; `write` ends with `events`, as the ledger's. */
+/** Phase 3's CTEs, after the holder's compare-and-set defines `won`; `write` ends with `events`. */
 export interface FinishSql {
   readonly columns: Readonly<Record<string, SqlType>>;
   readonly write: Fragment;

@@ -29,7 +29,7 @@ const OUTCOME_KIND_SET: Readonly<Record<OutcomeKind, true>> = {
 };
 export const OUTCOME_KINDS = Object.keys(OUTCOME_KIND_SET) as readonly OutcomeKind[];
 
-const IN_FLIGHT: Outcome = { kind: "in_flight" };
+export const IN_FLIGHT: Outcome = { kind: "in_flight" };
 
 /**
  * A key row written before this request's statement: its stored answer, a conflict, or

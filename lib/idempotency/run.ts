@@ -13,7 +13,7 @@ import { compile, findKey, runClaim, type Compiled, type KeyRow, type RequestRow
 import { AT_ONCE, createGroupCommit, type GroupOptions, type GroupStatement, type StatementStats } from "./group-commit.ts";
 import { drive, type DriveOptions } from "./drive.ts";
 import { groupedWrites, takeLease } from "./lease.ts";
-import { createdOf, fromDrive, fromStored, fromUnwritten, type Outcome } from "./outcome.ts";
+import { IN_FLIGHT, createdOf, fromDrive, fromStored, fromUnwritten, type Outcome } from "./outcome.ts";
 import { createKeyWaits } from "./waits.ts";
 
 export interface OperationRequest<Body> {
@@ -87,7 +87,6 @@ const MAX_RESENDS = 2;
 // A held request reads its key once more after its wait: this much of its deadline is kept for that.
 const WAIT_MARGIN_MS = 1000;
 const MS_PER_S = 1000;
-const IN_FLIGHT: Outcome = { kind: "in_flight" };
 // A claim that hit the unique constraint lost a race for the same key: in flight.
 const LOST_RACE: KeyRow = { got: false, created: 0, refusal: null, detail: null, request_hash: null, status: null, response_status: null, response_body: null };
 

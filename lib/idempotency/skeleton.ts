@@ -76,7 +76,7 @@ const FINISH_COLUMNS: Readonly<Record<string, SqlType>> = {
 const COLUMN_NAME = /^[a-z_][a-z0-9_]*$/;
 const SQL_TYPES = new Set<SqlType>(["uuid", "text", "int", "bigint", "boolean", "jsonb", "timestamptz"]);
 
-/** `req`'s record type. Names and types come from declarations, never a request; checked so a typo fails at start. */
+/** `req`'s record type. Names and types come from declarations, never a request: checked at start. */
 function recordOf(sql: Sql, owner: string, columns: Readonly<Record<string, SqlType>>): Fragment {
   const record = Object.entries(columns).map(([name, type]) => {
     if (!COLUMN_NAME.test(name) || !SQL_TYPES.has(type)) throw new Error(`bug: ${owner} declares column ${name} ${type}`);
@@ -139,6 +139,9 @@ function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
   return { op, endpoint, record, admit, write, existing, event, result, completed };
 }
 
+/** How long a claimed key's answer lives, and phase 1's lease. */
+type ClaimTerms = Readonly<{ ttlSeconds: number; leaseMs: number }>;
+
 /**
  * The key's claim, the one statement that inserts a key: every request of `rows` in one round
  * trip and one transaction, row by row:
@@ -151,7 +154,7 @@ function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
  * The unique index stays the safety net under the advisory lock. The lookup is a lateral
  * subquery kept from being flattened (offset 0), so each request reads the unique index.
  */
-export async function runClaim(sql: Sql, c: Compiled, terms: { readonly ttlSeconds: number; readonly leaseMs: number }, rows: readonly RequestRow[], endsAt = Number.POSITIVE_INFINITY): Promise<KeyRow[]> {
+export async function runClaim(sql: Sql, c: Compiled, terms: ClaimTerms, rows: readonly RequestRow[], endsAt = Number.POSITIVE_INFINITY): Promise<KeyRow[]> {
   const values =
     c.completed ??
     sql`'STARTED', null::int, null::text, ${c.op.foreign!.firstPoint}, r.token,
