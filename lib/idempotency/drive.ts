@@ -63,8 +63,7 @@ function capabilitiesOf(declaration: ForeignDeclaration<unknown>, adapter: HeldA
 
 /** Runs the steps from the key's recovery point to a final state, an unknown outcome, a lost lease or a park. */
 export async function drive(sql: Sql, op: Operation, start: HeldKey, resumed: boolean, options: DriveOptions): Promise<DriveResult> {
-  const declaration = op.foreign;
-  if (declaration === undefined) throw new Error(`bug: ${op.name} has no processor steps`);
+  const declaration = op.foreign!;
   if (resumed) options.onResumed?.(start.endpoint);
   const writes = options.writes ?? groupedWrites(sql, op, options.leaseMs);
   const fault = resumeFault(declaration, start.resume);

@@ -168,8 +168,7 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
         if (row.created !== 1) outcome = await unwritten(b, request, row, requestHash, claim, d);
         else if (b.steps === undefined) outcome = createdOf(op, row.answer ?? claim.body!);
         else {
-          if (row.resume == null) throw new Error(`bug: ${op.name} began without a resume`);
-          const held = { tenant: request.tenant, key: request.key, endpoint: b.c.endpoint, token: claim.token!, point: op.foreign!.firstPoint, resume: row.resume };
+          const held = { tenant: request.tenant, key: request.key, endpoint: b.c.endpoint, token: claim.token!, point: op.foreign!.firstPoint, resume: row.resume! };
           outcome = fromDrive(op, await drive(sql, op, held, false, b.steps));
         }
         if (outcome.kind === "created" || (outcome.kind === "stored_problem" && !outcome.replayed)) options.onCreated?.();

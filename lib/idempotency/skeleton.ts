@@ -107,8 +107,7 @@ function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
       returning id
     )`;
   if (mode === "finish") {
-    if (op.foreign === undefined) throw new Error(`bug: ${op.name} has no phase 3`);
-    const { columns, write } = op.foreign.finishSql(sql);
+    const { columns, write } = op.foreign!.finishSql(sql);
     return { op, endpoint, record: recordOf(sql, op.name, { ...FINISH_COLUMNS, ...columns }), admit: sql``, write, existing: sql``, event, result: sql``, completed: undefined };
   }
   const own = mode === "ledger" ? op.columns : { ...op.foreign!.columns };
