@@ -10,7 +10,8 @@ import type { FingerprintFields } from "./keys.ts";
 
 export type Fragment = postgres.Fragment;
 
-export type SqlType = "uuid" | "text" | "int" | "bigint" | "boolean" | "jsonb" | "timestamptz";
+export const SQL_TYPES = ["uuid", "text", "int", "bigint", "boolean", "jsonb", "timestamptz"] as const;
+export type SqlType = (typeof SQL_TYPES)[number];
 
 export type ColumnValue = string | number | boolean | null;
 

@@ -4,7 +4,7 @@
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import { newEventId } from "../platform/uuid.ts";
-import { endpointOf, type ColumnValue, type FinalOutcome, type Fragment, type Mode, type Operation, type Resume, type SqlType, type StoredResponse } from "./model.ts";
+import { SQL_TYPES, endpointOf, type ColumnValue, type FinalOutcome, type Fragment, type Mode, type Operation, type Resume, type SqlType, type StoredResponse } from "./model.ts";
 
 /** What a key statement (single or phase 1) answers for one request. */
 export interface KeyRow {
@@ -74,12 +74,11 @@ const FINISH_COLUMNS: Readonly<Record<string, SqlType>> = {
   response_status: "int", response_body: "text", resume: "jsonb", event_id: "uuid", traceparent: "text",
 };
 const COLUMN_NAME = /^[a-z_][a-z0-9_]*$/;
-const SQL_TYPES = new Set<SqlType>(["uuid", "text", "int", "bigint", "boolean", "jsonb", "timestamptz"]);
 
 /** `req`'s record type. Names and types come from declarations, never a request: checked at start. */
 function recordOf(sql: Sql, owner: string, columns: Readonly<Record<string, SqlType>>): Fragment {
   const record = Object.entries(columns).map(([name, type]) => {
-    if (!COLUMN_NAME.test(name) || !SQL_TYPES.has(type)) throw new Error(`bug: ${owner} declares column ${name} ${type}`);
+    if (!COLUMN_NAME.test(name) || !SQL_TYPES.includes(type)) throw new Error(`bug: ${owner} declares column ${name} ${type}`);
     return `${name} ${type}`;
   });
   return sql.unsafe(record.join(", "));
