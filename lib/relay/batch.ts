@@ -111,7 +111,7 @@ async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: Ou
 export function startBatch(ctx: BatchContext, turn: BatchTurn, limit: number): BatchRun {
   let handOff: (claimed: Claimed) => void = () => {};
   const claimed = new Promise<Claimed>((resolve) => (handOff = resolve));
-  // An update that failed aborted the transaction, which the COMMIT rolled back: the batch fails with its error.
+  // A failed update aborted the transaction, which the COMMIT rolled back: the batch fails with it.
   const result = transaction(ctx.sql, (tx, lost) => batchInTx(ctx, turn, limit, tx, handOff, lost)).then(async ({ result, marked }) => {
     await marked;
     return result;

@@ -40,7 +40,7 @@ export function createClaimFrontier() {
     get overlap(): number {
       return last === undefined ? 0 : overlap;
     },
-    /** A claim of up to `limit` came back with `count`, the last created at `lastCreatedAt`, `atEnd` of them then. */
+    /** A claim of up to `limit` took `count`, the last created at `lastCreatedAt`, `atEnd` of them then. */
     claimed(limit: number, count: number, lastCreatedAt: string | undefined, atEnd = 0): void {
       last = count < limit ? undefined : lastCreatedAt;
       overlap = atEnd;
