@@ -7,12 +7,9 @@ import type { RelayEvents } from "./loop.ts";
 // Row created → PUBACK. Fine below 50 ms (the latency target), coarse up to minutes (backlogs, retries).
 const LAG_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
-/**
- * `knownDestinations` start at zero, so both counters are on /metrics from the first scrape
- * and a rate() alert on errors works before the first error.
- */
-export function otelRelayEvents(knownDestinations: readonly string[] = [], meterName = "charges"): RelayEvents {
-  const meter = metrics.getMeter(meterName);
+/** `knownDestinations` start at zero: a rate() alert on errors works before the first error. */
+export function otelRelayEvents(knownDestinations: readonly string[]): RelayEvents {
+  const meter = metrics.getMeter("charges");
   const published = meter.createCounter("outbox_published_total", {
     description: "Outbox rows published and acknowledged by the broker",
   });
