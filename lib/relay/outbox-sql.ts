@@ -148,9 +148,7 @@ export async function markPublished(tx: Db, tids: readonly string[]): Promise<nu
   return result.count;
 }
 
-export interface Failure {
-  readonly id: string;
-  readonly error: string;
+export interface Failure extends Release {
   /** Retrying cannot help (e.g. PUBACK "not authorized"): park at once. */
   readonly park: boolean;
 }

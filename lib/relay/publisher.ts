@@ -15,21 +15,7 @@ export type PublishFn = (message: OutboundMessage) => Promise<void>;
 /** As PublishFn, answering through a callback (PublishWindow.deliver). */
 export type DeliverFn = (message: OutboundMessage, done: Delivered) => void;
 
-export interface Broker {
-  /** Every connection has its CONNACK. */
-  readonly connected: boolean;
-  /** Why the last connection attempt failed, until every connection is up again (for /readyz). */
-  readonly lastError: string | undefined;
-  /** The broker in use (of MQTT_URL's list), its password masked. */
-  readonly url: string;
-  publish: PublishFn;
-  deliver: DeliverFn;
-  /** Called with true when the last connection is up and false when the first is lost. Returns an unsubscribe. */
-  onConnectionChange(listener: (connected: boolean) => void): () => void;
-  /** Called once per move to the next broker of the list after the one in use was lost. Returns an unsubscribe. */
-  onMove(listener: (move: BrokerMove) => void): () => void;
-  close(): Promise<void>;
-}
+export type Broker = ReturnType<typeof connectBroker>;
 
 interface BrokerOptions {
   /** MQTT connections to open (1 by default), each with its own Receive Maximum. */
@@ -81,7 +67,7 @@ interface Connection {
 }
 
 /** The relay's connections to one broker, or to the broker in use of a list, all moving together. */
-export function connectBroker(brokers: Brokers, options: BrokerOptions = {}): Broker {
+export function connectBroker(brokers: Brokers, options: BrokerOptions = {}) {
   const list = brokerList(brokers);
   const listeners = new Set<(connected: boolean) => void>();
   const base = `charges-relay-${crypto.randomUUID().slice(0, 8)}`;
@@ -108,23 +94,28 @@ export function connectBroker(brokers: Brokers, options: BrokerOptions = {}): Br
   const count = connections.length;
   const windowOf = (message: OutboundMessage): PublishWindow => (connections[connectionOf(message.key, count)] as Connection).window;
   return {
-    get connected() {
+    /** Every connection has its CONNACK. */
+    get connected(): boolean {
       return allConnected();
     },
-    get lastError() {
+    /** Why the last connection attempt failed, until every connection is up again (for /readyz). */
+    get lastError(): string | undefined {
       return lastError;
     },
-    get url() {
+    /** The broker in use (of MQTT_URL's list), its password masked. */
+    get url(): string {
       return list.inUse;
     },
-    publish: (message) => windowOf(message).publish(message),
-    deliver: (message, done) => windowOf(message).deliver(message, done),
-    onConnectionChange(listener) {
+    publish: ((message) => windowOf(message).publish(message)) satisfies PublishFn,
+    deliver: ((message, done) => windowOf(message).deliver(message, done)) satisfies DeliverFn,
+    /** Called with true when the last connection is up and false when the first is lost. Returns an unsubscribe. */
+    onConnectionChange(listener: (connected: boolean) => void): () => void {
       listeners.add(listener);
       return () => listeners.delete(listener);
     },
-    onMove: (listener) => list.onMove(listener),
-    async close() {
+    /** Called once per move to the next broker of the list after the one in use was lost. Returns an unsubscribe. */
+    onMove: (listener: (move: BrokerMove) => void): (() => void) => list.onMove(listener),
+    async close(): Promise<void> {
       listeners.clear();
       await Promise.all(connections.map((c) => closeClient(c.client)));
     },

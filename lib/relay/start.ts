@@ -1,7 +1,7 @@
 // Assembles the relay process from config: the pool, the schema, the broker connection, the
 // loop, its metrics and its HTTP surface (/healthz, /readyz, /metrics, /asyncapi.json).
 import type { Config } from "../platform/config.ts";
-import { createSql, type Sql } from "../platform/db.ts";
+import { createSql } from "../platform/db.ts";
 import { isTransactionPooled } from "../platform/pooler.ts";
 import { createLogger, type Logger } from "../platform/log.ts";
 import { openDatabase } from "../platform/startup.ts";
@@ -9,8 +9,8 @@ import { youngCollection, type FetchHandler } from "../platform/runtime.ts";
 import { createGcPacer, UNPACED } from "../platform/gc-pacer.ts";
 import { EVENT_TYPES, topicOf } from "../charges/events.ts";
 import { asyncApiJson } from "./asyncapi.ts";
-import { connectBroker, type Broker } from "./publisher.ts";
-import { createRelay, laneCount, type Relay } from "./loop.ts";
+import { connectBroker } from "./publisher.ts";
+import { createRelay, laneCount } from "./loop.ts";
 import { createRelayFetch } from "./http.ts";
 import { otelRelayEvents } from "./metrics.ts";
 import type { HttpServerMetrics } from "../platform/http-metrics.ts";
@@ -28,25 +28,9 @@ const POOL_CLOSE_GRACE_S = 1;
 // memory to the kernel at drain speed (lib/platform/gc-pacer.ts); each costs a millisecond or more.
 const GC_EVERY_ROWS = 4000;
 
-export interface RelayProcess {
-  readonly sql: Sql;
-  /** Where the ops jobs run: DATABASE_DIRECT_URL's pool when set, else `sql` (job-lock.ts). */
-  readonly jobsSql: Sql;
-  readonly broker: Broker;
-  readonly relay: Relay;
-  /** Rows answered per young collection; null where the runtime has none to pace (Deno). */
-  readonly gcEveryRows: number | null;
-  /** /healthz, /readyz, /asyncapi.json and, when given, /metrics. */
-  readonly fetch: FetchHandler;
-  /** The loop; resolves after stop(). */
-  run(): Promise<void>;
-  /** No new claims; the batches in flight finish (PUBACKs awaited, rows marked). */
-  stop(): Promise<void>;
-  /** Closes the broker connection and the pool; after stop(). */
-  close(): Promise<void>;
-}
+export type RelayProcess = Awaited<ReturnType<typeof startRelay>>;
 
-export interface RelayProcessOptions {
+interface RelayProcessOptions {
   /** Prometheus exposition for GET /metrics (the entrypoint owns the SDK). */
   readonly metrics?: () => Promise<Response>;
   readonly logger?: Logger;
@@ -61,7 +45,7 @@ const RELAY_DIRECT_POOL_NAME = "charges-relay-direct";
 const DIRECT_CONNECTIONS = 1;
 
 /** Connects and migrates (a StartupError with one clear line when it cannot); the broker is awaited by the loop. */
-export async function startRelay(config: Config, options: RelayProcessOptions = {}): Promise<RelayProcess> {
+export async function startRelay(config: Config, options: RelayProcessOptions = {}) {
   const log = options.logger ?? createLogger(config.logLevel, "relay");
   const poolSize = laneCount(config.outboxBatchSize) + EXTRA_CONNECTIONS;
   // A claim or a mark that trips these fails its batch: the loop backs off and drains again.
@@ -107,14 +91,17 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   if (options.metrics) routes["/metrics"] = options.metrics;
   return {
     sql,
+    /** Where the ops jobs run (job-lock.ts). */
     jobsSql: direct ?? sql,
     broker,
     relay,
+    /** Rows answered per young collection; null where the runtime has none to pace (Deno). */
     gcEveryRows: collect ? GC_EVERY_ROWS : null,
     fetch: createRelayFetch({ sql, broker, routes, logger: log, httpMetrics: options.httpMetrics }),
-    run: () => relay.run(),
-    stop: () => relay.stop(),
-    async close() {
+    run: (): Promise<void> => relay.run(),
+    stop: (): Promise<void> => relay.stop(),
+    /** Closes the broker connection and the pools; after stop(). */
+    async close(): Promise<void> {
       await broker.close();
       await sql.end({ timeout: POOL_CLOSE_GRACE_S });
       await listenPool?.end({ timeout: POOL_CLOSE_GRACE_S });
