@@ -6,7 +6,7 @@ import { transaction } from "../platform/tx.ts";
 import { claimFollowers, claimHeads, claimHeadsUnbounded, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
 import type { GcPacer } from "../platform/gc-pacer.ts";
-import type { ClaimFrontier, ClaimLock, HeadLimit, WindowSize } from "./claim-lock.ts";
+import type { BatchTurn } from "./claim-lock.ts";
 import { EMPTY_RESULT, tally, type BatchResult, type Outcome } from "./outcome.ts";
 import { chainsOf, publishChains, publishInTurn } from "./handover.ts";
 
@@ -21,16 +21,6 @@ export interface BatchContext {
   readonly retry: RetryPolicy;
   /** Told of each row answered. */
   readonly pacer: GcPacer;
-}
-
-/** The relay's claim state, shared by its lanes; `lock` serializes claim + hand-off. */
-export interface BatchTurn {
-  readonly lock: ClaimLock;
-  readonly frontier: ClaimFrontier;
-  readonly heads: HeadLimit;
-  readonly window: WindowSize;
-  /** Aborted once the relay is stopping: no new claim. */
-  readonly stop: AbortSignal;
 }
 
 /** What a claim took; `full`: its window held as many due rows as it asked for (more may be due). */

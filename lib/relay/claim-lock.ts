@@ -1,10 +1,15 @@
-// The relay's claim state. Claims are serialized within a relay: a lane claims and hands its
-// rows to the publisher while holding the lock, so the next claim's rows leave after them and
-// the publish order follows created_at across lanes.
+// The relay's claim state, shared by its lanes. A lane claims and hands its rows to the
+// publisher while holding the lock, so the next claim's rows leave after them and the publish
+// order follows created_at across lanes.
 
-export type ClaimLock = ReturnType<typeof createClaimLock>;
+/** `stop`: aborted once the relay is stopping (no new claim). */
+export function createBatchTurn(stop: AbortSignal) {
+  return { lock: createClaimLock(), frontier: createClaimFrontier(), heads: createHeadLimit(), window: createWindowSize(), stop };
+}
 
-export function createClaimLock() {
+export type BatchTurn = ReturnType<typeof createBatchTurn>;
+
+function createClaimLock() {
   let tail: Promise<unknown> = Promise.resolve();
   return {
     /** Runs `fn` once every earlier holder has finished (resolved or failed). */
@@ -23,8 +28,6 @@ export function createClaimLock() {
 const FROM_TOP_EVERY_MS = 1000;
 
 /** Where the relay's next claim starts in the pending index. */
-export type ClaimFrontier = ReturnType<typeof createClaimFrontier>;
-
 export function createClaimFrontier() {
   let last: string | undefined;
   let overlap = 0;
@@ -53,9 +56,7 @@ export function createClaimFrontier() {
  * events per aggregate is claimed as whole chains, not as heads whose later events every
  * following claim walks past, one probe each.
  */
-export type HeadLimit = ReturnType<typeof createHeadLimit>;
-
-export function createHeadLimit() {
+function createHeadLimit() {
   // Followers per head, as the last claims found them.
   let ratio = 0;
   return {
@@ -78,9 +79,7 @@ const MAX_WINDOW_FACTOR = 8;
  * windows' sequence 1 rows are mostly held by another relay, else two relays take turns at
  * each other's locked windows and half the claims find nothing.
  */
-export type WindowSize = ReturnType<typeof createWindowSize>;
-
-export function createWindowSize() {
+function createWindowSize() {
   let factor = 1;
   let held = 0;
   let unbounded = false;

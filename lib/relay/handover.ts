@@ -149,12 +149,8 @@ const NOT_ATTEMPTED_BEHIND: Outcome = { kind: "released", error: "not attempted:
  */
 export async function publishChains(ctx: HandoverContext, chains: readonly Chain[]): Promise<Outcome[]> {
   const topics = new Topics(ctx.topicPrefix);
-  const offsets: number[] = [];
   let total = 0;
-  for (const chain of chains) {
-    offsets.push(total);
-    total += chain.length;
-  }
+  const offsets = chains.map((chain) => (total += chain.length) - chain.length);
   const outcomes: (Outcome | undefined)[] = new Array(total);
   const sent: boolean[] = new Array(total).fill(false);
   let left = chains.length;

@@ -11,9 +11,9 @@ import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
 import { silentLogger, type Logger } from "../platform/log.ts";
 import type { RetryPolicy } from "./outbox-sql.ts";
 import { deliverVia, type Broker, type PublishFn } from "./publisher.ts";
-import { startBatch, type BatchContext, type BatchRun, type BatchTurn } from "./batch.ts";
+import { startBatch, type BatchContext, type BatchRun } from "./batch.ts";
 import type { BatchResult } from "./outcome.ts";
-import { createClaimFrontier, createClaimLock, createHeadLimit, createWindowSize } from "./claim-lock.ts";
+import { createBatchTurn, type BatchTurn } from "./claim-lock.ts";
 import { createClaimSizer, drain, laneCount, type ClaimSizer } from "./lanes.ts";
 import { createWaker, type Waker } from "./wake.ts";
 import { createGather, type Gather } from "./gather.ts";
@@ -206,7 +206,7 @@ export function createRelay(options: RelayOptions) {
     state: "idle",
     listening: false,
   };
-  const turn: BatchTurn = { lock: createClaimLock(), frontier: createClaimFrontier(), heads: createHeadLimit(), window: createWindowSize(), stop: run.stopping.signal };
+  const turn = createBatchTurn(run.stopping.signal);
   const batch = (limit: number): BatchRun => trackedBatch(run, ctx, turn, limit);
   let loop: Promise<void> | undefined;
   return {

@@ -118,8 +118,7 @@ export class PublishWindow {
   /** Sends what the free slots allow (on a new connection and after each read). */
   private refill(): void {
     while (this.inFlight.size < this.limit && this.waitingHead < this.waiting.length) {
-      const next = this.waiting[this.waitingHead++] as Pending;
-      this.send(next);
+      this.send(this.waiting[this.waitingHead++] as Pending);
     }
     if (this.waitingHead === this.waiting.length) {
       this.waiting = [];
