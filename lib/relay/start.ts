@@ -1,5 +1,7 @@
 // Assembles the relay process from config: the pool, the schema, the broker connection, the
-// loop, its metrics and its HTTP surface (/healthz, /readyz, /metrics, /asyncapi.json).
+// loop, its metrics and its HTTP surface (/healthz, /readyz, /metrics, /asyncapi.json). The
+// metrics go through the OpenTelemetry API only: no-ops until the entrypoint registers a
+// MeterProvider. Their labels hold the destination topic only, never a per-event value.
 import type { Config } from "../platform/config.ts";
 import { createSql } from "../platform/db.ts";
 import { isTransactionPooled } from "../platform/pooler.ts";
@@ -10,9 +12,8 @@ import { createGcPacer, UNPACED } from "../platform/gc-pacer.ts";
 import { EVENT_TYPES, topicOf } from "../charges/events.ts";
 import { asyncApiJson } from "./asyncapi.ts";
 import { connectBroker } from "./publisher.ts";
-import { createRelay, laneCount } from "./loop.ts";
+import { createRelay, laneCount, type RelayEvents } from "./loop.ts";
 import { createRelayFetch } from "./http.ts";
-import { otelRelayEvents } from "./metrics.ts";
 import type { HttpServerMetrics } from "../platform/http-metrics.ts";
 import { observePool } from "../platform/runtime-metrics.ts";
 import { transactionsInProgress } from "../platform/tx.ts";
@@ -105,6 +106,38 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
       await broker.close();
       await sql.end({ timeout: POOL_CLOSE_GRACE_S });
       await listenPool?.end({ timeout: POOL_CLOSE_GRACE_S });
+    },
+  };
+}
+
+// Row created → PUBACK. Fine below 50 ms (the latency target), coarse up to minutes (backlogs, retries).
+const LAG_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+
+/** `knownDestinations` start at zero: a rate() alert on errors works before the first error. */
+function otelRelayEvents(knownDestinations: readonly string[]): RelayEvents {
+  const meter = metrics.getMeter("charges");
+  const published = meter.createCounter("outbox_published_total", {
+    description: "Outbox rows published and acknowledged by the broker",
+  });
+  const errors = meter.createCounter("outbox_publish_errors_total", {
+    description: "Publishes that failed, timed out or were released because the broker went away",
+  });
+  const lag = meter.createHistogram("outbox_delivery_lag_seconds", {
+    description: "Seconds from the outbox row's created_at to the broker's PUBACK",
+    advice: { explicitBucketBoundaries: LAG_BUCKETS_S },
+  });
+  for (const destination of knownDestinations) {
+    published.add(0, { destination });
+    errors.add(0, { destination });
+  }
+  return {
+    onPublished(destination, lagSeconds) {
+      const attributes = { destination };
+      published.add(lagSeconds.length, attributes);
+      for (const seconds of lagSeconds) lag.record(seconds, attributes);
+    },
+    onPublishError(destination, count) {
+      errors.add(count, { destination });
     },
   };
 }
