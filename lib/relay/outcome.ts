@@ -47,20 +47,18 @@ export const EMPTY_RESULT: BatchResult = { claimed: 0, published: 0, answeredMs:
 /** The outcome of a publish that rejected with `error`. */
 export function classify(error: unknown, brokerConnected: boolean): Outcome {
   const description = describeMqttError(error);
-  if (error instanceof ConnectionLost) return lostOutcome(error, description);
+  if (error instanceof ConnectionLost) {
+    const code = error.code;
+    if (!error.oldestInFlight) return { kind: "released", error: description };
+    if (code !== undefined && BLAMES_THE_MESSAGE.has(code)) return { kind: "failed", error: description, park: NEVER_SUCCEEDS.has(code) };
+    return { kind: "suspect", error: description };
+  }
   // Too large for MQTT itself: no broker will ever take it.
   if (error instanceof UnencodableMessage) return { kind: "failed", error: description, park: true };
   const code = reasonCodeOf(error);
   if (code !== undefined && NEVER_SUCCEEDS.has(code)) return { kind: "failed", error: description, park: true };
   if (!brokerConnected) return { kind: "released", error: description };
   return { kind: "failed", error: description, park: false };
-}
-
-function lostOutcome(error: ConnectionLost, description: string): Outcome {
-  if (!error.oldestInFlight) return { kind: "released", error: description };
-  const code = error.code;
-  if (code !== undefined && BLAMES_THE_MESSAGE.has(code)) return { kind: "failed", error: description, park: NEVER_SUCCEEDS.has(code) };
-  return { kind: "suspect", error: description };
 }
 
 function add<V>(map: Map<string, V[]>, key: string, value: V): void {
