@@ -73,7 +73,6 @@ function logBatch(logger: Logger, result: BatchResult, ms: number): void {
   else logger.info("batch", fields);
 }
 
-/** What the relay's parts share while it runs. */
 interface RelayRun {
   readonly options: RelayOptions;
   readonly logger: Logger;

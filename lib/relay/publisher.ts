@@ -122,7 +122,7 @@ export function connectBroker(brokers: Brokers, options: BrokerOptions = {}) {
   };
 }
 
-/** An mqtt.js client keeping the session; each connection it opens goes through a PUBACK tap feeding the window. */
+/** An mqtt.js client keeping the session, its connections tapped for the window's PUBACKs. */
 function openConnection(list: BrokerList, options: BrokerOptions & { clientId: string }, notify: () => void): Connection {
   // Read only once the client below exists (on publish, on its events).
   const connection = {
