@@ -46,8 +46,7 @@ export class AckTap extends Duplex {
   }
 
   private received(chunk: Buffer): void {
-    let buf = chunk;
-    if (this.partial) buf = Buffer.concat([this.partial, chunk]);
+    const buf = this.partial ? Buffer.concat([this.partial, chunk]) : chunk;
     this.partial = undefined;
     let passFrom = 0;
     let at = 0;
