@@ -143,9 +143,9 @@ function producerSpan(row: OutboxRow, topic: string | undefined, answer: (outcom
 const NOT_ATTEMPTED_BEHIND: Outcome = { kind: "released", error: "not attempted: the event before it in its aggregate was not acknowledged" };
 
 /**
- * Publishes the chains side by side and waits for every outcome, or the timeout: a row sent
- * and unanswered then timed out; one never sent is released untouched. Outcomes come in the
- * chains' order. Callbacks, not a promise per row: a drain hands over tens of thousands a second.
+ * Publishes the chains side by side; outcomes in the chains' order once all are in, or at the
+ * timeout (a row sent then timed out, one never sent is released). Callbacks, not a promise per
+ * row: a drain hands over tens of thousands a second.
  */
 export async function publishChains(ctx: HandoverContext, chains: readonly Chain[]): Promise<Outcome[]> {
   const topics = new Topics(ctx.topicPrefix);

@@ -53,8 +53,7 @@ export interface RelayOptions {
   readonly gatherMs?: number;
 }
 
-// A PUBACK not back in this time fails the attempt (or releases the row when the broker is
-// gone): long enough for a broker restart to resend, short enough not to hold row locks long.
+// Long enough for a broker restart to resend, short enough not to hold row locks (and SIGTERM) long.
 const PUBLISH_TIMEOUT_MS = 10_000;
 // Retried after 1 s, 2 s, 4 s ... up to 5 min, parked after 10 attempts: by then it needs an operator.
 const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 10, baseSeconds: 1, maxSeconds: 300 };

@@ -76,15 +76,13 @@ type ClaimedHeads = { readonly heads: OutboxRow[]; readonly window: ClaimWindow 
 type HeadRow = OutboxRow & { readonly windowRows: number; readonly windowFirstEvents: number; readonly windowEnd: string | null };
 
 /**
- * Locks (SKIP LOCKED) up to `limit` due heads among the first `walk` due rows from `from`,
- * oldest first, and says what that window held. A row behind an unpublished one (in flight,
- * backing off, parked) is no head: only its aggregate waits. Sequence 1 is a head without a
- * probe; any other row costs one on the aggregate_id index, hence the bounded walk: behind a
- * backlog of one aggregate's events in flight every claim would probe the whole backlog.
+ * Locks (SKIP LOCKED) up to `limit` due heads among the first `walk` due rows from `from`, and
+ * says what that window held. A row behind an unpublished one is no head: only its aggregate
+ * waits. Any row but sequence 1 costs a probe on the aggregate_id index, hence the bounded walk:
+ * behind a backlog of one aggregate's events in flight every claim would probe all of it.
  */
 export async function claimHeads(tx: Db, limit: number, from?: string, walk: number = limit): Promise<ClaimedHeads> {
-  // Columns named as OutboxRow's: no per-row copy on the hot path. No head: one row of the
-  // window's figures with nulls for the rest (the left join).
+  // Named as OutboxRow's fields (no per-row copy). No head: one row of window figures and nulls.
   const rows = await tx<HeadRow[]>`
     with w as materialized (${dueWindow(tx, walk, from)}),
     b as (select count(*)::int as n, count(*) filter (where sequence = 1)::int as first, max(created_at) as last from w)

@@ -28,8 +28,7 @@ interface BrokerOptions {
   readonly protocolVersion?: 4 | 5;
 }
 
-// Unacknowledged publishes per connection (the broker's Receive Maximum may lower it): enough
-// to keep a fast broker busy, and a bound on what a lost connection leaves unanswered.
+// Unacknowledged publishes per connection: enough for a fast broker, a bound on what a loss leaves.
 export const MAX_IN_FLIGHT = 1000;
 // First reconnect after this, doubling per failed attempt up to the maximum.
 const RECONNECT_MIN_MS = 250;

@@ -85,7 +85,6 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     open: () => openConnections(sql) ?? 0,
   });
   if (direct) observePool(metrics.getMeter("charges"), { name: RELAY_DIRECT_POOL_NAME, max: DIRECT_CONNECTIONS });
-  // The AsyncAPI document of the events, with the topics under this relay's MQTT_TOPIC_PREFIX.
   const asyncApi: FetchHandler = () =>
     new Response(asyncApiJson(config.mqttTopicPrefix), { headers: { "content-type": "application/json" } });
   const routes: Record<string, FetchHandler> = { "/asyncapi.json": asyncApi };

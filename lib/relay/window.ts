@@ -15,10 +15,7 @@ export interface OutboundMessage {
   readonly userProperties: Readonly<Record<string, string>>;
 }
 
-/**
- * The connection closed before the PUBACK. The oldest publish in flight is the one the broker
- * was reading (it answers in order): it alone carries the DISCONNECT's reason code, if any.
- */
+/** The connection closed first; the oldest in flight (the one the broker was reading) gets its reason code. */
 export class ConnectionLost extends Error {
   override name = "ConnectionLost";
   constructor(
@@ -75,8 +72,7 @@ export class PublishWindow {
   // Encoded and not yet written: those of one turn leave in one write.
   private unwritten: Buffer[] = [];
   private readonly flush = (): void => this.writeOut();
-  // A PUBACK came since readDone()'s last PINGREQ: at most one per PUBACK, so a broker that
-  // answers pings but holds PUBACKs back is not pinged in a loop.
+  // At most one PINGREQ per PUBACK: a broker that answers pings but holds PUBACKs is not pinged in a loop.
   private ackedSinceNudge = true;
 
   constructor(
