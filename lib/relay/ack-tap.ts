@@ -1,15 +1,9 @@
-// The relay's PUBACKs, taken off the connection before mqtt.js parses them.
-//
-// mqtt.js keeps the session (CONNECT, keep-alive, reconnect, DISCONNECT reason codes) and
-// parses every other packet; the relay's QoS 1 publishes and their PUBACKs bypass it. Through
-// mqtt.js a publish and its PUBACK cost several times the CPU (an outgoing store, a callback
-// table, a parsed packet object and a tick per packet received) of encoding once and matching
-// here, the largest item of a row's cost. What passes through
-// is byte-for-byte what arrived.
+// The relay's PUBACKs, taken off the connection before mqtt.js parses them: through mqtt.js
+// (an outgoing store, a callback table, a parsed packet and a tick each) a publish and its
+// PUBACK cost several times as much CPU. mqtt.js gets every other packet, byte for byte.
 import { Duplex } from "node:stream";
 
-/** What the tap reports to the publisher. */
-export interface AckListener {
+interface AckListener {
   /** A PUBACK: its packet identifier and reason code (0 = success; MQTT 3.1.1 has none). */
   ack(messageId: number, reasonCode: number): void;
   /** A read has been handled (its PUBACKs reported): room for the next publishes, or an ACK owed. */
@@ -35,10 +29,7 @@ function packetEnd(buf: Buffer, at: number): { body: number; end: number } | und
   throw new Error("malformed packet from the broker: its remaining length runs past four bytes");
 }
 
-/**
- * Wraps the stream mqtt.js opened (TCP, TLS or WebSocket): writes go through unchanged; of the
- * bytes read, every PUBACK goes to the listener and the rest to mqtt.js, in order.
- */
+/** Wraps the stream mqtt.js opened (TCP, TLS or WebSocket); writes go through unchanged. */
 export class AckTap extends Duplex {
   private partial: Buffer | undefined;
 
@@ -55,8 +46,7 @@ export class AckTap extends Duplex {
   }
 
   private received(chunk: Buffer): void {
-    let buf = chunk;
-    if (this.partial) buf = Buffer.concat([this.partial, chunk]);
+    const buf = this.partial ? Buffer.concat([this.partial, chunk]) : chunk;
     this.partial = undefined;
     let passFrom = 0;
     let at = 0;

@@ -1,23 +1,20 @@
 // The outbox relay's loop. States:
 //   idle               nothing due; waits for a NOTIFY, a broker reconnect or the fallback poll
-//   draining           lanes claim and publish batches until a claim comes back short (lanes.ts);
-//                      on a stream past 400 events/s the next drain first waits out the
-//                      gather time, whatever NOTIFYs come (gather.ts)
+//   draining           lanes claim and publish batches until a claim comes back short (lanes.ts),
+//                      on a busy stream waiting out the gather time first (gather.ts)
 //   waiting-for-broker disconnected: claims nothing (no attempts burnt) until the CONNACK
 //   backing-off        the database failed; waits, doubling the pause, then drains again
 //   stopping/stopped   stop(): no new claim; batches in flight finish (PUBACKs awaited, rows marked)
-// Claims are serialized in-process (claim + hand-off under one lock, claim-lock.ts), so
-// within a relay the publish order follows created_at.
 import type { Sql } from "../platform/db.ts";
 import { describeDbError } from "../platform/db.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
 import { silentLogger, type Logger } from "../platform/log.ts";
 import type { RetryPolicy } from "./outbox-sql.ts";
 import { deliverVia, type Broker, type PublishFn } from "./publisher.ts";
-import { startBatch, type BatchContext, type BatchRun, type BatchTurn } from "./batch.ts";
+import { startBatch, type BatchContext, type BatchRun } from "./batch.ts";
 import type { BatchResult } from "./outcome.ts";
-import { createClaimFrontier, createClaimLock, createHeadLimit, createWindowSize } from "./claim-lock.ts";
-import { createClaimSizer, drain, laneCount } from "./lanes.ts";
+import { createBatchTurn, type BatchTurn } from "./claim-lock.ts";
+import { createClaimSizer, drain, laneCount, type ClaimSizer } from "./lanes.ts";
 import { createWaker, type Waker } from "./wake.ts";
 import { createGather, type Gather } from "./gather.ts";
 import { listenForOutbox, type OutboxListener } from "../platform/wakeup.ts";
@@ -35,17 +32,14 @@ export interface RelayEvents {
 
 export interface RelayOptions {
   readonly sql: Sql;
-  /**
-   * Where the relay LISTENs: `sql` when unset; null for nowhere (behind a transaction pooler
-   * without DATABASE_DIRECT_URL), and then the poll every `pollMs` is the only wake-up.
-   */
+  /** Where the relay LISTENs: `sql` when unset; null for nowhere (then only the poll wakes it). */
   readonly listenSql?: Sql | null;
   readonly broker: Broker;
-  /** The largest claim (OUTBOX_BATCH_SIZE); a drain starts smaller and grows while claims come back full. */
+  /** The largest claim (OUTBOX_BATCH_SIZE). */
   readonly batchSize: number;
   readonly pollMs: number;
   readonly topicPrefix: string;
-  /** Replaces broker.publish: the one allowed fake, for tests. */
+  /** Replaces broker.publish, for tests. */
   readonly publish?: PublishFn;
   readonly events?: RelayEvents;
   readonly logger?: Logger;
@@ -53,42 +47,23 @@ export interface RelayOptions {
   readonly retry?: Partial<RetryPolicy>;
   /** Concurrent batches; default laneCount(batchSize). */
   readonly lanes?: number;
-  /** Counts every row answered (PUBACK, failure, timeout): young collections paced by the drain. */
+  /** Counts every row answered: young collections paced by the drain. */
   readonly pacer?: GcPacer;
-  /** RELAY_GATHER_MS: the longest a busy stream's events wait to be claimed together (gather.ts); 0 or unset, none. */
+  /** RELAY_GATHER_MS (gather.ts); 0 or unset, none. */
   readonly gatherMs?: number;
 }
 
-export interface Relay {
-  readonly state: RelayState;
-  /** LISTEN is in place: a NOTIFY now wakes the relay. */
-  readonly listening: boolean;
-  /** Claims one batch of up to batchSize rows, publishes it, marks it; returns the rows published. */
-  runOnce(): Promise<number>;
-  /** The loop; resolves after stop(). */
-  run(): Promise<void>;
-  /** No new claims; waits for the batches in flight to settle and the loop to end. */
-  stop(): Promise<void>;
-  /** Something may be due: drain now. */
-  wake(): void;
-}
-
-// A PUBACK not back in this time counts as a failed attempt (or a release when the broker is
-// gone). Long enough for a broker restart to resend the in-flight publishes; short enough that
-// a batch does not hold its row locks (and SIGTERM) for long.
+// Long enough for a broker restart to resend, short enough not to hold row locks (and SIGTERM) long.
 const PUBLISH_TIMEOUT_MS = 10_000;
-// A failing row is retried after 1 s, 2 s, 4 s ... up to 5 min, and parked after 10 attempts
-// (about 17 minutes of failures): by then it needs an operator, and it must not hold up others.
+// Retried after 1 s, 2 s, 4 s ... up to 5 min, parked after 10 attempts: by then it needs an operator.
 const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 10, baseSeconds: 1, maxSeconds: 300 };
 // After a database error the loop pauses this long, doubling up to the maximum.
 const DB_BACKOFF_MIN_MS = 100;
 const DB_BACKOFF_MAX_MS = 5000;
-// A LISTEN that could not be set up (database away at start) is retried this often; the
-// fallback poll covers the gap.
+// A LISTEN that failed (database away at start) is retried this often; the poll covers the gap.
 const LISTEN_RETRY_MS = 2000;
 
-// One line per batch that claimed something (an empty poll is not news), at warn when
-// some of its rows failed.
+// One line per batch that claimed something, at warn when some of its rows failed.
 function logBatch(logger: Logger, result: BatchResult, ms: number): void {
   if (result.claimed === 0) return;
   const failed = [...result.errors.values()].reduce((a, b) => a + b, 0);
@@ -97,12 +72,13 @@ function logBatch(logger: Logger, result: BatchResult, ms: number): void {
   else logger.info("batch", fields);
 }
 
-/** What the relay's parts share while it runs. */
 interface RelayRun {
   readonly options: RelayOptions;
   readonly logger: Logger;
   readonly stopping: AbortController;
   readonly waker: Waker;
+  readonly gather: Gather;
+  readonly sizer: ClaimSizer;
   /** Batches started and not yet settled, for stop(). */
   readonly batches: Set<Promise<unknown>>;
   state: RelayState;
@@ -145,7 +121,7 @@ function trackedBatch(run: RelayRun, ctx: BatchContext, turn: BatchTurn, limit: 
   return { claimed: batch.claimed, result };
 }
 
-/** LISTEN, retried until it is in place or the relay stops (none without a pool to LISTEN on); the fallback poll covers the gap. */
+/** LISTEN, retried until it is in place or the relay stops (none without a pool to LISTEN on). */
 async function listenUntilStopped(run: RelayRun): Promise<OutboxListener | undefined> {
   const sql = run.options.listenSql === undefined ? run.options.sql : run.options.listenSql;
   while (sql !== null && !run.stopping.signal.aborted) {
@@ -161,27 +137,19 @@ async function listenUntilStopped(run: RelayRun): Promise<OutboxListener | undef
   return undefined;
 }
 
-/** The drain, and what gathers a busy stream into its claims. */
-interface Drains {
-  run(): Promise<number>;
-  readonly gather: Gather;
-  /** About `rows` are due: the next claim asks for them all (lanes.ts ClaimSizer.expect). */
-  expect(rows: number): void;
-}
-
 /** After a drain that began at `began` and claimed `rows`: on a busy stream, waits out the gather. Returns whether it did. */
-async function gatherAfter(run: RelayRun, drains: Drains, began: number, rows: number): Promise<boolean> {
-  const next = drains.gather.drained(began, rows);
+async function gatherAfter(run: RelayRun, began: number, rows: number): Promise<boolean> {
+  const next = run.gather.drained(began, rows);
   if (next <= began) return false;
   const wait = next - performance.now();
   run.logger.debug("gathering", { sinceDrainBeganMs: Math.round(next - began), waitMs: Math.max(0, Math.round(wait)) });
   if (wait > 0) await run.waker.sleep(wait);
-  drains.expect(drains.gather.expected(performance.now()));
+  run.sizer.expect(run.gather.expected(performance.now()));
   return true;
 }
 
 /** The loop of the states above, until stop(). */
-async function loopUntilStopped(run: RelayRun, drains: Drains): Promise<void> {
+async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<number>): Promise<void> {
   const { broker, pollMs } = run.options;
   const { waker, stopping } = run;
   const listenerReady = listenUntilStopped(run);
@@ -198,9 +166,9 @@ async function loopUntilStopped(run: RelayRun, drains: Drains): Promise<void> {
     const began = performance.now();
     let gathered: boolean;
     try {
-      const rows = await drains.run();
+      const rows = await drainOnce();
       backoff = DB_BACKOFF_MIN_MS;
-      gathered = await gatherAfter(run, drains, began, rows);
+      gathered = await gatherAfter(run, began, rows);
     } catch (error) {
       setState(run, "backing-off");
       run.logger.warn("batch failed; backing off", { retryInMs: backoff, error: describeDbError(error) });
@@ -220,43 +188,44 @@ async function loopUntilStopped(run: RelayRun, drains: Drains): Promise<void> {
   await listener?.unlisten().catch(() => {});
 }
 
-export function createRelay(options: RelayOptions): Relay {
+export type Relay = ReturnType<typeof createRelay>;
+
+export function createRelay(options: RelayOptions) {
+  const ctx = batchContext(options);
+  const maxLanes = options.lanes ?? laneCount(options.batchSize);
   const run: RelayRun = {
     options,
     logger: options.logger ?? silentLogger,
     stopping: new AbortController(),
     waker: createWaker(),
+    gather: createGather(options.gatherMs ?? 0),
+    sizer: createClaimSizer(options.batchSize, ctx.publishTimeoutMs, maxLanes),
     batches: new Set(),
     state: "idle",
     listening: false,
   };
-  const ctx = batchContext(options);
-  const turn: BatchTurn = { lock: createClaimLock(), frontier: createClaimFrontier(), heads: createHeadLimit(), window: createWindowSize(), stop: run.stopping.signal };
-  const maxLanes = options.lanes ?? laneCount(options.batchSize);
-  const sizer = createClaimSizer(options.batchSize, ctx.publishTimeoutMs, maxLanes);
+  const turn = createBatchTurn(run.stopping.signal);
   const batch = (limit: number): BatchRun => trackedBatch(run, ctx, turn, limit);
   let loop: Promise<void> | undefined;
   return {
-    get state() {
+    get state(): RelayState {
       return run.state;
     },
-    get listening() {
+    /** LISTEN is in place: a NOTIFY now wakes the relay. */
+    get listening(): boolean {
       return run.listening;
     },
-    async runOnce() {
+    /** Claims, publishes and marks one batch of up to batchSize rows; returns the rows published. */
+    async runOnce(): Promise<number> {
       return (await batch(options.batchSize).result).published;
     },
-    run() {
-      if (loop) return loop;
-      const drains: Drains = {
-        run: () => drain({ maxLanes, sizer, stop: run.stopping.signal, startBatch: batch }),
-        gather: createGather(options.gatherMs ?? 0),
-        expect: (rows) => sizer.expect(rows),
-      };
-      loop = loopUntilStopped(run, drains);
+    /** The loop; resolves after stop(). */
+    run(): Promise<void> {
+      loop ??= loopUntilStopped(run, () => drain({ maxLanes, sizer: run.sizer, stop: run.stopping.signal, startBatch: batch }));
       return loop;
     },
-    async stop() {
+    /** No new claims; waits for the batches in flight to settle and the loop to end. */
+    async stop(): Promise<void> {
       run.stopping.abort();
       setState(run, "stopping");
       run.waker.close();
@@ -264,6 +233,7 @@ export function createRelay(options: RelayOptions): Relay {
       await Promise.allSettled([...run.batches]);
       setState(run, "stopped");
     },
+    /** Something may be due: drain now. */
     wake: run.waker.wake,
   };
 }

@@ -5,21 +5,17 @@ import type { Failure, OutboxRow, Release } from "./outbox-sql.ts";
 import { ConnectionLost } from "./window.ts";
 import { UnencodableMessage } from "./publish-packet.ts";
 
-// Reason codes (a PUBACK's, or the DISCONNECT the broker sent while handling the row) that
-// will fail the same way however often the row is retried; such a row is parked at once for
-// an operator: 0x87 not authorized, 0x90 topic name invalid, 0x95 packet too large, 0x99
-// payload format invalid, 0x9A retain / 0x9B QoS not supported.
+// Reason codes (a PUBACK's, or a DISCONNECT's while handling the row) that fail the same way
+// however often the row is retried, so it is parked at once: 0x87 not authorized, 0x90 topic
+// name invalid, 0x95 packet too large, 0x99 payload format invalid, 0x9A/0x9B retain/QoS unsupported.
 const NEVER_SUCCEEDS = new Set([0x87, 0x90, 0x95, 0x99, 0x9a, 0x9b]);
-// DISCONNECT reason codes that blame the packet the broker was reading (the oldest publish in
-// flight): those above, plus 0x80 unspecified, 0x81 malformed packet, 0x82 protocol error and
-// 0x83 implementation specific error. Any other code (0x8B server shutting down, 0x89 busy,
-// 0x8D keep-alive timeout, 0x96/0x97 rate and quota...) says nothing about the row.
+// DISCONNECT reason codes that blame the packet the broker was reading (the oldest in flight):
+// those above, and 0x80-0x83 (unspecified, malformed, protocol error, implementation specific).
+// Any other (0x8B shutting down, 0x89 busy, 0x8D keep-alive...) says nothing about the row.
 const BLAMES_THE_MESSAGE = new Set([...NEVER_SUCCEEDS, 0x80, 0x81, 0x82, 0x83]);
-// A row that was the oldest publish in flight when the connection closed, this many times in
-// a row without an answer, is treated as failed (an attempt, then back-off, so the rows behind
-// it flow). A broker that closes the connection on a publish it refuses, giving no reason
-// (MQTT 3.1.1 has no DISCONNECT from the server), closes it every time; a broker restart catches
-// the same row in flight twice in a row only when it restarts again before that row is resent.
+// A row the oldest in flight this many closes in a row is treated as failed: a broker that
+// closes on a publish it refuses without a reason (MQTT 3.1.1 has no server DISCONNECT) does
+// it every time; a restart catches the same row twice only if it restarts before the resend.
 export const MAX_RELEASES = 3;
 
 export type Outcome =
@@ -37,10 +33,7 @@ export interface BatchResult {
   readonly published: number;
   /** From the claim's rows in hand to the last of their answers, in ms (0 when none). */
   readonly answeredMs: number;
-  /**
-   * The claim started at the top of the pending index (claim-lock.ts ClaimFrontier): when it
-   * came back short, nothing due was left. A short claim from the frontier proves nothing.
-   */
+  /** The claim started at the top of the pending index: short, it proves nothing due is left. */
   readonly fromTop: boolean;
   /** The claim's window was full (batch.ts Claimed): more rows may be due past it. */
   readonly full: boolean;
@@ -54,7 +47,12 @@ export const EMPTY_RESULT: BatchResult = { claimed: 0, published: 0, answeredMs:
 /** The outcome of a publish that rejected with `error`. */
 export function classify(error: unknown, brokerConnected: boolean): Outcome {
   const description = describeMqttError(error);
-  if (error instanceof ConnectionLost) return lostOutcome(error, description);
+  if (error instanceof ConnectionLost) {
+    const code = error.code;
+    if (!error.oldestInFlight) return { kind: "released", error: description };
+    if (code !== undefined && BLAMES_THE_MESSAGE.has(code)) return { kind: "failed", error: description, park: NEVER_SUCCEEDS.has(code) };
+    return { kind: "suspect", error: description };
+  }
   // Too large for MQTT itself: no broker will ever take it.
   if (error instanceof UnencodableMessage) return { kind: "failed", error: description, park: true };
   const code = reasonCodeOf(error);
@@ -63,36 +61,20 @@ export function classify(error: unknown, brokerConnected: boolean): Outcome {
   return { kind: "failed", error: description, park: false };
 }
 
-function lostOutcome(error: ConnectionLost, description: string): Outcome {
-  if (!error.oldestInFlight) return { kind: "released", error: description };
-  const code = error.code;
-  if (code !== undefined && BLAMES_THE_MESSAGE.has(code)) return { kind: "failed", error: description, park: NEVER_SUCCEEDS.has(code) };
-  return { kind: "suspect", error: description };
-}
-
 function add<V>(map: Map<string, V[]>, key: string, value: V): void {
   const list = map.get(key);
   if (list) list.push(value);
   else map.set(key, [value]);
 }
 
-export interface Tally {
-  /** The batch's result, but for what only the batch knows (answeredMs, fromTop). */
-  readonly result: Omit<BatchResult, "answeredMs" | "fromTop" | "full">;
-  /** The `tid`s of the rows the broker acknowledged (markPublished). */
-  readonly acked: string[];
-  readonly failures: Failure[];
-  readonly releases: Release[];
-}
-
-/** Sorts the outcomes into the batch's result and the three updates (not yet sent). */
-export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes: readonly Outcome[]): Tally {
+/** Sorts the outcomes into the batch's result (but for what only the batch knows) and the three updates. */
+export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes: readonly Outcome[]) {
   const acked: string[] = [];
   const failures: Failure[] = [];
   const releases: Release[] = [];
   const lags = new Map<string, number[]>();
   const errors = new Map<string, number>();
-  // A batch is mostly of one event type: its topic is built once per run of that type, not per row.
+  // A batch is mostly of one event type: a topic per run of that type, not per row.
   let lastType: string | undefined;
   let lastAggregate: string | undefined;
   let topic = "";

@@ -1,14 +1,10 @@
-// The bytes of the relay's one kind of packet: a QoS 1 PUBLISH (MQTT 5 §3.3, or 3.1.1 §3.3
-// without the properties). mqtt-packet's generate() writes the same bytes (test/publish-packet
-// .test.ts compares them) but costs several times as much per message through its chunk
-// accumulator and per-property dispatch; this sizes the packet once and writes it into one
-// buffer.
+// The bytes of the relay's one kind of packet: a QoS 1 PUBLISH (MQTT 5 §3.3, or 3.1.1 without
+// the properties). mqtt-packet's generate() writes the same bytes (test/publish-packet.test.ts)
+// at several times the cost; this sizes the packet once and writes it into one buffer.
 
 export interface PublishFields {
-  /** Packet identifier, 1..65535. */
   readonly messageId: number;
   readonly topic: string;
-  /** UTF-8 text. */
   readonly payload: string;
   /** MQTT 5 only. */
   readonly contentType: string;
@@ -47,16 +43,12 @@ function writeVarint(buf: Buffer, at: number, value: number): number {
   return o;
 }
 
-// Strings up to this many UTF-16 units are measured and copied by a loop here when they are
-// ASCII (every property name and the relay's values: ids, types, tenants, the topic): a
-// packet's two dozen Buffer.byteLength and Buffer.write calls cost more, each a native call,
-// than the loops. Longer ones (the payload)
-// take the native calls, which copy faster than a loop once past a few dozen bytes.
+// Short ASCII strings (the property names, ids, types, the topic) are measured and copied by a
+// loop: a packet's two dozen native Buffer calls would cost more. Longer ones (the payload) take
+// the native calls, faster past a few dozen bytes.
 const ASCII_LOOP_MAX = 64;
-// The first code unit that is not ASCII (UTF-8 writes it in two bytes or more).
 const FIRST_NON_ASCII = 0x80;
 
-/** The UTF-8 length of `s`. */
 function utf8Bytes(s: string): number {
   if (s.length > ASCII_LOOP_MAX) return Buffer.byteLength(s);
   for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) >= FIRST_NON_ASCII) return Buffer.byteLength(s);
@@ -69,7 +61,7 @@ function stringBytes(s: string): number {
   return n;
 }
 
-/** `bytes` of `s` at `at` (its UTF-8 length: as many as its code units only when ASCII). */
+/** `bytes`: the UTF-8 length of `s`, as many as its code units only when ASCII. */
 function writeUtf8(buf: Buffer, at: number, s: string, bytes: number): number {
   if (bytes === s.length && bytes <= ASCII_LOOP_MAX) for (let i = 0; i < bytes; i++) buf[at + i] = s.charCodeAt(i);
   else buf.write(s, at, bytes, "utf8");
@@ -82,8 +74,8 @@ function writeString(buf: Buffer, at: number, s: string, bytes: number): number 
   return writeUtf8(buf, at + 2, s, bytes);
 }
 
-// The UTF-8 lengths of the user properties' names and values, in order, from propertiesSize
-// to writeProperties of the same packet (the encoder never yields in between).
+// The UTF-8 lengths of the user properties' names and values, from propertiesSize to
+// writeProperties of the same packet (the encoder never yields in between).
 const propertyBytes: number[] = [];
 
 function propertiesSize(fields: PublishFields, contentTypeBytes: number): number {

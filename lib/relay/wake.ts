@@ -2,25 +2,15 @@
 // and a wake that arrives while the loop is busy is remembered for after its drain. A gather
 // (gather.ts) sleeps through the NOTIFYs it is there to gather; only stop() ends it.
 
-export interface Waker {
-  /** Something may be due: end the current pause, or remember it for the next one. */
-  wake(): void;
-  /** Resolves on wake(), on close() or after `ms`. */
-  pause(ms: number): Promise<void>;
-  /** Resolves after `ms`, or at once on close(): a wake() does not end it. */
-  sleep(ms: number): Promise<void>;
-  /** Whether a wake arrived since the last take(); clears it. */
-  take(): boolean;
-  /** From now on every pause ends at once (the loop is stopping). */
-  close(): void;
-}
+export type Waker = ReturnType<typeof createWaker>;
 
-export function createWaker(): Waker {
+export function createWaker() {
   let pending = false;
   let closed = false;
   // Those a wake() ends (pauses), and those only close() ends (sleeps).
   const waiters = new Set<() => void>();
   const sleepers = new Set<() => void>();
+  /** Something may be due: end the current pause, or remember it for the next one. */
   const wake = (): void => {
     pending = true;
     for (const waiter of waiters) waiter();
@@ -38,14 +28,16 @@ export function createWaker(): Waker {
     });
   return {
     wake,
-    pause: (ms) => wait(waiters, ms),
-    sleep: (ms) => wait(sleepers, ms),
-    take() {
+    pause: (ms: number): Promise<void> => wait(waiters, ms),
+    sleep: (ms: number): Promise<void> => wait(sleepers, ms),
+    /** Whether a wake arrived since the last take(); clears it. */
+    take(): boolean {
       const was = pending;
       pending = false;
       return was;
     },
-    close() {
+    /** From now on every pause and sleep ends at once (the loop is stopping). */
+    close(): void {
       closed = true;
       wake();
       for (const sleeper of sleepers) sleeper();
