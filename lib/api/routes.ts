@@ -30,6 +30,8 @@ const problem = (description: string): TSchema => ({ ...Problem, description });
 const overloaded = problem("Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After)");
 const rateLimited = problem("The tenant is over its request rate, API_RATE_LIMIT (Retry-After)");
 const unauthorized = problem("Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer)");
+// What every route behind the token may answer before its own checks.
+const ADMISSION = { 401: unauthorized, 429: rateLimited, 503: overloaded };
 // The headers an idempotent operation reads (their formats are their parsers: schemas.ts).
 const OPERATION_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader, prefer: t.Optional(PreferHeader) }));
 const KEY_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader }));
@@ -60,15 +62,13 @@ function operationResponses(op: Operation): Record<number, TSchema> {
       CREATED_HEADERS,
     ),
     400: problem(`Missing or invalid Idempotency-Key, body not JSON or not matching the schema${op.uuidParams.length > 0 ? ", an id that is not a UUID" : ""}, or a Prefer wait that is not whole seconds (invalid-prefer)`),
-    401: unauthorized,
+    ...ADMISSION,
     408: problem("The body did not arrive in full within API_BODY_TIMEOUT_MS of the request"),
     409: problem("A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked)"),
     410: problem("The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource"),
-    429: rateLimited,
     413: problem(`Body over ${MAX_BODY_BYTES} bytes`),
     415: problem("Content-Type is not JSON (an empty body needs none when no field is required)"),
     422: problem("The key was used with another request"),
-    503: overloaded,
     ...Object.fromEntries(Object.entries(op.refusals).map(([status, description]) => [Number(status), problem(description)])),
   };
 }
@@ -104,9 +104,7 @@ export function chargeRoutes(context: RequestContextPlugin) {
       response: {
         200: described(KeyStateView, "The key's state for each operation; a key never used, whose tombstone has gone, or another tenant's reads unknown for all"),
         400: problem("Missing or invalid Idempotency-Key (over 255 characters, not visible ASCII, a malformed String)"),
-        401: unauthorized,
-        429: rateLimited,
-        503: overloaded,
+        ...ADMISSION,
       },
       detail: {
         operationId: "getIdempotencyKey",
@@ -121,10 +119,8 @@ export function chargeRoutes(context: RequestContextPlugin) {
       response: {
         200: described(ChargeView, "The charge, with its refunded total"),
         400: problem("Not a UUID"),
-        401: unauthorized,
+        ...ADMISSION,
         404: problem("Unknown charge, or another tenant's"),
-        429: rateLimited,
-        503: overloaded,
       },
       detail: { operationId: "getCharge", summary: "A charge, with its refunded total", description: "Another tenant's charge is unknown alike (404).", tags: ["Charges"], security: bearer },
     })
@@ -134,9 +130,8 @@ export function chargeRoutes(context: RequestContextPlugin) {
       response: {
         200: described(ChargeEvents, "The charge's published events after `after`, in sequence order, each the envelope the broker carried (byte for byte), while the outbox keeps them (OUTBOX_RETENTION_SECONDS); Link rel=\"next\" when there are more"),
         400: problem("Not a UUID (invalid-id), or `after` not an integer from 0 to 2147483647 (invalid-query)"),
-        401: unauthorized,
+        ...ADMISSION,
         404: problem("Unknown charge, or another tenant's"),
-        429: rateLimited,
         503: problem("Database unavailable or slower than the request's time bounds, or too many requests in flight (Retry-After)"),
       },
       detail: {
@@ -155,10 +150,8 @@ export function chargeRoutes(context: RequestContextPlugin) {
         response: {
           200: described(Refund, "The refund"),
           400: problem("Not a UUID"),
-          401: unauthorized,
+          ...ADMISSION,
           404: problem("Unknown refund or charge, or another tenant's"),
-          429: rateLimited,
-          503: overloaded,
         },
         detail: { operationId: "getRefund", summary: "A refund of a charge", description: "A refund of another charge, or another tenant's, is unknown alike (404).", tags: ["Refunds"], security: bearer },
       },
@@ -210,7 +203,7 @@ export function components(): Readonly<Record<string, TSchema>> {
 }
 
 /** Every schema the API checks itself (a refusal's faults, the answers it writes): compiled at load by the edge worker. */
-export const SCHEMAS: readonly TSchema[] = [ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem, ...OPERATIONS.map((op) => op.body)];
+export const SCHEMAS: readonly TSchema[] = Object.values(components());
 
 /** A GET of one of the tenant's rows by the route's UUIDs: 404 when none (or another tenant's), else its body. */
 async function lookup(deps: RequestDeps, params: Readonly<Record<string, string>>, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {

@@ -3,7 +3,7 @@
 // tenant's share, 409 key's share) before anything else of it is read; a body route's parser
 // admits the request before it reads the body (http/checks.ts). Verification is auth.ts's.
 import { Elysia, status } from "elysia";
-import { authFailureDetail, type AuthResult } from "../auth.ts";
+import { AUTH_FAILURE_DETAILS, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
 import { countOut, enterKey, enterProcess, enterTenant } from "./in-flight.ts";
@@ -70,8 +70,8 @@ export async function authenticate(deps: RequestDeps, trail: RequestTrail, reque
 // refused also learns that the token is the problem.
 function authProblem(result: Exclude<AuthResult, { kind: "authenticated" }>): Response {
   if (result.kind === "unavailable") {
-    return problemResponse("unavailable", authFailureDetail(result.reason), {}, { "retry-after": RETRY_AFTER_S });
+    return problemResponse("unavailable", AUTH_FAILURE_DETAILS[result.reason], {}, { "retry-after": RETRY_AFTER_S });
   }
   const challenge = result.tokenSent ? 'Bearer error="invalid_token"' : "Bearer";
-  return problemResponse("unauthorized", authFailureDetail(result.reason), {}, { "www-authenticate": challenge });
+  return problemResponse("unauthorized", AUTH_FAILURE_DETAILS[result.reason], {}, { "www-authenticate": challenge });
 }
