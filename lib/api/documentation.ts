@@ -1,7 +1,6 @@
-// /openapi.json and the reference at /docs (@elysiajs/openapi), made from the routes' own
-// schemas. The plugin inlines every schema where used; the document served names each shared one
-// once under components and refers to it by $ref, with what a linter asks beside: a server,
-// tags, and a 431 on every operation (the runtime's own answer to oversized headers).
+// /openapi.json and the reference at /docs (@elysiajs/openapi), from the routes' own schemas. The
+// plugin inlines every schema; the document served names each shared one once under components
+// ($ref), with what a linter asks beside: a server, tags, and a 431 on every operation.
 import { Elysia } from "elysia";
 import { openapi } from "@elysiajs/openapi";
 import type { TSchema } from "@sinclair/typebox";
@@ -17,7 +16,6 @@ export interface DocsAssets {
   readonly stylesheet: string;
 }
 
-/** Where @elysiajs/openapi serves the document. */
 export const DOCUMENT_PATH = "/openapi.json";
 export const PAGE_PATH = "/docs";
 
@@ -57,8 +55,7 @@ export function documentation(docs: DocsAssets | undefined) {
     swagger: docs && { cdn: docs.script, theme: docs.stylesheet, autoDarkMode: false, displayOperationId: true, validatorUrl: "none" },
     documentation: { info: DOCUMENT_INFO, servers: SERVERS, tags: TAGS, components: { schemas: named as Record<string, never>, securitySchemes: { bearer: BEARER_SCHEME } } },
   });
-  // The plugin's own route serves the document it builds (and caches) on first request; the
-  // document served is that one, referenced, built once per document the plugin builds.
+  // The plugin's route builds (and caches) its document on first request: served referenced.
   const route = plugin.routes.find((r) => r.path === DOCUMENT_PATH && r.method === "GET");
   if (route === undefined) throw new Error("bug: @elysiajs/openapi serves no document route");
   const build = route.handler as (ctx: unknown) => object;
@@ -81,9 +78,8 @@ interface Document {
 
 /**
  * `document` with every schema equal to a named component replaced by a $ref to it, and the
- * 431 on every operation. Equal: the same JSON once the keys that only one side carries are
- * left out (a description, which the answer or body states beside it; the fixed error
- * messages of the validated copies) and the enums written as the plugin writes them.
+ * 431 on every operation. Equal: the same JSON without a description or a fixed error message,
+ * the enums written as the plugin writes them.
  */
 function referenced(document: Document, named: Readonly<Record<string, TSchema>>): Document {
   const byShape = new Map<string, string>();

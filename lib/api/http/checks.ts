@@ -14,27 +14,19 @@ import { preferredWait } from "./prefer.ts";
 import { nounOf, type BodyChecks, type RequestDeps, type RequestTrail } from "./context.ts";
 import { isUuid } from "../../platform/uuid.ts";
 
-/**
- * What the parser gives for a request whose token or rate was refused: the token's derive
- * answers it. Not undefined, which would hand the body to Elysia's own JSON parser.
- */
-export const UNREAD_BODY: unique symbol = Symbol("unread body");
-
-interface ParseContext {
-  readonly request: Request;
-  readonly deps: RequestDeps;
-  readonly trail: RequestTrail;
-}
+// The parse of a request refused admission, which the token's derive answers. Not undefined,
+// which would hand the body to Elysia's own JSON parser.
+const UNREAD_BODY: unique symbol = Symbol("unread body");
 
 /**
  * A body route's parse hook: strict JSON (body.ts), its refusal thrown as Elysia's ParseError.
- * Elysia parses before it derives, yet the token must come first (a refused request costs the
- * check of its token and nothing else): the hook admits the request (admitOnce, whose verdict
- * the token's derive then finds) and only then reads the body.
+ * Elysia parses before it derives, yet a refused request must cost the check of its token and
+ * nothing else: the hook admits it first (admitOnce, whose verdict the derive then finds).
  */
-export function bodyParser(schema: TSchema): (ctx: ParseContext) => Promise<unknown> {
+export function bodyParser(schema: TSchema) {
+  type ParseContext = { readonly request: Request; readonly deps: RequestDeps; readonly trail: RequestTrail };
   const checks: BodyChecks = { body: schema, empty: requiresNothing(schema) ? {} : undefined };
-  return async ({ request, deps, trail }) => {
+  return async ({ request, deps, trail }: ParseContext): Promise<unknown> => {
     trail.body = checks;
     try {
       if (typeof (await admitOnce(deps, trail, request)) !== "string") return UNREAD_BODY;
@@ -56,11 +48,7 @@ export function bodyProblem(cause: unknown): Response {
   return problemResponse(error.problem, error.detail, error.extensions);
 }
 
-interface RefusedContext {
-  readonly request: Request;
-  readonly params?: Readonly<Record<string, string>>;
-  readonly body?: unknown;
-}
+type RefusedContext = { readonly request: Request; readonly params?: Readonly<Record<string, string>>; readonly body?: unknown };
 
 /**
  * The answer to Elysia's refusal, in one fixed order: the path's ids, the body's schema, the
@@ -104,10 +92,8 @@ function schemaProblem<S extends TSchema>(schema: S, value: unknown): Response {
 const FIXED_MESSAGE = "refused by the route's schema";
 
 /**
- * `schema` as Elysia validates it, each node carrying a fixed `error`. Elysia builds a
- * ValidationError before any hook of ours runs, and its message formats the whole value refused
- * unless the failing node has an `error`: then it is those fixed words, whatever was sent. The
- * document shows the schema without them (documentation.ts).
+ * `schema` with a fixed `error` on each node: Elysia's ValidationError, built before any hook of
+ * ours, otherwise formats the whole value refused into its message. Left out of the document.
  */
 export function withFixedErrors<S extends TSchema>(schema: S): S {
   return fixed(schema) as S;

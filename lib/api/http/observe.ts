@@ -2,10 +2,11 @@
 // onAfterResponse. The duration ends at the answer's stamp, not at onAfterResponse: Elysia runs
 // that on a later turn of the event loop, which a loaded process delays.
 import { Elysia } from "elysia";
+import type { Span } from "@opentelemetry/api";
 import type { HttpServerMetrics } from "../../platform/http-metrics.ts";
 import type { Logger } from "../../platform/log.ts";
 import { routeOf, type LogFields, type RequestContextPlugin } from "./context.ts";
-import { endServerSpan } from "./trace.ts";
+import { endSpan } from "../../platform/trace-context.ts";
 
 const MS_PER_S = 1000;
 
@@ -35,4 +36,13 @@ function logRequest(log: Logger, method: string, route: string, status: number, 
   const fields = { method, route, status, durationMs: Math.round(durationMs * 100) / 100, ...extra };
   if (status >= 500) log.error("request", fields);
   else log.info("request", fields);
+}
+
+/** Names and ends the request's span (context.ts); `tenant` and `keyHash` as its log line has them. */
+function endServerSpan(span: Span, method: string, route: string, status: number, tenant: string | undefined, keyHash: string | undefined): void {
+  span.updateName(`${method} ${route}`);
+  span.setAttributes({ "http.route": route, "http.response.status_code": status });
+  if (tenant !== undefined) span.setAttribute("charges.tenant", tenant);
+  if (keyHash !== undefined) span.setAttribute("charges.idempotency_key_hash", keyHash);
+  endSpan(span, status >= 500 ? String(status) : undefined);
 }
