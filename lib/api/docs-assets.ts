@@ -1,7 +1,5 @@
-// The interactive API reference's assets, served by the API itself from the installed
-// swagger-ui-dist package, so /docs works with no network and no CDN. Each file is read on its
-// first request and kept, compressed and tagged (asset-answer.ts): nothing is read at import or
-// at start.
+// The interactive reference's assets, served from the installed swagger-ui-dist package (no CDN):
+// each file read on its first request and kept (asset-answer.ts), nothing at import or start.
 import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import type { DocsAssets } from "./app.ts";
@@ -10,7 +8,6 @@ import { ASSET_CACHE_CONTROL, assetAnswer, type Asset } from "./asset-answer.ts"
 const SCRIPT = "/docs/swagger-ui-bundle.js";
 const STYLESHEET = "/docs/swagger-ui.css";
 
-/** swagger-ui-dist's bundle and stylesheet, under /docs. */
 export function swaggerUiAssets(): DocsAssets {
   return {
     script: SCRIPT,

@@ -1,7 +1,6 @@
-// Assembles the API process from config: the pool, the schema, the idempotency core, the
-// relay's wake-up and metrics; the request pipeline (the Elysia app of app.ts, request logs)
-// is http/pipeline.ts's, shared with the edge worker (worker.ts), and /docs and the operator
-// console (console/) are this process's.
+// Assembles the API process from config: the pool, the schema, the idempotency core, the relay's
+// wake-up and metrics; its request pipeline (http/pipeline.ts) is shared with the edge worker,
+// /docs and the operator console (console/) are this process's own.
 import type { Meter } from "@opentelemetry/api";
 import type { Config } from "../platform/config.ts";
 import type { Sql } from "../platform/db.ts";
@@ -42,14 +41,10 @@ export interface ApiOptions {
   readonly logger?: Logger;
   /** Where every request's duration is counted (http_server_request_duration_seconds); none when unset. */
   readonly httpMetrics?: HttpServerMetrics;
-  /** Pool size (default API_POOL_SIZE); tests shrink it to saturate the pool with a few requests. */
+  /** Default API_POOL_SIZE; tests shrink it to saturate the pool with a few requests. */
   readonly poolSize?: number;
   readonly auth?: AuthOptions;
-  /**
-   * Open every pool connection before returning, so the first requests do not wait for
-   * backends to start (default true; pool-open.ts). The test kit's in-process APIs leave
-   * it off: a test file holds several at once on one server.
-   */
+  /** Open every pool connection before returning (default true; pool-open.ts); the test kit's APIs do not. */
   readonly openPool?: boolean;
 }
 
@@ -74,9 +69,8 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
   }
   // This process's notifies name it: its own completions wake their keys' waiters directly
-  // (lib/idempotency/waits.ts), so only another process's wake every waiter to read its key
-  // again. Otherwise each charge here would cost a read per waiter: a tenant holding many
-  // Prefer: wait requests would multiply every other tenant's commits.
+  // (lib/idempotency/waits.ts), so only another's wake every waiter to read its key again;
+  // else a tenant holding many Prefer: wait requests would multiply every other's commits.
   const sender = crypto.randomUUID();
   const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log), undefined, sender);
   const counters = createApiMetrics(options.meter, OPERATIONS.map(endpointOf));
