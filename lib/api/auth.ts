@@ -89,86 +89,78 @@ export function createAuthenticator(config: AuthConfig, options: AuthOptions = {
       "AUTH_MODE is jwt (the default) but neither AUTH_JWT_SECRET nor AUTH_JWKS_URL is set: set one of them, or AUTH_MODE=none to serve without authentication",
     );
   }
-  return new JwtAuthenticator(config, options);
+  return jwtAuthenticator(config, options);
 }
 
 /** A verified token's claims, and the stamp of the key source that verified it. */
 type Verified = { readonly payload: JWTPayload; readonly stamp: number };
 
-class JwtAuthenticator implements Authenticator {
-  readonly mode = "jwt";
-  private readonly secret: Promise<CryptoKey> | undefined;
-  private readonly jwks: ReturnType<typeof createRemoteJWKSet> | undefined;
+function jwtAuthenticator(config: AuthConfig, options: AuthOptions): Authenticator {
+  const secret = config.jwtSecret ? importHmacKey(config.jwtSecret) : undefined;
   // Counts the key set's fetches: a verdict made with one set is not reused once another was fetched.
-  private keySet = 0;
-  private readonly claims: JWTVerifyOptions;
-  private readonly verified = createTokenCache(CLOCK_TOLERANCE_S);
-
-  constructor(
-    private readonly config: AuthConfig,
-    options: AuthOptions,
-  ) {
-    this.secret = config.jwtSecret ? importHmacKey(config.jwtSecret) : undefined;
-    this.jwks = config.jwksUrl
-      ? createRemoteJWKSet(new URL(config.jwksUrl), {
-          cooldownDuration: options.jwksCooldownMs ?? JWKS_COOLDOWN_MS,
-          [customFetch]: (url: string, init: RequestInit) => (this.keySet++, fetch(url, init)),
-        })
-      : undefined;
-    this.claims = { issuer: config.issuer, audience: config.audience, clockTolerance: CLOCK_TOLERANCE_S, requiredClaims: ["exp"] };
-  }
-
+  let keySet = 0;
+  const jwks = config.jwksUrl
+    ? createRemoteJWKSet(new URL(config.jwksUrl), {
+        cooldownDuration: options.jwksCooldownMs ?? JWKS_COOLDOWN_MS,
+        [customFetch]: (url: string, init: RequestInit) => (keySet++, fetch(url, init)),
+      })
+    : undefined;
+  const claims: JWTVerifyOptions = { issuer: config.issuer, audience: config.audience, clockTolerance: CLOCK_TOLERANCE_S, requiredClaims: ["exp"] };
+  const cache = createTokenCache(CLOCK_TOLERANCE_S);
   // A key set's verdict holds while its set is the fresh one jose uses; the secret never changes.
-  private readonly isCurrent = (stamp: number): boolean => stamp === SECRET_STAMP || (this.jwks !== undefined && this.jwks.fresh && stamp === this.keySet);
-
-  async authenticate(authorization: string | null): Promise<AuthResult> {
-    const token = bearerToken(authorization);
-    if (token === undefined) return { kind: "refused", reason: "missing", tokenSent: false };
-    const known = this.verified.get(token, this.isCurrent);
-    if (known !== undefined) return { kind: "authenticated", tenant: known };
-    let alg: string | undefined;
-    try {
-      const header = decodeProtectedHeader(token);
-      if (!isAcceptedType(header.typ)) return refused("type");
-      alg = header.alg;
-    } catch {
-      return refused("malformed");
-    }
-    try {
-      const verified = await this.verify(token, alg);
-      return verified ? this.admit(token, verified) : refused("algorithm");
-    } catch (error) {
-      return failureOf(error, alg !== undefined && HMAC_ALGORITHMS.includes(alg));
-    }
-  }
+  const isCurrent = (stamp: number): boolean => stamp === SECRET_STAMP || (jwks !== undefined && jwks.fresh && stamp === keySet);
 
   /** Verified by the one key source that accepts `alg`; undefined when none does. */
-  private async verify(token: string, alg: string | undefined): Promise<Verified | undefined> {
-    if (alg !== undefined && this.secret && HMAC_ALGORITHMS.includes(alg)) {
-      const { payload } = await jwtVerify(token, await this.secret, { ...this.claims, algorithms: HMAC_ALGORITHMS });
+  const verify = async (token: string, alg: string | undefined): Promise<Verified | undefined> => {
+    if (alg !== undefined && secret && HMAC_ALGORITHMS.includes(alg)) {
+      const { payload } = await jwtVerify(token, await secret, { ...claims, algorithms: HMAC_ALGORITHMS });
       return { payload, stamp: SECRET_STAMP };
     }
-    if (alg !== undefined && this.jwks && JWKS_ALGORITHMS.includes(alg)) {
+    if (alg !== undefined && jwks && JWKS_ALGORITHMS.includes(alg)) {
       // Read before: a fetch during the verification makes this verdict one of the old set.
-      const stamp = this.keySet;
-      const { payload } = await jwtVerify(token, this.jwks as JWTVerifyGetKey, { ...this.claims, algorithms: JWKS_ALGORITHMS });
+      const stamp = keySet;
+      const { payload } = await jwtVerify(token, jwks as JWTVerifyGetKey, { ...claims, algorithms: JWKS_ALGORITHMS });
       return { payload, stamp };
     }
     return undefined;
-  }
+  };
 
   /** The tenant of a verified token, remembered for its next use. */
-  private admit(token: string, { payload, stamp }: Verified): AuthResult {
+  const admit = (token: string, { payload, stamp }: Verified): AuthResult => {
     if (!hasSaneTimes(payload)) return refused("claims");
-    const tenant = payload[this.config.tenantClaim];
+    const tenant = payload[config.tenantClaim];
     if (tenant === undefined) return refused("claims");
     // The implicit tenant belongs to AUTH_MODE=none and to the rows written before tenants
     // existed: a token naming it would read and write those rows.
-    if (!isTenantId(tenant, this.config.tenantIds) || tenant === IMPLICIT_TENANT) return refused("tenant");
+    if (!isTenantId(tenant, config.tenantIds) || tenant === IMPLICIT_TENANT) return refused("tenant");
     // Always set: exp is a required claim jose checked.
-    if (payload.exp !== undefined) this.verified.remember(token, tenant, payload.exp, stamp);
+    if (payload.exp !== undefined) cache.remember(token, tenant, payload.exp, stamp);
     return { kind: "authenticated", tenant };
-  }
+  };
+
+  return {
+    mode: "jwt",
+    async authenticate(authorization) {
+      const token = bearerToken(authorization);
+      if (token === undefined) return { kind: "refused", reason: "missing", tokenSent: false };
+      const known = cache.get(token, isCurrent);
+      if (known !== undefined) return { kind: "authenticated", tenant: known };
+      let alg: string | undefined;
+      try {
+        const header = decodeProtectedHeader(token);
+        if (!isAcceptedType(header.typ)) return refused("type");
+        alg = header.alg;
+      } catch {
+        return refused("malformed");
+      }
+      try {
+        const verified = await verify(token, alg);
+        return verified ? admit(token, verified) : refused("algorithm");
+      } catch (error) {
+        return failureOf(error, alg !== undefined && HMAC_ALGORITHMS.includes(alg));
+      }
+    },
+  };
 }
 
 /** A string of 1 to MAX_TENANT_CHARS UTF-16 units of AUTH_TENANT_IDS' set (docs/api.md, "Tenants"). */

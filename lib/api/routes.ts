@@ -1,7 +1,7 @@
 // The API's routes as Elysia plugins, each with the TypeBox schemas Elysia validates (through
-// withFixedErrors, so no refusal formats what was sent) and documents; app.ts composes them. An
-// idempotent operation is one line in OPERATIONS (lib/charges/index.ts). Answers are bytes
-// checked when written (checkedJson), so the response schemas only document.
+// withFixedErrors, so no refusal formats what was sent) and documents. An idempotent operation is
+// one line in OPERATIONS (lib/charges/index.ts). Answers are bytes checked when written, so the
+// response schemas only document.
 import { Elysia } from "elysia";
 import { withHeaders } from "@elysiajs/openapi";
 import { Type as t, type TObject, type TSchema } from "@sinclair/typebox";
@@ -23,7 +23,6 @@ import { KEY_STATE_PATH, KeyStateView, keyStateHandler } from "./key-state.ts";
 
 export { OPERATIONS };
 
-const bearer = [{ bearer: [] }];
 const uuid = (noun: string) => t.String({ format: "uuid", description: `The ${noun}'s id` });
 
 const problem = (description: string): TSchema => ({ ...Problem, description });
@@ -35,17 +34,15 @@ const ADMISSION = { 401: unauthorized, 429: rateLimited, 503: overloaded };
 // The headers an idempotent operation reads (their formats are their parsers: schemas.ts).
 const OPERATION_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader, prefer: t.Optional(PreferHeader) }));
 const KEY_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader }));
-/**
- * A response's schema, described. Elysia sets a response schema's missing additionalProperties
- * to false the first time it answers; absent means true, so the copy says so and the document
- * is the same whatever was answered before it.
- */
+// Elysia sets a response schema's missing additionalProperties to false the first time it answers:
+// the copy says true, so the document is the same whatever was answered before it.
 const described = (schema: TObject, description: string): TSchema => ({ ...schema, additionalProperties: schema.additionalProperties ?? true, description });
 // What an idempotent operation's success (201 or 200) carries besides its body.
 const CREATED_HEADERS = { location: t.String(), "idempotent-replayed": t.Optional(t.Literal("true")) };
 
-function tagOf(path: string): string {
-  return path.includes("/refunds") ? "Refunds" : "Charges";
+/** The detail of a route behind the bearer token. */
+function bearerDetail(operationId: string, tag: string, summary: string, description: string) {
+  return { operationId, summary, description, tags: [tag], security: [{ bearer: [] }] };
 }
 
 const CHARGE_ID = withFixedErrors(t.Object({ id: uuid("charge") }));
@@ -89,13 +86,12 @@ export function chargeRoutes(context: RequestContextPlugin) {
       // Ours (415, 413, the nesting depth, strict JSON), and the media type the document shows.
       parse: [bodyParser(op.body), "application/json"],
       response: operationResponses(op),
-      detail: {
-        operationId: op.name,
-        summary: op.summary,
-        description: `Idempotent: the key's scope is (tenant, key, "${endpointOf(op)}"); a retry with the same key and body replays the first answer.`,
-        tags: [tagOf(op.path)],
-        security: bearer,
-      },
+      detail: bearerDetail(
+        op.name,
+        op.path.includes("/refunds") ? "Refunds" : "Charges",
+        op.summary,
+        `Idempotent: the key's scope is (tenant, key, "${endpointOf(op)}"); a retry with the same key and body replays the first answer.`,
+      ),
     });
   }
   return routes
@@ -106,13 +102,12 @@ export function chargeRoutes(context: RequestContextPlugin) {
         400: problem("Missing or invalid Idempotency-Key (over 255 characters, not visible ASCII, a malformed String)"),
         ...ADMISSION,
       },
-      detail: {
-        operationId: "getIdempotencyKey",
-        summary: "A key's state, per operation: in flight, completed, parked, expired or unknown",
-        description: "The key travels in the Idempotency-Key header its POST sent it in; never cached by a shared cache (Cache-Control: private, no-store).",
-        tags: ["Idempotency"],
-        security: bearer,
-      },
+      detail: bearerDetail(
+        "getIdempotencyKey",
+        "Idempotency",
+        "A key's state, per operation: in flight, completed, parked, expired or unknown",
+        "The key travels in the Idempotency-Key header its POST sent it in; never cached by a shared cache (Cache-Control: private, no-store).",
+      ),
     })
     .get("/charges/:id", async ({ deps, params, tenant }) => lookup(deps, params, (sql, endsAt) => chargeView(sql, tenant, params.id, endsAt)), {
       params: CHARGE_ID,
@@ -122,7 +117,7 @@ export function chargeRoutes(context: RequestContextPlugin) {
         ...ADMISSION,
         404: problem("Unknown charge, or another tenant's"),
       },
-      detail: { operationId: "getCharge", summary: "A charge, with its refunded total", description: "Another tenant's charge is unknown alike (404).", tags: ["Charges"], security: bearer },
+      detail: bearerDetail("getCharge", "Charges", "A charge, with its refunded total", "Another tenant's charge is unknown alike (404)."),
     })
     .get("/charges/:id/events", async (ctx) => chargeEventsHandler({ request: ctx.request, params: ctx.params, tenant: ctx.tenant, deps: ctx.deps }), {
       params: CHARGE_ID,
@@ -134,13 +129,12 @@ export function chargeRoutes(context: RequestContextPlugin) {
         404: problem("Unknown charge, or another tenant's"),
         503: problem("Database unavailable or slower than the request's time bounds, or too many requests in flight (Retry-After)"),
       },
-      detail: {
-        operationId: "getChargeEvents",
-        summary: "A charge's events, as the broker carried them",
-        description: "The MQTT payloads of the relay's AsyncAPI document (its GET /asyncapi.json), read back from the outbox: a subscriber fills here a gap in a charge's sequence that the broker will never fill.",
-        tags: ["Charges"],
-        security: bearer,
-      },
+      detail: bearerDetail(
+        "getChargeEvents",
+        "Charges",
+        "A charge's events, as the broker carried them",
+        "The MQTT payloads of the relay's AsyncAPI document (its GET /asyncapi.json), read back from the outbox: a subscriber fills here a gap in a charge's sequence that the broker will never fill.",
+      ),
     })
     .get(
       "/charges/:id/refunds/:refundId",
@@ -153,7 +147,7 @@ export function chargeRoutes(context: RequestContextPlugin) {
           ...ADMISSION,
           404: problem("Unknown refund or charge, or another tenant's"),
         },
-        detail: { operationId: "getRefund", summary: "A refund of a charge", description: "A refund of another charge, or another tenant's, is unknown alike (404).", tags: ["Refunds"], security: bearer },
+        detail: bearerDetail("getRefund", "Refunds", "A refund of a charge", "A refund of another charge, or another tenant's, is unknown alike (404)."),
       },
     );
 }

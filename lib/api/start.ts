@@ -1,15 +1,19 @@
 // Assembles the API process from config: the pool, the schema, the idempotency core, the relay's
 // wake-up and metrics; its request pipeline (http/pipeline.ts) is shared with the edge worker,
-// /docs and the operator console (console/) are this process's own.
+// /docs' assets and the operator console (console/) are this process's own.
+import { readFile } from "node:fs/promises";
+import { createRequire } from "node:module";
 import type { Meter } from "@opentelemetry/api";
 import type { Config } from "../platform/config.ts";
-import type { Sql } from "../platform/db.ts";
+import { sqlState, type Sql } from "../platform/db.ts";
+import { within } from "../platform/within.ts";
 import { applySchema } from "../platform/startup.ts";
 import { API_POOL_NAME, apiSql, boundedCore, logNotifyFailure } from "./services.ts";
 import type { HttpServerMetrics } from "../platform/http-metrics.ts";
 import { createApi, type ServedRoute } from "./http/pipeline.ts";
 import type { RequestDeps } from "./http/context.ts";
-import { swaggerUiAssets } from "./docs-assets.ts";
+import type { DocsAssets } from "./app.ts";
+import { ASSET_CACHE_CONTROL, assetAnswer, type Asset } from "./asset-answer.ts";
 import { OPERATIONS, SCHEMAS } from "./routes.ts";
 import { endpointOf } from "../idempotency/model.ts";
 import { cachedExposition, createApiMetrics } from "./metrics.ts";
@@ -17,7 +21,6 @@ import { createLogger, type Logger } from "../platform/log.ts";
 import { createOutboxNotifier, listenForOutbox, type OutboxListener } from "../platform/wakeup.ts";
 import { isTransactionPooled } from "../platform/pooler.ts";
 import { createAuthenticator, IMPLICIT_TENANT, type AuthOptions } from "./auth.ts";
-import { openPool } from "./pool-open.ts";
 import { useKeyHashSecret } from "../platform/redact.ts";
 import { createAdmission } from "./admission.ts";
 import { createReadiness } from "./readiness.ts";
@@ -103,6 +106,50 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
       await notifier.close();
       await listener?.unlisten().catch(() => {});
       await sql.end({ timeout: 5 });
+    },
+  };
+}
+
+// Bounds the pool's opening (each connect has the pool's own timeout): a server that stops
+// answering mid-way delays the start at most this long, the rest opening on demand.
+const POOL_OPEN_TIMEOUT_MS = 6_000;
+
+/**
+ * Opens the whole pool before the process listens: postgres.js opens a connection only when every
+ * open one is busy, so a process started under load would make its first requests wait on backends
+ * being forked. Not reserve(): in postgres.js 3.4.9 a reservation whose connection is refused can
+ * be dropped in the reconnect, losing connections handed back afterwards (porsager/postgres#1195,
+ * #1199). Never throws: `failure` is the SQLSTATE or client code of the first refusal.
+ */
+async function openPool(sql: Sql, size: number): Promise<{ opened: number; wanted: number; failure?: string }> {
+  let opened = 0;
+  let failure: string | undefined;
+  const opening = Array.from({ length: size }, () =>
+    sql`select 1`.then(
+      () => void opened++,
+      (error: unknown) => void (failure ??= sqlState(error) ?? "unknown"),
+    ),
+  );
+  const done = await within(Promise.all(opening), POOL_OPEN_TIMEOUT_MS);
+  if (done === undefined) failure ??= "timeout";
+  return failure === undefined ? { opened, wanted: size } : { opened, wanted: size, failure };
+}
+
+const SCRIPT = "/docs/swagger-ui-bundle.js";
+const STYLESHEET = "/docs/swagger-ui.css";
+
+/** /docs' assets from the installed swagger-ui-dist (no CDN), each read on its first request and kept. */
+function swaggerUiAssets(): DocsAssets {
+  const file = (name: string, contentType: string) => async (): Promise<Asset> => ({
+    body: new Uint8Array(await readFile(createRequire(import.meta.url).resolve(`swagger-ui-dist/${name}`))),
+    contentType,
+  });
+  return {
+    script: SCRIPT,
+    stylesheet: STYLESHEET,
+    files: {
+      [SCRIPT]: assetAnswer(file("swagger-ui-bundle.js", "text/javascript; charset=utf-8"), ASSET_CACHE_CONTROL),
+      [STYLESHEET]: assetAnswer(file("swagger-ui.css", "text/css; charset=utf-8"), ASSET_CACHE_CONTROL),
     },
   };
 }
