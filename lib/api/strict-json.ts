@@ -86,7 +86,7 @@ function scan(text: string): { faults: JsonFault[]; more: number } {
         if (typeof value !== "number") return;
         const token = text.slice(offset, offset + length);
         const verdict = judgeNumber(token);
-        if (verdict !== "integer") fault(pathOf(), `${verdict === "fraction" ? "must be an integer" : "is out of range"}, got ${quote(token)}`);
+        if (verdict !== "integer") fault(pathOf(), `${verdict === "fraction" ? "must be an integer" : "is out of range"}, got ${boundedField(token, MAX_QUOTED_CHARS)}`);
       },
     });
   } catch {
@@ -116,10 +116,6 @@ function fieldOf(path: JSONPath): string {
   return path.length === 0 ? "(body)" : boundedField(path.join("."));
 }
 
-export function boundedField(field: string): string {
-  return field.length <= MAX_FIELD_CHARS ? field : `${field.slice(0, MAX_FIELD_CHARS)}…`;
-}
-
-function quote(token: string): string {
-  return token.length <= MAX_QUOTED_CHARS ? token : `${token.slice(0, MAX_QUOTED_CHARS)}…`;
+export function boundedField(field: string, max = MAX_FIELD_CHARS): string {
+  return field.length <= max ? field : `${field.slice(0, max)}…`;
 }

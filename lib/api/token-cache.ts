@@ -10,15 +10,8 @@ export const MAX_REUSE_MS = 60_000;
 // hundred bytes, so this bounds the cache to a few MB whatever the clients send.
 const MAX_TOKENS = 10_000;
 
-interface Entry {
-  readonly tenant: string;
-  /** The token's exp claim (seconds since the epoch). */
-  readonly exp: number;
-  /** Date.now() after which the token is verified again. */
-  readonly reuseUntil: number;
-  /** Which keys verified it, in the caller's terms. */
-  readonly stamp: number;
-}
+/** `exp`: the token's claim; `reuseUntil`: Date.now() past which it is verified again; `stamp`: its keys. */
+type Entry = { readonly tenant: string; readonly exp: number; readonly reuseUntil: number; readonly stamp: number };
 
 /** `toleranceS`: the clock tolerance the verifier applies to exp. `now` for tests. */
 export function createTokenCache(toleranceS: number, maxTokens = MAX_TOKENS, now: () => number = Date.now) {

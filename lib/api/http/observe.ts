@@ -4,8 +4,7 @@
 import { Elysia } from "elysia";
 import type { Span } from "@opentelemetry/api";
 import type { HttpServerMetrics } from "../../platform/http-metrics.ts";
-import type { Logger } from "../../platform/log.ts";
-import { routeOf, type LogFields, type RequestContextPlugin } from "./context.ts";
+import { routeOf, type RequestContextPlugin } from "./context.ts";
 import { endSpan } from "../../platform/trace-context.ts";
 
 const MS_PER_S = 1000;
@@ -24,18 +23,14 @@ export function observability(context: RequestContextPlugin, httpMetrics: HttpSe
       const name = routeOf(route);
       httpMetrics?.record(request.method, name, status, durationMs / MS_PER_S);
       if (trail.span) endServerSpan(trail.span, request.method, name, status, trail.fields.tenant, trail.fields.keyHash?.toJSON());
+      const fields = { method: request.method, route: name, status, durationMs: Math.round(durationMs * 100) / 100, ...trail.fields };
       try {
-        logRequest(deps.log, request.method, name, status, durationMs, trail.fields);
+        if (status >= 500) deps.log.error("request", fields);
+        else deps.log.info("request", fields);
       } catch (error) {
         deps.log.error("request log failed", { error: String(error) });
       }
     });
-}
-
-function logRequest(log: Logger, method: string, route: string, status: number, durationMs: number, extra: LogFields): void {
-  const fields = { method, route, status, durationMs: Math.round(durationMs * 100) / 100, ...extra };
-  if (status >= 500) log.error("request", fields);
-  else log.info("request", fields);
 }
 
 /** Names and ends the request's span (context.ts); `tenant` and `keyHash` as its log line has them. */
