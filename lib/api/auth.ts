@@ -205,15 +205,12 @@ function importHmacKey(secret: string): Promise<CryptoKey> {
   return crypto.subtle.importKey("raw", bytes, { name: "HMAC", hash: "SHA-256" }, false, ["verify"]);
 }
 
+const CLAIM_FAILURES: Readonly<Record<string, "not_yet_valid" | "issuer" | "audience">> = { nbf: "not_yet_valid", iss: "issuer", aud: "audience" };
+
 /** jose's verdict as a reason; a key set that cannot be fetched or read is the identity provider's fault. */
 function failureOf(error: unknown, hmac: boolean): AuthResult {
   if (error instanceof errors.JWTExpired) return refused("expired");
-  if (error instanceof errors.JWTClaimValidationFailed) {
-    if (error.claim === "nbf") return refused("not_yet_valid");
-    if (error.claim === "iss") return refused("issuer");
-    if (error.claim === "aud") return refused("audience");
-    return refused("claims");
-  }
+  if (error instanceof errors.JWTClaimValidationFailed) return refused(CLAIM_FAILURES[error.claim] ?? "claims");
   if (error instanceof errors.JWSSignatureVerificationFailed) return refused("signature");
   if (error instanceof errors.JOSEAlgNotAllowed || error instanceof errors.JOSENotSupported) return refused("algorithm");
   if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWKSMultipleMatchingKeys) return refused("unknown_key");

@@ -47,7 +47,7 @@ export interface ApiOptions {
   /** Default API_POOL_SIZE; tests shrink it to saturate the pool with a few requests. */
   readonly poolSize?: number;
   readonly auth?: AuthOptions;
-  /** Open every pool connection before returning (default true; pool-open.ts); the test kit's APIs do not. */
+  /** Open every pool connection before returning (default true; openPool); the test kit's APIs do not. */
   readonly openPool?: boolean;
 }
 
