@@ -1,7 +1,6 @@
 // /openapi.json and the reference at /docs (@elysiajs/openapi), from the routes' own schemas. The
 // plugin inlines every schema; the document served names each shared one once under components
 // ($ref), with what a linter asks beside: a server, tags, and a 431 on every operation.
-import { Elysia } from "elysia";
 import { openapi } from "@elysiajs/openapi";
 import type { TSchema } from "@sinclair/typebox";
 import { isFixedError } from "./http/checks.ts";
@@ -55,20 +54,12 @@ export function documentation(docs: DocsAssets | undefined) {
     swagger: docs && { cdn: docs.script, theme: docs.stylesheet, autoDarkMode: false, displayOperationId: true, validatorUrl: "none" },
     documentation: { info: DOCUMENT_INFO, servers: SERVERS, tags: TAGS, components: { schemas: named as Record<string, never>, securitySchemes: { bearer: BEARER_SCHEME } } },
   });
-  // The plugin's route builds (and caches) its document on first request: served referenced.
+  // The plugin's route builds its document: served referenced (asked once: app.ts documentRoutes).
   const route = plugin.routes.find((r) => r.path === DOCUMENT_PATH && r.method === "GET");
   if (route === undefined) throw new Error("bug: @elysiajs/openapi serves no document route");
   const build = route.handler as (ctx: unknown) => object;
-  const made = new WeakMap<object, object>();
-  route.handler = (ctx: unknown) => {
-    const raw = build(ctx);
-    let document = made.get(raw);
-    if (document === undefined) made.set(raw, (document = referenced(raw as Document, named)));
-    return document;
-  };
-  const withAssets = new Elysia({ name: "documentation" }).use(plugin);
-  for (const [path, serveFile] of Object.entries(docs?.files ?? {})) withAssets.get(path, ({ request }) => serveFile(request), { detail: { hide: true } });
-  return withAssets;
+  route.handler = (ctx: unknown) => referenced(build(ctx) as Document, named);
+  return plugin;
 }
 
 interface Document {

@@ -25,7 +25,8 @@ const UNREAD_BODY: unique symbol = Symbol("unread body");
  */
 export function bodyParser(schema: TSchema) {
   type ParseContext = { readonly request: Request; readonly deps: RequestDeps; readonly trail: RequestTrail };
-  const checks: BodyChecks = { body: schema, empty: requiresNothing(schema) ? {} : undefined };
+  const requiresNothing = schema.type === "object" && ((schema.required as unknown[] | undefined) ?? []).length === 0;
+  const checks: BodyChecks = { body: schema, empty: requiresNothing ? {} : undefined };
   return async ({ request, deps, trail }: ParseContext): Promise<unknown> => {
     trail.body = checks;
     try {
@@ -36,10 +37,6 @@ export function bodyParser(schema: TSchema) {
     }
     return readJsonBody(request, checks.empty);
   };
-}
-
-function requiresNothing(schema: TSchema): boolean {
-  return schema.type === "object" && (schema.required === undefined || (schema.required as unknown[]).length === 0);
 }
 
 /** What reading the body threw: our 415, 413 or 400, or anything else as "not valid JSON". */
@@ -57,9 +54,14 @@ type RefusedContext = { readonly request: Request; readonly params?: Readonly<Re
  */
 export function validationProblem(ctx: RefusedContext, trail: RequestTrail, error: ValidationError): Response {
   const params = ctx.params ?? {};
-  const badId = invalidIdProblem(params);
-  if (badId) return badId;
-  if (trail.body !== undefined && !checkOf(trail.body.body).Check(ctx.body)) return schemaProblem(trail.body.body, ctx.body);
+  // Every path parameter of ours is a UUID.
+  const badId = Object.keys(params).find((name) => !isUuid(params[name] ?? ""));
+  if (badId !== undefined) return problemResponse("invalidId", `the ${nounOf(badId)} id must be a UUID`);
+  const check = trail.body && checkOf(trail.body.body);
+  if (check && !check.Check(ctx.body)) {
+    const { faults, more, cut } = schemaFaults(check.Errors(ctx.body));
+    return bodyProblem(invalidBody(faults, more, cut));
+  }
   switch (error.type) {
     case "headers": {
       const key = parseIdempotencyKey(ctx.request.headers.get("idempotency-key"));
@@ -75,17 +77,6 @@ export function validationProblem(ctx: RefusedContext, trail: RequestTrail, erro
   // Every schema a route validates is one of the checks above: anything else is a bug.
   trail.fields.error = `bug: Elysia refused the ${error.type} past the route's own checks`;
   return problemResponse("internal", "an unexpected error occurred");
-}
-
-/** The 400 for the first path parameter that is not a UUID (every parameter of ours is one). */
-function invalidIdProblem(params: Readonly<Record<string, string>>): Response | undefined {
-  const bad = Object.keys(params).find((name) => !isUuid(params[name] ?? ""));
-  return bad === undefined ? undefined : problemResponse("invalidId", `the ${nounOf(bad)} id must be a UUID`);
-}
-
-function schemaProblem<S extends TSchema>(schema: S, value: unknown): Response {
-  const { faults, more, cut } = schemaFaults(checkOf(schema).Errors(value));
-  return bodyProblem(invalidBody(faults, more, cut));
 }
 
 // What a refusal's message is, in place of the value Elysia's ValidationError would format.
