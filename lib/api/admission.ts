@@ -1,7 +1,6 @@
-// Admission control for the /charges routes, per process: a token bucket per tenant (429 past
-// it), a cap on requests in flight and each tenant's share of it (503 past them), answered at
-// once with Retry-After before the body is read or the database touched. A place is held from
-// the token's check to the answer: while the body arrives and while it waits on Prefer: wait.
+// Admission control for the /charges routes, per process: a token bucket per tenant (429 past it),
+// a cap on requests in flight and each tenant's and key's share of it (http/in-flight.ts), answered
+// at once with Retry-After before the body is read or the database touched.
 import type { AdmissionConfig } from "../platform/config.ts";
 
 const MS_PER_S = 1000;
@@ -23,7 +22,7 @@ interface Bucket {
   at: number;
 }
 
-export type Admitted = { readonly ok: true } | { readonly ok: false; readonly retryAfterS: number };
+type Admitted = { readonly ok: true } | { readonly ok: false; readonly retryAfterS: number };
 export type Admission = ReturnType<typeof createAdmission>;
 
 const ADMITTED: Admitted = { ok: true };

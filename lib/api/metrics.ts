@@ -12,9 +12,8 @@ export type ApiMetrics = ReturnType<typeof createApiMetrics>;
 type Tally = { readonly attributes: Attributes; count: number };
 
 /**
- * Every series whose labels are known up front starts at zero (each of `endpoints` by each
- * outcome, each auth failure reason), as Prometheus's instrumentation guide advises: a
- * dashboard shows 0 rather than "no data", and a rate() alert works before the first event.
+ * Every series whose labels are known up front (each of `endpoints` by each outcome, each auth
+ * failure reason) starts at zero: a dashboard shows 0, not "no data", and rate() alerts work at once.
  */
 export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), endpoints: readonly string[] = []) {
   // Counted here, reported at collection: a synchronous counter's add() would hash its labels on every POST.

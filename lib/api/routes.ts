@@ -182,11 +182,7 @@ export function operatorRoutes(context: RequestContextPlugin, metrics: (() => Pr
     });
 }
 
-/**
- * The document's named schemas, each shown once and referenced ($ref) wherever a route uses
- * it (documentation.ts): the shared ones by name, and each operation's body that is none of
- * them under its operation's name ("captureCharge" → "CaptureChargeBody").
- */
+/** The document's components (documentation.ts): the shared schemas, and each other body as "CaptureChargeBody". */
 export function components(): Readonly<Record<string, TSchema>> {
   const named: Record<string, TSchema> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem };
   const known = new Set(Object.values(named));

@@ -1,7 +1,6 @@
-// What Elysia's lifecycle checks a request with, and how its verdicts are answered: a body
-// route's parser reads strict JSON (415, 413, depth, syntax: 400, answered as a ParseError in
-// app.ts's onError); Elysia then validates headers, ids, query and body against the route's
-// schemas, and validationProblem answers the same 400s in the same order whichever it ran first.
+// What Elysia's lifecycle checks a request with, and how its verdicts are answered: a body route's
+// parser reads strict JSON (415, 413, 400 as a ParseError); Elysia then validates headers, ids,
+// query and body, and validationProblem answers the same 400s in one order whichever ran first.
 import type { ValidationError } from "elysia";
 import type { TSchema } from "@sinclair/typebox";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
