@@ -13,7 +13,6 @@ import { authenticate } from "./http/authentication.ts";
 import { bodyProblem, validationProblem } from "./http/checks.ts";
 import { needsToken, requestContext, type RequestDeps, type RequestTrail } from "./http/context.ts";
 import { observability } from "./http/observe.ts";
-import { inFlightCap } from "./http/in-flight.ts";
 import { problemResponse } from "./problem.ts";
 import { chargeRoutes, operatorRoutes } from "./routes.ts";
 import { documentation, DOCUMENT_PATH, PAGE_PATH, type DocsAssets } from "./documentation.ts";
@@ -42,7 +41,6 @@ export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
   const surface = options.surface ?? "all";
   const app = newApp(options)
     .use(context)
-    .use(inFlightCap(context))
     .use(observability(context, options.httpMetrics))
     // The operator's port has no /charges: a path there is a plain 404, with or without a token.
     // Destructured, never passed whole: Elysia reads a hook's source, and a context handed to a

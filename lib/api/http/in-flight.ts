@@ -2,17 +2,11 @@
 // its token is checked (reading its body and waiting on Prefer: wait included) and holds it until
 // its answer has left; past a cap, 503 with Retry-After at once (a key's: the 409 a key in flight
 // gets), not a queue without bound. The operator's routes never take one.
-import { Elysia } from "elysia";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
-import type { RequestContextPlugin, RequestDeps, RequestTrail } from "./context.ts";
+import type { RequestDeps, RequestTrail } from "./context.ts";
 
 type Deps = Pick<RequestDeps, "admission">;
-
-/** Counts every admitted request out once its answer has left. */
-export function inFlightCap(context: RequestContextPlugin) {
-  return new Elysia({ name: "in-flight-cap" }).use(context).onAfterResponse({ as: "global" }, ({ deps, trail }) => countOut(deps, trail));
-}
 
 /** A place of the process for the request, or its 503. */
 export function enterProcess(deps: Deps, trail: RequestTrail): Response | undefined {
@@ -46,7 +40,7 @@ export function enterKey(deps: Deps, trail: RequestTrail, tenant: string, key: s
   return undefined;
 }
 
-/** The request leaves the count in flight, once: when answered, or earlier when its refusal is held (authentication.ts). */
+/** The request leaves the count in flight, once: when answered (observe.ts), or when its refusal is held. */
 export function countOut(deps: Deps, trail: RequestTrail): void {
   if (trail.keyIn !== undefined) {
     deps.admission.leaveKey(trail.keyIn);

@@ -1,10 +1,11 @@
-// Every request's log line and its sample on http_server_request_duration_seconds, taken in
-// onAfterResponse. The duration ends at the answer's stamp, not at onAfterResponse: Elysia runs
-// that on a later turn of the event loop, which a loaded process delays.
+// Once a request's answer has left (onAfterResponse): its count out of the requests in flight, its
+// log line and its sample on http_server_request_duration_seconds. The duration ends at the
+// answer's stamp: Elysia runs onAfterResponse on a later turn of the event loop.
 import { Elysia } from "elysia";
 import type { Span } from "@opentelemetry/api";
 import type { HttpServerMetrics } from "../../platform/http-metrics.ts";
 import { routeOf, type RequestContextPlugin } from "./context.ts";
+import { countOut } from "./in-flight.ts";
 import { endSpan } from "../../platform/trace-context.ts";
 
 const MS_PER_S = 1000;
@@ -17,6 +18,7 @@ export function observability(context: RequestContextPlugin, httpMetrics: HttpSe
     })
     // `set` is not read: a hook that reads it makes Elysia map every answer through it.
     .onAfterResponse({ as: "global" }, ({ request, route, trail, deps }) => {
+      countOut(deps, trail);
       const durationMs = (trail.answeredAt ?? performance.now()) - trail.started;
       // Every answer is stamped (onAfterHandle, onError, the token's refusal, the cap in flight).
       const status = trail.status ?? 200;
