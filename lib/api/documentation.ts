@@ -1,8 +1,6 @@
-// /openapi.json and the reference at /docs (@elysiajs/openapi), made from the routes' own
-// schemas. The plugin inlines every schema where used; the document served names each shared one
-// once under components and refers to it by $ref, with what a linter asks beside: a server,
-// tags, and a 431 on every operation (the runtime's own answer to oversized headers).
-import { Elysia } from "elysia";
+// /openapi.json and the reference at /docs (@elysiajs/openapi), from the routes' own schemas. The
+// plugin inlines every schema; the document served names each shared one once under components
+// ($ref), with what a linter asks beside: a server, tags, and a 431 on every operation.
 import { openapi } from "@elysiajs/openapi";
 import type { TSchema } from "@sinclair/typebox";
 import { isFixedError } from "./http/checks.ts";
@@ -17,7 +15,6 @@ export interface DocsAssets {
   readonly stylesheet: string;
 }
 
-/** Where @elysiajs/openapi serves the document. */
 export const DOCUMENT_PATH = "/openapi.json";
 export const PAGE_PATH = "/docs";
 
@@ -57,21 +54,12 @@ export function documentation(docs: DocsAssets | undefined) {
     swagger: docs && { cdn: docs.script, theme: docs.stylesheet, autoDarkMode: false, displayOperationId: true, validatorUrl: "none" },
     documentation: { info: DOCUMENT_INFO, servers: SERVERS, tags: TAGS, components: { schemas: named as Record<string, never>, securitySchemes: { bearer: BEARER_SCHEME } } },
   });
-  // The plugin's own route serves the document it builds (and caches) on first request; the
-  // document served is that one, referenced, built once per document the plugin builds.
+  // The plugin's route builds its document: served referenced (asked once: app.ts documentRoutes).
   const route = plugin.routes.find((r) => r.path === DOCUMENT_PATH && r.method === "GET");
   if (route === undefined) throw new Error("bug: @elysiajs/openapi serves no document route");
   const build = route.handler as (ctx: unknown) => object;
-  const made = new WeakMap<object, object>();
-  route.handler = (ctx: unknown) => {
-    const raw = build(ctx);
-    let document = made.get(raw);
-    if (document === undefined) made.set(raw, (document = referenced(raw as Document, named)));
-    return document;
-  };
-  const withAssets = new Elysia({ name: "documentation" }).use(plugin);
-  for (const [path, serveFile] of Object.entries(docs?.files ?? {})) withAssets.get(path, ({ request }) => serveFile(request), { detail: { hide: true } });
-  return withAssets;
+  route.handler = (ctx: unknown) => referenced(build(ctx) as Document, named);
+  return plugin;
 }
 
 interface Document {
@@ -81,9 +69,8 @@ interface Document {
 
 /**
  * `document` with every schema equal to a named component replaced by a $ref to it, and the
- * 431 on every operation. Equal: the same JSON once the keys that only one side carries are
- * left out (a description, which the answer or body states beside it; the fixed error
- * messages of the validated copies) and the enums written as the plugin writes them.
+ * 431 on every operation. Equal: the same JSON without a description or a fixed error message,
+ * the enums written as the plugin writes them.
  */
 function referenced(document: Document, named: Readonly<Record<string, TSchema>>): Document {
   const byShape = new Map<string, string>();

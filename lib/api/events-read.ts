@@ -1,7 +1,6 @@
-// GET /charges/:id/events: a charge's events read back from the outbox while it keeps them, each
-// built by buildEnvelope as the relay builds it, so the same bytes a subscriber received. Only
-// published rows are answered: the relay publishes an aggregate's events in order, so a
-// subscriber holding event n finds every one before it here, and nothing comes here first.
+// GET /charges/:id/events: a charge's events read back from the outbox while it keeps them, built
+// by buildEnvelope as the relay builds them (the bytes a subscriber received). Only published rows:
+// the relay publishes in order, so a subscriber holding event n finds every one before it here.
 import { Type as t, type Static } from "@sinclair/typebox";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import type { Sql } from "../platform/db.ts";
@@ -10,8 +9,8 @@ import type { RequestContext } from "./http/context.ts";
 import { problemResponse } from "./problem.ts";
 import { checkOf } from "./schemas.ts";
 
-// Events per answer: a charge has one event per refund besides its first, so almost every one
-// fits; a longer one is paged (Link rel="next" with ?after=), each page one bounded statement.
+// Events per answer (one per refund besides the first: nearly every charge fits); a longer one
+// is paged (Link rel="next" with ?after=), each page one bounded statement.
 export const EVENTS_PAGE_SIZE = 500;
 // The largest sequence there can be (a Postgres integer column).
 const MAX_SEQUENCE = 2_147_483_647;
@@ -25,7 +24,6 @@ export const ChargeEvents = t.Object(
   { description: "The charge's events, as the broker carried them" },
 );
 
-/** The query GET /charges/:id/events reads: Elysia checks its pattern, the handler its range. */
 export const ChargeEventsQuery = t.Object({
   after: t.Optional(
     t.String({
@@ -35,19 +33,11 @@ export const ChargeEventsQuery = t.Object({
   ),
 });
 
-interface EventRow {
-  readonly id: string | null;
-  readonly eventType: string;
-  readonly tenant: string;
-  readonly sequence: number;
-  readonly payload: string;
-  readonly createdAt: string;
-}
+type EventRow = { id: string | null; eventType: string; tenant: string; sequence: number; payload: string; createdAt: string };
 
 /**
  * The charge's published events after `after`, up to `limit`; undefined when the tenant has no
- * such charge (another tenant's alike). One statement: the charge, then its rows by the outbox's
- * hash index on aggregate_id.
+ * such charge. One statement: the charge, then its rows by the outbox's index on aggregate_id.
  */
 export async function chargeEvents(sql: Sql, tenant: string, id: string, after: number, limit: number, endsAt: number): Promise<EventRow[] | undefined> {
   const rows = await boundedStatement(sql, endsAt, (q) => q<EventRow[]>`
@@ -83,7 +73,7 @@ function envelopesOf(rows: readonly EventRow[], chargeId: string): string[] {
   return values.map(buildEnvelope);
 }
 
-/** Absent is 0. */
+/** Absent is 0; Elysia checked the pattern, this the range. */
 function afterOf(request: Request): number | Response {
   const raw = new URL(request.url).searchParams.get("after");
   if (raw === null) return 0;

@@ -12,7 +12,7 @@ import type { RequestContext } from "./http/context.ts";
 
 const instant = (description: string) => t.String({ format: "date-time", description });
 
-export const KeyOperationState = t.Object(
+const KeyOperationState = t.Object(
   {
     operation: t.String({ description: "The operation's operationId (createCharge, createRefund, …)" }),
     endpoint: t.String({ description: 'The key\'s scope: the method and route template ("POST /charges")' }),

@@ -1,6 +1,5 @@
 // RFC 9457 problem details. Every error the API answers goes through here, so each body
 // has type, title, status and detail, and never a stack trace or SQL text.
-
 import { OPERATION_PROBLEMS, PROBLEM_BASE, type ProblemSpec } from "../idempotency/problem-types.ts";
 
 export { PROBLEM_BASE, type ProblemSpec };
@@ -35,14 +34,6 @@ export const PROBLEMS = {
 
 export type ProblemName = keyof typeof PROBLEMS;
 
-export interface ProblemBody {
-  readonly type: string;
-  readonly title: string;
-  readonly status: number;
-  readonly detail: string;
-  readonly [extension: string]: unknown;
-}
-
 /** Thrown only from reading the body (body.ts), and answered by the request pipeline. */
 export class ProblemError extends Error {
   constructor(
@@ -54,19 +45,13 @@ export class ProblemError extends Error {
   }
 }
 
-export function problemResponse(
-  name: ProblemName,
-  detail: string,
-  extensions: Record<string, unknown> = {},
-  headers: Record<string, string> = {},
-): Response {
+type Extensions = Record<string, unknown>;
+
+export function problemResponse(name: ProblemName, detail: string, extensions: Extensions = {}, headers: Record<string, string> = {}): Response {
   return specResponse(PROBLEMS[name], detail, extensions, headers);
 }
 
-export function specResponse(spec: ProblemSpec, detail: string, extensions: Record<string, unknown> = {}, headers: Record<string, string> = {}): Response {
-  const body: ProblemBody = { type: PROBLEM_BASE + spec.slug, title: spec.title, status: spec.status, detail, ...extensions };
-  return new Response(JSON.stringify(body), {
-    status: spec.status,
-    headers: { "content-type": "application/problem+json", ...headers },
-  });
+export function specResponse(spec: ProblemSpec, detail: string, extensions: Extensions = {}, headers: Record<string, string> = {}): Response {
+  const body = { type: PROBLEM_BASE + spec.slug, title: spec.title, status: spec.status, detail, ...extensions };
+  return new Response(JSON.stringify(body), { status: spec.status, headers: { "content-type": "application/problem+json", ...headers } });
 }

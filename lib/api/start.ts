@@ -1,16 +1,19 @@
-// Assembles the API process from config: the pool, the schema, the idempotency core, the
-// relay's wake-up and metrics; the request pipeline (the Elysia app of app.ts, request logs)
-// is http/pipeline.ts's, shared with the edge worker (worker.ts), and /docs and the operator
-// console (console/) are this process's.
+// Assembles the API process from config: the pool, the schema, the idempotency core, the relay's
+// wake-up and metrics; its request pipeline (http/pipeline.ts) is shared with the edge worker,
+// /docs' assets and the operator console (console/) are this process's own.
+import { readFile } from "node:fs/promises";
+import { createRequire } from "node:module";
 import type { Meter } from "@opentelemetry/api";
 import type { Config } from "../platform/config.ts";
-import type { Sql } from "../platform/db.ts";
+import { sqlState, type Sql } from "../platform/db.ts";
+import { within } from "../platform/within.ts";
 import { applySchema } from "../platform/startup.ts";
 import { API_POOL_NAME, apiSql, boundedCore, logNotifyFailure } from "./services.ts";
 import type { HttpServerMetrics } from "../platform/http-metrics.ts";
 import { createApi, type ServedRoute } from "./http/pipeline.ts";
 import type { RequestDeps } from "./http/context.ts";
-import { swaggerUiAssets } from "./docs-assets.ts";
+import type { DocsAssets } from "./app.ts";
+import { ASSET_CACHE_CONTROL, assetAnswer, type Asset } from "./asset-answer.ts";
 import { OPERATIONS, SCHEMAS } from "./routes.ts";
 import { endpointOf } from "../idempotency/model.ts";
 import { cachedExposition, createApiMetrics } from "./metrics.ts";
@@ -18,7 +21,6 @@ import { createLogger, type Logger } from "../platform/log.ts";
 import { createOutboxNotifier, listenForOutbox, type OutboxListener } from "../platform/wakeup.ts";
 import { isTransactionPooled } from "../platform/pooler.ts";
 import { createAuthenticator, IMPLICIT_TENANT, type AuthOptions } from "./auth.ts";
-import { openPool } from "./pool-open.ts";
 import { useKeyHashSecret } from "../platform/redact.ts";
 import { createAdmission } from "./admission.ts";
 import { createReadiness } from "./readiness.ts";
@@ -42,14 +44,10 @@ export interface ApiOptions {
   readonly logger?: Logger;
   /** Where every request's duration is counted (http_server_request_duration_seconds); none when unset. */
   readonly httpMetrics?: HttpServerMetrics;
-  /** Pool size (default API_POOL_SIZE); tests shrink it to saturate the pool with a few requests. */
+  /** Default API_POOL_SIZE; tests shrink it to saturate the pool with a few requests. */
   readonly poolSize?: number;
   readonly auth?: AuthOptions;
-  /**
-   * Open every pool connection before returning, so the first requests do not wait for
-   * backends to start (default true; pool-open.ts). The test kit's in-process APIs leave
-   * it off: a test file holds several at once on one server.
-   */
+  /** Open every pool connection before returning (default true; openPool); the test kit's APIs do not. */
   readonly openPool?: boolean;
 }
 
@@ -74,9 +72,8 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
   }
   // This process's notifies name it: its own completions wake their keys' waiters directly
-  // (lib/idempotency/waits.ts), so only another process's wake every waiter to read its key
-  // again. Otherwise each charge here would cost a read per waiter: a tenant holding many
-  // Prefer: wait requests would multiply every other tenant's commits.
+  // (lib/idempotency/waits.ts), so only another's wake every waiter to read its key again;
+  // else a tenant holding many Prefer: wait requests would multiply every other's commits.
   const sender = crypto.randomUUID();
   const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log), undefined, sender);
   const counters = createApiMetrics(options.meter, OPERATIONS.map(endpointOf));
@@ -109,6 +106,50 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
       await notifier.close();
       await listener?.unlisten().catch(() => {});
       await sql.end({ timeout: 5 });
+    },
+  };
+}
+
+// Bounds the pool's opening (each connect has the pool's own timeout): a server that stops
+// answering mid-way delays the start at most this long, the rest opening on demand.
+const POOL_OPEN_TIMEOUT_MS = 6_000;
+
+/**
+ * Opens the whole pool before the process listens: postgres.js opens a connection only when every
+ * open one is busy, so a process started under load would make its first requests wait on backends
+ * being forked. Not reserve(): in postgres.js 3.4.9 a reservation whose connection is refused can
+ * be dropped in the reconnect, losing connections handed back afterwards (porsager/postgres#1195,
+ * #1199). Never throws: `failure` is the SQLSTATE or client code of the first refusal.
+ */
+async function openPool(sql: Sql, size: number): Promise<{ opened: number; wanted: number; failure?: string }> {
+  let opened = 0;
+  let failure: string | undefined;
+  const opening = Array.from({ length: size }, () =>
+    sql`select 1`.then(
+      () => void opened++,
+      (error: unknown) => void (failure ??= sqlState(error) ?? "unknown"),
+    ),
+  );
+  const done = await within(Promise.all(opening), POOL_OPEN_TIMEOUT_MS);
+  if (done === undefined) failure ??= "timeout";
+  return failure === undefined ? { opened, wanted: size } : { opened, wanted: size, failure };
+}
+
+const SCRIPT = "/docs/swagger-ui-bundle.js";
+const STYLESHEET = "/docs/swagger-ui.css";
+
+/** /docs' assets from the installed swagger-ui-dist (no CDN), each read on its first request and kept. */
+function swaggerUiAssets(): DocsAssets {
+  const file = (name: string, contentType: string) => async (): Promise<Asset> => ({
+    body: new Uint8Array(await readFile(createRequire(import.meta.url).resolve(`swagger-ui-dist/${name}`))),
+    contentType,
+  });
+  return {
+    script: SCRIPT,
+    stylesheet: STYLESHEET,
+    files: {
+      [SCRIPT]: assetAnswer(file("swagger-ui-bundle.js", "text/javascript; charset=utf-8"), ASSET_CACHE_CONTROL),
+      [STYLESHEET]: assetAnswer(file("swagger-ui.css", "text/css; charset=utf-8"), ASSET_CACHE_CONTROL),
     },
   };
 }

@@ -1,9 +1,8 @@
 // The admission of the /charges routes as an Elysia plugin: a group that `use`s it gets `tenant`
-// in its context, or the request is answered (503 process full, 401 token, 429 rate, 503
-// tenant's share, 409 key's share) before anything else of it is read; a body route's parser
-// admits the request before it reads the body (http/checks.ts). Verification is auth.ts's.
+// in its context, or the request is answered (503 process full, 401 token, 429 rate, 503 tenant's
+// share, 409 key's share) before anything else of it is read. Verification is auth.ts's.
 import { Elysia, status } from "elysia";
-import { authFailureDetail, type AuthResult } from "../auth.ts";
+import { AUTH_FAILURE_DETAILS, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
 import { countOut, enterKey, enterProcess, enterTenant } from "./in-flight.ts";
@@ -20,11 +19,7 @@ export function authentication(context: RequestContextPlugin) {
     });
 }
 
-/**
- * The request's tenant, or its refusal (503, 401, 429, 409), decided once per request: a body
- * route's parser (checks.ts) asks first, since Elysia parses before it derives, and the
- * derive above finds the verdict taken.
- */
+/** The tenant or the refusal, decided once: a body route's parser (checks.ts) asks before the derive. */
 export function admitOnce(deps: RequestDeps, trail: RequestTrail, request: Request): Promise<string | Response> {
   return (trail.admission ??= admit(deps, trail, request));
 }
@@ -70,8 +65,8 @@ export async function authenticate(deps: RequestDeps, trail: RequestTrail, reque
 // refused also learns that the token is the problem.
 function authProblem(result: Exclude<AuthResult, { kind: "authenticated" }>): Response {
   if (result.kind === "unavailable") {
-    return problemResponse("unavailable", authFailureDetail(result.reason), {}, { "retry-after": RETRY_AFTER_S });
+    return problemResponse("unavailable", AUTH_FAILURE_DETAILS[result.reason], {}, { "retry-after": RETRY_AFTER_S });
   }
   const challenge = result.tokenSent ? 'Bearer error="invalid_token"' : "Bearer";
-  return problemResponse("unauthorized", authFailureDetail(result.reason), {}, { "www-authenticate": challenge });
+  return problemResponse("unauthorized", AUTH_FAILURE_DETAILS[result.reason], {}, { "www-authenticate": challenge });
 }

@@ -1,22 +1,21 @@
 // What a request carries through Elysia's lifecycle in Elysia's context: its dependencies (one
-// fixed set in the server, the request's own in the worker) and the trail its log line and
-// histogram sample are made of, a fresh one per request (onRequest).
+// fixed set in the server, the request's own in the worker) and its trail, a fresh one per
+// request (onRequest), of which its log line, histogram sample and span are made.
 import { Elysia } from "elysia";
+import { SpanKind, type Span } from "@opentelemetry/api";
 import type { TSchema } from "@sinclair/typebox";
 import type { Logger } from "../../platform/log.ts";
 import type { Sql } from "../../platform/db.ts";
 import { UNMATCHED_ROUTE } from "../../platform/http-metrics.ts";
+import { pathOf } from "../../platform/runtime.ts";
+import { contextOf, tracer, tracingOn } from "../../platform/trace-context.ts";
 import type { IdempotencyCore } from "../../idempotency/run.ts";
+import type { OutcomeKind } from "../../idempotency/outcome.ts";
 import type { Authenticator } from "../auth.ts";
 import type { ApiMetrics } from "../metrics.ts";
 import type { Admission } from "../admission.ts";
 import type { Readiness } from "../readiness.ts";
-import type { OutcomeKind } from "../../idempotency/outcome.ts";
-import type { Span } from "@opentelemetry/api";
-import { tracingOn } from "../../platform/trace-context.ts";
-import { serverSpan } from "./trace.ts";
 
-/** What serving one request takes: one fixed set in the server, the request's own in the worker. */
 export interface RequestDeps {
   readonly sql: Sql;
   readonly core: IdempotencyCore;
@@ -27,10 +26,7 @@ export interface RequestDeps {
   readonly readiness: Readiness;
 }
 
-/**
- * What a request's log line adds: never the token or the raw key. Filled in place as the
- * request goes (its fields, and so the line's, in the order they were learnt).
- */
+/** What a request's log line adds, in the order learnt: never the token or the raw key. */
 export interface LogFields {
   tenant?: string;
   authFailure?: string;
@@ -45,9 +41,8 @@ export interface LogFields {
 export interface RequestContext {
   readonly request: Request;
   readonly params: Readonly<Record<string, string>>;
-  /** The body, read as strict JSON and checked against the route's body schema. */
+  /** Read as strict JSON and checked against the route's body schema. */
   readonly body: unknown;
-  /** The authenticated tenant. */
   readonly tenant: string;
   readonly deps: RequestDeps;
   readonly fields: LogFields;
@@ -66,32 +61,26 @@ export function needsToken(path: string): boolean {
   return path === "/charges" || path.startsWith("/charges/");
 }
 
-/** What a body route's checks are, kept on its trail for answering its refusals in their order (checks.ts). */
+/** A body route's checks (checks.ts bodyParser), for answering its refusals in their order. */
 export interface BodyChecks {
   readonly body: TSchema;
   /** The value of an empty body (no bytes at all): `{}` when no field is required, else none. */
   readonly empty: unknown;
 }
 
-/**
- * One request's own record: when it began, what its log line adds, and when and with what it
- * was answered (onAfterResponse runs after the answer has left, later than its end).
- */
+/** One request's record; answeredAt, since onAfterResponse runs later than the answer leaves. */
 export class RequestTrail {
   readonly started = performance.now();
   readonly fields: LogFields = {};
   answeredAt: number | undefined;
   status: number | undefined;
-  /** Counted in flight (admission.ts), so counted out once answered. */
+  // Where it is counted in flight (in-flight.ts), so counted out of once answered.
   admitted = false;
-  /** The tenant whose share it is counted in, so counted out of once answered. */
   tenantIn: string | undefined = undefined;
-  /** The tenant's key whose places it is counted in, so counted out of once answered. */
   keyIn: string | undefined = undefined;
   span: Span | undefined;
-  /** The token's and the rate's verdict, taken once (authentication.ts admitOnce): the tenant, or the refusal. */
+  /** The token's and the rate's verdict, taken once (authentication.ts admitOnce). */
   admission: Promise<string | Response> | undefined;
-  /** A body route's checks (checks.ts bodyParser), for answering a refusal in their order. */
   body: BodyChecks | undefined;
 
   answer(response: Response): Response {
@@ -101,10 +90,7 @@ export class RequestTrail {
   }
 }
 
-/**
- * The context every route and hook of the API reads: `deps` and a `trail` per request. Named,
- * so each group of routes `use`s it for its types and Elysia applies it once.
- */
+/** `deps` and a `trail` per request; named, so each group of routes `use`s it and Elysia applies it once. */
 export function requestContext(deps: RequestDeps) {
   return (
     new Elysia({ name: "request-context" })
@@ -120,6 +106,15 @@ export function requestContext(deps: RequestDeps) {
 }
 
 export type RequestContextPlugin = ReturnType<typeof requestContext>;
+
+/**
+ * The request's OpenTelemetry server span, the child of the caller's traceparent; its own is
+ * written onto the key and the outbox row, so the relay's and subscriber's spans join the trace.
+ */
+function serverSpan(request: Request): Span {
+  const attributes = { "http.request.method": request.method, "url.path": pathOf(request.url) };
+  return tracer().startSpan(request.method, { kind: SpanKind.SERVER, attributes }, contextOf(request.headers.get("traceparent")));
+}
 
 /** The route field of a request: the template Elysia matched, or one value when none did. */
 export function routeOf(route: string | undefined | null): string {

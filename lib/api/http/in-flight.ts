@@ -1,23 +1,15 @@
-// The requests in flight and each tenant's and key's share of them: a /charges request takes a
-// place of the process as its token is checked and one of its tenant's once the token names it,
-// and holds both until its answer has left. Past a cap, 503 with Retry-After at once (a key's:
-// the 409 a key in flight gets) instead of a queue without bound.
-//
-// A request still reading its body or waiting on Prefer: wait counts against its tenant. The
-// operator's routes never take a place, so a saturated process still says so. Both refusals
-// are answered in the routes' lifecycle, so each has its log line and its sample.
-import { Elysia } from "elysia";
+// The requests in flight, and each tenant's and key's share: a /charges request takes a place as
+// its token is checked (reading its body and waiting on Prefer: wait included) and holds it until
+// its answer has left; past a cap, 503 with Retry-After at once (a key's: the 409 a key in flight
+// gets), not a queue without bound. The operator's routes never take one.
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
-import type { RequestContextPlugin, RequestDeps, RequestTrail } from "./context.ts";
+import type { RequestDeps, RequestTrail } from "./context.ts";
 
-/** Counts every admitted request out once its answer has left. */
-export function inFlightCap(context: RequestContextPlugin) {
-  return new Elysia({ name: "in-flight-cap" }).use(context).onAfterResponse({ as: "global" }, ({ deps, trail }) => countOut(deps, trail));
-}
+type Deps = Pick<RequestDeps, "admission">;
 
 /** A place of the process for the request, or its 503. */
-export function enterProcess(deps: Pick<RequestDeps, "admission">, trail: RequestTrail): Response | undefined {
+export function enterProcess(deps: Deps, trail: RequestTrail): Response | undefined {
   if (!deps.admission.enter()) {
     return overloaded("this process has as many requests in flight as it takes (API_MAX_IN_FLIGHT); retry later");
   }
@@ -26,7 +18,7 @@ export function enterProcess(deps: Pick<RequestDeps, "admission">, trail: Reques
 }
 
 /** A place of `tenant`'s share for the request, or its 503 (the process's place given back). */
-export function enterTenant(deps: Pick<RequestDeps, "admission">, trail: RequestTrail, tenant: string): Response | undefined {
+export function enterTenant(deps: Deps, trail: RequestTrail, tenant: string): Response | undefined {
   if (!deps.admission.enterTenant(tenant)) {
     countOut(deps, trail);
     return overloaded("this tenant has as many requests in flight as one tenant may (API_MAX_IN_FLIGHT_PER_TENANT); retry later");
@@ -35,11 +27,8 @@ export function enterTenant(deps: Pick<RequestDeps, "admission">, trail: Request
   return undefined;
 }
 
-/**
- * A place of the tenant's Idempotency-Key for the request, when it sends one, or the 409 that key
- * would get (the process's and tenant's places given back).
- */
-export function enterKey(deps: Pick<RequestDeps, "admission">, trail: RequestTrail, tenant: string, key: string | null): Response | undefined {
+/** A place of the tenant's Idempotency-Key when it sends one, or the 409 that key would get (places given back). */
+export function enterKey(deps: Deps, trail: RequestTrail, tenant: string, key: string | null): Response | undefined {
   if (key === null) return undefined;
   const scope = `${tenant}\u0000${key}`;
   if (!deps.admission.enterKey(scope)) {
@@ -51,8 +40,8 @@ export function enterKey(deps: Pick<RequestDeps, "admission">, trail: RequestTra
   return undefined;
 }
 
-/** The request leaves the count in flight, once: when answered, or earlier when its refusal is held (authentication.ts). */
-export function countOut(deps: Pick<RequestDeps, "admission">, trail: RequestTrail): void {
+/** The request leaves the count in flight, once: when answered (observe.ts), or when its refusal is held. */
+export function countOut(deps: Deps, trail: RequestTrail): void {
   if (trail.keyIn !== undefined) {
     deps.admission.leaveKey(trail.keyIn);
     trail.keyIn = undefined;

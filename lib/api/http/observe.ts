@@ -1,11 +1,12 @@
-// Every request's log line and its sample on http_server_request_duration_seconds, taken in
-// onAfterResponse. The duration ends at the answer's stamp, not at onAfterResponse: Elysia runs
-// that on a later turn of the event loop, which a loaded process delays.
+// Once a request's answer has left (onAfterResponse): its count out of the requests in flight, its
+// log line and its sample on http_server_request_duration_seconds. The duration ends at the
+// answer's stamp: Elysia runs onAfterResponse on a later turn of the event loop.
 import { Elysia } from "elysia";
+import type { Span } from "@opentelemetry/api";
 import type { HttpServerMetrics } from "../../platform/http-metrics.ts";
-import type { Logger } from "../../platform/log.ts";
-import { routeOf, type LogFields, type RequestContextPlugin } from "./context.ts";
-import { endServerSpan } from "./trace.ts";
+import { routeOf, type RequestContextPlugin } from "./context.ts";
+import { countOut } from "./in-flight.ts";
+import { endSpan } from "../../platform/trace-context.ts";
 
 const MS_PER_S = 1000;
 
@@ -17,22 +18,28 @@ export function observability(context: RequestContextPlugin, httpMetrics: HttpSe
     })
     // `set` is not read: a hook that reads it makes Elysia map every answer through it.
     .onAfterResponse({ as: "global" }, ({ request, route, trail, deps }) => {
+      countOut(deps, trail);
       const durationMs = (trail.answeredAt ?? performance.now()) - trail.started;
       // Every answer is stamped (onAfterHandle, onError, the token's refusal, the cap in flight).
       const status = trail.status ?? 200;
       const name = routeOf(route);
       httpMetrics?.record(request.method, name, status, durationMs / MS_PER_S);
       if (trail.span) endServerSpan(trail.span, request.method, name, status, trail.fields.tenant, trail.fields.keyHash?.toJSON());
+      const fields = { method: request.method, route: name, status, durationMs: Math.round(durationMs * 100) / 100, ...trail.fields };
       try {
-        logRequest(deps.log, request.method, name, status, durationMs, trail.fields);
+        if (status >= 500) deps.log.error("request", fields);
+        else deps.log.info("request", fields);
       } catch (error) {
         deps.log.error("request log failed", { error: String(error) });
       }
     });
 }
 
-function logRequest(log: Logger, method: string, route: string, status: number, durationMs: number, extra: LogFields): void {
-  const fields = { method, route, status, durationMs: Math.round(durationMs * 100) / 100, ...extra };
-  if (status >= 500) log.error("request", fields);
-  else log.info("request", fields);
+/** Names and ends the request's span (context.ts); `tenant` and `keyHash` as its log line has them. */
+function endServerSpan(span: Span, method: string, route: string, status: number, tenant: string | undefined, keyHash: string | undefined): void {
+  span.updateName(`${method} ${route}`);
+  span.setAttributes({ "http.route": route, "http.response.status_code": status });
+  if (tenant !== undefined) span.setAttribute("charges.tenant", tenant);
+  if (keyHash !== undefined) span.setAttribute("charges.idempotency_key_hash", keyHash);
+  endSpan(span, status >= 500 ? String(status) : undefined);
 }
