@@ -1,7 +1,5 @@
-// When a request's body must have arrived (API_BODY_TIMEOUT_MS from its arrival), kept beside the
-// Request and raced where the body is read (body.ts): past it the answer is a 408 and the
-// request's place in flight is freed, where a body that never comes would hold it until Bun's
-// idle timeout closes the socket without an answer.
+// The body's deadline (API_BODY_TIMEOUT_MS from arrival), raced where it is read: past it a 408
+// frees the place in flight that a body never sent would hold until Bun's idle timeout.
 import { ProblemError } from "./problem.ts";
 
 const deadlines = new WeakMap<Request, number>();

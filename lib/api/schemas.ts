@@ -1,5 +1,5 @@
-// The schemas every route shares (lib/platform/schemas.ts) and the HTTP-only ones: the
-// Idempotency-Key and Prefer headers, each checked by the same parser the handler reads it with.
+// The shared schemas and the Idempotency-Key and Prefer headers, each checked by the parser the
+// handler reads it with.
 import { FormatRegistry, Type as t } from "@sinclair/typebox";
 import { parseIdempotencyKey } from "../idempotency/keys.ts";
 import { preferredWait } from "./http/prefer.ts";

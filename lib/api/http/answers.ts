@@ -1,5 +1,4 @@
-// The handler of every idempotent operation, and the answers routes share. Elysia has checked
-// headers, ids and body (http/checks.ts); here the key and the Prefer wait are read, the core
+// The handler of every idempotent operation: Elysia has checked headers, ids and body; the core
 // runs, and its outcome is answered by one exhaustive switch.
 import { traceparentOf as spanTraceparent } from "../../platform/trace-context.ts";
 import type { Static } from "@sinclair/typebox";
@@ -24,7 +23,6 @@ export function operationHandler(op: Operation): (ctx: RequestContext) => Promis
     const request = {
       tenant: ctx.tenant,
       key: parsed.key,
-      // Elysia checked it against op.body before the handler ran.
       input: { params: ctx.params, body: ctx.body as Static<typeof op.body>, settings: ctx.deps.core.settings },
       // The server span's own when traced, so the relay's and the subscriber's spans join it.
       traceparent: ctx.span ? spanTraceparent(ctx.span) : traceparentOf(ctx.request),
@@ -82,22 +80,17 @@ export function outcomeResponse(outcome: Outcome): Response {
   }
 }
 
-// An unknown outcome by its cause: the processor's error (502), no connection (503), no answer in
-// time (504). A payment still processing at the processor is a 503 too: come back later.
+// A payment still processing at the processor is a 503 too: come back later.
 const UNKNOWN_PROBLEMS: Readonly<Record<UnknownCause, ProblemName>> = {
   processor_error: "processorError",
   unreachable: "processorUnavailable",
   processing: "processorUnavailable",
   timeout: "processorTimeout",
 };
-// The lease was given up with the answer: the same key may resume at once. A second leaves the
-// processor a moment, and a client that honours it does not hammer an outage.
+// The lease was given up with the answer, so the key may resume at once; a second spares an outage.
 const RETRY_AFTER_PROCESSOR_S = "1";
 
-/**
- * 410: the key's answer expired and its tombstone remains; nothing was done. The original
- * resource goes in Location and in the body's `resource`, so a client finds what it made.
- */
+/** 410, nothing done: the original resource in Location and `resource`, so a client finds it. */
 function expiredProblem(location: string | undefined): Response {
   const detail = "this Idempotency-Key's stored answer has expired; the request was not repeated" + (location === undefined ? "" : `: its resource is ${location}`);
   return problemResponse("keyExpired", detail, location === undefined ? {} : { resource: location }, location === undefined ? {} : { location });
@@ -115,8 +108,7 @@ function stored(status: number, body: string, location: string | undefined, repl
   return new Response(body, { status, headers });
 }
 
-// W3C Trace Context version 00: only a well-formed traceparent is carried into the outbox;
-// anything else is dropped rather than stored and forwarded to subscribers.
+// W3C Trace Context 00: anything else is dropped rather than stored and sent to subscribers.
 const TRACEPARENT_RE = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 
 function traceparentOf(request: Request): string | null {

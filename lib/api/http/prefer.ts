@@ -1,7 +1,5 @@
-// RFC 7240 Prefer: only `wait=N` means anything here (hold a request whose key is in flight up
-// to N seconds for the holder's outcome); any other preference is ignored (RFC 7240 §2). A
-// `wait` that is not whole seconds is a 400 (invalid-prefer): the client asked for this API's
-// one preference and would otherwise never learn that its wait was not applied.
+// RFC 7240 Prefer: only `wait=N` means anything here; other preferences are ignored (§2). A wait
+// that is not whole seconds is a 400, or the client would never learn its wait was not applied.
 
 /** Seconds at most: no request waits longer than the API's request timeout anyway. */
 const MAX_WAIT_DIGITS = 6;
@@ -16,7 +14,6 @@ export type PreferWait =
 /** The `wait` preference: none, its seconds, or a value that is not whole seconds. */
 export function preferredWait(header: string | null): PreferWait {
   if (header === null) return { kind: "none" };
-  // Preferences are comma-separated; each may carry parameters after ';', which wait has none of.
   for (const preference of header.split(",")) {
     const token = preference.split(";")[0]!.trim();
     if (!WAIT_NAME.test(token)) continue;
