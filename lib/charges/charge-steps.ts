@@ -8,7 +8,6 @@ import type Stripe from "stripe";
 import { mapCall, type CallResult, type ProcessorAdapter } from "./processor.ts";
 import { MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import type { StepContext, StepResult } from "../idempotency/model.ts";
-import { attemptOf, unknownAfter } from "./steps.ts";
 
 /** Phase 1's recovery data, then what the steps learnt. */
 export const ChargeResume = t.Object({
@@ -69,9 +68,23 @@ export const payments = (p: ProcessorAdapter) => ({
 export type Payments = ReturnType<typeof payments>;
 type Step = (ctx: StepContext<ChargeResume, Payments>) => Promise<StepResult<ChargeResume>>;
 
+// Stripe's code for a call the payment's state does not allow (confirmed, captured or canceled already).
+export const UNEXPECTED_STATE = "payment_intent_unexpected_state";
+
+/**
+ * An unknown outcome of a call that is harmless to repeat under another key (an unconfirmed
+ * payment; a confirmation or change, applied once per payment). A processor that answered (a 5xx)
+ * stored that answer under the key and would replay it, so the next try takes the next attempt;
+ * with no answer the key is kept: what the processor stored under it, if anything, is the truth.
+ */
+export function unknownAfter<R extends Readonly<Record<string, unknown>>>(call: Extract<CallResult<unknown>, { kind: "unknown" }>, resume: R, attemptName: keyof R & string): StepResult<R> {
+  const current = resume[attemptName];
+  const next = call.status !== null && call.status >= 500 ? { ...resume, [attemptName]: (typeof current === "number" ? current : 0) + 1 } : resume;
+  return { kind: "unknown", cause: call.cause, detail: call.detail, resume: next };
+}
+
 export const create: Step = async ({ resume, processor }) => {
-  const attempt = attemptOf(resume.createAttempt);
-  const created = await processor.create(resume, `${resume.chargeId}:create:${attempt}`);
+  const created = await processor.create(resume, `${resume.chargeId}:create:${resume.createAttempt ?? 0}`);
   switch (created.kind) {
     case "ok":
       return { kind: "record", point: "created", resume: { ...resume, paymentId: created.value.id } };
@@ -84,18 +97,17 @@ export const create: Step = async ({ resume, processor }) => {
 
 export const confirm: Step = async ({ resume, processor, resumed }) => {
   const paymentId = resume.paymentId!;
-  if (resumed) {
-    const known = fromRead(await processor.retrieve(paymentId), resume);
-    if (known !== undefined) return known;
-  }
-  const confirmed = await processor.confirm(paymentId, `${resume.chargeId}:confirm:${attemptOf(resume.confirmAttempt)}`);
+  const read = async () => fromRead(await processor.retrieve(paymentId), resume, fromPayment);
+  const known = resumed ? await read() : undefined;
+  if (known !== undefined) return known;
+  const confirmed = await processor.confirm(paymentId, `${resume.chargeId}:confirm:${resume.confirmAttempt ?? 0}`);
   switch (confirmed.kind) {
     case "ok":
       return fromPayment(confirmed.value, resume) ?? { kind: "unknown", cause: "processing", detail: "the payment is not confirmed yet", resume };
     case "refused":
       // Confirmed already (by an earlier holder whose answer was lost): the payment says how.
-      if (confirmed.code === "payment_intent_unexpected_state") {
-        return fromRead(await processor.retrieve(paymentId), resume) ?? { kind: "unknown", cause: "processing", detail: "the payment is in an unexpected state", resume };
+      if (confirmed.code === UNEXPECTED_STATE) {
+        return (await read()) ?? { kind: "unknown", cause: "processing", detail: "the payment is in an unexpected state", resume };
       }
       return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: confirmed.declineCode ?? confirmed.code } };
     case "unknown":
@@ -103,11 +115,11 @@ export const confirm: Step = async ({ resume, processor, resumed }) => {
   }
 };
 
-/** What a read of the payment decides; undefined: it is unconfirmed, and may be confirmed. */
-function fromRead(read: CallResult<PaymentView>, resume: ChargeResume): StepResult<ChargeResume> | undefined {
+/** What a read of the payment decides; undefined: `decide` finds it open (to confirm, or to change). */
+export function fromRead<R>(read: CallResult<PaymentView>, resume: R, decide: (payment: PaymentView, resume: R) => StepResult<R> | undefined): StepResult<R> | undefined {
   switch (read.kind) {
     case "ok":
-      return fromPayment(read.value, resume);
+      return decide(read.value, resume);
     case "refused":
       // The payment recorded is not found, or the key cannot read it: an operator's matter.
       return { kind: "unknown", cause: "processor_error", detail: `the payment could not be read (${read.code})`, resume };

@@ -8,7 +8,6 @@ import { OPERATION_PROBLEMS, problemJson, problemsByName, problemType } from "..
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { ChargeResume, confirm, create, payments, type Payments } from "./charge-steps.ts";
 import { DEFAULT_SETTINGS, foreign, PROCESSOR_REFUSALS, type FinalRow, type Fragment, type Operation, type OperationInput } from "../idempotency/model.ts";
-import { idOf } from "./steps.ts";
 
 const Currency = (description: string) => t.String({ pattern: "^[a-z]{3}$", description });
 const PaymentMethod = t.String({ pattern: "^[\\x21-\\x7e]{1,255}$", minLength: 1, maxLength: 255, description: "The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe" });
@@ -198,6 +197,14 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
     }),
   }),
 };
+
+/** A string member of a stored response body (the ids its Location is built from). */
+export function idOf(body: string, member: string): string {
+  const parsed: unknown = JSON.parse(body);
+  const value = typeof parsed === "object" && parsed !== null ? (parsed as Record<string, unknown>)[member] : undefined;
+  if (typeof value === "string") return value;
+  throw new Error(`bug: a stored response has no ${member}`);
+}
 
 interface ChargeRow {
   readonly id: string;

@@ -12,7 +12,7 @@ import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.
 import { admitOnCharge } from "./existing-charge.ts";
 import { foreign, PROCESSOR_REFUSALS, type FinalRow, type Fragment, type Operation } from "../idempotency/model.ts";
 import { RefundResume, refundCalls, refundSteps, type RefundCalls } from "./refund-steps.ts";
-import { idOf } from "./steps.ts";
+import { idOf } from "./charges.ts";
 
 export const RefundBody = t.Object({ amountCents: AmountCents("Amount to refund, in cents") }, { additionalProperties: false });
 

@@ -10,12 +10,10 @@ import { OPERATION_PROBLEMS, problemJson } from "../idempotency/problem-types.ts
 import { document422, problemsOf, refuseBy, type RefusalType } from "./refusals.ts";
 import { mapCall, type ProcessorAdapter } from "./processor.ts";
 import { checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
-import { paymentView, payments, type PaymentView } from "./charge-steps.ts";
-import { Charge, type ChargeStatus } from "./charges.ts";
+import { fromRead, paymentView, payments, UNEXPECTED_STATE, unknownAfter, type PaymentView } from "./charge-steps.ts";
+import { Charge, idOf, type ChargeStatus } from "./charges.ts";
 import { foreign, PROCESSOR_REFUSALS, type ColumnValue, type FinalRow, type Fragment, type Operation, type SqlType, type StepContext, type StepResult } from "../idempotency/model.ts";
-import { changePayment } from "./payment-change.ts";
 import { columnOf, transitionSql, type At, type Rows } from "./transition-sql.ts";
-import { idOf } from "./steps.ts";
 
 export type { At, Rows };
 
@@ -112,22 +110,35 @@ function requestOf(request: Requests, valuesOf: (body: unknown) => Readonly<Reco
   };
 }
 
-/** The step: the change under `<charge id>:<key>:<attempt>`, the payment read first on a resume. */
+/**
+ * The step: the change under `<charge id>:<key>:<attempt>`. The processor applies it once, so a
+ * resumed key reads the payment first (an earlier holder's answer may be lost), and a refusal
+ * because the payment moved on is settled by reading it.
+ */
 function stepOf(call: AnyTransition["call"]) {
   const attemptName = `${call.key}Attempt`;
   const capabilities = (p: ProcessorAdapter) => ({
     send: (r: AnyResume, key: string) => mapCall(p.call("POST", (api) => call.send(api, r, key)), paymentView),
     retrieve: payments(p).retrieve,
   });
-  const step = ({ resume, processor, resumed }: StepContext<AnyResume, ReturnType<typeof capabilities>>) =>
-    changePayment({
-      resume,
-      resumed,
-      attemptName,
-      send: (attempt) => processor.send(resume, `${resume.chargeId}:${call.key}:${attempt}`),
-      read: () => processor.retrieve(resume.paymentId),
-      decide: call.decide,
-    });
+  type Context = StepContext<AnyResume, ReturnType<typeof capabilities>>;
+  const step = async ({ resume, processor, resumed }: Context): Promise<StepResult<AnyResume>> => {
+    const read = async () => fromRead(await processor.retrieve(resume.paymentId), resume, call.decide);
+    const known = resumed ? await read() : undefined;
+    if (known !== undefined) return known;
+    const attempt = resume[attemptName];
+    const sent = await processor.send(resume, `${resume.chargeId}:${call.key}:${typeof attempt === "number" ? attempt : 0}`);
+    switch (sent.kind) {
+      case "ok":
+        return call.decide(sent.value, resume) ?? { kind: "unknown", cause: "processing", detail: `the payment is ${sent.value.status}`, resume };
+      case "refused": {
+        const refused: StepResult<AnyResume> = { kind: "final", outcome: "refused", resume: { ...resume, failureCode: sent.code } };
+        return sent.code === UNEXPECTED_STATE ? ((await read()) ?? refused) : refused;
+      }
+      case "unknown":
+        return unknownAfter(sent, resume, attemptName);
+    }
+  };
   return { attemptName, capabilities, step };
 }
 
