@@ -6,11 +6,10 @@ import { Type as t, type Static } from "@sinclair/typebox";
 import { CHARGE, CHARGE_REFUNDED } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
-import { OPERATION_PROBLEMS, problemJson, problemType } from "../idempotency/problem-types.ts";
-import { document422, problemsOf, refuseBy, type Reason, type RefusalType } from "./refusals.ts";
+import { problemJson, problemType } from "../idempotency/problem-types.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
-import { admitOnCharge } from "./existing-charge.ts";
-import { foreign, PROCESSOR_REFUSALS, type FinalRow, type Fragment, type Operation } from "../idempotency/model.ts";
+import { admitOnCharge, chargeIdOf, documented, refuseBy, type Reason, type RefusalType } from "./existing-charge.ts";
+import { foreign, type FinalRow, type Fragment, type Operation } from "../idempotency/model.ts";
 import { RefundResume, refundCalls, refundSteps, type RefundCalls } from "./refund-steps.ts";
 import { idOf } from "./charges.ts";
 
@@ -42,13 +41,11 @@ const NOT_REFUNDABLE: RefusalType = { problem: problemType("chargeNotRefundable"
 const REFUND_REFUSED: RefusalType = { problem: problemType("refundRefused", "refund-refused", "Refund refused by the payment processor"), doc: "its refusal" };
 
 const REASONS = {
-  charge_not_found: { problem: OPERATION_PROBLEMS.notFound, answer: (id) => ({ detail: `no charge with id ${id}` }) },
   charge_not_refundable: { problem: NOT_REFUNDABLE.problem, answer: (id) => ({ detail: `charge ${id} has not succeeded (pending or declined): there is nothing to refund` }) },
   charge_not_at_processor: { problem: NOT_REFUNDABLE.problem, answer: (id) => ({ detail: `charge ${id} was taken without the payment processor: it has no payment there to refund` }) },
   refund_exceeds_charge: { problem: EXCEEDS_CHARGE.problem, answer: (id, left) => ({ detail: `charge ${id} has ${Number(left)} cents left to refund`, extensions: { leftCents: Number(left) } }) },
 } satisfies Record<string, Reason>;
-const reason = (name: keyof typeof REASONS): string => name;
-const refuse = refuseBy("createRefund", REASONS);
+const reason = (name: keyof typeof REASONS | "charge_not_found"): string => name;
 
 /** Phase 3 as values: the response to store, and what the refund's row and its charge's get. */
 function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow {
@@ -68,13 +65,6 @@ function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow
 }
 
 type RefundColumns = { refund_id: string; charge_id: string; amount_cents: number; created_at: string };
-
-/** Lowercased: a UUID's case never makes another charge or another fingerprint. */
-function chargeIdOf(params: Readonly<Record<string, string>>): string {
-  const id = params.id;
-  if (id === undefined) throw new Error("bug: a refund route without a charge id");
-  return id.toLowerCase();
-}
 
 export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   name: "createRefund",
@@ -152,14 +142,9 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
       ),
       begun as (select w.n from won w join refund f on f.id = w.refund_id)`,
   }),
-  refuse: (reason, detail, { params }) => refuse(reason, detail, chargeIdOf(params)),
+  refuse: refuseBy("createRefund", REASONS),
   locationOf: (body) => `/charges/${idOf(body, "chargeId")}/refunds/${idOf(body, "id")}`,
-  problems: problemsOf([EXCEEDS_CHARGE, NOT_REFUNDABLE, REFUND_REFUSED]),
-  refusals: {
-    "404": "Unknown charge, or another tenant's; the key stays unused",
-    "422": document422([EXCEEDS_CHARGE, NOT_REFUNDABLE], REFUND_REFUSED),
-    ...PROCESSOR_REFUSALS,
-  },
+  ...documented([EXCEEDS_CHARGE, NOT_REFUNDABLE], REFUND_REFUSED),
   foreign: foreign<Static<typeof RefundBody>, RefundResume, RefundCalls>({
     columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", created_at: "timestamptz" },
     validate: () => undefined,

@@ -6,25 +6,23 @@
 import { Type as t, type Static, type TObject, type TSchema } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import type { EventType } from "./events.ts";
-import { OPERATION_PROBLEMS, problemJson } from "../idempotency/problem-types.ts";
-import { document422, problemsOf, refuseBy, type RefusalType } from "./refusals.ts";
+import { problemJson } from "../idempotency/problem-types.ts";
+import { chargeIdOf, documented, refuseBy, type Reason, type RefusalType } from "./existing-charge.ts";
 import { mapCall, type ProcessorAdapter } from "./processor.ts";
 import { checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { fromRead, paymentView, payments, UNEXPECTED_STATE, unknownAfter, type PaymentView } from "./charge-steps.ts";
 import { Charge, idOf, type ChargeStatus } from "./charges.ts";
-import { foreign, PROCESSOR_REFUSALS, type ColumnValue, type FinalRow, type Fragment, type Operation, type SqlType, type StepContext, type StepResult } from "../idempotency/model.ts";
+import { foreign, type ColumnValue, type FinalRow, type Fragment, type Operation, type SqlType, type StepContext, type StepResult } from "../idempotency/model.ts";
 import { columnOf, transitionSql, type At, type Rows } from "./transition-sql.ts";
-
-export type { At, Rows };
 
 export { problemType } from "../idempotency/problem-types.ts";
 
 /** A check on the charge and the request, made by admit: the key stays unused when it refuses. */
-export interface Check<M extends string = string> extends RefusalType {
+interface Check<M extends string = string> extends RefusalType {
   readonly when: (at: At<M>) => Fragment;
   /** The text the answer is made from (the admit's `detail`). */
   readonly detail: (at: At<M>) => Fragment;
-  readonly answer: (chargeId: string, detail: string) => { readonly detail: string; readonly extensions?: Record<string, unknown> };
+  readonly answer: Reason["answer"];
 }
 
 /** What phase 1's admit records of the charge, and every transition's resume. */
@@ -39,18 +37,28 @@ const Snapshot = {
   resolvedBy: t.Optional(t.String()),
 };
 
-/** A request's own member: its SQL type, and its schema in the resume. */
-export interface RequestMember {
-  readonly type: SqlType;
-  readonly schema: TSchema;
-}
-type Requests = Readonly<Record<string, RequestMember>>;
+/** The request's own members: each one's SQL type, and its schema in the resume. */
+type Requests = Readonly<Record<string, { readonly type: SqlType; readonly schema: TSchema }>>;
 type Values<Q> = { readonly [K in keyof Q]: Q[K] extends { readonly schema: infer S extends TSchema } ? Static<S> : never };
 
 /** The resume of a transition whose request declares `Q` and whose step adds `O`. */
-export type TransitionResume<Q = {}, O = {}> = Static<TObject<typeof Snapshot>> & Values<Q> & { readonly [K in keyof O]?: O[K] extends TSchema ? Static<O[K]> : never };
+type TransitionResume<Q = {}, O = {}> = Static<TObject<typeof Snapshot>> & Values<Q> & { readonly [K in keyof O]?: O[K] extends TSchema ? Static<O[K]> : never };
 
-export interface Transition<B extends TObject, Q extends Requests, O extends Readonly<Record<string, TSchema>>> {
+/**
+ * The charge's columns a change sets beside its status, by the charge's member (its column in
+ * snake case): in the ledger (of the charge and the request), and from the final resume.
+ */
+type Sets<M extends string, R> = Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At<M>) => Fragment; readonly final: (resume: R) => number }>>;
+
+interface Call<R> {
+  /** The processor key's segment: `<charge id>:<key>:<attempt>`, its attempts counted in `<key>Attempt`. */
+  readonly key: string;
+  readonly send: (api: Stripe, resume: R, idempotencyKey: string) => Promise<Stripe.PaymentIntent>;
+  /** What the payment decides; undefined: the change is not made yet. */
+  readonly decide: (payment: PaymentView, resume: R) => StepResult<R> | undefined;
+}
+
+interface Transition<B extends TObject, Q extends Requests, O extends Readonly<Record<string, TSchema>>> {
   readonly name: string;
   readonly summary: string;
   readonly path: `/charges/:id/${string}`;
@@ -66,36 +74,17 @@ export interface Transition<B extends TObject, Q extends Requests, O extends Rea
   readonly to: ChargeStatus;
   /** ["capture", "captured"]: the verb of the docs and the details, and its past participle. */
   readonly verb: readonly [string, string];
-  /**
-   * The charge's columns the change sets beside its status, by the charge's member (its column
-   * in snake case): in the ledger (of the charge and the request), and from the final resume.
-   */
-  readonly sets?: Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At<keyof Q & string>) => Fragment; readonly final: (resume: TransitionResume<Q, O>) => number }>>;
+  readonly sets?: Sets<keyof Q & string, TransitionResume<Q, O>>;
   readonly event: { readonly type: EventType; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
   readonly resume?: O;
-  readonly call: {
-    /** The processor key's segment: `<charge id>:<key>:<attempt>`, its attempts counted in `<key>Attempt`. */
-    readonly key: string;
-    readonly send: (api: Stripe, resume: TransitionResume<Q, O>, idempotencyKey: string) => Promise<Stripe.PaymentIntent>;
-    /** What the payment decides; undefined: the change is not made yet. */
-    readonly decide: (payment: PaymentView, resume: TransitionResume<Q, O>) => StepResult<TransitionResume<Q, O>> | undefined;
-  };
+  readonly call: Call<TransitionResume<Q, O>>;
   /** `state`: the charge is not `from` (or has no payment at the processor); `processor`: its refusal, stored. */
   readonly refusals: { readonly state: RefusalType; readonly checks?: readonly Check<keyof Q & string>[]; readonly processor: RefusalType };
 }
 
-const chargeIdOf = (params: Readonly<Record<string, string>>): string => params.id!.toLowerCase();
-
 // Any transition as the factory holds it: its own members are read by name.
 type AnyResume = TransitionResume & Readonly<Record<string, unknown>>;
-type AnyTransition = Omit<Transition<TObject, Requests, {}>, "sets" | "call"> & {
-  readonly sets?: Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At) => Fragment; readonly final: (resume: AnyResume) => number }>>;
-  readonly call: {
-    readonly key: string;
-    readonly send: (api: Stripe, resume: AnyResume, idempotencyKey: string) => Promise<Stripe.PaymentIntent>;
-    readonly decide: (payment: PaymentView, resume: AnyResume) => StepResult<AnyResume> | undefined;
-  };
-};
+type AnyTransition = Omit<Transition<TObject, Requests, {}>, "sets" | "call"> & { readonly sets?: Sets<string, AnyResume>; readonly call: Call<AnyResume> };
 
 function requestOf(request: Requests, valuesOf: (body: unknown) => Readonly<Record<string, ColumnValue>>) {
   const members = Object.entries(request);
@@ -161,15 +150,14 @@ function finalOf(d: AnyTransition) {
   };
 }
 
-/** The answers of admit's reasons: no charge, not `from`, no payment at the processor, and each check. */
+/** The answers of admit's reasons: not `from`, no payment at the processor, and each check. */
 function refuseOf(d: AnyTransition) {
   const [verb, verbed] = d.verb;
   const { problem } = d.refusals.state;
   return refuseBy(d.name, {
-    charge_not_found: { problem: OPERATION_PROBLEMS.notFound, answer: (id) => ({ detail: `no charge with id ${id}` }) },
     charge_not_in_state: { problem, answer: (id, status) => ({ detail: `charge ${id} is ${status}: only an authorized charge (capture: manual) can be ${verbed}`, extensions: { chargeStatus: status } }) },
     charge_not_at_processor: { problem, answer: (id) => ({ detail: `charge ${id} was authorized without the payment processor: it has no payment there to ${verb}` }) },
-    ...Object.fromEntries((d.refusals.checks ?? []).map((c, i) => [`check_${i}`, { problem: c.problem, answer: (id: string, detail: string | null) => c.answer(id, detail ?? "") }])),
+    ...Object.fromEntries((d.refusals.checks ?? []).map((c, i) => [`check_${i}`, c])),
   });
 }
 
@@ -199,7 +187,6 @@ export function chargeTransition<B extends TObject, Q extends Requests = {}, O e
   const d = declared as unknown as AnyTransition;
   const request = requestOf(d.request ?? {}, (body) => (d.requestOf?.(body as never) ?? {}) as Readonly<Record<string, ColumnValue>>);
   const checks = d.refusals.checks ?? [];
-  const refuse = refuseOf(d);
   const statements = transitionSql({ from: d.from, during: d.during ?? "updating", to: d.to, checks: checks.map((c, i) => ({ reason: `check_${i}`, when: c.when, detail: c.detail })), sets: d.sets ?? {}, event: d.event });
   return {
     name: d.name,
@@ -214,14 +201,9 @@ export function chargeTransition<B extends TObject, Q extends Requests = {}, O e
     fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), ...d.fingerprint?.(body) }),
     prepare: ({ params, body }) => ({ columns: request.columnsOf(params, body), body: "", exclusive: chargeIdOf(params) }),
     sql: statements.operation,
-    refuse: (reason, detail, { params }) => refuse(reason, detail, chargeIdOf(params)),
+    refuse: refuseOf(d),
     locationOf: (body) => `/charges/${idOf(body, "id")}`,
-    problems: problemsOf([d.refusals.state, ...checks, d.refusals.processor]),
-    refusals: {
-      "404": "Unknown charge, or another tenant's; the key stays unused",
-      "422": document422([d.refusals.state, ...checks], d.refusals.processor),
-      ...PROCESSOR_REFUSALS,
-    },
+    ...documented([d.refusals.state, ...checks], d.refusals.processor),
     foreign: foreignOf(d, request, statements.finish),
   };
 }
