@@ -13,7 +13,6 @@ export const cancelCharge = chargeTransition({
   summary: "Cancel an authorized charge",
   path: "/charges/:id/cancel",
   body: CancelBody,
-  from: "authorized",
   during: "canceling",
   to: "canceled",
   verb: ["cancel", "canceled"],
@@ -28,11 +27,7 @@ export const cancelCharge = chargeTransition({
     },
   },
   refusals: {
-    state: {
-      problem: problemType("chargeNotCancelable", "charge-not-cancelable", "Charge not cancelable"),
-      doc: "the charge is not authorized",
-      note: ": captured, canceled, failed, or captured at once",
-    },
-    processor: { problem: problemType("cancelRefused", "cancel-refused", "Cancel refused by the payment processor"), doc: "its refusal" },
+    state: problemType("chargeNotCancelable", "charge-not-cancelable", "Charge not cancelable"),
+    processor: problemType("cancelRefused", "cancel-refused", "Cancel refused by the payment processor"),
   },
 });

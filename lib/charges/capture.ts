@@ -21,9 +21,6 @@ export const captureCharge = chargeTransition({
   body: CaptureBody,
   // null: all that is capturable.
   request: { amountCents: { type: "int", schema: t.Union([Cents, t.Null()]) } },
-  requestOf: (body) => ({ amountCents: body.amountCents ?? null }),
-  fingerprint: (body) => ({ ...(body.amountCents !== undefined && { amountCents: body.amountCents }) }),
-  from: "authorized",
   during: "capturing",
   to: "succeeded",
   verb: ["capture", "captured"],
@@ -46,11 +43,7 @@ export const captureCharge = chargeTransition({
     },
   },
   refusals: {
-    state: {
-      problem: problemType("chargeNotCapturable", "charge-not-capturable", "Charge not capturable"),
-      doc: "the charge is not authorized",
-      note: ": captured, canceled, failed, or captured at once",
-    },
+    state: problemType("chargeNotCapturable", "charge-not-capturable", "Charge not capturable"),
     checks: [
       {
         problem: problemType("captureExceedsAuthorized", "capture-exceeds-authorized", "Capture exceeds the authorized amount"),
@@ -60,6 +53,6 @@ export const captureCharge = chargeTransition({
         answer: (chargeId, detail) => ({ detail: `charge ${chargeId} has ${detail} cents authorized`, extensions: { authorizedCents: Number(detail) } }),
       },
     ],
-    processor: { problem: problemType("captureRefused", "capture-refused", "Capture refused by the payment processor"), doc: "its refusal" },
+    processor: problemType("captureRefused", "capture-refused", "Capture refused by the payment processor"),
   },
 });

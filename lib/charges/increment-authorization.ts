@@ -17,9 +17,6 @@ export const incrementAuthorization = chargeTransition({
   path: "/charges/:id/increment-authorization",
   body: IncrementAuthorizationBody,
   request: { amountCents: { type: "int", schema: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }) } },
-  requestOf: (body) => ({ amountCents: body.amountCents }),
-  fingerprint: (body) => ({ amountCents: body.amountCents }),
-  from: "authorized",
   to: "authorized",
   verb: ["increment", "incremented"],
   sets: {
@@ -39,11 +36,7 @@ export const incrementAuthorization = chargeTransition({
     },
   },
   refusals: {
-    state: {
-      problem: problemType("chargeNotIncrementable", "charge-not-incrementable", "Charge's authorization not incrementable"),
-      doc: "the charge is not authorized",
-      note: ": captured, canceled, failed, or captured at once",
-    },
+    state: problemType("chargeNotIncrementable", "charge-not-incrementable", "Charge's authorization not incrementable"),
     checks: [
       {
         problem: problemType("incrementNotGreater", "increment-not-greater", "New amount not greater than the authorized amount"),
@@ -53,6 +46,6 @@ export const incrementAuthorization = chargeTransition({
         answer: (chargeId, detail) => ({ detail: `charge ${chargeId} has ${detail} cents authorized: the new total must be more`, extensions: { authorizedCents: Number(detail) } }),
       },
     ],
-    processor: { problem: problemType("incrementRefused", "increment-refused", "Increment refused by the payment processor"), doc: "its refusal" },
+    processor: problemType("incrementRefused", "increment-refused", "Increment refused by the payment processor"),
   },
 });

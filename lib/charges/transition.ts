@@ -1,15 +1,15 @@
-// One factory for a change of an authorized charge through the processor (capture, cancel, an
-// increment): an operation declares its own body, statuses, columns, event, processor call and
-// refusals, and gets its route, ledger statement, phase 1 (the charge `during`), step and phase 3.
-// Its SQL reads `charge` (before the change), `request` and, in event data, `before`;
-// transition-sql.ts decides which alias each is.
+// One factory for a change of an authorized charge (capture, cancel, an increment): an operation
+// declares its body, statuses, columns, event, processor call and refusals, and gets its route,
+// ledger statement, phase 1 (the charge `during`), step and phase 3. Its SQL reads `charge`
+// (before the change), `request` and, in event data, `before`: transition-sql.ts aliases them.
 import { Type as t, type Static, type TObject, type TSchema } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import type { EventType } from "./events.ts";
-import { problemJson } from "../idempotency/problem-types.ts";
+import { problemJson, type NamedProblem } from "../idempotency/problem-types.ts";
 import { chargeIdOf, documented, refuseBy, type Reason, type RefusalType } from "./existing-charge.ts";
 import { mapCall, type ProcessorAdapter } from "./processor.ts";
 import { checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
+import type { FingerprintFields } from "../idempotency/keys.ts";
 import { fromRead, paymentView, payments, UNEXPECTED_STATE, unknownAfter, type PaymentView } from "./charge-steps.ts";
 import { Charge, idOf, type ChargeStatus } from "./charges.ts";
 import { foreign, type ColumnValue, type FinalRow, type Fragment, type Operation, type SqlType, type StepContext, type StepResult } from "../idempotency/model.ts";
@@ -37,7 +37,7 @@ const Snapshot = {
   resolvedBy: t.Optional(t.String()),
 };
 
-/** The request's own members: each one's SQL type, and its schema in the resume. */
+/** The request's own members (the body's, null when absent): each one's SQL type, and its schema in the resume. */
 type Requests = Readonly<Record<string, { readonly type: SqlType; readonly schema: TSchema }>>;
 type Values<Q> = { readonly [K in keyof Q]: Q[K] extends { readonly schema: infer S extends TSchema } ? Static<S> : never };
 
@@ -63,12 +63,8 @@ interface Transition<B extends TObject, Q extends Requests, O extends Readonly<R
   readonly summary: string;
   readonly path: `/charges/:id/${string}`;
   readonly body: B;
-  /** The request's own members: a (snake case) column in every statement, and in the resume. */
+  /** A (snake case) column in every statement, in the resume, and when not null in the fingerprint. */
   readonly request?: Q;
-  readonly requestOf?: (body: Static<B>) => Values<Q>;
-  /** The fingerprint's fields beside the charge id. */
-  readonly fingerprint?: (body: Static<B>) => Readonly<Record<string, string | number>>;
-  readonly from: ChargeStatus;
   /** The charge's status while the processor is asked; `updating` when the change names none. */
   readonly during?: ChargeStatus;
   readonly to: ChargeStatus;
@@ -78,23 +74,31 @@ interface Transition<B extends TObject, Q extends Requests, O extends Readonly<R
   readonly event: { readonly type: EventType; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
   readonly resume?: O;
   readonly call: Call<TransitionResume<Q, O>>;
-  /** `state`: the charge is not `from` (or has no payment at the processor); `processor`: its refusal, stored. */
-  readonly refusals: { readonly state: RefusalType; readonly checks?: readonly Check<keyof Q & string>[]; readonly processor: RefusalType };
+  /** `state`: the charge is not authorized (or has no payment at the processor); `processor`: its refusal, stored. */
+  readonly refusals: { readonly state: NamedProblem; readonly checks?: readonly Check<keyof Q & string>[]; readonly processor: NamedProblem };
 }
+
+const STATE = (problem: NamedProblem): RefusalType => ({ problem, doc: "the charge is not authorized", note: ": captured, canceled, failed, or captured at once" });
 
 // Any transition as the factory holds it: its own members are read by name.
 type AnyResume = TransitionResume & Readonly<Record<string, unknown>>;
 type AnyTransition = Omit<Transition<TObject, Requests, {}>, "sets" | "call"> & { readonly sets?: Sets<string, AnyResume>; readonly call: Call<AnyResume> };
 
-function requestOf(request: Requests, valuesOf: (body: unknown) => Readonly<Record<string, ColumnValue>>) {
+/** The request's columns, their values (`charge_id` and its own members), and its members' schemas. */
+function requestOf(request: Requests) {
   const members = Object.entries(request);
+  const valuesOf = (body: unknown): Readonly<Record<string, ColumnValue>> =>
+    Object.fromEntries(members.map(([m]) => [m, (body as Readonly<Record<string, ColumnValue>>)[m] ?? null]));
   return {
     columns: { charge_id: "uuid" as SqlType, ...Object.fromEntries(members.map(([m, c]) => [columnOf(m), c.type])) },
     columnsOf: (params: Readonly<Record<string, string>>, body: unknown) => {
       const values = valuesOf(body);
-      return { charge_id: chargeIdOf(params), ...Object.fromEntries(members.map(([m]) => [columnOf(m), values[m] ?? null])) };
+      return { charge_id: chargeIdOf(params), ...Object.fromEntries(members.map(([m]) => [columnOf(m), values[m]])) };
     },
-    membersOf: (body: unknown) => valuesOf(body),
+    valuesOf,
+    /** The members the body names: absent, one is the same request as before it existed. */
+    namedOf: (body: unknown) =>
+      Object.fromEntries(Object.entries(valuesOf(body)).filter(([, v]) => v !== null)) as FingerprintFields,
     schemas: Object.fromEntries(members.map(([m, c]) => [m, c.schema])),
   };
 }
@@ -134,7 +138,7 @@ function stepOf(call: AnyTransition["call"]) {
 /** Phase 3 as values: the charge changed (its `sets` from the resume), or the processor's refusal stored. */
 function finalOf(d: AnyTransition) {
   const sets = Object.entries(d.sets ?? {});
-  const { problem } = d.refusals.processor;
+  const problem = d.refusals.processor;
   return (outcome: "succeeded" | "refused", resume: AnyResume): FinalRow => {
     const { chargeId } = resume;
     if (outcome === "succeeded") {
@@ -153,7 +157,7 @@ function finalOf(d: AnyTransition) {
 /** The answers of admit's reasons: not `from`, no payment at the processor, and each check. */
 function refuseOf(d: AnyTransition) {
   const [verb, verbed] = d.verb;
-  const { problem } = d.refusals.state;
+  const problem = d.refusals.state;
   return refuseBy(d.name, {
     charge_not_in_state: { problem, answer: (id, status) => ({ detail: `charge ${id} is ${status}: only an authorized charge (capture: manual) can be ${verbed}`, extensions: { chargeStatus: status } }) },
     charge_not_at_processor: { problem, answer: (id) => ({ detail: `charge ${id} was authorized without the payment processor: it has no payment there to ${verb}` }) },
@@ -166,7 +170,7 @@ function foreignOf(d: AnyTransition, request: ReturnType<typeof requestOf>, fini
   return foreign<unknown, AnyResume, ReturnType<typeof capabilities>>({
     columns: request.columns,
     validate: () => undefined,
-    prepare: ({ params, body }, traceparent) => ({ columns: request.columnsOf(params, body), resume: { chargeId: chargeIdOf(params), ...request.membersOf(body), traceparent }, exclusive: chargeIdOf(params) }),
+    prepare: ({ params, body }, traceparent) => ({ columns: request.columnsOf(params, body), resume: { chargeId: chargeIdOf(params), ...request.valuesOf(body), traceparent }, exclusive: chargeIdOf(params) }),
     resume: t.Object({ ...Snapshot, ...request.schemas, [attemptName]: t.Optional(t.Integer({ minimum: 0 })), ...d.resume }),
     operatorIds: ["chargeId", "paymentId"],
     resolution: { succeeded: "paymentId", refused: "failureCode" },
@@ -185,9 +189,9 @@ export function chargeTransition<B extends TObject, Q extends Requests = {}, O e
 ): Operation<B> {
   // Held in its general shape: the bodies its functions get are the route's, checked against `body` first.
   const d = declared as unknown as AnyTransition;
-  const request = requestOf(d.request ?? {}, (body) => (d.requestOf?.(body as never) ?? {}) as Readonly<Record<string, ColumnValue>>);
+  const request = requestOf(d.request ?? {});
   const checks = d.refusals.checks ?? [];
-  const statements = transitionSql({ from: d.from, during: d.during ?? "updating", to: d.to, checks: checks.map((c, i) => ({ reason: `check_${i}`, when: c.when, detail: c.detail })), sets: d.sets ?? {}, event: d.event });
+  const statements = transitionSql({ from: "authorized", during: d.during ?? "updating", to: d.to, checks: checks.map((c, i) => ({ reason: `check_${i}`, when: c.when, detail: c.detail })), sets: d.sets ?? {}, event: d.event });
   return {
     name: d.name,
     summary: d.summary,
@@ -198,12 +202,12 @@ export function chargeTransition<B extends TObject, Q extends Requests = {}, O e
     response: Charge,
     status: 200,
     columns: request.columns,
-    fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), ...d.fingerprint?.(body) }),
+    fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), ...request.namedOf(body) }),
     prepare: ({ params, body }) => ({ columns: request.columnsOf(params, body), body: "", exclusive: chargeIdOf(params) }),
     sql: statements.operation,
     refuse: refuseOf(d),
     locationOf: (body) => `/charges/${idOf(body, "id")}`,
-    ...documented([d.refusals.state, ...checks], d.refusals.processor),
+    ...documented([STATE(d.refusals.state), ...checks], { problem: d.refusals.processor, doc: "its refusal" }),
     foreign: foreignOf(d, request, statements.finish),
   };
 }
