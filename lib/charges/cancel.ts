@@ -3,7 +3,6 @@
 // `canceling` under `<charge id>:cancel:<attempt>` (transition.ts): the processor cancels once,
 // so a resumed step reads the payment first, and only a stored 5xx moves to a new key.
 import { Type as t } from "@sinclair/typebox";
-import { CHARGE_CANCELED } from "./events.ts";
 import { chargeTransition, problemType } from "./transition.ts";
 
 export const CancelBody = t.Object({}, { additionalProperties: false, description: "Nothing: {}" });
@@ -16,7 +15,7 @@ export const cancelCharge = chargeTransition({
   during: "canceling",
   to: "canceled",
   verb: ["cancel", "canceled"],
-  event: { type: CHARGE_CANCELED, data: ({ charge }) => ({ chargeId: charge.id }) },
+  event: { type: "ChargeCanceled", data: ({ charge }) => ({ chargeId: charge.id }) },
   call: {
     key: "cancel",
     send: (api, r, idempotencyKey) => api.paymentIntents.cancel(r.paymentId, {}, { idempotencyKey }),

@@ -3,7 +3,6 @@
 // sequence. Through the processor it is `capturing` under `<charge id>:capture:<attempt>`
 // (transition.ts): the processor captures once, so a resumed step reads the payment first.
 import { Type as t } from "@sinclair/typebox";
-import { CHARGE_CAPTURED } from "./events.ts";
 import { AmountCents, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { chargeTransition, problemType } from "./transition.ts";
 
@@ -31,7 +30,7 @@ export const captureCharge = chargeTransition({
       final: (r) => r.capturedCents ?? r.amountCents ?? r.authorizedCents,
     },
   },
-  event: { type: CHARGE_CAPTURED, data: ({ charge }) => ({ chargeId: charge.id, capturedCents: charge.capturedCents }) },
+  event: { type: "ChargeCaptured", data: ({ charge }) => ({ chargeId: charge.id, capturedCents: charge.capturedCents }) },
   resume: { capturedCents: t.Optional(Cents) },
   call: {
     key: "capture",
