@@ -5,7 +5,6 @@
 import { CHARGE } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
 import type { Fragment, Mode, OperationSql, FinishSql, SqlType } from "../idempotency/model.ts";
-import { chargeAnswerSql } from "./charges.ts";
 import { admitOnCharge } from "./existing-charge.ts";
 
 /** A charge's columns, by their members' names (amountCents is the column amount_cents). */
@@ -144,4 +143,18 @@ export function transitionSql(s: TransitionShape): { operation: (sql: Sql, mode:
     operation: (sql, mode) => ({ admit: admitSql(sql, s, mode), write: writeSql(sql, s, mode) }),
     finish: (sql) => finishSql(sql, s),
   };
+}
+
+/**
+ * A charge's JSON made in SQL from the charge row `t`, byte for byte as Charge's schema writes
+ * it, so an operation on an existing charge answers from its statement alone.
+ */
+function chargeAnswerSql(sql: Sql, status: string, members: Readonly<Record<string, Fragment>>): Fragment {
+  const { amountCents, capturedCents, ...others } = members;
+  if (Object.keys(others).length > 0) throw new Error(`bug: a charge's answer has no member ${Object.keys(others).join(", ")}`);
+  return sql`'{"id":' || to_json(t.id)::text || ',"amountCents":' || ${amountCents ?? sql`t.amount_cents`} || ',"currency":' || to_json(t.currency)::text
+    || ',"status":' || to_json(${status}::text)::text
+    || case when t.processor_payment_id is null then '' else ',"processorPaymentId":' || to_json(t.processor_payment_id)::text end
+    ${capturedCents === undefined ? sql`` : sql`|| ',"capturedCents":' || (${capturedCents})`}
+    || ',"createdAt":' || to_json(to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text || '}'`;
 }
