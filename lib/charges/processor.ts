@@ -28,9 +28,8 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
     maxNetworkRetries: 0,
     timeout: config.timeoutMs,
     httpClient: Stripe.createFetchHttpClient(),
-    // The package's request telemetry (latency headers on the next call) is for Stripe's own
-    // dashboards; ours is http_client_request_duration_seconds. Under load its buffer fills and
-    // it writes a line to stderr per dropped message.
+    // Stripe's own latency telemetry: under load its buffer fills and it writes a line to stderr
+    // per dropped message (ours is http_client_request_duration_seconds).
     telemetry: false,
   });
   const duration = meter.createHistogram("http_client_request_duration_seconds", {
@@ -38,7 +37,7 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
     unit: "s",
     advice: { explicitBucketBoundaries: CLIENT_BUCKETS_S },
   });
-  stripe.on("request", (event: StripeRequestEvent) => {
+  stripe.on("request", (event: Stripe.RequestEvent) => {
     // Runs in the call's async context, so the active span is the call's own (traced below).
     if (!tracingOn()) return;
     trace.getActiveSpan()?.setAttributes({
@@ -59,12 +58,6 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
       return result;
     },
   };
-}
-
-/** What Stripe's package emits as "request" before it sends one (its RequestEvent). */
-interface StripeRequestEvent {
-  readonly path: string;
-  readonly idempotency_key?: string;
 }
 
 /** A call as an HTTP client span, the child of whatever step awaits it. */
