@@ -1,7 +1,6 @@
-// The statements of a change of an authorized charge (transition.ts): admit, ledger write,
-// phase 1 and phase 3. Only this file knows the skeleton's and admitOnCharge's row aliases (`t`
-// the locked charge, `r`/`w` the request, `c` the charge updated, `p` the updated row, `b` the
-// charge before); a declaration names `charge`, `request` and `before`.
+// The statements of a change of an authorized charge (transition.ts): admit, ledger write, phase 1
+// and phase 3. Only this file knows the row aliases (`t` the locked charge, `r`/`w` the request,
+// `c` the charge updated, `p` the updated row, `b` the charge before) behind a declaration's names.
 import { CHARGE } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
 import type { Fragment, Mode, OperationSql, FinishSql, SqlType } from "../idempotency/model.ts";
@@ -31,7 +30,7 @@ const NAME = /^[a-z][a-zA-Z0-9_]*$/;
 
 export const columnOf = (member: string): string => member.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
-/** The columns of the row the statement calls `alias`, by member. Names come from declarations in lib/, never a request. */
+/** The columns of the row a statement calls `alias`, by member (names from lib/, never a request). */
 function rowOf<M extends string>(sql: Sql, alias: string): Row<M> {
   return new Proxy({} as Row<M>, {
     get: (_, member) => {
@@ -113,10 +112,9 @@ function writeSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
 }
 
 /**
- * Phase 3: a succeeded key's charge changed as in the ledger, from its final row; a refused
- * one's back to `from`, its sequence kept and no event; a charge not `during` is left alone.
- * `prior` is the statement's snapshot of the charge, which nothing but this key's holder
- * changes while the charge is `during`.
+ * Phase 3: a succeeded key's charge changed as in the ledger, from its final row; a refused one's
+ * back to `from`, no event; a charge not `during` is left alone. `prior`, the statement's snapshot,
+ * is the charge before: nothing but this key's holder changes it while it is `during`.
  */
 function finishSql(sql: Sql, s: TransitionShape): FinishSql {
   const sets = setsOf(s);
