@@ -1,8 +1,8 @@
 // A charge's processor steps: `begun` creates the payment under `<charge id>:create:<attempt>`;
 // `created` confirms that payment, and no other, under `<charge id>:confirm:<attempt>`. An
 // unconfirmed payment moves no money, so after a create answered with a stored 5xx the next
-// attempt's key is safe. A resumed confirm reads the payment first: the processor lets a payment
-// succeed once. Every change of an authorized charge reuses these calls (transition.ts).
+// attempt's key is safe. The processor lets a payment succeed once, so a resumed confirm reads it
+// first. Every change of an authorized charge reuses these calls (transition.ts).
 import { Type as t, type Static } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import { mapCall, type CallResult, type ProcessorAdapter } from "./processor.ts";
@@ -26,23 +26,14 @@ export const ChargeResume = t.Object({
 });
 export type ChargeResume = Static<typeof ChargeResume>;
 
-export interface PaymentView {
-  readonly id: string;
-  readonly status: string;
-  readonly declineCode: string | null;
-  /** Raised by an incremental authorization. */
-  readonly amount: number;
-  /** amount_received. */
-  readonly amountReceived: number;
-}
-
-export function paymentView(pi: Stripe.PaymentIntent): PaymentView {
+export function paymentView(pi: Stripe.PaymentIntent) {
   const error = pi.last_payment_error;
   return { id: pi.id, status: pi.status, declineCode: error ? (error.decline_code ?? error.code ?? "declined") : null, amount: pi.amount, amountReceived: pi.amount_received };
 }
+export type PaymentView = ReturnType<typeof paymentView>;
 
 export const payments = (p: ProcessorAdapter) => ({
-  create: (c: { amountCents: number; currency: string; paymentMethod: string; chargeId: string; capture?: "manual" }, key: string): Promise<CallResult<PaymentView>> =>
+  create: (c: ChargeResume, key: string) =>
     mapCall(
       p.call("POST", (api) =>
         api.paymentIntents.create(

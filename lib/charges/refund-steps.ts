@@ -1,8 +1,7 @@
 // A refund's processor steps: `begun` creates the refund under `<refund id>:refund[:<n>]`;
-// `created` reads it until final. A resumed key first lists the payment's refunds and looks for
-// ours by its metadata's refund id; not found, the create goes under the recorded attempt, which
-// moves on only past a call the processor finished (its kept 5xx), so no earlier key can still
-// make a refund (docs/api.md, "An unknown refund is resolved by reading the processor").
+// `created` reads it until final. A resumed key first looks for ours among the payment's refunds
+// (by its metadata); not found, the create goes under the recorded attempt, which moves on only
+// past a call the processor finished (its kept 5xx), so no earlier key can still make a refund.
 import { Type as t, type Static } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import { mapCall, type CallResult, type ProcessorAdapter } from "./processor.ts";
@@ -25,13 +24,8 @@ export const RefundResume = t.Object({
 });
 export type RefundResume = Static<typeof RefundResume>;
 
-interface RefundView {
-  readonly id: string;
-  readonly status: string;
-  readonly failureCode: string | null;
-}
-
-const viewOf = (refund: Stripe.Refund): RefundView => ({ id: refund.id, status: refund.status ?? "pending", failureCode: refund.failure_reason ?? null });
+const viewOf = (refund: Stripe.Refund) => ({ id: refund.id, status: refund.status ?? "pending", failureCode: refund.failure_reason ?? null });
+type RefundView = ReturnType<typeof viewOf>;
 
 // The page size of the listing: Stripe's largest, so one call reads a payment's refunds.
 const LIST_PAGE = 100;
