@@ -1,7 +1,6 @@
 // POST /charges/:id/refunds declared once: its route, its ledger statement and, through a
-// processor, its phase 1 (the amount reserved against the charge, the refund pending), steps
-// (refund-steps.ts) and phase 3 (the reservation made the refunded total, or released); and GET
-// /charges/:id/refunds/:refundId.
+// processor, its phase 1 (the amount reserved, the refund pending), steps (refund-steps.ts) and
+// phase 3 (the reservation made the refunded total, or released); and GET of a refund.
 import { Type as t, type Static } from "@sinclair/typebox";
 import { CHARGE, CHARGE_REFUNDED } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
@@ -9,7 +8,7 @@ import { boundedStatement } from "../platform/bounded-statement.ts";
 import { problemJson, problemType } from "../idempotency/problem-types.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { admitOnCharge, chargeIdOf, documented, refuseBy, type Reason, type RefusalType } from "./existing-charge.ts";
-import { foreign, type FinalRow, type Fragment, type Operation } from "../idempotency/model.ts";
+import { foreign, type FinalRow, type Fragment, type Operation, type OperationInput } from "../idempotency/model.ts";
 import { RefundResume, refundCalls, refundSteps, type RefundCalls } from "./refund-steps.ts";
 import { idOf } from "./charges.ts";
 
@@ -31,7 +30,6 @@ export const Refund = t.Object(
   { additionalProperties: false },
 );
 
-// The operation's refusals, each once: its problem type and its phrase in the API reference.
 const EXCEEDS_CHARGE: RefusalType = {
   problem: problemType("refundExceedsCharge", "refund-exceeds-charge", "Refund exceeds what is left of the charge"),
   doc: "the refund is more than the charge has left",
@@ -66,6 +64,12 @@ function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow
 
 type RefundColumns = { refund_id: string; charge_id: string; amount_cents: number; created_at: string };
 
+/** A new refund, the same in both modes (its createdAt in the resume too: phase 3 answers without a read). */
+function newRefund({ params, body }: OperationInput<Static<typeof RefundBody>>) {
+  const refund = { id: crypto.randomUUID(), chargeId: chargeIdOf(params), amountCents: body.amountCents, createdAt: new Date().toISOString() };
+  return { refund, columns: { refund_id: refund.id, charge_id: refund.chargeId, amount_cents: refund.amountCents, created_at: refund.createdAt } };
+}
+
 export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   name: "createRefund",
   summary: "Refund part or all of a charge",
@@ -78,22 +82,14 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", created_at: "timestamptz" },
   // The key's scope is the route template, so the charge must be part of "the same request".
   fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), amountCents: body.amountCents }),
-  prepare({ params, body }) {
-    const id = crypto.randomUUID();
-    const chargeId = chargeIdOf(params);
-    const createdAt = new Date().toISOString();
-    return {
-      columns: { refund_id: id, charge_id: chargeId, amount_cents: body.amountCents, created_at: createdAt },
-      body: checkedJson(Refund, { id, chargeId, amountCents: body.amountCents, createdAt }),
-      exclusive: chargeId,
-    };
+  prepare(input) {
+    const { refund, columns } = newRefund(input);
+    return { columns, body: checkedJson(Refund, refund), exclusive: refund.chargeId };
   },
-  // admitOnCharge locks the charge and reads it as committed now: FOR UPDATE waits for a refund
-  // in flight and then sees its total, so what is left is exact until the commit, whatever runs
-  // beside it; the check constraint on charges is the last guard. What is left is of what was
-  // captured, less the refunds still pending at the processor (reserved). last_sequence numbers
-  // events under the same lock, so sequences follow commit order. A charge the ledger took has
-  // no payment at the processor to refund.
+  // FOR UPDATE (admitOnCharge) waits for a refund in flight and then sees its total, so what is
+  // left (of what was captured, less the refunds pending at the processor) is exact until the
+  // commit; the check constraint on charges is the last guard. last_sequence numbers events under
+  // the same lock, so sequences follow commit order.
   sql: (sql, mode) => ({
     admit: admitOnCharge(
       sql,
@@ -148,16 +144,13 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   foreign: foreign<Static<typeof RefundBody>, RefundResume, RefundCalls>({
     columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", created_at: "timestamptz" },
     validate: () => undefined,
-    prepare({ params, body }, traceparent) {
-      const refundId = crypto.randomUUID();
-      const chargeId = chargeIdOf(params);
-      // In the resume too: phase 3 answers with it without reading the refund back.
-      const createdAt = new Date().toISOString();
+    prepare(input, traceparent) {
+      const { refund: { id: refundId, ...refund }, columns } = newRefund(input);
       return {
-        columns: { refund_id: refundId, charge_id: chargeId, amount_cents: body.amountCents, created_at: createdAt },
-        resume: { refundId, chargeId, amountCents: body.amountCents, createdAt, traceparent },
+        columns,
+        resume: { refundId, ...refund, traceparent },
         // Two reservations of one charge in one statement would write its row once (UPDATE … FROM).
-        exclusive: chargeId,
+        exclusive: refund.chargeId,
       };
     },
     resume: RefundResume,
@@ -227,10 +220,8 @@ export async function refundView(sql: Sql, tenant: string, chargeId: string, ref
 }
 
 /**
- * The JSON text of a ChargeRefunded event's data (events.ts), as both modes write it: from
- * the request row `w` (charge_id, refund_id, amount_cents) and the charge's new refunded_cents,
- * returned by the CTE aliased `settled`. One expression, so the ledger's and the processor's
- * events carry the same bytes.
+ * A ChargeRefunded event's data, from the request row `w` and the charge's new refunded_cents in
+ * the CTE `settled`: one expression, so the ledger's and the processor's events carry the same bytes.
  */
 function chargeRefundedPayload(sql: Sql, settled: string): Fragment {
   return sql`json_build_object('chargeId', w.charge_id, 'refundId', w.refund_id,
