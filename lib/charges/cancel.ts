@@ -17,7 +17,6 @@ export const cancelCharge = chargeTransition({
   verb: ["cancel", "canceled"],
   event: { type: "ChargeCanceled", data: ({ charge }) => ({ chargeId: charge.id }) },
   call: {
-    key: "cancel",
     send: (api, r, idempotencyKey) => api.paymentIntents.cancel(r.paymentId, {}, { idempotencyKey }),
     decide: (payment, resume) => {
       if (payment.status === "canceled") return { kind: "final", outcome: "succeeded", resume };

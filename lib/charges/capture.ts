@@ -33,7 +33,6 @@ export const captureCharge = chargeTransition({
   event: { type: "ChargeCaptured", data: ({ charge }) => ({ chargeId: charge.id, capturedCents: charge.capturedCents }) },
   resume: { capturedCents: t.Optional(Cents) },
   call: {
-    key: "capture",
     send: (api, r, idempotencyKey) => api.paymentIntents.capture(r.paymentId, r.amountCents === null ? {} : { amount_to_capture: r.amountCents }, { idempotencyKey }),
     decide: (payment, resume) => {
       if (payment.status === "succeeded") return { kind: "final", outcome: "succeeded", resume: { ...resume, capturedCents: payment.amountReceived } };
@@ -48,8 +47,7 @@ export const captureCharge = chargeTransition({
         problem: problemType("captureExceedsAuthorized", "capture-exceeds-authorized", "Capture exceeds the authorized amount"),
         doc: "the amount is more than authorized",
         when: ({ sql, charge, request }) => sql`${request.amountCents} > ${charge.amountCents}`,
-        detail: ({ sql, charge }) => sql`${charge.amountCents}::text`,
-        answer: (chargeId, detail) => ({ detail: `charge ${chargeId} has ${detail} cents authorized`, extensions: { authorizedCents: Number(detail) } }),
+        detail: (chargeId, cents) => `charge ${chargeId} has ${cents} cents authorized`,
       },
     ],
     processor: problemType("captureRefused", "capture-refused", "Capture refused by the payment processor"),

@@ -27,7 +27,6 @@ export const incrementAuthorization = chargeTransition({
     data: ({ charge, before }) => ({ chargeId: charge.id, amountCents: charge.amountCents, previousAmountCents: before.amountCents }),
   },
   call: {
-    key: "increment",
     send: (api, r, idempotencyKey) => api.paymentIntents.incrementAuthorization(r.paymentId, { amount: r.amountCents }, { idempotencyKey }),
     decide: (payment, resume) => {
       if (payment.status === "requires_capture" && payment.amount === resume.amountCents) return { kind: "final", outcome: "succeeded", resume };
@@ -42,8 +41,7 @@ export const incrementAuthorization = chargeTransition({
         problem: problemType("incrementNotGreater", "increment-not-greater", "New amount not greater than the authorized amount"),
         doc: "the new amount is not more than the charge's amount",
         when: ({ sql, charge, request }) => sql`${request.amountCents} <= ${charge.amountCents}`,
-        detail: ({ sql, charge }) => sql`${charge.amountCents}::text`,
-        answer: (chargeId, detail) => ({ detail: `charge ${chargeId} has ${detail} cents authorized: the new total must be more`, extensions: { authorizedCents: Number(detail) } }),
+        detail: (chargeId, cents) => `charge ${chargeId} has ${cents} cents authorized: the new total must be more`,
       },
     ],
     processor: problemType("incrementRefused", "increment-refused", "Increment refused by the payment processor"),

@@ -44,7 +44,8 @@ export interface TransitionShape {
   readonly from: string;
   readonly during: string;
   readonly to: string;
-  readonly checks: readonly { readonly reason: string; readonly when: (at: At) => Fragment; readonly detail: (at: At) => Fragment }[];
+  /** Each answered with the charge's amount. */
+  readonly checks: readonly { readonly reason: string; readonly when: (at: At) => Fragment }[];
   readonly sets: Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At) => Fragment }>>;
   readonly event: { readonly type: string; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
 }
@@ -74,7 +75,7 @@ function eventsSql(sql: Sql, s: TransitionShape, from: Fragment, where: Fragment
 function admitSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
   const at: At = { sql, charge: rowOf(sql, "t"), request: rowOf(sql, "r") };
   const refusals = s.checks.map((c) => sql` when ${c.when(at)} then ${c.reason}::text`);
-  const details = s.checks.map((c) => sql` when ${c.when(at)} then ${c.detail(at)}`);
+  const details = s.checks.map((c) => sql` when ${c.when(at)} then ${at.charge.amountCents}::text`);
   const answer = chargeAnswerSql(sql, s.to, Object.fromEntries(setsOf(s).map((x) => [x.member, x.ledger(at)])));
   return admitOnCharge(
     sql,

@@ -17,12 +17,10 @@ import { columnOf, transitionSql, type At, type Rows } from "./transition-sql.ts
 
 export { problemType } from "../idempotency/problem-types.ts";
 
-/** A check on the charge and the request, made by admit: the key stays unused when it refuses. */
+/** A check on the charge and the request, made by admit (the key stays unused when it refuses), answered with the charge's amount. */
 interface Check<M extends string = string> extends RefusalType {
   readonly when: (at: At<M>) => Fragment;
-  /** The text the answer is made from (the admit's `detail`). */
-  readonly detail: (at: At<M>) => Fragment;
-  readonly answer: Reason["answer"];
+  readonly detail: (chargeId: string, authorizedCents: number) => string;
 }
 
 /** What phase 1's admit records of the charge, and every transition's resume. */
@@ -51,8 +49,6 @@ type TransitionResume<Q = {}, O = {}> = Static<TObject<typeof Snapshot>> & Value
 type Sets<M extends string, R> = Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At<M>) => Fragment; readonly final: (resume: R) => number }>>;
 
 interface Call<R> {
-  /** The processor key's segment: `<charge id>:<key>:<attempt>`, its attempts counted in `<key>Attempt`. */
-  readonly key: string;
   readonly send: (api: Stripe, resume: R, idempotencyKey: string) => Promise<Stripe.PaymentIntent>;
   /** What the payment decides; undefined: the change is not made yet. */
   readonly decide: (payment: PaymentView, resume: R) => StepResult<R> | undefined;
@@ -68,7 +64,10 @@ interface Transition<B extends TObject, Q extends Requests, O extends Readonly<R
   /** The charge's status while the processor is asked; `updating` when the change names none. */
   readonly during?: ChargeStatus;
   readonly to: ChargeStatus;
-  /** ["capture", "captured"]: the verb of the docs and the details, and its past participle. */
+  /**
+   * ["capture", "captured"]: the verb of the docs and the details, and its past participle. The verb
+   * is the processor key's segment too: `<charge id>:<verb>:<attempt>`, its attempts in `<verb>Attempt`.
+   */
   readonly verb: readonly [string, string];
   readonly sets?: Sets<keyof Q & string, TransitionResume<Q, O>>;
   readonly event: { readonly type: EventType; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
@@ -108,8 +107,8 @@ function requestOf(request: Requests) {
  * resumed key reads the payment first (an earlier holder's answer may be lost), and a refusal
  * because the payment moved on is settled by reading it.
  */
-function stepOf(call: AnyTransition["call"]) {
-  const attemptName = `${call.key}Attempt`;
+function stepOf(call: AnyTransition["call"], key: string) {
+  const attemptName = `${key}Attempt`;
   const capabilities = (p: ProcessorAdapter) => ({
     send: (r: AnyResume, key: string) => mapCall(p.call("POST", (api) => call.send(api, r, key)), paymentView),
     retrieve: payments(p).retrieve,
@@ -120,7 +119,7 @@ function stepOf(call: AnyTransition["call"]) {
     const known = resumed ? await read() : undefined;
     if (known !== undefined) return known;
     const attempt = resume[attemptName];
-    const sent = await processor.send(resume, `${resume.chargeId}:${call.key}:${typeof attempt === "number" ? attempt : 0}`);
+    const sent = await processor.send(resume, `${resume.chargeId}:${key}:${typeof attempt === "number" ? attempt : 0}`);
     switch (sent.kind) {
       case "ok":
         return call.decide(sent.value, resume) ?? { kind: "unknown", cause: "processing", detail: `the payment is ${sent.value.status}`, resume };
@@ -158,15 +157,19 @@ function finalOf(d: AnyTransition) {
 function refuseOf(d: AnyTransition) {
   const [verb, verbed] = d.verb;
   const problem = d.refusals.state;
+  const checks = (d.refusals.checks ?? []).map((c, i): [string, Reason] => [
+    `check_${i}`,
+    { problem: c.problem, answer: (id, cents) => ({ detail: c.detail(id, Number(cents)), extensions: { authorizedCents: Number(cents) } }) },
+  ]);
   return refuseBy(d.name, {
     charge_not_in_state: { problem, answer: (id, status) => ({ detail: `charge ${id} is ${status}: only an authorized charge (capture: manual) can be ${verbed}`, extensions: { chargeStatus: status } }) },
     charge_not_at_processor: { problem, answer: (id) => ({ detail: `charge ${id} was authorized without the payment processor: it has no payment there to ${verb}` }) },
-    ...Object.fromEntries((d.refusals.checks ?? []).map((c, i) => [`check_${i}`, c])),
+    ...Object.fromEntries(checks),
   });
 }
 
 function foreignOf(d: AnyTransition, request: ReturnType<typeof requestOf>, finishSql: FinishSqlOf) {
-  const { attemptName, capabilities, step } = stepOf(d.call);
+  const { attemptName, capabilities, step } = stepOf(d.call, d.verb[0]);
   return foreign<unknown, AnyResume, ReturnType<typeof capabilities>>({
     columns: request.columns,
     validate: () => undefined,
@@ -191,7 +194,7 @@ export function chargeTransition<B extends TObject, Q extends Requests = {}, O e
   const d = declared as unknown as AnyTransition;
   const request = requestOf(d.request ?? {});
   const checks = d.refusals.checks ?? [];
-  const statements = transitionSql({ from: "authorized", during: d.during ?? "updating", to: d.to, checks: checks.map((c, i) => ({ reason: `check_${i}`, when: c.when, detail: c.detail })), sets: d.sets ?? {}, event: d.event });
+  const statements = transitionSql({ from: "authorized", during: d.during ?? "updating", to: d.to, checks: checks.map((c, i) => ({ reason: `check_${i}`, when: c.when })), sets: d.sets ?? {}, event: d.event });
   return {
     name: d.name,
     summary: d.summary,
