@@ -1,7 +1,5 @@
-// POST /charges/:id/cancel: an authorized manual charge canceled, its authorization released
-// (200, the charge `canceled`, ChargeCanceled at its next sequence). Through the processor it is
-// `canceling` under `<charge id>:cancel:<attempt>` (transition.ts): the processor cancels once,
-// so a resumed step reads the payment first, and only a stored 5xx moves to a new key.
+// POST /charges/:id/cancel: an authorized manual charge canceled, its authorization released,
+// through the factory of transition.ts.
 import { Type as t } from "@sinclair/typebox";
 import { chargeTransition, problemType } from "./transition.ts";
 

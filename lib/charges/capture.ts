@@ -1,7 +1,5 @@
 // POST /charges/:id/capture: an authorized manual charge captured, whole or `amountCents` of it
-// (the rest released, as Stripe does): 200, the charge `succeeded`, ChargeCaptured at its next
-// sequence. Through the processor it is `capturing` under `<charge id>:capture:<attempt>`
-// (transition.ts): the processor captures once, so a resumed step reads the payment first.
+// (the rest released, as Stripe does), through the factory of transition.ts.
 import { Type as t } from "@sinclair/typebox";
 import { AmountCents, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { chargeTransition, problemType } from "./transition.ts";

@@ -1,7 +1,6 @@
 // POST /charges/:id/increment-authorization: an authorized charge's amount raised to a new total
-// (Stripe's incremental authorization): 200, still `authorized`, ChargeAuthorizationIncreased.
-// Through the processor it is `updating` under `<charge id>:increment:<attempt>`; the payment
-// stays requires_capture either way, so a resumed step reads its amount to know.
+// (Stripe's incremental authorization), through the factory of transition.ts. The payment stays
+// requires_capture either way, so its amount tells whether the increment was made.
 import { Type as t } from "@sinclair/typebox";
 import { AmountCents, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { chargeTransition, problemType } from "./transition.ts";
