@@ -63,10 +63,9 @@ type Step = (ctx: StepContext<ChargeResume, Payments>) => Promise<StepResult<Cha
 export const UNEXPECTED_STATE = "payment_intent_unexpected_state";
 
 /**
- * An unknown outcome of a call that is harmless to repeat under another key (an unconfirmed
- * payment; a confirmation or change, applied once per payment). A processor that answered (a 5xx)
- * stored that answer under the key and would replay it, so the next try takes the next attempt;
- * with no answer the key is kept: what the processor stored under it, if anything, is the truth.
+ * An unknown outcome of a call harmless to repeat under another key (a create, a confirmation or a
+ * change: applied once per payment). After a 5xx, which the processor stored under the key and would
+ * replay, the next try takes the next attempt; with no answer, what the key holds is the truth.
  */
 export function unknownAfter<R extends Readonly<Record<string, unknown>>>(call: Extract<CallResult<unknown>, { kind: "unknown" }>, resume: R, attemptName: keyof R & string): StepResult<R> {
   const current = resume[attemptName];

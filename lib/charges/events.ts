@@ -145,10 +145,7 @@ export const isShareGroup = (group: string): boolean => !NOT_ONE_LEVEL.test(grou
 
 export const isPublishableType = (eventType: string): boolean => !NOT_ONE_LEVEL.test(eventType);
 
-/**
- * `$share/<group>/<prefix>charges/#`: the broker hands each event to one session of the group,
- * so the group's subscribers split the stream. `group` must satisfy isShareGroup.
- */
+/** `$share/<group>/<prefix>charges/#`: the broker hands each event to one session of the group. */
 export function sharedSubscriptionFilter(group: string, prefix: string): string {
   if (!isShareGroup(group)) throw new Error(`bug: invalid share group ${JSON.stringify(group)}`);
   return `$share/${group}/${subscriptionFilter(prefix)}`;

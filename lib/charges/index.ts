@@ -1,6 +1,5 @@
-// The route table of the idempotent operations: one line each. The API serves each line's
-// route (lib/api/routes.ts), and the operations jobs find an operation's steps here by its
-// key's endpoint (the completer, `bun run ops parked|resolve`). Every process may import it.
+// The route table of the idempotent operations, one line each: the API serves their routes, and
+// the operations jobs (the completer, `bun run ops parked|resolve`) find a key's steps by its endpoint.
 import { cancelCharge } from "./cancel.ts";
 import { captureCharge } from "./capture.ts";
 import { createCharge } from "./charges.ts";

@@ -13,9 +13,8 @@ export type ProcessorAdapter = ForeignAdapter<Stripe>;
 const CLIENT_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 /**
- * The client for PAYMENT_PROCESSOR=stripe, built on first use. Stripe's own retries are off: a
- * retry is ours, under our idempotency keys and lease. Its fetch client serves every runtime
- * this API runs on, so one code path is tested for all.
+ * The client for PAYMENT_PROCESSOR=stripe. Stripe's own retries are off: a retry is ours, under our
+ * keys and lease. Its fetch client serves every runtime this API runs on: one code path for all.
  */
 export function createProcessorClient(config: ProcessorConfig, meter: Meter = metrics.getMeter("charges")): ProcessorAdapter {
   if (config.key === undefined) throw new Error("bug: a processor client without PAYMENT_PROCESSOR_KEY");

@@ -65,8 +65,8 @@ export type RefundCalls = ReturnType<typeof refundCalls>;
 type Step = (ctx: StepContext<RefundResume, RefundCalls>) => Promise<StepResult<RefundResume>>;
 
 const create: Step = async ({ resume, processor, resumed }) => {
-  // An earlier holder may have sent a create whose answer was lost: what the processor has
-  // decides. A key past attempt 0 is always a resume; checked too, as the next key's guard.
+  // An earlier holder's create may have been made, its answer lost. A key past attempt 0 is
+  // always a resume: checked too, as the next key's guard.
   if (resumed || (resume.refundAttempt ?? 0) > 0) {
     const found = await processor.find(resume);
     switch (found.kind) {
@@ -83,9 +83,8 @@ const create: Step = async ({ resume, processor, resumed }) => {
   const attempt = resume.refundAttempt ?? 0;
   const created = await processor.create(resume, refundKey(resume.refundId, attempt));
   if (created.kind === "unknown" && created.finished) {
-    // The processor ended this call and keeps its 5xx under the key: the next try lists again,
-    // and then, if the call made no refund, sends the next attempt's key (this one would only
-    // answer the same 5xx).
+    // The processor ended this call and keeps its 5xx under the key, so the next try lists again
+    // and, if no refund was made, sends the next attempt's key.
     return { kind: "unknown", cause: created.cause, detail: created.detail, resume: { ...resume, refundAttempt: attempt + 1 } };
   }
   return fromCall(created, resume, true);
