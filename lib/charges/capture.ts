@@ -17,13 +17,12 @@ export const captureCharge = chargeTransition({
   path: "/charges/:id/capture",
   body: CaptureBody,
   // null: all that is capturable.
-  request: { amountCents: { type: "int", schema: t.Union([Cents, t.Null()]) } },
+  amountCents: t.Union([Cents, t.Null()]),
   during: "capturing",
   to: "succeeded",
   verb: ["capture", "captured"],
   sets: {
     capturedCents: {
-      type: "int",
       ledger: ({ sql, charge, request }) => sql`coalesce(${request.amountCents}, ${charge.amountCents})`,
       final: (r) => r.capturedCents ?? r.amountCents ?? r.authorizedCents,
     },

@@ -15,11 +15,11 @@ export const incrementAuthorization = chargeTransition({
   summary: "Raise an authorized charge's amount",
   path: "/charges/:id/increment-authorization",
   body: IncrementAuthorizationBody,
-  request: { amountCents: { type: "int", schema: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }) } },
+  amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
   to: "authorized",
   verb: ["increment", "incremented"],
   sets: {
-    amountCents: { type: "int", ledger: ({ request }) => request.amountCents, final: (r) => r.amountCents },
+    amountCents: { ledger: ({ request }) => request.amountCents, final: (r) => r.amountCents },
   },
   event: {
     type: "ChargeAuthorizationIncreased",

@@ -3,7 +3,7 @@
 // `c` the charge updated, `p` the updated row, `b` the charge before) behind a declaration's names.
 import { CHARGE } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
-import type { Fragment, Mode, OperationSql, FinishSql, SqlType } from "../idempotency/model.ts";
+import type { Fragment, Mode, OperationSql, FinishSql } from "../idempotency/model.ts";
 import { admitOnCharge } from "./existing-charge.ts";
 
 /** A charge's columns, by their members' names (amountCents is the column amount_cents). */
@@ -46,7 +46,8 @@ export interface TransitionShape {
   readonly to: string;
   /** Each answered with the charge's amount. */
   readonly checks: readonly { readonly reason: string; readonly when: (at: At) => Fragment }[];
-  readonly sets: Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At) => Fragment }>>;
+  /** Amounts: int columns. */
+  readonly sets: Readonly<Record<string, { readonly ledger: (at: At) => Fragment }>>;
   readonly event: { readonly type: string; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
 }
 
@@ -121,7 +122,7 @@ function finishSql(sql: Sql, s: TransitionShape): FinishSql {
   const sets = setsOf(s);
   const set = sets.map((x) => sql`, ${sql(x.column)} = case when w.succeeded then ${sql(`w.${x.column}`)} else ${sql(`c.${x.column}`)} end`);
   return {
-    columns: { charge_id: "uuid", succeeded: "boolean", ...Object.fromEntries(sets.map((x) => [x.column, x.type])) },
+    columns: { charge_id: "uuid", succeeded: "boolean", ...Object.fromEntries(sets.map((x) => [x.column, "int" as const])) },
     write: sql`
       prior as (
         select c.* from charges c join won w on w.charge_id = c.id and w.tenant = c.tenant

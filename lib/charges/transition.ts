@@ -9,10 +9,9 @@ import { problemJson, type NamedProblem } from "../idempotency/problem-types.ts"
 import { chargeIdOf, documented, refuseBy, type Reason, type RefusalType } from "./existing-charge.ts";
 import { mapCall, type ProcessorAdapter } from "./processor.ts";
 import { checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
-import type { FingerprintFields } from "../idempotency/keys.ts";
 import { fromRead, paymentView, payments, UNEXPECTED_STATE, unknownAfter, type PaymentView } from "./charge-steps.ts";
 import { Charge, idOf, type ChargeStatus } from "./charges.ts";
-import { foreign, type ColumnValue, type FinalRow, type Fragment, type Operation, type SqlType, type StepContext, type StepResult } from "../idempotency/model.ts";
+import { foreign, type FinalRow, type Fragment, type Operation, type SqlType, type StepContext, type StepResult } from "../idempotency/model.ts";
 import { columnOf, transitionSql, type At, type Rows } from "./transition-sql.ts";
 
 export { problemType } from "../idempotency/problem-types.ts";
@@ -35,18 +34,18 @@ const Snapshot = {
   resolvedBy: t.Optional(t.String()),
 };
 
-/** The request's own members (the body's, null when absent): each one's SQL type, and its schema in the resume. */
-type Requests = Readonly<Record<string, { readonly type: SqlType; readonly schema: TSchema }>>;
-type Values<Q> = { readonly [K in keyof Q]: Q[K] extends { readonly schema: infer S extends TSchema } ? Static<S> : never };
+/** The request's members beside the charge id: its amount when the change has one (schema `A`). */
+type Member<A> = A extends TSchema ? "amountCents" : never;
 
-/** The resume of a transition whose request declares `Q` and whose step adds `O`. */
-type TransitionResume<Q = {}, O = {}> = Static<TObject<typeof Snapshot>> & Values<Q> & { readonly [K in keyof O]?: O[K] extends TSchema ? Static<O[K]> : never };
+/** The resume of a transition whose request's amount is `A` and whose step adds `O`. */
+type TransitionResume<A = undefined, O = {}> = Static<TObject<typeof Snapshot>> &
+  (A extends TSchema ? { readonly amountCents: Static<A> } : {}) & { readonly [K in keyof O]?: O[K] extends TSchema ? Static<O[K]> : never };
 
 /**
  * The charge's columns a change sets beside its status, by the charge's member (its column in
  * snake case): in the ledger (of the charge and the request), and from the final resume.
  */
-type Sets<M extends string, R> = Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At<M>) => Fragment; readonly final: (resume: R) => number }>>;
+type Sets<M extends string, R> = Readonly<Record<string, { readonly ledger: (at: At<M>) => Fragment; readonly final: (resume: R) => number }>>;
 
 interface Call<R> {
   readonly send: (api: Stripe, resume: R, idempotencyKey: string) => Promise<Stripe.PaymentIntent>;
@@ -54,13 +53,13 @@ interface Call<R> {
   readonly decide: (payment: PaymentView, resume: R) => StepResult<R> | undefined;
 }
 
-interface Transition<B extends TObject, Q extends Requests, O extends Readonly<Record<string, TSchema>>> {
+interface Transition<B extends TObject, A extends TSchema | undefined, O extends Readonly<Record<string, TSchema>>> {
   readonly name: string;
   readonly summary: string;
   readonly path: `/charges/:id/${string}`;
   readonly body: B;
-  /** A (snake case) column in every statement, in the resume, and when not null in the fingerprint. */
-  readonly request?: Q;
+  /** The body's amountCents: the request's amount_cents, in the fingerprint when named, in the resume as `A` (null when absent). */
+  readonly amountCents?: A;
   /** The charge's status while the processor is asked; `updating` when the change names none. */
   readonly during?: ChargeStatus;
   readonly to: ChargeStatus;
@@ -69,36 +68,34 @@ interface Transition<B extends TObject, Q extends Requests, O extends Readonly<R
    * is the processor key's segment too: `<charge id>:<verb>:<attempt>`, its attempts in `<verb>Attempt`.
    */
   readonly verb: readonly [string, string];
-  readonly sets?: Sets<keyof Q & string, TransitionResume<Q, O>>;
+  readonly sets?: Sets<Member<A>, TransitionResume<A, O>>;
   readonly event: { readonly type: EventType; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
   readonly resume?: O;
-  readonly call: Call<TransitionResume<Q, O>>;
+  readonly call: Call<TransitionResume<A, O>>;
   /** `state`: the charge is not authorized (or has no payment at the processor); `processor`: its refusal, stored. */
-  readonly refusals: { readonly state: NamedProblem; readonly checks?: readonly Check<keyof Q & string>[]; readonly processor: NamedProblem };
+  readonly refusals: { readonly state: NamedProblem; readonly checks?: readonly Check<Member<A>>[]; readonly processor: NamedProblem };
 }
 
 const STATE = (problem: NamedProblem): RefusalType => ({ problem, doc: "the charge is not authorized", note: ": captured, canceled, failed, or captured at once" });
 
 // Any transition as the factory holds it: its own members are read by name.
 type AnyResume = TransitionResume & Readonly<Record<string, unknown>>;
-type AnyTransition = Omit<Transition<TObject, Requests, {}>, "sets" | "call"> & { readonly sets?: Sets<string, AnyResume>; readonly call: Call<AnyResume> };
+type AnyTransition = Omit<Transition<TObject, TSchema | undefined, {}>, "sets" | "call"> & { readonly sets?: Sets<string, AnyResume>; readonly call: Call<AnyResume> };
 
-/** The request's columns, their values (`charge_id` and its own members), and its members' schemas. */
-function requestOf(request: Requests) {
-  const members = Object.entries(request);
-  const valuesOf = (body: unknown): Readonly<Record<string, ColumnValue>> =>
-    Object.fromEntries(members.map(([m]) => [m, (body as Readonly<Record<string, ColumnValue>>)[m] ?? null]));
+/** The request's columns and their values: `charge_id`, and `amount_cents` when the change has an amount. */
+function requestOf(d: AnyTransition) {
+  const amount = d.amountCents !== undefined;
+  const amountOf = (body: unknown) => (amount ? (body as { readonly amountCents?: number }).amountCents : undefined);
   return {
-    columns: { charge_id: "uuid" as SqlType, ...Object.fromEntries(members.map(([m, c]) => [columnOf(m), c.type])) },
-    columnsOf: (params: Readonly<Record<string, string>>, body: unknown) => {
-      const values = valuesOf(body);
-      return { charge_id: chargeIdOf(params), ...Object.fromEntries(members.map(([m]) => [columnOf(m), values[m]])) };
+    columns: { charge_id: "uuid", ...(amount && { amount_cents: "int" }) } as Readonly<Record<string, SqlType>>,
+    columnsOf: (params: Readonly<Record<string, string>>, body: unknown) =>
+      ({ charge_id: chargeIdOf(params), ...(amount && { amount_cents: amountOf(body) ?? null }) }),
+    membersOf: (body: unknown) => (amount ? { amountCents: amountOf(body) ?? null } : {}),
+    /** Absent, the amount is the same request as before it existed. */
+    fingerprintOf: (body: unknown): Readonly<Record<string, number>> => {
+      const cents = amountOf(body);
+      return cents === undefined ? {} : { amountCents: cents };
     },
-    valuesOf,
-    /** The members the body names: absent, one is the same request as before it existed. */
-    namedOf: (body: unknown) =>
-      Object.fromEntries(Object.entries(valuesOf(body)).filter(([, v]) => v !== null)) as FingerprintFields,
-    schemas: Object.fromEntries(members.map(([m, c]) => [m, c.schema])),
   };
 }
 
@@ -173,8 +170,8 @@ function foreignOf(d: AnyTransition, request: ReturnType<typeof requestOf>, fini
   return foreign<unknown, AnyResume, ReturnType<typeof capabilities>>({
     columns: request.columns,
     validate: () => undefined,
-    prepare: ({ params, body }, traceparent) => ({ columns: request.columnsOf(params, body), resume: { chargeId: chargeIdOf(params), ...request.valuesOf(body), traceparent }, exclusive: chargeIdOf(params) }),
-    resume: t.Object({ ...Snapshot, ...request.schemas, [attemptName]: t.Optional(t.Integer({ minimum: 0 })), ...d.resume }),
+    prepare: ({ params, body }, traceparent) => ({ columns: request.columnsOf(params, body), resume: { chargeId: chargeIdOf(params), ...request.membersOf(body), traceparent }, exclusive: chargeIdOf(params) }),
+    resume: t.Object({ ...Snapshot, ...(d.amountCents && { amountCents: d.amountCents }), [attemptName]: t.Optional(t.Integer({ minimum: 0 })), ...d.resume }),
     operatorIds: ["chargeId", "paymentId"],
     resolution: { succeeded: "paymentId", refused: "failureCode" },
     capabilities,
@@ -187,12 +184,12 @@ function foreignOf(d: AnyTransition, request: ReturnType<typeof requestOf>, fini
 }
 type FinishSqlOf = ReturnType<typeof transitionSql>["finish"];
 
-export function chargeTransition<B extends TObject, Q extends Requests = {}, O extends Readonly<Record<string, TSchema>> = {}>(
-  declared: Transition<B, Q, O>,
+export function chargeTransition<B extends TObject, A extends TSchema | undefined = undefined, O extends Readonly<Record<string, TSchema>> = {}>(
+  declared: Transition<B, A, O>,
 ): Operation<B> {
   // Held in its general shape: the bodies its functions get are the route's, checked against `body` first.
   const d = declared as unknown as AnyTransition;
-  const request = requestOf(d.request ?? {});
+  const request = requestOf(d);
   const checks = d.refusals.checks ?? [];
   const statements = transitionSql({ from: "authorized", during: d.during ?? "updating", to: d.to, checks: checks.map((c, i) => ({ reason: `check_${i}`, when: c.when })), sets: d.sets ?? {}, event: d.event });
   return {
@@ -205,7 +202,7 @@ export function chargeTransition<B extends TObject, Q extends Requests = {}, O e
     response: Charge,
     status: 200,
     columns: request.columns,
-    fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), ...request.namedOf(body) }),
+    fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), ...request.fingerprintOf(body) }),
     prepare: ({ params, body }) => ({ columns: request.columnsOf(params, body), body: "", exclusive: chargeIdOf(params) }),
     sql: statements.operation,
     refuse: refuseOf(d),
