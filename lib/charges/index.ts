@@ -6,7 +6,6 @@ import { createCharge } from "./charges.ts";
 import { endpointOf, type Operation } from "../idempotency/model.ts";
 import { incrementAuthorization } from "./increment-authorization.ts";
 import { createRefund } from "./refunds.ts";
-import type { ProblemSpec } from "../idempotency/problem-types.ts";
 
 export const OPERATIONS: readonly Operation[] = [
   createCharge,
@@ -15,11 +14,6 @@ export const OPERATIONS: readonly Operation[] = [
   cancelCharge,
   incrementAuthorization,
 ];
-
-/** Every operation's own problem types, by name (the API's table has the rest: lib/api/problem.ts). */
-export function operationProblems(): Readonly<Record<string, ProblemSpec>> {
-  return Object.assign({}, ...OPERATIONS.map((op) => op.problems ?? {}));
-}
 
 export function foreignOperations(): ReadonlyMap<string, Operation> {
   return new Map(OPERATIONS.filter((op) => op.foreign !== undefined).map((op) => [endpointOf(op), op]));
