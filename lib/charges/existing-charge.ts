@@ -70,7 +70,7 @@ export function documented(admitted: readonly RefusalType[], processor: RefusalT
   };
 }
 
-/** The operation's `refuse`: the problem of admit's `reason` (charge_not_found, or one of `reasons`); any other is a bug. */
+/** The operation's `refuse`: the problem of admit's `reason` (charge_not_found or one of `reasons`), else a bug. */
 export function refuseBy(operation: string, reasons: Readonly<Record<string, Reason>>) {
   const all: Readonly<Record<string, Reason>> = {
     charge_not_found: { problem: OPERATION_PROBLEMS.notFound, answer: (id) => ({ detail: `no charge with id ${id}` }) },

@@ -66,8 +66,11 @@ type RefundColumns = { refund_id: string; charge_id: string; amount_cents: numbe
 
 /** A new refund, the same in both modes (its createdAt in the resume too: phase 3 answers without a read). */
 function newRefund({ params, body }: OperationInput<Static<typeof RefundBody>>) {
-  const refund = { id: crypto.randomUUID(), chargeId: chargeIdOf(params), amountCents: body.amountCents, createdAt: new Date().toISOString() };
-  return { refund, columns: { refund_id: refund.id, charge_id: refund.chargeId, amount_cents: refund.amountCents, created_at: refund.createdAt } };
+  const id = crypto.randomUUID();
+  const chargeId = chargeIdOf(params);
+  const createdAt = new Date().toISOString();
+  const columns = { refund_id: id, charge_id: chargeId, amount_cents: body.amountCents, created_at: createdAt };
+  return { refund: { id, chargeId, amountCents: body.amountCents, createdAt }, columns };
 }
 
 export const createRefund: Operation<typeof RefundBody, RefundColumns> = {

@@ -16,7 +16,7 @@ import { columnOf, transitionSql, type At, type Rows } from "./transition-sql.ts
 
 export { problemType } from "../idempotency/problem-types.ts";
 
-/** A check on the charge and the request, made by admit (the key stays unused when it refuses), answered with the charge's amount. */
+/** A check on the charge and the request by admit (the key stays unused when it refuses), told the charge's amount. */
 interface Check<M extends string = string> extends RefusalType {
   readonly when: (at: At<M>) => Fragment;
   readonly detail: (chargeId: string, authorizedCents: number) => string;
@@ -58,7 +58,7 @@ interface Transition<B extends TObject, A extends TSchema | undefined, O extends
   readonly summary: string;
   readonly path: `/charges/:id/${string}`;
   readonly body: B;
-  /** The body's amountCents: the request's amount_cents, in the fingerprint when named, in the resume as `A` (null when absent). */
+  /** The body's amountCents: the request's amount_cents, in the fingerprint when named, in the resume as `A`. */
   readonly amountCents?: A;
   /** The charge's status while the processor is asked; `updating` when the change names none. */
   readonly during?: ChargeStatus;
@@ -76,7 +76,8 @@ interface Transition<B extends TObject, A extends TSchema | undefined, O extends
   readonly refusals: { readonly state: NamedProblem; readonly checks?: readonly Check<Member<A>>[]; readonly processor: NamedProblem };
 }
 
-const STATE = (problem: NamedProblem): RefusalType => ({ problem, doc: "the charge is not authorized", note: ": captured, canceled, failed, or captured at once" });
+const STATE = (problem: NamedProblem): RefusalType =>
+  ({ problem, doc: "the charge is not authorized", note: ": captured, canceled, failed, or captured at once" });
 
 // Any transition as the factory holds it: its own members are read by name.
 type AnyResume = TransitionResume & Readonly<Record<string, unknown>>;
@@ -85,7 +86,7 @@ type AnyTransition = Omit<Transition<TObject, TSchema | undefined, {}>, "sets" |
 /** The request's columns and their values: `charge_id`, and `amount_cents` when the change has an amount. */
 function requestOf(d: AnyTransition) {
   const amount = d.amountCents !== undefined;
-  const amountOf = (body: unknown) => (amount ? (body as { readonly amountCents?: number }).amountCents : undefined);
+  const amountOf = (body: unknown) => (amount ? (body as { amountCents?: number }).amountCents : undefined);
   return {
     columns: { charge_id: "uuid", ...(amount && { amount_cents: "int" }) } as Readonly<Record<string, SqlType>>,
     columnsOf: (params: Readonly<Record<string, string>>, body: unknown) =>
@@ -156,7 +157,10 @@ function refuseOf(d: AnyTransition) {
   const problem = d.refusals.state;
   const checks = (d.refusals.checks ?? []).map((c, i): [string, Reason] => [
     `check_${i}`,
-    { problem: c.problem, answer: (id, cents) => ({ detail: c.detail(id, Number(cents)), extensions: { authorizedCents: Number(cents) } }) },
+    {
+      problem: c.problem,
+      answer: (id, cents) => ({ detail: c.detail(id, Number(cents)), extensions: { authorizedCents: Number(cents) } }),
+    },
   ]);
   return refuseBy(d.name, {
     charge_not_in_state: { problem, answer: (id, status) => ({ detail: `charge ${id} is ${status}: only an authorized charge (capture: manual) can be ${verbed}`, extensions: { chargeStatus: status } }) },
