@@ -159,19 +159,15 @@ export function chargeFailedPayload(data: EventData<"ChargeFailed">): string {
   return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, currency: data.currency, declineCode: data.declineCode });
 }
 
-export function buildEnvelope(envelope: EventEnvelope & { readonly tenantId: string; readonly sequence: number }): string {
+export function buildEnvelope(envelope: Required<EventEnvelope>): string {
   const { id, type, aggregateId, tenantId, createdAt, sequence, data } = envelope;
   return JSON.stringify({ id, type, aggregateId, tenantId, createdAt, sequence, data });
 }
 
 /** What travels beside the payload as MQTT 5 user properties. */
-export interface EventProperties {
-  readonly id: string;
-  readonly type: string;
-  readonly tenantId: string;
-  readonly sequence: number;
+type EventProperties = Required<Pick<EventEnvelope, "id" | "type" | "tenantId" | "sequence">> & {
   readonly traceparent: string | null;
-}
+};
 
 export function userPropertiesOf(event: EventProperties): Record<string, string> {
   const properties: Record<string, string> = {
