@@ -203,8 +203,7 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
 
 /** A string member of a stored response body (the ids its Location is built from). */
 export function idOf(body: string, member: string): string {
-  const parsed: unknown = JSON.parse(body);
-  const value = typeof parsed === "object" && parsed !== null ? (parsed as Record<string, unknown>)[member] : undefined;
+  const value = (JSON.parse(body) as Readonly<Record<string, unknown>> | null)?.[member];
   if (typeof value === "string") return value;
   throw new Error(`bug: a stored response has no ${member}`);
 }
