@@ -119,22 +119,14 @@ export function fromRead<R>(read: CallResult<PaymentView>, resume: R, decide: (p
 }
 
 function fromPayment(payment: PaymentView, resume: ChargeResume): StepResult<ChargeResume> | undefined {
-  switch (payment.status) {
-    case "succeeded":
-      return { kind: "final", outcome: "succeeded", resume };
-    case "requires_capture":
-      // A manual charge's confirmation authorizes: its final state (authorized) until captured.
-      if (resume.capture === "manual") return { kind: "final", outcome: "succeeded", resume };
-      return { kind: "unknown", cause: "processing", detail: "the payment is requires_capture", resume };
-    case "requires_payment_method":
-      // Back to needing a method: the last confirmation was declined.
-      if (payment.declineCode !== null) return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: payment.declineCode } };
-      return undefined;
-    case "canceled":
-      return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: "canceled" } };
-    case "requires_confirmation":
-      return undefined;
-    default:
-      return { kind: "unknown", cause: "processing", detail: `the payment is ${payment.status}`, resume };
+  const { status, declineCode } = payment;
+  // A manual charge's confirmation authorizes: its final state (authorized) until captured.
+  if (status === "succeeded" || (status === "requires_capture" && resume.capture === "manual")) {
+    return { kind: "final", outcome: "succeeded", resume };
   }
+  // Back to needing a method after a decline: the last confirmation was declined.
+  if (status === "requires_payment_method" && declineCode !== null) return { kind: "final", outcome: "refused", resume: { ...resume, declineCode } };
+  if (status === "canceled") return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: "canceled" } };
+  if (status === "requires_payment_method" || status === "requires_confirmation") return undefined;
+  return { kind: "unknown", cause: "processing", detail: `the payment is ${status}`, resume };
 }
