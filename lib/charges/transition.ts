@@ -151,7 +151,7 @@ function finalOf(d: AnyTransition) {
   };
 }
 
-/** The answers of admit's reasons: not `from`, no payment at the processor, and each check. */
+/** The answers of admit's reasons: not authorized, no payment at the processor, and each check. */
 function refuseOf(d: AnyTransition) {
   const [verb, verbed] = d.verb;
   const problem = d.refusals.state;
