@@ -1,10 +1,9 @@
 // Reading the POST body: media type (415), size (413), strict JSON (400), deadline (408), all
 // before the database is touched, so a refusal writes nothing.
 import { ProblemError } from "./problem.ts";
-import { arriving } from "./body-deadline.ts";
 import { boundedField, MAX_FAULTS, parseStrictJson, type JsonFault } from "./strict-json.ts";
 
-// Far above any valid body; small enough that nobody can make the server buffer megabytes per request.
+// Far above any valid body; nobody can make the server buffer megabytes per request.
 export const MAX_BODY_BYTES = 16 * 1024;
 // One decoder for every body: decode() without `stream` keeps no state between calls.
 const UTF8 = new TextDecoder("utf-8", { fatal: false });
@@ -16,10 +15,7 @@ export function isJsonMediaType(contentType: string | null): boolean {
   return essence === "application/json" || /^application\/[a-z0-9.+-]+\+json$/.test(essence);
 }
 
-/**
- * The body as strict JSON, or throws its problem. `empty`: what a body of no bytes is, for an
- * operation whose body requires nothing (`curl -X POST` sends none, and no Content-Type).
- */
+/** Strict JSON, or throws its problem; `empty`: the value of no body (`curl -X POST` sends none). */
 export async function readJsonBody(request: Request, empty?: unknown): Promise<unknown> {
   const contentType = request.headers.get("content-type");
   const length = request.headers.get("content-length");
@@ -44,16 +40,12 @@ export async function readJsonBody(request: Request, empty?: unknown): Promise<u
   throw invalidBody(parsed.faults, parsed.more ?? 0);
 }
 
-// A fault's message is ours or TypeBox's fixed words; cut all the same, so no answer grows with input.
+// Fault messages are fixed words, cut all the same.
 const MAX_MESSAGE_CHARS = 160;
-// Faults past the named ones are counted up to this many: TypeBox's walk is lazy, so a body of
-// thousands of unknown members stops early instead of holding the event loop.
+// Faults past the named counted up to this: TypeBox's walk is lazy, so thousands of them stop early.
 const MAX_COUNTED_FAULTS = 100;
 
-/**
- * The 400 of a body that is not strict JSON or fails its schema: at most MAX_FAULTS fields named,
- * then how many more ("at least" when `cut`). Values are never quoted: the answer stays small.
- */
+/** The 400 of a body: MAX_FAULTS fields named, then how many more ("at least" when `cut`); no values. */
 export function invalidBody(faults: readonly JsonFault[], more: number, cut = false): ProblemError {
   const errors = faults.slice(0, MAX_FAULTS).map((f) => ({ field: boundedField(f.field), message: f.message.slice(0, MAX_MESSAGE_CHARS) }));
   const extra = more + Math.max(0, faults.length - MAX_FAULTS);
@@ -62,7 +54,6 @@ export function invalidBody(faults: readonly JsonFault[], more: number, cut = fa
   return new ProblemError("invalidBody", detail || "the body does not match the schema", { errors });
 }
 
-/** Schema faults as TypeBox iterates them, named then counted, lazily. */
 export function schemaFaults(errors: Iterable<{ readonly path: string; readonly message: string }>): { faults: JsonFault[]; more: number; cut: boolean } {
   const faults: JsonFault[] = [];
   let more = 0;
@@ -71,6 +62,29 @@ export function schemaFaults(errors: Iterable<{ readonly path: string; readonly 
     else if (++more >= MAX_COUNTED_FAULTS) return { faults, more, cut: true };
   }
   return { faults, more, cut: false };
+}
+
+const deadlines = new WeakMap<Request, number>();
+
+/** The body must have arrived by `at` (performance.now() time): a 408 frees its place in flight. */
+export function setBodyDeadline(request: Request, at: number): void {
+  deadlines.set(request, at);
+}
+
+function arriving<T>(request: Request, reading: Promise<T>): Promise<T> {
+  const at = deadlines.get(request);
+  if (at === undefined) return reading;
+  // One promise and one timer a read; what the read does after a timeout is no one's to hear.
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new ProblemError("bodyTimeout", "the request body did not arrive in time (API_BODY_TIMEOUT_MS)")),
+      Math.max(0, at - performance.now()),
+    );
+    reading.then(
+      (value) => (clearTimeout(timer), resolve(value)),
+      (error: unknown) => (clearTimeout(timer), reject(error)),
+    );
+  });
 }
 
 function tooLarge(): ProblemError {

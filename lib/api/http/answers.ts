@@ -4,15 +4,14 @@ import { traceparentOf as spanTraceparent } from "../../platform/trace-context.t
 import type { Static } from "@sinclair/typebox";
 import { keyHashField } from "../../platform/redact.ts";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
-import { preferredWait } from "./prefer.ts";
+import { preferredWait } from "../schemas.ts";
 import { endpointOf, type Operation } from "../../idempotency/model.ts";
 import type { Outcome } from "../../idempotency/outcome.ts";
 import { problemResponse, specResponse, type ProblemName } from "../problem.ts";
 import type { UnknownCause } from "../../charges/processor.ts";
 import type { RequestContext } from "./context.ts";
 
-// How long a client should wait before retrying a 409 (the first request is one short
-// statement) or a 503 (the pool reconnects quickly).
+// Before retrying a 409 (the first request is one short statement) or a 503 (the pool reconnects fast).
 export const RETRY_AFTER_S = "1";
 
 export function operationHandler(op: Operation): (ctx: RequestContext) => Promise<Response> {
@@ -24,7 +23,6 @@ export function operationHandler(op: Operation): (ctx: RequestContext) => Promis
       tenant: ctx.tenant,
       key: parsed.key,
       input: { params: ctx.params, body: ctx.body as Static<typeof op.body>, settings: ctx.deps.core.settings },
-      // The server span's own when traced, so the relay's and the subscriber's spans join it.
       traceparent: ctx.span ? spanTraceparent(ctx.span) : traceparentOf(ctx.request),
     };
     const wait = preferredWait(ctx.request.headers.get("prefer"));
@@ -56,9 +54,9 @@ function heard(ctx: RequestContext, endpoint: string, outcome: Outcome, key: str
 export function outcomeResponse(outcome: Outcome): Response {
   switch (outcome.kind) {
     case "created":
-      return stored(outcome.status, outcome.body, outcome.location, false);
+      return stored(outcome.status, outcome.body, false, "application/json", outcome.location);
     case "replayed":
-      return stored(outcome.status, outcome.body, outcome.location, true);
+      return stored(outcome.status, outcome.body, true, "application/json", outcome.location);
     case "payload_conflict":
       return problemResponse("payloadConflict", "this Idempotency-Key was already used with a different request");
     case "expired":
@@ -68,7 +66,7 @@ export function outcomeResponse(outcome: Outcome): Response {
     case "refused":
       return specResponse(outcome.refusal.problem, outcome.refusal.detail, outcome.refusal.extensions);
     case "stored_problem":
-      return storedProblem(outcome.status, outcome.body, outcome.replayed);
+      return stored(outcome.status, outcome.body, outcome.replayed, "application/problem+json");
     case "parked":
       return problemResponse("keyParked", `this Idempotency-Key's recovery data is unreadable (${outcome.reason}); an operator resolves it (bun run ops parked)`);
     case "unknown_outcome":
@@ -80,7 +78,6 @@ export function outcomeResponse(outcome: Outcome): Response {
   }
 }
 
-// A payment still processing at the processor is a 503 too: come back later.
 const UNKNOWN_PROBLEMS: Readonly<Record<UnknownCause, ProblemName>> = {
   processor_error: "processorError",
   unreachable: "processorUnavailable",
@@ -96,14 +93,8 @@ function expiredProblem(location: string | undefined): Response {
   return problemResponse("keyExpired", detail, location === undefined ? {} : { resource: location }, location === undefined ? {} : { location });
 }
 
-function storedProblem(status: number, body: string, replayed: boolean): Response {
-  const headers: Record<string, string> = { "content-type": "application/problem+json" };
-  if (replayed) headers["idempotent-replayed"] = "true";
-  return new Response(body, { status, headers });
-}
-
-function stored(status: number, body: string, location: string | undefined, replayed: boolean): Response {
-  const headers: Record<string, string> = location === undefined ? { "content-type": "application/json" } : { "content-type": "application/json", location };
+function stored(status: number, body: string, replayed: boolean, contentType: string, location?: string): Response {
+  const headers: Record<string, string> = location === undefined ? { "content-type": contentType } : { "content-type": contentType, location };
   if (replayed) headers["idempotent-replayed"] = "true";
   return new Response(body, { status, headers });
 }

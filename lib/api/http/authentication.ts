@@ -1,12 +1,11 @@
-// The admission of the /charges routes as an Elysia plugin: a group that `use`s it gets `tenant`
-// in its context, or the request is answered (503 process full, 401 token, 429 rate, 503 tenant's
-// share, 409 key's share) before anything else of it is read. Verification is auth.ts's.
+// The admission of /charges as an Elysia plugin: `tenant` in the context, or the refusal (503 process
+// full, 401 token, 429 rate, 503 tenant's share, 409 key's share) before anything else is read.
 import { Elysia, status } from "elysia";
 import { AUTH_FAILURE_DETAILS, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
 import { countOut, enterKey, enterProcess, enterTenant } from "./in-flight.ts";
-import { setBodyDeadline } from "../body-deadline.ts";
+import { setBodyDeadline } from "../body.ts";
 import type { RequestContextPlugin, RequestDeps, RequestTrail } from "./context.ts";
 
 export function authentication(context: RequestContextPlugin) {
@@ -61,8 +60,7 @@ export async function authenticate(deps: RequestDeps, trail: RequestTrail, reque
   return result.tenant;
 }
 
-// RFC 6750 §3: a request without credentials gets the bare challenge; one whose token was
-// refused also learns that the token is the problem.
+// RFC 6750 §3: the bare challenge without credentials, invalid_token for a refused token.
 function authProblem(result: Exclude<AuthResult, { kind: "authenticated" }>): Response {
   if (result.kind === "unavailable") {
     return problemResponse("unavailable", AUTH_FAILURE_DETAILS[result.reason], {}, { "retry-after": RETRY_AFTER_S });

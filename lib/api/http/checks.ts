@@ -1,6 +1,5 @@
-// What Elysia's lifecycle checks a request with, and how its verdicts are answered: a body route's
-// parser reads strict JSON (415, 413, 400 as a ParseError); Elysia then validates headers, ids,
-// query and body, and validationProblem answers the same 400s in one order whichever ran first.
+// A body route's parser (strict JSON; 415, 413, 400 as a ParseError), then Elysia's validation of
+// headers, ids, query and body, whose refusals validationProblem answers in one fixed order.
 import type { ValidationError } from "elysia";
 import type { TSchema } from "@sinclair/typebox";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
@@ -9,19 +8,14 @@ import { ProblemError, problemResponse } from "../problem.ts";
 import { checkOf } from "../schemas.ts";
 import { invalidAfter } from "../events-read.ts";
 import { admitOnce } from "./authentication.ts";
-import { preferredWait } from "./prefer.ts";
+import { preferredWait } from "../schemas.ts";
 import { nounOf, type BodyChecks, type RequestDeps, type RequestTrail } from "./context.ts";
 import { isUuid } from "../../platform/uuid.ts";
 
-// The parse of a request refused admission, which the token's derive answers. Not undefined,
-// which would hand the body to Elysia's own JSON parser.
+// The parse of a request refused admission (the derive answers it); undefined would run Elysia's parser.
 const UNREAD_BODY: unique symbol = Symbol("unread body");
 
-/**
- * A body route's parse hook: strict JSON (body.ts), its refusal thrown as Elysia's ParseError.
- * Elysia parses before it derives, yet a refused request must cost the check of its token and
- * nothing else: the hook admits it first (admitOnce, whose verdict the derive then finds).
- */
+/** Elysia parses before it derives: admitted first, a refused request costs its token's check only. */
 export function bodyParser(schema: TSchema) {
   type ParseContext = { readonly request: Request; readonly deps: RequestDeps; readonly trail: RequestTrail };
   const requiresNothing = schema.type === "object" && ((schema.required as unknown[] | undefined) ?? []).length === 0;
@@ -46,11 +40,7 @@ export function bodyProblem(cause: unknown): Response {
 
 type RefusedContext = { readonly request: Request; readonly params?: Readonly<Record<string, string>>; readonly body?: unknown };
 
-/**
- * The answer to Elysia's refusal, in one fixed order: the path's ids, the body's schema, the
- * Idempotency-Key, Prefer, the query. Elysia validates headers first, so whatever it refused,
- * the earlier checks are asked again here (on refusals only), and every client sees one order.
- */
+/** Elysia's refusal answered in one order: ids, body, Idempotency-Key, Prefer, query (re-checked here). */
 export function validationProblem(ctx: RefusedContext, trail: RequestTrail, error: ValidationError): Response {
   const params = ctx.params ?? {};
   // Every path parameter of ours is a UUID.
@@ -70,7 +60,7 @@ export function validationProblem(ctx: RefusedContext, trail: RequestTrail, erro
       break;
     }
     case "query":
-      // The one query a route validates is GET /charges/:id/events's `after`.
+      // The one query validated: GET /charges/:id/events's `after`.
       return invalidAfter();
   }
   // Every schema a route validates is one of the checks above: anything else is a bug.
@@ -78,13 +68,9 @@ export function validationProblem(ctx: RefusedContext, trail: RequestTrail, erro
   return problemResponse("internal", "an unexpected error occurred");
 }
 
-// What a refusal's message is, in place of the value Elysia's ValidationError would format.
 const FIXED_MESSAGE = "refused by the route's schema";
 
-/**
- * `schema` with a fixed `error` on each node: Elysia's ValidationError, built before any hook of
- * ours, otherwise formats the whole value refused into its message. Left out of the document.
- */
+/** A fixed `error` on each node, or Elysia's ValidationError formats the value refused into its message. */
 export function withFixedErrors<S extends TSchema>(schema: S): S {
   return fixed(schema) as S;
 }
@@ -105,7 +91,6 @@ function fixed(node: unknown): unknown {
   return out;
 }
 
-/** `withFixedErrors`' key, which documentation.ts leaves out of the document. */
 export function isFixedError(key: string, value: unknown): boolean {
   return key === "error" && value === FIXED_MESSAGE;
 }
