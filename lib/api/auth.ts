@@ -1,7 +1,5 @@
-// Bearer JWT authentication of the /charges routes with jose (Web Crypto and fetch only: the
-// same on Bun, Deno and workerd); the tenant is a claim of the verified token. Each key source
-// pins its algorithms, chosen from the header before verifying, so neither `alg: none` nor a
-// token "signed" with HMAC over a public key (algorithm confusion) can pass.
+// Bearer JWT authentication of /charges with jose (Web APIs only: Bun, Deno, workerd). Each key source
+// pins its algorithms, picked by the header's alg: neither `alg: none` nor algorithm confusion passes.
 import { createRemoteJWKSet, customFetch, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions } from "jose";
 import { ConfigError, type AuthConfig, type TenantIds } from "../platform/config.ts";
 import { createTokenCache } from "./token-cache.ts";
@@ -9,33 +7,25 @@ import { createTokenCache } from "./token-cache.ts";
 /** The tenant of every request when AUTH_MODE=none, and of the rows written before tenants existed. */
 export const IMPLICIT_TENANT = "default";
 
-// exp and nbf are compared with this much slack: clocks of an identity provider and of the
-// API drift by a few seconds, and a token refused for 2 s of skew is a retry for nothing.
+// Slack on exp and nbf: an identity provider's clock and the API's drift by a few seconds.
 export const CLOCK_TOLERANCE_S = 30;
 // A tenant is stored with every key and charge; a claim longer than this is not an id.
 export const MAX_TENANT_CHARS = 255;
-// AUTH_TENANT_IDS=ascii (the default): printable ASCII, no space at either end, so two ids that
-// print alike are one id (no look-alike letters, full-width forms or invisible characters).
+// AUTH_TENANT_IDS=ascii: printable ASCII, no space at either end, so two ids that print alike are one.
 const ASCII_TENANT_ID = /^[!-~](?:[ -~]*[!-~])?$/;
-// AUTH_TENANT_IDS=unicode: letters, marks, digits, punctuation, symbols and the ASCII space, no
-// space at either end, in NFKC form. Out: control characters (Postgres refuses NUL in text),
-// format characters (U+200B, bidi overrides reorder the line an id is printed in), other spaces,
-// private-use and unassigned code points, lone surrogates (no UTF-8 form to store). The `u`
-// flag tests code points, so a surrogate pair is one. Look-alikes of different scripts stay distinct.
+// AUTH_TENANT_IDS=unicode, in NFKC: no controls (Postgres refuses NUL), format characters (bidi
+// overrides reorder a printed line), other spaces, private-use code points or lone surrogates.
 const UNICODE_TENANT_ID = /^[\p{L}\p{M}\p{N}\p{P}\p{S}](?:[\p{L}\p{M}\p{N}\p{P}\p{S} ]*[\p{L}\p{M}\p{N}\p{P}\p{S}])?$/u;
-// A time claim (exp, nbf, iat) is seconds since the epoch: Infinity (1e400), a negative one or
-// one past the year 3000 is no time an issuer means; an iat past the clock tolerance is refused too.
+// Past the year 3000 (or Infinity, or negative) a time claim is no time an issuer means.
 const MAX_TIME_CLAIM_S = 32_503_680_000;
 const TIME_CLAIMS = ["exp", "nbf", "iat"] as const;
-// RFC 8725 §3.11 explicit typing: a `typ` other than these names another kind of JWT (an ID
-// token's own type, a logout token, a JWT-secured request) that must not pass as an access
-// token. Compared without case and without an "application/" prefix (RFC 7515 §4.1.9).
+// RFC 8725 §3.11: another `typ` (a logout token, a JWT-secured request) must not pass as an access
+// token. Compared without case or an "application/" prefix (RFC 7515 §4.1.9).
 const ACCEPTED_TYPES = ["jwt", "at+jwt"];
 const HMAC_ALGORITHMS = ["HS256"];
 // What identity providers sign with; EdDSA under both of its JOSE names.
 const JWKS_ALGORITHMS = ["RS256", "ES256", "EdDSA", "Ed25519"];
-// After a token with an unknown kid has triggered a refresh, the next refresh waits this long,
-// so a flood of tokens with made-up kids cannot make the API hammer the identity provider.
+// Between refreshes an unknown kid triggers: made-up kids cannot make the API hammer the provider.
 const JWKS_COOLDOWN_MS = 30_000;
 // The stamp of verdicts made with AUTH_JWT_SECRET (key set stamps count fetches from 0).
 const SECRET_STAMP = -1;
@@ -62,12 +52,10 @@ export const AUTH_FAILURE_REASONS = Object.keys(AUTH_FAILURE_DETAILS) as AuthFai
 export type AuthResult =
   | { readonly kind: "authenticated"; readonly tenant: string }
   | { readonly kind: "refused"; readonly reason: Exclude<AuthFailureReason, "keys_unavailable">; readonly tokenSent: boolean }
-  /** The JWKS could not be fetched: not the client's fault, a 503. */
   | { readonly kind: "unavailable"; readonly reason: "keys_unavailable" };
 
 export interface Authenticator {
   readonly mode: AuthConfig["mode"];
-  /** `authorization` is the request's Authorization header, as sent. */
   authenticate(authorization: string | null): Promise<AuthResult>;
 }
 
@@ -95,7 +83,8 @@ export function createAuthenticator(config: AuthConfig, options: AuthOptions = {
 /** A verified token's claims, and the stamp of the key source that verified it. */
 type Verified = { readonly payload: JWTPayload; readonly stamp: number };
 
-function jwtAuthenticator(config: AuthConfig, options: AuthOptions): Authenticator {
+/** The configured key sources: `verify` by the one that accepts `alg`, `isCurrent` for a cached verdict. */
+function keySources(config: AuthConfig, options: AuthOptions) {
   const secret = config.jwtSecret ? importHmacKey(config.jwtSecret) : undefined;
   // Counts the key set's fetches: a verdict made with one set is not reused once another was fetched.
   let keySet = 0;
@@ -106,11 +95,8 @@ function jwtAuthenticator(config: AuthConfig, options: AuthOptions): Authenticat
       })
     : undefined;
   const claims: JWTVerifyOptions = { issuer: config.issuer, audience: config.audience, clockTolerance: CLOCK_TOLERANCE_S, requiredClaims: ["exp"] };
-  const cache = createTokenCache(CLOCK_TOLERANCE_S);
   // A key set's verdict holds while its set is the fresh one jose uses; the secret never changes.
   const isCurrent = (stamp: number): boolean => stamp === SECRET_STAMP || (jwks !== undefined && jwks.fresh && stamp === keySet);
-
-  /** Verified by the one key source that accepts `alg`; undefined when none does. */
   const verify = async (token: string, alg: string | undefined): Promise<Verified | undefined> => {
     if (alg !== undefined && secret && HMAC_ALGORITHMS.includes(alg)) {
       const { payload } = await jwtVerify(token, await secret, { ...claims, algorithms: HMAC_ALGORITHMS });
@@ -124,14 +110,18 @@ function jwtAuthenticator(config: AuthConfig, options: AuthOptions): Authenticat
     }
     return undefined;
   };
+  return { verify, isCurrent };
+}
 
+function jwtAuthenticator(config: AuthConfig, options: AuthOptions): Authenticator {
+  const { verify, isCurrent } = keySources(config, options);
+  const cache = createTokenCache(CLOCK_TOLERANCE_S);
   /** The tenant of a verified token, remembered for its next use. */
   const admit = (token: string, { payload, stamp }: Verified): AuthResult => {
     if (!hasSaneTimes(payload)) return refused("claims");
     const tenant = payload[config.tenantClaim];
     if (tenant === undefined) return refused("claims");
-    // The implicit tenant belongs to AUTH_MODE=none and to the rows written before tenants
-    // existed: a token naming it would read and write those rows.
+    // The implicit tenant's rows are AUTH_MODE=none's and those from before tenants: no token's.
     if (!isTenantId(tenant, config.tenantIds) || tenant === IMPLICIT_TENANT) return refused("tenant");
     // Always set: exp is a required claim jose checked.
     if (payload.exp !== undefined) cache.remember(token, tenant, payload.exp, stamp);
@@ -179,7 +169,6 @@ function hasSaneTimes(payload: JWTPayload, nowS = Date.now() / 1000): boolean {
   return payload.iat === undefined || payload.iat <= nowS + CLOCK_TOLERANCE_S;
 }
 
-/** `typ` is optional; when present it must say the token is a JWT or an access token. */
 function isAcceptedType(typ: unknown): boolean {
   if (typ === undefined) return true;
   return typeof typ === "string" && ACCEPTED_TYPES.includes(typ.toLowerCase().replace(/^application\//, ""));
