@@ -1,20 +1,16 @@
-// Admission control for the /charges routes, per process: a token bucket per tenant (429 past it),
-// a cap on requests in flight and each tenant's and key's share of it (http/in-flight.ts), answered
-// at once with Retry-After before the body is read or the database touched.
+// Admission control of /charges, per process: a token bucket per tenant (429), caps on requests in
+// flight per process, tenant and key (http/in-flight.ts), all before the body is read.
 import type { AdmissionConfig } from "../platform/config.ts";
 
 const MS_PER_S = 1000;
-// Refusals held at once at most (API_RATE_LIMIT_HOLD_MS); past it, the next is sent at once. A
-// held refusal is a timer and an open socket, not a request in flight (it is counted out of
-// API_MAX_IN_FLIGHT first): this bounds what a client with many connections can park here.
+// Refusals held at once (API_RATE_LIMIT_HOLD_MS) at most, past it sent at once: a held one is a timer
+// and a socket outside API_MAX_IN_FLIGHT, so this bounds what many connections can park here.
 const MAX_HELD_REFUSALS = 4096;
-// Answers of /metrics, /openapi.json and /docs a second, for the whole process: far above a few
-// scrapers and readers of the docs. Past it each is held OPERATOR_HOLD_MS first, so a client
-// fetching them over many connections cannot take the event loop from the requests served.
+// Answers of /metrics, /openapi.json and /docs a second, far above a few scrapers; past it each is
+// held OPERATOR_HOLD_MS, so a flood of them cannot take the event loop from requests served.
 export const OPERATOR_RATE_PER_S = 100;
 export const OPERATOR_HOLD_MS = 250;
-// Tenants whose bucket is remembered at most; past it, the full (idle) buckets are dropped: a
-// full bucket is what a tenant that was never seen gets anyway.
+// Buckets remembered at most; past it the full ones go (what an unseen tenant gets anyway).
 const MAX_BUCKETS = 100_000;
 
 interface Bucket {
@@ -33,7 +29,6 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
   const rate = config.rateLimitPerS / MS_PER_S; // tokens per ms
   const burst = config.rateBurst;
   let inFlight = 0;
-  // Only tenants and keys with a request in flight: at most API_MAX_IN_FLIGHT entries each.
   const byTenant = createHoldings(config.maxInFlightPerTenant);
   const byKey = createHoldings(config.maxInFlightPerKey);
   const holds = createHolds();
@@ -42,7 +37,6 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
     for (const [tenant, bucket] of buckets) if (bucket.tokens + (at - bucket.at) * rate >= burst) buckets.delete(tenant);
   };
   return {
-    /** Takes one token of `tenant`'s bucket, or says how long until one is there. */
     take(tenant: string): Admitted {
       if (rate === 0) return ADMITTED;
       const at = now();
@@ -59,18 +53,16 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
       // Whole seconds (RFC 9110 §10.2.3), at least one.
       return { ok: false, retryAfterS: Math.max(1, Math.ceil((1 - bucket.tokens) / rate / MS_PER_S)) };
     },
-    /** Resolves once a refusal may be sent: after API_RATE_LIMIT_HOLD_MS (at once past MAX_HELD_REFUSALS). */
     holdRefusal(): Promise<void> {
       return holds.hold(config.refusalHoldMs);
     },
-    /** Resolves once an operator answer may be sent: at once within OPERATOR_RATE_PER_S, else after OPERATOR_HOLD_MS. */
     paceOperator(): Promise<void> {
       refill(operator, now(), OPERATOR_RATE_PER_S / MS_PER_S, OPERATOR_RATE_PER_S);
       if (operator.tokens < 1) return holds.hold(OPERATOR_HOLD_MS);
       operator.tokens -= 1;
       return RELEASED;
     },
-    /** Counts a request in; false when API_MAX_IN_FLIGHT are already in (nothing counted then). */
+    /** False (nothing counted) past API_MAX_IN_FLIGHT, as enterTenant and enterKey past their shares. */
     enter(): boolean {
       if (inFlight >= config.maxInFlight) return false;
       inFlight++;
@@ -82,10 +74,8 @@ export function createAdmission(config: AdmissionConfig, now: () => number = per
     get inFlight(): number {
       return inFlight;
     },
-    /** Past API_MAX_IN_FLIGHT_PER_TENANT, false (nothing counted then). */
     enterTenant: byTenant.enter,
     leaveTenant: byTenant.leave,
-    /** Past API_MAX_IN_FLIGHT_PER_KEY of one tenant's key, false. */
     enterKey: byKey.enter,
     leaveKey: byKey.leave,
     bodyTimeoutMs: config.bodyTimeoutMs,
@@ -100,7 +90,6 @@ function refill(bucket: Bucket, at: number, perMs: number, burst: number): void 
   bucket.at = at;
 }
 
-/** Answers held back: each for `ms`, at most MAX_HELD_REFUSALS at once (past it, at once). */
 function createHolds() {
   let held = 0;
   return {
@@ -120,7 +109,7 @@ function createHolds() {
   };
 }
 
-/** Requests in flight by name (a tenant, a tenant's key), each up to `max`; a name at 0 is forgotten. */
+/** Requests in flight by name (a tenant, a tenant's key) up to `max`; a name at 0 is forgotten. */
 function createHoldings(max: number) {
   const held = new Map<string, number>();
   return {

@@ -1,8 +1,5 @@
-// The API as one Elysia app: the routes as plugins (routes.ts), the /charges group behind the
-// bearer-token plugin (http/authentication.ts), each request's dependencies and trail in Elysia's
-// context (http/context.ts), and every failure answered here as an RFC 9457 problem. The document
-// comes from an app of every route that is never served (documentApp), so the operator's port
-// (OPERATOR_PORT) still documents the /charges routes.
+// The API as one Elysia app of the route plugins, every failure answered here as an RFC 9457 problem;
+// the document comes from an unserved app of every route, so OPERATOR_PORT's documents /charges too.
 import { Elysia, ParseError, ValidationError, type AnyElysia } from "elysia";
 import { CloudflareAdapter } from "elysia/adapter/cloudflare-worker";
 import { describeDbError, isTimeBound, isUnavailable } from "../platform/db.ts";
@@ -21,18 +18,13 @@ import { assetAnswer, DOCUMENT_CACHE_CONTROL } from "./asset-answer.ts";
 export type { DocsAssets } from "./documentation.ts";
 
 export interface AppOptions {
-  /** Prometheus exposition for GET /metrics (the entrypoint owns the SDK). */
   readonly metrics?: () => Promise<Response>;
-  /** http_server_request_duration_seconds; none when unset (API_HTTP_METRICS=0, or no exporter). */
   readonly httpMetrics?: HttpServerMetrics;
-  /** The interactive reference at /docs, from installed assets; none when unset (the worker). */
+  /** None in the worker. */
   readonly docs?: DocsAssets;
   /** Compose every check and handler now: workerd allows code generation only while the module loads. */
   readonly aheadOfTime?: boolean;
-  /**
-   * "all" (the default) on one port; with OPERATOR_PORT, "api" (the /charges routes) on PORT and
-   * "operator" (health, readiness, metrics, the document, /docs) on its own.
-   */
+  /** With OPERATOR_PORT: "api" (/charges) on PORT, "operator" on its own; else "all" (the default). */
   readonly surface?: "all" | "api" | "operator";
 }
 
@@ -42,12 +34,10 @@ export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
   const app = newApp(options)
     .use(context)
     .use(observability(context, options.httpMetrics))
-    // The operator's port has no /charges: a path there is a plain 404, with or without a token.
-    // Destructured, never passed whole: Elysia reads a hook's source, and a context handed to a
-    // function makes every route parse cookies, query and headers and rebuild each answer.
+    // Destructured, never passed whole: Elysia reads a hook's source, and a whole context makes
+    // every route parse cookies, query and headers. On the operator's port /charges is a plain 404.
     .onError(({ request, params, body, trail, code, error }) => answerError(deps, trail, { request, params, body }, code, error, surface !== "operator"));
   if (surface !== "api") app.use(documentRoutes(context, documentApp(context, options), options.docs));
-  // The routes' order, which the document's paths follow.
   if (surface !== "operator") app.use(chargeRoutes(context));
   if (surface !== "api") app.use(operatorRoutes(context, options.metrics));
   return app.compile();
@@ -59,13 +49,13 @@ function newApp(options: AppOptions) {
   return new Elysia({ aot: true, normalize: false, ...(options.aheadOfTime ? { adapter: CloudflareAdapter } : {}) });
 }
 
-/** Every route, whichever port serves it, with the document and /docs: only asked for those once. */
+/** Every route, whichever port serves it, with the document and /docs: asked for those once. */
 function documentApp(context: ReturnType<typeof requestContext>, options: AppOptions): AnyElysia {
   const app = newApp(options).use(context).use(documentation(options.docs));
   return app.use(chargeRoutes(context)).use(operatorRoutes(context, options.metrics)).compile();
 }
 
-/** /openapi.json and /docs as documentApp makes them, once, compressed and tagged; and the docs' assets; all paced. */
+/** /openapi.json and /docs as documentApp makes them, and the docs' assets: each made once, all paced. */
 function documentRoutes(context: ReturnType<typeof requestContext>, source: AnyElysia, docs: DocsAssets | undefined) {
   const plugin = new Elysia({ name: "document-routes" }).use(context);
   const made = (path: string, contentType: string) => async () => {
@@ -86,7 +76,7 @@ function documentRoutes(context: ReturnType<typeof requestContext>, source: AnyE
 /** What onError is given of the request Elysia refused. */
 type RefusedContext = Parameters<typeof validationProblem>[0];
 
-/** Every failure Elysia raises or a handler throws, as a problem (`code`: Elysia's error code); HEAD gets it without its body. */
+/** Every failure Elysia raises or a handler throws, as a problem (`code`: Elysia's error code). */
 async function answerError(deps: RequestDeps, trail: RequestTrail, ctx: RefusedContext, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
   // Never throws: a throw here would skip Elysia's onAfterResponse (the log line, the count in flight).
   const answer = trail.answer(await problemOf(deps, trail, ctx, code, error, tokenFirst).catch((bug: unknown) => failure(trail, bug)));
@@ -100,17 +90,12 @@ async function problemOf(deps: RequestDeps, trail: RequestTrail, ctx: RefusedCon
     const verdict = tokenFirst && needsToken(pathOf(ctx.request.url)) ? await authenticate(deps, trail, ctx.request) : "";
     return verdict instanceof Response ? verdict : problemResponse("notFound", "no such route");
   }
-  // A body route's parser threw its refusal (415, 413, 400: http/checks.ts).
   if (code === "PARSE") return bodyProblem(error instanceof ParseError ? error.cause : error);
-  // Its message is fixed words (withFixedErrors): answered with our own problem, never it.
   if (code === "VALIDATION" && error instanceof ValidationError) return validationProblem(ctx, trail, error);
   return failure(trail, error);
 }
 
-/**
- * A failure past the checks (the database away, a time bound, a bug): its cause goes on the log
- * line (an SQLSTATE and the database's words, never SQL text); a 503 (nothing was written) or a 500.
- */
+/** A failure past the checks, its cause on the log line (never SQL text): 503 (nothing written) or 500. */
 function failure(trail: RequestTrail, error: unknown): Response {
   trail.fields.error = describeDbError(error);
   if (isUnavailable(error)) {

@@ -1,8 +1,7 @@
-// One static answer of the documentation routes, made once and kept: gzip when the client takes
-// it, a weak ETag, Cache-Control, 304 to a client that has it; a flood of them costs no render or
-// read each. Web APIs only (CompressionStream, Web Crypto): the edge worker serves the document too.
+// A static answer of the documentation routes, made once: gzip, a weak ETag, Cache-Control, 304.
+// Web APIs only (CompressionStream, Web Crypto): the edge worker serves the document too.
 
-// A day: the files change only with the installed package, and a deploy restarts the process.
+// The files change only with the installed package, and a deploy restarts the process.
 export const ASSET_CACHE_CONTROL = "public, max-age=86400";
 // The document and its page change with a deploy: a client asks each time, and gets a 304.
 export const DOCUMENT_CACHE_CONTROL = "no-cache";
@@ -11,7 +10,7 @@ export type Asset = { readonly body: Uint8Array<ArrayBuffer>; readonly contentTy
 
 type Prepared = Asset & { readonly gzip: Uint8Array<ArrayBuffer>; readonly etag: string };
 
-/** The answer to a GET of the asset `make` makes on the first request (again only if that failed). */
+/** The answer to a GET of what `make` makes on the first request (again only if that failed). */
 export function assetAnswer(make: () => Promise<Asset>, cacheControl: string): (request: Request) => Promise<Response> {
   let prepared: Promise<Prepared> | undefined;
   return async (request) => {
@@ -50,7 +49,6 @@ function matches(ifNoneMatch: string | null, etag: string): boolean {
   });
 }
 
-/** Whether Accept-Encoding takes gzip (a q of 0 refuses it). */
 function acceptsGzip(acceptEncoding: string | null): boolean {
   if (acceptEncoding === null) return false;
   return acceptEncoding.split(",").some((part) => {

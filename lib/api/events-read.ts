@@ -1,6 +1,5 @@
-// GET /charges/:id/events: a charge's events read back from the outbox while it keeps them, built
-// by buildEnvelope as the relay builds them (the bytes a subscriber received). Only published rows:
-// the relay publishes in order, so a subscriber holding event n finds every one before it here.
+// GET /charges/:id/events: a charge's published events from the outbox, as the relay built them; it
+// publishes in order, so a subscriber holding event n finds every one before it here.
 import { Type as t, type Static } from "@sinclair/typebox";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import type { Sql } from "../platform/db.ts";
@@ -9,10 +8,9 @@ import type { RequestContext } from "./http/context.ts";
 import { problemResponse } from "./problem.ts";
 import { checkOf } from "./schemas.ts";
 
-// Events per answer (one per refund besides the first: nearly every charge fits); a longer one
-// is paged (Link rel="next" with ?after=), each page one bounded statement.
+// Events per page (nearly every charge fits one), each page one bounded statement.
 export const EVENTS_PAGE_SIZE = 500;
-// The largest sequence there can be (a Postgres integer column).
+// A Postgres integer column's largest.
 const MAX_SEQUENCE = 2_147_483_647;
 
 export const ChargeEvents = t.Object(
@@ -35,10 +33,7 @@ export const ChargeEventsQuery = t.Object({
 
 type EventRow = { id: string | null; eventType: string; tenant: string; sequence: number; payload: string; createdAt: string };
 
-/**
- * The charge's published events after `after`, up to `limit`; undefined when the tenant has no
- * such charge. One statement: the charge, then its rows by the outbox's index on aggregate_id.
- */
+/** The charge's published events after `after`, up to `limit`; undefined when the tenant has no such charge. */
 export async function chargeEvents(sql: Sql, tenant: string, id: string, after: number, limit: number, endsAt: number): Promise<EventRow[] | undefined> {
   const rows = await boundedStatement(sql, endsAt, (q) => q<EventRow[]>`
     select o.id, o.event_type as "eventType", o.tenant, o.sequence, o.payload,
@@ -81,12 +76,10 @@ function afterOf(request: Request): number | Response {
   return Number.isInteger(value) && value <= MAX_SEQUENCE ? value : invalidAfter();
 }
 
-/** The handler's 400 for `after`, and Elysia's for the query's pattern (http/checks.ts). */
 export function invalidAfter(): Response {
   return problemResponse("invalidQuery", `after must be a sequence, an integer from 0 to ${MAX_SEQUENCE}`, { errors: [{ field: "after", message: "not an integer from 0 to 2147483647" }] });
 }
 
-/** Its id already checked: 400 for a bad `after`, 404 for an unknown charge, else the page. */
 export async function chargeEventsHandler(ctx: Pick<RequestContext, "request" | "params" | "tenant" | "deps">): Promise<Response> {
   const after = afterOf(ctx.request);
   if (after instanceof Response) return after;

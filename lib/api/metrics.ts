@@ -8,13 +8,9 @@ import { observePool, type PoolView } from "../platform/runtime-metrics.ts";
 
 export type ApiMetrics = ReturnType<typeof createApiMetrics>;
 
-/** One label set's running total, with the attributes object it is reported under. */
 type Tally = { readonly attributes: Attributes; count: number };
 
-/**
- * Every series whose labels are known up front (each of `endpoints` by each outcome, each auth
- * failure reason) starts at zero: a dashboard shows 0, not "no data", and rate() alerts work at once.
- */
+/** Every series whose labels are known up front starts at 0: dashboards show 0, rate() alerts work at once. */
 export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), endpoints: readonly string[] = []) {
   // Counted here, reported at collection: a synchronous counter's add() would hash its labels on every POST.
   const requests = meter.createObservableCounter("idempotency_requests_total", {
@@ -32,7 +28,6 @@ export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), end
     tallies.set(endpoint, new Map(OUTCOME_KINDS.map((outcome) => [outcome, { attributes: { endpoint, outcome }, count: 0 }])));
   }
   return {
-    /** Reports the group commit's totals (lib/idempotency/group-commit.ts) at each collection. */
     observeStatements(stats: StatementStats): void {
       meter
         .createObservableCounter("api_charge_statements_total", { description: "Statements of the idempotent operations sent; requests_total over this is the mean batch size" })
@@ -44,7 +39,6 @@ export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), end
         .createObservableGauge("api_charge_requests_queued", { description: "Requests waiting for a running statement to end (API_CHARGE_STATEMENTS)" })
         .addCallback((result) => result.observe(stats.queued));
     },
-    /** Reports the pool's size and its gate's slots in use at each collection (db_client_connections_*). */
     observePool(pool: PoolView): void {
       observePool(meter, pool);
     },
@@ -55,7 +49,6 @@ export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), end
       if (tally !== undefined) tally.count++;
       else byOutcome.set(outcome, { attributes: { endpoint, outcome }, count: 1 });
     },
-    /** A /charges request refused before the idempotency core saw it. */
     countAuthFailure(reason: AuthFailureReason): void {
       authFailures.add(1, { reason });
     },
@@ -69,10 +62,7 @@ export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), end
 
 type Rendered = { readonly at: number; readonly status: number; readonly headers: [string, string][]; readonly body: string };
 
-/**
- * GET /metrics rendered at most once per `maxAgeMs` (API_METRICS_MAX_AGE_MS), scrapes during a
- * render sharing it: a render walks every series, and a flood of scrapes would take the event loop.
- */
+/** GET /metrics rendered at most once per `maxAgeMs`, shared: a flood of scrapes would take the event loop. */
 export function cachedExposition(render: () => Promise<Response>, maxAgeMs: number, now: () => number = performance.now.bind(performance)): () => Promise<Response> {
   let last: Rendered | undefined;
   let rendering: Promise<Rendered> | undefined;

@@ -1,7 +1,5 @@
-// The API's routes as Elysia plugins, each with the TypeBox schemas Elysia validates (through
-// withFixedErrors, so no refusal formats what was sent) and documents. An idempotent operation is
-// one line in OPERATIONS (lib/charges/index.ts). Answers are bytes checked when written, so the
-// response schemas only document.
+// The API's routes as Elysia plugins, with the schemas Elysia validates (withFixedErrors) and documents;
+// answers are bytes checked when written, so response schemas only document.
 import { Elysia } from "elysia";
 import { withHeaders } from "@elysiajs/openapi";
 import { Type as t, type TObject, type TSchema } from "@sinclair/typebox";
@@ -29,7 +27,6 @@ const problem = (description: string): TSchema => ({ ...Problem, description });
 const overloaded = problem("Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After)");
 const rateLimited = problem("The tenant is over its request rate, API_RATE_LIMIT (Retry-After)");
 const unauthorized = problem("Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer)");
-// What every route behind the token may answer before its own checks.
 const ADMISSION = { 401: unauthorized, 429: rateLimited, 503: overloaded };
 // The headers an idempotent operation reads (their formats are their parsers: schemas.ts).
 const OPERATION_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader, prefer: t.Optional(PreferHeader) }));
@@ -37,10 +34,8 @@ const KEY_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKey
 // Elysia sets a response schema's missing additionalProperties to false the first time it answers:
 // the copy says true, so the document is the same whatever was answered before it.
 const described = (schema: TObject, description: string): TSchema => ({ ...schema, additionalProperties: schema.additionalProperties ?? true, description });
-// What an idempotent operation's success (201 or 200) carries besides its body.
 const CREATED_HEADERS = { location: t.String(), "idempotent-replayed": t.Optional(t.Literal("true")) };
 
-/** The detail of a route behind the bearer token. */
 function bearerDetail(operationId: string, tag: string, summary: string, description: string) {
   return { operationId, summary, description, tags: [tag], security: [{ bearer: [] }] };
 }
@@ -70,11 +65,7 @@ function operationResponses(op: Operation): Record<number, TSchema> {
   };
 }
 
-/**
- * The /charges routes, behind the bearer token: each idempotent operation (one line in
- * OPERATIONS) and the GETs of what they wrote. The token's derive runs before Elysia's
- * validation; a body route's parser admits the request before it reads the body (checks.ts).
- */
+/** The /charges routes behind the bearer token: each operation of OPERATIONS, and GETs of what they wrote. */
 export function chargeRoutes(context: RequestContextPlugin) {
   const routes = new Elysia({ name: "charge-routes" }).use(authentication(context));
   for (const op of OPERATIONS) {
@@ -83,7 +74,7 @@ export function chargeRoutes(context: RequestContextPlugin) {
       params: uuidParams(op.uuidParams),
       headers: OPERATION_HEADERS,
       body: withFixedErrors(op.body),
-      // Ours (415, 413, the nesting depth, strict JSON), and the media type the document shows.
+      // Ours (strict JSON, 415, 413), and the media type the document shows.
       parse: [bodyParser(op.body), "application/json"],
       response: operationResponses(op),
       detail: bearerDetail(
@@ -182,7 +173,7 @@ export function operatorRoutes(context: RequestContextPlugin, metrics: (() => Pr
     });
 }
 
-/** The document's components (documentation.ts): the shared schemas, and each other body as "CaptureChargeBody". */
+/** The document's shared schemas, and each other operation's body as e.g. "CaptureChargeBody". */
 export function components(): Readonly<Record<string, TSchema>> {
   const named: Record<string, TSchema> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem };
   const known = new Set(Object.values(named));
@@ -192,15 +183,14 @@ export function components(): Readonly<Record<string, TSchema>> {
   return named;
 }
 
-/** Every schema the API checks itself (a refusal's faults, the answers it writes): compiled at load by the edge worker. */
+/** Every schema the API checks itself: compiled at load by the edge worker. */
 export const SCHEMAS: readonly TSchema[] = Object.values(components());
 
 /** A GET of one of the tenant's rows by the route's UUIDs: 404 when none (or another tenant's), else its body. */
 async function lookup(deps: RequestDeps, params: Readonly<Record<string, string>>, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {
-  const names = Object.keys(params);
   const body = await deps.core.read(find);
   // The row looked up is the one the route's last parameter names.
-  const last = names[names.length - 1]!;
+  const last = Object.keys(params).at(-1)!;
   if (body === undefined) return problemResponse("notFound", `no ${nounOf(last)} with id ${params[last]!.toLowerCase()}`);
   return new Response(body, { headers: { "content-type": "application/json;charset=utf-8" } });
 }

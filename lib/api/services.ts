@@ -1,6 +1,5 @@
-// What the long-lived server (start.ts) and the edge worker (worker.ts) build alike, for
-// different lifetimes: a pool with the API's time bounds, the idempotency core behind one pool
-// gate, and the line a failed relay wake-up logs.
+// What the server (start.ts) and the edge worker (worker.ts) build alike: a pool with the API's time
+// bounds, the idempotency core behind one pool gate, the line a failed relay wake-up logs.
 import type { Config } from "../platform/config.ts";
 import { createSql, describeDbError, type Sql } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
@@ -12,10 +11,8 @@ import { leaseMsFor } from "../idempotency/drive.ts";
 import { resumedCounter } from "../idempotency/metrics.ts";
 import { createProcessorClient } from "../charges/processor.ts";
 
-/** Also the pool's name on the metrics. */
 export const API_POOL_NAME = "charges-api";
 
-/** Each connection with the API's statement and lock bounds (behind a transaction pooler: each transaction). */
 export function apiSql(config: Config, max: number, applicationName: string, singleUse = false): Sql {
   const bounds = config.apiTimeBounds;
   return createSql(config.databaseUrl, {
@@ -32,10 +29,7 @@ export function apiSql(config: Config, max: number, applicationName: string, sin
 // Rows in one processor-phase statement at most: a busy API in a few statements, each short.
 const FOREIGN_MAX_BATCH = 64;
 
-/**
- * The idempotency core of every operation: at most `poolSize` requests at once behind one pool
- * gate, batched beyond API_CHARGE_STATEMENTS statements (lib/idempotency/group-commit.ts).
- */
+/** At most `poolSize` requests at once behind one pool gate, batched beyond API_CHARGE_STATEMENTS. */
 export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreated: () => void, metrics?: ApiMetrics, listen?: (onNotify: () => void) => Promise<unknown>): IdempotencyCore {
   const bounds = config.apiTimeBounds;
   const gate = createPoolGate({
@@ -46,7 +40,7 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
   });
   // With as many statements allowed as connections, every request has its own: nothing to batch.
   const batching = config.apiChargeStatements < poolSize ? { maxInFlight: config.apiChargeStatements, maxBatch: poolSize, statementTimeoutMs: bounds.statementTimeoutMs } : undefined;
-  // Each of the gate's slots in use holds a connection: the pool's busy ones, without postgres.js's internals.
+  // Each gate slot in use holds a connection: the pool's busy ones, without postgres.js's internals.
   metrics?.observePool({ name: API_POOL_NAME, max: poolSize, busy: () => gate.inUse, open: () => openConnections(sql) ?? 0 });
   const core = createIdempotencyCore(sql, {
     ttlSeconds: config.idempotencyTtlSeconds,

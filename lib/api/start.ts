@@ -1,6 +1,5 @@
-// Assembles the API process from config: the pool, the schema, the idempotency core, the relay's
-// wake-up and metrics; its request pipeline (http/pipeline.ts) is shared with the edge worker,
-// /docs' assets and the operator console (console/) are this process's own.
+// The API process from config: pool, schema, idempotency core, relay wake-up, metrics; the pipeline
+// (http/pipeline.ts) is shared with the edge worker, /docs' assets and the console are its own.
 import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import type { Meter } from "@opentelemetry/api";
@@ -29,7 +28,6 @@ import { createApiConsole, withConsole } from "./console/index.ts";
 export interface ApiProcess {
   readonly sql: Sql;
   readonly fetch: (request: Request) => Promise<Response>;
-  /** Every documented route it serves (on both ports). */
   readonly routes: readonly ServedRoute[];
   /** With OPERATOR_PORT: what that port serves (`fetch` then serves the /charges routes only). */
   readonly operatorFetch: ((request: Request) => Promise<Response>) | undefined;
@@ -39,22 +37,17 @@ export interface ApiProcess {
 export interface ApiOptions {
   /** Prometheus exposition for GET /metrics (the entrypoint owns the SDK). */
   readonly metrics?: () => Promise<Response>;
-  /** Where the API's instruments live; defaults to the global meter provider. */
   readonly meter?: Meter;
   readonly logger?: Logger;
-  /** Where every request's duration is counted (http_server_request_duration_seconds); none when unset. */
   readonly httpMetrics?: HttpServerMetrics;
   /** Default API_POOL_SIZE; tests shrink it to saturate the pool with a few requests. */
   readonly poolSize?: number;
   readonly auth?: AuthOptions;
-  /** Open every pool connection before returning (default true; openPool); the test kit's APIs do not. */
+  /** Open every pool connection before returning (default true); the test kit's APIs do not. */
   readonly openPool?: boolean;
 }
 
-/**
- * Connects and migrates; an unreachable database is a StartupError with one clear line.
- * AUTH_MODE=jwt without a key source is a ConfigError, before the database is touched.
- */
+/** Connects and migrates: an unreachable database is a StartupError, no key source a ConfigError first. */
 export async function startApi(config: Config, options: ApiOptions = {}): Promise<ApiProcess> {
   const auth = createAuthenticator(config.auth, options.auth);
   const poolSize = options.poolSize ?? config.apiPoolSize;
@@ -71,14 +64,12 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   if (auth.mode === "none") {
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
   }
-  // This process's notifies name it: its own completions wake their keys' waiters directly
-  // (lib/idempotency/waits.ts), so only another's wake every waiter to read its key again;
-  // else a tenant holding many Prefer: wait requests would multiply every other's commits.
+  // Notifies name their sender: this process wakes its own waiters directly (idempotency/waits.ts),
+  // else a tenant's many Prefer: wait requests would re-read their keys on every other's commit.
   const sender = crypto.randomUUID();
   const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log), undefined, sender);
   const counters = createApiMetrics(options.meter, OPERATIONS.map(endpointOf));
-  // Prefer: wait hears other processes' completions on the relay's channel; behind a
-  // transaction pooler LISTEN hears nothing, so there the preference is ignored.
+  // Behind a transaction pooler LISTEN hears nothing: Prefer: wait is ignored there.
   let listener: OutboxListener | undefined;
   const listen = isTransactionPooled(sql)
     ? undefined
@@ -93,7 +84,6 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const split = config.admission.operatorPort !== undefined;
   const api = createApi(SCHEMAS, deps, { ...handlerOptions, surface: split ? "api" : "all" });
   const operator = split ? createApi(SCHEMAS, deps, { ...handlerOptions, surface: "operator" }) : undefined;
-  // The operator console (/console) on the operator listener: OPERATOR_PORT's when set.
   const operatorConsole = createApiConsole(config, sql, log);
   const fetch = operator ? api.handle : withConsole(api.handle, operatorConsole);
   const routes = [...api.routes, ...(operator?.routes ?? [])];
@@ -110,16 +100,12 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   };
 }
 
-// Bounds the pool's opening (each connect has the pool's own timeout): a server that stops
-// answering mid-way delays the start at most this long, the rest opening on demand.
+// A server that stops answering mid-way delays the start at most this long; the rest opens on demand.
 const POOL_OPEN_TIMEOUT_MS = 6_000;
 
 /**
- * Opens the whole pool before the process listens: postgres.js opens a connection only when every
- * open one is busy, so a process started under load would make its first requests wait on backends
- * being forked. Not reserve(): in postgres.js 3.4.9 a reservation whose connection is refused can
- * be dropped in the reconnect, losing connections handed back afterwards (porsager/postgres#1195,
- * #1199). Never throws: `failure` is the SQLSTATE or client code of the first refusal.
+ * Opens the whole pool before listening, or the first requests under load wait on backends forked.
+ * Not reserve(): postgres.js can drop a refused reservation's connection (porsager/postgres#1195).
  */
 async function openPool(sql: Sql, size: number): Promise<{ opened: number; wanted: number; failure?: string }> {
   let opened = 0;
@@ -138,7 +124,7 @@ async function openPool(sql: Sql, size: number): Promise<{ opened: number; wante
 const SCRIPT = "/docs/swagger-ui-bundle.js";
 const STYLESHEET = "/docs/swagger-ui.css";
 
-/** /docs' assets from the installed swagger-ui-dist (no CDN), each read on its first request and kept. */
+/** /docs' assets from the installed swagger-ui-dist (no CDN), read on first request. */
 function swaggerUiAssets(): DocsAssets {
   const file = (name: string, contentType: string) => async (): Promise<Asset> => ({
     body: new Uint8Array(await readFile(createRequire(import.meta.url).resolve(`swagger-ui-dist/${name}`))),

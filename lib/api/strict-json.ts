@@ -1,34 +1,27 @@
-// Strict JSON for request bodies: what JSON.parse lets through but a charge must not. A member
-// name twice is refused (JSON.parse keeps the last, a gateway or log reader may keep the first,
-// and the two would disagree on the amount). A number is judged on its text, never its double:
-// it must denote an exact integer (4900, 4900.0, 49e2; not 4900.5) within the safe range.
+// Strict JSON for request bodies. A name twice is refused (JSON.parse keeps the last, a gateway may keep
+// the first); a number must denote an exact safe integer, judged on its text (4900.0, 49e2; not 4900.5).
 import { visit, type JSONPath } from "jsonc-parser";
 
 export interface JsonFault {
-  /** Dotted path, as in schema errors: "amountCents", "a.0.b"; "(body)" for the whole. */
+  /** Dotted path ("a.0.b"); "(body)" for the whole. */
   readonly field: string;
   readonly message: string;
 }
 
 type StrictJson =
   | { readonly ok: true; readonly value: unknown }
-  /** `more`: how many faults were found beyond those named (absent when none). */
   | { readonly ok: false; readonly faults: readonly JsonFault[]; readonly more?: number };
 
-// A problem names this many faults at most, so a body full of them stays a small answer.
+// Faults named, number text quoted and field path named at most: answers never grow with the body.
 export const MAX_FAULTS = 10;
-// A number's text is quoted in a message up to this length.
 const MAX_QUOTED_CHARS = 32;
-// A field's path is named up to this length: a member name may be as long as the body.
 export const MAX_FIELD_CHARS = 64;
-// Arrays and objects nest at most this deep (docs/api.md), checked on the text before JSON.parse,
-// since everything after costs in proportion to the depth.
+// Checked on the text before JSON.parse: everything after costs in proportion to the depth.
 export const MAX_NESTING_DEPTH = 32;
 const NUMBER_RE = /^-?(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/;
 // Decimal digits of Number.MAX_SAFE_INTEGER (9007199254740991).
 const SAFE_DIGITS = 16;
-// Nearly every charge body: one member holding an integer of at most 15 digits. It has no name
-// twice and no number the scan would refuse, so JSON.parse alone judges it.
+// Nearly every charge body: one member, an integer of at most 15 digits; JSON.parse alone judges it.
 const ONE_SMALL_INTEGER_MEMBER = /^[ \t\n\r]*\{[ \t\n\r]*"[^"\\]*"[ \t\n\r]*:[ \t\n\r]*-?(?:0|[1-9]\d{0,14})[ \t\n\r]*\}[ \t\n\r]*$/;
 
 export function parseStrictJson(text: string): StrictJson {
@@ -48,7 +41,7 @@ export function parseStrictJson(text: string): StrictJson {
   return more > 0 ? { ok: false, faults, more } : { ok: false, faults };
 }
 
-/** Whether the brackets outside strings open more than `max` deep: one pass, invalid text or not. */
+/** Whether brackets outside strings open more than `max` deep, invalid text or not. */
 function nestsDeeperThan(text: string, max: number): boolean {
   let depth = 0;
   let inString = false;

@@ -1,6 +1,5 @@
-// What a request carries through Elysia's lifecycle in Elysia's context: its dependencies (one
-// fixed set in the server, the request's own in the worker) and its trail, a fresh one per
-// request (onRequest), of which its log line, histogram sample and span are made.
+// What a request carries in Elysia's context: its dependencies (the worker's are the request's own)
+// and its trail, fresh per request, of which its log line, histogram sample and span are made.
 import { Elysia } from "elysia";
 import { SpanKind, type Span } from "@opentelemetry/api";
 import type { TSchema } from "@sinclair/typebox";
@@ -31,17 +30,14 @@ export interface LogFields {
   tenant?: string;
   authFailure?: string;
   outcome?: OutcomeKind;
-  /** The key's keyHash, made when the line is written (redact.ts keyHashField). */
   keyHash?: { toJSON(): string };
-  /** What made a 5xx: the database away, a time bound tripped, or a bug. */
   error?: string;
 }
 
-/** What an operation's handler (answers.ts) is given of a request Elysia has checked. */
+/** What an operation's handler is given of a request Elysia has checked. */
 export interface RequestContext {
   readonly request: Request;
   readonly params: Readonly<Record<string, string>>;
-  /** Read as strict JSON and checked against the route's body schema. */
   readonly body: unknown;
   readonly tenant: string;
   readonly deps: RequestDeps;
@@ -49,7 +45,6 @@ export interface RequestContext {
   readonly span?: Span;
 }
 
-// What each path parameter names, for the problem of an id that is not a UUID.
 const PARAM_NOUNS: Readonly<Record<string, string>> = { id: "charge", refundId: "refund" };
 
 export function nounOf(name: string): string {
@@ -61,7 +56,7 @@ export function needsToken(path: string): boolean {
   return path === "/charges" || path.startsWith("/charges/");
 }
 
-/** A body route's checks (checks.ts bodyParser), for answering its refusals in their order. */
+/** A body route's checks, for answering its refusals in their order (checks.ts). */
 export interface BodyChecks {
   readonly body: TSchema;
   /** The value of an empty body (no bytes at all): `{}` when no field is required, else none. */
@@ -74,12 +69,12 @@ export class RequestTrail {
   readonly fields: LogFields = {};
   answeredAt: number | undefined;
   status: number | undefined;
-  // Where it is counted in flight (in-flight.ts), so counted out of once answered.
+  // Where it is counted in flight, so counted out of once answered.
   admitted = false;
   tenantIn: string | undefined = undefined;
   keyIn: string | undefined = undefined;
   span: Span | undefined;
-  /** The token's and the rate's verdict, taken once (authentication.ts admitOnce). */
+  /** The token's and the rate's verdict, taken once (admitOnce). */
   admission: Promise<string | Response> | undefined;
   body: BodyChecks | undefined;
 
@@ -107,10 +102,7 @@ export function requestContext(deps: RequestDeps) {
 
 export type RequestContextPlugin = ReturnType<typeof requestContext>;
 
-/**
- * The request's OpenTelemetry server span, the child of the caller's traceparent; its own is
- * written onto the key and the outbox row, so the relay's and subscriber's spans join the trace.
- */
+/** The server span, child of the caller's traceparent; its own goes on the key and outbox row. */
 function serverSpan(request: Request): Span {
   const attributes = { "http.request.method": request.method, "url.path": pathOf(request.url) };
   return tracer().startSpan(request.method, { kind: SpanKind.SERVER, attributes }, contextOf(request.headers.get("traceparent")));

@@ -1,14 +1,11 @@
-// The requests in flight, and each tenant's and key's share: a /charges request takes a place as
-// its token is checked (reading its body and waiting on Prefer: wait included) and holds it until
-// its answer has left; past a cap, 503 with Retry-After at once (a key's: the 409 a key in flight
-// gets), not a queue without bound. The operator's routes never take one.
+// A /charges request's place in flight, of the process, tenant and key, from its token's check until
+// its answer has left; past a cap, 503 (a key's: 409) with Retry-After, not an unbounded queue.
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
 import type { RequestDeps, RequestTrail } from "./context.ts";
 
 type Deps = Pick<RequestDeps, "admission">;
 
-/** A place of the process for the request, or its 503. */
 export function enterProcess(deps: Deps, trail: RequestTrail): Response | undefined {
   if (!deps.admission.enter()) {
     return overloaded("this process has as many requests in flight as it takes (API_MAX_IN_FLIGHT); retry later");
@@ -17,7 +14,6 @@ export function enterProcess(deps: Deps, trail: RequestTrail): Response | undefi
   return undefined;
 }
 
-/** A place of `tenant`'s share for the request, or its 503 (the process's place given back). */
 export function enterTenant(deps: Deps, trail: RequestTrail, tenant: string): Response | undefined {
   if (!deps.admission.enterTenant(tenant)) {
     countOut(deps, trail);
@@ -27,7 +23,6 @@ export function enterTenant(deps: Deps, trail: RequestTrail, tenant: string): Re
   return undefined;
 }
 
-/** A place of the tenant's Idempotency-Key when it sends one, or the 409 that key would get (places given back). */
 export function enterKey(deps: Deps, trail: RequestTrail, tenant: string, key: string | null): Response | undefined {
   if (key === null) return undefined;
   const scope = `${tenant}\u0000${key}`;

@@ -1,6 +1,5 @@
-// Once a request's answer has left (onAfterResponse): its count out of the requests in flight, its
-// log line and its sample on http_server_request_duration_seconds. The duration ends at the
-// answer's stamp: Elysia runs onAfterResponse on a later turn of the event loop.
+// Once an answer has left: the count out of flight, the log line, the duration sample, which ends at
+// the answer's stamp (Elysia runs onAfterResponse on a later turn of the event loop).
 import { Elysia } from "elysia";
 import type { Span } from "@opentelemetry/api";
 import type { HttpServerMetrics } from "../../platform/http-metrics.ts";
@@ -20,7 +19,6 @@ export function observability(context: RequestContextPlugin, httpMetrics: HttpSe
     .onAfterResponse({ as: "global" }, ({ request, route, trail, deps }) => {
       countOut(deps, trail);
       const durationMs = (trail.answeredAt ?? performance.now()) - trail.started;
-      // Every answer is stamped (onAfterHandle, onError, the token's refusal, the cap in flight).
       const status = trail.status ?? 200;
       const name = routeOf(route);
       httpMetrics?.record(request.method, name, status, durationMs / MS_PER_S);
@@ -35,7 +33,6 @@ export function observability(context: RequestContextPlugin, httpMetrics: HttpSe
     });
 }
 
-/** Names and ends the request's span (context.ts); `tenant` and `keyHash` as its log line has them. */
 function endServerSpan(span: Span, method: string, route: string, status: number, tenant: string | undefined, keyHash: string | undefined): void {
   span.updateName(`${method} ${route}`);
   span.setAttributes({ "http.route": route, "http.response.status_code": status });

@@ -1,6 +1,5 @@
-// The API's entry: the Elysia app (app.ts) built once, every request handed to it through
-// routableRequest. The long-lived server (start.ts: one pool for every request) and the edge
-// worker (worker.ts: a client of its own per request) both build it here.
+// The API's entry, built here by the server (start.ts) and the edge worker (worker.ts): the Elysia app
+// (app.ts) built once, every request handed to it through routableRequest.
 import type { TSchema } from "@sinclair/typebox";
 import { routableRequest } from "../../platform/runtime.ts";
 import { prepareSchemas, registerHeaderFormats } from "../schemas.ts";
