@@ -20,7 +20,6 @@ export type { DocsAssets } from "./documentation.ts";
 export interface AppOptions {
   readonly metrics?: () => Promise<Response>;
   readonly httpMetrics?: HttpServerMetrics;
-  /** None in the worker. */
   readonly docs?: DocsAssets;
   /** Compose every check and handler now: workerd allows code generation only while the module loads. */
   readonly aheadOfTime?: boolean;
@@ -73,7 +72,6 @@ function documentRoutes(context: ReturnType<typeof requestContext>, source: AnyE
   return plugin;
 }
 
-/** What onError is given of the request Elysia refused. */
 type RefusedContext = Parameters<typeof validationProblem>[0];
 
 /** Every failure Elysia raises or a handler throws, as a problem (`code`: Elysia's error code). */

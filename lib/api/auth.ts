@@ -80,7 +80,6 @@ export function createAuthenticator(config: AuthConfig, options: AuthOptions = {
   return jwtAuthenticator(config, options);
 }
 
-/** A verified token's claims, and the stamp of the key source that verified it. */
 type Verified = { readonly payload: JWTPayload; readonly stamp: number };
 
 /** The configured key sources: `verify` by the one that accepts `alg`, `isCurrent` for a cached verdict. */
@@ -116,7 +115,6 @@ function keySources(config: AuthConfig, options: AuthOptions) {
 function jwtAuthenticator(config: AuthConfig, options: AuthOptions): Authenticator {
   const { verify, isCurrent } = keySources(config, options);
   const cache = createTokenCache(CLOCK_TOLERANCE_S);
-  /** The tenant of a verified token, remembered for its next use. */
   const admit = (token: string, { payload, stamp }: Verified): AuthResult => {
     if (!hasSaneTimes(payload)) return refused("claims");
     const tenant = payload[config.tenantClaim];

@@ -8,10 +8,9 @@ import { sqlState, type Sql } from "../platform/db.ts";
 import { within } from "../platform/within.ts";
 import { applySchema } from "../platform/startup.ts";
 import { API_POOL_NAME, apiSql, boundedCore, logNotifyFailure } from "./services.ts";
-import type { HttpServerMetrics } from "../platform/http-metrics.ts";
-import { createApi, type ServedRoute } from "./http/pipeline.ts";
+import { createApi } from "./http/pipeline.ts";
 import type { RequestDeps } from "./http/context.ts";
-import type { DocsAssets } from "./app.ts";
+import type { AppOptions, DocsAssets } from "./app.ts";
 import { ASSET_CACHE_CONTROL, assetAnswer, type Asset } from "./asset-answer.ts";
 import { OPERATIONS, SCHEMAS } from "./routes.ts";
 import { endpointOf } from "../idempotency/model.ts";
@@ -28,18 +27,15 @@ import { createApiConsole, withConsole } from "./console/index.ts";
 export interface ApiProcess {
   readonly sql: Sql;
   readonly fetch: (request: Request) => Promise<Response>;
-  readonly routes: readonly ServedRoute[];
+  readonly routes: ReturnType<typeof createApi>["routes"];
   /** With OPERATOR_PORT: what that port serves (`fetch` then serves the /charges routes only). */
   readonly operatorFetch: ((request: Request) => Promise<Response>) | undefined;
   close(): Promise<void>;
 }
 
-export interface ApiOptions {
-  /** Prometheus exposition for GET /metrics (the entrypoint owns the SDK). */
-  readonly metrics?: () => Promise<Response>;
+export interface ApiOptions extends Pick<AppOptions, "metrics" | "httpMetrics"> {
   readonly meter?: Meter;
   readonly logger?: Logger;
-  readonly httpMetrics?: HttpServerMetrics;
   /** Default API_POOL_SIZE; tests shrink it to saturate the pool with a few requests. */
   readonly poolSize?: number;
   readonly auth?: AuthOptions;

@@ -48,7 +48,6 @@ function rateLimited(retryAfterS: number): Response {
   return problemResponse("rateLimited", detail, {}, { "retry-after": String(retryAfterS) });
 }
 
-/** The request's tenant, or the answer refusing it (counted, and named on its log line). */
 export async function authenticate(deps: RequestDeps, trail: RequestTrail, request: Request): Promise<string | Response> {
   const result = await deps.auth.authenticate(request.headers.get("authorization"));
   if (result.kind !== "authenticated") {

@@ -34,7 +34,6 @@ export interface LogFields {
   error?: string;
 }
 
-/** What an operation's handler is given of a request Elysia has checked. */
 export interface RequestContext {
   readonly request: Request;
   readonly params: Readonly<Record<string, string>>;
@@ -51,7 +50,6 @@ export function nounOf(name: string): string {
   return PARAM_NOUNS[name] ?? name;
 }
 
-/** The routes behind a bearer token: everything under /charges, matched or not. */
 export function needsToken(path: string): boolean {
   return path === "/charges" || path.startsWith("/charges/");
 }
@@ -108,7 +106,6 @@ function serverSpan(request: Request): Span {
   return tracer().startSpan(request.method, { kind: SpanKind.SERVER, attributes }, contextOf(request.headers.get("traceparent")));
 }
 
-/** The route field of a request: the template Elysia matched, or one value when none did. */
 export function routeOf(route: string | undefined | null): string {
   return route || UNMATCHED_ROUTE;
 }

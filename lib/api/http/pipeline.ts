@@ -6,20 +6,13 @@ import { prepareSchemas, registerHeaderFormats } from "../schemas.ts";
 import { buildApp, type AppOptions } from "../app.ts";
 import type { RequestDeps } from "./context.ts";
 
-export interface ServedRoute {
-  readonly method: string;
-  readonly path: string;
-  readonly operationId: string;
-  /** Handlers answer stored bytes, which Elysia does not check: test/api-schema.test.ts does. */
-  readonly responses: Readonly<Record<string, TSchema>>;
-}
-
 /** `deps` are read while a request is served: the worker's resolve to that request's own. */
 export function createApi(schemas: readonly TSchema[], deps: RequestDeps, options: AppOptions = {}) {
   prepareSchemas(schemas);
   registerHeaderFormats();
   const app = buildApp(deps, options);
-  const routes: ServedRoute[] = app.routes.flatMap((r) => {
+  // Handlers answer stored bytes, which Elysia does not check against `responses`: api-schema.test.ts does.
+  const routes = app.routes.flatMap((r) => {
     const operationId = r.hooks?.detail?.operationId;
     const responses = (r.hooks?.response ?? {}) as Record<string, TSchema>;
     return typeof operationId === "string" ? [{ method: r.method, path: r.path, operationId, responses }] : [];
