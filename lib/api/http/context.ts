@@ -5,15 +5,16 @@ import { SpanKind, type Span } from "@opentelemetry/api";
 import type { TSchema } from "@sinclair/typebox";
 import type { Logger } from "../../platform/log.ts";
 import type { Sql } from "../../platform/db.ts";
-import { UNMATCHED_ROUTE } from "../../platform/http-metrics.ts";
+import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../../platform/http-metrics.ts";
 import { pathOf } from "../../platform/runtime.ts";
-import { contextOf, tracer, tracingOn } from "../../platform/trace-context.ts";
+import { contextOf, endSpan, tracer, tracingOn } from "../../platform/trace-context.ts";
 import type { IdempotencyCore } from "../../idempotency/run.ts";
 import type { OutcomeKind } from "../../idempotency/outcome.ts";
 import type { Authenticator } from "../auth.ts";
 import type { ApiMetrics } from "../metrics.ts";
 import type { Admission } from "../admission.ts";
 import type { Readiness } from "../readiness.ts";
+import { countOut } from "./in-flight.ts";
 
 export interface RequestDeps {
   readonly sql: Sql;
@@ -108,4 +109,39 @@ function serverSpan(request: Request): Span {
 
 export function routeOf(route: string | undefined | null): string {
   return route || UNMATCHED_ROUTE;
+}
+
+const MS_PER_S = 1000;
+
+/** Once an answer has left: its count out of flight, log line and duration, ended at the answer's stamp. */
+export function observability(context: RequestContextPlugin, httpMetrics: HttpServerMetrics | undefined) {
+  return new Elysia({ name: "observability" })
+    .use(context)
+    .onAfterHandle({ as: "global" }, ({ responseValue, trail }) => {
+      if (responseValue instanceof Response) trail.answer(responseValue);
+    })
+    // `set` is not read: a hook that reads it makes Elysia map every answer through it.
+    .onAfterResponse({ as: "global" }, ({ request, route, trail, deps }) => {
+      countOut(deps, trail);
+      const durationMs = (trail.answeredAt ?? performance.now()) - trail.started;
+      const status = trail.status ?? 200;
+      const name = routeOf(route);
+      httpMetrics?.record(request.method, name, status, durationMs / MS_PER_S);
+      if (trail.span) endServerSpan(trail.span, request.method, name, status, trail.fields.tenant, trail.fields.keyHash?.toJSON());
+      const fields = { method: request.method, route: name, status, durationMs: Math.round(durationMs * 100) / 100, ...trail.fields };
+      try {
+        if (status >= 500) deps.log.error("request", fields);
+        else deps.log.info("request", fields);
+      } catch (error) {
+        deps.log.error("request log failed", { error: String(error) });
+      }
+    });
+}
+
+function endServerSpan(span: Span, method: string, route: string, status: number, tenant: string | undefined, keyHash: string | undefined): void {
+  span.updateName(`${method} ${route}`);
+  span.setAttributes({ "http.route": route, "http.response.status_code": status });
+  if (tenant !== undefined) span.setAttribute("charges.tenant", tenant);
+  if (keyHash !== undefined) span.setAttribute("charges.idempotency_key_hash", keyHash);
+  endSpan(span, status >= 500 ? String(status) : undefined);
 }
