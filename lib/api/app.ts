@@ -8,7 +8,7 @@ import { pathOf } from "../platform/runtime.ts";
 import { RETRY_AFTER_S } from "./http/answers.ts";
 import { authenticate } from "./http/authentication.ts";
 import { bodyProblem, validationProblem } from "./http/checks.ts";
-import { needsToken, observability, requestContext, type RequestDeps, type RequestTrail } from "./http/context.ts";
+import { needsToken, observability, requestContext, type RequestContextPlugin, type RequestDeps, type RequestTrail } from "./http/context.ts";
 import { problemResponse } from "./problem.ts";
 import { chargeRoutes, operatorRoutes } from "./routes.ts";
 import { documentation, DOCUMENT_PATH, PAGE_PATH, type DocsAssets } from "./documentation.ts";
@@ -48,13 +48,13 @@ function newApp(options: AppOptions) {
 }
 
 /** Every route, whichever port serves it, with the document and /docs: asked for those once. */
-function documentApp(context: ReturnType<typeof requestContext>, options: AppOptions): AnyElysia {
+function documentApp(context: RequestContextPlugin, options: AppOptions): AnyElysia {
   const app = newApp(options).use(context).use(documentation(options.docs));
   return app.use(chargeRoutes(context)).use(operatorRoutes(context, options.metrics)).compile();
 }
 
 /** /openapi.json and /docs as documentApp makes them, and the docs' assets: each made once, all paced. */
-function documentRoutes(context: ReturnType<typeof requestContext>, source: AnyElysia, docs: DocsAssets | undefined) {
+function documentRoutes(context: RequestContextPlugin, source: AnyElysia, docs: DocsAssets | undefined) {
   const plugin = new Elysia({ name: "document-routes" }).use(context);
   const made = (path: string, contentType: string) => async () => {
     const res = await source.handle(new Request(`http://localhost${path}`));

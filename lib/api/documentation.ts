@@ -66,8 +66,7 @@ interface Document {
 
 /** `document` with each schema equal to a named component (shapeOf) a $ref to it, and a 431 on every operation. */
 function referenced(document: Document, named: Readonly<Record<string, TSchema>>): Document {
-  const byShape = new Map<string, string>();
-  for (const [name, schema] of Object.entries(named)) byShape.set(shapeOf(schema), name);
+  const byShape = new Map(Object.entries(named).map(([name, schema]) => [shapeOf(schema), name]));
   const refer = (node: unknown, root: boolean): unknown => {
     if (Array.isArray(node)) return node.map((item) => refer(item, false));
     if (node === null || typeof node !== "object") return node;
