@@ -64,7 +64,7 @@ interface Document {
   readonly components: { readonly schemas: Record<string, unknown>; readonly securitySchemes?: Record<string, unknown> };
 }
 
-/** `document` with each schema equal to a named component (shapeOf) a $ref to it, and a 431 on every operation. */
+/** `document` with each schema equal to a named component (shapeOf) a $ref to it, and 431 everywhere. */
 function referenced(document: Document, named: Readonly<Record<string, TSchema>>): Document {
   const byShape = new Map(Object.entries(named).map(([name, schema]) => [shapeOf(schema), name]));
   const refer = (node: unknown, root: boolean): unknown => {

@@ -33,7 +33,7 @@ export const ChargeEventsQuery = t.Object({
 
 type EventRow = { id: string | null; eventType: string; tenant: string; sequence: number; payload: string; createdAt: string };
 
-/** The charge's published events after `after`, up to `limit`; undefined when the tenant has no such charge. */
+/** The charge's published events after `after`, up to `limit`; undefined for another tenant's or no charge. */
 export async function chargeEvents(sql: Sql, tenant: string, id: string, after: number, limit: number, endsAt: number): Promise<EventRow[] | undefined> {
   const rows = await boundedStatement(sql, endsAt, (q) => q<EventRow[]>`
     select o.id, o.event_type as "eventType", o.tenant, o.sequence, o.payload,

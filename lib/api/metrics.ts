@@ -10,7 +10,7 @@ export type ApiMetrics = ReturnType<typeof createApiMetrics>;
 
 type Tally = { readonly attributes: Attributes; count: number };
 
-/** Every series whose labels are known up front starts at 0: dashboards show 0, rate() alerts work at once. */
+/** Series whose labels are known up front start at 0: dashboards show 0, rate() alerts work at once. */
 export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), endpoints: readonly string[] = []) {
   // Counted here, reported at collection: a synchronous counter's add() would hash its labels on every POST.
   const requests = meter.createObservableCounter("idempotency_requests_total", {
@@ -62,7 +62,7 @@ export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), end
 
 type Rendered = { readonly at: number; readonly status: number; readonly headers: [string, string][]; readonly body: string };
 
-/** GET /metrics rendered at most once per `maxAgeMs`, shared: a flood of scrapes would take the event loop. */
+/** GET /metrics rendered at most once per `maxAgeMs`: a flood of scrapes would take the event loop. */
 export function cachedExposition(render: () => Promise<Response>, maxAgeMs: number, now: () => number = performance.now.bind(performance)): () => Promise<Response> {
   let last: Rendered | undefined;
   let rendering: Promise<Rendered> | undefined;

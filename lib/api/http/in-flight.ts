@@ -35,7 +35,7 @@ export function enterKey(deps: Deps, trail: RequestTrail, tenant: string, key: s
   return undefined;
 }
 
-/** The request leaves the count in flight, once: when answered (observability), or when its refusal is held. */
+/** Out of the count in flight, once: when answered (observability), or when its refusal is held. */
 export function countOut(deps: Deps, trail: RequestTrail): void {
   if (trail.keyIn !== undefined) {
     deps.admission.leaveKey(trail.keyIn);
