@@ -1,8 +1,8 @@
-// What needs a person: parked and stale STARTED keys, parked outbox rows and the rows held
-// behind them, filtered by tenant, operation and age, paged, with the filter's total. The
-// console's tables, its CSV export and `bun run ops list|export` all read these.
+// What needs a person (parked and stale keys, parked and held outbox rows), filtered and paged:
+// the console's tables, its CSV export, `bun run ops list|export` and `bun run ops parked`.
 import type { Sql } from "../platform/db.ts";
 import type { Fragment, Resume } from "../idempotency/model.ts";
+import { foreignOperations } from "../charges/index.ts";
 import { keyHash } from "../platform/redact.ts";
 import { staleLease } from "./sql.ts";
 
@@ -48,7 +48,7 @@ export async function listNeeds(sql: Sql, kind: ListKind, filter: ListFilter, pa
   }
 }
 
-export interface KeyEntry {
+interface KeyEntry {
   readonly tenant: string;
   readonly key: string;
   readonly endpoint: string;
@@ -62,8 +62,7 @@ export interface KeyEntry {
   readonly total: number;
 }
 
-/** Also `bun run ops parked`'s rows. */
-export function keyEntries(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<KeyEntry[]> {
+function keyEntries(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<KeyEntry[]> {
   const which = kind === "parked-keys" ? sql`parked_at is not null` : sql`parked_at is null and ${staleLease(sql, UNLEASED_STALE_S)}`;
   return sql<KeyEntry[]>`
     select tenant, key, endpoint, recovery_point, resume, attempts, last_error, created_at, parked_at, lease_until,
@@ -87,6 +86,27 @@ async function keyList(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilt
     })),
     targets: rows.map((r) => ownerOf(r.resume) ?? ""),
   };
+}
+
+/** `bun run ops parked`: keys named by their hash and operation's `operatorIds`, never the key itself. */
+export async function listParked(sql: Sql, limit: number): Promise<Record<string, unknown>[]> {
+  const rows = await keyEntries(sql, "parked-keys", {}, { limit, offset: 0 });
+  const operations = foreignOperations();
+  return rows.map((r) => ({
+    keyHash: keyHash(r.key),
+    tenant: r.tenant,
+    endpoint: r.endpoint,
+    recoveryPoint: r.recovery_point,
+    // Never the payment method or the trace.
+    ...Object.fromEntries((operations.get(r.endpoint)?.foreign?.operatorIds ?? []).flatMap((name) => {
+      const value = r.resume?.[name];
+      return typeof value === "string" ? [[name, value] as const] : [];
+    })),
+    attempts: r.attempts,
+    lastError: r.last_error,
+    createdAt: r.created_at.toISOString(),
+    parkedAt: iso(r.parked_at),
+  }));
 }
 
 const str = (v: unknown): string | null => (typeof v === "string" ? v : null);

@@ -107,3 +107,25 @@ export async function pendingStats(sql: Sql) {
     oldestPendingAgeSeconds: row?.oldest ?? 0,
   };
 }
+
+const BACKLOG_MINUTES = 15;
+
+/** The console's backlog chart: the outbox gauges and the rows published in each of the last minutes. */
+export async function backlog(sql: Sql) {
+  const stats = await pendingStats(sql);
+  const rows = await sql<{ minute: Date; count: number }[]>`
+    select date_trunc('minute', published_at) as minute, count(*)::int as count
+      from outbox
+     where published_at is not null and published_at > date_trunc('minute', now()) - make_interval(mins => ${BACKLOG_MINUTES - 1})
+       and parked_at is null
+     group by 1`;
+  const [clock] = await sql<{ now: Date }[]>`select date_trunc('minute', now()) as now`;
+  const now = clock!.now.getTime();
+  const byMinute = new Map(rows.map((r) => [r.minute.getTime(), r.count]));
+  // Oldest first, the current partial minute last.
+  const publishedPerMinute = Array.from({ length: BACKLOG_MINUTES }, (_, i) => {
+    const minute = now - (BACKLOG_MINUTES - 1 - i) * 60_000;
+    return { minute: new Date(minute).toISOString(), count: byMinute.get(minute) ?? 0 };
+  });
+  return { at: new Date().toISOString(), ...stats, publishedPerMinute };
+}
