@@ -73,24 +73,18 @@ export async function act(ctx: OpsContext, request: ActionRequest): Promise<Acti
 
 async function perform(ctx: OpsContext, request: ActionRequest): Promise<ActionResult> {
   const { action, target } = request;
-  switch (action) {
-    case "resolve": {
-      const resolution = request.resolution ?? { kind: "retry" };
-      if (resolution.kind === "retry" && ctx.processor === undefined) return { done: false, action, target, reason: "no_processor" };
-      const resolved = await resolveKey(ctx.sql, target, resolution, ctx.processor, ctx.leaseMs);
-      if (!resolved.resolved) return { done: false, action, target, reason: resolved.reason };
-      await notifyOutbox(ctx.sql);
-      return { done: true, action, target, detail: { resolution: resolution.kind, outcome: resolved.outcome, ...(resolved.status !== undefined && { status: resolved.status }) } };
-    }
-    case "requeue":
-    case "discard":
-    case "release": {
-      const count = await ROW_ACTIONS[action](ctx.sql, target);
-      if (count === 0) return { done: false, action, target, reason: "not_found" };
-      await notifyOutbox(ctx.sql);
-      return { done: true, action, target, detail: { rows: count } };
-    }
+  if (action !== "resolve") {
+    const count = await ROW_ACTIONS[action](ctx.sql, target);
+    if (count === 0) return { done: false, action, target, reason: "not_found" };
+    await notifyOutbox(ctx.sql);
+    return { done: true, action, target, detail: { rows: count } };
   }
+  const resolution = request.resolution ?? { kind: "retry" };
+  if (resolution.kind === "retry" && ctx.processor === undefined) return { done: false, action, target, reason: "no_processor" };
+  const resolved = await resolveKey(ctx.sql, target, resolution, ctx.processor, ctx.leaseMs);
+  if (!resolved.resolved) return { done: false, action, target, reason: resolved.reason };
+  await notifyOutbox(ctx.sql);
+  return { done: true, action, target, detail: { resolution: resolution.kind, outcome: resolved.outcome, ...(resolved.status !== undefined && { status: resolved.status }) } };
 }
 
 /** The key a charge's or refund's id names, resolved by the engine (lib/idempotency/completer.ts). */

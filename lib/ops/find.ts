@@ -1,6 +1,5 @@
-// Find: one text (an idempotency key, a charge, refund, processor or event id) to the charges
-// it belongs to, one statement per kind of id. A key's charge is read from the key row's own ids
-// (recovery data, stored answer, tombstone's Location), never guessed.
+// Find: a key or a charge, refund, processor or event id to the charges it belongs to. A key's
+// charge is read from the key row's own ids (recovery data, answer, Location), never guessed.
 import type { Sql } from "../platform/db.ts";
 import { isUuid } from "../platform/uuid.ts";
 

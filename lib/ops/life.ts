@@ -150,10 +150,8 @@ function stateOf(r: OutboxRow, parkedBefore: number | null): RowState {
   return r.nextAttemptAt !== null && r.nextAttemptAt > new Date() ? "backing off" : "pending";
 }
 
-// A key's processor calls as the operator reads them: each call's idempotency key is derived from
-// the key's recovery data the way the steps derive it (lib/charges/*-steps), one key per attempt;
-// an earlier attempt was answered with a 5xx (stored under its key by the processor), and the last
-// one's outcome is the key's own.
+// A key's processor calls, their keys derived from the recovery data as lib/charges/*-steps derive
+// them, one per attempt: an earlier attempt was answered 5xx, the last one's outcome is the key's.
 export interface ProcessorCall {
   readonly call: string;
   readonly processorKey: string;

@@ -37,15 +37,9 @@ const UNLEASED_STALE_S = 60;
 const iso = (d: Date | null) => d?.toISOString() ?? null;
 
 export async function listNeeds(sql: Sql, kind: ListKind, filter: ListFilter, page: Page): Promise<ListResult> {
-  switch (kind) {
-    case "parked-keys":
-    case "stale-keys":
-      return keyList(sql, kind, filter, page);
-    case "parked-rows":
-      return parkedRows(sql, filter, page);
-    case "held-rows":
-      return heldRows(sql, filter, page);
-  }
+  if (kind === "parked-rows") return parkedRows(sql, filter, page);
+  if (kind === "held-rows") return heldRows(sql, filter, page);
+  return keyList(sql, kind, filter, page);
 }
 
 interface KeyEntry {
