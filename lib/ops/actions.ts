@@ -94,17 +94,10 @@ export function resolveKey(sql: Sql, id: string, resolution: Resolution, process
   return resolveParked(sql, id, resolution, foreignOperations(), processor, leaseMs);
 }
 
-export interface ListActionResult {
-  readonly matched: number;
-  readonly done: number;
-  readonly failed: number;
-  readonly results: readonly ActionResult[];
-}
-
 /** The action on every entry the filter matches now (at most MAX_LIST_ACTION), each audited as its own. */
-export async function actOnList(ctx: OpsContext, kind: ListKind, filter: ListFilter, request: Omit<ActionRequest, "target">): Promise<ListActionResult | { readonly refused: "action_not_for_list" | "reason_required" }> {
-  if (!LIST_ACTIONS[kind].includes(request.action)) return { refused: "action_not_for_list" };
-  if (reasonMissing(request.reason)) return { refused: "reason_required" };
+export async function actOnList(ctx: OpsContext, kind: ListKind, filter: ListFilter, request: Omit<ActionRequest, "target">) {
+  if (!LIST_ACTIONS[kind].includes(request.action)) return { refused: "action_not_for_list" as const };
+  if (reasonMissing(request.reason)) return { refused: "reason_required" as const };
   const list = await listNeeds(ctx.sql, kind, filter, { limit: MAX_LIST_ACTION, offset: 0 });
   const targets = [...new Set(list.targets.filter((t) => t !== ""))];
   const results: ActionResult[] = [];
@@ -112,6 +105,8 @@ export async function actOnList(ctx: OpsContext, kind: ListKind, filter: ListFil
   const done = results.filter((r) => r.done).length;
   return { matched: list.total, done, failed: results.length - done, results };
 }
+
+export type ListActionResult = Exclude<Awaited<ReturnType<typeof actOnList>>, { refused: string }>;
 
 type Outcome = Readonly<Record<string, unknown>>;
 

@@ -1,7 +1,6 @@
 // `bun run ops`: the console's twins (find, show, list, export, audit, backlog, and the actions).
 // Each prints one JSON line (export: CSV); actions are audited as the console's.
-import { findCharges } from "./find.ts";
-import { chargeLife } from "./life.ts";
+import { chargeLife, findCharges } from "./life.ts";
 import { isListKind, listNeeds, toCsv, LIST_KINDS, type ListFilter, type Page } from "./lists.ts";
 import { backlog } from "./sql.ts";
 import { act, actOnList, isAction, listAudit, LIST_ACTIONS, MAX_LIST_ACTION, type Actor, type OpsContext, type Resolution } from "./actions.ts";
