@@ -87,7 +87,6 @@ async function perform(ctx: OpsContext, request: ActionRequest): Promise<ActionR
   return { done: true, action, target, detail: { resolution: resolution.kind, outcome: resolved.outcome, ...(resolved.status !== undefined && { status: resolved.status }) } };
 }
 
-/** The key a charge's or refund's id names, resolved by the engine (lib/idempotency/completer.ts). */
 export function resolveKey(sql: Sql, id: string, resolution: Resolution, processor: ProcessorAdapter | undefined, leaseMs: number): Promise<ResolveResult> {
   // Not an id: nothing to resolve (a value, not a 22P02 from the comparison).
   if (!isUuid(id)) return Promise.resolve({ resolved: false, reason: "not_found" });
@@ -121,7 +120,6 @@ export type AuditRow = Readonly<Record<"id" | "at" | "actor" | "via" | "action" 
   readonly outcome: Outcome;
 };
 
-/** Newest first. */
 export async function listAudit(sql: Sql, limit: number, offset: number): Promise<{ total: number; rows: AuditRow[] }> {
   const rows = await sql<(AuditRow & { total: number })[]>`
     select id::text, to_char(at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as at, actor, via, action, target, reason, outcome,

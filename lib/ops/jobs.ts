@@ -31,9 +31,8 @@ const COMPLETER_BATCH = 50;
 const COMPLETER_PARALLEL = 8;
 const COMPLETER_ROUNDS = 5;
 
-// Lock ids are fixed numbers, never derived from the order, so a relay of another version agrees on
-// them (next to the schema migration's 7_310_422_118_001). Reconcile reads every charge within the
-// outbox retention, so it runs less often than the cheap gauges (partial indexes).
+// Fixed lock ids (next to the migration's 7_310_422_118_001), so relays of other versions agree.
+// Reconcile reads every charge within the outbox retention: it runs less often than the gauges.
 export const JOBS = {
   "key-retention": { lockId: 7_310_422_118_101n, intervalMs: 60_000 },
   "stale-keys": { lockId: 7_310_422_118_102n, intervalMs: 60_000 },

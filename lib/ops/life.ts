@@ -52,13 +52,11 @@ export interface KeyLife {
   readonly owner: string | null;
 }
 
-export type RowState = "published" | "discarded" | "parked" | "held" | "backing off" | "pending";
-
 export interface OutboxLife {
   readonly id: string;
   readonly sequence: number;
   readonly eventType: string;
-  readonly state: RowState;
+  readonly state: "published" | "discarded" | "parked" | "held" | "backing off" | "pending";
   readonly createdAt: Date;
   readonly publishedAt: Date | null;
   readonly parkedAt: Date | null;
@@ -137,7 +135,7 @@ async function outboxOf(sql: Sql, chargeId: string): Promise<OutboxLife[]> {
 }
 
 /** A row's delivery state; rows after an unpublished parked one are held by the relay's order. */
-function stateOf(r: OutboxRow, parkedBefore: number | null): RowState {
+function stateOf(r: OutboxRow, parkedBefore: number | null): OutboxLife["state"] {
   if (r.publishedAt !== null) return r.parkedAt !== null ? "discarded" : "published";
   if (r.parkedAt !== null) return "parked";
   if (parkedBefore !== null) return "held";
@@ -146,11 +144,7 @@ function stateOf(r: OutboxRow, parkedBefore: number | null): RowState {
 
 // A key's processor calls, their keys derived from the recovery data as lib/charges/*-steps derive
 // them, one per attempt: an earlier attempt was answered 5xx, the last one's outcome is the key's.
-export interface ProcessorCall {
-  readonly call: string;
-  readonly processorKey: string;
-  readonly outcome: string;
-}
+type ProcessorCall = Readonly<Record<"call" | "processorKey" | "outcome", string>>;
 
 interface CallPlan {
   readonly call: string;

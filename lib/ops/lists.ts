@@ -63,9 +63,7 @@ function keyEntries(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter,
            count(*) over ()::int as total
       from idempotency_keys
      where status = 'STARTED' and ${which}
-       ${f.tenant ? sql`and tenant = ${f.tenant}` : sql``}
-       ${f.operation ? sql`and endpoint = ${f.operation}` : sql``}
-       and created_at <= now() - make_interval(secs => ${f.olderThanSeconds ?? 0})
+       ${filterSql(sql, f, sql`idempotency_keys`, sql`endpoint`)}
      order by created_at
      limit ${page.limit} offset ${page.offset}`;
 }
@@ -82,7 +80,7 @@ async function keyList(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilt
   };
 }
 
-/** `bun run ops parked`: keys named by their hash and operation's `operatorIds`, never the key itself. */
+/** `bun run ops parked`: keys by their hash and `operatorIds`, never the key, payment method or trace. */
 export async function listParked(sql: Sql, limit: number): Promise<Record<string, unknown>[]> {
   const rows = await keyEntries(sql, "parked-keys", {}, { limit, offset: 0 });
   const operations = foreignOperations();
@@ -91,7 +89,6 @@ export async function listParked(sql: Sql, limit: number): Promise<Record<string
     tenant: r.tenant,
     endpoint: r.endpoint,
     recoveryPoint: r.recovery_point,
-    // Never the payment method or the trace.
     ...Object.fromEntries((operations.get(r.endpoint)?.foreign?.operatorIds ?? []).flatMap((name) => {
       const value = r.resume?.[name];
       return typeof value === "string" ? [[name, value] as const] : [];
@@ -129,7 +126,7 @@ async function parkedRows(sql: Sql, f: ListFilter, page: Page): Promise<ListResu
            count(*) over ()::int as total
       from outbox
      where published_at is null and parked_at is not null
-       ${rowFilter(sql, f, sql`outbox`)}
+       ${filterSql(sql, f, sql`outbox`, sql`event_type`)}
      order by parked_at, id
      limit ${page.limit} offset ${page.offset}`;
   return rowResult(rows, (r) => r.id);
@@ -144,17 +141,17 @@ async function heldRows(sql: Sql, f: ListFilter, page: Page): Promise<ListResult
       join outbox o on o.aggregate_id = p.aggregate_id and o.aggregate_type = p.aggregate_type
      where p.published_at is null and p.parked_at is not null
        and o.sequence > p.sequence and (o.published_at is null and o.parked_at is null) is true
-       ${rowFilter(sql, f, sql`o`)}
+       ${filterSql(sql, f, sql`o`, sql`event_type`)}
      group by o.id
      order by o.created_at, o.id
      limit ${page.limit} offset ${page.offset}`;
   return rowResult(rows, (r) => r.aggregate_id);
 }
 
-function rowFilter(sql: Sql, f: ListFilter, table: Fragment) {
+function filterSql(sql: Sql, f: ListFilter, table: Fragment, operation: Fragment) {
   return sql`
     ${f.tenant ? sql`and ${table}.tenant = ${f.tenant}` : sql``}
-    ${f.operation ? sql`and ${table}.event_type = ${f.operation}` : sql``}
+    ${f.operation ? sql`and ${table}.${operation} = ${f.operation}` : sql``}
     and ${table}.created_at <= now() - make_interval(secs => ${f.olderThanSeconds ?? 0})`;
 }
 
