@@ -207,15 +207,11 @@ async function runCompleter(sql: Sql, config: Config, gauges: OpsGauges, log: Lo
 // process's last run of its job is at most this many intervals old (aggregate with max()).
 const FRESH_INTERVALS = 3;
 
-function isFresh(gauges: OpsGauges, job: JobName): boolean {
-  const at = gauges.computedAt[job];
-  return at !== undefined && Date.now() - at <= FRESH_INTERVALS * JOBS[job].intervalMs;
-}
-
 export function registerOpsGauges(gauges: OpsGauges, meter: Meter = metrics.getMeter("charges")): void {
   const gauge = (name: string, description: string, job: JobName, read: () => number) =>
     meter.createObservableGauge(name, { description }).addCallback((result) => {
-      if (isFresh(gauges, job)) result.observe(read());
+      const at = gauges.computedAt[job];
+      if (at !== undefined && Date.now() - at <= FRESH_INTERVALS * JOBS[job].intervalMs) result.observe(read());
     });
   gauge("outbox_pending_events", "Outbox rows waiting to be published (parked rows are counted apart)", "outbox-gauges", () => gauges.pending);
   gauge("outbox_oldest_pending_age_seconds", "Age of the oldest unpublished outbox row", "outbox-gauges", () => gauges.oldestPendingAgeSeconds);
