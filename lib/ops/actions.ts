@@ -110,15 +110,14 @@ export type ListActionResult = Exclude<Awaited<ReturnType<typeof actOnList>>, { 
 type Outcome = Readonly<Record<string, unknown>>;
 
 // Written after the action, so the outcome recorded is the real one.
-async function recordAction(sql: Sql, entry: Omit<ActionRequest, "resolution"> & { readonly outcome: Outcome }): Promise<void> {
+async function recordAction(sql: Sql, entry: Omit<ActionRequest, "resolution"> & { outcome: Outcome }): Promise<void> {
   await sql`
     insert into operator_audit (actor, via, action, target, reason, outcome)
     values (${entry.actor.name}, ${entry.actor.via}, ${entry.action}, ${entry.target}, ${entry.reason}, ${sql.json(entry.outcome as never)})`;
 }
 
-export type AuditRow = Readonly<Record<"id" | "at" | "actor" | "via" | "action" | "target" | "reason", string>> & {
-  readonly outcome: Outcome;
-};
+type AuditText = "id" | "at" | "actor" | "via" | "action" | "target" | "reason";
+export type AuditRow = Readonly<Record<AuditText, string>> & { readonly outcome: Outcome };
 
 export async function listAudit(sql: Sql, limit: number, offset: number): Promise<{ total: number; rows: AuditRow[] }> {
   const rows = await sql<(AuditRow & { total: number })[]>`

@@ -211,7 +211,8 @@ export function registerOpsGauges(gauges: OpsGauges, meter: Meter = metrics.getM
   const gauge = (name: string, description: string, job: JobName, read: () => number) =>
     meter.createObservableGauge(name, { description }).addCallback((result) => {
       const at = gauges.computedAt[job];
-      if (at !== undefined && Date.now() - at <= FRESH_INTERVALS * JOBS[job].intervalMs) result.observe(read());
+      const fresh = at !== undefined && Date.now() - at <= FRESH_INTERVALS * JOBS[job].intervalMs;
+      if (fresh) result.observe(read());
     });
   gauge("outbox_pending_events", "Outbox rows waiting to be published (parked rows are counted apart)", "outbox-gauges", () => gauges.pending);
   gauge("outbox_oldest_pending_age_seconds", "Age of the oldest unpublished outbox row", "outbox-gauges", () => gauges.oldestPendingAgeSeconds);
