@@ -1,12 +1,9 @@
 // `bun run ops`: the console's twins (find, show, list, export, audit, backlog, and the actions).
 // Each prints one JSON line (export: CSV); actions are audited as the console's.
-import { findCharges } from "./find.ts";
-import { chargeLife } from "./life.ts";
+import { chargeLife, findCharges } from "./life.ts";
 import { isListKind, listNeeds, toCsv, LIST_KINDS, type ListFilter, type Page } from "./lists.ts";
-import { listAudit, type Actor } from "./audit.ts";
-import { backlog } from "./backlog.ts";
-import { act, actOnList, isAction, LIST_ACTIONS, MAX_LIST_ACTION, type OpsContext } from "./actions.ts";
-import type { Resolution } from "./parked.ts";
+import { backlog } from "./sql.ts";
+import { act, actOnList, isAction, listAudit, LIST_ACTIONS, MAX_LIST_ACTION, type Actor, type OpsContext, type Resolution } from "./actions.ts";
 
 const COMMANDS = ["find", "show", "list", "export", "audit", "backlog", "discard", "release", "apply"] as const;
 type Command = (typeof COMMANDS)[number];

@@ -31,19 +31,18 @@ const COMPLETER_BATCH = 50;
 const COMPLETER_PARALLEL = 8;
 const COMPLETER_ROUNDS = 5;
 
-export const JOB_NAMES = ["key-retention", "stale-keys", "reconcile", "outbox-retention", "outbox-gauges", "completer"] as const;
-export type JobName = (typeof JOB_NAMES)[number];
-
-// Fixed numbers, never derived from the list's order, so a relay of another version agrees on
-// them; next to the schema migration's 7_310_422_118_001.
-export const JOB_LOCK_IDS: Readonly<Record<JobName, bigint>> = {
-  "key-retention": 7_310_422_118_101n,
-  "stale-keys": 7_310_422_118_102n,
-  reconcile: 7_310_422_118_103n,
-  "outbox-retention": 7_310_422_118_104n,
-  "outbox-gauges": 7_310_422_118_105n,
-  completer: 7_310_422_118_106n,
-};
+// Fixed lock ids (next to the migration's 7_310_422_118_001), so relays of other versions agree.
+// Reconcile reads every charge within the outbox retention: it runs less often than the gauges.
+export const JOBS = {
+  "key-retention": { lockId: 7_310_422_118_101n, intervalMs: 60_000 },
+  "stale-keys": { lockId: 7_310_422_118_102n, intervalMs: 60_000 },
+  reconcile: { lockId: 7_310_422_118_103n, intervalMs: 60_000 },
+  "outbox-retention": { lockId: 7_310_422_118_104n, intervalMs: 300_000 },
+  "outbox-gauges": { lockId: 7_310_422_118_105n, intervalMs: 5_000 },
+  completer: { lockId: 7_310_422_118_106n, intervalMs: 5_000 },
+} as const;
+export type JobName = keyof typeof JOBS;
+export const JOB_NAMES = Object.keys(JOBS) as JobName[];
 
 type JobResult = { readonly job: JobName; readonly [field: string]: unknown };
 
@@ -76,7 +75,7 @@ export async function runJob(job: JobName, sql: Sql, config: Config, gauges: Ops
 }
 
 function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger, signal?: AbortSignal): Promise<Locked<JobResult>> {
-  const lockId = JOB_LOCK_IDS[job];
+  const { lockId } = JOBS[job];
   const report = (run: (conn: Sql) => Promise<JobResult>) => withJobLock(sql, lockId, run, signal);
   switch (job) {
     case "key-retention":
@@ -163,10 +162,9 @@ async function reconcile(sql: Sql, windowSeconds: number, gauges: OpsGauges, log
 const completerOptions = new WeakMap<Config, CompleterOptions>();
 
 function completerOptionsOf(config: Config): CompleterOptions {
-  let options = completerOptions.get(config);
-  if (options === undefined) {
-    options = {
-      lockId: JOB_LOCK_IDS.completer,
+  if (!completerOptions.has(config)) {
+    completerOptions.set(config, {
+      lockId: JOBS.completer.lockId,
       batch: COMPLETER_BATCH,
       parallel: COMPLETER_PARALLEL,
       resolveWindowSeconds: config.processor.resolveWindowSeconds,
@@ -174,18 +172,17 @@ function completerOptionsOf(config: Config): CompleterOptions {
       processor: createProcessorClient(config.processor),
       leaseMs: leaseMsFor(config.processor.timeoutMs),
       onResumed: resumedCounter("completer"),
-    };
-    completerOptions.set(config, options);
+    });
   }
-  return options;
+  return completerOptions.get(config)!;
 }
 
-// STARTED keys with an expired lease driven final, and parked keys counted; without a processor
-// only counted, so a switch back to PAYMENT_PROCESSOR=none keeps the keys it left parked in view.
+// Without a processor parked keys are only counted, so after a switch back to
+// PAYMENT_PROCESSOR=none the keys it left parked stay in view.
 async function runCompleter(sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Promise<Locked<JobResult>> {
   const job = "completer";
   if (config.processor.mode === "none") {
-    const counted = await withJobLock(sql, JOB_LOCK_IDS[job], (conn) => parkedCount(conn));
+    const counted = await withJobLock(sql, JOBS[job].lockId, (conn) => parkedCount(conn));
     if (!counted.ran) return counted;
     gauges.parkedKeys = counted.value;
     return { ran: true, value: { job, processor: "none", parked: counted.value } };
@@ -206,31 +203,16 @@ async function runCompleter(sql: Sql, config: Config, gauges: OpsGauges, log: Lo
   return { ran: true, value: { job, ...round, parkedNow: gauges.parkedKeys } };
 }
 
-// The gauges are cheap (partial indexes); reconciliation reads every charge within the outbox
-// retention, so it runs less often. A lease outlives its holder by at most the lease: the
-// completer's few seconds more are nothing beside it.
-const JOB_INTERVAL_MS: Record<JobName, number> = {
-  "outbox-gauges": 5_000,
-  "stale-keys": 60_000,
-  reconcile: 60_000,
-  "key-retention": 60_000,
-  "outbox-retention": 300_000,
-  completer: 5_000,
-};
-
 // With several relays only the lock's winner has a current value: a gauge is reported while this
 // process's last run of its job is at most this many intervals old (aggregate with max()).
 const FRESH_INTERVALS = 3;
 
-function isFresh(gauges: OpsGauges, job: JobName): boolean {
-  const at = gauges.computedAt[job];
-  return at !== undefined && Date.now() - at <= FRESH_INTERVALS * JOB_INTERVAL_MS[job];
-}
-
 export function registerOpsGauges(gauges: OpsGauges, meter: Meter = metrics.getMeter("charges")): void {
   const gauge = (name: string, description: string, job: JobName, read: () => number) =>
     meter.createObservableGauge(name, { description }).addCallback((result) => {
-      if (isFresh(gauges, job)) result.observe(read());
+      const at = gauges.computedAt[job];
+      const fresh = at !== undefined && Date.now() - at <= FRESH_INTERVALS * JOBS[job].intervalMs;
+      if (fresh) result.observe(read());
     });
   gauge("outbox_pending_events", "Outbox rows waiting to be published (parked rows are counted apart)", "outbox-gauges", () => gauges.pending);
   gauge("outbox_oldest_pending_age_seconds", "Age of the oldest unpublished outbox row", "outbox-gauges", () => gauges.oldestPendingAgeSeconds);
@@ -259,7 +241,7 @@ export function startOpsLoop(sql: Sql, config: Config, gauges: OpsGauges, log: L
         return undefined;
       });
       const backlog = result?.batches === MAX_BATCHES_PER_RUN;
-      nextRun.set(job, backlog ? Date.now() : Date.now() + JOB_INTERVAL_MS[job]);
+      nextRun.set(job, backlog ? Date.now() : Date.now() + JOBS[job].intervalMs);
     }
   };
   return every({

@@ -1,13 +1,12 @@
-// A charge's whole life for the operator: the charge, its refunds, every key that acted on it
-// (phase, lease, processor calls, stored answer) and its outbox rows with their delivery state.
+// The operator's view of a charge: found from any of its ids or keys, then its whole life (the
+// charge, its refunds, every key that acted on it, its outbox rows with their delivery state).
 import type { Sql } from "../platform/db.ts";
 import type { Resume } from "../idempotency/model.ts";
 import { keyHash } from "../platform/redact.ts";
 import { isUuid } from "../platform/uuid.ts";
-import { chargeIdOfKey } from "./find.ts";
 import { ownerOf } from "./lists.ts";
 
-export interface ChargeRow {
+interface ChargeRow {
   readonly id: string;
   readonly tenant: string;
   readonly status: string;
@@ -22,7 +21,7 @@ export interface ChargeRow {
   readonly created_at: Date;
 }
 
-export interface RefundRow {
+interface RefundRow {
   readonly id: string;
   readonly amount_cents: number;
   readonly status: string;
@@ -53,13 +52,11 @@ export interface KeyLife {
   readonly owner: string | null;
 }
 
-export type RowState = "published" | "discarded" | "parked" | "held" | "backing off" | "pending";
-
 export interface OutboxLife {
   readonly id: string;
   readonly sequence: number;
   readonly eventType: string;
-  readonly state: RowState;
+  readonly state: "published" | "discarded" | "parked" | "held" | "backing off" | "pending";
   readonly createdAt: Date;
   readonly publishedAt: Date | null;
   readonly parkedAt: Date | null;
@@ -70,14 +67,9 @@ export interface OutboxLife {
   readonly payload: string;
 }
 
-export interface ChargeLife {
-  readonly charge: ChargeRow;
-  readonly refunds: readonly RefundRow[];
-  readonly keys: readonly KeyLife[];
-  readonly outbox: readonly OutboxLife[];
-}
+export type ChargeLife = NonNullable<Awaited<ReturnType<typeof chargeLife>>>;
 
-export async function chargeLife(sql: Sql, id: string): Promise<ChargeLife | undefined> {
+export async function chargeLife(sql: Sql, id: string) {
   if (!isUuid(id)) return undefined;
   const [charge] = await sql<ChargeRow[]>`
     select id::text, tenant, status, amount_cents, currency, captured_cents, refunded_cents, pending_refund_cents,
@@ -143,22 +135,16 @@ async function outboxOf(sql: Sql, chargeId: string): Promise<OutboxLife[]> {
 }
 
 /** A row's delivery state; rows after an unpublished parked one are held by the relay's order. */
-function stateOf(r: OutboxRow, parkedBefore: number | null): RowState {
+function stateOf(r: OutboxRow, parkedBefore: number | null): OutboxLife["state"] {
   if (r.publishedAt !== null) return r.parkedAt !== null ? "discarded" : "published";
   if (r.parkedAt !== null) return "parked";
   if (parkedBefore !== null) return "held";
   return r.nextAttemptAt !== null && r.nextAttemptAt > new Date() ? "backing off" : "pending";
 }
 
-// A key's processor calls as the operator reads them: each call's idempotency key is derived from
-// the key's recovery data the way the steps derive it (lib/charges/*-steps), one key per attempt;
-// an earlier attempt was answered with a 5xx (stored under its key by the processor), and the last
-// one's outcome is the key's own.
-export interface ProcessorCall {
-  readonly call: string;
-  readonly processorKey: string;
-  readonly outcome: string;
-}
+// A key's processor calls, their keys derived from the recovery data as lib/charges/*-steps derive
+// them, one per attempt: an earlier attempt was answered 5xx, the last one's outcome is the key's.
+type ProcessorCall = Readonly<Record<"call" | "processorKey" | "outcome", string>>;
 
 interface CallPlan {
   readonly call: string;
@@ -198,4 +184,75 @@ function processorCalls(endpoint: string, resume: Resume | null, keyOutcome: str
     calls.push({ call: plan.call, processorKey: plan.key(owner, last), outcome });
   }
   return calls;
+}
+
+export interface Found {
+  readonly chargeId: string;
+  readonly tenant: string;
+  readonly by: "charge" | "refund" | "event" | "processor" | "key";
+  /** What matched, for the list of matches (an endpoint, an event type, a refund id). */
+  readonly detail: string;
+}
+
+// A key may match in several tenants and endpoints: a page of them is enough to choose from.
+const MAX_MATCHES = 50;
+
+/** Ids before keys; without a tenant a key is looked for in every tenant. */
+export async function findCharges(sql: Sql, query: { readonly text: string; readonly tenant?: string }): Promise<Found[]> {
+  const text = query.text.trim();
+  if (text === "") return [];
+  const byId = isUuid(text) ? await byUuid(sql, text.toLowerCase()) : [];
+  const byProcessor = await byProcessorId(sql, text);
+  const byKey = await byIdempotencyKey(sql, text, query.tenant?.trim() || undefined);
+  return [...new Map([...byId, ...byProcessor, ...byKey].map((f) => [`${f.by} ${f.chargeId} ${f.detail}`, f])).values()];
+}
+
+async function byUuid(sql: Sql, id: string): Promise<Found[]> {
+  return sql<Found[]>`
+    select id::text as "chargeId", tenant, 'charge' as by, status as detail from charges where id = ${id}::uuid
+    union all
+    select charge_id::text, tenant, 'refund', id::text from refunds where id = ${id}::uuid
+    union all
+    select aggregate_id::text, tenant, 'event', event_type from outbox where id = ${id}::uuid and aggregate_type = 'charge'`;
+}
+
+// No index on the processor's ids: an operator's look-up reads the tables (docs/console.md says so).
+async function byProcessorId(sql: Sql, text: string): Promise<Found[]> {
+  return sql<Found[]>`
+    select id::text as "chargeId", tenant, 'processor' as by, 'payment ' || processor_payment_id as detail from charges where processor_payment_id = ${text}
+    union all
+    select charge_id::text, tenant, 'processor', 'refund ' || processor_refund_id from refunds where processor_refund_id = ${text}
+    limit ${MAX_MATCHES}`;
+}
+
+type KeyMatch = Pick<KeyRow, "endpoint" | "resume" | "responseBody" | "location"> & { readonly tenant: string };
+
+async function byIdempotencyKey(sql: Sql, key: string, tenant: string | undefined): Promise<Found[]> {
+  const rows = await sql<KeyMatch[]>`
+    select tenant, endpoint, resume, response_body as "responseBody", location
+      from idempotency_keys
+     where key = ${key} ${tenant === undefined ? sql`` : sql`and tenant = ${tenant}`}
+     order by created_at
+     limit ${MAX_MATCHES}`;
+  return rows.flatMap((r) => {
+    const chargeId = chargeIdOfKey(r);
+    return chargeId === undefined ? [] : [{ chargeId, tenant: r.tenant, by: "key" as const, detail: r.endpoint }];
+  });
+}
+
+const CHARGE_IN_PATH = /\/charges\/([0-9a-f-]{36})/i;
+
+function chargeIdOfKey(row: Pick<KeyMatch, "resume" | "responseBody" | "location">): string | undefined {
+  const fromResume = row.resume?.chargeId;
+  if (typeof fromResume === "string") return fromResume;
+  const fromLocation = row.location?.match(CHARGE_IN_PATH)?.[1];
+  if (fromLocation !== undefined) return fromLocation.toLowerCase();
+  if (row.responseBody === null) return undefined;
+  try {
+    const body = JSON.parse(row.responseBody) as { chargeId?: unknown; id?: unknown } | null;
+    const found = typeof body?.chargeId === "string" ? body.chargeId : body?.id;
+    return typeof found === "string" && isUuid(found) ? found : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -1,6 +1,5 @@
-// The operations jobs' and the operator actions' statements on the outbox and the keys. Deletes
-// go in bounded batches so a large backlog never holds a long lock or a long transaction. The key
-// rows' writes (tombstones, resolutions) are the engine's (lib/idempotency/).
+// The jobs' and the operator actions' statements on the outbox and the keys; the key rows' writes
+// are the engine's (lib/idempotency/). Deletes go in batches, so no lock or transaction is long.
 import type { Sql } from "../platform/db.ts";
 import type { Fragment } from "../idempotency/model.ts";
 import { isUuid } from "../platform/uuid.ts";
@@ -9,7 +8,6 @@ import { isUuid } from "../platform/uuid.ts";
 export const staleLease = (sql: Sql, olderThanSeconds: number): Fragment =>
   sql`(lease_until <= now() or (lease_until is null and created_at < now() - make_interval(secs => ${olderThanSeconds}::int)))`;
 
-/** How many STARTED keys are stale, and the oldest one's age. */
 export async function staleStartedSummary(sql: Sql, olderThanSeconds: number): Promise<{ count: number; oldestAgeSeconds: number }> {
   const [row] = await sql<{ count: number; oldest: number | null }[]>`
     select count(*)::int as count, extract(epoch from now() - min(created_at))::float8 as oldest
@@ -18,7 +16,6 @@ export async function staleStartedSummary(sql: Sql, olderThanSeconds: number): P
   return { count: row?.count ?? 0, oldestAgeSeconds: row?.oldest ?? 0 };
 }
 
-/** The oldest `sampleSize` of those keys, to name them in the report. */
 export async function staleStartedSample(sql: Sql, olderThanSeconds: number, sampleSize: number) {
   return sql<{ key: string; endpoint: string; ageSeconds: number }[]>`
     select key, endpoint, extract(epoch from now() - created_at)::float8 as "ageSeconds"
@@ -40,7 +37,6 @@ export async function chargesWithoutOutbox(sql: Sql, windowSeconds: number, samp
   return { count: rows[0]?.total ?? 0, sample: rows.map((r) => r.id) };
 }
 
-/** Deletes up to `batch` published outbox rows older than the retention; returns how many. */
 export async function deletePublishedOutbox(sql: Sql, retentionSeconds: number, batch: number): Promise<number> {
   const result = await sql`
     delete from outbox
@@ -55,14 +51,12 @@ export async function deletePublishedOutbox(sql: Sql, retentionSeconds: number, 
 }
 
 // A target that is not an id matches nothing: a count of 0, not a 22P02 from the cast.
-
-/** One parked row (or `'all'`) back in line; how many rows. */
 export function requeue(sql: Sql, target: string | "all"): Promise<number> {
   if (target === "all") return unpark(sql, sql``);
   return isUuid(target) ? unpark(sql, sql`id = ${target}::uuid and`) : Promise.resolve(0);
 }
 
-/** Every parked row of the aggregate back in line, so its events go out again in order; how many. */
+/** Every parked row of the aggregate back in line, so its events go out again in order. */
 export function releaseAggregate(sql: Sql, aggregateId: string): Promise<number> {
   return isUuid(aggregateId) ? unpark(sql, sql`aggregate_id = ${aggregateId}::uuid and`) : Promise.resolve(0);
 }
@@ -84,11 +78,10 @@ export async function discardRow(sql: Sql, id: string): Promise<number> {
   return result.count;
 }
 
-/** For the outbox gauges: rows not yet published (parked ones apart), the held ones, the oldest's age. */
+/** The outbox gauges: pending and parked rows, the rows held behind a parked one, the oldest's age. */
 export async function pendingStats(sql: Sql) {
-  // One scalar sub-select per partial index (due rows, parked rows): a single scan "where
-  // published_at is null" would match neither. Held rows are found from the parked ones (few);
-  // "is true" keeps the planner off the pending index (lib/relay/outbox-sql.ts, claimFollowers).
+  // One scalar sub-select per partial index: a scan "where published_at is null" would match neither.
+  // Held rows come from the (few) parked ones; "is true" keeps the planner off the pending index.
   const [row] = await sql<{ pending: string; parked: string; held: string; oldest: number | null }[]>`
     select (select count(*) from outbox where published_at is null and parked_at is null) as pending,
            (select count(*) from outbox where published_at is null and parked_at is not null) as parked,
@@ -102,8 +95,29 @@ export async function pendingStats(sql: Sql) {
   return {
     pending: Number(row?.pending ?? 0),
     parked: Number(row?.parked ?? 0),
-    /** Pending rows behind a parked row of their aggregate: the relay holds them until it is requeued. */
     held: Number(row?.held ?? 0),
     oldestPendingAgeSeconds: row?.oldest ?? 0,
   };
+}
+
+const BACKLOG_MINUTES = 15;
+
+/** The console's backlog chart: the outbox gauges and the rows published in each of the last minutes. */
+export async function backlog(sql: Sql) {
+  const stats = await pendingStats(sql);
+  const rows = await sql<{ minute: Date; count: number }[]>`
+    select date_trunc('minute', published_at) as minute, count(*)::int as count
+      from outbox
+     where published_at is not null and published_at > date_trunc('minute', now()) - make_interval(mins => ${BACKLOG_MINUTES - 1})
+       and parked_at is null
+     group by 1`;
+  const [clock] = await sql<{ now: Date }[]>`select date_trunc('minute', now()) as now`;
+  const now = clock!.now.getTime();
+  const byMinute = new Map(rows.map((r) => [r.minute.getTime(), r.count]));
+  // Oldest first, the current partial minute last.
+  const publishedPerMinute = Array.from({ length: BACKLOG_MINUTES }, (_, i) => {
+    const minute = now - (BACKLOG_MINUTES - 1 - i) * 60_000;
+    return { minute: new Date(minute).toISOString(), count: byMinute.get(minute) ?? 0 };
+  });
+  return { at: new Date().toISOString(), ...stats, publishedPerMinute };
 }
