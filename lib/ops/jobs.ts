@@ -33,6 +33,7 @@ const COMPLETER_ROUNDS = 5;
 
 // Fixed lock ids (next to the migration's 7_310_422_118_001), so relays of other versions agree.
 // Reconcile reads every charge within the outbox retention: it runs less often than the gauges.
+// The completer every 5 s: a key outlives its crashed holder by at most its lease and this.
 export const JOBS = {
   "key-retention": { lockId: 7_310_422_118_101n, intervalMs: 60_000 },
   "stale-keys": { lockId: 7_310_422_118_102n, intervalMs: 60_000 },
