@@ -1,7 +1,5 @@
-// migrateSubscriber(sql): the subscriber's own tables, from migrations kept in the code (a
-// bundle needs no files), under an advisory lock, recorded in charges_outbox_subscriber_migrations.
-// Its statements are idempotent, so a database the service's migrations already gave these
-// tables (a subscriber sharing the service's database) takes them as they are.
+// The subscriber's own tables, from migrations kept in the code (a bundle needs no files); idempotent,
+// so a database shared with the service, which has these tables already, takes them as they are.
 import type { Sql, Tx } from "../platform/db.ts";
 import { MIGRATION_LOCK_ID } from "../platform/migrations.ts";
 

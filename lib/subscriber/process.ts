@@ -1,7 +1,5 @@
-// One event through the inbox: in ONE transaction, the inbox row and the handler's writes (a
-// conflict on the inbox row: already processed, handler skipped). An event with a sequence waits
-// for its aggregate's row lock, then is processed, dropped, held (ahead of its turn) or kept as a
-// dead letter (its turn was skipped). Retried while the database is away, as are dead letters.
+// One event through the inbox: the inbox row and the handler's writes in ONE transaction; with a
+// sequence, under its aggregate's row lock: processed, dropped, held, or a dead letter when late.
 import { isUnavailable, describeDbError, type Sql, type Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
@@ -22,7 +20,6 @@ export type Processing = Pick<SubscriberOptions, "sql" | "consumer" | "handler" 
 
 export type SequencedEvent = EventEnvelope & { readonly sequence: number };
 
-/** A received event, with its aggregate's place when it has a sequence. */
 export type Arrival =
   | { readonly ordered: false; readonly event: EventEnvelope }
   | { readonly ordered: true; readonly event: SequencedEvent; readonly place: Place; readonly topic: string; readonly payload: string };
@@ -32,9 +29,9 @@ type OrderedArrival = Extract<Arrival, { ordered: true }>;
 export type Outcome =
   /** `follow`: the aggregate whose held events may follow now, if it has any. */
   | { readonly kind: "processed" | "duplicate"; readonly follow?: Place }
-  /** Ahead of its turn, kept in subscriber_held_events; `fresh` false for a redelivery of one held already. */
+  /** `fresh` false for a redelivery of one held already. */
   | { readonly kind: "held"; readonly place: Place; readonly event: SequencedEvent; readonly expected: number; readonly fresh: boolean }
-  /** Behind its turn and never processed: its gap was skipped; kept in subscriber_dead_letters as `letter`. */
+  /** Behind its turn and never processed (its gap was skipped): kept as `letter`. */
   | { readonly kind: "late"; readonly place: Place; readonly event: SequencedEvent; readonly last: number; readonly letter: DeadLetter };
 
 /** The subscriber is closing: the event in hand gets no PUBACK and comes back in the next session. */
@@ -60,7 +57,7 @@ export function turnOf(last: number, sequence: number): "next" | "past" | "ahead
   return sequence <= last ? "past" : "ahead";
 }
 
-/** Runs `attempt` until it succeeds; rejects with the handler's last error once its budget is spent, or with `Closing`. */
+/** Rejects with the handler's last error once its budget is spent, or with `Closing`. */
 export function withHandlerBudget<T>(processing: Processing, what: () => string, attempt: () => Promise<T>): Promise<T> {
   let failures = 0;
   return retryWithBackoff(attempt, processing.closing, (error, n) => {
@@ -107,7 +104,6 @@ async function following(tx: Tx, place: Place, sequence: number): Promise<{ foll
   return (await advance(tx, place, sequence)) ? { follow: place } : {};
 }
 
-/** Behind its turn, never processed: its gap was skipped, so it is kept as a dead letter. */
 export async function keepLate(tx: Tx, { event, place, topic, payload }: Omit<OrderedArrival, "ordered">, last: number): Promise<DeadLetter> {
   const error = `late: sequence ${event.sequence} came after its aggregate went on to ${last} (its gap was skipped after the gap timeout); not processed out of order`;
   const letter = { eventId: event.id, consumer: place.consumer, topic, payload, error, attempts: 0 };
@@ -117,7 +113,7 @@ export async function keepLate(tx: Tx, { event, place, topic, payload }: Omit<Or
 
 type Write = (sql: Sql, letter: DeadLetter) => Promise<void>;
 
-/** Written by `write`, retried until it is (or the subscriber closes): never acknowledged unwritten. */
+// Retried until written (or closing): never acknowledged unwritten.
 export function keepDeadLetter(processing: Processing, letter: DeadLetter, write: Write = recordDeadLetter): Promise<void> {
   return retryWithBackoff(
     () => write(processing.sql, letter),
@@ -126,12 +122,8 @@ export function keepDeadLetter(processing: Processing, letter: DeadLetter, write
   );
 }
 
-/** Keeps the event whose handler failed its budget, with the last error; the letter kept. */
 export async function keepHandlerLetter(
-  processing: Processing,
-  message: { readonly eventId: string; readonly topic: string; readonly payload: string },
-  error: unknown,
-  write?: Write,
+  processing: Processing, message: Pick<DeadLetter, "eventId" | "topic" | "payload">, error: unknown, write?: Write,
 ): Promise<DeadLetter> {
   const { eventId, topic, payload } = message;
   const letter = { eventId, consumer: processing.consumer, topic, payload, error: describeDbError(error), attempts: processing.maxHandlerAttempts };

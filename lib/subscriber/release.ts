@@ -1,6 +1,5 @@
-// An aggregate's held events, processed in sequence order after an event in its turn or from the
-// gap sweep. Each in its own transaction and handler budget: one whose handler keeps failing
-// becomes a dead letter alone, and the aggregate's later events wait again for the timeout.
+// An aggregate's held events in sequence order, each in its own transaction and handler budget:
+// one whose handler keeps failing becomes a dead letter alone; the later ones wait for the timeout.
 import { parseEnvelope, type EventEnvelope } from "../charges/events.ts";
 import type { Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
@@ -41,7 +40,6 @@ export class Releaser {
     for (let told = await this.next(place); told; told = await this.next(place)) told();
   }
 
-  /** One held event's transaction, retried; a handler out of budget leaves it a dead letter, and the aggregate waits. */
   private async next(place: Place): Promise<Told> {
     let current: NextHeld | undefined;
     const what = (): string => `held event ${current?.eventId ?? `of ${place.aggregateType} ${place.aggregateId}`}`;
@@ -80,7 +78,7 @@ export class Releaser {
   }
 }
 
-/** Held only once parsed, so the payload parses again. */
+// Held only once parsed, so the payload parses again.
 function heldEvent(held: NextHeld): SequencedEvent {
   const envelope = parseEnvelope(held.payload);
   if (!envelope) throw new Error(`bug: held event ${held.eventId} is not an envelope`);

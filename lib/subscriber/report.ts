@@ -6,8 +6,7 @@ import type { SequencedEvent } from "./process.ts";
 import type { DeadLetter, Gap, Place } from "./sequence-sql.ts";
 import { COUNT_NAMES, type Counts, type Delivery, type SubscriberOptions } from "./types.ts";
 
-
-/** `target` with a live read-only property per name in `names`, read by `read`. */
+// A live read-only property per name.
 export function withCounts<T extends object, K extends string>(
   target: T,
   names: readonly K[],
@@ -54,7 +53,6 @@ export class Report {
     for (const outcome of ["held", "filled", "released_after_timeout", "late"]) this.gaps.add(0, { consumer, outcome });
   }
 
-  /** A `filled` one that is no duplicate is the broker's missing event, read from the API. */
   delivered(delivery: Delivery): void {
     if (delivery.filled && !delivery.duplicate) {
       this.counts.gapsFilled += 1;
@@ -100,17 +98,16 @@ export class Report {
     this.log.warn("sequence gap skipped after the gap timeout", fields);
   }
 
-  /** The API answered the gap's next event (`filled`: how many of its events were new). */
+  /** `filled`: how many of the events the API answered were new. */
   gapFilled(gap: Gap, filled: number): void {
     this.log.info("sequence gap filled from the API", { ...gapFields(gap), filled });
   }
 
-  /** The API answered without the gap's next event: the gap waits for the broker or the timeout. */
+  // The gap waits for the broker or the timeout.
   notFilled(gap: Gap, reason: string): void {
     this.log.warn("sequence gap not filled from the API", { ...gapFields(gap), reason });
   }
 
-  /** The API did not answer (down, refused the token): asked again later. */
   fillFailed(gap: Gap, error: string): void {
     this.log.warn("sequence gap not filled from the API", { ...gapFields(gap), error });
     this.options.onError?.(`gap of ${gap.place.aggregateType} ${gap.place.aggregateId} after ${gap.last} not filled from the API (asked again later): ${error}`);

@@ -1,7 +1,5 @@
-// The subscriber's engine (index.ts's createSubscriber is built on it): the session, its PUBLISHes
-// (receive.ts), and the gap sweep, which fills old gaps from the API (gap-fill.ts), then releases
-// the held events no arriving event will: those a crash left unreleased in their turn, and those
-// whose gap outlasted the timeout. The aggregate's row lock keeps two members from racing.
+// The subscriber's engine under createSubscriber: the session, its PUBLISHes, and the gap sweep, which
+// fills gaps from the API, then releases held events whose turn came (after a crash) or whose gap timed out.
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
 import { describeDbError } from "../platform/db.ts";
 import { every } from "../platform/every.ts";
@@ -15,9 +13,8 @@ import { COUNT_NAMES, type Subscriber, type SubscriberOptions } from "./types.ts
 
 export type { Delivery, GapFillApi, Held, Subscriber, SubscriberOptions } from "./types.ts";
 
-// A run is two indexed reads of the consumer's few held events: once a second costs next to nothing.
 const GAP_SWEEP_INTERVAL_MS = 1000;
-// After failed runs (the database away) the pause doubles up to this: an outage is not logged every second.
+// After failed runs the pause doubles up to this: an outage is not logged every second.
 const GAP_SWEEP_MAX_PAUSE_MS = 30_000;
 const GAP_SWEEP_BATCH = 100;
 
