@@ -1,11 +1,10 @@
 // Filling a gap that lasted `fillAfterMs` from GET /charges/:id/events: each event not held goes
 // through the inbox in its turn as if the broker had brought it, in its own transaction.
 import { CHARGE, parseEnvelope } from "../charges/events.ts";
-import { Closing, keepHandlerLetter, processEvent, type Processing, type SequencedEvent } from "./process.ts";
-import type { Releaser } from "./release.ts";
+import { Closing, keepHandlerLetter, processEvent, type Processing, type Releaser } from "./process.ts";
 import type { Report } from "./report.ts";
 import { gapsToFill, type Gap } from "./sequence-sql.ts";
-import type { GapFillApi } from "./types.ts";
+import type { GapFillApi, SequencedEvent } from "./types.ts";
 
 const GAPS_PER_RUN = 200;
 // Those asked lately included (passed over until their pause ends).

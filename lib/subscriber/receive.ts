@@ -7,8 +7,8 @@ import { aggregateTypeOfTopic, parseEnvelope, type EventEnvelope } from "../char
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
 import { contextOf, endSpan, tracer } from "../platform/trace-context.ts";
 import type { DeadLetter } from "./sequence-sql.ts";
-import { Closing, keepDeadLetter, keepHandlerLetter, MAX_HANDLER_ATTEMPTS, processEvent, type Arrival, type Processing } from "./process.ts";
-import { Releaser } from "./release.ts";
+import { Closing, keepDeadLetter, keepHandlerLetter, MAX_HANDLER_ATTEMPTS, processEvent, Releaser } from "./process.ts";
+import type { Arrival, Processing } from "./process.ts";
 import { Report } from "./report.ts";
 import type { SubscriberOptions } from "./types.ts";
 import type { Checked } from "./typed-events.ts";

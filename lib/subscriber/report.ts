@@ -2,9 +2,8 @@
 // consumer and outcome only), the caller's callbacks and the gap lines.
 import { metrics, type Counter, type ObservableGauge, type ObservableResult } from "@opentelemetry/api";
 import { silentLogger, type Logger } from "../platform/log.ts";
-import type { SequencedEvent } from "./process.ts";
 import type { DeadLetter, Gap, Place } from "./sequence-sql.ts";
-import { COUNT_NAMES, type Counts, type Delivery, type SubscriberOptions } from "./types.ts";
+import { COUNT_NAMES, type Counts, type Delivery, type SequencedEvent, type SubscriberOptions } from "./types.ts";
 
 // A live read-only property per name.
 export function withCounts<T extends object, K extends string>(

@@ -9,16 +9,17 @@ import { withCounts } from "./report.ts";
 import { Closing } from "./process.ts";
 import { countHeld, dueAggregates } from "./sequence-sql.ts";
 import { closeSession, openSession } from "./session.ts";
-import { COUNT_NAMES, type Subscriber, type SubscriberOptions } from "./types.ts";
+import { COUNT_NAMES, type SubscriberOptions } from "./types.ts";
 
-export type { Delivery, GapFillApi, Held, Subscriber, SubscriberOptions } from "./types.ts";
+export type { Delivery, GapFillApi, Held, SubscriberOptions } from "./types.ts";
+export type Subscriber = ReturnType<typeof startSubscriber>;
 
 const GAP_SWEEP_INTERVAL_MS = 1000;
 // After failed runs the pause doubles up to this: an outage is not logged every second.
 const GAP_SWEEP_MAX_PAUSE_MS = 30_000;
 const GAP_SWEEP_BATCH = 100;
 
-export function startSubscriber(options: SubscriberOptions): Subscriber {
+export function startSubscriber(options: SubscriberOptions) {
   const receiver = new Receiver(options);
   const { report, releaser } = receiver;
   const { client, brokers, ready } = openSession(options, (packet, ack) => receiver.receive(packet, ack));
@@ -53,7 +54,8 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
       return brokers.inUse;
     },
     ready,
-    async close() {
+    /** Keeps the session: what arrives meanwhile waits at the broker. */
+    async close(): Promise<void> {
       // The event in hand commits and is acknowledged; a retry in progress gives up.
       await Promise.all([receiver.drain(), sweep.stop()]);
       report.close();

@@ -24,9 +24,11 @@ export interface Delivery {
   readonly filled: boolean;
 }
 
+export type SequencedEvent = EventEnvelope & { readonly sequence: number };
+
 /** An event that came ahead of its turn, kept in subscriber_held_events (and acknowledged). */
 export interface Held {
-  readonly event: EventEnvelope & { readonly sequence: number };
+  readonly event: SequencedEvent;
   readonly topic: string;
   readonly expected: number;
 }
@@ -56,15 +58,6 @@ export interface GapFillApi {
   readonly token: () => string | Promise<string>;
   readonly fillAfterMs: number;
   readonly fetch?: (url: string, init: RequestInit) => Promise<Response>;
-}
-
-export interface Subscriber extends Readonly<Counts> {
-  readonly connected: boolean;
-  /** Its password masked. */
-  readonly broker: string;
-  readonly ready: Promise<void>;
-  /** Keeps the session: what arrives meanwhile waits at the broker. */
-  close(): Promise<void>;
 }
 
 export type SubscriberTx = Tx;
