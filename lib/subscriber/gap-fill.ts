@@ -115,7 +115,6 @@ export class GapFiller {
     return true;
   }
 
-  // Whether the handler ran for it.
   private async processFetched(gap: Gap, { event, payload }: FetchedEvent): Promise<boolean> {
     const topic = `${gap.topic.slice(0, gap.topic.lastIndexOf("/") + 1)}${event.type}`;
     try {

@@ -28,7 +28,6 @@ export async function runInboxRetention(sql: Sql, retentionSeconds: number, log:
   return { job: "inbox-retention", ...outcome.value };
 }
 
-/** Runs on its interval until stop(); a failed run is logged and tried again later. */
 export function startInboxRetention(sql: Sql, retentionSeconds: number, log: Logger): Every {
   return every({
     delayMs: INBOX_RETENTION_INTERVAL_MS,

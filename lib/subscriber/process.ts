@@ -1,6 +1,5 @@
 // One event through the inbox: the inbox row and the handler's writes in ONE transaction; with a
 // sequence, under its aggregate's row lock: processed, dropped, held, or a dead letter when late.
-// Held events follow in their turn, each in its own transaction and handler budget.
 import { isUnavailable, describeDbError, type Sql, type Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
@@ -112,11 +111,11 @@ export async function keepLate(tx: Tx, { event, place, topic, payload }: Omit<Or
   return letter;
 }
 
-type Write = (sql: Sql, letter: DeadLetter) => Promise<void>;
+type Write = (sql: Sql, letter: DeadLetter) => Promise<unknown>;
 
 // Retried until written (or closing): never acknowledged unwritten.
-export function keepDeadLetter(processing: Processing, letter: DeadLetter, write: Write = recordDeadLetter): Promise<void> {
-  return retryWithBackoff(
+export async function keepDeadLetter(processing: Processing, letter: DeadLetter, write: Write = recordDeadLetter): Promise<void> {
+  await retryWithBackoff(
     () => write(processing.sql, letter),
     processing.closing,
     (error) => processing.onError?.(`event ${letter.eventId}: dead letter not written yet: ${describeDbError(error)}`),
@@ -132,7 +131,8 @@ export async function keepHandlerLetter(
   return letter;
 }
 
-// What to tell once the held event's transaction committed; none: the aggregate waits.
+// A held event's next step, each in its own transaction and handler budget. What to tell once the
+// held event's transaction committed; none: the aggregate waits.
 type Told = (() => void) | undefined;
 
 export class Releaser {

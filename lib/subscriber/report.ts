@@ -5,7 +5,6 @@ import { silentLogger, type Logger } from "../platform/log.ts";
 import type { DeadLetter, Gap, Place } from "./sequence-sql.ts";
 import { COUNT_NAMES, type Counts, type Delivery, type SequencedEvent, type SubscriberOptions } from "./types.ts";
 
-// A live read-only property per name.
 export function withCounts<T extends object, K extends string>(
   target: T,
   names: readonly K[],
@@ -102,7 +101,6 @@ export class Report {
     this.log.info("sequence gap filled from the API", { ...gapFields(gap), filled });
   }
 
-  // The gap waits for the broker or the timeout.
   notFilled(gap: Gap, reason: string): void {
     this.log.warn("sequence gap not filled from the API", { ...gapFields(gap), reason });
   }
@@ -137,11 +135,11 @@ export class Report {
   }
 }
 
+// A place is exactly its three keys (built so, or read so): they lead the log line in this order.
 function fieldsOf(place: Place, event: SequencedEvent): Record<string, string> {
-  return { consumer: place.consumer, aggregateType: place.aggregateType, aggregateId: place.aggregateId, eventId: event.id };
+  return { ...place, eventId: event.id };
 }
 
 function gapFields(gap: Gap): Record<string, string | number> {
-  const { consumer, aggregateType, aggregateId } = gap.place;
-  return { consumer, aggregateType, aggregateId, lastSequence: gap.last, heldSequence: gap.held[0] ?? 0 };
+  return { ...gap.place, lastSequence: gap.last, heldSequence: gap.held[0] ?? 0 };
 }

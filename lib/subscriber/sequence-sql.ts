@@ -38,7 +38,7 @@ export async function lockPlace(tx: Tx, place: Place): Promise<number> {
   return rows[0]!.last;
 }
 
-// Whether it has held events (which may now follow).
+// Whether it has held events, which may now follow.
 export async function advance(tx: Tx, place: Place, sequence: number): Promise<boolean> {
   const [row] = await tx<{ more: boolean }[]>`
     update subscriber_sequences s set last_sequence = ${sequence}, advanced_at = now()
@@ -112,8 +112,8 @@ export interface DeadLetter {
 }
 
 /** A redelivery that fails again replaces the error and the time: the row says how it failed last. */
-export async function recordDeadLetter(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
-  await sql`
+export function recordDeadLetter(sql: Sql | Tx, letter: DeadLetter) {
+  return sql`
     insert into subscriber_dead_letters (event_id, consumer, topic, payload, error, attempts)
     values (${letter.eventId}::uuid, ${letter.consumer}, ${letter.topic}, ${letter.payload}, ${letter.error}, ${letter.attempts})
     on conflict (event_id, consumer) do update
@@ -124,11 +124,7 @@ export async function recordDeadLetter(sql: Sql | Tx, letter: DeadLetter): Promi
 export async function deadLetterHeld(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
   await sql`
     with gone as (delete from subscriber_held_events where event_id = ${letter.eventId}::uuid and consumer = ${letter.consumer})
-    insert into subscriber_dead_letters (event_id, consumer, topic, payload, error, attempts)
-    values (${letter.eventId}::uuid, ${letter.consumer}, ${letter.topic}, ${letter.payload}, ${letter.error}, ${letter.attempts})
-    on conflict (event_id, consumer) do update
-      set topic = excluded.topic, payload = excluded.payload, error = excluded.error,
-          attempts = excluded.attempts, dead_at = now()`;
+    ${recordDeadLetter(sql, letter)}`;
 }
 
 // Its turn came (a crash before its release) or its gap is overdue.

@@ -11,11 +11,10 @@ const SESSION_EXPIRY_S = 86_400;
 const RECONNECT_MS = 1000;
 const CLOSE_TIMEOUT_MS = 2000;
 
-/** Connects and subscribes; each received PUBLISH goes to `onMessage`, whose `ack` sends its PUBACK. */
+// `ack` sends the PUBLISH's PUBACK.
 export function openSession(options: SubscriberOptions, onMessage: (packet: IPublishPacket, ack: () => void) => void) {
   const brokers = brokerList(options.mqttUrl);
-  const { onBrokerMove } = options;
-  if (onBrokerMove) brokers.onMove(onBrokerMove);
+  if (options.onBrokerMove) brokers.onMove(options.onBrokerMove);
   const client: MqttClient = connectMqtt(brokers, {
     clientId: options.clientId ?? options.consumer,
     clean: false,
