@@ -129,10 +129,7 @@ export class GapFiller {
   }
 }
 
-interface FetchedEvent {
-  readonly event: SequencedEvent;
-  readonly payload: string;
-}
+type FetchedEvent = { readonly event: SequencedEvent; readonly payload: string };
 
 type ApiAnswer =
   | { readonly kind: "events"; readonly events: readonly FetchedEvent[] }

@@ -131,8 +131,8 @@ export async function keepHandlerLetter(
   return letter;
 }
 
-// A held event's next step, each in its own transaction and handler budget. What to tell once the
-// held event's transaction committed; none: the aggregate waits.
+// Held events go one at a time, each in its own transaction and handler budget. Told: what to tell
+// once one's transaction committed; none: the aggregate waits.
 type Told = (() => void) | undefined;
 
 export class Releaser {
