@@ -19,7 +19,6 @@ const MIGRATIONS: readonly { readonly version: number; readonly name: string; re
           primary key (event_id, consumer)
       );
       create index if not exists inbox_received_idx on inbox (received_at);
-      -- Events the handler kept failing on, and messages that are not valid events, with why.
       create table if not exists subscriber_dead_letters (
           event_id uuid not null,
           consumer text not null,
@@ -30,7 +29,6 @@ const MIGRATIONS: readonly { readonly version: number; readonly name: string; re
           dead_at timestamptz not null default now(),
           primary key (event_id, consumer)
       );
-      -- Per consumer and aggregate, the last sequence processed and when it moved.
       create table if not exists subscriber_sequences (
           consumer text not null,
           aggregate_type text not null,

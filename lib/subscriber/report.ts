@@ -23,7 +23,7 @@ export class Report {
   private readonly gaps: Counter;
   private readonly heldGauge: ObservableGauge;
   // The consumer's held events as the gap sweep last counted them; unknown before its first run.
-  private heldNow: number | undefined;
+  heldNow: number | undefined;
   private readonly observeHeld = (result: ObservableResult): void => {
     if (this.heldNow !== undefined) result.observe(this.heldNow, { consumer: this.consumer });
   };
@@ -115,10 +115,6 @@ export class Report {
     this.countDeadLetter();
     this.log.warn("event after its skipped turn kept in subscriber_dead_letters", { ...fieldsOf(place, event), lastSequence: last, receivedSequence: event.sequence });
     this.options.onDeadLetter?.(letter);
-  }
-
-  setHeldNow(count: number): void {
-    this.heldNow = count;
   }
 
   close(): void {

@@ -37,7 +37,7 @@ export function startSubscriber(options: SubscriberOptions) {
         if (signal.aborted) return;
         await releaser.release(place);
       }
-      report.setHeldNow(await countHeld(sql, consumer));
+      report.heldNow = await countHeld(sql, consumer);
       failures = 0;
     },
     onError: (error) => {
