@@ -153,7 +153,7 @@ const MAX_RELAY_GATHER_MS = 1000;
 const INBOX_RETENTION_S = 7 * 86_400;
 const MIN_INBOX_RETENTION_S = 86_400;
 // Milliseconds the reference subscriber holds an event that came ahead of its turn before it
-// processes it anyway (lib/subscriber/release.ts). A member that crashed with the predecessor in
+// processes it anyway (lib/subscriber/process.ts). A member that crashed with the predecessor in
 // its session gets it back once restarted, within a minute or two under a supervisor: five
 // minutes covers that, and is the longest an aggregate waits for an event that will never come.
 // At most a day, the MQTT session expiry: a predecessor still in a session comes no later.

@@ -1,28 +1,20 @@
-// Filling a gap from the API. A missing predecessor is usually only late (another share-group
-// member has it), so a gap waits `fillAfterMs`; then each event of GET /charges/:id/events?after=
-// <last> not held goes through the inbox in its turn, as if the broker had brought it, each in
-// its own transaction (the call holds none). The gap timeout skips only what the API lacks too.
-// Each element the API answers is the envelope the relay published with JSON.stringify, so
-// JSON.stringify gives back the payload's text.
+// Filling a gap that lasted `fillAfterMs` from GET /charges/:id/events: each event not held goes
+// through the inbox in its turn as if the broker had brought it, in its own transaction.
 import { CHARGE, parseEnvelope } from "../charges/events.ts";
-import { Closing, keepHandlerLetter, processEvent, type Processing, type SequencedEvent } from "./process.ts";
-import type { Releaser } from "./release.ts";
+import { Closing, keepHandlerLetter, processEvent, type Processing, type Releaser } from "./process.ts";
 import type { Report } from "./report.ts";
 import { gapsToFill, type Gap } from "./sequence-sql.ts";
-import type { GapFillApi } from "./types.ts";
+import type { GapFillApi, SequencedEvent } from "./types.ts";
 
 const GAPS_PER_RUN = 200;
 // Those asked lately included (passed over until their pause ends).
 const GAPS_SCANNED = 2000;
-// After a lost session every charge told of meanwhile may have a gap, all aged alike: one call
-// after another would fill them slower than the gap timeout runs out.
+// After a lost session many gaps age alike: one call after another would lose the race with the timeout.
 const FILLS_AT_ONCE = 4;
-// A gap not filled is asked again after a pause doubling up to this: an API that is down is not
-// hammered, and one that answered is asked now and then in case the events appear (a restore).
+// A gap not filled is asked again after a pause doubling up to this: a down API is not hammered.
 const MAX_ASK_PAUSE_MS = 60_000;
 const API_MIN_PAUSE_MS = 1000;
-// A full batch is followed by the next at once, up to this long, so thousands of gaps fill
-// before the timeout; bounded, so the sweep's releases of overdue gaps still come.
+// Full batches follow at once up to this long; bounded, so the sweep's releases of overdue gaps still come.
 const FILL_RUN_MAX_MS = 5000;
 // The API answers within its own bound (5 s by default) or not at all.
 const REQUEST_TIMEOUT_MS = 10_000;
@@ -43,7 +35,6 @@ export class GapFiller {
     private readonly timeoutMs: number,
   ) {}
 
-  /** One sweep's fills: batches of the gaps old enough while they come full. */
   async run(signal: AbortSignal): Promise<void> {
     const started = performance.now();
     for (;;) {
@@ -54,7 +45,7 @@ export class GapFiller {
     }
   }
 
-  /** How many were asked. */
+  // How many were asked.
   private async runBatch(signal: AbortSignal): Promise<number> {
     const { sql, consumer } = this.processing;
     const gaps = await gapsToFill(sql, consumer, CHARGE, this.api.fillAfterMs, this.timeoutMs, GAPS_SCANNED);
@@ -98,7 +89,7 @@ export class GapFiller {
     for (const key of this.asked.keys()) if (!open.has(key)) this.asked.delete(key);
   }
 
-  /** Asks the API for the gap and processes what it answers; false when the API did not answer. */
+  // false when the API did not answer.
   private async fill(gap: Gap, signal: AbortSignal): Promise<boolean> {
     let answer;
     try {
@@ -124,9 +115,7 @@ export class GapFiller {
     return true;
   }
 
-  /** One event read from the API, through the inbox in its turn; whether the handler ran for it. */
   private async processFetched(gap: Gap, { event, payload }: FetchedEvent): Promise<boolean> {
-    // The topic the broker would have brought it on.
     const topic = `${gap.topic.slice(0, gap.topic.lastIndexOf("/") + 1)}${event.type}`;
     try {
       const outcome = await processEvent(this.processing, { ordered: true, event, place: gap.place, topic, payload });
@@ -134,27 +123,21 @@ export class GapFiller {
       return outcome.kind === "processed";
     } catch (error) {
       if (error instanceof Closing) throw error;
-      // The handler's budget is spent.
       this.report.deadLettered(await keepHandlerLetter(this.processing, { eventId: event.id, topic, payload }, error));
       return false;
     }
   }
 }
 
-interface FetchedEvent {
-  readonly event: SequencedEvent;
-  readonly payload: string;
-}
+type FetchedEvent = { readonly event: SequencedEvent; readonly payload: string };
 
 type ApiAnswer =
   | { readonly kind: "events"; readonly events: readonly FetchedEvent[] }
   /** 404: no such charge for the token's tenant (another tenant's, or gone). */
   | { readonly kind: "unknown" };
 
-/** A refusal or fault of the API: the gap is asked again later. */
 class ApiError extends Error {}
 
-/** The charge's events after `after`; throws ApiError when the API does not answer them (or `stop` aborts the call). */
 async function fetchChargeEvents(api: GapFillApi, chargeId: string, after: number, stop: AbortSignal): Promise<ApiAnswer> {
   const events: FetchedEvent[] = [];
   let path: string | undefined = `/charges/${encodeURIComponent(chargeId)}/events?after=${after}`;
@@ -193,6 +176,7 @@ function eventsOf(body: string, chargeId: string, path: string): FetchedEvent[] 
   const list = (parsed as { events?: unknown } | null)?.events;
   if (!Array.isArray(list)) throw new ApiError(`GET ${path} answered no events array`);
   return list.map((element: unknown) => {
+    // The relay published the envelope with JSON.stringify: this is its payload's text again.
     const payload = JSON.stringify(element);
     const envelope = parseEnvelope(payload);
     // Not what the route answers: nothing is processed from it.

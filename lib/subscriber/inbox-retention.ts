@@ -1,6 +1,5 @@
-// Inbox retention: a row is needed only while a redelivery can come, so older ones are deleted in
-// bounded batches, one process at a time. An aggregate's place stays (without it a late refund
-// would wait for the gap timeout); held events leave by their turn or the timeout, never by age.
+// Inbox rows are needed only while a redelivery can come: older ones go in bounded batches, one process
+// at a time. Places stay (else a late refund would wait for the gap timeout); held events never go by age.
 import { describeDbError, type Sql } from "../platform/db.ts";
 import { every, type Every } from "../platform/every.ts";
 import { deleteUnderJobLock } from "../platform/job-lock.ts";
@@ -29,7 +28,6 @@ export async function runInboxRetention(sql: Sql, retentionSeconds: number, log:
   return { job: "inbox-retention", ...outcome.value };
 }
 
-/** Runs on its interval until stop(); a failed run is logged and tried again later. */
 export function startInboxRetention(sql: Sql, retentionSeconds: number, log: Logger): Every {
   return every({
     delayMs: INBOX_RETENTION_INTERVAL_MS,

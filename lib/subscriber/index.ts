@@ -1,7 +1,5 @@
-// charges-outbox/subscriber: the consumer's half of the guarantee as a library. The handler runs
-// in the transaction that records the event id in the inbox, so its writes commit once per event
-// id whatever the redeliveries, and the PUBACK follows that commit. Typed events in order per
-// charge, gaps filled from the API, dead letters for poison and malformed messages (docs/subscriber.md).
+// charges-outbox/subscriber: the consumer's half of the guarantee as a library; the handler's writes
+// commit with the event's inbox row, then the PUBACK goes (docs/subscriber.md).
 import { isShareGroup, sharedSubscriptionFilter, subscriptionFilter } from "../charges/events.ts";
 import type { Sql } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
@@ -9,7 +7,7 @@ import { startInboxRetention } from "./inbox-retention.ts";
 import { withCounts } from "./report.ts";
 import { startSubscriber } from "./subscriber.ts";
 import { checkMessage, isKnownEvent } from "./typed-events.ts";
-import type { CreateSubscriberOptions, GapFillApi, SubscriberCounts, SubscriberOptions } from "./types.ts";
+import { COUNT_NAMES, type CreateSubscriberOptions, type GapFillApi, type SubscriberCounts, type SubscriberOptions } from "./types.ts";
 
 export { migrateSubscriber, type SubscriberMigrationOutcome } from "./migrate.ts";
 export { checkMessage, isKnownEvent, type ChargeEvent, type UnknownEvent } from "./typed-events.ts";
@@ -23,11 +21,8 @@ export type { MqttProtocol } from "../platform/config.ts";
 // Longer than the broker keeps a session (a day): a redelivery always finds its row.
 const DEFAULT_INBOX_RETENTION_S = 7 * 86_400;
 const DEFAULT_FILL_AFTER_MS = 5000;
-
-
-
-const COUNT_NAMES: readonly (keyof SubscriberCounts)[] =
-  ["processed", "duplicates", "unknown", "malformed", "deadLettered", "held", "gapsSkipped", "gapsFilled"];
+// The engine's order, with its `rejected` (a library has a `check`: never) as `unknown`.
+const HANDLE_COUNTS: readonly (keyof SubscriberCounts)[] = COUNT_NAMES.map((n) => (n === "rejected" ? "unknown" : n));
 
 export interface SubscriberHandle {
   readonly ready: Promise<void>;
@@ -48,7 +43,7 @@ export function createSubscriber(options: CreateSubscriberOptions): SubscriberHa
   const retention = retentionS === false ? undefined : startInboxRetention(sql, retentionS, options.log ?? quietLog(options));
   return {
     ready: subscriber.ready,
-    counts: withCounts({}, COUNT_NAMES, (name) => (name === "unknown" ? unknown : subscriber[name])),
+    counts: withCounts({}, HANDLE_COUNTS, (name) => (name === "unknown" ? unknown : subscriber[name])),
     get connected() {
       return subscriber.connected;
     },

@@ -1,7 +1,5 @@
-// migrateSubscriber(sql): the subscriber's own tables, from migrations kept in the code (a
-// bundle needs no files), under an advisory lock, recorded in charges_outbox_subscriber_migrations.
-// Its statements are idempotent, so a database the service's migrations already gave these
-// tables (a subscriber sharing the service's database) takes them as they are.
+// The subscriber's own tables, from migrations kept in the code (a bundle needs no files); idempotent,
+// so a database shared with the service, which has these tables already, takes them as they are.
 import type { Sql, Tx } from "../platform/db.ts";
 import { MIGRATION_LOCK_ID } from "../platform/migrations.ts";
 
@@ -21,7 +19,6 @@ const MIGRATIONS: readonly { readonly version: number; readonly name: string; re
           primary key (event_id, consumer)
       );
       create index if not exists inbox_received_idx on inbox (received_at);
-      -- Events the handler kept failing on, and messages that are not valid events, with why.
       create table if not exists subscriber_dead_letters (
           event_id uuid not null,
           consumer text not null,
@@ -32,7 +29,6 @@ const MIGRATIONS: readonly { readonly version: number; readonly name: string; re
           dead_at timestamptz not null default now(),
           primary key (event_id, consumer)
       );
-      -- Per consumer and aggregate, the last sequence processed and when it moved.
       create table if not exists subscriber_sequences (
           consumer text not null,
           aggregate_type text not null,

@@ -1,13 +1,13 @@
-// One event through the inbox: in ONE transaction, the inbox row and the handler's writes (a
-// conflict on the inbox row: already processed, handler skipped). An event with a sequence waits
-// for its aggregate's row lock, then is processed, dropped, held (ahead of its turn) or kept as a
-// dead letter (its turn was skipped). Retried while the database is away, as are dead letters.
+// One event through the inbox: the inbox row and the handler's writes in ONE transaction; with a
+// sequence, under its aggregate's row lock: processed, dropped, held, or a dead letter when late.
 import { isUnavailable, describeDbError, type Sql, type Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
-import type { EventEnvelope } from "../charges/events.ts";
-import { advance, claimTurn, holdEvent, inboxHas, recordDeadLetter, recordInbox, type DeadLetter, type Place } from "./sequence-sql.ts";
-import type { SubscriberOptions } from "./types.ts";
+import { parseEnvelope, type EventEnvelope } from "../charges/events.ts";
+import type { Report } from "./report.ts";
+import { advance, claimTurn, deadLetterHeld, deleteHeld, holdEvent, inboxHas, lockPlace, nextHeld } from "./sequence-sql.ts";
+import { recordDeadLetter, recordInbox, type DeadLetter, type NextHeld, type Place } from "./sequence-sql.ts";
+import type { SequencedEvent, SubscriberOptions } from "./types.ts";
 
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 5000;
@@ -20,9 +20,6 @@ export type Processing = Pick<SubscriberOptions, "sql" | "consumer" | "handler" 
   readonly closing: () => boolean;
 };
 
-export type SequencedEvent = EventEnvelope & { readonly sequence: number };
-
-/** A received event, with its aggregate's place when it has a sequence. */
 export type Arrival =
   | { readonly ordered: false; readonly event: EventEnvelope }
   | { readonly ordered: true; readonly event: SequencedEvent; readonly place: Place; readonly topic: string; readonly payload: string };
@@ -32,9 +29,9 @@ type OrderedArrival = Extract<Arrival, { ordered: true }>;
 export type Outcome =
   /** `follow`: the aggregate whose held events may follow now, if it has any. */
   | { readonly kind: "processed" | "duplicate"; readonly follow?: Place }
-  /** Ahead of its turn, kept in subscriber_held_events; `fresh` false for a redelivery of one held already. */
+  /** `fresh` false for a redelivery of one held already. */
   | { readonly kind: "held"; readonly place: Place; readonly event: SequencedEvent; readonly expected: number; readonly fresh: boolean }
-  /** Behind its turn and never processed: its gap was skipped; kept in subscriber_dead_letters as `letter`. */
+  /** Behind its turn and never processed (its gap was skipped): kept as `letter`. */
   | { readonly kind: "late"; readonly place: Place; readonly event: SequencedEvent; readonly last: number; readonly letter: DeadLetter };
 
 /** The subscriber is closing: the event in hand gets no PUBACK and comes back in the next session. */
@@ -60,7 +57,7 @@ export function turnOf(last: number, sequence: number): "next" | "past" | "ahead
   return sequence <= last ? "past" : "ahead";
 }
 
-/** Runs `attempt` until it succeeds; rejects with the handler's last error once its budget is spent, or with `Closing`. */
+/** Rejects with the handler's last error once its budget is spent, or with `Closing`. */
 export function withHandlerBudget<T>(processing: Processing, what: () => string, attempt: () => Promise<T>): Promise<T> {
   let failures = 0;
   return retryWithBackoff(attempt, processing.closing, (error, n) => {
@@ -107,7 +104,6 @@ async function following(tx: Tx, place: Place, sequence: number): Promise<{ foll
   return (await advance(tx, place, sequence)) ? { follow: place } : {};
 }
 
-/** Behind its turn, never processed: its gap was skipped, so it is kept as a dead letter. */
 export async function keepLate(tx: Tx, { event, place, topic, payload }: Omit<OrderedArrival, "ordered">, last: number): Promise<DeadLetter> {
   const error = `late: sequence ${event.sequence} came after its aggregate went on to ${last} (its gap was skipped after the gap timeout); not processed out of order`;
   const letter = { eventId: event.id, consumer: place.consumer, topic, payload, error, attempts: 0 };
@@ -115,26 +111,100 @@ export async function keepLate(tx: Tx, { event, place, topic, payload }: Omit<Or
   return letter;
 }
 
-type Write = (sql: Sql, letter: DeadLetter) => Promise<void>;
+type Write = (sql: Sql, letter: DeadLetter) => Promise<unknown>;
 
-/** Written by `write`, retried until it is (or the subscriber closes): never acknowledged unwritten. */
-export function keepDeadLetter(processing: Processing, letter: DeadLetter, write: Write = recordDeadLetter): Promise<void> {
-  return retryWithBackoff(
+// Retried until written (or closing): never acknowledged unwritten.
+export async function keepDeadLetter(processing: Processing, letter: DeadLetter, write: Write = recordDeadLetter): Promise<void> {
+  await retryWithBackoff(
     () => write(processing.sql, letter),
     processing.closing,
     (error) => processing.onError?.(`event ${letter.eventId}: dead letter not written yet: ${describeDbError(error)}`),
   );
 }
 
-/** Keeps the event whose handler failed its budget, with the last error; the letter kept. */
 export async function keepHandlerLetter(
-  processing: Processing,
-  message: { readonly eventId: string; readonly topic: string; readonly payload: string },
-  error: unknown,
-  write?: Write,
+  processing: Processing, message: Pick<DeadLetter, "eventId" | "topic" | "payload">, error: unknown, write?: Write,
 ): Promise<DeadLetter> {
   const { eventId, topic, payload } = message;
   const letter = { eventId, consumer: processing.consumer, topic, payload, error: describeDbError(error), attempts: processing.maxHandlerAttempts };
   await keepDeadLetter(processing, letter, write);
   return letter;
+}
+
+// Held events go one at a time, each in its own transaction and handler budget. Told: what to tell
+// once one's transaction committed; none: the aggregate waits.
+type Told = (() => void) | undefined;
+
+export class Releaser {
+  constructor(
+    private readonly processing: Processing,
+    private readonly report: Report,
+    private readonly timeoutMs: number,
+  ) {}
+
+  /** Tells what became of an event from the broker (or the API: `filled`), then releases those it lets follow. */
+  async settled(outcome: Outcome, event: EventEnvelope, topic: string, redelivered: boolean, filled: boolean): Promise<void> {
+    switch (outcome.kind) {
+      case "processed":
+      case "duplicate": {
+        const duplicate = outcome.kind === "duplicate";
+        this.report.delivered({ event, topic, duplicate, redelivered, held: false, gapSkipped: false, filled });
+        if (outcome.follow) await this.release(outcome.follow);
+        return;
+      }
+      case "held":
+        if (outcome.fresh) this.report.held(outcome.place, outcome.event, topic, outcome.expected);
+        return;
+      case "late":
+        this.report.late(outcome.place, outcome.event, outcome.last, outcome.letter);
+    }
+  }
+
+  async release(place: Place): Promise<void> {
+    for (let told = await this.next(place); told; told = await this.next(place)) told();
+  }
+
+  private async next(place: Place): Promise<Told> {
+    let current: NextHeld | undefined;
+    const what = (): string => `held event ${current?.eventId ?? `of ${place.aggregateType} ${place.aggregateId}`}`;
+    try {
+      return await withHandlerBudget(this.processing, what, () => transaction(this.processing.sql, (tx) => this.step(tx, place, (held) => (current = held))));
+    } catch (error) {
+      if (error instanceof Closing || current === undefined) throw error;
+      this.report.deadLettered(await keepHandlerLetter(this.processing, current, error, deadLetterHeld));
+      return undefined;
+    }
+  }
+
+  private async step(tx: Tx, place: Place, taking: (held: NextHeld) => void): Promise<Told> {
+    const last = await lockPlace(tx, place);
+    const held = await nextHeld(tx, place, this.timeoutMs);
+    if (!held) return undefined;
+    const turn = turnOf(last, held.sequence);
+    if (turn === "ahead" && !held.overdue) return undefined;
+    taking(held);
+    const event = heldEvent(held);
+    await deleteHeld(tx, held.eventId, place.consumer);
+    if (turn === "past") {
+      // A held copy of an event already processed is only deleted.
+      if (await inboxHas(tx, event.id, place.consumer)) return () => {};
+      const letter = await keepLate(tx, { event, place, topic: held.topic, payload: held.payload }, last);
+      return () => this.report.late(place, event, last, letter);
+    }
+    const fresh = await recordInbox(tx, event.id, place.consumer);
+    if (fresh) await this.processing.handler?.(event, tx);
+    await advance(tx, place, held.sequence);
+    const gapSkipped = turn === "ahead";
+    return () => {
+      if (gapSkipped) this.report.gapSkipped(place, event, last + 1, held.waitedMs);
+      this.report.delivered({ event, topic: held.topic, duplicate: !fresh, redelivered: false, held: true, gapSkipped, filled: false });
+    };
+  }
+}
+
+// Held only once parsed, so the payload parses again.
+function heldEvent(held: NextHeld): SequencedEvent {
+  const envelope = parseEnvelope(held.payload);
+  if (!envelope) throw new Error(`bug: held event ${held.eventId} is not an envelope`);
+  return { ...envelope, sequence: held.sequence };
 }

@@ -1,6 +1,5 @@
-// One received PUBLISH, from arrival to PUBACK: through the inbox in its turn (process.ts), then
-// the held events it releases (release.ts), then its PUBACK. The PUBACK follows the commit, so a
-// crash before it gets a redelivery, and one after it is deduplicated (or finds it held).
+// One received PUBLISH: through the inbox in its turn, then the held events it releases, then its
+// PUBACK, after the commit: a crash before it gets a redelivery, one after it a duplicate.
 import { createHash } from "node:crypto";
 import { context, SpanKind, trace, type Span } from "@opentelemetry/api";
 import type { IPublishPacket } from "mqtt";
@@ -8,8 +7,8 @@ import { aggregateTypeOfTopic, parseEnvelope, type EventEnvelope } from "../char
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
 import { contextOf, endSpan, tracer } from "../platform/trace-context.ts";
 import type { DeadLetter } from "./sequence-sql.ts";
-import { Closing, keepDeadLetter, keepHandlerLetter, MAX_HANDLER_ATTEMPTS, processEvent, type Arrival, type Processing } from "./process.ts";
-import { Releaser } from "./release.ts";
+import { Closing, keepDeadLetter, keepHandlerLetter, MAX_HANDLER_ATTEMPTS, processEvent, Releaser } from "./process.ts";
+import type { Arrival, Processing } from "./process.ts";
 import { Report } from "./report.ts";
 import type { SubscriberOptions } from "./types.ts";
 import type { Checked } from "./typed-events.ts";
@@ -56,8 +55,7 @@ export class Receiver {
       });
   }
 
-  // Acknowledged without processing (it would fail the same way again); with a caller's `check`,
-  // once kept as a dead letter.
+  // Acknowledged unprocessed (it would fail the same way again); with a `check`, once a dead letter.
   private malformed(packet: IPublishPacket, checked: Extract<Checked, { kind: "malformed" }>, ack: Ack): void {
     if (!this.options.check) return tellThenAck(() => this.report.rejected(packet.topic, checked.reason), ack);
     const letter = malformedLetterOf(this.options.consumer, packet, checked.reason, checked.eventId);
@@ -104,8 +102,7 @@ function tellThenAck(tell: () => void, ack: Ack): void {
   }
 }
 
-// The child of the request that wrote the event (the traceparent of an MQTT 5 publish), so a charge
-// is one trace; with no tracer provider registered it records nothing.
+// The child of the request that wrote the event (an MQTT 5 traceparent): a charge is one trace.
 function consumerSpan(packet: IPublishPacket, eventId: string, consumer: string): Span {
   const traceparent = packet.properties?.userProperties?.traceparent;
   const attributes = {
@@ -119,11 +116,8 @@ function consumerSpan(packet: IPublishPacket, eventId: string, consumer: string)
   return tracer().startSpan(`process ${packet.topic}`, { kind: SpanKind.CONSUMER, attributes }, parent);
 }
 
-/**
- * The dead letter of a message that is not a valid event: under its own id when it names one,
- * else under an id made from its topic and bytes, so that a redelivery of it (a crash before
- * its PUBACK) updates the same row rather than adding one.
- */
+// Under its own id when it names one, else one made from its topic and bytes: a redelivery of it
+// updates the same row rather than adding one.
 function malformedLetterOf(consumer: string, packet: IPublishPacket, reason: string, eventId: string | undefined): DeadLetter {
   const payload = payloadText(packet);
   return { eventId: eventId ?? contentId(packet.topic, payload), consumer, topic: packet.topic, payload, error: `malformed: ${reason}`, attempts: 0 };
@@ -135,7 +129,7 @@ function contentId(topic: string, payload: string): string {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
 }
 
-/** The message as received, as text (the envelope's JSON); NUL, which a text column refuses, as U+FFFD. */
+// NUL, which a text column refuses, as U+FFFD.
 function payloadText(packet: IPublishPacket): string {
   const text = typeof packet.payload === "string" ? packet.payload : Buffer.from(packet.payload).toString("utf8");
   return text.includes("\u0000") ? text.replaceAll("\u0000", "\uFFFD") : text;

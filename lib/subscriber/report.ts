@@ -2,12 +2,9 @@
 // consumer and outcome only), the caller's callbacks and the gap lines.
 import { metrics, type Counter, type ObservableGauge, type ObservableResult } from "@opentelemetry/api";
 import { silentLogger, type Logger } from "../platform/log.ts";
-import type { SequencedEvent } from "./process.ts";
 import type { DeadLetter, Gap, Place } from "./sequence-sql.ts";
-import { COUNT_NAMES, type Counts, type Delivery, type SubscriberOptions } from "./types.ts";
+import { COUNT_NAMES, type Counts, type Delivery, type SequencedEvent, type SubscriberOptions } from "./types.ts";
 
-
-/** `target` with a live read-only property per name in `names`, read by `read`. */
 export function withCounts<T extends object, K extends string>(
   target: T,
   names: readonly K[],
@@ -26,7 +23,7 @@ export class Report {
   private readonly gaps: Counter;
   private readonly heldGauge: ObservableGauge;
   // The consumer's held events as the gap sweep last counted them; unknown before its first run.
-  private heldNow: number | undefined;
+  heldNow: number | undefined;
   private readonly observeHeld = (result: ObservableResult): void => {
     if (this.heldNow !== undefined) result.observe(this.heldNow, { consumer: this.consumer });
   };
@@ -54,7 +51,6 @@ export class Report {
     for (const outcome of ["held", "filled", "released_after_timeout", "late"]) this.gaps.add(0, { consumer, outcome });
   }
 
-  /** A `filled` one that is no duplicate is the broker's missing event, read from the API. */
   delivered(delivery: Delivery): void {
     if (delivery.filled && !delivery.duplicate) {
       this.counts.gapsFilled += 1;
@@ -100,17 +96,15 @@ export class Report {
     this.log.warn("sequence gap skipped after the gap timeout", fields);
   }
 
-  /** The API answered the gap's next event (`filled`: how many of its events were new). */
+  /** `filled`: how many of the events the API answered were new. */
   gapFilled(gap: Gap, filled: number): void {
     this.log.info("sequence gap filled from the API", { ...gapFields(gap), filled });
   }
 
-  /** The API answered without the gap's next event: the gap waits for the broker or the timeout. */
   notFilled(gap: Gap, reason: string): void {
     this.log.warn("sequence gap not filled from the API", { ...gapFields(gap), reason });
   }
 
-  /** The API did not answer (down, refused the token): asked again later. */
   fillFailed(gap: Gap, error: string): void {
     this.log.warn("sequence gap not filled from the API", { ...gapFields(gap), error });
     this.options.onError?.(`gap of ${gap.place.aggregateType} ${gap.place.aggregateId} after ${gap.last} not filled from the API (asked again later): ${error}`);
@@ -121,10 +115,6 @@ export class Report {
     this.countDeadLetter();
     this.log.warn("event after its skipped turn kept in subscriber_dead_letters", { ...fieldsOf(place, event), lastSequence: last, receivedSequence: event.sequence });
     this.options.onDeadLetter?.(letter);
-  }
-
-  setHeldNow(count: number): void {
-    this.heldNow = count;
   }
 
   close(): void {
@@ -141,11 +131,11 @@ export class Report {
   }
 }
 
+// A place is exactly its three keys (built so, or read so): they lead the log line in this order.
 function fieldsOf(place: Place, event: SequencedEvent): Record<string, string> {
-  return { consumer: place.consumer, aggregateType: place.aggregateType, aggregateId: place.aggregateId, eventId: event.id };
+  return { ...place, eventId: event.id };
 }
 
 function gapFields(gap: Gap): Record<string, string | number> {
-  const { consumer, aggregateType, aggregateId } = gap.place;
-  return { consumer, aggregateType, aggregateId, lastSequence: gap.last, heldSequence: gap.held[0] ?? 0 };
+  return { ...gap.place, lastSequence: gap.last, heldSequence: gap.held[0] ?? 0 };
 }

@@ -1,7 +1,5 @@
-// The subscriber's statements: its inbox, its place in each aggregate's sequence
-// (subscriber_sequences), the events it holds until their turn (subscriber_held_events) and its
-// dead letters, kept before their PUBACK: nothing is acknowledged unprocessed and unkept. Every
-// statement that decides on an aggregate's place runs after its row is locked, in that transaction.
+// The subscriber's statements: inbox, places in each aggregate's sequence, held events, dead letters.
+// Every statement that decides on an aggregate's place runs after its row is locked, in that transaction.
 import type { Sql, Tx } from "../platform/db.ts";
 
 export interface Place {
@@ -10,11 +8,9 @@ export interface Place {
   readonly aggregateId: string;
 }
 
-/**
- * Locks the aggregate's row (created at 0) and, when the event is next, records it in the inbox,
- * in one round trip; `inserted` false with `last` = sequence - 1: the inbox had it. The upsert
- * waits for the lock's holder, so share-group members take an aggregate's events in turn.
- */
+// Locks the aggregate's row (created at 0) and, when the event is next, records it in the inbox;
+// `inserted` false with `last` = sequence - 1: the inbox had it. The upsert waits for the lock's
+// holder, so share-group members take an aggregate's events in turn.
 export async function claimTurn(tx: Tx, place: Place, eventId: string, sequence: number): Promise<{ last: number; inserted: boolean }> {
   const rows = await tx<{ last: number; inserted: boolean }[]>`
     with place as (
@@ -32,7 +28,6 @@ export async function claimTurn(tx: Tx, place: Place, eventId: string, sequence:
   return rows[0]!; // the upsert always returns its row
 }
 
-/** Locks the aggregate's row (created at 0 when new); its last processed sequence. */
 export async function lockPlace(tx: Tx, place: Place): Promise<number> {
   const rows = await tx<{ last: number }[]>`
     insert into subscriber_sequences (consumer, aggregate_type, aggregate_id, last_sequence)
@@ -43,7 +38,7 @@ export async function lockPlace(tx: Tx, place: Place): Promise<number> {
   return rows[0]!.last;
 }
 
-/** Moves the aggregate's place to `sequence`; whether it has held events (which may now follow). */
+// Whether it has held events, which may now follow.
 export async function advance(tx: Tx, place: Place, sequence: number): Promise<boolean> {
   const [row] = await tx<{ more: boolean }[]>`
     update subscriber_sequences s set last_sequence = ${sequence}, advanced_at = now()
@@ -54,7 +49,7 @@ export async function advance(tx: Tx, place: Place, sequence: number): Promise<b
   return row?.more === true;
 }
 
-/** false for a redelivery. Run it in the transaction of the consumer's writes: both commit, or neither. */
+// false for a redelivery.
 export async function recordInbox(tx: Tx, eventId: string, consumer: string): Promise<boolean> {
   const rows = await tx`
     insert into inbox (event_id, consumer) values (${eventId}::uuid, ${consumer})
@@ -68,14 +63,9 @@ export async function inboxHas(tx: Tx, eventId: string, consumer: string): Promi
   return rows.length === 1;
 }
 
-export interface HeldEvent {
-  readonly eventId: string;
-  readonly sequence: number;
-  readonly topic: string;
-  readonly payload: string;
-}
+export type HeldEvent = Pick<DeadLetter, "eventId" | "topic" | "payload"> & { readonly sequence: number };
 
-/** Keeps an event until its turn; false when it already is kept (a redelivery). */
+// false when it already is kept (a redelivery).
 export async function holdEvent(tx: Tx, place: Place, held: HeldEvent): Promise<boolean> {
   const rows = await tx`
     insert into subscriber_held_events (event_id, consumer, aggregate_type, aggregate_id, sequence, topic, payload)
@@ -85,11 +75,11 @@ export async function holdEvent(tx: Tx, place: Place, held: HeldEvent): Promise<
   return rows.length === 1;
 }
 
-export interface NextHeld extends HeldEvent {
+export type NextHeld = HeldEvent & {
   readonly overdue: boolean;
   /** Since the aggregate last advanced or its first held event came, whichever is later. */
   readonly waitedMs: number;
-}
+};
 
 export async function nextHeld(tx: Tx, place: Place, timeoutMs: number): Promise<NextHeld | undefined> {
   const [row] = await tx<NextHeld[]>`
@@ -122,8 +112,8 @@ export interface DeadLetter {
 }
 
 /** A redelivery that fails again replaces the error and the time: the row says how it failed last. */
-export async function recordDeadLetter(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
-  await sql`
+export function recordDeadLetter(sql: Sql | Tx, letter: DeadLetter) {
+  return sql`
     insert into subscriber_dead_letters (event_id, consumer, topic, payload, error, attempts)
     values (${letter.eventId}::uuid, ${letter.consumer}, ${letter.topic}, ${letter.payload}, ${letter.error}, ${letter.attempts})
     on conflict (event_id, consumer) do update
@@ -131,18 +121,13 @@ export async function recordDeadLetter(sql: Sql | Tx, letter: DeadLetter): Promi
           attempts = excluded.attempts, dead_at = now()`;
 }
 
-/** Out of the held events and into the dead letters, in one statement. */
 export async function deadLetterHeld(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
   await sql`
     with gone as (delete from subscriber_held_events where event_id = ${letter.eventId}::uuid and consumer = ${letter.consumer})
-    insert into subscriber_dead_letters (event_id, consumer, topic, payload, error, attempts)
-    values (${letter.eventId}::uuid, ${letter.consumer}, ${letter.topic}, ${letter.payload}, ${letter.error}, ${letter.attempts})
-    on conflict (event_id, consumer) do update
-      set topic = excluded.topic, payload = excluded.payload, error = excluded.error,
-          attempts = excluded.attempts, dead_at = now()`;
+    ${recordDeadLetter(sql, letter)}`;
 }
 
-/** Aggregates with a held event that may go now: its turn came (a crash before its release) or its gap is overdue. */
+// Its turn came (a crash before its release) or its gap is overdue.
 export async function dueAggregates(sql: Sql, consumer: string, timeoutMs: number, limit: number): Promise<Place[]> {
   return sql<Place[]>`
     select s.consumer, s.aggregate_type as "aggregateType", s.aggregate_id as "aggregateId"
@@ -156,7 +141,6 @@ export async function dueAggregates(sql: Sql, consumer: string, timeoutMs: numbe
      limit ${limit}`;
 }
 
-/** Events the consumer holds now (every member of its share group together). */
 export async function countHeld(sql: Sql, consumer: string): Promise<number> {
   const [row] = await sql<{ n: number }[]>`select count(*)::int as n from subscriber_held_events where consumer = ${consumer}`;
   return row?.n ?? 0;
@@ -170,7 +154,7 @@ export interface Gap {
   readonly topic: string;
 }
 
-/** Gaps of `aggregateType` that lasted `afterMs` but not `timeoutMs` (the sweep skips those), oldest first. */
+// Lasted `afterMs` but not `timeoutMs` (the sweep skips those), oldest first.
 export async function gapsToFill(sql: Sql, consumer: string, aggregateType: string, afterMs: number, timeoutMs: number, limit: number): Promise<Gap[]> {
   const rows = await sql<{ aggregateId: string; last: number; held: number[]; topic: string }[]>`
     select s.aggregate_id as "aggregateId", s.last_sequence as last,

@@ -1,6 +1,5 @@
-// The subscriber's MQTT side: a persistent session (Clean Start 0 + Session Expiry on 5, Clean
-// Session 0 on 3.1.1, a client id kept across brokers), so QoS 1 events sent while it is offline
-// wait at the broker; the subscription; a bounded close.
+// The subscriber's MQTT side: a persistent session (a client id kept across brokers), so QoS 1
+// events sent while it is offline wait at the broker; the subscription; a bounded close.
 import type { IPublishPacket, MqttClient } from "mqtt";
 import { connectMqtt } from "../platform/mqtt-connect.ts";
 import { describeMqttError } from "../platform/mqtt-errors.ts";
@@ -12,11 +11,10 @@ const SESSION_EXPIRY_S = 86_400;
 const RECONNECT_MS = 1000;
 const CLOSE_TIMEOUT_MS = 2000;
 
-/** Connects and subscribes; each received PUBLISH goes to `onMessage`, whose `ack` sends its PUBACK. */
+// `ack` sends the PUBLISH's PUBACK.
 export function openSession(options: SubscriberOptions, onMessage: (packet: IPublishPacket, ack: () => void) => void) {
   const brokers = brokerList(options.mqttUrl);
-  const { onBrokerMove } = options;
-  if (onBrokerMove) brokers.onMove(onBrokerMove);
+  if (options.onBrokerMove) brokers.onMove(options.onBrokerMove);
   const client: MqttClient = connectMqtt(brokers, {
     clientId: options.clientId ?? options.consumer,
     clean: false,
@@ -26,10 +24,9 @@ export function openSession(options: SubscriberOptions, onMessage: (packet: IPub
     // Once per cause, not once per retry (mqtt-connect.ts).
     onError: (error) => options.onError?.(`broker connection failed: ${describeMqttError(error)}`),
   });
-  // mqtt.js hands over one packet at a time: arrival order. A PUBACK goes out only on its PUBLISH's
-  // connection: on the next, its packet id may name another message, which a broker resuming the
-  // session on another node (NATS 2.9) then never delivers. Unacknowledged, the PUBLISH comes
-  // again in the resumed session (MQTT 3.1.1 §4.4, 5 §4.4).
+  // A PUBACK goes out only on its PUBLISH's connection: on the next its packet id may name another
+  // message, which a broker resuming the session elsewhere (NATS 2.9) then never delivers; an
+  // unacknowledged PUBLISH comes again in the resumed session (MQTT §4.4).
   let connection = 0;
   client.on("close", () => void (connection += 1));
   client.handleMessage = (packet, callback) => {

@@ -1,7 +1,5 @@
-// The subscriber's engine (index.ts's createSubscriber is built on it): the session, its PUBLISHes
-// (receive.ts), and the gap sweep, which fills old gaps from the API (gap-fill.ts), then releases
-// the held events no arriving event will: those a crash left unreleased in their turn, and those
-// whose gap outlasted the timeout. The aggregate's row lock keeps two members from racing.
+// The subscriber's engine under createSubscriber: the session, its PUBLISHes, and the gap sweep, which
+// fills gaps from the API, then releases held events whose turn came (after a crash) or whose gap timed out.
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
 import { describeDbError } from "../platform/db.ts";
 import { every } from "../platform/every.ts";
@@ -11,17 +9,17 @@ import { withCounts } from "./report.ts";
 import { Closing } from "./process.ts";
 import { countHeld, dueAggregates } from "./sequence-sql.ts";
 import { closeSession, openSession } from "./session.ts";
-import { COUNT_NAMES, type Subscriber, type SubscriberOptions } from "./types.ts";
+import { COUNT_NAMES, type SubscriberOptions } from "./types.ts";
 
-export type { Delivery, GapFillApi, Held, Subscriber, SubscriberOptions } from "./types.ts";
+export type { Delivery, GapFillApi, Held, SubscriberOptions } from "./types.ts";
+export type Subscriber = ReturnType<typeof startSubscriber>;
 
-// A run is two indexed reads of the consumer's few held events: once a second costs next to nothing.
 const GAP_SWEEP_INTERVAL_MS = 1000;
-// After failed runs (the database away) the pause doubles up to this: an outage is not logged every second.
+// After failed runs the pause doubles up to this: an outage is not logged every second.
 const GAP_SWEEP_MAX_PAUSE_MS = 30_000;
 const GAP_SWEEP_BATCH = 100;
 
-export function startSubscriber(options: SubscriberOptions): Subscriber {
+export function startSubscriber(options: SubscriberOptions) {
   const receiver = new Receiver(options);
   const { report, releaser } = receiver;
   const { client, brokers, ready } = openSession(options, (packet, ack) => receiver.receive(packet, ack));
@@ -39,7 +37,7 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
         if (signal.aborted) return;
         await releaser.release(place);
       }
-      report.setHeldNow(await countHeld(sql, consumer));
+      report.heldNow = await countHeld(sql, consumer);
       failures = 0;
     },
     onError: (error) => {
@@ -56,7 +54,8 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
       return brokers.inUse;
     },
     ready,
-    async close() {
+    /** Keeps the session: what arrives meanwhile waits at the broker. */
+    async close(): Promise<void> {
       // The event in hand commits and is acknowledged; a retry in progress gives up.
       await Promise.all([receiver.drain(), sweep.stop()]);
       report.close();

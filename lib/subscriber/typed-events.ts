@@ -1,6 +1,5 @@
-// The library's events, typed and checked on receipt against lib/charges/events.ts: a known type
-// must match its envelope schema; an unknown one needs only the common fields, so producers can
-// add types without stopping their subscribers. Anything else is malformed, with the reason.
+// Events checked on receipt: a known type against its envelope schema, an unknown one on the common
+// fields only, so producers can add types without stopping their subscribers.
 import { Type as t, type TObject } from "@sinclair/typebox";
 import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
 import { ENVELOPE_SCHEMAS, EVENT_TYPES, UUID_PATTERN, type EventData, type EventEnvelope, type EventType } from "../charges/events.ts";

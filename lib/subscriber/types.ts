@@ -1,12 +1,11 @@
 // The subscriber engine's contract: what startSubscriber takes and returns.
 import type { Sql, Tx } from "../platform/db.ts";
 import type { MqttProtocol } from "../platform/config.ts";
-import type { Brokers } from "../platform/mqtt-brokers.ts";
+import type { BrokerMove, Brokers } from "../platform/mqtt-brokers.ts";
 import type { EventEnvelope } from "../charges/events.ts";
 import type { Meter } from "@opentelemetry/api";
 import type postgres from "postgres";
 import type { Logger } from "../platform/log.ts";
-import type { BrokerMove } from "../platform/mqtt-brokers.ts";
 import type { DeadLetter } from "./sequence-sql.ts";
 import type { ChargeEvent, Checked, UnknownEvent } from "./typed-events.ts";
 
@@ -25,9 +24,11 @@ export interface Delivery {
   readonly filled: boolean;
 }
 
+export type SequencedEvent = EventEnvelope & { readonly sequence: number };
+
 /** An event that came ahead of its turn, kept in subscriber_held_events (and acknowledged). */
 export interface Held {
-  readonly event: EventEnvelope & { readonly sequence: number };
+  readonly event: SequencedEvent;
   readonly topic: string;
   readonly expected: number;
 }
@@ -39,44 +40,24 @@ export interface SubscriberOptions extends Omit<CreateSubscriberOptions, Library
   readonly mqttUrl: Brokers;
   readonly mqttProtocol?: MqttProtocol;
   readonly topic: string;
-  /**
-   * Its writes through `tx` commit with the inbox row; a lost connection leaves a statement on
-   * `tx` unsettled, so that attempt is abandoned and retried in a new transaction. Called one at
-   * a time and in sequence order per aggregate, across a share group too; calls for different
-   * aggregates may overlap (the gap sweep beside the event in hand).
-   */
+  // One at a time and in sequence order per aggregate, across a share group too; different
+  // aggregates may overlap (the gap sweep beside the event in hand).
   readonly handler?: (event: EventEnvelope, tx: Tx) => Promise<void> | void;
-  /** A message acknowledged without processing because it is not an event. */
   readonly onRejected?: (topic: string, reason: string) => void;
   readonly api?: GapFillApi;
-  /**
-   * How a message is read. Without it, parseEnvelope: a non-envelope is rejected (counted,
-   * acknowledged, not kept); with it, a malformed message is kept as a dead letter, then acknowledged.
-   */
+  /** Without it, a non-envelope is only rejected; with it, a malformed message becomes a dead letter. */
   readonly check?: (payload: Uint8Array | string) => Checked;
 }
 
 type LibraryOnly = "sql" | "mqttUrl" | "handle" | "onUnknown" | "topicPrefix" | "shareGroup" | "protocol" | "api" | "inboxRetentionSeconds";
 
-
 export interface GapFillApi {
-  /** The API's origin (a path prefix is kept), no trailing slash. */
+  /** No trailing slash. */
   readonly url: string;
   /** A bearer token of the events' tenant, asked before each request. */
   readonly token: () => string | Promise<string>;
-  /** How long a gap lasts before the API is asked (less than the gap timeout). */
   readonly fillAfterMs: number;
-  /** The global fetch by default. */
   readonly fetch?: (url: string, init: RequestInit) => Promise<Response>;
-}
-
-export interface Subscriber extends Readonly<Counts> {
-  readonly connected: boolean;
-  /** Its password masked. */
-  readonly broker: string;
-  readonly ready: Promise<void>;
-  /** Disconnects, keeping the session: what arrives meanwhile waits at the broker. */
-  close(): Promise<void>;
 }
 
 export type SubscriberTx = Tx;
