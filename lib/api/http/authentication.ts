@@ -4,7 +4,7 @@ import { Elysia, status } from "elysia";
 import { AUTH_FAILURE_DETAILS, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
-import { countOut, enterKey, enterProcess, enterTenant } from "./in-flight.ts";
+import { enterKey, enterProcess, enterTenant } from "./in-flight.ts";
 import { setBodyDeadline } from "../body.ts";
 import type { RequestContextPlugin, RequestDeps, RequestTrail } from "./context.ts";
 
@@ -31,7 +31,7 @@ async function admit(deps: RequestDeps, trail: RequestTrail, request: Request): 
   const admitted = deps.admission.take(verdict);
   if (!admitted.ok) {
     // Held, the refusal is no request in flight: it must not crowd out admitted ones.
-    countOut(deps, trail);
+    trail.countOut(deps.admission);
     await deps.admission.holdRefusal();
     return rateLimited(admitted.retryAfterS);
   }

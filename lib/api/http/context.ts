@@ -14,7 +14,6 @@ import type { Authenticator } from "../auth.ts";
 import type { ApiMetrics } from "../metrics.ts";
 import type { Admission } from "../admission.ts";
 import type { Readiness } from "../readiness.ts";
-import { countOut } from "./in-flight.ts";
 
 export interface RequestDeps {
   readonly sql: Sql;
@@ -82,6 +81,15 @@ export class RequestTrail {
     this.status = response.status;
     return response;
   }
+
+  /** Out of the count in flight, once: when answered, or earlier when its refusal is held. */
+  countOut(admission: Admission): void {
+    if (this.keyIn !== undefined) admission.leaveKey(this.keyIn);
+    if (this.tenantIn !== undefined) admission.leaveTenant(this.tenantIn);
+    if (this.admitted) admission.leave();
+    this.keyIn = this.tenantIn = undefined;
+    this.admitted = false;
+  }
 }
 
 /** `deps` and a `trail` per request; named, so each group of routes `use`s it and Elysia applies it once. */
@@ -122,7 +130,7 @@ export function observability(context: RequestContextPlugin, httpMetrics: HttpSe
     })
     // `set` is not read: a hook that reads it makes Elysia map every answer through it.
     .onAfterResponse({ as: "global" }, ({ request, route, trail, deps }) => {
-      countOut(deps, trail);
+      trail.countOut(deps.admission);
       const durationMs = (trail.answeredAt ?? performance.now()) - trail.started;
       const status = trail.status ?? 200;
       const name = routeOf(route);

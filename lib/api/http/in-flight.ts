@@ -16,7 +16,7 @@ export function enterProcess(deps: Deps, trail: RequestTrail): Response | undefi
 
 export function enterTenant(deps: Deps, trail: RequestTrail, tenant: string): Response | undefined {
   if (!deps.admission.enterTenant(tenant)) {
-    countOut(deps, trail);
+    trail.countOut(deps.admission);
     return overloaded("this tenant has as many requests in flight as one tenant may (API_MAX_IN_FLIGHT_PER_TENANT); retry later");
   }
   trail.tenantIn = tenant;
@@ -27,27 +27,12 @@ export function enterKey(deps: Deps, trail: RequestTrail, tenant: string, key: s
   if (key === null) return undefined;
   const scope = `${tenant}\u0000${key}`;
   if (!deps.admission.enterKey(scope)) {
-    countOut(deps, trail);
+    trail.countOut(deps.admission);
     const detail = "as many requests with this Idempotency-Key are in flight as one key may (API_MAX_IN_FLIGHT_PER_KEY); retry later";
     return problemResponse("inFlight", detail, {}, { "retry-after": RETRY_AFTER_S });
   }
   trail.keyIn = scope;
   return undefined;
-}
-
-/** Out of the count in flight, once: when answered (observability), or when its refusal is held. */
-export function countOut(deps: Deps, trail: RequestTrail): void {
-  if (trail.keyIn !== undefined) {
-    deps.admission.leaveKey(trail.keyIn);
-    trail.keyIn = undefined;
-  }
-  if (trail.tenantIn !== undefined) {
-    deps.admission.leaveTenant(trail.tenantIn);
-    trail.tenantIn = undefined;
-  }
-  if (!trail.admitted) return;
-  trail.admitted = false;
-  deps.admission.leave();
 }
 
 function overloaded(detail: string): Response {
