@@ -45,7 +45,7 @@ export function createClaimSizer(cap: number, publishTimeoutMs: number, lanes: n
       budget = Math.max(min, Math.floor((pace * publishTimeoutMs * TIMEOUT_SHARE_FOR_CLAIMED_ROWS) / lanes));
       size = Math.min(size, budget);
     },
-    /** About `rows` are due at once (gather.ts): the next claim asks for them all. */
+    /** About `rows` are due at once (a gather): the next claim asks for them all. */
     expect(rows: number): void {
       size = Math.min(cap, budget, Math.max(size, rows));
     },
