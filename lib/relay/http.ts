@@ -1,6 +1,5 @@
-// The relay's HTTP surface on RELAY_PORT: /healthz, /readyz, and the GET routes the assembly
-// adds (/metrics, ...). Answers are JSON, errors RFC 9457 problems, each counted under its
-// route's path or "(unmatched)". A request without Host (HTTP/1.0) is routed like any other.
+// The relay's HTTP surface on RELAY_PORT: /healthz, /readyz and the GET routes start.ts adds.
+// Answers are JSON, errors RFC 9457 problems.
 import type { Sql } from "../platform/db.ts";
 import { probeDatabase } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
@@ -10,16 +9,15 @@ import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../platform/http-metric
 interface RelayAppDeps {
   readonly sql: Sql;
   readonly broker: { readonly connected: boolean; readonly lastError?: string | undefined; readonly url?: string };
-  /** Extra GET routes by exact path. */
   readonly routes?: Readonly<Record<string, FetchHandler>>;
-  /** Hears why the database is down (the /readyz body only says that it is) and handler failures. */
+  /** Hears why the database is down (the /readyz body only says that it is). */
   readonly logger: Logger;
   readonly httpMetrics?: HttpServerMetrics;
 }
 
 const MS_PER_S = 1000;
 
-// A readiness probe must answer quickly even when the database hangs; past this it is "down".
+// A readiness probe must answer quickly even when the database hangs.
 const READY_DB_TIMEOUT_MS = 1000;
 
 function json(status: number, body: unknown): Response {
