@@ -82,6 +82,8 @@ async function claim(turn: BatchTurn, limit: number, tx: Tx): Promise<{ rows: Ou
   return { rows: followers.length > 0 ? [...heads, ...followers] : heads, heads: heads.length, full, fromTop: from === undefined };
 }
 
+const NONE_MARKED: Promise<unknown> = Promise.resolve();
+
 // Round trips: BEGIN, claim, maybe the followers, then the updates and COMMIT pipelined.
 export function startBatch(ctx: BatchContext, turn: BatchTurn, limit: number): BatchRun {
   let handOff: (claimed: Claimed) => void = () => {};
@@ -100,14 +102,6 @@ export function startBatch(ctx: BatchContext, turn: BatchTurn, limit: number): B
   return { claimed, result };
 }
 
-/** `marked` is settled by the time the COMMIT's answer is in. */
-interface Settled {
-  readonly result: BatchResult;
-  readonly marked: Promise<unknown>;
-}
-
-const NONE_MARKED: Promise<unknown> = Promise.resolve();
-
 async function batchInTx(
   ctx: BatchContext,
   turn: BatchTurn,
@@ -115,7 +109,7 @@ async function batchInTx(
   tx: Tx,
   handOff: (claimed: Claimed) => void,
   lost: () => boolean,
-): Promise<Settled> {
+): Promise<{ result: BatchResult; marked: Promise<unknown> }> {
   // Once the connection is lost the batch stops before its next statement, left pending.
   const stopIfLost = async (): Promise<void> => {
     if (lost()) await new Promise<never>(() => {});

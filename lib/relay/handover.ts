@@ -13,10 +13,8 @@ type HandoverContext = Pick<BatchContext, "topicPrefix" | "deliver" | "broker" |
 
 type Chain = readonly OutboxRow[];
 
-/**
- * The first `heads` rows are heads, the rest followers. A follower not right after the last row
- * of its chain (one between was locked or not due) is `left`: released, claimed again as a head.
- */
+// The first `heads` rows are heads, the rest followers. A follower not right after the last row
+// of its chain (one between was locked or not due) is `left`: released, claimed again as a head.
 export function chainsOf(rows: readonly OutboxRow[], heads: number): { chains: Chain[]; left: OutboxRow[] } {
   const chains = new ByTwoKeys<OutboxRow[]>();
   const all: OutboxRow[][] = [];
@@ -134,10 +132,8 @@ function producerSpan(row: OutboxRow, topic: string | undefined, answer: (outcom
 
 const NOT_ATTEMPTED_BEHIND: Outcome = { kind: "released", error: "not attempted: the event before it in its aggregate was not acknowledged" };
 
-/**
- * The chains side by side; outcomes in the chains' order once all are in or at the timeout.
- * Callbacks, not a promise per row: a drain hands over tens of thousands a second.
- */
+// The chains side by side, outcomes in their order. Callbacks, not a promise per row: a drain
+// hands over tens of thousands a second.
 export async function publishChains(ctx: HandoverContext, chains: readonly Chain[]): Promise<Outcome[]> {
   const topics = new Topics(ctx.topicPrefix);
   let total = 0;
@@ -171,17 +167,15 @@ export async function publishChains(ctx: HandoverContext, chains: readonly Chain
   return Array.from(outcomes, (o, i) => o ?? (sent[i] ? timeout : NOT_ATTEMPTED_BEHIND));
 }
 
-/**
- * One chain at a time, for a small claim: Mosquitto (without TCP_NODELAY) holds the PUBACKs of a
- * burst until our delayed ACK (40 ms); sent one at a time, each PUBLISH carries the ACK.
- */
+// For a small claim: Mosquitto (without TCP_NODELAY) holds the PUBACKs of a burst until our
+// delayed ACK (40 ms); sent one chain at a time, each PUBLISH carries the ACK.
 export async function publishInTurn(ctx: HandoverContext, chains: readonly Chain[]): Promise<Outcome[]> {
   const outcomes: Outcome[] = [];
   const rest: Outcome = { kind: "released", error: "not attempted: the broker went away during the batch" };
   let gone = false;
   for (const chain of chains) {
     if (gone) {
-      for (let k = 0; k < chain.length; k++) outcomes.push(rest);
+      outcomes.push(...chain.map(() => rest));
       continue;
     }
     const answers = await publishChains(ctx, [chain]);

@@ -59,10 +59,8 @@ const DB_BACKOFF_MAX_MS = 5000;
 // A failed LISTEN (database away at start) is retried this often; the poll covers the gap.
 const LISTEN_RETRY_MS = 2000;
 
-/**
- * A NOTIFY, a broker reconnect or stop() ends a pause; a wake while busy is kept for after the
- * drain. A sleep (a gather) sleeps through the NOTIFYs it is there to gather: only stop() ends it.
- */
+// A NOTIFY, a broker reconnect or stop() ends a pause; a wake while busy is kept for after the
+// drain. A sleep (a gather) sleeps through the NOTIFYs it is there to gather: only stop() ends it.
 export function createWaker() {
   let pending = false;
   let closed = false;
@@ -101,8 +99,8 @@ export function createWaker() {
   };
 }
 
-// Gathering: on a stream past this rate, every NOTIFY starting a claim of a few rows would cost
-// more CPU than the rows; below it (the latency case) nothing waits. Below the API's busy rate.
+// Past this rate a claim per NOTIFY of a few rows would cost more CPU than the rows: the next drain
+// waits to gather more. Below it (the latency case) nothing waits.
 export const GATHER_MIN_RATE_PER_S = 400;
 // The rows a claim need not exceed: past them the claim's fixed cost is small beside its rows'.
 const GATHER_ROWS = 200;
@@ -146,7 +144,6 @@ interface RelayRun {
   readonly waker: ReturnType<typeof createWaker>;
   readonly gather: ReturnType<typeof createGather>;
   readonly sizer: ClaimSizer;
-  /** Started and not yet settled, for stop(). */
   readonly batches: Set<Promise<unknown>>;
   state: RelayState;
   listening: boolean;

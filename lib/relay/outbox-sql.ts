@@ -60,11 +60,8 @@ type ClaimedHeads = { readonly heads: OutboxRow[]; readonly window: ClaimWindow 
 
 type HeadRow = OutboxRow & { readonly windowRows: number; readonly windowFirstEvents: number; readonly windowEnd: string | null };
 
-/**
- * Locks up to `limit` due heads among the first `walk` due rows from `from`. Any row but sequence 1
- * costs a probe on the aggregate_id index, hence the bounded walk: behind a backlog of one
- * aggregate's events in flight every claim would probe all of it.
- */
+// Any row but sequence 1 costs a probe on the aggregate_id index, hence the bounded walk: behind a
+// backlog of one aggregate's events in flight every claim would probe all of it.
 export async function claimHeads(tx: Db, limit: number, from?: string, walk: number = limit): Promise<ClaimedHeads> {
   // No head: one row of window figures and nulls.
   const rows = await tx<HeadRow[]>`
@@ -96,11 +93,8 @@ export async function claimHeadsUnbounded(tx: Db, limit: number, from: string): 
   return { heads, window: { rows: heads.length, firstEvents, end: heads.length === limit ? heads.at(-1)?.createdAt : undefined } };
 }
 
-/**
- * Locks up to `limit` due rows behind `heads` in their aggregates, unordered (handover.ts orders
- * them). `is true` hides the due test from the pending index's predicate, else the planner walks
- * that index once per head; no ORDER BY, which with enable_sort off would be a scan.
- */
+// `is true` hides the due test from the pending index's predicate, else the planner walks that
+// index once per head; no ORDER BY, which with enable_sort off would be a scan.
 export async function claimFollowers(tx: Db, heads: readonly OutboxRow[], limit: number): Promise<OutboxRow[]> {
   if (heads.length === 0 || limit <= 0) return [];
   return await tx<OutboxRow[]>`

@@ -11,8 +11,8 @@ const NEVER_SUCCEEDS = new Set([0x87, 0x90, 0x95, 0x99, 0x9a, 0x9b]);
 // DISCONNECT reason codes that blame the packet the broker was reading: those above and 0x80-0x83;
 // any other (shutting down, busy, keep-alive...) says nothing about the row.
 const BLAMES_THE_MESSAGE = new Set([...NEVER_SUCCEEDS, 0x80, 0x81, 0x82, 0x83]);
-// A broker that closes on a publish it refuses without a reason (MQTT 3.1.1 has no server
-// DISCONNECT) does it every time; a restart catches the same row twice only before the resend.
+// Closes with this row oldest in flight before it fails: a broker refusing it without a reason
+// (MQTT 3.1.1 has no server DISCONNECT) closes every time; a restart rarely catches a row twice.
 export const MAX_RELEASES = 3;
 
 export type Outcome =
@@ -55,12 +55,6 @@ export function classify(error: unknown, brokerConnected: boolean): Outcome {
   return { kind: "failed", error: description, park: false };
 }
 
-function add<V>(map: Map<string, V[]>, key: string, value: V): void {
-  const list = map.get(key);
-  if (list) list.push(value);
-  else map.set(key, [value]);
-}
-
 /** The batch's result (but for what only the batch knows) and the three updates. */
 export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes: readonly Outcome[]) {
   const acked: string[] = [];
@@ -81,27 +75,19 @@ export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes:
     }
     if (outcome.kind === "acked") {
       acked.push(row.tid);
-      add(lags, topic, Math.max(0, (outcome.at - Date.parse(row.createdAt)) / 1000));
+      const lag = Math.max(0, (outcome.at - Date.parse(row.createdAt)) / 1000);
+      const topicLags = lags.get(topic);
+      if (topicLags) topicLags.push(lag);
+      else lags.set(topic, [lag]);
       return;
     }
     errors.set(topic, (errors.get(topic) ?? 0) + 1);
-    switch (outcome.kind) {
-      case "failed":
-        failures.push({ id: row.id, error: outcome.error, park: outcome.park });
-        return;
-      case "suspect": {
-        const times = row.releases + 1;
-        const error = `${outcome.error} (in flight when the connection closed, ${times} time${times === 1 ? "" : "s"})`;
-        if (times >= MAX_RELEASES) failures.push({ id: row.id, error, park: false });
-        else releases.push({ id: row.id, error });
-        return;
-      }
-      case "released":
-        return;
-      default: {
-        const unreachable: never = outcome;
-        throw new Error(`bug: unknown outcome ${JSON.stringify(unreachable)}`);
-      }
+    if (outcome.kind === "failed") failures.push({ id: row.id, error: outcome.error, park: outcome.park });
+    else if (outcome.kind === "suspect") {
+      const times = row.releases + 1;
+      const error = `${outcome.error} (in flight when the connection closed, ${times} time${times === 1 ? "" : "s"})`;
+      if (times >= MAX_RELEASES) failures.push({ id: row.id, error, park: false });
+      else releases.push({ id: row.id, error });
     }
   });
   return { result: { claimed: rows.length, published: acked.length, lags, errors }, acked, failures, releases };

@@ -117,11 +117,8 @@ export class PublishWindow {
     }
   }
 
-  /**
-   * With nothing to send and PUBACKs to come, a PINGREQ carries the TCP ACK that Mosquitto (without
-   * TCP_NODELAY) waits for before its next PUBACKs; not when this turn writes, or it would hold the
-   * next PUBACK behind the PINGRESP.
-   */
+  // With nothing to send and PUBACKs to come, a PINGREQ carries the TCP ACK Mosquitto (without
+  // TCP_NODELAY) waits for before its next PUBACKs; not when this turn writes (PUBACK behind PINGRESP).
   readDone(): void {
     this.refill();
     if (this.unwritten.length > 0 || this.inFlight.size === 0 || !this.ackedSinceNudge) return;
