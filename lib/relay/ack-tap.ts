@@ -1,13 +1,7 @@
 // The relay's PUBACKs, taken off the connection before mqtt.js, through which they would cost
 // several times the CPU. mqtt.js gets every other packet, byte for byte.
 import { Duplex } from "node:stream";
-
-interface AckListener {
-  /** `reasonCode` 0 = success (MQTT 3.1.1 has none). */
-  ack(messageId: number, reasonCode: number): void;
-  /** A read's PUBACKs are reported. */
-  readDone(): void;
-}
+import type { PublishWindow } from "./window.ts";
 
 // The packet type, in the fixed header's high nibble (MQTT 5 §2.1.2).
 const PUBACK = 4;
@@ -34,7 +28,7 @@ export class AckTap extends Duplex {
 
   constructor(
     private readonly inner: Duplex,
-    private readonly listener: AckListener,
+    private readonly listener: Pick<PublishWindow, "acked" | "readDone">,
   ) {
     // When the broker ends the connection, so does the tap.
     super({ allowHalfOpen: false });
@@ -60,8 +54,9 @@ export class AckTap extends Duplex {
       if (!packet) break;
       if ((buf[at] as number) >> 4 === PUBACK) {
         if (passFrom < at) this.pass(buf.subarray(passFrom, at));
+        // MQTT 3.1.1 has no reason code: success.
         const reasonCode = packet.end - packet.body > 2 ? (buf[packet.body + 2] as number) : 0;
-        this.listener.ack(buf.readUInt16BE(packet.body), reasonCode);
+        this.listener.acked(buf.readUInt16BE(packet.body), reasonCode);
         passFrom = packet.end;
       }
       at = packet.end;

@@ -22,10 +22,7 @@ export interface BatchContext {
 }
 
 /** `full`: its window held as many due rows as it asked for (more may be due). */
-interface Claimed {
-  readonly rows: number;
-  readonly full: boolean;
-}
+type Claimed = { readonly rows: number; readonly full: boolean };
 
 const NOTHING: Claimed = { rows: 0, full: false };
 

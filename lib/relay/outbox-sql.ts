@@ -124,11 +124,7 @@ export async function markPublished(tx: Db, tids: readonly string[]): Promise<nu
 export type Failure = Release & { readonly park: boolean };
 
 /** Parked after `maxAttempts` failures; the back-off starts at `baseSeconds`, doubling. */
-export interface RetryPolicy {
-  readonly maxAttempts: number;
-  readonly baseSeconds: number;
-  readonly maxSeconds: number;
-}
+export type RetryPolicy = { readonly maxAttempts: number; readonly baseSeconds: number; readonly maxSeconds: number };
 
 export async function recordFailures(tx: Db, failures: readonly Failure[], policy: RetryPolicy): Promise<number> {
   if (failures.length === 0) return 0;
@@ -148,10 +144,7 @@ export async function recordFailures(tx: Db, failures: readonly Failure[], polic
   return result.count;
 }
 
-export interface Release {
-  readonly id: string;
-  readonly error: string;
-}
+export type Release = { readonly id: string; readonly error: string };
 
 /** A release counted, no attempt: the broker may just have gone away (outcome.ts suspect). */
 export async function recordReleases(tx: Db, releases: readonly Release[]): Promise<number> {

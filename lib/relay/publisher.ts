@@ -53,11 +53,6 @@ function connectionOf(key: string, count: number): number {
   return (hash >>> 0) % count;
 }
 
-interface Connection {
-  readonly client: MqttClient;
-  readonly window: PublishWindow;
-}
-
 /** The relay's connections to the broker in use of a list, all moving together. */
 export function connectBroker(brokers: Brokers, options: BrokerOptions = {}) {
   const list = brokerList(brokers);
@@ -83,7 +78,7 @@ export function connectBroker(brokers: Brokers, options: BrokerOptions = {}) {
     openConnection(list, { ...options, clientId: i === 0 ? base : `${base}-${i + 1}`, onError: failed }, changed),
   );
   const count = connections.length;
-  const windowOf = (message: OutboundMessage): PublishWindow => (connections[connectionOf(message.key, count)] as Connection).window;
+  const windowOf = (message: OutboundMessage): PublishWindow => (connections[connectionOf(message.key, count)] as ReturnType<typeof openConnection>).window;
   return {
     get connected(): boolean {
       return allConnected();
@@ -112,7 +107,7 @@ export function connectBroker(brokers: Brokers, options: BrokerOptions = {}) {
   };
 }
 
-function openConnection(list: BrokerList, options: BrokerOptions & { clientId: string }, notify: () => void): Connection {
+function openConnection(list: BrokerList, options: BrokerOptions & { clientId: string }, notify: () => void) {
   // Read only once the client below exists (on publish, on its events).
   const connection = {
     get connected() {
@@ -139,8 +134,7 @@ function openConnection(list: BrokerList, options: BrokerOptions & { clientId: s
     tap: (stream: IStream) => {
       // mqtt.js leaves Nagle on: a write of a few publishes would wait for the ACK of the last.
       (stream as { setNoDelay?: (noDelay: boolean) => void }).setNoDelay?.(true);
-      const listener = { ack: (id: number, code: number) => window.acked(id, code), readDone: () => window.readDone() };
-      return new AckTap(stream as Duplex, listener) as unknown as IStream;
+      return new AckTap(stream as Duplex, window) as unknown as IStream;
     },
   });
   followSession(client, window, notify);
