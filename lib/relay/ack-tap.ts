@@ -3,9 +3,7 @@
 import { Duplex } from "node:stream";
 import type { PublishWindow } from "./window.ts";
 
-// The packet type, in the fixed header's high nibble (MQTT 5 §2.1.2).
 const PUBACK = 4;
-// The Remaining Length's variable byte integer (MQTT 5 §1.5.5).
 const MAX_LENGTH_BYTES = 4;
 
 /** Undefined while `buf` holds only part of the packet at `at`. */
@@ -22,7 +20,6 @@ function packetEnd(buf: Buffer, at: number): { body: number; end: number } | und
   throw new Error("malformed packet from the broker: its remaining length runs past four bytes");
 }
 
-/** Wraps the stream mqtt.js opened (TCP, TLS or WebSocket). */
 export class AckTap extends Duplex {
   private partial: Buffer | undefined;
 

@@ -8,7 +8,6 @@ const EVENT_CONTRACT_VERSION = "1.0.0";
 
 // W3C Trace Context version 00, the only one the API carries into the outbox.
 const TRACEPARENT_PATTERN = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$";
-// MQTT bindings 0.2.0 (MQTT 5 fields: contentType on the message).
 const MQTT_BINDING_VERSION = "0.2.0";
 
 function userPropertiesSchema(type: EventType): TObject {
@@ -64,7 +63,6 @@ function operation(type: EventType) {
 
 export type AsyncApiDocument = ReturnType<typeof buildAsyncApiDocument>;
 
-/** The AsyncAPI 3 document for a deployment whose topics start with `prefix` (MQTT_TOPIC_PREFIX). */
 export function buildAsyncApiDocument(prefix: string) {
   const each = <T>(make: (type: EventType) => T): Record<string, T> => Object.fromEntries(EVENT_TYPES.map((type) => [type, make(type)]));
   return {

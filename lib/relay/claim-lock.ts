@@ -18,9 +18,8 @@ function createClaimLock() {
   };
 }
 
-// A claim from the top walks past every row the other lanes hold and the dead entries of rows just
-// published; so claims start where the last ended, and a row behind it (a late commit, a release)
-// waits for the next claim from the top: after a short claim, and at least this often.
+// From the top a claim walks past every row the other lanes hold and dead entries, so claims start
+// where the last ended; a row behind it (a late commit) waits for a claim from the top, this often.
 const FROM_TOP_EVERY_MS = 1000;
 
 export function createClaimFrontier() {
@@ -45,10 +44,8 @@ export function createClaimFrontier() {
   };
 }
 
-/**
- * How many heads a claim takes, leaving room for their followers: a backlog of many events per
- * aggregate is claimed as whole chains, not as heads whose later events every claim probes past.
- */
+// Heads per claim, leaving room for their followers: a backlog of many events per aggregate is
+// claimed as whole chains, not as heads whose later events every claim probes past.
 function createHeadLimit() {
   let followersPerHead = 0;
   return {
@@ -63,7 +60,7 @@ function createHeadLimit() {
   };
 }
 
-// Windows grow to this many times the claim at most: past the claims of the other relays' lanes.
+// Enough to walk past the claims of the other relays' lanes.
 const MAX_WINDOW_FACTOR = 8;
 
 // Due rows a claim walks: more while their sequence 1 rows are mostly held by another relay, else
@@ -74,7 +71,6 @@ function createWindowSize() {
   let unbounded = false;
   return {
     of: (limit: number): number => limit * factor,
-    /** Rows claimed by this relay's batches and not yet committed. */
     get held(): number {
       return held;
     },

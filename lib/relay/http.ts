@@ -10,12 +10,11 @@ interface RelayAppDeps {
   readonly sql: Sql;
   readonly broker: { readonly connected: boolean; readonly lastError?: string | undefined; readonly url?: string };
   readonly routes?: Readonly<Record<string, FetchHandler>>;
-  /** Hears why the database is down (the /readyz body only says that it is). */
+  /** Hears why the database is down: the /readyz body only says that it is. */
   readonly logger: Logger;
   readonly httpMetrics?: HttpServerMetrics;
 }
 
-// A readiness probe must answer quickly even when the database hangs.
 const READY_DB_TIMEOUT_MS = 1000;
 
 function json(status: number, body: unknown): Response {

@@ -2,13 +2,12 @@
 // starts another lane (one awaits its PUBACKs while the next claims) and doubles the next claim.
 import type { BatchRun } from "./batch.ts";
 
-// Rows claimed and not settled over all lanes: past this, more lanes only make every claim skip
-// more locked rows, and Postgres's CPU per row grows.
+// Rows in flight over all lanes: past this, more lanes only make claims skip more locked rows.
 const MAX_CLAIMED_ROWS = 200;
 // With two lanes the publisher would wait out a batch's database phases; each lane holds a connection.
 const MIN_LANES = 3;
 const MAX_LANES = 8;
-// The first claim of a drain, and the smallest: published one row at a time.
+// The first claim of a drain, and the smallest.
 const MIN_CLAIM = 10;
 
 export function laneCount(batchSize: number): number {
@@ -50,7 +49,6 @@ interface DrainOptions {
   readonly startBatch: (limit: number) => BatchRun;
 }
 
-/** The rows claimed, or the first lane's error once all lanes ended. */
 export function drain(options: DrainOptions): Promise<number> {
   const { maxLanes, sizer, stop } = options;
   return new Promise((resolve, reject) => {
@@ -70,7 +68,7 @@ export function drain(options: DrainOptions): Promise<number> {
         if (full && lanes < maxLanes && going()) spawn();
         const result = await run.result;
         sizer.answered(result.claimed, result.answeredMs);
-        // Short from the top: nothing due is left. From the frontier: the next claim looks from the top.
+        // Short from the frontier: the next claim looks from the top.
         if (!result.full && result.fromTop) return;
       }
     };

@@ -22,7 +22,7 @@ export { laneCount } from "./lanes.ts";
 
 export type RelayState = "idle" | "draining" | "waiting-for-broker" | "backing-off" | "stopping" | "stopped";
 
-/** Hooks for metrics; destination = the topic. Called after the batch committed. */
+/** Called after the batch committed; destination = the topic. */
 export interface RelayEvents {
   onPublished?(destination: string, lagSeconds: readonly number[]): void;
   onPublishError?(destination: string, count: number): void;
@@ -33,7 +33,7 @@ export interface RelayOptions {
   /** Where the relay LISTENs: `sql` when unset; null for nowhere (then only the poll wakes it). */
   readonly listenSql?: Sql | null;
   readonly broker: Broker;
-  /** The largest claim (OUTBOX_BATCH_SIZE). */
+  /** OUTBOX_BATCH_SIZE. */
   readonly batchSize: number;
   readonly pollMs: number;
   readonly topicPrefix: string;
@@ -43,10 +43,10 @@ export interface RelayOptions {
   readonly logger?: Logger;
   readonly publishTimeoutMs?: number;
   readonly retry?: Partial<RetryPolicy>;
-  /** Concurrent batches; default laneCount(batchSize). */
+  /** Default laneCount(batchSize). */
   readonly lanes?: number;
   readonly pacer?: GcPacer;
-  /** RELAY_GATHER_MS; 0 or unset, none. */
+  /** RELAY_GATHER_MS. */
   readonly gatherMs?: number;
 }
 
@@ -56,7 +56,7 @@ const PUBLISH_TIMEOUT_MS = 10_000;
 const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 10, baseSeconds: 1, maxSeconds: 300 };
 const DB_BACKOFF_MIN_MS = 100;
 const DB_BACKOFF_MAX_MS = 5000;
-// A failed LISTEN (database away at start) is retried this often; the poll covers the gap.
+// The poll covers the gap.
 const LISTEN_RETRY_MS = 2000;
 
 // A NOTIFY, a broker reconnect or stop() ends a pause; a wake while busy is kept for after the
@@ -85,7 +85,7 @@ export function createWaker() {
     wake,
     pause: (ms: number): Promise<void> => wait(waiters, ms),
     sleep: (ms: number): Promise<void> => wait(sleepers, ms),
-    /** Whether a wake arrived since the last take(); clears it. */
+    /** Whether a wake arrived since the last take(). */
     take(): boolean {
       const was = pending;
       pending = false;
@@ -102,7 +102,7 @@ export function createWaker() {
 // Past this rate a claim per NOTIFY of a few rows would cost more CPU than the rows: the next drain
 // waits to gather more. Below it (the latency case) nothing waits.
 export const GATHER_MIN_RATE_PER_S = 400;
-// The rows a claim need not exceed: past them the claim's fixed cost is small beside its rows'.
+// Past this a claim's fixed cost is small beside its rows'.
 const GATHER_ROWS = 200;
 // The rate's time constant: rows that committed together must not read as a busy stream.
 const RATE_WINDOW_MS = 100;
@@ -276,11 +276,10 @@ export function createRelay(options: RelayOptions) {
     get listening(): boolean {
       return run.listening;
     },
-    /** One batch of up to batchSize rows; returns the rows published. */
+    /** Returns the rows published. */
     async runOnce(): Promise<number> {
       return (await batch(options.batchSize).result).published;
     },
-    /** The loop; resolves after stop(). */
     run(): Promise<void> {
       loop ??= loopUntilStopped(run, () => drain({ maxLanes, sizer: run.sizer, stop: run.stopping.signal, startBatch: batch }));
       return loop;
@@ -294,7 +293,6 @@ export function createRelay(options: RelayOptions) {
       await Promise.allSettled([...run.batches]);
       setState(run, "stopped");
     },
-    /** Something may be due: drain now. */
     wake: run.waker.wake,
   };
 }

@@ -17,23 +17,20 @@ export const MAX_RELEASES = 3;
 
 export type Outcome =
   | { readonly kind: "acked"; readonly at: number }
-  // Counts an attempt and backs off (park: right away, the retry cannot help).
   | { readonly kind: "failed"; readonly error: string; readonly park: boolean }
   // The oldest in flight when the connection closed, no reason given: the MAX_RELEASES-th fails.
   | { readonly kind: "suspect"; readonly error: string }
-  // The broker went away: the row goes back untouched, no attempt counted.
+  // The broker went away: no attempt counted.
   | { readonly kind: "released"; readonly error: string };
 
 export interface BatchResult {
   readonly claimed: number;
   readonly published: number;
-  /** From the claim's rows in hand to the last of their answers (0 when none). */
   readonly answeredMs: number;
-  /** The claim started at the top of the pending index: short, it proves nothing due is left. */
+  /** Short from the top of the pending index proves nothing due is left. */
   readonly fromTop: boolean;
-  /** The claim's window was full: more rows may be due past it. */
   readonly full: boolean;
-  /** Per topic: seconds from row created to PUBACK, and failures. */
+  /** Per topic: seconds from row created to PUBACK. */
   readonly lags: Map<string, number[]>;
   readonly errors: Map<string, number>;
 }
@@ -55,7 +52,6 @@ export function classify(error: unknown, brokerConnected: boolean): Outcome {
   return { kind: "failed", error: description, park: false };
 }
 
-/** The batch's result (but for what only the batch knows) and the three updates. */
 export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes: readonly Outcome[]) {
   const acked: string[] = [];
   const failures: Failure[] = [];

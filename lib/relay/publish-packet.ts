@@ -5,7 +5,7 @@ export interface PublishFields {
   readonly messageId: number;
   readonly topic: string;
   readonly payload: string;
-  /** MQTT 5 only, as are the user properties. */
+  /** MQTT 5 only, with the user properties. */
   readonly contentType: string;
   readonly userProperties: Readonly<Record<string, string>>;
 }
@@ -15,9 +15,7 @@ const PUBLISH_QOS1 = 0x32;
 // MQTT 5 property identifiers (§2.2.2.2).
 const CONTENT_TYPE = 0x03;
 const USER_PROPERTY = 0x26;
-// Its length in two bytes (§1.5.4).
 const MAX_STRING_BYTES = 0xffff;
-// Four variable-length bytes (§1.5.5).
 const MAX_REMAINING_LENGTH = 268_435_455;
 
 export class UnencodableMessage extends Error {
@@ -69,8 +67,7 @@ function writeString(buf: Buffer, at: number, s: string, bytes: number): number 
   return writeUtf8(buf, at + 2, s, bytes);
 }
 
-// The UTF-8 lengths of the user properties, from propertiesSize to writeProperties of the same
-// packet (the encoder never yields in between).
+// From propertiesSize to writeProperties of one packet: the encoder never yields in between.
 const propertyBytes: number[] = [];
 
 function propertiesSize(fields: PublishFields, contentTypeBytes: number): number {
@@ -100,7 +97,6 @@ function writeProperties(buf: Buffer, at: number, fields: PublishFields, size: n
   return o;
 }
 
-/** Throws UnencodableMessage. */
 export function encodePublish(fields: PublishFields, protocolVersion: number): Buffer {
   const topicBytes = stringBytes(fields.topic);
   const payloadBytes = utf8Bytes(fields.payload);

@@ -18,7 +18,7 @@ import { transactionsInProgress } from "../platform/tx.ts";
 import { openConnections } from "../platform/open-connections.ts";
 import { metrics } from "@opentelemetry/api";
 
-// Beyond one connection per lane: one for /readyz and one for the ops jobs beside the loop.
+// Beyond one per lane: one for /readyz and one for the ops jobs.
 const EXTRA_CONNECTIONS = 2;
 // postgres.js waits this long on a pool whose connections were killed under it; the batches are settled.
 const POOL_CLOSE_GRACE_S = 1;
@@ -34,10 +34,9 @@ interface RelayProcessOptions {
   readonly httpMetrics?: HttpServerMetrics;
 }
 
-// Their application_name and their name on db_client_connections_max.
 const RELAY_POOL_NAME = "charges-relay";
 const RELAY_DIRECT_POOL_NAME = "charges-relay-direct";
-// The ops loop runs one job at a time; LISTEN opens a connection of its own.
+// The ops loop runs one job at a time.
 const DIRECT_CONNECTIONS = 1;
 
 /** Connects and migrates (a StartupError when it cannot); the loop waits for the broker. */
@@ -87,12 +86,11 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     jobsSql: direct ?? sql,
     broker,
     relay,
-    /** Null where the runtime has no young collection to pace (Deno). */
+    /** Null where the runtime has no young collection (Deno). */
     gcEveryRows: collect ? GC_EVERY_ROWS : null,
     fetch: createRelayFetch({ sql, broker, routes, logger: log, httpMetrics: options.httpMetrics }),
     run: (): Promise<void> => relay.run(),
     stop: (): Promise<void> => relay.stop(),
-    /** After stop(). */
     async close(): Promise<void> {
       await broker.close();
       await sql.end({ timeout: POOL_CLOSE_GRACE_S });
