@@ -86,14 +86,13 @@ export function startBatch(ctx: BatchContext, turn: BatchTurn, limit: number): B
   let handOff: (claimed: Claimed) => void = () => {};
   const claimed = new Promise<Claimed>((resolve) => (handOff = resolve));
   // A failed update aborted the transaction, which the COMMIT rolled back: the batch fails with it.
-  const result = transaction(ctx.sql, (tx, lost) => batchInTx(ctx, turn, limit, tx, handOff, lost)).then(async ({ result, marked }) => {
-    await marked;
-    return result;
-  });
+  const result = transaction(ctx.sql, (tx, lost) => batchInTx(ctx, turn, limit, tx, handOff, lost)).then(
+    ({ result, marked }) => marked.then(() => result),
+  );
   // A batch that failed before its claim claimed nothing.
   const settled = (): void => {
     handOff(NOTHING);
-    void claimed.then((c) => turn.window.hold(-c.rows));
+    void claimed.then((c) => (turn.window.held -= c.rows));
   };
   result.then(settled, settled);
   return { claimed, result };
@@ -115,7 +114,7 @@ async function batchInTx(
     // No claim while the broker is away (no attempts burnt) or stopping.
     if (turn.stop.aborted || !ctx.broker.connected || lost()) return undefined;
     const { rows: claimedRows, heads, full, fromTop } = await claim(turn, limit, tx);
-    turn.window.hold(claimedRows.length);
+    turn.window.held += claimedRows.length;
     const since = performance.now();
     // Handed over before the next claim, so publish order follows created_at.
     const { rows, outcomes, inTurn } = handOver(ctx, limit, claimedRows, heads);

@@ -67,27 +67,19 @@ const MAX_WINDOW_FACTOR = 8;
 // two relays take turns at each other's locked windows and half the claims find nothing.
 function createWindowSize() {
   let factor = 1;
-  let held = 0;
-  let unbounded = false;
   return {
+    /** Rows claimed by this relay's batches and not yet committed. */
+    held: 0,
+    /** The next claim from the frontier may walk without a window. */
+    unbounded: false,
     of: (limit: number): number => limit * factor,
-    get held(): number {
-      return held;
-    },
-    hold(rows: number): void {
-      held += rows;
-    },
     claimed(walk: number, firstEvents: number, heads: number): void {
       // Those this relay's lanes hold are no reason to look further.
-      const heldElsewhere = firstEvents - heads - held > walk / 2;
+      const heldElsewhere = firstEvents - heads - this.held > walk / 2;
       factor = heldElsewhere ? Math.min(MAX_WINDOW_FACTOR, factor * 2) : Math.max(1, factor / 2);
     },
-    /** The next claim from the frontier may walk without a window. */
-    get unbounded(): boolean {
-      return unbounded;
-    },
     walked(onlyFirstEvents: boolean): void {
-      unbounded = onlyFirstEvents && factor === 1;
+      this.unbounded = onlyFirstEvents && factor === 1;
     },
   };
 }

@@ -17,16 +17,13 @@ interface RelayAppDeps {
 
 const READY_DB_TIMEOUT_MS = 1000;
 
-function json(status: number, body: unknown): Response {
-  return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+function json(status: number, body: unknown, type = "application/json", headers: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify(body), { status, headers: { "content-type": type, ...headers } });
 }
 
 // "about:blank" problems: the title is the status's own phrase (RFC 9457 §4.2.1).
 function problem(status: number, title: string, detail: string, headers: Record<string, string> = {}): Response {
-  return new Response(JSON.stringify({ type: "about:blank", title, status, detail }), {
-    status,
-    headers: { "content-type": "application/problem+json", ...headers },
-  });
+  return json(status, { type: "about:blank", title, status, detail }, "application/problem+json", headers);
 }
 
 // Not parsed as a URL: the runtime builds request.url from the Host header, which may be absent or odd.

@@ -15,7 +15,6 @@ export type DeliverFn = (message: OutboundMessage, done: Delivered) => void;
 export type Broker = ReturnType<typeof connectBroker>;
 
 interface BrokerOptions {
-  /** Default 1. */
   readonly connections?: number;
   /** Why a connection attempt failed: once per cause, not once per retry. */
   readonly onError?: (description: string) => void;
