@@ -75,18 +75,8 @@ class RowMessage implements OutboundMessage {
   }
 }
 
-class Topics {
-  private readonly built = new ByTwoKeys<string>();
-  constructor(private readonly prefix: string) {}
-  of(row: OutboxRow): string {
-    let topic = this.built.get(row.aggregateType, row.eventType);
-    if (topic === undefined) this.built.set(row.aggregateType, row.eventType, (topic = topicOf(this.prefix, row.eventType, row.aggregateType)));
-    return topic;
-  }
-}
-
-/** The wire form of a row, or why it can never be published. */
-function messageOf(topics: Topics, row: OutboxRow): OutboundMessage | string {
+/** The wire form of a row, or why it can never be published; `topics` built once, not per row. */
+function messageOf(topics: ByTwoKeys<string>, prefix: string, row: OutboxRow): OutboundMessage | string {
   if (!isPublishableType(row.eventType)) return `event_type ${JSON.stringify(row.eventType)} makes an invalid topic`;
   let data: unknown;
   try {
@@ -94,11 +84,16 @@ function messageOf(topics: Topics, row: OutboxRow): OutboundMessage | string {
   } catch {
     return "payload is not valid JSON";
   }
-  return new RowMessage(topics.of(row), row, data);
+  let topic = topics.get(row.aggregateType, row.eventType);
+  if (topic === undefined) {
+    topic = topicOf(prefix, row.eventType, row.aggregateType);
+    topics.set(row.aggregateType, row.eventType, topic);
+  }
+  return new RowMessage(topic, row, data);
 }
 
-function publishRow(ctx: HandoverContext, topics: Topics, row: OutboxRow, answered: (outcome: Outcome) => void): void {
-  const message = messageOf(topics, row);
+function publishRow(ctx: HandoverContext, topics: ByTwoKeys<string>, row: OutboxRow, answered: (outcome: Outcome) => void): void {
+  const message = messageOf(topics, ctx.topicPrefix, row);
   const answer = tracingOn() ? producerSpan(row, typeof message === "string" ? undefined : message.topic, answered) : answered;
   if (typeof message === "string") return answer({ kind: "failed", error: message, park: true });
   try {
@@ -135,7 +130,7 @@ const NOT_ATTEMPTED_BEHIND: Outcome = { kind: "released", error: "not attempted:
 // The chains side by side, outcomes in their order. Callbacks, not a promise per row: a drain
 // hands over tens of thousands a second.
 export async function publishChains(ctx: HandoverContext, chains: readonly Chain[]): Promise<Outcome[]> {
-  const topics = new Topics(ctx.topicPrefix);
+  const topics = new ByTwoKeys<string>();
   let total = 0;
   const offsets = chains.map((chain) => (total += chain.length) - chain.length);
   const outcomes: (Outcome | undefined)[] = new Array(total);

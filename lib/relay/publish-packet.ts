@@ -12,7 +12,6 @@ export interface PublishFields {
 
 // Type 3 (PUBLISH) in the high nibble, QoS 1 in bits 1-2, DUP and RETAIN clear.
 const PUBLISH_QOS1 = 0x32;
-// MQTT 5 property identifiers (§2.2.2.2).
 const CONTENT_TYPE = 0x03;
 const USER_PROPERTY = 0x26;
 const MAX_STRING_BYTES = 0xffff;

@@ -8,7 +8,6 @@ import { describeMqttError } from "../platform/mqtt-errors.ts";
 import { AckTap } from "./ack-tap.ts";
 import { PublishWindow, type Delivered, type OutboundMessage } from "./window.ts";
 
-/** Resolves when the broker acknowledged the message; rejects with its reason code otherwise. */
 export type PublishFn = (message: OutboundMessage) => Promise<void>;
 export type DeliverFn = (message: OutboundMessage, done: Delivered) => void;
 
@@ -28,7 +27,6 @@ interface BrokerOptions {
 export const MAX_IN_FLIGHT = 1000;
 const RECONNECT_MIN_MS = 250;
 const RECONNECT_MAX_MS = 5000;
-// A broker that accepted TCP but has not sent CONNACK in this time is treated as down.
 const CONNECT_TIMEOUT_MS = 5000;
 // Keep-alive: a silently dead connection is noticed within 1.5× this.
 const KEEPALIVE_S = 15;

@@ -28,7 +28,6 @@ const GC_EVERY_ROWS = 4000;
 export type RelayProcess = Awaited<ReturnType<typeof startRelay>>;
 
 interface RelayProcessOptions {
-  /** GET /metrics (the entrypoint owns the SDK). */
   readonly metrics?: () => Promise<Response>;
   readonly logger?: Logger;
   readonly httpMetrics?: HttpServerMetrics;
