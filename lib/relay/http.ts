@@ -17,7 +17,7 @@ interface RelayAppDeps {
 
 const READY_DB_TIMEOUT_MS = 1000;
 
-function json(status: number, body: unknown, type = "application/json", headers: Record<string, string> = {}): Response {
+function json(status: number, body: unknown, type = "application/json", headers = {}): Response {
   return new Response(JSON.stringify(body), { status, headers: { "content-type": type, ...headers } });
 }
 

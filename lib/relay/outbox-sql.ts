@@ -53,7 +53,7 @@ function dueHeads(tx: Db, from: string | undefined) {
           and p.sequence < o.sequence and p.published_at is null))`;
 }
 
-/** The due rows walked, locked or not; of them sequence 1 rows; the last's created_at if the walk was full. */
+/** Due rows walked, locked or not; of them sequence 1 rows; the last's created_at if the walk was full. */
 type ClaimWindow = { readonly rows: number; readonly firstEvents: number; readonly end: string | undefined };
 
 type ClaimedHeads = { readonly heads: OutboxRow[]; readonly window: ClaimWindow };
@@ -124,7 +124,7 @@ export async function markPublished(tx: Db, tids: readonly string[]): Promise<nu
 export type Failure = Release & { readonly park: boolean };
 
 /** Parked after `maxAttempts` failures; the back-off starts at `baseSeconds`, doubling. */
-export type RetryPolicy = { readonly maxAttempts: number; readonly baseSeconds: number; readonly maxSeconds: number };
+export type RetryPolicy = Readonly<{ maxAttempts: number; baseSeconds: number; maxSeconds: number }>;
 
 export async function recordFailures(tx: Db, failures: readonly Failure[], policy: RetryPolicy): Promise<number> {
   if (failures.length === 0) return 0;

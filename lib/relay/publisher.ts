@@ -75,7 +75,8 @@ export function connectBroker(brokers: Brokers, options: BrokerOptions = {}) {
     openConnection(list, { ...options, clientId: i === 0 ? base : `${base}-${i + 1}`, onError: failed }, changed),
   );
   const count = connections.length;
-  const windowOf = (message: OutboundMessage): PublishWindow => (connections[connectionOf(message.key, count)] as ReturnType<typeof openConnection>).window;
+  const windowOf = (message: OutboundMessage): PublishWindow =>
+    (connections[connectionOf(message.key, count)] as ReturnType<typeof openConnection>).window;
   return {
     get connected(): boolean {
       return allConnected();
