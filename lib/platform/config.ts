@@ -141,7 +141,7 @@ const MAX_OUTBOX_BATCH_SIZE = 10_000;
 export const DEFAULT_RELAY_MQTT_CONNECTIONS = 3;
 const MAX_RELAY_MQTT_CONNECTIONS = 16;
 // Milliseconds: on a stream past 1,000 events/s the relay claims at most this often, each claim
-// taking what came meanwhile (lib/relay/gather.ts): fewer claims cost less CPU per event, for at
+// taking what came meanwhile (lib/relay/loop.ts): fewer claims cost less CPU per event, for at
 // most this much more commit → subscriber time (bench/README.md, "Relay beside the API"). A
 // second is the most: past it events wait longer than a poll would make them.
 const DEFAULT_RELAY_GATHER_MS = 40;

@@ -24,7 +24,7 @@ export const OUTBOX_CHANNEL = "outbox_pending";
 export const NOTIFY_WINDOW_MS = 2;
 
 // A busy stream: past this many events a second the relay stops claiming at every notify and
-// gathers the stream for RELAY_GATHER_MS (lib/relay/gather.ts). An API process whose own commits
+// gathers the stream for RELAY_GATHER_MS (lib/relay/loop.ts). An API process whose own commits
 // pass it widens its window to BUSY_NOTIFY_WINDOW_MS: the relay is gathering anyway (the
 // stream is at least this API's rate), and each notify would wake the relay's connection and
 // its process for nothing, up to 1000/NOTIFY_WINDOW_MS times a second. Below it (the latency

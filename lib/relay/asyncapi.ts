@@ -1,18 +1,15 @@
-// The AsyncAPI 3 document of the MQTT events, built from the event contract in
-// lib/charges/events.ts: one channel, operation and message per event type. Its schemas are
-// TypeBox objects, so a test checks a real published message with the very objects served.
+// The AsyncAPI 3 document of the MQTT events, from lib/charges/events.ts. Its schemas are TypeBox
+// objects, so a test checks a real published message with the very objects served.
 import { Type as t, type TObject } from "@sinclair/typebox";
 import { ENVELOPE_SCHEMAS, EVENT_CONTENT_TYPE, EVENT_DESCRIPTIONS, EVENT_TYPES, topicOf, UUID_PATTERN, type EventType } from "../charges/events.ts";
 
-/** The version of the event contract this document describes; bumped when the envelope changes. */
+// Bumped when the envelope changes.
 const EVENT_CONTRACT_VERSION = "1.0.0";
 
-// W3C Trace Context version 00, the only form the API carries into the outbox.
+// W3C Trace Context version 00, the only one the API carries into the outbox.
 const TRACEPARENT_PATTERN = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$";
-// MQTT bindings 0.2.0 (MQTT 5 fields: contentType on the message).
 const MQTT_BINDING_VERSION = "0.2.0";
 
-/** The MQTT 5 user properties of one event type (userPropertiesOf). */
 function userPropertiesSchema(type: EventType): TObject {
   return t.Object(
     {
@@ -66,7 +63,6 @@ function operation(type: EventType) {
 
 export type AsyncApiDocument = ReturnType<typeof buildAsyncApiDocument>;
 
-/** The AsyncAPI 3 document for a deployment whose topics start with `prefix` (MQTT_TOPIC_PREFIX). */
 export function buildAsyncApiDocument(prefix: string) {
   const each = <T>(make: (type: EventType) => T): Record<string, T> => Object.fromEntries(EVENT_TYPES.map((type) => [type, make(type)]));
   return {
@@ -74,16 +70,14 @@ export function buildAsyncApiDocument(prefix: string) {
     info: { title: "Charges events", version: EVENT_CONTRACT_VERSION, description: INFO_DESCRIPTION },
     defaultContentType: EVENT_CONTENT_TYPE,
     channels: each((type) => channel(prefix, type)),
-    // Named for what the relay does; channels and messages are named by event type.
     operations: Object.fromEntries(EVENT_TYPES.map((type) => [`publish${type}`, operation(type)])),
     components: { messages: each(message) },
   };
 }
 
-// Keyed by prefix for a test holding several relays.
+// By prefix, for a test holding several relays.
 const cachedJson = new Map<string, string>();
 
-/** The document as JSON text, built on the first call for `prefix` and kept for the process. */
 export function asyncApiJson(prefix: string): string {
   let json = cachedJson.get(prefix);
   if (json === undefined) cachedJson.set(prefix, (json = JSON.stringify(buildAsyncApiDocument(prefix))));

@@ -1,6 +1,5 @@
-// Handing a claim's rows to the broker. Each aggregate's rows form a chain, each row sent only
-// once the one before it is acknowledged (sent together, a refused or lost publish would leave
-// the later event delivered first); the chains of different aggregates go out side by side.
+// Handing a claim's rows to the broker: each aggregate's rows form a chain, each row sent once
+// the one before it is acked (else a refused publish would leave a later event delivered first).
 import { within } from "../platform/within.ts";
 import type { OutboxRow } from "./outbox-sql.ts";
 import type { BatchContext } from "./batch.ts";
@@ -12,14 +11,10 @@ import { classify, type Outcome } from "./outcome.ts";
 
 type HandoverContext = Pick<BatchContext, "topicPrefix" | "deliver" | "broker" | "publishTimeoutMs" | "pacer">;
 
-/** One aggregate's rows of a claim: its head, then the followers in sequence order. */
 type Chain = readonly OutboxRow[];
 
-/**
- * The claim's chains, in the heads' created_at order: its first `heads` rows are heads, the
- * rest followers. A follower not right after the last row of its chain (a row between was
- * locked or not due) is `left`: released untouched, claimed again once it is a head.
- */
+// The first `heads` rows are heads, the rest followers. A follower not right after the last row
+// of its chain (one between was locked or not due) is `left`: released, claimed again as a head.
 export function chainsOf(rows: readonly OutboxRow[], heads: number): { chains: Chain[]; left: OutboxRow[] } {
   const chains = new ByTwoKeys<OutboxRow[]>();
   const all: OutboxRow[][] = [];
@@ -46,7 +41,7 @@ export function chainsOf(rows: readonly OutboxRow[], heads: number): { chains: C
   return { chains: all, left };
 }
 
-/** Values under two string keys: no `a/b` key string built per row on the hot path. */
+/** No `a/b` key string built per row on the hot path. */
 class ByTwoKeys<V> {
   private readonly byFirst = new Map<string, Map<string, V>>();
   get(a: string, b: string): V | undefined {
@@ -59,11 +54,8 @@ class ByTwoKeys<V> {
   }
 }
 
-/**
- * A row as the window sends it, its envelope and user properties built only when the window
- * encodes it: rows wait behind the other lanes' across young collections, and strings built
- * at hand-over would be promoted to the old generation instead of dying young.
- */
+// Envelope and user properties built only when the window encodes the row: strings built at
+// hand-over would wait behind the other lanes' rows, promoted to the old generation.
 class RowMessage implements OutboundMessage {
   constructor(
     readonly topic: string,
@@ -83,19 +75,8 @@ class RowMessage implements OutboundMessage {
   }
 }
 
-/** The topics of one hand-over's rows, built once per aggregate and event type, not per row. */
-class Topics {
-  private readonly built = new ByTwoKeys<string>();
-  constructor(private readonly prefix: string) {}
-  of(row: OutboxRow): string {
-    let topic = this.built.get(row.aggregateType, row.eventType);
-    if (topic === undefined) this.built.set(row.aggregateType, row.eventType, (topic = topicOf(this.prefix, row.eventType, row.aggregateType)));
-    return topic;
-  }
-}
-
-/** The wire form of a row, or why it can never be published (checked at hand-over). */
-function messageOf(topics: Topics, row: OutboxRow): OutboundMessage | string {
+/** The wire form of a row, or why it can never be published; `topics` built once, not per row. */
+function messageOf(topics: ByTwoKeys<string>, prefix: string, row: OutboxRow): OutboundMessage | string {
   if (!isPublishableType(row.eventType)) return `event_type ${JSON.stringify(row.eventType)} makes an invalid topic`;
   let data: unknown;
   try {
@@ -103,12 +84,16 @@ function messageOf(topics: Topics, row: OutboxRow): OutboundMessage | string {
   } catch {
     return "payload is not valid JSON";
   }
-  return new RowMessage(topics.of(row), row, data);
+  let topic = topics.get(row.aggregateType, row.eventType);
+  if (topic === undefined) {
+    topic = topicOf(prefix, row.eventType, row.aggregateType);
+    topics.set(row.aggregateType, row.eventType, topic);
+  }
+  return new RowMessage(topic, row, data);
 }
 
-/** Hands one row to the broker; `answer` gets its outcome (at once when it cannot be published). */
-function publishRow(ctx: HandoverContext, topics: Topics, row: OutboxRow, answered: (outcome: Outcome) => void): void {
-  const message = messageOf(topics, row);
+function publishRow(ctx: HandoverContext, topics: ByTwoKeys<string>, row: OutboxRow, answered: (outcome: Outcome) => void): void {
+  const message = messageOf(topics, ctx.topicPrefix, row);
   const answer = tracingOn() ? producerSpan(row, typeof message === "string" ? undefined : message.topic, answered) : answered;
   if (typeof message === "string") return answer({ kind: "failed", error: message, park: true });
   try {
@@ -118,7 +103,7 @@ function publishRow(ctx: HandoverContext, topics: Topics, row: OutboxRow, answer
   }
 }
 
-/** The publish as a producer span, child of the request that wrote the row, ended by its outcome. */
+/** A producer span, child of the request that wrote the row. */
 function producerSpan(row: OutboxRow, topic: string | undefined, answer: (outcome: Outcome) => void): (outcome: Outcome) => void {
   const span = tracer().startSpan(
     `send ${topic ?? row.eventType}`,
@@ -142,13 +127,10 @@ function producerSpan(row: OutboxRow, topic: string | undefined, answer: (outcom
 
 const NOT_ATTEMPTED_BEHIND: Outcome = { kind: "released", error: "not attempted: the event before it in its aggregate was not acknowledged" };
 
-/**
- * Publishes the chains side by side; outcomes in the chains' order once all are in, or at the
- * timeout (a row sent then timed out, one never sent is released). Callbacks, not a promise per
- * row: a drain hands over tens of thousands a second.
- */
+// The chains side by side, outcomes in their order. Callbacks, not a promise per row: a drain
+// hands over tens of thousands a second.
 export async function publishChains(ctx: HandoverContext, chains: readonly Chain[]): Promise<Outcome[]> {
-  const topics = new Topics(ctx.topicPrefix);
+  const topics = new ByTwoKeys<string>();
   let total = 0;
   const offsets = chains.map((chain) => (total += chain.length) - chain.length);
   const outcomes: (Outcome | undefined)[] = new Array(total);
@@ -180,18 +162,15 @@ export async function publishChains(ctx: HandoverContext, chains: readonly Chain
   return Array.from(outcomes, (o, i) => o ?? (sent[i] ? timeout : NOT_ATTEMPTED_BEHIND));
 }
 
-/**
- * One chain at a time, for a small claim: Mosquitto (without TCP_NODELAY) holds its PUBACKs
- * for a burst until our delayed ACK (40 ms on Linux); sent one at a time, each PUBLISH carries
- * the ACK. After a timeout or a lost connection the rest is released without an attempt.
- */
+// For a small claim: Mosquitto (without TCP_NODELAY) holds the PUBACKs of a burst until our
+// delayed ACK (40 ms); sent one chain at a time, each PUBLISH carries the ACK.
 export async function publishInTurn(ctx: HandoverContext, chains: readonly Chain[]): Promise<Outcome[]> {
   const outcomes: Outcome[] = [];
   const rest: Outcome = { kind: "released", error: "not attempted: the broker went away during the batch" };
   let gone = false;
   for (const chain of chains) {
     if (gone) {
-      for (let k = 0; k < chain.length; k++) outcomes.push(rest);
+      outcomes.push(...chain.map(() => rest));
       continue;
     }
     const answers = await publishChains(ctx, [chain]);

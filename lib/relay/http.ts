@@ -1,6 +1,5 @@
-// The relay's HTTP surface on RELAY_PORT: /healthz, /readyz, and the GET routes the assembly
-// adds (/metrics, ...). Answers are JSON, errors RFC 9457 problems, each counted under its
-// route's path or "(unmatched)". A request without Host (HTTP/1.0) is routed like any other.
+// The relay's HTTP surface on RELAY_PORT: /healthz, /readyz and the GET routes start.ts adds.
+// Answers are JSON, errors RFC 9457 problems.
 import type { Sql } from "../platform/db.ts";
 import { probeDatabase } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
@@ -10,28 +9,21 @@ import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../platform/http-metric
 interface RelayAppDeps {
   readonly sql: Sql;
   readonly broker: { readonly connected: boolean; readonly lastError?: string | undefined; readonly url?: string };
-  /** Extra GET routes by exact path. */
   readonly routes?: Readonly<Record<string, FetchHandler>>;
-  /** Hears why the database is down (the /readyz body only says that it is) and handler failures. */
+  /** Hears why the database is down: the /readyz body only says that it is. */
   readonly logger: Logger;
   readonly httpMetrics?: HttpServerMetrics;
 }
 
-const MS_PER_S = 1000;
-
-// A readiness probe must answer quickly even when the database hangs; past this it is "down".
 const READY_DB_TIMEOUT_MS = 1000;
 
-function json(status: number, body: unknown): Response {
-  return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+function json(status: number, body: unknown, type = "application/json", headers = {}): Response {
+  return new Response(JSON.stringify(body), { status, headers: { "content-type": type, ...headers } });
 }
 
 // "about:blank" problems: the title is the status's own phrase (RFC 9457 §4.2.1).
 function problem(status: number, title: string, detail: string, headers: Record<string, string> = {}): Response {
-  return new Response(JSON.stringify({ type: "about:blank", title, status, detail }), {
-    status,
-    headers: { "content-type": "application/problem+json", ...headers },
-  });
+  return json(status, { type: "about:blank", title, status, detail }, "application/problem+json", headers);
 }
 
 // Not parsed as a URL: the runtime builds request.url from the Host header, which may be absent or odd.
@@ -68,7 +60,7 @@ export function createRelayFetch(deps: RelayAppDeps): FetchHandler {
     const known = Object.hasOwn(routes, path);
     const response = await answer(request, path, known ? routes[path] : undefined);
     // A 405 on a known path still names its route: the path is a template with no parameter.
-    metrics?.record(request.method, known ? path : UNMATCHED_ROUTE, response.status, (performance.now() - started) / MS_PER_S);
+    metrics?.record(request.method, known ? path : UNMATCHED_ROUTE, response.status, (performance.now() - started) / 1000);
     return response;
   };
 

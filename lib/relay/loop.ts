@@ -1,7 +1,6 @@
 // The outbox relay's loop. States:
 //   idle               nothing due; waits for a NOTIFY, a broker reconnect or the fallback poll
-//   draining           lanes claim and publish batches until a claim comes back short (lanes.ts),
-//                      on a busy stream waiting out the gather time first (gather.ts)
+//   draining           lanes claim and publish until a claim comes back short; a busy stream gathers first
 //   waiting-for-broker disconnected: claims nothing (no attempts burnt) until the CONNACK
 //   backing-off        the database failed; waits, doubling the pause, then drains again
 //   stopping/stopped   stop(): no new claim; batches in flight finish (PUBACKs awaited, rows marked)
@@ -9,14 +8,13 @@ import type { Sql } from "../platform/db.ts";
 import { describeDbError } from "../platform/db.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
 import { silentLogger, type Logger } from "../platform/log.ts";
+import { createMovingRate } from "../platform/moving-rate.ts";
 import type { RetryPolicy } from "./outbox-sql.ts";
 import { deliverVia, type Broker, type PublishFn } from "./publisher.ts";
-import { startBatch, type BatchContext, type BatchRun } from "./batch.ts";
+import { IN_TURN_MAX, startBatch, type BatchContext, type BatchRun } from "./batch.ts";
 import type { BatchResult } from "./outcome.ts";
 import { createBatchTurn, type BatchTurn } from "./claim-lock.ts";
 import { createClaimSizer, drain, laneCount, type ClaimSizer } from "./lanes.ts";
-import { createWaker, type Waker } from "./wake.ts";
-import { createGather, type Gather } from "./gather.ts";
 import { listenForOutbox, type OutboxListener } from "../platform/wakeup.ts";
 import { UNPACED, type GcPacer } from "../platform/gc-pacer.ts";
 
@@ -24,7 +22,7 @@ export { laneCount } from "./lanes.ts";
 
 export type RelayState = "idle" | "draining" | "waiting-for-broker" | "backing-off" | "stopping" | "stopped";
 
-/** Hooks for metrics; destination = the topic. Called after the batch committed. */
+/** Called after the batch committed; destination = the topic. */
 export interface RelayEvents {
   onPublished?(destination: string, lagSeconds: readonly number[]): void;
   onPublishError?(destination: string, count: number): void;
@@ -35,7 +33,7 @@ export interface RelayOptions {
   /** Where the relay LISTENs: `sql` when unset; null for nowhere (then only the poll wakes it). */
   readonly listenSql?: Sql | null;
   readonly broker: Broker;
-  /** The largest claim (OUTBOX_BATCH_SIZE). */
+  /** OUTBOX_BATCH_SIZE. */
   readonly batchSize: number;
   readonly pollMs: number;
   readonly topicPrefix: string;
@@ -45,25 +43,92 @@ export interface RelayOptions {
   readonly logger?: Logger;
   readonly publishTimeoutMs?: number;
   readonly retry?: Partial<RetryPolicy>;
-  /** Concurrent batches; default laneCount(batchSize). */
+  /** Default laneCount(batchSize). */
   readonly lanes?: number;
-  /** Counts every row answered: young collections paced by the drain. */
   readonly pacer?: GcPacer;
-  /** RELAY_GATHER_MS (gather.ts); 0 or unset, none. */
+  /** RELAY_GATHER_MS. */
   readonly gatherMs?: number;
 }
 
 // Long enough for a broker restart to resend, short enough not to hold row locks (and SIGTERM) long.
 const PUBLISH_TIMEOUT_MS = 10_000;
-// Retried after 1 s, 2 s, 4 s ... up to 5 min, parked after 10 attempts: by then it needs an operator.
+// Parked after 10 attempts, backing off 1 s doubling to 5 min: by then it needs an operator.
 const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 10, baseSeconds: 1, maxSeconds: 300 };
-// After a database error the loop pauses this long, doubling up to the maximum.
 const DB_BACKOFF_MIN_MS = 100;
 const DB_BACKOFF_MAX_MS = 5000;
-// A LISTEN that failed (database away at start) is retried this often; the poll covers the gap.
+// The poll covers the gap.
 const LISTEN_RETRY_MS = 2000;
 
-// One line per batch that claimed something, at warn when some of its rows failed.
+// A NOTIFY, a broker reconnect or stop() ends a pause; a wake while busy is kept for after the
+// drain. A sleep (a gather) sleeps through the NOTIFYs it is there to gather: only stop() ends it.
+export function createWaker() {
+  let pending = false;
+  let closed = false;
+  const waiters = new Set<() => void>();
+  const sleepers = new Set<() => void>();
+  const wake = (): void => {
+    pending = true;
+    for (const waiter of waiters) waiter();
+  };
+  const wait = (ending: Set<() => void>, ms: number): Promise<void> =>
+    new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done(): void {
+        clearTimeout(timer);
+        ending.delete(done);
+        resolve();
+      }
+      ending.add(done);
+      if (closed) done();
+    });
+  return {
+    wake,
+    pause: (ms: number): Promise<void> => wait(waiters, ms),
+    sleep: (ms: number): Promise<void> => wait(sleepers, ms),
+    /** Whether a wake arrived since the last take(). */
+    take(): boolean {
+      const was = pending;
+      pending = false;
+      return was;
+    },
+    close(): void {
+      closed = true;
+      wake();
+      for (const sleeper of sleepers) sleeper();
+    },
+  };
+}
+
+// Past this rate a claim per NOTIFY of a few rows would cost more CPU than the rows: the next drain
+// waits to gather more. Below it (the latency case) nothing waits.
+export const GATHER_MIN_RATE_PER_S = 400;
+// Past this a claim's fixed cost is small beside its rows'.
+const GATHER_ROWS = 200;
+// The rate's time constant: rows that committed together must not read as a busy stream.
+const RATE_WINDOW_MS = 100;
+// A stream that sped up during the gather still comes in one claim (a short claim ends the drain).
+const CLAIM_MARGIN = 1.5;
+
+/** `maxMs` (RELAY_GATHER_MS): the longest an event waits to be gathered; 0 gathers nothing. */
+export function createGather(maxMs: number) {
+  const rate = createMovingRate(RATE_WINDOW_MS);
+  let began = 0;
+  return {
+    /** A drain that began at `at` claimed `claimed`: when the next may start (`at` when at once). */
+    drained(at: number, claimed: number): number {
+      rate.add(claimed, at);
+      began = at;
+      const perMs = rate.perMs(at);
+      if (maxMs <= 0 || perMs * 1000 < GATHER_MIN_RATE_PER_S) return at;
+      return at + Math.min(maxMs, GATHER_ROWS / perMs);
+    },
+    /** The claim for the rows due by `at`: at the last drain's rate, never small enough to go in turn. */
+    expected(at: number): number {
+      return Math.max(IN_TURN_MAX + 1, Math.ceil(rate.perMs(began) * Math.max(0, at - began) * CLAIM_MARGIN));
+    },
+  };
+}
+
 function logBatch(logger: Logger, result: BatchResult, ms: number): void {
   if (result.claimed === 0) return;
   const failed = [...result.errors.values()].reduce((a, b) => a + b, 0);
@@ -76,10 +141,9 @@ interface RelayRun {
   readonly options: RelayOptions;
   readonly logger: Logger;
   readonly stopping: AbortController;
-  readonly waker: Waker;
-  readonly gather: Gather;
+  readonly waker: ReturnType<typeof createWaker>;
+  readonly gather: ReturnType<typeof createGather>;
   readonly sizer: ClaimSizer;
-  /** Batches started and not yet settled, for stop(). */
   readonly batches: Set<Promise<unknown>>;
   state: RelayState;
   listening: boolean;
@@ -104,7 +168,6 @@ function batchContext(options: RelayOptions): BatchContext {
   };
 }
 
-/** One batch, reported (metrics, log line) once committed and tracked until then, for stop(). */
 function trackedBatch(run: RelayRun, ctx: BatchContext, turn: BatchTurn, limit: number): BatchRun {
   const { events = {} } = run.options;
   const started = performance.now();
@@ -121,7 +184,6 @@ function trackedBatch(run: RelayRun, ctx: BatchContext, turn: BatchTurn, limit: 
   return { claimed: batch.claimed, result };
 }
 
-/** LISTEN, retried until it is in place or the relay stops (none without a pool to LISTEN on). */
 async function listenUntilStopped(run: RelayRun): Promise<OutboxListener | undefined> {
   const sql = run.options.listenSql === undefined ? run.options.sql : run.options.listenSql;
   while (sql !== null && !run.stopping.signal.aborted) {
@@ -137,7 +199,7 @@ async function listenUntilStopped(run: RelayRun): Promise<OutboxListener | undef
   return undefined;
 }
 
-/** After a drain that began at `began` and claimed `rows`: on a busy stream, waits out the gather. Returns whether it did. */
+/** On a busy stream, waits out the gather; returns whether it did. */
 async function gatherAfter(run: RelayRun, began: number, rows: number): Promise<boolean> {
   const next = run.gather.drained(began, rows);
   if (next <= began) return false;
@@ -148,7 +210,6 @@ async function gatherAfter(run: RelayRun, began: number, rows: number): Promise<
   return true;
 }
 
-/** The loop of the states above, until stop(). */
 async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<number>): Promise<void> {
   const { broker, pollMs } = run.options;
   const { waker, stopping } = run;
@@ -215,16 +276,15 @@ export function createRelay(options: RelayOptions) {
     get listening(): boolean {
       return run.listening;
     },
-    /** Claims, publishes and marks one batch of up to batchSize rows; returns the rows published. */
+    /** Returns the rows published. */
     async runOnce(): Promise<number> {
       return (await batch(options.batchSize).result).published;
     },
-    /** The loop; resolves after stop(). */
     run(): Promise<void> {
       loop ??= loopUntilStopped(run, () => drain({ maxLanes, sizer: run.sizer, stop: run.stopping.signal, startBatch: batch }));
       return loop;
     },
-    /** No new claims; waits for the batches in flight to settle and the loop to end. */
+    /** No new claims; waits for the batches in flight and the loop. */
     async stop(): Promise<void> {
       run.stopping.abort();
       setState(run, "stopping");
@@ -233,7 +293,6 @@ export function createRelay(options: RelayOptions) {
       await Promise.allSettled([...run.batches]);
       setState(run, "stopped");
     },
-    /** Something may be due: drain now. */
     wake: run.waker.wake,
   };
 }

@@ -1,41 +1,32 @@
-// The relay's SQL, one function per statement. A batch runs claim → publish → marks in ONE
-// transaction: the claim's row locks keep other relays and lanes off it until it settles.
-// Pipelined statements call execute(): a postgres.js query is otherwise sent only when first
-// awaited (a microtask later), and a COMMIT sent in between would overtake it.
+// The relay's SQL, one function per statement. Pipelined statements call execute(): a postgres.js
+// query is otherwise sent when first awaited, a microtask later, and a COMMIT would overtake it.
 import type { Sql, Tx } from "../platform/db.ts";
 
 type Db = Sql | Tx;
 
 export interface OutboxRow {
   readonly id: string;
-  /** The ctid: the claim's row lock keeps the row in place until commit, so the mark finds it by this. */
+  /** The ctid: the claim's row lock keeps the row in place until commit. */
   readonly tid: string;
   readonly aggregateId: string;
   readonly aggregateType: string;
   readonly sequence: number;
   readonly tenant: string;
   readonly eventType: string;
-  /** JSON text of the event's `data`. */
   readonly payload: string;
   /** ISO-8601 UTC with Postgres's microseconds (a JS Date would cut them). */
   readonly createdAt: string;
-  /** Times the row was the oldest publish in flight when the broker closed the connection. */
   readonly releases: number;
   readonly traceparent: string | null;
 }
 
-/**
- * The batch transaction's settings, pipelined with the claim. Without statistics (a fresh
- * table, a backlog outgrowing ANALYZE) the planner would sort every pending row for a claim
- * (enable_sort off keeps it walking the pending index) and seq-scan for the updates by id
- * (enable_seqscan off). synchronous_commit off: a crash loses only the bookkeeping of rows
- * already delivered, which are then published again, as at-least-once allows.
- */
+// Without statistics (a fresh table, a backlog outgrowing ANALYZE) the planner would sort every
+// pending row for a claim and seq-scan the updates. A crash without synchronous_commit loses only
+// the marks of rows delivered, which are then published again, as at-least-once allows.
 export async function batchSettings(tx: Db): Promise<void> {
   await tx`select set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('synchronous_commit', 'off', true)`.execute();
 }
 
-// The first `walk` due rows from `from` (or the top of the pending index), locked or not.
 function dueWindow(tx: Db, walk: number, from: string | undefined) {
   return tx`
     select created_at, sequence from outbox
@@ -45,7 +36,7 @@ function dueWindow(tx: Db, walk: number, from: string | undefined) {
     order by created_at limit ${walk}`;
 }
 
-// The due heads from `from`, as OutboxRow's fields: a head is its aggregate's oldest unpublished event.
+// A head is its aggregate's oldest unpublished event.
 function dueHeads(tx: Db, from: string | undefined) {
   return tx`
     select id, ctid::text as tid, aggregate_id as "aggregateId", aggregate_type as "aggregateType", sequence,
@@ -62,27 +53,17 @@ function dueHeads(tx: Db, from: string | undefined) {
           and p.sequence < o.sequence and p.published_at is null))`;
 }
 
-export interface ClaimWindow {
-  /** The due rows in the window (at most `walk`), locked or not. */
-  readonly rows: number;
-  /** Of which sequence 1 rows (heads unless locked). */
-  readonly firstEvents: number;
-  /** The created_at of its last row when the window is full; undefined when fewer are due. */
-  readonly end: string | undefined;
-}
+/** Due rows walked, locked or not; of them sequence 1 rows; the last's created_at if the walk was full. */
+type ClaimWindow = { readonly rows: number; readonly firstEvents: number; readonly end: string | undefined };
 
 type ClaimedHeads = { readonly heads: OutboxRow[]; readonly window: ClaimWindow };
 
 type HeadRow = OutboxRow & { readonly windowRows: number; readonly windowFirstEvents: number; readonly windowEnd: string | null };
 
-/**
- * Locks (SKIP LOCKED) up to `limit` due heads among the first `walk` due rows from `from`, and
- * says what that window held. A row behind an unpublished one is no head: only its aggregate
- * waits. Any row but sequence 1 costs a probe on the aggregate_id index, hence the bounded walk:
- * behind a backlog of one aggregate's events in flight every claim would probe all of it.
- */
+// Any row but sequence 1 costs a probe on the aggregate_id index, hence the bounded walk: behind a
+// backlog of one aggregate's events in flight every claim would probe all of it.
 export async function claimHeads(tx: Db, limit: number, from?: string, walk: number = limit): Promise<ClaimedHeads> {
-  // Named as OutboxRow's fields (no per-row copy). No head: one row of window figures and nulls.
+  // No head: one row of window figures and nulls.
   const rows = await tx<HeadRow[]>`
     with w as materialized (${dueWindow(tx, walk, from)}),
     b as (select count(*)::int as n, count(*) filter (where sequence = 1)::int as first, max(created_at) as last from w)
@@ -100,10 +81,7 @@ export async function claimHeads(tx: Db, limit: number, from?: string, walk: num
   return { heads: first?.id == null ? [] : rows, window };
 }
 
-/**
- * claimHeads without a window, for a backlog of sequence 1 rows only (claim-lock.ts
- * WindowSize.unbounded): no row costs a probe, so the window's second walk would be pure cost.
- */
+// For a backlog of sequence 1 rows only: no row costs a probe, so a window's second walk is pure cost.
 export async function claimHeadsUnbounded(tx: Db, limit: number, from: string): Promise<ClaimedHeads> {
   const heads = await tx<OutboxRow[]>`
     ${dueHeads(tx, from)}
@@ -115,12 +93,8 @@ export async function claimHeadsUnbounded(tx: Db, limit: number, from: string): 
   return { heads, window: { rows: heads.length, firstEvents, end: heads.length === limit ? heads.at(-1)?.createdAt : undefined } };
 }
 
-/**
- * Locks up to `limit` due rows behind this claim's `heads` in their aggregates, unordered
- * (handover.ts orders the chains). Two forms keep this on the aggregate_id index: the due
- * test wrapped in `is true`, which the planner cannot match to the pending index's predicate
- * (else it walks that index once per head), and no ORDER BY (a scan with enable_sort off).
- */
+// `is true` hides the due test from the pending index's predicate, else the planner walks that
+// index once per head; no ORDER BY, which with enable_sort off would be a scan.
 export async function claimFollowers(tx: Db, heads: readonly OutboxRow[], limit: number): Promise<OutboxRow[]> {
   if (heads.length === 0 || limit <= 0) return [];
   return await tx<OutboxRow[]>`
@@ -137,7 +111,7 @@ export async function claimFollowers(tx: Db, heads: readonly OutboxRow[], limit:
     for update of f skip locked`.execute();
 }
 
-/** The acknowledged rows, by the claim's `tid`: a TID scan, not a primary-key probe per row. */
+// By the claim's `tid`: a TID scan, not a primary-key probe per row.
 export async function markPublished(tx: Db, tids: readonly string[]): Promise<number> {
   if (tids.length === 0) return 0;
   const result = await tx`
@@ -146,26 +120,17 @@ export async function markPublished(tx: Db, tids: readonly string[]): Promise<nu
   return result.count;
 }
 
-export interface Failure extends Release {
-  /** Retrying cannot help (e.g. PUBACK "not authorized"): park at once. */
-  readonly park: boolean;
-}
+/** `park`: retrying cannot help (e.g. PUBACK "not authorized"). */
+export type Failure = Release & { readonly park: boolean };
 
-export interface RetryPolicy {
-  /** Failed attempts before the row is parked. */
-  readonly maxAttempts: number;
-  /** First back-off; doubles per attempt. */
-  readonly baseSeconds: number;
-  readonly maxSeconds: number;
-}
+/** Parked after `maxAttempts` failures; the back-off starts at `baseSeconds`, doubling. */
+export type RetryPolicy = Readonly<{ maxAttempts: number; baseSeconds: number; maxSeconds: number }>;
 
-/** Counts an attempt per failed row and schedules its retry, or parks it. */
 export async function recordFailures(tx: Db, failures: readonly Failure[], policy: RetryPolicy): Promise<number> {
   if (failures.length === 0) return 0;
   const ids = failures.map((f) => f.id);
   const errors = failures.map((f) => f.error);
-  // As text[]: postgres.js 3.4 sends a JS boolean[] as a scalar boolean, and serializes the
-  // elements of a bool[] parameter from JS booleans only.
+  // As text[]: postgres.js 3.4 sends a JS boolean[] as a scalar boolean.
   const parks = failures.map((f) => (f.park ? "true" : "false"));
   const result = await tx`
     update outbox as o set
@@ -179,12 +144,9 @@ export async function recordFailures(tx: Db, failures: readonly Failure[], polic
   return result.count;
 }
 
-export interface Release {
-  readonly id: string;
-  readonly error: string;
-}
+export type Release = { readonly id: string; readonly error: string };
 
-/** Suspect rows (outcome.ts): a release counted, no attempt (the broker may just have gone away). */
+/** A release counted, no attempt: the broker may just have gone away (outcome.ts suspect). */
 export async function recordReleases(tx: Db, releases: readonly Release[]): Promise<number> {
   if (releases.length === 0) return 0;
   const ids = releases.map((r) => r.id);

@@ -1,7 +1,5 @@
-// The relay's MQTT connections: each an mqtt.js client keeping the session and reconnecting,
-// while the publishes bypass it through a PublishWindow (window.ts) and their PUBACKs are taken
-// off the stream (ack-tap.ts). With several connections, a message goes over the one its key
-// (the aggregate id) hashes to, so the events of one aggregate keep their order.
+// The relay's MQTT connections: mqtt.js keeps each session while publishes bypass it (window.ts,
+// ack-tap.ts). A message takes the connection its key hashes to, so an aggregate keeps its order.
 import type { IConnackPacket, IDisconnectPacket, IStream, MqttClient } from "mqtt";
 import type { Duplex } from "node:stream";
 import { connectMqtt, type MqttProtocol } from "../platform/mqtt-connect.ts";
@@ -10,41 +8,33 @@ import { describeMqttError } from "../platform/mqtt-errors.ts";
 import { AckTap } from "./ack-tap.ts";
 import { PublishWindow, type Delivered, type OutboundMessage } from "./window.ts";
 
-/** Resolves when the broker acknowledged the message; rejects with its reason code otherwise. */
 export type PublishFn = (message: OutboundMessage) => Promise<void>;
-/** As PublishFn, answering through a callback (PublishWindow.deliver). */
 export type DeliverFn = (message: OutboundMessage, done: Delivered) => void;
 
 export type Broker = ReturnType<typeof connectBroker>;
 
 interface BrokerOptions {
-  /** MQTT connections to open (1 by default), each with its own Receive Maximum. */
   readonly connections?: number;
-  /** Why a connection attempt failed: once per cause across the connections, not once per retry. */
+  /** Why a connection attempt failed: once per cause, not once per retry. */
   readonly onError?: (description: string) => void;
   /** MQTT_PROTOCOL_VERSION (default auto). */
   readonly version?: MqttProtocol;
-  /** With `auto`, the version tried first: 5 (the default), or 4. */
+  /** With `auto`, the version tried first (default 5). */
   readonly protocolVersion?: 4 | 5;
 }
 
 // Unacknowledged publishes per connection: enough for a fast broker, a bound on what a loss leaves.
 export const MAX_IN_FLIGHT = 1000;
-// First reconnect after this, doubling per failed attempt up to the maximum.
 const RECONNECT_MIN_MS = 250;
 const RECONNECT_MAX_MS = 5000;
-// A broker that accepted TCP but has not sent CONNACK in this time is treated as down.
 const CONNECT_TIMEOUT_MS = 5000;
 // Keep-alive: a silently dead connection is noticed within 1.5× this.
 const KEEPALIVE_S = 15;
-// MQTT 5: a Receive Maximum absent from the CONNACK means 65,535.
 export const PROTOCOL_RECEIVE_MAXIMUM = 65_535;
-// A graceful DISCONNECT that has not completed in this time is cut.
 const CLOSE_TIMEOUT_MS = 2000;
 
-/** A PublishFn (a test's stand-in for the broker) answering as a DeliverFn. */
+/** A test's stand-in PublishFn as a DeliverFn; a synchronous throw reaches the caller. */
 export function deliverVia(publish: PublishFn): DeliverFn {
-  // A synchronous throw reaches the caller (handover.ts publishRow).
   return (message, done) =>
     void publish(message).then(
       () => done(),
@@ -60,12 +50,7 @@ function connectionOf(key: string, count: number): number {
   return (hash >>> 0) % count;
 }
 
-interface Connection {
-  readonly client: MqttClient;
-  readonly window: PublishWindow;
-}
-
-/** The relay's connections to one broker, or to the broker in use of a list, all moving together. */
+/** The relay's connections to the broker in use of a list, all moving together. */
 export function connectBroker(brokers: Brokers, options: BrokerOptions = {}) {
   const list = brokerList(brokers);
   const listeners = new Set<(connected: boolean) => void>();
@@ -73,7 +58,7 @@ export function connectBroker(brokers: Brokers, options: BrokerOptions = {}) {
   const allConnected = (): boolean => connections.every((c) => c.client.connected);
   let allUp = false;
   let lastError: string | undefined;
-  // Listeners hear the state of the whole: a batch needs whichever connection its rows hash to.
+  // The state of the whole: a batch needs whichever connection its rows hash to.
   const changed = (): void => {
     const now = allConnected();
     if (now) lastError = undefined;
@@ -81,7 +66,6 @@ export function connectBroker(brokers: Brokers, options: BrokerOptions = {}) {
     allUp = now;
     for (const listener of listeners) listener(now);
   };
-  // The connections of one relay usually fail alike: a cause is reported once.
   const failed = (description: string): void => {
     if (description === lastError) return;
     lastError = description;
@@ -91,28 +75,28 @@ export function connectBroker(brokers: Brokers, options: BrokerOptions = {}) {
     openConnection(list, { ...options, clientId: i === 0 ? base : `${base}-${i + 1}`, onError: failed }, changed),
   );
   const count = connections.length;
-  const windowOf = (message: OutboundMessage): PublishWindow => (connections[connectionOf(message.key, count)] as Connection).window;
+  const windowOf = (message: OutboundMessage): PublishWindow =>
+    (connections[connectionOf(message.key, count)] as ReturnType<typeof openConnection>).window;
   return {
-    /** Every connection has its CONNACK. */
     get connected(): boolean {
       return allConnected();
     },
-    /** Why the last connection attempt failed, until every connection is up again (for /readyz). */
+    /** Why the last connection attempt failed, until every connection is up again. */
     get lastError(): string | undefined {
       return lastError;
     },
-    /** The broker in use (of MQTT_URL's list), its password masked. */
+    /** Its password masked. */
     get url(): string {
       return list.inUse;
     },
     publish: ((message) => windowOf(message).publish(message)) satisfies PublishFn,
     deliver: ((message, done) => windowOf(message).deliver(message, done)) satisfies DeliverFn,
-    /** Called with true when the last connection is up and false when the first is lost. Returns an unsubscribe. */
+    /** True when the last connection is up, false when the first is lost. Returns an unsubscribe. */
     onConnectionChange(listener: (connected: boolean) => void): () => void {
       listeners.add(listener);
       return () => listeners.delete(listener);
     },
-    /** Called once per move to the next broker of the list after the one in use was lost. Returns an unsubscribe. */
+    /** Once per move to the next broker of the list. Returns an unsubscribe. */
     onMove: (listener: (move: BrokerMove) => void): (() => void) => list.onMove(listener),
     async close(): Promise<void> {
       listeners.clear();
@@ -121,8 +105,7 @@ export function connectBroker(brokers: Brokers, options: BrokerOptions = {}) {
   };
 }
 
-/** An mqtt.js client keeping the session, its connections tapped for the window's PUBACKs. */
-function openConnection(list: BrokerList, options: BrokerOptions & { clientId: string }, notify: () => void): Connection {
+function openConnection(list: BrokerList, options: BrokerOptions & { clientId: string }, notify: () => void) {
   // Read only once the client below exists (on publish, on its events).
   const connection = {
     get connected() {
@@ -149,8 +132,7 @@ function openConnection(list: BrokerList, options: BrokerOptions & { clientId: s
     tap: (stream: IStream) => {
       // mqtt.js leaves Nagle on: a write of a few publishes would wait for the ACK of the last.
       (stream as { setNoDelay?: (noDelay: boolean) => void }).setNoDelay?.(true);
-      const listener = { ack: (id: number, code: number) => window.acked(id, code), readDone: () => window.readDone() };
-      return new AckTap(stream as Duplex, listener) as unknown as IStream;
+      return new AckTap(stream as Duplex, window) as unknown as IStream;
     },
   });
   followSession(client, window, notify);
@@ -163,13 +145,12 @@ async function closeClient(client: MqttClient): Promise<void> {
   clearTimeout(timer);
 }
 
-/** Opens and closes the window with each connection, and backs off between reconnects. */
 function followSession(client: MqttClient, publishes: PublishWindow, notify: () => void): void {
   let disconnectReason: number | undefined;
   client.on("connect", (connack: IConnackPacket) => {
     client.options.reconnectPeriod = RECONNECT_MIN_MS;
     disconnectReason = undefined;
-    // Mosquitto's max_inflight_messages, 20 by default; absent means 65,535.
+    // Mosquitto's max_inflight_messages, 20 by default.
     publishes.opened(connack.properties?.receiveMaximum ?? PROTOCOL_RECEIVE_MAXIMUM);
     notify();
   });

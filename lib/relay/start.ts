@@ -1,7 +1,5 @@
-// Assembles the relay process from config: the pool, the schema, the broker connection, the
-// loop, its metrics and its HTTP surface (/healthz, /readyz, /metrics, /asyncapi.json). The
-// metrics go through the OpenTelemetry API only: no-ops until the entrypoint registers a
-// MeterProvider. Their labels hold the destination topic only, never a per-event value.
+// Assembles the relay process from config: pools, broker, loop, metrics (OpenTelemetry API only,
+// labelled by destination topic, never a per-event value) and its HTTP surface.
 import type { Config } from "../platform/config.ts";
 import { createSql } from "../platform/db.ts";
 import { isTransactionPooled } from "../platform/pooler.ts";
@@ -20,32 +18,27 @@ import { transactionsInProgress } from "../platform/tx.ts";
 import { openConnections } from "../platform/open-connections.ts";
 import { metrics } from "@opentelemetry/api";
 
-// Beyond one connection per lane: one for /readyz and one for the ops jobs beside the loop.
+// Beyond one per lane: one for /readyz and one for the ops jobs.
 const EXTRA_CONNECTIONS = 2;
-// close() comes after every batch settled, but postgres.js still waits this long on a pool
-// whose connections were killed under it, so the grace is short.
+// postgres.js waits this long on a pool whose connections were killed under it; the batches are settled.
 const POOL_CLOSE_GRACE_S = 1;
-// One young collection per this many rows answered: about as often as the allocator returns
-// memory to the kernel at drain speed (lib/platform/gc-pacer.ts); each costs a millisecond or more.
+// About as often as the allocator returns memory to the kernel at drain speed; each costs a millisecond.
 const GC_EVERY_ROWS = 4000;
 
 export type RelayProcess = Awaited<ReturnType<typeof startRelay>>;
 
 interface RelayProcessOptions {
-  /** Prometheus exposition for GET /metrics (the entrypoint owns the SDK). */
   readonly metrics?: () => Promise<Response>;
   readonly logger?: Logger;
-  /** Where the operator port's answers are counted (http_server_request_duration_seconds). */
   readonly httpMetrics?: HttpServerMetrics;
 }
 
-// The pools' application_name, also their name on db_client_connections_max.
 const RELAY_POOL_NAME = "charges-relay";
 const RELAY_DIRECT_POOL_NAME = "charges-relay-direct";
-// One for the ops loop, which runs one job at a time; LISTEN opens a connection of its own.
+// The ops loop runs one job at a time.
 const DIRECT_CONNECTIONS = 1;
 
-/** Connects and migrates (a StartupError with one clear line when it cannot); the broker is awaited by the loop. */
+/** Connects and migrates (a StartupError when it cannot); the loop waits for the broker. */
 export async function startRelay(config: Config, options: RelayProcessOptions = {}) {
   const log = options.logger ?? createLogger(config.logLevel, "relay");
   const poolSize = laneCount(config.outboxBatchSize) + EXTRA_CONNECTIONS;
@@ -53,10 +46,8 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   const bounds = { statementTimeoutMs: config.relayTimeBounds.statementTimeoutMs, lockTimeoutMs: config.relayTimeBounds.lockTimeoutMs };
   const sql = await openDatabase(config.databaseUrl, { max: poolSize, applicationName: RELAY_POOL_NAME, pooler: config.databasePooler, countOpen: true, ...bounds });
   const direct = config.databaseDirectUrl === undefined ? undefined : createSql(config.databaseDirectUrl, { max: DIRECT_CONNECTIONS, applicationName: RELAY_DIRECT_POOL_NAME, ...bounds });
-  // LISTEN's own client would be counted and never uncounted on a counted pool (open-connections.ts):
-  // without a direct URL it listens through a pool of its own; behind a transaction pooler, nowhere.
+  // LISTEN's own client would never be uncounted on a counted pool: it gets a pool of its own.
   const listenPool = direct ?? (isTransactionPooled(sql) ? null : createSql(config.databaseUrl, { max: 1, applicationName: RELAY_POOL_NAME, ...bounds }));
-  // Not awaited: a broker that is away at start is retried, and the relay waits for it.
   const broker = connectBroker(config.mqttUrls, {
     connections: config.relayMqttConnections,
     version: config.mqttProtocol,
@@ -91,16 +82,14 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   if (options.metrics) routes["/metrics"] = options.metrics;
   return {
     sql,
-    /** Where the ops jobs run (job-lock.ts). */
     jobsSql: direct ?? sql,
     broker,
     relay,
-    /** Rows answered per young collection; null where the runtime has none to pace (Deno). */
+    /** Null where the runtime has no young collection (Deno). */
     gcEveryRows: collect ? GC_EVERY_ROWS : null,
     fetch: createRelayFetch({ sql, broker, routes, logger: log, httpMetrics: options.httpMetrics }),
     run: (): Promise<void> => relay.run(),
     stop: (): Promise<void> => relay.stop(),
-    /** Closes the broker connection and the pools; after stop(). */
     async close(): Promise<void> {
       await broker.close();
       await sql.end({ timeout: POOL_CLOSE_GRACE_S });
@@ -109,10 +98,10 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   };
 }
 
-// Row created → PUBACK. Fine below 50 ms (the latency target), coarse up to minutes (backlogs, retries).
+// Fine below 50 ms (the latency target), coarse up to minutes (backlogs, retries).
 const LAG_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
-/** `knownDestinations` start at zero: a rate() alert on errors works before the first error. */
+/** `knownDestinations` start at zero: a rate() alert works before the first error. */
 function otelRelayEvents(knownDestinations: readonly string[]): RelayEvents {
   const meter = metrics.getMeter("charges");
   const published = meter.createCounter("outbox_published_total", {

@@ -1,21 +1,17 @@
-// The relay's publishes on one MQTT connection: each encoded once, those of one turn written
-// together, at most the broker's Receive Maximum unacknowledged, the rest waiting in hand-off
-// order, each settled by its PUBACK (from ack-tap.ts) or by the loss of the connection.
+// The publishes on one MQTT connection: those of one turn written together, at most Receive
+// Maximum unacknowledged, the rest waiting in order, each settled by its PUBACK or the connection's loss.
 import { EVENT_CONTENT_TYPE } from "../charges/events.ts";
 import { encodePublish } from "./publish-packet.ts";
 
-/** Read once, when the PUBLISH is encoded (handover.ts RowMessage builds them then); `key` at hand-over. */
+/** Read once, when the PUBLISH is encoded; `key` (the aggregate id) picks the connection. */
 export interface OutboundMessage {
-  /** The aggregate id: with several connections, a key's messages all take the same one. */
   readonly key: string;
   readonly topic: string;
-  /** UTF-8 JSON envelope. */
   readonly payload: string;
-  /** MQTT 5 user properties (event-id, event-type, tenant-id, traceparent). */
   readonly userProperties: Readonly<Record<string, string>>;
 }
 
-/** The connection closed first; the oldest in flight (the one the broker was reading) gets its reason code. */
+/** The oldest in flight (the one the broker was reading) gets the DISCONNECT's reason code. */
 export class ConnectionLost extends Error {
   override name = "ConnectionLost";
   constructor(
@@ -30,7 +26,6 @@ export class ConnectionLost extends Error {
   }
 }
 
-/** A PUBACK with a failure reason code (0x80 and above). */
 export class PublishRefused extends Error {
   override name = "PublishRefused";
   constructor(readonly code: number) {
@@ -40,16 +35,14 @@ export class PublishRefused extends Error {
 
 interface WindowConnection {
   readonly connected: boolean;
-  /** 5, or 4 for MQTT 3.1.1 (no properties). */
   readonly protocolVersion: number;
   write(bytes: Buffer): void;
 }
 
 // PUBACK reason codes from here up are failures (MQTT 5 §3.4.2.1); 0x10 "no matching subscribers" is not.
 const FIRST_FAILURE_CODE = 0x80;
-// Packet identifiers are 1..65535 (MQTT 5 §2.2.1); 0 is not one.
 const MAX_PACKET_ID = 0xffff;
-// PINGREQ (MQTT 5 §3.12): sent only to carry a TCP ACK, see readDone().
+// Sent only to carry a TCP ACK, see readDone().
 const PINGREQ = Buffer.from([0xc0, 0x00]);
 // The waiting queue drops its sent head once this long (an index, not Array.shift, which moves every entry).
 const QUEUE_COMPACT_AT = 1024;
@@ -64,12 +57,11 @@ interface Pending {
 
 export class PublishWindow {
   private limit: number;
-  // Sent and not yet answered, by packet identifier, in the order they left (Map insertion order).
+  // In the order they left (Map insertion order).
   private readonly inFlight = new Map<number, Pending>();
   private waiting: Pending[] = [];
   private waitingHead = 0;
   private lastId = 0;
-  // Encoded and not yet written: those of one turn leave in one write.
   private unwritten: Buffer[] = [];
   private readonly flush = (): void => this.writeOut();
   // At most one PINGREQ per PUBACK: a broker that answers pings but holds PUBACKs is not pinged in a loop.
@@ -92,7 +84,7 @@ export class PublishWindow {
     return new Promise((resolve, reject) => this.deliver(message, (error) => (error ? reject(error) : resolve())));
   }
 
-  /** As publish(), answering through a callback: no promise per message on the hot path. */
+  /** No promise per message on the hot path. */
   deliver(message: OutboundMessage, done: Delivered): void {
     // Not kept for later: the relay releases the row and claims it again once connected.
     if (!this.connection.connected) return done(new Error("not connected to the broker"));
@@ -111,7 +103,6 @@ export class PublishWindow {
     else pending.done();
   }
 
-  /** Sends what the free slots allow (on a new connection and after each read). */
   private refill(): void {
     while (this.inFlight.size < this.limit && this.waitingHead < this.waiting.length) {
       this.send(this.waiting[this.waitingHead++] as Pending);
@@ -125,13 +116,8 @@ export class PublishWindow {
     }
   }
 
-  /**
-   * After each read: fills the freed slots. With nothing to send and PUBACKs still to come, a
-   * PINGREQ carries the TCP ACK instead: Mosquitto (without TCP_NODELAY) holds its next PUBACKs
-   * until its last segment is ACKed, which an idle client does only after its 40 ms delayed-ACK
-   * timer. Not when this turn writes anything (a chain's next row from a PUBACK callback, too):
-   * Mosquitto would hold the next PUBACK behind the PINGRESP, 40 ms per row of a chain.
-   */
+  // With nothing to send and PUBACKs to come, a PINGREQ carries the TCP ACK Mosquitto (without
+  // TCP_NODELAY) waits for before its next PUBACKs; not when this turn writes (PUBACK behind PINGRESP).
   readDone(): void {
     this.refill();
     if (this.unwritten.length > 0 || this.inFlight.size === 0 || !this.ackedSinceNudge) return;
@@ -139,7 +125,7 @@ export class PublishWindow {
     this.queue(PINGREQ);
   }
 
-  /** The connection closed: every publish in flight or waiting fails at once, not at its timeout. */
+  /** Every publish in flight or waiting fails at once, not at its timeout. */
   closed(disconnectReason: number | undefined): void {
     let oldest = true;
     for (const pending of this.inFlight.values()) {
@@ -169,7 +155,6 @@ export class PublishWindow {
     try {
       bytes = encodePublish({ messageId, topic, payload, contentType: EVENT_CONTENT_TYPE, userProperties }, this.connection.protocolVersion);
     } catch (error) {
-      // A message MQTT cannot carry fails (its row is parked).
       pending.done(error as Error);
       return;
     }
@@ -185,7 +170,7 @@ export class PublishWindow {
   private writeOut(): void {
     const chunks = this.unwritten;
     this.unwritten = [];
-    // Dropped when the connection closed meanwhile: their publishes were failed with it.
+    // Closed meanwhile: their publishes failed with it.
     if (chunks.length === 0 || !this.connection.connected) return;
     this.connection.write(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks));
   }
