@@ -3,22 +3,15 @@
 import type { Sql, Tx } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
 import { claimFollowers, claimHeads, claimHeadsUnbounded, batchSettings, markPublished, recordFailures, recordReleases, type OutboxRow, type RetryPolicy } from "./outbox-sql.ts";
-import type { DeliverFn } from "./publisher.ts";
-import type { GcPacer } from "../platform/gc-pacer.ts";
 import type { BatchTurn } from "./claim-lock.ts";
 import { EMPTY_RESULT, tally, type BatchResult, type Outcome } from "./outcome.ts";
-import { chainsOf, publishChains, publishInTurn } from "./handover.ts";
+import { chainsOf, publishChains, publishInTurn, type HandoverContext } from "./handover.ts";
 
-export interface BatchContext {
+export interface BatchContext extends HandoverContext {
   readonly sql: Sql;
   /** OUTBOX_BATCH_SIZE. */
   readonly maxClaim: number;
-  readonly topicPrefix: string;
-  readonly deliver: DeliverFn;
-  readonly broker: { readonly connected: boolean };
-  readonly publishTimeoutMs: number;
   readonly retry: RetryPolicy;
-  readonly pacer: GcPacer;
 }
 
 /** `full`: its window held as many due rows as it asked for (more may be due). */

@@ -2,14 +2,21 @@
 // the one before it is acked (else a refused publish would leave a later event delivered first).
 import { within } from "../platform/within.ts";
 import type { OutboxRow } from "./outbox-sql.ts";
-import type { BatchContext } from "./batch.ts";
+import type { DeliverFn } from "./publisher.ts";
+import type { GcPacer } from "../platform/gc-pacer.ts";
 import { SpanKind } from "@opentelemetry/api";
 import { contextOf, endSpan, tracer, tracingOn } from "../platform/trace-context.ts";
 import type { OutboundMessage } from "./window.ts";
 import { buildEnvelope, isPublishableType, topicOf, userPropertiesOf } from "../charges/events.ts";
 import { classify, type Outcome } from "./outcome.ts";
 
-type HandoverContext = Pick<BatchContext, "topicPrefix" | "deliver" | "broker" | "publishTimeoutMs" | "pacer">;
+export interface HandoverContext {
+  readonly topicPrefix: string;
+  readonly deliver: DeliverFn;
+  readonly broker: { readonly connected: boolean };
+  readonly publishTimeoutMs: number;
+  readonly pacer: GcPacer;
+}
 
 type Chain = readonly OutboxRow[];
 
