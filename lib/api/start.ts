@@ -72,7 +72,7 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
   }
   // This process's notifies name it: its own completions wake their keys' waiters directly
-  // (lib/idempotency/waits.ts), so only another's wake every waiter to read its key again;
+  // (lib/idempotency/run.ts), so only another's wake every waiter to read its key again;
   // else a tenant holding many Prefer: wait requests would multiply every other's commits.
   const sender = crypto.randomUUID();
   const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log), undefined, sender);

@@ -3,9 +3,8 @@
 // one short transaction under an xact advisory lock (works behind a transaction pooler).
 import type { Sql } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
-import type { FinalOutcome, Operation, Resume } from "./model.ts";
+import type { FinalOutcome, HeldAdapter, Operation, Resume } from "./model.ts";
 import { compile, runFinish, type HeldKey, type KeyRef } from "./skeleton.ts";
-import type { HeldAdapter } from "./adapter.ts";
 import { drive, type DriveOptions, type DriveResult } from "./drive.ts";
 import { takeLease } from "./lease.ts";
 
@@ -19,16 +18,10 @@ export interface CompleterOptions extends DriveOptions {
   readonly operations: ReadonlyMap<string, Operation>;
 }
 
-export interface CompleterRound {
-  readonly claimed: number;
-  readonly finished: number;
-  readonly unknown: number;
-  readonly lost: number;
-  readonly parked: number;
-}
+export type CompleterRound = NonNullable<Awaited<ReturnType<typeof completeRound>>>;
 
 /** One round, or undefined when another process is running the completer. */
-export async function completeRound(sql: Sql, options: CompleterOptions): Promise<CompleterRound | undefined> {
+export async function completeRound(sql: Sql, options: CompleterOptions) {
   const claim = await transaction(sql, async (tx) => {
     const [lock] = await tx<{ locked: boolean }[]>`select pg_try_advisory_xact_lock(${options.lockId.toString()}::bigint) as locked`;
     if (!lock?.locked) return undefined;

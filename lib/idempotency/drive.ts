@@ -2,10 +2,9 @@
 // point; between steps nothing is held but the lease (no transaction, lock or pooled connection).
 import { Value } from "@sinclair/typebox/value";
 import type { Sql } from "../platform/db.ts";
-import type { HeldAdapter, UnknownCause } from "./adapter.ts";
 import { inSpan, tracingOn } from "../platform/trace-context.ts";
 import { registerFormats } from "../platform/schemas.ts";
-import type { FinalOutcome, ForeignDeclaration, Operation, Resume, StoredResponse } from "./model.ts";
+import type { FinalOutcome, ForeignDeclaration, HeldAdapter, Operation, Resume, StoredResponse, UnknownCause } from "./model.ts";
 import type { HeldKey } from "./skeleton.ts";
 import { groupedWrites, type LeaseWrites } from "./lease.ts";
 

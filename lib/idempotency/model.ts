@@ -4,7 +4,6 @@ import type { Static, TObject } from "@sinclair/typebox";
 import type postgres from "postgres";
 import type { Sql } from "../platform/db.ts";
 import type { ProblemSpec } from "./problem-types.ts";
-import type { HeldAdapter, UnknownCause } from "./adapter.ts";
 import type { FingerprintFields } from "./keys.ts";
 
 export type Fragment = postgres.Fragment;
@@ -14,11 +13,8 @@ export type SqlType = (typeof SQL_TYPES)[number];
 
 export type ColumnValue = string | number | boolean | null;
 
-export interface OperationSettings {
-  readonly defaultCurrency: string;
-}
-
-export const DEFAULT_SETTINGS: OperationSettings = { defaultCurrency: "usd" };
+export const DEFAULT_SETTINGS: Readonly<{ defaultCurrency: string }> = { defaultCurrency: "usd" };
+export type OperationSettings = typeof DEFAULT_SETTINGS;
 
 /** What a route hands its operation: the path parameters and the body, both already checked. */
 export interface OperationInput<Body> {
@@ -118,10 +114,7 @@ export interface StepContext<R = Resume, Caps = unknown> {
   readonly resumed: boolean;
 }
 
-export interface StoredResponse {
-  readonly status: number;
-  readonly body: string;
-}
+export type StoredResponse = Readonly<{ status: number; body: string }>;
 
 /** Phase 3 of one key: the response to store, and the operation's row. */
 export interface FinalRow {
@@ -130,10 +123,7 @@ export interface FinalRow {
 }
 
 /** Phase 3's CTEs, after the holder's compare-and-set defines `won`; `write` ends with `events`. */
-export interface FinishSql {
-  readonly columns: Readonly<Record<string, SqlType>>;
-  readonly write: Fragment;
-}
+export type FinishSql = Pick<OperationSql, "write"> & { readonly columns: Readonly<Record<string, SqlType>> };
 
 /** An operation through the processor: phase 1 (`sql` in `processor` mode), its steps, phase 3. */
 export interface ForeignDeclaration<Body, R = Resume, Caps = unknown> {
@@ -161,3 +151,31 @@ export interface ForeignDeclaration<Body, R = Resume, Caps = unknown> {
 export function foreign<Body, R, Caps>(declaration: ForeignDeclaration<Body, R, Caps>): ForeignDeclaration<Body> {
   return declaration as unknown as ForeignDeclaration<Body>;
 }
+
+// The service the steps call (a payment processor): every call answered as a value, so that the
+// steps can record what is known; UnknownCause says why nobody knows what it did.
+export type UnknownCause = "processor_error" | "unreachable" | "timeout" | "processing";
+
+export type CallResult<T> =
+  | { readonly kind: "ok"; readonly value: T }
+  /** A final answer of the processor: a decline, or a request it will never accept. */
+  | { readonly kind: "refused"; readonly status: number; readonly code: string; readonly declineCode: string | null; readonly message: string }
+  /**
+   * The processor may or may not have acted. finished: the API itself answered a 5xx it keeps under
+   * the key (not Stripe-Should-Retry), so whatever it did is in its objects now.
+   */
+  | { readonly kind: "unknown"; readonly cause: UnknownCause; readonly detail: string; readonly status: number | null; readonly finished: boolean };
+
+/** One call of the client `Api`, as a value; each operation builds its steps' calls from it. */
+export interface ForeignAdapter<Api> {
+  call<T>(method: "GET" | "POST", request: (api: Api) => Promise<T>): Promise<CallResult<T>>;
+}
+
+/** A call's value mapped, its refusal or unknown outcome kept. */
+export async function mapCall<T, V>(call: Promise<CallResult<T>>, view: (value: T) => V): Promise<CallResult<V>> {
+  const result = await call;
+  return result.kind === "ok" ? { kind: "ok", value: view(result.value) } : result;
+}
+
+/** An adapter as the engine holds it: handed to the operations, read here by nothing. */
+export type HeldAdapter = object;

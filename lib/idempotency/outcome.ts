@@ -1,9 +1,8 @@
 // The one mapping from what the claim and the steps answered to an operation's outcome, for both
 // modes: a key row, or a drive's result. Expected outcomes are values; only bugs and faults throw.
 import type { DriveResult } from "./drive.ts";
-import type { Operation, Refusal } from "./model.ts";
+import type { Operation, Refusal, UnknownCause } from "./model.ts";
 import type { KeyRow } from "./skeleton.ts";
-import type { UnknownCause } from "./adapter.ts";
 
 export type Outcome =
   | { readonly kind: "created"; readonly status: number; readonly body: string; readonly location: string | undefined }

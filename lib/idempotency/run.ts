@@ -8,12 +8,11 @@ import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
 import { endSpan, tracingOn, transactionSpan } from "../platform/trace-context.ts";
 import { advisoryLockId, fingerprint, keyId } from "./keys.ts";
 import { DEFAULT_SETTINGS, endpointOf, type Operation, type OperationInput, type OperationSettings } from "./model.ts";
-import { compile, findKey, runClaim, type Compiled, type KeyRow, type RequestRow } from "./skeleton.ts";
+import { compile, findKey, runClaim, type Compiled, type KeyRow } from "./skeleton.ts";
 import { AT_ONCE, createGroupCommit, type GroupOptions, type GroupStatement, type StatementStats } from "./group-commit.ts";
 import { drive, type DriveOptions } from "./drive.ts";
 import { groupedWrites, takeLease } from "./lease.ts";
 import { IN_FLIGHT, createdOf, fromDrive, fromStored, fromUnwritten, type Outcome } from "./outcome.ts";
-import { createKeyWaits } from "./waits.ts";
 
 export interface OperationRequest<Body> {
   readonly tenant: string;
@@ -50,14 +49,7 @@ export interface IdempotencyCore {
   readonly statements: StatementStats;
 }
 
-/** One request's claim, fixed before its first try so that every resend writes the same row. */
-interface Claim {
-  readonly row: RequestRow;
-  readonly exclusive: string | undefined;
-  /** The ledger's answer as this request stores it (so its own earlier try's reads as created). */
-  readonly body: string | undefined;
-  readonly token: string | undefined;
-}
+type Claim = ReturnType<typeof claimOf>;
 
 interface Binding {
   readonly c: Compiled;
@@ -211,8 +203,11 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
   return core;
 }
 
-/** The one row builder: the key's columns, then what the operation prepared in its mode. */
-function claimOf(b: Binding, request: OperationRequest<unknown>, lockId: string, requestHash: string): Claim {
+/**
+ * One request's claim, fixed before its first try so that every resend writes the same row; `body`,
+ * the ledger's answer as this request stores it (so its own earlier try's reads as created).
+ */
+function claimOf(b: Binding, request: OperationRequest<unknown>, lockId: string, requestHash: string) {
   const { op } = b.c;
   const input = request.input as Input;
   if (b.steps === undefined) {
@@ -224,4 +219,43 @@ function claimOf(b: Binding, request: OperationRequest<unknown>, lockId: string,
   const token = crypto.randomUUID();
   const row = { tenant: request.tenant, key: request.key, lock_id: lockId, request_hash: requestHash, resume: JSON.stringify(prepared.resume), token, ...prepared.columns };
   return { row, exclusive: prepared.exclusive, body: undefined, token };
+}
+
+// Requests held for a key in flight (Prefer: wait), woken by the key's holder here or by any
+// completion notified elsewhere; nothing (no connection, no transaction) is held while waiting.
+function createKeyWaits() {
+  const byKey = new Map<string, Set<() => void>>();
+  const settle = (id: string, done: () => void): void => {
+    const set = byKey.get(id);
+    if (set?.delete(done) && set.size === 0) byKey.delete(id);
+  };
+  return {
+    /** Registered before the caller reads the key again, so that no wake-up is missed. */
+    wait(id: string, endsAt: number): { readonly woken: Promise<void>; cancel(): void } {
+      let done!: () => void;
+      const woken = new Promise<void>((resolve) => {
+        const timer = setTimeout(() => done(), Math.max(0, endsAt - performance.now()));
+        done = () => {
+          clearTimeout(timer);
+          settle(id, done);
+          resolve();
+        };
+      });
+      let set = byKey.get(id);
+      if (set === undefined) byKey.set(id, (set = new Set()));
+      set.add(done);
+      return { woken, cancel: () => done() };
+    },
+    wake(id: string): void {
+      const set = byKey.get(id);
+      if (set !== undefined) for (const done of [...set]) done();
+    },
+    wakeAll(): void {
+      for (const set of [...byKey.values()]) for (const done of [...set]) done();
+    },
+    /** Keys waited on (a key's empty set is dropped): the holders' wake() is skipped at 0. */
+    get size(): number {
+      return byKey.size;
+    },
+  };
 }

@@ -31,11 +31,7 @@ export interface FinishRequest {
   readonly resume: Resume;
 }
 
-export interface KeyRef {
-  readonly tenant: string;
-  readonly key: string;
-  readonly endpoint: string;
-}
+export type KeyRef = Readonly<{ tenant: string; key: string; endpoint: string }>;
 
 /** A key whose lease this process holds: its token, and how far the steps got. */
 export interface HeldKey extends KeyRef {
@@ -45,19 +41,7 @@ export interface HeldKey extends KeyRef {
 }
 
 /** An operation's fragments in one mode, bound to one client, built once. */
-export interface Compiled {
-  readonly op: Operation;
-  readonly endpoint: string;
-  readonly record: Fragment;
-  readonly admit: Fragment;
-  readonly write: Fragment;
-  readonly existing: Fragment;
-  /** The outbox insert; empty in phase 1. */
-  readonly event: Fragment;
-  readonly result: Fragment;
-  /** The ledger's key row values (COMPLETED with its answer); undefined in phase 1. */
-  readonly completed: Fragment | undefined;
-}
+export type Compiled = ReturnType<typeof build>;
 
 const KEY_COLUMNS = { n: "int", tenant: "text", key: "text", lock_id: "bigint", request_hash: "text" } as const;
 const LEDGER_COLUMNS: Readonly<Record<string, SqlType>> = { ...KEY_COLUMNS, response_body: "text", event_id: "uuid", traceparent: "text" };
@@ -88,7 +72,7 @@ export function compile(sql: Sql, op: Operation, mode: Mode | "finish"): Compile
   return (byMode[mode] ??= build(sql, op, mode));
 }
 
-function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
+function build(sql: Sql, op: Operation, mode: Mode | "finish") {
   const endpoint = endpointOf(op);
   const event = sql`,
     event as (

@@ -1,16 +1,11 @@
 // Key retention: an expired COMPLETED key becomes a tombstone (answer dropped, resource kept for the
 // 410), and an expired tombstone goes. Bounded batches: a backlog never holds a long lock.
 import type { Sql } from "../platform/db.ts";
+import type { KeyRef, KeyRow } from "./skeleton.ts";
 
 export type Locate = (endpoint: string, status: number | null, body: string | null) => string | null;
 
-interface DueKey {
-  readonly tenant: string;
-  readonly key: string;
-  readonly endpoint: string;
-  readonly response_status: number | null;
-  readonly response_body: string | null;
-}
+type DueKey = KeyRef & Pick<KeyRow, "response_status" | "response_body">;
 
 /**
  * Turns up to `batch` expired COMPLETED keys into tombstones. No transaction: the update is a
