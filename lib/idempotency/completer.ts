@@ -14,7 +14,6 @@ export interface CompleterOptions extends DriveOptions {
   /** Keys driven at once: their calls wait on the processor, not on this process or the database. */
   readonly parallel: number;
   readonly resolveWindowSeconds: number;
-  /** The operations with processor steps, by endpoint. */
   readonly operations: ReadonlyMap<string, Operation>;
 }
 

@@ -10,7 +10,6 @@ import { groupedWrites, type LeaseWrites } from "./lease.ts";
 
 export interface DriveOptions {
   readonly processor: HeldAdapter;
-  /** The lease each recorded step renews (leaseMsFor). */
   readonly leaseMs: number;
   readonly writes?: LeaseWrites;
   /** A key taken over from a holder that is gone (idempotency_resumed_total). */
@@ -36,7 +35,6 @@ export function leaseMsFor(timeoutMs: number): number {
 // More steps than any operation has: a loop between recovery points is a bug, not a wait.
 const MAX_STEPS = 8;
 
-/** Why `resume` fails its schema, naming the field. */
 function resumeFault(declaration: ForeignDeclaration<unknown>, resume: Resume): string | undefined {
   // The schemas' formats (uuid), in every process that reads a resume (the ops jobs too).
   registerFormats();
@@ -70,19 +68,17 @@ export async function drive(sql: Sql, op: Operation, start: HeldKey, resumed: bo
     const ctx = { resume: key.resume, processor, resumed: resumed && i === 0 };
     const result = tracingOn() ? await inSpan(`${op.name} ${key.point}`, key.resume.traceparent, { "charges.step": key.point }, () => step(ctx)) : await step(ctx);
     switch (result.kind) {
-      case "record": {
+      case "record":
         if (!(await writes.record(key, result.point, result.resume))) return { kind: "lost" };
         key = { ...key, point: result.point, resume: result.resume };
         break;
-      }
       case "final": {
         const response = await writes.finish(key, result.outcome, result.resume);
         return response === undefined ? { kind: "lost" } : { kind: "final", outcome: result.outcome, response };
       }
-      case "unknown": {
+      case "unknown":
         if (!(await writes.release(key, result.resume, `${result.cause}: ${result.detail}`))) return { kind: "lost" };
         return { kind: "unknown", cause: result.cause, detail: result.detail };
-      }
       default: {
         const unreachable: never = result;
         throw new Error(`bug: unknown step result ${JSON.stringify(unreachable)}`);

@@ -5,11 +5,8 @@ import { isConnectionLost, isUnavailable, sqlState } from "../platform/db.ts";
 import { REQUEST_DEADLINE, TimeBoundError } from "../platform/pool-gate.ts";
 
 /** Running totals for the API's metrics; `queued`: waiting now. */
-export interface StatementStats {
-  readonly statements: number;
-  readonly requests: number;
-  readonly queued: number;
-}
+export type StatementStats =
+  Readonly<Pick<ReturnType<typeof createGroupCommit>, "statements" | "requests" | "queued">>;
 
 /** A statement that takes any number of items and answers each, in order. */
 export interface GroupStatement<I, R> {
@@ -29,10 +26,6 @@ export interface GroupOptions {
 
 export const AT_ONCE: GroupOptions = { maxInFlight: Number.POSITIVE_INFINITY, maxBatch: 1, statementTimeoutMs: 0 };
 
-export interface GroupCommit extends StatementStats {
-  run<I, R>(statement: GroupStatement<I, R>, item: I, endsAt: number): Promise<R>;
-}
-
 interface Pending {
   readonly statement: GroupStatement<unknown, unknown>;
   readonly item: unknown;
@@ -41,7 +34,7 @@ interface Pending {
   readonly reject: (error: unknown) => void;
 }
 
-export function createGroupCommit(options: GroupOptions): GroupCommit {
+export function createGroupCommit(options: GroupOptions) {
   const slot = options.slot ?? ((work) => work(Number.POSITIVE_INFINITY));
   const sendIn = <I, R>(statement: GroupStatement<I, R>, items: readonly I[], endsAt: number): Promise<R[]> =>
     slot((slotEndsAt) => statement.send(items, Math.min(endsAt, slotEndsAt)));

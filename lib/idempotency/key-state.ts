@@ -19,11 +19,6 @@ interface OperationState {
   readonly reason?: string;
 }
 
-export interface KeyState {
-  readonly key: string;
-  readonly operations: readonly OperationState[];
-}
-
 interface KeyStateRow {
   readonly endpoint: string;
   readonly status: "STARTED" | "COMPLETED" | "EXPIRED";
@@ -48,7 +43,7 @@ export async function readKeyRows(sql: Sql, tenant: string, key: string, endsAt:
      where tenant = ${tenant} and key = ${key} and (expires_at > now() or status <> 'EXPIRED')`);
 }
 
-export function keyStateView(key: string, operations: readonly Operation[], rows: readonly KeyStateRow[]): KeyState {
+export function keyStateView(key: string, operations: readonly Operation[], rows: readonly KeyStateRow[]) {
   const byEndpoint = new Map(rows.map((r) => [r.endpoint, r]));
   return {
     key,

@@ -51,16 +51,13 @@ export function fingerprint(fields: FingerprintFields): string {
   return sha256Hex(canonicalJson(fields));
 }
 
-/** RFC 8785 canonical JSON of a flat object: members sorted by UTF-16 code units, values as JSON.stringify. */
+/** RFC 8785 canonical JSON of a flat object: members sorted by UTF-16 code units. */
 export function canonicalJson(fields: FingerprintFields): string {
-  const names = Object.keys(fields);
-  if (names.length > 1) names.sort();
   let out = "{";
-  for (let i = 0; i < names.length; i++) {
-    const name = names[i]!;
+  for (const name of Object.keys(fields).sort()) {
     const value = fields[name]!;
     if (typeof value === "number" && !Number.isFinite(value)) throw new Error("bug: fingerprint fields are not serializable");
-    out += `${i === 0 ? "" : ","}${JSON.stringify(name)}:${JSON.stringify(value)}`;
+    out += `${out.length === 1 ? "" : ","}${JSON.stringify(name)}:${JSON.stringify(value)}`;
   }
   return `${out}}`;
 }

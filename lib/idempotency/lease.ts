@@ -10,10 +10,7 @@ import { keyId } from "./keys.ts";
 
 const NO_BOUND = Number.POSITIVE_INFINITY;
 
-/**
- * Takes the expired lease of a STARTED key; undefined if not STARTED or alive. Two takers at once:
- * the second re-reads the row after the first commits and finds the lease alive.
- */
+/** The expired lease of a STARTED key; a racing taker re-reads the row after this commit, finds it alive. */
 export async function takeLease(sql: Sql, ref: KeyRef, leaseMs: number, endsAt = NO_BOUND): Promise<HeldKey | undefined> {
   const token = crypto.randomUUID();
   const [row] = await boundedStatement(sql, endsAt, (q) => q<{ recovery_point: string; resume: Resume }[]>`
@@ -80,10 +77,7 @@ const idOf = (k: KeyRef): string => keyId(k.tenant, k.key, k.endpoint);
 // Outside the API (the completer, `bun run ops`).
 const AT_ONCE_GROUP = createGroupCommit(AT_ONCE);
 
-/**
- * A drive's writes, each grouped with other holders' under load, its deadline read at send time
- * (after a processor call). One key's two writes, or two finals of one `exclusive`, never share one.
- */
+/** A drive's writes, grouped with other holders' under load, each bounded from `endsAt()` when sent. */
 export function groupedWrites(sql: Sql, op: Operation, leaseMs: number, group = AT_ONCE_GROUP, endsAt = () => NO_BOUND): LeaseWrites {
   const finish = compile(sql, op, "finish");
   const exclusive = op.foreign!.exclusive;

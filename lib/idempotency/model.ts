@@ -80,7 +80,9 @@ export interface Operation<Schema extends TObject = TObject, Columns extends Rec
   readonly foreign?: ForeignDeclaration<Static<Schema>>;
 }
 
-type ForeignPrepared<R> = Omit<Prepared<Record<string, ColumnValue>>, "body"> & { readonly resume: Partial<R> };
+type ForeignPrepared<R> = Omit<Prepared<Record<string, ColumnValue>>, "body"> & {
+  readonly resume: Partial<R>;
+};
 
 /** What every operation through the processor documents among its `refusals`. */
 export const PROCESSOR_REFUSALS = {

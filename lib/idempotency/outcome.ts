@@ -53,7 +53,6 @@ export function createdOf(op: Operation, body: string): Outcome {
   return { kind: "created", status: op.status, body, location: op.locationOf(body) };
 }
 
-/** A drive's end as the request's outcome. */
 export function fromDrive(op: Operation, result: DriveResult): Outcome {
   switch (result.kind) {
     case "final": {

@@ -29,7 +29,6 @@ export interface CoreOptions {
   readonly onCreated?: () => void;
   readonly bounds?: PoolGate;
   readonly settings?: OperationSettings;
-  /** A payment processor: operations that declare `foreign` call it. */
   readonly foreign?: ForeignOptions;
   /** Group commit of the ledger's claims. */
   readonly batching?: Omit<GroupOptions, "slot">;
@@ -41,7 +40,7 @@ export interface CoreOptions {
 
 export interface IdempotencyCore {
   run<Op extends Operation>(op: Op, request: OperationRequest<Static<Op["body"]>>): Promise<Outcome>;
-  /** `run`, held up to `waitSeconds` while the key is in flight (Prefer: wait); `waitedSeconds` if applied. */
+  /** `run`, held up to `waitSeconds` while the key is in flight (Prefer: wait); `waitedSeconds`: applied. */
   runWaiting<Op extends Operation>(op: Op, request: OperationRequest<Static<Op["body"]>>, waitSeconds: number): Promise<{ outcome: Outcome; waitedSeconds: number | undefined }>;
   /** A read (GET), within the same pool gate and deadline as the writes. */
   read<T>(work: (sql: Sql, endsAt: number) => Promise<T>): Promise<T>;
@@ -203,10 +202,7 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
   return core;
 }
 
-/**
- * One request's claim, fixed before its first try so that every resend writes the same row; `body`,
- * the ledger's answer as this request stores it (so its own earlier try's reads as created).
- */
+/** One request's claim, fixed before its first try so that every resend writes the same row. */
 function claimOf(b: Binding, request: OperationRequest<unknown>, lockId: string, requestHash: string) {
   const { op } = b.c;
   const input = request.input as Input;
@@ -247,8 +243,7 @@ function createKeyWaits() {
       return { woken, cancel: () => done() };
     },
     wake(id: string): void {
-      const set = byKey.get(id);
-      if (set !== undefined) for (const done of [...set]) done();
+      for (const done of [...(byKey.get(id) ?? [])]) done();
     },
     wakeAll(): void {
       for (const set of [...byKey.values()]) for (const done of [...set]) done();

@@ -25,11 +25,7 @@ export interface KeyRow {
 
 export type RequestRow = Readonly<Record<string, ColumnValue>>;
 
-export interface FinishRequest {
-  readonly key: HeldKey;
-  readonly outcome: FinalOutcome;
-  readonly resume: Resume;
-}
+export type FinishRequest = Readonly<{ key: HeldKey; outcome: FinalOutcome; resume: Resume }>;
 
 export type KeyRef = Readonly<{ tenant: string; key: string; endpoint: string }>;
 
@@ -63,7 +59,6 @@ function recordOf(sql: Sql, owner: string, columns: Readonly<Record<string, SqlT
 
 const compiledBySql = new WeakMap<Sql, Map<Operation, Partial<Record<Mode | "finish", Compiled>>>>();
 
-/** `op`'s statement in `mode` (or its phase 3), compiled once per client. */
 export function compile(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
   let byOp = compiledBySql.get(sql);
   if (byOp === undefined) compiledBySql.set(sql, (byOp = new Map()));
@@ -115,10 +110,9 @@ function build(sql: Sql, op: Operation, mode: Mode | "finish") {
 type ClaimTerms = Readonly<{ ttlSeconds: number; leaseMs: number }>;
 
 /**
- * The key's claim, the one statement that inserts a key, for every request in one round trip: an
- * existing key row, else its advisory lock without waiting (held: 409), the admit, the key row
- * (COMPLETED, or STARTED under a lease) and the writes. The unique index stays the safety net;
- * the lateral lookup is kept unflattened (offset 0) so each request reads that index.
+ * The one statement that inserts a key, for every request in one round trip: the key row found, else
+ * its advisory lock tried (held: 409), the admit, the key row and the writes. The lateral lookup is
+ * kept unflattened (offset 0) so each request reads the unique index, the safety net under the lock.
  */
 export async function runClaim(sql: Sql, c: Compiled, terms: ClaimTerms, rows: readonly RequestRow[], endsAt = Number.POSITIVE_INFINITY): Promise<KeyRow[]> {
   const values =

@@ -7,10 +7,7 @@ export type Locate = (endpoint: string, status: number | null, body: string | nu
 
 type DueKey = KeyRef & Pick<KeyRow, "response_status" | "response_body">;
 
-/**
- * Turns up to `batch` expired COMPLETED keys into tombstones. No transaction: the update is a
- * compare-and-set on the state the read saw, which only this job (under its lock) changes.
- */
+/** No transaction: the update is a compare-and-set on what the read saw, which only this job changes. */
 export async function tombstoneExpiredKeys(sql: Sql, tombstoneSeconds: number, batch: number, locate: Locate): Promise<number> {
   const due = await sql<DueKey[]>`
     select tenant, key, endpoint, response_status, response_body
