@@ -60,7 +60,7 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   if (auth.mode === "none") {
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
   }
-  // Notifies name their sender: this process wakes its own waiters directly (idempotency/waits.ts),
+  // Notifies name their sender: this process wakes its own waiters directly (idempotency/run.ts),
   // else a tenant's many Prefer: wait requests would re-read their keys on every other's commit.
   const sender = crypto.randomUUID();
   const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log), undefined, sender);

@@ -4,9 +4,9 @@ import { context, metrics, SpanKind, trace, type Meter } from "@opentelemetry/ap
 import Stripe from "stripe";
 import type { ProcessorConfig } from "../platform/config-processor.ts";
 import { endSpan, hashedKey, tracer, tracingOn } from "../platform/trace-context.ts";
-import type { CallResult, ForeignAdapter } from "../idempotency/adapter.ts";
+import type { CallResult, ForeignAdapter } from "../idempotency/model.ts";
 
-export { mapCall, type CallResult, type UnknownCause } from "../idempotency/adapter.ts";
+export { mapCall, type CallResult, type UnknownCause } from "../idempotency/model.ts";
 
 export type ProcessorAdapter = ForeignAdapter<Stripe>;
 

@@ -1,37 +1,26 @@
-// The completer: drives every STARTED key whose lease has expired to its final state, so that
-// its event is published even if the client never comes back, and parks the keys it could not
-// resolve within PAYMENT_PROCESSOR_RESOLVE_WINDOW for an operator, who resolves them here too.
-// A round takes its keys' leases in one short transaction under the job's advisory lock (an
-// xact lock: also behind a transaction pooler), then drives them holding nothing but the leases.
+// The completer: drives STARTED keys with expired leases to their end even if the client never
+// returns, and parks those unresolved within the window for an operator. A round takes leases in
+// one short transaction under an xact advisory lock (works behind a transaction pooler).
 import type { Sql } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
-import type { FinalOutcome, Operation, Resume } from "./model.ts";
+import type { FinalOutcome, HeldAdapter, Operation, Resume } from "./model.ts";
 import { compile, runFinish, type HeldKey, type KeyRef } from "./skeleton.ts";
-import type { HeldAdapter } from "./adapter.ts";
 import { drive, type DriveOptions, type DriveResult } from "./drive.ts";
 import { takeLease } from "./lease.ts";
 
 export interface CompleterOptions extends DriveOptions {
   readonly lockId: bigint;
-  /** Keys claimed per round. */
   readonly batch: number;
   /** Keys driven at once: their calls wait on the processor, not on this process or the database. */
   readonly parallel: number;
   readonly resolveWindowSeconds: number;
-  /** The operations with processor steps, by their key's endpoint. */
   readonly operations: ReadonlyMap<string, Operation>;
 }
 
-export interface CompleterRound {
-  readonly claimed: number;
-  readonly finished: number;
-  readonly unknown: number;
-  readonly lost: number;
-  readonly parked: number;
-}
+export type CompleterRound = NonNullable<Awaited<ReturnType<typeof completeRound>>>;
 
 /** One round, or undefined when another process is running the completer. */
-export async function completeRound(sql: Sql, options: CompleterOptions): Promise<CompleterRound | undefined> {
+export async function completeRound(sql: Sql, options: CompleterOptions) {
   const claim = await transaction(sql, async (tx) => {
     const [lock] = await tx<{ locked: boolean }[]>`select pg_try_advisory_xact_lock(${options.lockId.toString()}::bigint) as locked`;
     if (!lock?.locked) return undefined;
@@ -52,7 +41,7 @@ export async function completeRound(sql: Sql, options: CompleterOptions): Promis
   return { claimed: claim.keys.length, finished: count("final"), unknown: count("unknown"), lost: count("lost"), parked: claim.parked + count("parked") };
 }
 
-/** Parks the STARTED keys older than the window and not held; a request with the key may still resume one. */
+/** Parks the STARTED keys older than the window and not held; a request may still resume one. */
 async function parkUnresolved(sql: Sql, windowSeconds: number): Promise<number> {
   const result = await sql`
     update idempotency_keys set parked_at = now()
@@ -61,7 +50,7 @@ async function parkUnresolved(sql: Sql, windowSeconds: number): Promise<number> 
   return result.count;
 }
 
-/** Takes the lease of up to `batch` expired, unparked keys whose back-off has passed, oldest lease first. */
+/** Takes up to `batch` expired, unparked leases whose back-off has passed, oldest first. */
 async function claimExpired(sql: Sql, endpoints: string[], batch: number, leaseMs: number): Promise<HeldKey[]> {
   return sql<HeldKey[]>`
     update idempotency_keys k
@@ -78,13 +67,13 @@ async function claimExpired(sql: Sql, endpoints: string[], batch: number, leaseM
     returning k.tenant, k.key, k.endpoint, k.lease_token as token, k.recovery_point as point, k.resume`;
 }
 
-/** How many keys are parked now (idempotency_parked_keys). */
+/** idempotency_parked_keys. */
 export async function parkedCount(sql: Sql): Promise<number> {
   const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'STARTED' and parked_at is not null`;
   return row?.n ?? 0;
 }
 
-/** What the operator decided after reading the processor: drive it again, or its outcome as the processor shows it. */
+/** The operator's decision: drive the key again, or its outcome as the processor shows it. */
 export type Resolution =
   | { readonly kind: "retry" }
   | { readonly kind: "succeeded"; readonly processorId: string }
@@ -94,11 +83,7 @@ export type ResolveResult =
   | { readonly resolved: false; readonly reason: "not_found" | "held" }
   | { readonly resolved: true; readonly outcome: string; readonly status?: number };
 
-/**
- * Resolves the STARTED key whose operation's own id (the first of its `operatorIds`) is `id`:
- * unparked, its lease taken (a live one is refused), then driven once now, or finished with the
- * operator's outcome as the steps would have written it.
- */
+/** Resolves the STARTED key whose first `operatorIds` field is `id`: driven once, or finished as decided. */
 export async function resolveParked(sql: Sql, id: string, resolution: Resolution, operations: ReadonlyMap<string, Operation>, processor: HeldAdapter | undefined, leaseMs: number): Promise<ResolveResult> {
   const ref = await unparkByOwnId(sql, operations, id);
   if (ref === undefined) return { resolved: false, reason: "not_found" };
@@ -118,7 +103,7 @@ export async function resolveParked(sql: Sql, id: string, resolution: Resolution
   return response === undefined ? { resolved: false, reason: "held" } : { resolved: true, outcome, status: response.status };
 }
 
-/** The STARTED key whose operation's own id is `id`, unparked and due at once. */
+/** The STARTED key of `id`, unparked and due at once. */
 async function unparkByOwnId(sql: Sql, operations: ReadonlyMap<string, Operation>, id: string): Promise<KeyRef | undefined> {
   const owners = [...operations].map(([endpoint, op]) => ({ endpoint, field: op.foreign!.operatorIds[0]! }));
   const [row] = await sql<KeyRef[]>`

@@ -1,19 +1,12 @@
-// Group commit of every key statement: while `maxInFlight` statements run, arriving work queues,
-// and the next free turn sends up to `maxBatch` items of one kind as ONE statement. Each item
-// gets its own row's result. A batch shares only its fate on a fault: a cancel, a time bound or
-// a lost connection fails them all with nothing committed; any other error sends each item again
-// alone. Two items for one key never share a statement: the second reads what the first stored.
+// Group commit: while `maxInFlight` statements run, work queues, and the next free turn sends up to
+// `maxBatch` items of one kind as ONE statement. A cancel, time bound or lost connection fails the
+// whole batch; any other error sends each item again alone. One key's two items never share one.
 import { isConnectionLost, isUnavailable, sqlState } from "../platform/db.ts";
 import { REQUEST_DEADLINE, TimeBoundError } from "../platform/pool-gate.ts";
 
-/** Running totals for the API's metrics. */
-export interface StatementStats {
-  /** Statements sent (a batch is one). */
-  readonly statements: number;
-  readonly requests: number;
-  /** Requests waiting now for a statement. */
-  readonly queued: number;
-}
+/** Running totals for the API's metrics; `queued`: waiting now. */
+export type StatementStats =
+  Readonly<Pick<ReturnType<typeof createGroupCommit>, "statements" | "requests" | "queued">>;
 
 /** A statement that takes any number of items and answers each, in order. */
 export interface GroupStatement<I, R> {
@@ -27,16 +20,11 @@ export interface GroupOptions {
   readonly maxBatch: number;
   /** An item still queued with less than this left of its deadline is refused, nothing sent. */
   readonly statementTimeoutMs: number;
-  /** Runs a statement holding one slot of the pool gate, `endsAt` its end; at once without a gate. */
+  /** Runs a statement holding one slot of the pool gate, `endsAt` its end. */
   readonly slot?: <T>(work: (endsAt: number) => Promise<T>) => Promise<T>;
 }
 
-/** Each statement sent at once, alone. */
 export const AT_ONCE: GroupOptions = { maxInFlight: Number.POSITIVE_INFINITY, maxBatch: 1, statementTimeoutMs: 0 };
-
-export interface GroupCommit extends StatementStats {
-  run<I, R>(statement: GroupStatement<I, R>, item: I, endsAt: number): Promise<R>;
-}
 
 interface Pending {
   readonly statement: GroupStatement<unknown, unknown>;
@@ -46,7 +34,7 @@ interface Pending {
   readonly reject: (error: unknown) => void;
 }
 
-export function createGroupCommit(options: GroupOptions): GroupCommit {
+export function createGroupCommit(options: GroupOptions) {
   const slot = options.slot ?? ((work) => work(Number.POSITIVE_INFINITY));
   const sendIn = <I, R>(statement: GroupStatement<I, R>, items: readonly I[], endsAt: number): Promise<R[]> =>
     slot((slotEndsAt) => statement.send(items, Math.min(endsAt, slotEndsAt)));
@@ -94,10 +82,7 @@ export function createGroupCommit(options: GroupOptions): GroupCommit {
   return group;
 }
 
-/**
- * The next batch, in arrival order: items of the first one's statement, at most maxBatch, none
- * sharing a conflict value. An item whose deadline left no room for a statement is refused.
- */
+/** The next batch: items of the first one's statement, at most maxBatch, no conflict value shared. */
 function takeBatch(queue: readonly Pending[], options: GroupOptions): { batch: Pending[]; rest: Pending[] } {
   const batch: Pending[] = [];
   const rest: Pending[] = [];
@@ -134,8 +119,7 @@ async function send(batch: readonly Pending[], sendIn: SendIn): Promise<void> {
       for (const p of batch) p.reject(error);
       return;
     }
-    // Rolled back whole; each item is sent again alone, one after the other (no statements
-    // pipelined behind a failing one).
+    // Rolled back whole: each item again alone, one after the other (none pipelined behind a failure).
     for (const p of batch) await sendIn(statement, [p.item], p.endsAt).then((r) => p.resolve(r[0]), p.reject);
     return;
   }

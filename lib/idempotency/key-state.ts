@@ -1,13 +1,11 @@
-// A key's state per operation, as its tenant may ask for it (docs/api.md "A key's state"). One
-// statement reads every operation's row through the unique index's (tenant, key) prefix, so
-// another tenant's key finds no row and reads exactly as unknown.
+// A key's state per operation (docs/api.md "A key's state"), read through the unique index's
+// (tenant, key) prefix, so another tenant's key reads exactly as unknown.
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import { endpointOf, type Operation } from "./model.ts";
 
 export const KEY_STATES = ["in_flight", "completed", "parked", "expired", "unknown"] as const;
 
-/** One operation's use of a key (lib/api publishes its schema and checks every view against it). */
 interface OperationState {
   readonly operation: string;
   readonly endpoint: string;
@@ -19,11 +17,6 @@ interface OperationState {
   readonly completedAt?: string;
   readonly expiresAt?: string;
   readonly reason?: string;
-}
-
-export interface KeyState {
-  readonly key: string;
-  readonly operations: readonly OperationState[];
 }
 
 interface KeyStateRow {
@@ -40,7 +33,6 @@ interface KeyStateRow {
   readonly expires_at: Date;
 }
 
-/** Every row of `key` the tenant holds, at most one per operation. */
 export async function readKeyRows(sql: Sql, tenant: string, key: string, endsAt: number): Promise<readonly KeyStateRow[]> {
   return boundedStatement(sql, endsAt, (q) => q<KeyStateRow[]>`
     select endpoint,
@@ -51,7 +43,7 @@ export async function readKeyRows(sql: Sql, tenant: string, key: string, endsAt:
      where tenant = ${tenant} and key = ${key} and (expires_at > now() or status <> 'EXPIRED')`);
 }
 
-export function keyStateView(key: string, operations: readonly Operation[], rows: readonly KeyStateRow[]): KeyState {
+export function keyStateView(key: string, operations: readonly Operation[], rows: readonly KeyStateRow[]) {
   const byEndpoint = new Map(rows.map((r) => [r.endpoint, r]));
   return {
     key,

@@ -1,10 +1,5 @@
-// A key's identity: the Idempotency-Key header parsed, the request's fingerprint, the advisory
-// lock id of (tenant, key, endpoint) and the key's id in a group commit's conflicts.
-//
-// The header is an RFC 9651 Structured Field String without parameters ("order-12345"), or
-// the same value bare (order-12345, so without spaces, quotes, commas or semicolons). Either
-// way 1 to MAX_KEY_CHARS visible ASCII characters; a UUID is lowercased, so every spelling of
-// one UUID is one key; any other key is compared exactly.
+// A key's identity: the Idempotency-Key header parsed (an RFC 9651 String, or the value bare; a
+// UUID lowercased so its spellings are one key), the request's fingerprint and its lock id.
 import { parseItem } from "structured-headers";
 import { isUuid } from "../platform/uuid.ts";
 import { sha256Hex, sha256Int64 } from "../platform/sha256.ts";
@@ -56,31 +51,22 @@ export function fingerprint(fields: FingerprintFields): string {
   return sha256Hex(canonicalJson(fields));
 }
 
-/**
- * RFC 8785 canonical JSON of a flat object: members sorted by UTF-16 code units (§3.2.3), each
- * value as JSON.stringify writes it, which RFC 8785 prescribes for strings and finite numbers.
- */
+/** RFC 8785 canonical JSON of a flat object: members sorted by UTF-16 code units. */
 export function canonicalJson(fields: FingerprintFields): string {
-  const names = Object.keys(fields);
-  if (names.length > 1) names.sort();
   let out = "{";
-  for (let i = 0; i < names.length; i++) {
-    const name = names[i]!;
+  for (const name of Object.keys(fields).sort()) {
     const value = fields[name]!;
     if (typeof value === "number" && !Number.isFinite(value)) throw new Error("bug: fingerprint fields are not serializable");
-    out += `${i === 0 ? "" : ","}${JSON.stringify(name)}:${JSON.stringify(value)}`;
+    out += `${out.length === 1 ? "" : ","}${JSON.stringify(name)}:${JSON.stringify(value)}`;
   }
   return `${out}}`;
 }
 
-/**
- * The advisory lock id of one (tenant, key, endpoint): a SHA-256's first 8 bytes as a signed
- * bigint, each part length-prefixed so no two triples hash alike. A collision costs a spurious 409.
- */
+/** A SHA-256's first 8 bytes as a signed bigint, each part length-prefixed; a collision costs a 409. */
 export function advisoryLockId(tenant: string, key: string, endpoint: string): string {
   const input = `${tenant.length}:${tenant}${endpoint.length}:${endpoint}${key.length}:${key}`;
   return sha256Int64(input).toString();
 }
 
-/** A key's identity in a group commit's conflicts: one key's two requests never share a statement. */
+/** A key's identity in a group commit's conflicts. */
 export const keyId = (tenant: string, key: string, endpoint: string): string => `${tenant.length}:${tenant}${endpoint}\n${key}`;

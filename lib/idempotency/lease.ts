@@ -1,6 +1,5 @@
-// The key row's lease, as statements: each a transaction of its own, and each write a
-// compare-and-set on the holder's token, so a holder whose lease was taken over can never write
-// again (it finds no row and stops).
+// The key row's lease: each write a compare-and-set on the holder's token, so a holder whose
+// lease was taken over can never write again (it finds no row and stops).
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import { inTransaction, tracingOn } from "../platform/trace-context.ts";
@@ -11,11 +10,7 @@ import { keyId } from "./keys.ts";
 
 const NO_BOUND = Number.POSITIVE_INFINITY;
 
-/**
- * Takes the lease of a STARTED key whose lease has expired (its holder died, or gave up on an
- * unknown outcome); undefined when the key is not STARTED or its lease is alive. Two takers at
- * once: the second re-reads the row after the first commits and finds the lease alive.
- */
+/** The expired lease of a STARTED key; a racing taker re-reads the row after this commit, finds it alive. */
 export async function takeLease(sql: Sql, ref: KeyRef, leaseMs: number, endsAt = NO_BOUND): Promise<HeldKey | undefined> {
   const token = crypto.randomUUID();
   const [row] = await boundedStatement(sql, endsAt, (q) => q<{ recovery_point: string; resume: Resume }[]>`
@@ -27,13 +22,9 @@ export async function takeLease(sql: Sql, ref: KeyRef, leaseMs: number, endsAt =
   return row ? { ...ref, token, point: row.recovery_point, resume: row.resume } : undefined;
 }
 
-interface StepRecord {
-  readonly key: HeldKey;
-  readonly point: string;
-  readonly resume: Resume;
-}
+type StepRecord = Pick<HeldKey, "point" | "resume"> & { readonly key: HeldKey };
 
-/** Records each step's result and renews its lease: for each record, whether its holder still held the key. */
+/** Records each step's result and renews its lease: for each, whether its holder still held the key. */
 async function recordSteps(sql: Sql, records: readonly StepRecord[], leaseMs: number, endsAt: number): Promise<boolean[]> {
   const rows = records.map((r, n) => ({ n, tenant: r.key.tenant, key: r.key.key, endpoint: r.key.endpoint, token: r.key.token, point: r.point, resume: r.resume }));
   const written = await boundedStatement(sql, endsAt, (q) => q<{ n: number }[]>`
@@ -51,10 +42,7 @@ async function recordSteps(sql: Sql, records: readonly StepRecord[], leaseMs: nu
 // The completer's back-off per key after an unknown outcome: 2^attempts seconds, at most this.
 const MAX_BACKOFF_S = 300;
 
-/**
- * Gives the lease up after an unknown outcome, keeping the recovery point: the next request
- * with the key may resume at once; the completer waits for the key's back-off.
- */
+/** Gives the lease up after an unknown outcome: a request may resume at once, the completer backs off. */
 async function releaseLease(sql: Sql, key: HeldKey, resume: Resume, error: string, endsAt: number): Promise<boolean> {
   const rows = await boundedStatement(sql, endsAt, (q) => q`
     update idempotency_keys
@@ -66,7 +54,7 @@ async function releaseLease(sql: Sql, key: HeldKey, resume: Resume, error: strin
   return rows.count === 1;
 }
 
-/** Parks a key whose recovery data failed its schema, for an operator: the completer leaves it alone. */
+/** Parks a key whose recovery data failed its schema, for an operator. */
 async function parkKey(sql: Sql, key: HeldKey, reason: string, endsAt: number): Promise<boolean> {
   const rows = await boundedStatement(sql, endsAt, (q) => q`
     update idempotency_keys
@@ -76,7 +64,6 @@ async function parkKey(sql: Sql, key: HeldKey, reason: string, endsAt: number): 
   return rows.count === 1;
 }
 
-/** The writes of a drive, each a compare-and-set by the holder. */
 export interface LeaseWrites {
   record(key: HeldKey, point: string, resume: Resume): Promise<boolean>;
   finish(key: HeldKey, outcome: FinalOutcome, resume: Resume): Promise<StoredResponse | undefined>;
@@ -84,18 +71,13 @@ export interface LeaseWrites {
   park(key: HeldKey, reason: string): Promise<boolean>;
 }
 
-// Every release or park conflicts with every other: each is a statement of its own (rare).
+// Releases and parks (rare) are each a statement of their own.
 const ALONE = ["alone"];
 const idOf = (k: KeyRef): string => keyId(k.tenant, k.key, k.endpoint);
-// Outside the API (the completer, `bun run ops`): each write its own statement, sent at once.
+// Outside the API (the completer, `bun run ops`).
 const AT_ONCE_GROUP = createGroupCommit(AT_ONCE);
 
-/**
- * The writes of a drive, each grouped with the same write of other holders under load, within a
- * deadline of its own from `endsAt()` (a statement sent after a processor call), and each a
- * transaction span of the request's trace. One key's two writes, or two finals of one
- * `exclusive` value, never share a statement.
- */
+/** A drive's writes, grouped with other holders' under load, each bounded from `endsAt()` when sent. */
 export function groupedWrites(sql: Sql, op: Operation, leaseMs: number, group = AT_ONCE_GROUP, endsAt = () => NO_BOUND): LeaseWrites {
   const finish = compile(sql, op, "finish");
   const exclusive = op.foreign!.exclusive;

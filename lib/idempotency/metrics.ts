@@ -2,11 +2,9 @@
 // key or by the completer. Labels: the endpoint and who resumed, never a key.
 import { metrics, type Meter } from "@opentelemetry/api";
 
-export type ResumedBy = "request" | "completer";
-
-export function resumedCounter(by: ResumedBy, meter: Meter = metrics.getMeter("charges")): (endpoint: string) => void {
+export function resumedCounter(by: "request" | "completer", meter: Meter = metrics.getMeter("charges")) {
   const counter = meter.createCounter("idempotency_resumed_total", {
     description: "STARTED keys whose lease had expired, taken over and driven on from their recovery point, by endpoint and by whom",
   });
-  return (endpoint) => counter.add(1, { endpoint, by });
+  return (endpoint: string) => counter.add(1, { endpoint, by });
 }

@@ -1,9 +1,8 @@
-// The problem types' URI base, how an operation declares one of its own (by the client's PROBLEM
-// name), and the two every operation may answer; lib/api/problem.ts adds the API's.
+// The problem types' URI base, an operation's own (by the client's PROBLEM name), and the two
+// every operation may answer.
 
 export const PROBLEM_BASE = "https://charges.example/problems/";
 
-/** One problem type: its URI's last segment, its title and its status. */
 export interface ProblemSpec {
   readonly slug: string;
   readonly title: string;
@@ -16,7 +15,6 @@ export interface NamedProblem extends ProblemSpec {
 
 export const problemType = (name: string, slug: string, title: string, status = 422): NamedProblem => ({ name, slug, title, status });
 
-/** An operation's problem types by name (its Operation.problems). */
 export function problemsByName(problems: readonly NamedProblem[]): Readonly<Record<string, ProblemSpec>> {
   return Object.fromEntries(problems.map(({ name, ...spec }) => [name, spec]));
 }

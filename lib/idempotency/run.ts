@@ -1,6 +1,5 @@
 // The one function that runs every idempotent operation: the claim (the ledger's whole operation,
-// or phase 1 writing the key STARTED under a lease), then with a processor the steps and phase 3
-// by the lease's holder, and the outcome as a value (outcome.ts).
+// or phase 1), then with a processor the steps and phase 3 by the lease's holder.
 import type { Static } from "@sinclair/typebox";
 import { UNIQUE_VIOLATION, isConnectionLost, sqlState, type Sql } from "../platform/db.ts";
 import { newEventId } from "../platform/uuid.ts";
@@ -9,15 +8,13 @@ import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
 import { endSpan, tracingOn, transactionSpan } from "../platform/trace-context.ts";
 import { advisoryLockId, fingerprint, keyId } from "./keys.ts";
 import { DEFAULT_SETTINGS, endpointOf, type Operation, type OperationInput, type OperationSettings } from "./model.ts";
-import { compile, findKey, runClaim, type Compiled, type KeyRow, type RequestRow } from "./skeleton.ts";
+import { compile, findKey, runClaim, type Compiled, type KeyRow } from "./skeleton.ts";
 import { AT_ONCE, createGroupCommit, type GroupOptions, type GroupStatement, type StatementStats } from "./group-commit.ts";
 import { drive, type DriveOptions } from "./drive.ts";
 import { groupedWrites, takeLease } from "./lease.ts";
 import { IN_FLIGHT, createdOf, fromDrive, fromStored, fromUnwritten, type Outcome } from "./outcome.ts";
-import { createKeyWaits } from "./waits.ts";
 
 export interface OperationRequest<Body> {
-  /** Every read and write is scoped to it. */
   readonly tenant: string;
   readonly key: string;
   readonly input: OperationInput<Body>;
@@ -28,48 +25,31 @@ export type ForeignOptions = Omit<DriveOptions, "writes">;
 
 export interface CoreOptions {
   readonly ttlSeconds: number;
-  /** Called after an operation committed its event: the relay's wake-up. */
+  /** After an operation committed its event: the relay's wake-up. */
   readonly onCreated?: () => void;
-  /** The pool wait and request deadline; without it, statements are sent at once. */
   readonly bounds?: PoolGate;
   readonly settings?: OperationSettings;
-  /** A payment processor: operations that declare `foreign` call it. */
   readonly foreign?: ForeignOptions;
-  /** Group commit of the ledger's claims; without it, each is sent at once. */
+  /** Group commit of the ledger's claims. */
   readonly batching?: Omit<GroupOptions, "slot">;
   /** Group commit of the processor phases' statements. */
   readonly groupCommit?: Omit<GroupOptions, "slot">;
-  /**
-   * Hears completions in other processes (a LISTEN on the relay's channel): resolves once
-   * listening. Without it (the edge worker) Prefer: wait is ignored.
-   */
+  /** Hears completions elsewhere (LISTEN), resolved once listening; without it Prefer: wait is ignored. */
   readonly listen?: (onNotify: () => void) => Promise<unknown>;
 }
 
 export interface IdempotencyCore {
   run<Op extends Operation>(op: Op, request: OperationRequest<Static<Op["body"]>>): Promise<Outcome>;
-  /**
-   * `run`, and while the key is in flight, held up to `waitSeconds` (capped by the deadline) for
-   * its holder's outcome (Prefer: wait). `waitedSeconds`: the preference was applied.
-   */
+  /** `run`, held up to `waitSeconds` while the key is in flight (Prefer: wait); `waitedSeconds`: applied. */
   runWaiting<Op extends Operation>(op: Op, request: OperationRequest<Static<Op["body"]>>, waitSeconds: number): Promise<{ outcome: Outcome; waitedSeconds: number | undefined }>;
-  /** A read of the routes (GET), within the same pool gate and deadline as the writes. */
+  /** A read (GET), within the same pool gate and deadline as the writes. */
   read<T>(work: (sql: Sql, endsAt: number) => Promise<T>): Promise<T>;
   readonly settings: OperationSettings;
   readonly statements: StatementStats;
 }
 
-/** One request's claim, fixed before its first try so that every resend writes the same row. */
-interface Claim {
-  readonly row: RequestRow;
-  readonly exclusive: string | undefined;
-  /** The ledger's answer as this request stores it (so its own earlier try's reads as created). */
-  readonly body: string | undefined;
-  /** Phase 1's lease token. */
-  readonly token: string | undefined;
-}
+type Claim = ReturnType<typeof claimOf>;
 
-/** An operation bound to this engine, built once. */
 interface Binding {
   readonly c: Compiled;
   readonly claim: GroupStatement<Claim, KeyRow>;
@@ -79,12 +59,11 @@ interface Binding {
 
 type Input = OperationInput<Static<Operation["body"]>>;
 
-// A pooled connection whose backend was killed fails the statement sent on it (with postgres.js,
-// sometimes the next one too). The ledger's claim is resent: it is atomic and every try writes
-// the same row, so a resend that finds its own committed try knows it. Not phase 1: its lease
-// would answer its own resend 409.
+// A killed backend fails the statement sent on it (with postgres.js, sometimes the next too). The
+// ledger's claim is resent: every try writes the same row, so a resend knows its own committed
+// try. Not phase 1: its lease would answer its own resend 409.
 const MAX_RESENDS = 2;
-// A held request reads its key once more after its wait: this much of its deadline is kept for that.
+// Kept of a held request's deadline for its last read of the key.
 const WAIT_MARGIN_MS = 1000;
 const MS_PER_S = 1000;
 // A claim that hit the unique constraint lost a race for the same key: in flight.
@@ -150,7 +129,7 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
         const claim = claimOf(b, request, advisoryLockId(request.tenant, request.key, b.c.endpoint), requestHash);
         let row: KeyRow | undefined;
         const span = tracingOn() ? transactionSpan("claim", request.traceparent, "idempotency_keys") : undefined;
-        // The loop is here rather than in a function of its own: an async frame costs a promise per request.
+        // Inline, not a function: an async frame costs a promise per request.
         for (let resends = 0; row === undefined; resends++) {
           try {
             row = b.steps === undefined ? await d.run((endsAt) => ledger.run(b.claim, claim, endsAt)) : await steps.run(b.claim, claim, d.endsAt);
@@ -223,8 +202,8 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
   return core;
 }
 
-/** The one row builder: the key's columns, then what the operation prepared in its mode. */
-function claimOf(b: Binding, request: OperationRequest<unknown>, lockId: string, requestHash: string): Claim {
+/** One request's claim, fixed before its first try so that every resend writes the same row. */
+function claimOf(b: Binding, request: OperationRequest<unknown>, lockId: string, requestHash: string) {
   const { op } = b.c;
   const input = request.input as Input;
   if (b.steps === undefined) {
@@ -236,4 +215,42 @@ function claimOf(b: Binding, request: OperationRequest<unknown>, lockId: string,
   const token = crypto.randomUUID();
   const row = { tenant: request.tenant, key: request.key, lock_id: lockId, request_hash: requestHash, resume: JSON.stringify(prepared.resume), token, ...prepared.columns };
   return { row, exclusive: prepared.exclusive, body: undefined, token };
+}
+
+// Requests held for a key in flight (Prefer: wait), woken by the key's holder here or by any
+// completion notified elsewhere; nothing (no connection, no transaction) is held while waiting.
+function createKeyWaits() {
+  const byKey = new Map<string, Set<() => void>>();
+  const settle = (id: string, done: () => void): void => {
+    const set = byKey.get(id);
+    if (set?.delete(done) && set.size === 0) byKey.delete(id);
+  };
+  return {
+    /** Registered before the caller reads the key again, so that no wake-up is missed. */
+    wait(id: string, endsAt: number): { readonly woken: Promise<void>; cancel(): void } {
+      let done!: () => void;
+      const woken = new Promise<void>((resolve) => {
+        const timer = setTimeout(() => done(), Math.max(0, endsAt - performance.now()));
+        done = () => {
+          clearTimeout(timer);
+          settle(id, done);
+          resolve();
+        };
+      });
+      let set = byKey.get(id);
+      if (set === undefined) byKey.set(id, (set = new Set()));
+      set.add(done);
+      return { woken, cancel: () => done() };
+    },
+    wake(id: string): void {
+      for (const done of [...(byKey.get(id) ?? [])]) done();
+    },
+    wakeAll(): void {
+      for (const set of [...byKey.values()]) for (const done of [...set]) done();
+    },
+    /** Keys waited on (a key's empty set is dropped): the holders' wake() is skipped at 0. */
+    get size(): number {
+      return byKey.size;
+    },
+  };
 }

@@ -1,6 +1,5 @@
-// The one SQL skeleton of every operation: the key's claim (the ledger's single statement, or
-// phase 1) and phase 3 wrap an operation's fragments (model.ts). The requests arrive as one JSON
-// array of rows (jsonb_to_recordset), so one prepared statement serves a request or a batch.
+// The SQL skeleton of every operation's claim (the ledger's statement, or phase 1) and phase 3. The
+// requests arrive as one JSON array (jsonb_to_recordset): one prepared statement serves any batch.
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import { newEventId } from "../platform/uuid.ts";
@@ -10,7 +9,6 @@ import { SQL_TYPES, endpointOf, type ColumnValue, type FinalOutcome, type Fragme
 export interface KeyRow {
   /** null: a live key row existed, so the lock was not even tried. */
   readonly got: boolean | null;
-  /** 1 when this request's key row and writes were written. */
   readonly created: number;
   readonly refusal: string | null;
   readonly detail: string | null;
@@ -19,28 +17,17 @@ export interface KeyRow {
   readonly status: "STARTED" | "COMPLETED" | "EXPIRED" | null;
   readonly response_status: number | null;
   readonly response_body: string | null;
-  /** A tombstone's resource. */
   readonly location?: string | null;
   /** The admit's response body, stored in place of the request's. */
   readonly answer?: string | null;
-  /** Phase 1: the key's recovery data as written. */
   readonly resume?: Resume | null;
 }
 
-/** One request's row of a key statement: the core's columns, then the operation's. */
 export type RequestRow = Readonly<Record<string, ColumnValue>>;
 
-export interface FinishRequest {
-  readonly key: HeldKey;
-  readonly outcome: FinalOutcome;
-  readonly resume: Resume;
-}
+export type FinishRequest = Readonly<{ key: HeldKey; outcome: FinalOutcome; resume: Resume }>;
 
-export interface KeyRef {
-  readonly tenant: string;
-  readonly key: string;
-  readonly endpoint: string;
-}
+export type KeyRef = Readonly<{ tenant: string; key: string; endpoint: string }>;
 
 /** A key whose lease this process holds: its token, and how far the steps got. */
 export interface HeldKey extends KeyRef {
@@ -50,22 +37,8 @@ export interface HeldKey extends KeyRef {
 }
 
 /** An operation's fragments in one mode, bound to one client, built once. */
-export interface Compiled {
-  readonly op: Operation;
-  readonly endpoint: string;
-  readonly record: Fragment;
-  readonly admit: Fragment;
-  readonly write: Fragment;
-  readonly existing: Fragment;
-  /** What follows `write`: the outbox insert, empty in phase 1. */
-  readonly event: Fragment;
-  /** A claim's `created` and `resume` columns. */
-  readonly result: Fragment;
-  /** The ledger's key row values (COMPLETED with its answer); undefined in phase 1. */
-  readonly completed: Fragment | undefined;
-}
+export type Compiled = ReturnType<typeof build>;
 
-// The core's columns of `req`, before the operation's own, per statement.
 const KEY_COLUMNS = { n: "int", tenant: "text", key: "text", lock_id: "bigint", request_hash: "text" } as const;
 const LEDGER_COLUMNS: Readonly<Record<string, SqlType>> = { ...KEY_COLUMNS, response_body: "text", event_id: "uuid", traceparent: "text" };
 const BEGIN_COLUMNS: Readonly<Record<string, SqlType>> = { ...KEY_COLUMNS, resume: "text", token: "uuid" };
@@ -75,7 +48,7 @@ const FINISH_COLUMNS: Readonly<Record<string, SqlType>> = {
 };
 const COLUMN_NAME = /^[a-z_][a-z0-9_]*$/;
 
-/** `req`'s record type. Names and types come from declarations, never a request: checked at start. */
+/** `req`'s record type, from declarations only (never a request): checked at start. */
 function recordOf(sql: Sql, owner: string, columns: Readonly<Record<string, SqlType>>): Fragment {
   const record = Object.entries(columns).map(([name, type]) => {
     if (!COLUMN_NAME.test(name) || !SQL_TYPES.includes(type)) throw new Error(`bug: ${owner} declares column ${name} ${type}`);
@@ -86,7 +59,6 @@ function recordOf(sql: Sql, owner: string, columns: Readonly<Record<string, SqlT
 
 const compiledBySql = new WeakMap<Sql, Map<Operation, Partial<Record<Mode | "finish", Compiled>>>>();
 
-/** `op`'s statement in `mode` (or its phase 3), compiled once per client. */
 export function compile(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
   let byOp = compiledBySql.get(sql);
   if (byOp === undefined) compiledBySql.set(sql, (byOp = new Map()));
@@ -95,9 +67,8 @@ export function compile(sql: Sql, op: Operation, mode: Mode | "finish"): Compile
   return (byMode[mode] ??= build(sql, op, mode));
 }
 
-function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
+function build(sql: Sql, op: Operation, mode: Mode | "finish") {
   const endpoint = endpointOf(op);
-  // The outbox insert of every statement that commits events, so both modes' events have one shape.
   const event = sql`,
     event as (
       insert into outbox (id, aggregate_type, aggregate_id, sequence, tenant, event_type, payload, traceparent)
@@ -112,9 +83,8 @@ function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
   const own = mode === "ledger" ? op.columns : { ...op.foreign!.columns };
   const record = recordOf(sql, op.name, { ...(mode === "ledger" ? LEDGER_COLUMNS : BEGIN_COLUMNS), ...own });
   const { admit, write } = op.sql(sql, mode);
-  // A key row is found until its tombstone has passed: a COMPLETED key past its expiry answers as
-  // a tombstone (410), never as a new key. A STARTED key is never overwritten, even past its
-  // expiry: its payment may have moved money, and only its steps may finish it.
+  // A COMPLETED key past its expiry answers as a tombstone (410), never as a new key. A STARTED key
+  // is never overwritten, even past its expiry: its payment may have moved money.
   const existing = sql`
     existing as (
       select r.n, e.request_hash, e.status, e.response_status, e.response_body, e.location
@@ -137,20 +107,12 @@ function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
   return { op, endpoint, record, admit, write, existing, event, result, completed };
 }
 
-/** How long a claimed key's answer lives, and phase 1's lease. */
 type ClaimTerms = Readonly<{ ttlSeconds: number; leaseMs: number }>;
 
 /**
- * The key's claim, the one statement that inserts a key: every request of `rows` in one round
- * trip and one transaction, row by row:
- *  - existing: the key row, if any; then nothing is locked or written;
- *  - lock: else the key's advisory lock, without waiting: a request in flight holds it (409);
- *  - admit: the operation's checks (a refusal writes nothing);
- *  - claimed: the key row, COMPLETED with its answer (the ledger) or STARTED under a lease at
- *    the first recovery point (phase 1); a tombstone past its end is overwritten in place;
- *  - the operation's writes for the rows whose key row was written (`won`).
- * The unique index stays the safety net under the advisory lock. The lookup is a lateral
- * subquery kept from being flattened (offset 0), so each request reads the unique index.
+ * The one statement that inserts a key, for every request in one round trip: the key row found, else
+ * its advisory lock tried (held: 409), the admit, the key row and the writes. The lateral lookup is
+ * kept unflattened (offset 0) so each request reads the unique index, the safety net under the lock.
  */
 export async function runClaim(sql: Sql, c: Compiled, terms: ClaimTerms, rows: readonly RequestRow[], endsAt = Number.POSITIVE_INFINITY): Promise<KeyRow[]> {
   const values =
@@ -190,8 +152,8 @@ export async function runClaim(sql: Sql, c: Compiled, terms: ClaimTerms, rows: r
       left join admit a on a.n = r.n
       left join existing e on e.n = r.n
      order by r.n`);
-  // By n, not by position: postgres.js 3.4.9 can hand the next query on a connection whose
-  // previous one failed mid-stream a sparse array (porsager/postgres#1119).
+  // By n, not by position: postgres.js 3.4.9 can answer a query after a failed one on its
+  // connection with a sparse array (porsager/postgres#1119).
   const byN: KeyRow[] = [];
   for (const row of result) if (row !== undefined) byN[row.n] = row;
   for (let n = 0; n < rows.length; n++) if (byN[n] === undefined) throw new Error(`bug: ${c.op.name}'s claim returned ${result.length} rows for ${rows.length} requests`);
@@ -199,10 +161,8 @@ export async function runClaim(sql: Sql, c: Compiled, terms: ClaimTerms, rows: r
 }
 
 /**
- * Phase 3 of every request in one statement: the compare-and-set on each holder's token
- * completes its key, and only the keys it completed get the operation's rows and event. For
- * each: the response stored, or undefined when its holder had lost the lease. Under READ
- * COMMITTED a key taken over meanwhile is re-read after the taker commits and no longer matches.
+ * Phase 3 in one statement: a compare-and-set on each holder's token (undefined: lease lost), under
+ * READ COMMITTED re-read after a taker's commit; only the keys it completed get rows and events.
  */
 export async function runFinish(sql: Sql, c: Compiled, requests: readonly FinishRequest[], endsAt = Number.POSITIVE_INFINITY): Promise<(StoredResponse | undefined)[]> {
   const finals = requests.map((r) => c.op.foreign!.final(r.outcome, r.resume));
@@ -239,7 +199,7 @@ export async function runFinish(sql: Sql, c: Compiled, requests: readonly Finish
     ),
     ${c.write}${c.event}
     select n from completed`);
-  // A Set of n, not positions: postgres.js 3.4.9 can hand back a sparse array (porsager/postgres#1119).
+  // By n, as in runClaim.
   const won = new Set(done.map((d) => d.n));
   return finals.map((f, n) => (won.has(n) ? f.response : undefined));
 }

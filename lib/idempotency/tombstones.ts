@@ -1,25 +1,13 @@
-// Key retention's statements: a COMPLETED key past its expiry becomes a tombstone (the answer
-// dropped, the resource kept: a retry answers 410 and names it), and a tombstone past its end
-// goes, so its key is new again. Bounded batches: a backlog never holds a long lock.
+// Key retention: an expired COMPLETED key becomes a tombstone (answer dropped, resource kept for the
+// 410), and an expired tombstone goes. Bounded batches: a backlog never holds a long lock.
 import type { Sql } from "../platform/db.ts";
+import type { KeyRef, KeyRow } from "./skeleton.ts";
 
-/** A key row's endpoint and stored answer → the resource's Location, if the answer made one. */
 export type Locate = (endpoint: string, status: number | null, body: string | null) => string | null;
 
-interface DueKey {
-  readonly tenant: string;
-  readonly key: string;
-  readonly endpoint: string;
-  readonly response_status: number | null;
-  readonly response_body: string | null;
-}
+type DueKey = KeyRef & Pick<KeyRow, "response_status" | "response_body">;
 
-/**
- * Turns up to `batch` COMPLETED keys past their expiry into tombstones, keeping the resource's
- * Location and the completion time, expires_at moved on by `tombstoneSeconds` (out of the next
- * batch's index range). No transaction: the update is a compare-and-set on the state the read
- * saw, which only this job (under its lock) changes. Returns how many.
- */
+/** No transaction: the update is a compare-and-set on what the read saw, which only this job changes. */
 export async function tombstoneExpiredKeys(sql: Sql, tombstoneSeconds: number, batch: number, locate: Locate): Promise<number> {
   const due = await sql<DueKey[]>`
     select tenant, key, endpoint, response_status, response_body
@@ -40,7 +28,6 @@ export async function tombstoneExpiredKeys(sql: Sql, tombstoneSeconds: number, b
   return result.count;
 }
 
-/** Deletes up to `batch` tombstones past their end; returns how many. */
 export async function deleteExpiredTombstones(sql: Sql, batch: number): Promise<number> {
   const result = await sql`
     delete from idempotency_keys
