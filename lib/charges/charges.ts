@@ -11,8 +11,7 @@ import { DEFAULT_SETTINGS, foreign, PROCESSOR_REFUSALS, type FinalRow, type Oper
 
 const Currency = (description: string) => t.String({ pattern: "^[a-z]{3}$", description });
 const PaymentMethod = t.String({ pattern: "^[\\x21-\\x7e]{1,255}$", minLength: 1, maxLength: 255, description: "The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe" });
-// `updating`: the in-flight status of every change of an authorized charge that declares none
-// of its own (transition.ts), so that a new change needs no new status.
+// `updating`: in flight, any change of an authorized charge that declares no status (transition.ts).
 const STATUSES = ["pending", "authorized", "capturing", "canceling", "updating", "succeeded", "failed", "canceled"] as const;
 export type ChargeStatus = (typeof STATUSES)[number];
 const Status = t.Union(STATUSES.map((s) => t.Literal(s)), {
@@ -104,13 +103,12 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   response: Charge,
   status: 201,
   columns: { charge_id: "uuid", amount_cents: "int", currency: "text", status: "text", created_at: "timestamptz", payload: "text" },
-  // Currency and payment method count only when the body names them, so a body of amountCents
-  // alone keeps the fingerprint its stored keys hold, and they replay across an upgrade.
+  // Only what the body names (and capture only when manual, the default's opposite), so a body of
+  // amountCents alone keeps the fingerprint its stored keys hold, and they replay across an upgrade.
   fingerprint: ({ body }) => ({
     amountCents: body.amountCents,
     ...(body.currency !== undefined && { currency: body.currency }),
     ...(body.paymentMethod !== undefined && { paymentMethod: body.paymentMethod }),
-    // Only when manual: "automatic" is the default, and the same request as none.
     ...(body.capture === "manual" && { capture: "manual" }),
   }),
   prepare(input) {
@@ -126,8 +124,7 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
       body: checkedJson(Charge, { id, amountCents, currency, status, createdAt }),
     };
   },
-  // A new charge has nothing to check. In the ledger it succeeds at once (its event is
-  // sequence 1); through the processor it is pending until phase 3.
+  // In the ledger a charge succeeds at once (its event sequence 1); through the processor it is pending.
   sql: (sql, mode) => ({
     admit: sql`admit as (select l.n, null::text as refusal, null::text as detail, null::jsonb as resume, null::text as answer from lock l where l.got)`,
     write:
@@ -182,7 +179,6 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
     firstPoint: "begun",
     steps: { begun: create, created: confirm },
     final,
-    // Each completed key's pending charge made final, with its first event (sequence 1).
     finishSql: (sql: Sql) => ({
       columns: { charge_id: "uuid", charge_status: "text", payment_id: "text", decline_code: "text", event_type: "text", payload: "text" },
       write: sql`
@@ -201,7 +197,7 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   }),
 };
 
-/** A string member of a stored response body (the ids its Location is built from). */
+/** A string member of a stored response body (an id its Location is built from). */
 export function idOf(body: string, member: string): string {
   const value = (JSON.parse(body) as Readonly<Record<string, unknown>> | null)?.[member];
   if (typeof value === "string") return value;

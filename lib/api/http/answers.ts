@@ -8,7 +8,7 @@ import { preferredWait } from "./prefer.ts";
 import { endpointOf, type Operation } from "../../idempotency/model.ts";
 import type { Outcome } from "../../idempotency/outcome.ts";
 import { problemResponse, specResponse, type ProblemName } from "../problem.ts";
-import type { UnknownCause } from "../../charges/processor.ts";
+import type { UnknownCause } from "../../idempotency/adapter.ts";
 import type { RequestContext } from "./context.ts";
 
 // How long a client should wait before retrying a 409 (the first request is one short
