@@ -34,14 +34,11 @@ export const ChargeBody = t.Object(
   { additionalProperties: false },
 );
 
-const Id = t.String({ format: "uuid" });
-const Cents = t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS });
-
 // POST /charges' body, stored under the key and replayed byte for byte.
 export const Charge = t.Object(
   {
-    id: Id,
-    amountCents: Cents,
+    id: t.String({ format: "uuid" }),
+    amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
     currency: Currency("ISO 4217, lower case"),
     status: Status,
     processorPaymentId: t.Optional(t.String({ description: "The processor's payment id (PAYMENT_PROCESSOR=stripe)" })),
@@ -51,17 +48,18 @@ export const Charge = t.Object(
   { additionalProperties: false },
 );
 
+const charge = Charge.properties;
 export const ChargeView = t.Object(
   {
-    id: Id,
-    amountCents: Cents,
-    currency: Currency("ISO 4217, lower case"),
-    status: Status,
+    id: charge.id,
+    amountCents: charge.amountCents,
+    currency: charge.currency,
+    status: charge.status,
     processorPaymentId: t.Optional(t.String({ description: "The processor's payment id, once it succeeded" })),
     declineCode: t.Optional(t.String({ description: "The processor's decline code, when it failed" })),
     capturedCents: CapturedCents,
     refundedCents: t.Integer({ minimum: 0, maximum: MAX_AMOUNT_CENTS }),
-    createdAt: t.String({ format: "date-time" }),
+    createdAt: charge.createdAt,
   },
   { additionalProperties: false },
 );
@@ -204,17 +202,8 @@ export function idOf(body: string, member: string): string {
   throw new Error(`bug: a stored response has no ${member}`);
 }
 
-interface ChargeRow {
-  readonly id: string;
-  readonly amount_cents: number;
-  readonly currency: string;
-  readonly status: ChargeStatus;
-  readonly processor_payment_id: string | null;
-  readonly decline_code: string | null;
-  readonly captured_cents: number | null;
-  readonly refunded_cents: number;
-  readonly created_at: Date;
-}
+type ChargeRow = { id: string; amount_cents: number; currency: string; status: ChargeStatus; created_at: Date;
+  processor_payment_id: string | null; decline_code: string | null; captured_cents: number | null; refunded_cents: number };
 
 /** GET /charges/:id's body; undefined for an unknown id or another tenant's charge alike. */
 export async function chargeView(sql: Sql, tenant: string, id: string, endsAt: number): Promise<string | undefined> {

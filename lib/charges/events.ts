@@ -136,7 +136,6 @@ export const isShareGroup = (group: string): boolean => !NOT_ONE_LEVEL.test(grou
 
 export const isPublishableType = (eventType: string): boolean => !NOT_ONE_LEVEL.test(eventType);
 
-/** `$share/<group>/<prefix>charges/#`: the broker hands each event to one session of the group. */
 export function sharedSubscriptionFilter(group: string, prefix: string): string {
   if (!isShareGroup(group)) throw new Error(`bug: invalid share group ${JSON.stringify(group)}`);
   return `$share/${group}/${subscriptionFilter(prefix)}`;

@@ -43,7 +43,6 @@ export interface Reason {
 
 const LATTER = ["", "", "two", "three", "four"];
 
-/** The operation's `problems` and `refusals` (its API reference lines). */
 export function documented(admitted: readonly RefusalType[], processor: NamedProblem) {
   const phrase = (r: RefusalType, unused = "") => `${r.doc} (${r.problem.slug}${r.note ?? ""}${unused})`;
   const own =

@@ -1,6 +1,6 @@
 // The payment processor's adapter: Stripe's v1 API through Stripe's official package, each call
 // answered as a value (the object, a final refusal, or an unknown outcome).
-import { context, metrics, SpanKind, trace, type Meter } from "@opentelemetry/api";
+import { context, metrics, SpanKind, trace } from "@opentelemetry/api";
 import Stripe from "stripe";
 import type { ProcessorConfig } from "../platform/config-processor.ts";
 import { endSpan, hashedKey, tracer, tracingOn } from "../platform/trace-context.ts";
@@ -12,7 +12,7 @@ export type ProcessorAdapter = ForeignAdapter<Stripe>;
 
 // Stripe's own retries are off: a retry is ours, under our keys and lease. Its fetch client serves
 // every runtime this API runs on.
-export function createProcessorClient(config: ProcessorConfig, meter: Meter = metrics.getMeter("charges")): ProcessorAdapter {
+export function createProcessorClient(config: ProcessorConfig): ProcessorAdapter {
   if (config.key === undefined) throw new Error("bug: a processor client without PAYMENT_PROCESSOR_KEY");
   const target = new URL(config.url);
   const protocol = target.protocol === "http:" ? "http" : "https";
@@ -26,7 +26,7 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
     // Under load its telemetry buffer fills and it writes a line to stderr per dropped message.
     telemetry: false,
   });
-  const duration = meter.createHistogram("http_client_request_duration_seconds", {
+  const duration = metrics.getMeter("charges").createHistogram("http_client_request_duration_seconds", {
     description: "Calls to the payment processor, by method and answer (or error_type when none came)",
     unit: "s",
     advice: { explicitBucketBoundaries: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] },

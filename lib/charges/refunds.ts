@@ -198,13 +198,7 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   }),
 };
 
-interface RefundRow {
-  readonly id: string;
-  readonly charge_id: string;
-  readonly amount_cents: number;
-  readonly created_at: Date;
-  readonly status: "pending" | "succeeded" | "failed";
-}
+type RefundRow = { id: string; charge_id: string; amount_cents: number; created_at: Date; status: "pending" | "succeeded" | "failed" };
 
 export async function refundView(sql: Sql, tenant: string, chargeId: string, refundId: string, endsAt: number): Promise<string | undefined> {
   const [row] = await boundedStatement(sql, endsAt, (q) => q<RefundRow[]>`

@@ -7,7 +7,6 @@ import { admitOnCharge } from "./existing-charge.ts";
 
 type ChargeMember = "id" | "tenant" | "amountCents" | "currency" | "status" | "processorPaymentId" | "capturedCents" | "refundedCents" | "lastSequence" | "createdAt";
 
-/** A row's columns as one statement names them, by member: `charge.amountCents`. */
 type Row<M extends string> = Readonly<Record<M, Fragment>>;
 
 /** What a declaration's SQL reads: the charge before the change, and the request's own members. */
@@ -46,7 +45,6 @@ function list(sql: Sql, parts: readonly Fragment[], separator: string): Fragment
 
 const setsOf = (s: TransitionShape) => Object.entries(s.sets).map(([member, set]) => ({ member, column: columnOf(member), ...set }));
 
-/** The event of each changed charge `p`, its data from `p` and from the charge before it (`b`, a row of `from`). */
 function eventsSql(sql: Sql, s: TransitionShape, from: Fragment, where: Fragment): Fragment {
   const data = s.event.data({ sql, charge: rowOf(sql, "p"), before: rowOf(sql, "b") });
   const members = Object.entries(data).map(([name, value]) => {

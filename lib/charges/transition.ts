@@ -69,7 +69,6 @@ const NOT_AUTHORIZED = { doc: "the charge is not authorized", note: ": captured,
 type AnyResume = TransitionResume & Readonly<Record<string, unknown>>;
 type AnyTransition = Omit<Transition<TObject, TSchema | undefined, {}>, "sets" | "call"> & { readonly sets?: Sets<string, AnyResume>; readonly call: Call<AnyResume> };
 
-/** The request's columns: `charge_id`, and `amount_cents` when the change has an amount. */
 function requestOf(d: AnyTransition) {
   const amount = d.amountCents !== undefined;
   // The body schema has no amountCents when the change has none.
@@ -131,7 +130,6 @@ function finalOf(d: AnyTransition) {
   };
 }
 
-/** The answers of admit's reasons: not authorized, no payment at the processor, and each check. */
 function refuseOf(d: AnyTransition) {
   const [verb, verbed] = d.verb;
   const problem = d.refusals.state;
