@@ -29,25 +29,19 @@ export function paymentView(pi: Stripe.PaymentIntent) {
 export type PaymentView = ReturnType<typeof paymentView>;
 
 export const payments = (p: ProcessorAdapter) => ({
-  create: (c: ChargeResume, key: string) =>
-    mapCall(
-      p.call("POST", (api) =>
-        api.paymentIntents.create(
-          {
-            amount: c.amountCents,
-            currency: c.currency,
-            payment_method: c.paymentMethod,
-            // A server-side confirmation with no customer present: no method that needs a redirect.
-            automatic_payment_methods: { enabled: true, allow_redirects: "never" },
-            // Authorized only; Stripe increments only a payment that asked.
-            ...(c.capture === "manual" && { capture_method: "manual" as const, payment_method_options: { card: { request_incremental_authorization: "if_available" as const } } }),
-            metadata: { charge_id: c.chargeId },
-          },
-          { idempotencyKey: key },
-        ),
-      ),
-      paymentView,
-    ),
+  create: (c: ChargeResume, key: string) => {
+    const params: Stripe.PaymentIntentCreateParams = {
+      amount: c.amountCents,
+      currency: c.currency,
+      payment_method: c.paymentMethod,
+      // A server-side confirmation with no customer present: no method that needs a redirect.
+      automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+      // Authorized only; Stripe increments only a payment that asked.
+      ...(c.capture === "manual" && { capture_method: "manual", payment_method_options: { card: { request_incremental_authorization: "if_available" } } }),
+      metadata: { charge_id: c.chargeId },
+    };
+    return mapCall(p.call("POST", (api) => api.paymentIntents.create(params, { idempotencyKey: key })), paymentView);
+  },
   confirm: (id: string, key: string) => mapCall(p.call("POST", (api) => api.paymentIntents.confirm(id, {}, { idempotencyKey: key })), paymentView),
   retrieve: (id: string) => mapCall(p.call("GET", (api) => api.paymentIntents.retrieve(id)), paymentView),
 });

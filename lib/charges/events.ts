@@ -85,7 +85,6 @@ export interface EventEnvelope {
   readonly aggregateId: string;
   /** The writing request's tenant ("default" without authentication); optional for events older than tenants. */
   readonly tenantId?: string;
-  /** The outbox row's created_at, ISO-8601 UTC with microseconds. */
   readonly createdAt: string;
   /** Its place among its aggregate's events (1, 2, 3, …), in commit order; optional for older events. */
   readonly sequence?: number;
@@ -118,9 +117,8 @@ export function topicOf(prefix: string, eventType: string, aggregateType: string
 
 /** A topic's aggregate type, read back through topicOf's table; undefined for a one-level topic. */
 export function aggregateTypeOfTopic(topic: string): string | undefined {
-  const levels = topic.split("/");
-  if (levels.length < 2) return undefined;
-  const level = levels[levels.length - 2]!;
+  const level = topic.split("/").at(-2);
+  if (level === undefined) return undefined;
   return Object.keys(AGGREGATE_TOPICS).find((type) => AGGREGATE_TOPICS[type] === level) ?? level;
 }
 
@@ -184,13 +182,7 @@ export function parseEnvelope(payload: Uint8Array | string): EventEnvelope | und
   if (tenantId !== undefined && typeof tenantId !== "string") return undefined;
   if (sequence !== undefined && !(Number.isInteger(sequence) && (sequence as number) >= 1)) return undefined;
   if (!("data" in v)) return undefined;
-  return {
-    id,
-    type,
-    aggregateId,
-    ...(tenantId !== undefined && { tenantId }),
-    createdAt,
-    ...(sequence !== undefined && { sequence: sequence as number }),
-    data: v.data,
-  };
+  const tenant = tenantId === undefined ? {} : { tenantId };
+  const ordered = sequence === undefined ? {} : { sequence: sequence as number };
+  return { id, type, aggregateId, ...tenant, createdAt, ...ordered, data: v.data };
 }

@@ -28,12 +28,8 @@ export function admitOnCharge(sql: Sql, select: Fragment, checks: Fragment): Fra
       )`;
 }
 
-export interface RefusalType {
-  readonly problem: NamedProblem;
-  readonly doc: string;
-  /** What follows its slug in the 422 line's parenthesis. */
-  readonly note?: string;
-}
+/** `note`: what follows its slug in the 422 line's parenthesis. */
+export type RefusalType = { readonly problem: NamedProblem; readonly doc: string; readonly note?: string };
 
 /** One of admit's reasons: its problem, and the answer from admit's `detail` column. */
 export interface Reason {

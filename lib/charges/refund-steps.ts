@@ -33,13 +33,10 @@ export function refundKey(refundId: string, attempt: number): string {
 }
 
 export const refundCalls = (p: ProcessorAdapter) => ({
-  create: (r: RefundResume, key: string) =>
-    mapCall(
-      p.call("POST", (api) =>
-        api.refunds.create({ payment_intent: r.paymentId, amount: r.amountCents, metadata: { refund_id: r.refundId, charge_id: r.chargeId } }, { idempotencyKey: key }),
-      ),
-      viewOf,
-    ),
+  create: (r: RefundResume, key: string) => {
+    const params = { payment_intent: r.paymentId, amount: r.amountCents, metadata: { refund_id: r.refundId, charge_id: r.chargeId } };
+    return mapCall(p.call("POST", (api) => api.refunds.create(params, { idempotencyKey: key })), viewOf);
+  },
   retrieve: (id: string) => mapCall(p.call("GET", (api) => api.refunds.retrieve(id)), viewOf),
   /** ok with undefined: none of ours. */
   async find(r: RefundResume): Promise<CallResult<RefundView | undefined>> {

@@ -51,13 +51,8 @@ function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow
     return { response: { status: 201, body: checkedJson(Refund, { id: refundId, chargeId, amountCents, createdAt: resume.createdAt }) }, columns: { ...columns, failure_code: null } };
   }
   const failureCode = resume.failureCode ?? "refused";
-  return {
-    response: {
-      status: REFUND_REFUSED.status,
-      body: problemJson(REFUND_REFUSED, `the payment processor refused the refund (${failureCode})`, { chargeId, refundId, failureCode }),
-    },
-    columns: { ...columns, failure_code: failureCode },
-  };
+  const body = problemJson(REFUND_REFUSED, `the payment processor refused the refund (${failureCode})`, { chargeId, refundId, failureCode });
+  return { response: { status: REFUND_REFUSED.status, body }, columns: { ...columns, failure_code: failureCode } };
 }
 
 type RefundColumns = { refund_id: string; charge_id: string; amount_cents: number; created_at: string };

@@ -123,10 +123,9 @@ function finalOf(d: AnyTransition) {
       return { response: { status: 200, body }, columns: { charge_id: chargeId, succeeded: true, ...Object.fromEntries(sets.map(([m]) => [columnOf(m), members[m]!])) } };
     }
     const failureCode = resume.failureCode ?? "refused";
-    return {
-      response: { status: problem.status, body: problemJson(problem, `the payment processor refused the ${d.verb[0]} (${failureCode})`, { chargeId, failureCode }) },
-      columns: { charge_id: chargeId, succeeded: false, ...Object.fromEntries(sets.map(([m]) => [columnOf(m), null])) },
-    };
+    const body = problemJson(problem, `the payment processor refused the ${d.verb[0]} (${failureCode})`, { chargeId, failureCode });
+    const nulls = Object.fromEntries(sets.map(([m]) => [columnOf(m), null]));
+    return { response: { status: problem.status, body }, columns: { charge_id: chargeId, succeeded: false, ...nulls } };
   };
 }
 
