@@ -195,7 +195,6 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   }),
 };
 
-/** A string member of a stored response body (an id its Location is built from). */
 export function idOf(body: string, member: string): string {
   const value = (JSON.parse(body) as Readonly<Record<string, unknown>> | null)?.[member];
   if (typeof value === "string") return value;

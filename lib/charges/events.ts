@@ -166,7 +166,6 @@ export function userPropertiesOf(event: EventProperties): Record<string, string>
   };
 }
 
-/** undefined when the payload is not an envelope. */
 export function parseEnvelope(payload: Uint8Array | string): EventEnvelope | undefined {
   let value: unknown;
   try {
