@@ -10,7 +10,7 @@ import { createHash } from "node:crypto";
 import postgres from "postgres";
 import { compile, runClaim, type Compiled } from "../lib/idempotency/skeleton.ts";
 import { createCharge } from "../lib/charges/charges.ts";
-import { newEventId } from "../lib/charges/events.ts";
+import { newEventId } from "../lib/platform/uuid.ts";
 import type { Sql } from "../lib/platform/db.ts";
 
 // The API's pool size (lib/api/start.ts API_POOL_SIZE), so both hold as many connections.

@@ -3,7 +3,7 @@
 // event's createdAt (the outbox row's now(), i.e. its transaction start: at or before the
 // commit, so the figure errs on the slow side). Receipt minus the POST's response time is
 // kept too (after the commit, so it errs on the fast side).
-import type { ChargeCreatedData, EventEnvelope } from "../lib/charges/events.ts";
+import type { EventData, EventEnvelope } from "../lib/charges/events.ts";
 import { collect } from "../testkit/mqtt.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { startApi } from "./api-bench.ts";
@@ -55,7 +55,7 @@ export async function e2eRun(rate: number, seconds: number, cwd?: string): Promi
     const total = await openLoop(rate, seconds, post);
     const measured = (): Array<{ at: number; envelope: EventEnvelope }> =>
       [...sub.firstArrivals().values()].flatMap(({ at, envelope }) =>
-        envelope && !warm.has((envelope.data as ChargeCreatedData).chargeId) ? [{ at, envelope }] : [],
+        envelope && !warm.has((envelope.data as EventData<"ChargeCreated">).chargeId) ? [{ at, envelope }] : [],
       );
     // Bounded: a shortfall is reported (received < created), not thrown.
     await waitUntil(() => measured().length >= respondedAt.size, DRAIN_TIMEOUT_MS, "every event").catch(() => {});
@@ -64,7 +64,7 @@ export async function e2eRun(rate: number, seconds: number, cwd?: string): Promi
     const fromResponse: number[] = [];
     for (const { at, envelope } of arrivals) {
       fromCreatedAt.push(performance.timeOrigin + at - Date.parse(envelope.createdAt));
-      const r = respondedAt.get((envelope.data as ChargeCreatedData).chargeId);
+      const r = respondedAt.get((envelope.data as EventData<"ChargeCreated">).chargeId);
       if (r !== undefined) fromResponse.push(at - r);
     }
     return {

@@ -8,7 +8,7 @@ import { createSql } from "../lib/platform/db.ts";
 import { connectBroker } from "../lib/relay/publisher.ts";
 import { createRelay, laneCount } from "../lib/relay/loop.ts";
 import { EVENTS_PAGE_SIZE } from "../lib/api/events-read.ts";
-import { newEventId } from "../lib/charges/events.ts";
+import { newEventId } from "../lib/platform/uuid.ts";
 import { startTestApi } from "../testkit/api.ts";
 import { authHeaders, tokenFor, TEST_TENANT } from "../testkit/auth.ts";
 import { ChargesClient } from "../client/index.ts";

@@ -4,7 +4,7 @@
 // creates a charge, replays it, and waits for the relay's event at an MQTT subscriber.
 // Exit 0 with one "ok" line, or 1 with one "FAILED" line followed by the processes' last output.
 import { spawnSync } from "node:child_process";
-import { CHARGE_CREATED, type ChargeCreatedData } from "../lib/charges/events.ts";
+import { CHARGE_CREATED, type EventData } from "../lib/charges/events.ts";
 import { freePort } from "../dev/ports.ts";
 import { createScratchDatabase, scratchName } from "../testkit/database.ts";
 import { collect } from "../testkit/mqtt.ts";
@@ -56,7 +56,7 @@ async function run(databaseUrl: string, mqttUrl: string, prefix: string): Promis
     const chargeId = await createAndReplay(api);
     await subscriber
       .waitForMessage(
-        (m) => m.envelope?.type === CHARGE_CREATED && (m.envelope.data as ChargeCreatedData).chargeId === chargeId && m.envelope.tenantId === TEST_TENANT,
+        (m) => m.envelope?.type === CHARGE_CREATED && (m.envelope.data as EventData<"ChargeCreated">).chargeId === chargeId && m.envelope.tenantId === TEST_TENANT,
         EVENT_TIMEOUT_MS,
         `${CHARGE_CREATED} event for ${TEST_TENANT}'s charge ${chargeId}`,
       )

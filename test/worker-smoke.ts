@@ -5,7 +5,7 @@
 // finish and exits 0. Exit 0 with one "ok" line per runtime, or 1 with one "FAILED" line
 // followed by the processes' last output.
 import { spawnSync } from "node:child_process";
-import { CHARGE_CREATED, CHARGE_REFUNDED, type ChargeCreatedData, type ChargeRefundedData } from "../lib/charges/events.ts";
+import { CHARGE_CREATED, CHARGE_REFUNDED, type EventData } from "../lib/charges/events.ts";
 import { freePort } from "../dev/ports.ts";
 import { planWorkerd } from "../dev/workerd.ts";
 import { createScratchDatabase, holdKey, scratchName, waitForBackendOnLock, type ScratchDatabase } from "../testkit/database.ts";
@@ -141,7 +141,7 @@ async function checkApi(runtime: Runtime, base: string, db: ScratchDatabase, col
   const ids = [charge.id, ...(await concurrentKeys(base, auth, db, check))];
   const events = await Promise.all(
     ids.map((id) =>
-      collector.waitForMessage((m) => m.envelope?.type === CHARGE_CREATED && (m.envelope.data as ChargeCreatedData).chargeId === id, EVENT_TIMEOUT_MS, `${CHARGE_CREATED} event for charge ${id}`),
+      collector.waitForMessage((m) => m.envelope?.type === CHARGE_CREATED && (m.envelope.data as EventData<"ChargeCreated">).chargeId === id, EVENT_TIMEOUT_MS, `${CHARGE_CREATED} event for charge ${id}`),
     ),
   ).catch((error: Error) => {
     throw new SmokeFailure(`${runtime}: ${error.message}`);
@@ -188,7 +188,7 @@ async function checkRefund(
            (select refunded_cents from charges where id = ${chargeId}) as refunded`;
   check(row?.refunds === 1 && row.refunded === 1000, `a refund and its replay left ${row?.refunds} refunds and ${row?.refunded} cents refunded`);
   const event = await collector
-    .waitForMessage((m) => m.envelope?.type === CHARGE_REFUNDED && (m.envelope.data as ChargeRefundedData).refundId === created.id, EVENT_TIMEOUT_MS, `${CHARGE_REFUNDED} event for refund ${created.id}`)
+    .waitForMessage((m) => m.envelope?.type === CHARGE_REFUNDED && (m.envelope.data as EventData<"ChargeRefunded">).refundId === created.id, EVENT_TIMEOUT_MS, `${CHARGE_REFUNDED} event for refund ${created.id}`)
     .catch((error: Error) => {
       throw new SmokeFailure(`${runtime}: ${error.message}`);
     });

@@ -1,6 +1,7 @@
 // Outbox rows for the relay and subscriber tests, written the way the API writes them,
 // and what the outbox says afterwards.
-import { CHARGE_CREATED, chargeCreatedPayload, newEventId } from "../lib/charges/events.ts";
+import { CHARGE_CREATED, chargeCreatedPayload } from "../lib/charges/events.ts";
+import { newEventId } from "../lib/platform/uuid.ts";
 import type { Sql } from "../lib/platform/db.ts";
 
 export interface PendingRow {

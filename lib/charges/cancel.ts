@@ -3,7 +3,7 @@
 import { Type as t } from "@sinclair/typebox";
 import { chargeTransition, problemType } from "./transition.ts";
 
-export const CancelBody = t.Object({}, { additionalProperties: false, description: "Nothing: {}" });
+const CancelBody = t.Object({}, { additionalProperties: false, description: "Nothing: {}" });
 
 export const cancelCharge = chargeTransition({
   name: "cancelCharge",

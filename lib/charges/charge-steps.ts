@@ -1,15 +1,11 @@
-// A charge's processor steps: `begun` creates the payment under `<charge id>:create:<attempt>`;
-// `created` confirms that payment, and no other, under `<charge id>:confirm:<attempt>`. An
-// unconfirmed payment moves no money, so after a create answered with a stored 5xx the next
-// attempt's key is safe. The processor lets a payment succeed once, so a resumed confirm reads it
-// first. Every change of an authorized charge reuses these calls (transition.ts).
+// A charge's processor steps: create the payment, then confirm that one. An unconfirmed payment
+// moves no money, so after a stored 5xx the next attempt's key is safe; a resumed confirm reads first.
 import { Type as t, type Static } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import { mapCall, type CallResult, type ProcessorAdapter } from "./processor.ts";
 import { MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import type { StepContext, StepResult } from "../idempotency/model.ts";
 
-/** Phase 1's recovery data, then what the steps learnt. */
 export const ChargeResume = t.Object({
   chargeId: t.String({ format: "uuid" }),
   amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
@@ -33,26 +29,19 @@ export function paymentView(pi: Stripe.PaymentIntent) {
 export type PaymentView = ReturnType<typeof paymentView>;
 
 export const payments = (p: ProcessorAdapter) => ({
-  create: (c: ChargeResume, key: string) =>
-    mapCall(
-      p.call("POST", (api) =>
-        api.paymentIntents.create(
-          {
-            amount: c.amountCents,
-            currency: c.currency,
-            payment_method: c.paymentMethod,
-            // A server-side confirmation with no customer present: no method that needs a redirect.
-            automatic_payment_methods: { enabled: true, allow_redirects: "never" },
-            // Authorized only, captured later (POST /charges/:id/capture), as Stripe documents; and
-            // its authorization may be raised before (Stripe increments only a payment that asked).
-            ...(c.capture === "manual" && { capture_method: "manual" as const, payment_method_options: { card: { request_incremental_authorization: "if_available" as const } } }),
-            metadata: { charge_id: c.chargeId },
-          },
-          { idempotencyKey: key },
-        ),
-      ),
-      paymentView,
-    ),
+  create: (c: ChargeResume, key: string) => {
+    const params: Stripe.PaymentIntentCreateParams = {
+      amount: c.amountCents,
+      currency: c.currency,
+      payment_method: c.paymentMethod,
+      // A server-side confirmation with no customer present: no method that needs a redirect.
+      automatic_payment_methods: { enabled: true, allow_redirects: "never" },
+      // Authorized only; Stripe increments only a payment that asked.
+      ...(c.capture === "manual" && { capture_method: "manual", payment_method_options: { card: { request_incremental_authorization: "if_available" } } }),
+      metadata: { charge_id: c.chargeId },
+    };
+    return mapCall(p.call("POST", (api) => api.paymentIntents.create(params, { idempotencyKey: key })), paymentView);
+  },
   confirm: (id: string, key: string) => mapCall(p.call("POST", (api) => api.paymentIntents.confirm(id, {}, { idempotencyKey: key })), paymentView),
   retrieve: (id: string) => mapCall(p.call("GET", (api) => api.paymentIntents.retrieve(id)), paymentView),
 });
@@ -62,11 +51,8 @@ type Step = (ctx: StepContext<ChargeResume, Payments>) => Promise<StepResult<Cha
 // Stripe's code for a call the payment's state does not allow (confirmed, captured or canceled already).
 export const UNEXPECTED_STATE = "payment_intent_unexpected_state";
 
-/**
- * An unknown outcome of a call harmless to repeat under another key (a create, a confirmation or a
- * change: applied once per payment). After a 5xx, which the processor stored under the key and would
- * replay, the next try takes the next attempt; with no answer, what the key holds is the truth.
- */
+// After a 5xx, which the processor stored under the key and would replay, the next try takes the next
+// attempt (harmless: a payment applies a call once); with no answer, what the key holds is the truth.
 export function unknownAfter<R extends Readonly<Record<string, unknown>>>(call: Extract<CallResult<unknown>, { kind: "unknown" }>, resume: R, attemptName: keyof R & string): StepResult<R> {
   const current = resume[attemptName];
   const next = call.status !== null && call.status >= 500 ? { ...resume, [attemptName]: (typeof current === "number" ? current : 0) + 1 } : resume;

@@ -11,8 +11,7 @@ import { DEFAULT_SETTINGS, foreign, PROCESSOR_REFUSALS, type FinalRow, type Oper
 
 const Currency = (description: string) => t.String({ pattern: "^[a-z]{3}$", description });
 const PaymentMethod = t.String({ pattern: "^[\\x21-\\x7e]{1,255}$", minLength: 1, maxLength: 255, description: "The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe" });
-// `updating`: the in-flight status of every change of an authorized charge that declares none
-// of its own (transition.ts), so that a new change needs no new status.
+// `updating`: in flight, any change of an authorized charge that declares no status (transition.ts).
 const STATUSES = ["pending", "authorized", "capturing", "canceling", "updating", "succeeded", "failed", "canceled"] as const;
 export type ChargeStatus = (typeof STATUSES)[number];
 const Status = t.Union(STATUSES.map((s) => t.Literal(s)), {
@@ -35,14 +34,11 @@ export const ChargeBody = t.Object(
   { additionalProperties: false },
 );
 
-const Id = t.String({ format: "uuid" });
-const Cents = t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS });
-
 // POST /charges' body, stored under the key and replayed byte for byte.
 export const Charge = t.Object(
   {
-    id: Id,
-    amountCents: Cents,
+    id: t.String({ format: "uuid" }),
+    amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
     currency: Currency("ISO 4217, lower case"),
     status: Status,
     processorPaymentId: t.Optional(t.String({ description: "The processor's payment id (PAYMENT_PROCESSOR=stripe)" })),
@@ -52,17 +48,18 @@ export const Charge = t.Object(
   { additionalProperties: false },
 );
 
+const charge = Charge.properties;
 export const ChargeView = t.Object(
   {
-    id: Id,
-    amountCents: Cents,
-    currency: Currency("ISO 4217, lower case"),
-    status: Status,
+    id: charge.id,
+    amountCents: charge.amountCents,
+    currency: charge.currency,
+    status: charge.status,
     processorPaymentId: t.Optional(t.String({ description: "The processor's payment id, once it succeeded" })),
     declineCode: t.Optional(t.String({ description: "The processor's decline code, when it failed" })),
     capturedCents: CapturedCents,
     refundedCents: t.Integer({ minimum: 0, maximum: MAX_AMOUNT_CENTS }),
-    createdAt: t.String({ format: "date-time" }),
+    createdAt: charge.createdAt,
   },
   { additionalProperties: false },
 );
@@ -104,13 +101,12 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   response: Charge,
   status: 201,
   columns: { charge_id: "uuid", amount_cents: "int", currency: "text", status: "text", created_at: "timestamptz", payload: "text" },
-  // Currency and payment method count only when the body names them, so a body of amountCents
-  // alone keeps the fingerprint its stored keys hold, and they replay across an upgrade.
+  // Only what the body names (and capture only when manual, the default's opposite), so a body of
+  // amountCents alone keeps the fingerprint its stored keys hold, and they replay across an upgrade.
   fingerprint: ({ body }) => ({
     amountCents: body.amountCents,
     ...(body.currency !== undefined && { currency: body.currency }),
     ...(body.paymentMethod !== undefined && { paymentMethod: body.paymentMethod }),
-    // Only when manual: "automatic" is the default, and the same request as none.
     ...(body.capture === "manual" && { capture: "manual" }),
   }),
   prepare(input) {
@@ -126,8 +122,7 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
       body: checkedJson(Charge, { id, amountCents, currency, status, createdAt }),
     };
   },
-  // A new charge has nothing to check. In the ledger it succeeds at once (its event is
-  // sequence 1); through the processor it is pending until phase 3.
+  // In the ledger a charge succeeds at once (its event sequence 1); through the processor it is pending.
   sql: (sql, mode) => ({
     admit: sql`admit as (select l.n, null::text as refusal, null::text as detail, null::jsonb as resume, null::text as answer from lock l where l.got)`,
     write:
@@ -182,7 +177,6 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
     firstPoint: "begun",
     steps: { begun: create, created: confirm },
     final,
-    // Each completed key's pending charge made final, with its first event (sequence 1).
     finishSql: (sql: Sql) => ({
       columns: { charge_id: "uuid", charge_status: "text", payment_id: "text", decline_code: "text", event_type: "text", payload: "text" },
       write: sql`
@@ -201,24 +195,14 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   }),
 };
 
-/** A string member of a stored response body (the ids its Location is built from). */
 export function idOf(body: string, member: string): string {
   const value = (JSON.parse(body) as Readonly<Record<string, unknown>> | null)?.[member];
   if (typeof value === "string") return value;
   throw new Error(`bug: a stored response has no ${member}`);
 }
 
-interface ChargeRow {
-  readonly id: string;
-  readonly amount_cents: number;
-  readonly currency: string;
-  readonly status: ChargeStatus;
-  readonly processor_payment_id: string | null;
-  readonly decline_code: string | null;
-  readonly captured_cents: number | null;
-  readonly refunded_cents: number;
-  readonly created_at: Date;
-}
+type ChargeRow = { id: string; amount_cents: number; currency: string; status: ChargeStatus; created_at: Date;
+  processor_payment_id: string | null; decline_code: string | null; captured_cents: number | null; refunded_cents: number };
 
 /** GET /charges/:id's body; undefined for an unknown id or another tenant's charge alike. */
 export async function chargeView(sql: Sql, tenant: string, id: string, endsAt: number): Promise<string | undefined> {

@@ -1,10 +1,8 @@
-// The event contract between the relay and every subscriber: the event types, the topic each is
-// published on, the JSON envelope and the MQTT 5 properties beside it. The relay builds with it,
-// the reference subscriber and dev mode parse with it.
+// The event contract between the relay and every subscriber: the event types, their topics, the
+// JSON envelope and the MQTT 5 properties beside it.
 import { Type as t, type Static, type TObject, type TProperties } from "@sinclair/typebox";
 import { isUuid } from "../platform/uuid.ts";
 
-/** The outbox's aggregate_type of a charge's events. */
 export const CHARGE = "charge";
 
 // The AsyncAPI payloads and GET /charges/:id/events' schemas are these very objects. Patterns,
@@ -70,15 +68,12 @@ const EVENTS = {
 type Events = typeof EVENTS;
 export type EventType = keyof Events;
 export type EventData<E extends EventType> = Static<Events[E]["data"]>;
-export type ChargeCreatedData = EventData<"ChargeCreated">;
-export type ChargeRefundedData = EventData<"ChargeRefunded">;
 
 export const EVENT_TYPES = Object.keys(EVENTS) as readonly EventType[];
 const byType = <T>(make: (type: EventType) => T): Readonly<Record<EventType, T>> => Object.fromEntries(EVENT_TYPES.map((type) => [type, make(type)])) as Record<EventType, T>;
 export const EVENT_DATA_SCHEMAS = byType((type): TObject => EVENTS[type].data);
 export const EVENT_DESCRIPTIONS = byType((type): string => EVENTS[type].description);
 
-// Names of the event types the charges' own code writes: `satisfies` keeps each checked against the table.
 export const CHARGE_CREATED = "ChargeCreated" satisfies EventType;
 export const CHARGE_REFUNDED = "ChargeRefunded" satisfies EventType;
 export const CHARGE_FAILED = "ChargeFailed" satisfies EventType;
@@ -90,17 +85,14 @@ export interface EventEnvelope {
   readonly aggregateId: string;
   /** The writing request's tenant ("default" without authentication); optional for events older than tenants. */
   readonly tenantId?: string;
-  /** The outbox row's created_at, ISO-8601 UTC with microseconds. */
   readonly createdAt: string;
   /** Its place among its aggregate's events (1, 2, 3, …), in commit order; optional for older events. */
   readonly sequence?: number;
   readonly data: unknown;
 }
 
-export { newEventId } from "../platform/uuid.ts";
-
-function envelopeSchema(type: EventType): TObject {
-  return t.Object(
+export const ENVELOPE_SCHEMAS = byType((type): TObject =>
+  t.Object(
     {
       id: uuid("The event id (the outbox row's id, a UUIDv7). Delivery is at least once: deduplicate by it."),
       type: t.Literal(type, { description: "The event type; also the topic's last level" }),
@@ -111,10 +103,8 @@ function envelopeSchema(type: EventType): TObject {
       data: EVENT_DATA_SCHEMAS[type],
     },
     { description: `The ${type} envelope (UTF-8 JSON); subscribers ignore fields they do not know` },
-  );
-}
-
-export const ENVELOPE_SCHEMAS = byType(envelopeSchema);
+  ),
+);
 
 export const EVENT_CONTENT_TYPE = "application/json";
 
@@ -127,9 +117,8 @@ export function topicOf(prefix: string, eventType: string, aggregateType: string
 
 /** A topic's aggregate type, read back through topicOf's table; undefined for a one-level topic. */
 export function aggregateTypeOfTopic(topic: string): string | undefined {
-  const levels = topic.split("/");
-  if (levels.length < 2) return undefined;
-  const level = levels[levels.length - 2]!;
+  const level = topic.split("/").at(-2);
+  if (level === undefined) return undefined;
   return Object.keys(AGGREGATE_TOPICS).find((type) => AGGREGATE_TOPICS[type] === level) ?? level;
 }
 
@@ -145,13 +134,12 @@ export const isShareGroup = (group: string): boolean => !NOT_ONE_LEVEL.test(grou
 
 export const isPublishableType = (eventType: string): boolean => !NOT_ONE_LEVEL.test(eventType);
 
-/** `$share/<group>/<prefix>charges/#`: the broker hands each event to one session of the group. */
 export function sharedSubscriptionFilter(group: string, prefix: string): string {
   if (!isShareGroup(group)) throw new Error(`bug: invalid share group ${JSON.stringify(group)}`);
   return `$share/${group}/${subscriptionFilter(prefix)}`;
 }
 
-export function chargeCreatedPayload(data: ChargeCreatedData): string {
+export function chargeCreatedPayload(data: EventData<"ChargeCreated">): string {
   return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, ...(data.currency !== undefined && { currency: data.currency }), ...(data.status !== undefined && { status: data.status }) });
 }
 
@@ -164,23 +152,20 @@ export function buildEnvelope(envelope: Required<EventEnvelope>): string {
   return JSON.stringify({ id, type, aggregateId, tenantId, createdAt, sequence, data });
 }
 
-/** What travels beside the payload as MQTT 5 user properties. */
 type EventProperties = Required<Pick<EventEnvelope, "id" | "type" | "tenantId" | "sequence">> & {
   readonly traceparent: string | null;
 };
 
 export function userPropertiesOf(event: EventProperties): Record<string, string> {
-  const properties: Record<string, string> = {
+  return {
     "event-id": event.id,
     "event-type": event.type,
     "tenant-id": event.tenantId,
     "aggregate-sequence": String(event.sequence),
+    ...(event.traceparent && { traceparent: event.traceparent }),
   };
-  if (event.traceparent) properties.traceparent = event.traceparent;
-  return properties;
 }
 
-/** undefined when the payload is not an envelope. */
 export function parseEnvelope(payload: Uint8Array | string): EventEnvelope | undefined {
   let value: unknown;
   try {
@@ -196,13 +181,7 @@ export function parseEnvelope(payload: Uint8Array | string): EventEnvelope | und
   if (tenantId !== undefined && typeof tenantId !== "string") return undefined;
   if (sequence !== undefined && !(Number.isInteger(sequence) && (sequence as number) >= 1)) return undefined;
   if (!("data" in v)) return undefined;
-  return {
-    id,
-    type,
-    aggregateId,
-    ...(tenantId !== undefined && { tenantId }),
-    createdAt,
-    ...(sequence !== undefined && { sequence: sequence as number }),
-    data: v.data,
-  };
+  const tenant = tenantId === undefined ? {} : { tenantId };
+  const ordered = sequence === undefined ? {} : { sequence: sequence as number };
+  return { id, type, aggregateId, ...tenant, createdAt, ...ordered, data: v.data };
 }

@@ -1,6 +1,5 @@
-// POST /charges/:id/increment-authorization: an authorized charge's amount raised to a new total
-// (Stripe's incremental authorization), through the factory of transition.ts. The payment stays
-// requires_capture either way, so its amount tells whether the increment was made.
+// POST /charges/:id/increment-authorization: an authorized charge's amount raised (Stripe's incremental
+// authorization). The payment stays requires_capture either way: its amount tells whether it was made.
 import { Type as t } from "@sinclair/typebox";
 import { AmountCents, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { chargeTransition, problemType } from "./transition.ts";

@@ -7,13 +7,7 @@ import { endpointOf, type Operation } from "../idempotency/model.ts";
 import { incrementAuthorization } from "./increment-authorization.ts";
 import { createRefund } from "./refunds.ts";
 
-export const OPERATIONS: readonly Operation[] = [
-  createCharge,
-  createRefund,
-  captureCharge,
-  cancelCharge,
-  incrementAuthorization,
-];
+export const OPERATIONS: readonly Operation[] = [createCharge, createRefund, captureCharge, cancelCharge, incrementAuthorization];
 
 export function foreignOperations(): ReadonlyMap<string, Operation> {
   return new Map(OPERATIONS.filter((op) => op.foreign !== undefined).map((op) => [endpointOf(op), op]));

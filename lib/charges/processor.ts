@@ -1,22 +1,18 @@
 // The payment processor's adapter: Stripe's v1 API through Stripe's official package, each call
 // answered as a value (the object, a final refusal, or an unknown outcome).
-import { context, metrics, SpanKind, trace, type Meter } from "@opentelemetry/api";
+import { context, metrics, SpanKind, trace } from "@opentelemetry/api";
 import Stripe from "stripe";
 import type { ProcessorConfig } from "../platform/config-processor.ts";
 import { endSpan, hashedKey, tracer, tracingOn } from "../platform/trace-context.ts";
 import type { CallResult, ForeignAdapter } from "../idempotency/model.ts";
 
-export { mapCall, type CallResult, type UnknownCause } from "../idempotency/model.ts";
+export { mapCall, type CallResult } from "../idempotency/model.ts";
 
 export type ProcessorAdapter = ForeignAdapter<Stripe>;
 
-const CLIENT_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
-
-/**
- * The client for PAYMENT_PROCESSOR=stripe. Stripe's own retries are off: a retry is ours, under our
- * keys and lease. Its fetch client serves every runtime this API runs on: one code path for all.
- */
-export function createProcessorClient(config: ProcessorConfig, meter: Meter = metrics.getMeter("charges")): ProcessorAdapter {
+// Stripe's own retries are off: a retry is ours, under our keys and lease. Its fetch client serves
+// every runtime this API runs on.
+export function createProcessorClient(config: ProcessorConfig): ProcessorAdapter {
   if (config.key === undefined) throw new Error("bug: a processor client without PAYMENT_PROCESSOR_KEY");
   const target = new URL(config.url);
   const protocol = target.protocol === "http:" ? "http" : "https";
@@ -27,14 +23,13 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
     maxNetworkRetries: 0,
     timeout: config.timeoutMs,
     httpClient: Stripe.createFetchHttpClient(),
-    // Stripe's own latency telemetry: under load its buffer fills and it writes a line to stderr
-    // per dropped message (ours is http_client_request_duration_seconds).
+    // Under load its telemetry buffer fills and it writes a line to stderr per dropped message.
     telemetry: false,
   });
-  const duration = meter.createHistogram("http_client_request_duration_seconds", {
+  const duration = metrics.getMeter("charges").createHistogram("http_client_request_duration_seconds", {
     description: "Calls to the payment processor, by method and answer (or error_type when none came)",
     unit: "s",
-    advice: { explicitBucketBoundaries: CLIENT_BUCKETS_S },
+    advice: { explicitBucketBoundaries: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] },
   });
   stripe.on("request", (event: Stripe.RequestEvent) => {
     // Runs in the call's async context, so the active span is the call's own (traced below).
@@ -59,7 +54,6 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
   };
 }
 
-/** A call as an HTTP client span, the child of whatever step awaits it. */
 async function traced<T>(method: string, target: URL, send: () => Promise<CallResult<T>>): Promise<CallResult<T>> {
   const span = tracer().startSpan(method, {
     kind: SpanKind.CLIENT,
@@ -72,11 +66,8 @@ async function traced<T>(method: string, target: URL, send: () => Promise<CallRe
   return result;
 }
 
-/**
- * Stripe's errors by their class and status, never their text: a 5xx, a rate limit, a key in
- * flight or no answer is unknown (the processor may have acted); a 402 card error is a
- * decline; any other 4xx is a final refusal. Anything else is a bug and is thrown.
- */
+// By class and status, never text: a 5xx, 409, 429 or no answer is unknown (the processor may have
+// acted); any other 4xx (a 402 card error: a decline) is a final refusal.
 function classify(error: unknown): CallResult<never> {
   if (!(error instanceof Stripe.errors.StripeError)) throw error;
   if (error instanceof Stripe.errors.StripeConnectionError) {
@@ -92,12 +83,8 @@ function classify(error: unknown): CallResult<never> {
   return { kind: "refused", status, code: error.code ?? error.rawType ?? "refused", declineCode: error.decline_code ?? null, message: error.message };
 }
 
-/**
- * Whether a 5xx is the processor's API's own answer, which Stripe keeps under the key: a JSON
- * error the package parsed (its statusCode set; a body that is not JSON, a gateway's page,
- * leaves it unset) and no Stripe-Should-Retry: true (the API's word that the call did not run
- * and may be sent again).
- */
+// A 5xx Stripe keeps under the key: a JSON error the package parsed (a gateway's page leaves
+// statusCode unset), without Stripe-Should-Retry: true (the API's word that the call did not run).
 function keptAnswer(error: InstanceType<typeof Stripe.errors.StripeError>): boolean {
   if (error.statusCode === undefined || error.statusCode < 500 || typeof error.rawType !== "string") return false;
   const headers: unknown = error.headers;

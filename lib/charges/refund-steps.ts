@@ -1,14 +1,11 @@
-// A refund's processor steps: `begun` creates the refund under `<refund id>:refund[:<n>]`;
-// `created` reads it until final. A resumed key first looks for ours among the payment's refunds
-// (by its metadata); not found, the create goes under the recorded attempt, which moves on only
-// past a call the processor finished (its kept 5xx), so no earlier key can still make a refund.
+// A refund's processor steps: create it, then read it until final. A resumed key first looks for
+// ours among the payment's refunds (by metadata): the attempt moves on only past a kept 5xx.
 import { Type as t, type Static } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import { mapCall, type CallResult, type ProcessorAdapter } from "./processor.ts";
 import { MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import type { StepContext, StepResult } from "../idempotency/model.ts";
 
-/** Phase 1's recovery data (the charge's payment), then the processor's refund. */
 export const RefundResume = t.Object({
   refundId: t.String({ format: "uuid" }),
   chargeId: t.String({ format: "uuid" }),
@@ -19,7 +16,6 @@ export const RefundResume = t.Object({
   processorRefundId: t.Optional(t.String()),
   failureCode: t.Optional(t.String()),
   resolvedBy: t.Optional(t.String()),
-  /** The attempt of the create's idempotency key: moved on past a call the processor finished with a 5xx. */
   refundAttempt: t.Optional(t.Integer({ minimum: 0 })),
 });
 export type RefundResume = Static<typeof RefundResume>;
@@ -27,9 +23,8 @@ export type RefundResume = Static<typeof RefundResume>;
 const viewOf = (refund: Stripe.Refund) => ({ id: refund.id, status: refund.status ?? "pending", failureCode: refund.failure_reason ?? null });
 type RefundView = ReturnType<typeof viewOf>;
 
-// The page size of the listing: Stripe's largest, so one call reads a payment's refunds.
+// Stripe's largest page; a payment has a handful of refunds, more pages is a processor paging wrong.
 const LIST_PAGE = 100;
-// A payment has a handful of refunds; more pages than this is a processor that pages wrong.
 const MAX_LIST_PAGES = 1000;
 
 /** Attempt 0's key has no suffix: keys stored by earlier releases resume on it. */
@@ -38,15 +33,12 @@ export function refundKey(refundId: string, attempt: number): string {
 }
 
 export const refundCalls = (p: ProcessorAdapter) => ({
-  create: (r: RefundResume, key: string) =>
-    mapCall(
-      p.call("POST", (api) =>
-        api.refunds.create({ payment_intent: r.paymentId, amount: r.amountCents, metadata: { refund_id: r.refundId, charge_id: r.chargeId } }, { idempotencyKey: key }),
-      ),
-      viewOf,
-    ),
+  create: (r: RefundResume, key: string) => {
+    const params = { payment_intent: r.paymentId, amount: r.amountCents, metadata: { refund_id: r.refundId, charge_id: r.chargeId } };
+    return mapCall(p.call("POST", (api) => api.refunds.create(params, { idempotencyKey: key })), viewOf);
+  },
   retrieve: (id: string) => mapCall(p.call("GET", (api) => api.refunds.retrieve(id)), viewOf),
-  /** Ours among the payment's refunds (its metadata's refund_id), every page read; ok with undefined: none of ours. */
+  /** ok with undefined: none of ours. */
   async find(r: RefundResume): Promise<CallResult<RefundView | undefined>> {
     let after: string | undefined;
     for (let page = 0; page < MAX_LIST_PAGES; page++) {
@@ -65,8 +57,7 @@ export type RefundCalls = ReturnType<typeof refundCalls>;
 type Step = (ctx: StepContext<RefundResume, RefundCalls>) => Promise<StepResult<RefundResume>>;
 
 const create: Step = async ({ resume, processor, resumed }) => {
-  // An earlier holder's create may have been made, its answer lost. A key past attempt 0 is
-  // always a resume: checked too, as the next key's guard.
+  // An earlier holder's create may have been made, its answer lost; past attempt 0, the next key's guard.
   if (resumed || (resume.refundAttempt ?? 0) > 0) {
     const found = await processor.find(resume);
     switch (found.kind) {
@@ -79,12 +70,10 @@ const create: Step = async ({ resume, processor, resumed }) => {
         return { kind: "unknown", cause: found.cause, detail: `listing the payment's refunds: ${found.detail}`, resume };
     }
   }
-  // None of ours at the processor, and no call under an earlier attempt's key can make one now.
   const attempt = resume.refundAttempt ?? 0;
   const created = await processor.create(resume, refundKey(resume.refundId, attempt));
   if (created.kind === "unknown" && created.finished) {
-    // The processor ended this call and keeps its 5xx under the key, so the next try lists again
-    // and, if no refund was made, sends the next attempt's key.
+    // Kept under the key: the next try lists again and, with no refund, sends the next attempt's key.
     return { kind: "unknown", cause: created.cause, detail: created.detail, resume: { ...resume, refundAttempt: attempt + 1 } };
   }
   return fromCall(created, resume, true);

@@ -1,6 +1,5 @@
-// POST /charges/:id/refunds declared once: its route, its ledger statement and, through a
-// processor, its phase 1 (the amount reserved, the refund pending), steps (refund-steps.ts) and
-// phase 3 (the reservation made the refunded total, or released); and GET of a refund.
+// POST /charges/:id/refunds declared once (through a processor: the amount reserved, the steps of
+// refund-steps.ts, then the reservation made the refunded total or released); and GET of a refund.
 import { Type as t, type Static } from "@sinclair/typebox";
 import { CHARGE, CHARGE_REFUNDED } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
@@ -36,7 +35,7 @@ const EXCEEDS_CHARGE: RefusalType = {
   note: ", with leftCents",
 };
 const NOT_REFUNDABLE: RefusalType = { problem: problemType("chargeNotRefundable", "charge-not-refundable", "Charge not refundable"), doc: "the charge has not succeeded" };
-const REFUND_REFUSED: RefusalType = { problem: problemType("refundRefused", "refund-refused", "Refund refused by the payment processor"), doc: "its refusal" };
+const REFUND_REFUSED = problemType("refundRefused", "refund-refused", "Refund refused by the payment processor");
 
 const REASONS = {
   charge_not_refundable: { problem: NOT_REFUNDABLE.problem, answer: (id) => ({ detail: `charge ${id} has not succeeded (pending or declined): there is nothing to refund` }) },
@@ -45,7 +44,6 @@ const REASONS = {
 } satisfies Record<string, Reason>;
 const reason = (name: keyof typeof REASONS | "charge_not_found"): string => name;
 
-/** Phase 3 as values: the response to store, and what the refund's row and its charge's get. */
 function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow {
   const { refundId, chargeId, amountCents } = resume;
   const columns = { refund_id: refundId, charge_id: chargeId, amount_cents: amountCents, succeeded: outcome === "succeeded", processor_refund_id: resume.processorRefundId ?? null };
@@ -53,18 +51,13 @@ function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow
     return { response: { status: 201, body: checkedJson(Refund, { id: refundId, chargeId, amountCents, createdAt: resume.createdAt }) }, columns: { ...columns, failure_code: null } };
   }
   const failureCode = resume.failureCode ?? "refused";
-  return {
-    response: {
-      status: REFUND_REFUSED.problem.status,
-      body: problemJson(REFUND_REFUSED.problem, `the payment processor refused the refund (${failureCode})`, { chargeId, refundId, failureCode }),
-    },
-    columns: { ...columns, failure_code: failureCode },
-  };
+  const body = problemJson(REFUND_REFUSED, `the payment processor refused the refund (${failureCode})`, { chargeId, refundId, failureCode });
+  return { response: { status: REFUND_REFUSED.status, body }, columns: { ...columns, failure_code: failureCode } };
 }
 
 type RefundColumns = { refund_id: string; charge_id: string; amount_cents: number; created_at: string };
 
-/** A new refund, the same in both modes (its createdAt in the resume too: phase 3 answers without a read). */
+/** The same in both modes (createdAt in the resume too: phase 3 answers without a read). */
 function newRefund({ params, body }: OperationInput<Static<typeof RefundBody>>) {
   const id = crypto.randomUUID();
   const chargeId = chargeIdOf(params);
@@ -89,10 +82,8 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
     const { refund, columns } = newRefund(input);
     return { columns, body: checkedJson(Refund, refund), exclusive: refund.chargeId };
   },
-  // FOR UPDATE (admitOnCharge) waits for a refund in flight and then sees its total, so what is
-  // left (of what was captured, less the refunds pending at the processor) is exact until the
-  // commit; the check constraint on charges is the last guard. last_sequence numbers events under
-  // the same lock, so sequences follow commit order.
+  // FOR UPDATE (admitOnCharge) waits for a refund in flight, so what is left is exact until the commit
+  // (a check constraint is the last guard), and last_sequence, under the same lock, follows commit order.
   sql: (sql, mode) => ({
     admit: admitOnCharge(
       sql,
@@ -163,9 +154,7 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
     firstPoint: "begun",
     steps: refundSteps,
     final,
-    // The reservation turned into the refunded total (with ChargeRefunded at the charge's next
-    // sequence) or released. Charges lock first and in id order, as every refund statement
-    // locks them: one lock order, no deadlock.
+    // Charges lock first and in id order, as every refund statement locks them: no deadlock.
     finishSql: (sql: Sql) => ({
       columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", succeeded: "boolean", processor_refund_id: "text", failure_code: "text" },
       write: sql`
@@ -204,15 +193,8 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   }),
 };
 
-interface RefundRow {
-  readonly id: string;
-  readonly charge_id: string;
-  readonly amount_cents: number;
-  readonly created_at: Date;
-  readonly status: "pending" | "succeeded" | "failed";
-}
+type RefundRow = { id: string; charge_id: string; amount_cents: number; created_at: Date; status: "pending" | "succeeded" | "failed" };
 
-/** A refund of the tenant's charge; another tenant's or charge's is not found. */
 export async function refundView(sql: Sql, tenant: string, chargeId: string, refundId: string, endsAt: number): Promise<string | undefined> {
   const [row] = await boundedStatement(sql, endsAt, (q) => q<RefundRow[]>`
     select id, charge_id, amount_cents, created_at, status
@@ -222,10 +204,7 @@ export async function refundView(sql: Sql, tenant: string, chargeId: string, ref
   return checkedJson(Refund, { id: row.id, chargeId: row.charge_id, amountCents: row.amount_cents, createdAt: row.created_at.toISOString(), status: row.status });
 }
 
-/**
- * A ChargeRefunded event's data, from the request row `w` and the charge's new refunded_cents in
- * the CTE `settled`: one expression, so the ledger's and the processor's events carry the same bytes.
- */
+// One expression, so the ledger's and the processor's ChargeRefunded carry the same bytes.
 function chargeRefundedPayload(sql: Sql, settled: string): Fragment {
   return sql`json_build_object('chargeId', w.charge_id, 'refundId', w.refund_id,
                                'amountCents', w.amount_cents, 'refundedCents', ${sql(settled)}.refunded_cents)::text`;

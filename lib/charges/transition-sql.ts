@@ -1,30 +1,19 @@
-// The statements of a change of an authorized charge (transition.ts): admit, ledger write, phase 1
-// and phase 3. Only this file knows the row aliases (`t` the locked charge, `r`/`w` the request,
-// `c` the charge updated, `p` the updated row, `b` the charge before) behind a declaration's names.
+// The statements of a change of an authorized charge (transition.ts). Only this file knows the row
+// aliases (`t` locked charge, `r`/`w` request, `c`/`p` charge updated, `b` before) behind the names.
 import { CHARGE } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
 import type { Fragment, Mode, OperationSql, FinishSql } from "../idempotency/model.ts";
 import { admitOnCharge } from "./existing-charge.ts";
 
-/** A charge's columns, by their members' names (amountCents is the column amount_cents). */
-export type ChargeMember = "id" | "tenant" | "amountCents" | "currency" | "status" | "processorPaymentId" | "capturedCents" | "refundedCents" | "lastSequence" | "createdAt";
+type ChargeMember = "id" | "tenant" | "amountCents" | "currency" | "status" | "processorPaymentId" | "capturedCents" | "refundedCents" | "lastSequence" | "createdAt";
 
-/** A row's columns as one statement names them, by member: `charge.amountCents`. */
-export type Row<M extends string> = Readonly<Record<M, Fragment>>;
+type Row<M extends string> = Readonly<Record<M, Fragment>>;
 
 /** What a declaration's SQL reads: the charge before the change, and the request's own members. */
-export interface At<M extends string = string> {
-  readonly sql: Sql;
-  readonly charge: Row<ChargeMember>;
-  readonly request: Row<M>;
-}
+export type At<M extends string = string> = { sql: Sql; charge: Row<ChargeMember>; request: Row<M> };
 
 /** What an event's data reads: the charge after the change and before it. */
-export interface Rows {
-  readonly sql: Sql;
-  readonly charge: Row<ChargeMember>;
-  readonly before: Row<ChargeMember>;
-}
+export type Rows = Omit<At, "request"> & { readonly before: Row<ChargeMember> };
 
 const NAME = /^[a-z][a-zA-Z0-9_]*$/;
 
@@ -40,11 +29,10 @@ function rowOf<M extends string>(sql: Sql, alias: string): Row<M> {
   });
 }
 
-export interface TransitionShape {
+interface TransitionShape {
   readonly from: string;
   readonly during: string;
   readonly to: string;
-  /** Each answered with the charge's amount. */
   readonly checks: readonly { readonly reason: string; readonly when: (at: At) => Fragment }[];
   /** Amounts: int columns. */
   readonly sets: Readonly<Record<string, { readonly ledger: (at: At) => Fragment }>>;
@@ -57,7 +45,6 @@ function list(sql: Sql, parts: readonly Fragment[], separator: string): Fragment
 
 const setsOf = (s: TransitionShape) => Object.entries(s.sets).map(([member, set]) => ({ member, column: columnOf(member), ...set }));
 
-/** The event of each changed charge `p`, its data from `p` and from the charge before it (`b`, a row of `from`). */
 function eventsSql(sql: Sql, s: TransitionShape, from: Fragment, where: Fragment): Fragment {
   const data = s.event.data({ sql, charge: rowOf(sql, "p"), before: rowOf(sql, "b") });
   const members = Object.entries(data).map(([name, value]) => {
@@ -72,7 +59,7 @@ function eventsSql(sql: Sql, s: TransitionShape, from: Fragment, where: Fragment
       )`;
 }
 
-/** admit: the charge locked; refused when missing, not `from`, without a payment at the processor, or by a check; the resume and the answer from its row. */
+/** admit: the charge locked and checked; the resume and the answer from its row. */
 function admitSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
   const at: At = { sql, charge: rowOf(sql, "t"), request: rowOf(sql, "r") };
   const refusals = s.checks.map((c) => sql` when ${c.when(at)} then ${c.reason}::text`);
@@ -91,7 +78,6 @@ function admitSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
   );
 }
 
-/** The ledger's write: the charge `to` (its sets) at its next sequence, and its event. Phase 1's: the charge `during`. */
 function writeSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
   if (mode === "processor") {
     return sql`
@@ -113,11 +99,8 @@ function writeSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
       ),${eventsSql(sql, s, sql`target`, sql``)}`;
 }
 
-/**
- * Phase 3: a succeeded key's charge changed as in the ledger, from its final row; a refused one's
- * back to `from`, no event; a charge not `during` is left alone. `prior`, the statement's snapshot,
- * is the charge before: nothing but this key's holder changes it while it is `during`.
- */
+// Phase 3: a refused key's charge goes back to `from`, no event. `prior`, the statement's snapshot, is
+// the charge before: nothing but this key's holder changes it while it is `during`.
 function finishSql(sql: Sql, s: TransitionShape): FinishSql {
   const sets = setsOf(s);
   const set = sets.map((x) => sql`, ${sql(x.column)} = case when w.succeeded then ${sql(`w.${x.column}`)} else ${sql(`c.${x.column}`)} end`);
@@ -145,10 +128,7 @@ export function transitionSql(s: TransitionShape): { operation: (sql: Sql, mode:
   };
 }
 
-/**
- * A charge's JSON made in SQL from the charge row `t`, byte for byte as Charge's schema writes
- * it, so an operation on an existing charge answers from its statement alone.
- */
+/** A charge's JSON from the row `t`, byte for byte as Charge's schema writes it. */
 function chargeAnswerSql(sql: Sql, status: string, members: Readonly<Record<string, Fragment>>): Fragment {
   const { amountCents, capturedCents, ...others } = members;
   if (Object.keys(others).length > 0) throw new Error(`bug: a charge's answer has no member ${Object.keys(others).join(", ")}`);

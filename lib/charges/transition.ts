@@ -1,7 +1,5 @@
-// One factory for a change of an authorized charge (capture, cancel, an increment): an operation
-// declares its body, statuses, columns, event, processor call and refusals, and gets its route,
-// ledger statement, phase 1 (the charge `during`), step and phase 3. Its SQL reads `charge`
-// (before the change), `request` and, in event data, `before`: transition-sql.ts aliases them.
+// One factory for a change of an authorized charge (capture, cancel, an increment): a declaration
+// gets its route, ledger statement, phase 1 (the charge `during`), step and phase 3.
 import { Type as t, type Static, type TObject, type TSchema } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import type { EventType } from "./events.ts";
@@ -16,7 +14,7 @@ import { columnOf, transitionSql, type At, type Rows } from "./transition-sql.ts
 
 export { problemType } from "../idempotency/problem-types.ts";
 
-/** A check on the charge and the request by admit (the key stays unused when it refuses), told the charge's amount. */
+/** A check by admit (the key stays unused when it refuses), its detail told the charge's amount. */
 interface Check<M extends string = string> extends RefusalType {
   readonly when: (at: At<M>) => Fragment;
   readonly detail: (chargeId: string, authorizedCents: number) => string;
@@ -34,17 +32,12 @@ const Snapshot = {
   resolvedBy: t.Optional(t.String()),
 };
 
-/** The request's members beside the charge id: its amount when the change has one (schema `A`). */
 type Member<A> = A extends TSchema ? "amountCents" : never;
 
-/** The resume of a transition whose request's amount is `A` and whose step adds `O`. */
 type TransitionResume<A = undefined, O = {}> = Static<TObject<typeof Snapshot>> &
   (A extends TSchema ? { readonly amountCents: Static<A> } : {}) & { readonly [K in keyof O]?: O[K] extends TSchema ? Static<O[K]> : never };
 
-/**
- * The charge's columns a change sets beside its status, by the charge's member (its column in
- * snake case): in the ledger (of the charge and the request), and from the final resume.
- */
+/** The charge's columns a change sets beside its status: in the ledger, and from the final resume. */
 type Sets<M extends string, R> = Readonly<Record<string, { readonly ledger: (at: At<M>) => Fragment; readonly final: (resume: R) => number }>>;
 
 interface Call<R> {
@@ -58,53 +51,39 @@ interface Transition<B extends TObject, A extends TSchema | undefined, O extends
   readonly summary: string;
   readonly path: `/charges/:id/${string}`;
   readonly body: B;
-  /** The body's amountCents: the request's amount_cents, in the fingerprint when named, in the resume as `A`. */
+  /** The body's amountCents: the request's amount_cents, in the resume as `A`. */
   readonly amountCents?: A;
-  /** The charge's status while the processor is asked; `updating` when the change names none. */
   readonly during?: ChargeStatus;
   readonly to: ChargeStatus;
-  /**
-   * ["capture", "captured"]: the verb of the docs and the details, and its past participle. The verb
-   * is the processor key's segment too: `<charge id>:<verb>:<attempt>`, its attempts in `<verb>Attempt`.
-   */
+  /** ["capture", "captured"]; the verb is in the processor key `<charge id>:<verb>:<attempt>`. */
   readonly verb: readonly [string, string];
   readonly sets?: Sets<Member<A>, TransitionResume<A, O>>;
   readonly event: { readonly type: EventType; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
   readonly resume?: O;
   readonly call: Call<TransitionResume<A, O>>;
-  /** `state`: the charge is not authorized (or has no payment at the processor); `processor`: its refusal, stored. */
   readonly refusals: { readonly state: NamedProblem; readonly checks?: readonly Check<Member<A>>[]; readonly processor: NamedProblem };
 }
 
-const STATE = (problem: NamedProblem): RefusalType =>
-  ({ problem, doc: "the charge is not authorized", note: ": captured, canceled, failed, or captured at once" });
+const NOT_AUTHORIZED = { doc: "the charge is not authorized", note: ": captured, canceled, failed, or captured at once" };
 
-// Any transition as the factory holds it: its own members are read by name.
 type AnyResume = TransitionResume & Readonly<Record<string, unknown>>;
 type AnyTransition = Omit<Transition<TObject, TSchema | undefined, {}>, "sets" | "call"> & { readonly sets?: Sets<string, AnyResume>; readonly call: Call<AnyResume> };
 
-/** The request's columns and their values: `charge_id`, and `amount_cents` when the change has an amount. */
 function requestOf(d: AnyTransition) {
   const amount = d.amountCents !== undefined;
-  const amountOf = (body: unknown) => (amount ? (body as { amountCents?: number }).amountCents : undefined);
+  // The body schema has no amountCents when the change has none.
+  const amountOf = (body: unknown) => (body as { amountCents?: number }).amountCents;
   return {
     columns: { charge_id: "uuid", ...(amount && { amount_cents: "int" }) } as Readonly<Record<string, SqlType>>,
     columnsOf: (params: Readonly<Record<string, string>>, body: unknown) =>
       ({ charge_id: chargeIdOf(params), ...(amount && { amount_cents: amountOf(body) ?? null }) }),
     membersOf: (body: unknown) => (amount ? { amountCents: amountOf(body) ?? null } : {}),
-    /** Absent, the amount is the same request as before it existed. */
-    fingerprintOf: (body: unknown): Readonly<Record<string, number>> => {
-      const cents = amountOf(body);
-      return cents === undefined ? {} : { amountCents: cents };
-    },
+    amountOf,
   };
 }
 
-/**
- * The step: the change under `<charge id>:<key>:<attempt>`. The processor applies it once, so a
- * resumed key reads the payment first (an earlier holder's answer may be lost), and a refusal
- * because the payment moved on is settled by reading it.
- */
+// The processor applies a change once: a resumed key reads the payment first (an earlier holder's
+// answer may be lost), and a refusal because the payment moved on is settled by reading it.
 function stepOf(call: AnyTransition["call"], key: string) {
   const attemptName = `${key}Attempt`;
   const capabilities = (p: ProcessorAdapter) => ({
@@ -144,24 +123,19 @@ function finalOf(d: AnyTransition) {
       return { response: { status: 200, body }, columns: { charge_id: chargeId, succeeded: true, ...Object.fromEntries(sets.map(([m]) => [columnOf(m), members[m]!])) } };
     }
     const failureCode = resume.failureCode ?? "refused";
-    return {
-      response: { status: problem.status, body: problemJson(problem, `the payment processor refused the ${d.verb[0]} (${failureCode})`, { chargeId, failureCode }) },
-      columns: { charge_id: chargeId, succeeded: false, ...Object.fromEntries(sets.map(([m]) => [columnOf(m), null])) },
-    };
+    const body = problemJson(problem, `the payment processor refused the ${d.verb[0]} (${failureCode})`, { chargeId, failureCode });
+    const nulls = Object.fromEntries(sets.map(([m]) => [columnOf(m), null]));
+    return { response: { status: problem.status, body }, columns: { charge_id: chargeId, succeeded: false, ...nulls } };
   };
 }
 
-/** The answers of admit's reasons: not authorized, no payment at the processor, and each check. */
 function refuseOf(d: AnyTransition) {
   const [verb, verbed] = d.verb;
   const problem = d.refusals.state;
-  const checks = (d.refusals.checks ?? []).map((c, i): [string, Reason] => [
-    `check_${i}`,
-    {
-      problem: c.problem,
-      answer: (id, cents) => ({ detail: c.detail(id, Number(cents)), extensions: { authorizedCents: Number(cents) } }),
-    },
-  ]);
+  const checks = (d.refusals.checks ?? []).map((c, i): [string, Reason] => [`check_${i}`, {
+    problem: c.problem,
+    answer: (id, cents) => ({ detail: c.detail(id, Number(cents)), extensions: { authorizedCents: Number(cents) } }),
+  }]);
   return refuseBy(d.name, {
     charge_not_in_state: { problem, answer: (id, status) => ({ detail: `charge ${id} is ${status}: only an authorized charge (capture: manual) can be ${verbed}`, extensions: { chargeStatus: status } }) },
     charge_not_at_processor: { problem, answer: (id) => ({ detail: `charge ${id} was authorized without the payment processor: it has no payment there to ${verb}` }) },
@@ -206,12 +180,16 @@ export function chargeTransition<B extends TObject, A extends TSchema | undefine
     response: Charge,
     status: 200,
     columns: request.columns,
-    fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), ...request.fingerprintOf(body) }),
+    // An absent amount is the same request as before amounts existed.
+    fingerprint: ({ params, body }) => {
+      const cents = request.amountOf(body);
+      return { chargeId: chargeIdOf(params), ...(cents !== undefined && { amountCents: cents }) };
+    },
     prepare: ({ params, body }) => ({ columns: request.columnsOf(params, body), body: "", exclusive: chargeIdOf(params) }),
     sql: statements.operation,
     refuse: refuseOf(d),
     locationOf: (body) => `/charges/${idOf(body, "id")}`,
-    ...documented([STATE(d.refusals.state), ...checks], { problem: d.refusals.processor, doc: "its refusal" }),
+    ...documented([{ problem: d.refusals.state, ...NOT_AUTHORIZED }, ...checks], d.refusals.processor),
     foreign: foreignOf(d, request, statements.finish),
   };
 }
