@@ -1,20 +1,15 @@
-// Pools behind a connection pooler in transaction mode (PgBouncer's pool_mode = transaction,
-// DATABASE_POOLER=transaction). There each transaction may run on another server connection,
-// one that other clients use between our transactions, so nothing tied to a session holds:
-//  - a named prepared statement is unknown on the next server connection (26000): the pool
-//    sends unnamed ones (db.ts);
-//  - the pooler refuses startup parameters it does not track (PgBouncer: 08P01 for
-//    statement_timeout): the pool sends none but application_name (db.ts), and every
-//    transaction sets its bounds itself, as set_config(..., true) (below);
-//  - LISTEN and session advisory locks would belong to whichever server connection ran them:
-//    the pool says it is pooled (isTransactionPooled), so that they go over
-//    DATABASE_DIRECT_URL or work per transaction (relay LISTEN, job-lock.ts).
-import type { DatabasePooler } from "./config.ts";
-import type { Sql, Tx } from "./sql-types.ts";
+// Pools behind a connection pooler in transaction mode (DATABASE_POOLER=transaction), where each
+// transaction may run on another server connection that other clients use in between, so
+// nothing tied to a session holds: named prepared statements (26000 on the next connection:
+// db.ts sends unnamed ones), startup parameters (PgBouncer refuses statement_timeout with 08P01:
+// each transaction sets its bounds, below), LISTEN and session advisory locks (they go over
+// DATABASE_DIRECT_URL or work per transaction: relay LISTEN, job-lock.ts).
+import type { Config } from "./config.ts";
+import type { Sql, Tx } from "./db.ts";
 import { maskUrl } from "./redact.ts";
 
-/** The bounds a direct connection gets as startup parameters; unset keeps the server's. */
-export interface SessionBounds {
+/** Unset keeps the server's. */
+interface SessionBounds {
   readonly statementTimeoutMs?: number;
   readonly lockTimeoutMs?: number;
 }
@@ -34,10 +29,9 @@ export function transactionPooled(sql: Sql, bounds: SessionBounds): Sql {
 }
 
 /**
- * `sql` whose begin() sets the bounds first, for the transaction only. The setting is sent
- * without being awaited, so it leaves in the same flight as the transaction's first statement
- * (no round trip of its own); postgres.js fails the transaction with the first error of any of
- * its statements, this one's included.
+ * `sql` whose begin() sets the bounds first, for the transaction only. Not awaited, so the setting
+ * leaves in the same flight as the first statement; postgres.js fails the transaction with the
+ * first error of any of its statements, this one's included.
  */
 function boundEachTransaction(sql: Sql, bounds: SessionBounds): Sql {
   const statement = bounds.statementTimeoutMs?.toString() ?? null;
@@ -56,19 +50,13 @@ function boundEachTransaction(sql: Sql, bounds: SessionBounds): Sql {
   });
 }
 
-/** What a process needs a Postgres session of its own for, named in its start-up line. */
-export interface SessionUses {
-  /** The relay: it LISTENs, or polls every `pollMs` where it cannot. */
+/** What a process needs a Postgres session of its own for: LISTEN (the relay), advisory locks (in words). */
+interface SessionUses {
   readonly listen?: { readonly pollMs: number };
-  /** The session advisory locks it takes, in words ("ops job locks"). */
   readonly locks?: string;
 }
 
-interface DatabaseAccess {
-  readonly databaseUrl: string;
-  readonly databasePooler: DatabasePooler;
-  readonly databaseDirectUrl: string | undefined;
-}
+type DatabaseAccess = Pick<Config, "databaseUrl" | "databasePooler" | "databaseDirectUrl">;
 
 /** The process's start-up line on how it reaches Postgres, URLs masked. */
 export function databaseModeLine(config: DatabaseAccess, uses: SessionUses = {}): { msg: string; fields: Record<string, string | number> } {
