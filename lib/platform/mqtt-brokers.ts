@@ -1,9 +1,6 @@
-// The brokers of MQTT_URL, in the order given, and the one in use. Every connection a process
-// opens (the relay's several, the subscriber's one) goes to the broker in use; when a
-// connection to it is lost, or an attempt to reach it fails, the next connection goes to the
-// next broker of the list, round and round. The first connection to notice moves the process
-// on, once: the others, whose loss was the same one, find it moved already. A broker that was
-// lost and comes back is used again when the list comes round to it.
+// The brokers of MQTT_URL, in order, and the one in use: every connection of a process goes to
+// it, and when one is lost or an attempt fails, the process moves to the next, round and round.
+// The first connection to notice moves it, once; the others, whose loss was the same, find it moved.
 import { maskUrl } from "./redact.ts";
 
 /** A move away from a broker whose connection was lost, with both URLs masked. */
@@ -34,10 +31,8 @@ export class BrokerList {
 
   /**
    * A connection to the broker at `index` ended: lost after its CONNACK (`lost`), or an attempt
-   * that never got one. The process moves to the next broker, unless it has moved already. A
-   * move after a loss is told to the listeners; one after a failed attempt is not (its cause
-   * is reported once by the connection, and a list of brokers all down would otherwise log a
-   * move per retry).
+   * that never got one. Only a move after a loss is told to the listeners: with every broker
+   * down, a move per failed retry would flood the log (the connection reports the cause once).
    */
   leave(index: number, lost: boolean): void {
     if (index !== this.index || this.urls.length === 1) return;
@@ -55,7 +50,7 @@ export class BrokerList {
   }
 }
 
-/** What the processes take: one URL, a list (MQTT_URL parsed), or a list already shared by several connections. */
+/** One URL, MQTT_URL's list, or a list already shared by several connections. */
 export type Brokers = string | readonly string[] | BrokerList;
 
 export function brokerList(brokers: Brokers): BrokerList {

@@ -1,18 +1,10 @@
 // One way to open an mqtt.js client for the relay and the subscriber. MQTT_PROTOCOL_VERSION
-// `auto` (the default) tries MQTT 5 first and falls back to 3.1.1 when the broker refuses 5
-// with a CONNACK (the in-process aedes broker of `bun run dev`) or closes the connection
-// without any CONNACK (some 3.1.1-only brokers do); the version that got a CONNACK is kept for
-// every reconnect until the process restarts. `5` and `3.1.1` speak that version only. On
-// 3.1.1 the publish properties (content type, user properties) are not sent; the envelope
-// carries the same information. A failed connection attempt is reported once per cause, not
-// once per retry.
-//
-// The client is mqtt.js's public `new MqttClient(streamBuilder, options)`: the stream builder
-// here opens each connection (TCP, TLS or WebSocket, from the URL) and puts the caller's tap
-// around it before mqtt.js reads from it, on the first connection and on every reconnect.
-// Given several brokers (MQTT_URL as a list), each connection goes to the one in use, and a
-// connection that ends moves the process to the next (mqtt-brokers.ts); the client, its session
-// state and its packet ids stay the same across the move, as across any reconnect.
+// `auto` tries MQTT 5 and falls back to 3.1.1 when the broker refuses 5 with a CONNACK (aedes,
+// `bun run dev`) or closes without one (some 3.1.1-only brokers); the version that got a CONNACK
+// is kept until the process restarts. A failed attempt is reported once per cause, not per retry.
+// The stream builder given to mqtt.js's `new MqttClient` opens each connection (TCP, TLS or
+// WebSocket) to the broker in use (mqtt-brokers.ts) and wraps the caller's tap around it; the
+// client, its session state and its packet ids stay the same across reconnects and moves.
 import { connect as tcpConnect, isIP } from "node:net";
 import { connect as tlsConnect, type ConnectionOptions } from "node:tls";
 import { MqttClient, type IClientOptions, type IStream } from "mqtt";
@@ -23,22 +15,26 @@ import type { MqttProtocol } from "./config.ts";
 
 export type { MqttProtocol };
 
-// CONNACK refusals meaning "I do not speak this protocol version": 3.1.1 return code 1
-// (unacceptable protocol version), MQTT 5 reason code 0x84 (unsupported protocol version).
+// CONNACK refusals of the protocol version: 3.1.1 return code 1, MQTT 5 reason code 0x84.
 const UNSUPPORTED_PROTOCOL = new Set([0x01, 0x84]);
 
-// The URL schemes MQTT_URL accepts (lib/platform/config.ts), by transport.
-const TCP = new Set(["mqtt:", "tcp:"]);
-const TLS = new Set(["mqtts:", "tls:", "ssl:"]);
-const WS = new Set(["ws:", "wss:"]);
-const DEFAULT_PORT: Readonly<Record<string, number>> = { "mqtt:": 1883, "tcp:": 1883, "mqtts:": 8883, "tls:": 8883, "ssl:": 8883, "ws:": 80, "wss:": 443 };
+// MQTT_URL's schemes: their transport and default port.
+const SCHEMES: Readonly<Record<string, readonly ["tcp" | "tls" | "ws", number]>> = {
+  "mqtt:": ["tcp", 1883],
+  "tcp:": ["tcp", 1883],
+  "mqtts:": ["tls", 8883],
+  "tls:": ["tls", 8883],
+  "ssl:": ["tls", 8883],
+  "ws:": ["ws", 80],
+  "wss:": ["ws", 443],
+};
 
 /** A connection attempt that got no CONNACK: the broker (or the connect timeout) closed it first. */
-export class NoConnackError extends Error {
+class NoConnackError extends Error {
   override name = "NoConnackError";
 }
 
-export interface MqttConnectOptions extends IClientOptions {
+interface MqttConnectOptions extends IClientOptions {
   /** Which protocol version to speak (default auto); overrides protocolVersion. */
   readonly version?: MqttProtocol;
   /** Hears why the connection failed, once per cause until the next successful connect. */
@@ -47,20 +43,21 @@ export interface MqttConnectOptions extends IClientOptions {
   readonly tap?: (stream: IStream) => IStream;
 }
 
-/** Where a URL points, parsed as mqtt.connect parses it. */
 interface Target {
   readonly url: URL;
+  readonly transport: "tcp" | "tls" | "ws";
   readonly host: string;
   readonly port: number;
 }
 
-/** What one connection attempt has seen: a transport that opened, and a CONNACK on it. */
+/** What one connection attempt (to the broker at `index`) has seen. */
 interface Attempt {
-  /** The broker it went to: its place in the list. */
   readonly index: number;
+  /** Its transport opened. */
   established: boolean;
+  /** A CONNACK came. */
   answered: boolean;
-  /** The CONNACK accepted it: a session was up. */
+  /** The CONNACK accepted it. */
   accepted: boolean;
   /** Ended for the protocol fallback: the next attempt tries the same broker in the other version. */
   stay: boolean;
@@ -82,8 +79,7 @@ export function connectMqtt(brokers: Brokers, options: MqttConnectOptions): Mqtt
     ...clientOptions,
     protocolVersion: version === "3.1.1" ? 4 : version === "5" ? 5 : (clientOptions.protocolVersion ?? 5),
   };
-  // As mqtt.connect does: a clientId in the URL's query wins over the options'. The first URL's
-  // only: a session is the client id's, and it must stay one across the brokers.
+  // As mqtt.connect does, a clientId in the (first) URL's query wins: one session across brokers.
   const queryClientId = first.url.searchParams.get("clientId");
   if (queryClientId !== null) clientConfig.clientId = queryClientId;
   let attempt = newAttempt(list.current.index);
@@ -115,9 +111,9 @@ function onceEach(report: ((error: Error) => void) | undefined): { report: (erro
 }
 
 /**
- * The protocol fallback and the failure reports. Until a CONNACK accepts one version (auto),
- * an attempt refused for its version, or closed after the transport opened but before any
- * CONNACK, makes the next one speak the other version.
+ * The protocol fallback and the failure reports. Until a CONNACK accepts one version (auto), an
+ * attempt refused for its version, or closed with its transport open but no CONNACK, makes the
+ * next one speak the other version.
  */
 function followProtocol(client: MqttClient, auto: boolean, attempt: () => Attempt, failures: ReturnType<typeof onceEach>, list: BrokerList): void {
   let settled = !auto;
@@ -157,11 +153,11 @@ function followProtocol(client: MqttClient, auto: boolean, attempt: () => Attemp
 
 function targetOf(raw: string): Target {
   const url = new URL(raw);
-  const port = url.port === "" ? DEFAULT_PORT[url.protocol] : Number(url.port);
-  if (port === undefined) throw new Error(`MQTT URL: unsupported protocol "${url.protocol}" (mqtt:, mqtts:, tcp:, tls:, ssl:, ws:, wss:)`);
+  const scheme = SCHEMES[url.protocol];
+  if (scheme === undefined) throw new Error(`MQTT URL: unsupported protocol "${url.protocol}" (mqtt:, mqtts:, tcp:, tls:, ssl:, ws:, wss:)`);
   // WHATWG keeps an IPv6 host in brackets; sockets want it bare.
   const host = url.hostname.replace(/^\[(.*)\]$/, "$1") || "localhost";
-  return { url, host, port };
+  return { url, transport: scheme[0], host, port: url.port === "" ? scheme[1] : Number(url.port) };
 }
 
 /** The URL's user info, percent-decoded as mqtt.connect has it. */
@@ -174,28 +170,18 @@ function credentialsOf(url: URL): Pick<IClientOptions, "username" | "password"> 
 /** The connection to `target`; `established` is called once its transport is open (before any MQTT). */
 function openStream(target: Target, options: IClientOptions, established: () => void): IStream {
   const { url, host, port } = target;
-  if (TCP.has(url.protocol)) return tcpConnect({ host, port }).once("connect", established);
-  if (TLS.has(url.protocol)) {
+  if (target.transport === "tcp") return tcpConnect({ host, port }).once("connect", established);
+  if (target.transport === "tls") {
     const { ca, cert, key, servername } = options;
-    const tlsOptions: ConnectionOptions = {
-      host,
-      port,
-      // SNI takes a name, not an address.
-      servername: servername ?? (isIP(host) === 0 ? host : undefined),
-      rejectUnauthorized: options.rejectUnauthorized !== false,
-      ca,
-      cert,
-      key,
-    };
+    // SNI takes a name, not an address.
+    const sni = servername ?? (isIP(host) === 0 ? host : undefined);
+    const tlsOptions: ConnectionOptions = { host, port, servername: sni, rejectUnauthorized: options.rejectUnauthorized !== false, ca, cert, key };
     return tlsConnect(tlsOptions).once("secureConnect", established);
   }
-  if (WS.has(url.protocol)) {
-    // The WebSocket subprotocol for MQTT 3.1.1 and 5 (MQTT 5 §6).
-    const socket = new WebSocket(`${url.protocol}//${url.host}${url.pathname}${url.search}`, ["mqtt"]);
-    socket.once("open", established);
-    const stream = createWebSocketStream(socket);
-    socket.on("close", () => stream.destroy());
-    return stream;
-  }
-  throw new Error(`MQTT URL: unsupported protocol "${url.protocol}"`);
+  // The WebSocket subprotocol for MQTT 3.1.1 and 5 (MQTT 5 §6).
+  const socket = new WebSocket(`${url.protocol}//${url.host}${url.pathname}${url.search}`, ["mqtt"]);
+  socket.once("open", established);
+  const stream = createWebSocketStream(socket);
+  socket.on("close", () => stream.destroy());
+  return stream;
 }
