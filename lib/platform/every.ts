@@ -1,7 +1,5 @@
-// A periodic job on a timer: run, wait, run again. The wait starts when a run ends, so runs
-// never overlap and a slow run pushes the next one back instead of piling runs up behind it.
-// Shared by the relay's ops loop and the subscriber's inbox retention, which may not import
-// each other.
+// A periodic job: run, wait, run again. The wait starts when a run ends, so runs never overlap
+// and a slow run pushes the next one back instead of piling runs up behind it.
 
 export interface Every {
   /** No run starts after this; resolves once the run in flight, if any, has ended. */
@@ -9,9 +7,9 @@ export interface Every {
 }
 
 export interface EveryOptions {
-  /** The wait before a run, asked again each time (a function lets the caller pick it from its own state). */
+  /** The wait before a run, asked again each time. */
   readonly delayMs: number | (() => number);
-  /** Whether the first run starts inside every() itself rather than after the first wait. */
+  /** Whether the first run starts at once rather than after the first wait. */
   readonly runAtOnce: boolean;
   /** `signal` aborts on stop(): a job of several steps checks it between them. */
   readonly job: (signal: AbortSignal) => Promise<unknown>;
@@ -19,7 +17,6 @@ export interface EveryOptions {
   readonly onError: (error: unknown) => void;
 }
 
-/** Starts the job's runs, at once or after the first wait, until stop(). */
 export function every(options: EveryOptions): Every {
   const stopping = new AbortController();
   let timer: ReturnType<typeof setTimeout> | undefined;

@@ -1,8 +1,6 @@
 // A rate read from recent events: how many came over how long, both decayed with a time
-// constant, so the figure follows a stream within about that long and forgets it as fast.
-// The time counts the gaps too: after a quiet spell, a burst that arrived at once reads as a
-// few events over the spell, not as a stream. The relay's gather (lib/relay/gather.ts) reads
-// its drains with it, the API's notifier (lib/platform/wakeup.ts) its commits.
+// constant. The time counts the gaps too: after a quiet spell, a burst that arrived at once
+// reads as a few events over the spell, not as a stream.
 
 export interface MovingRate {
   /** `count` more events at `at` (performance.now()). */
