@@ -2,25 +2,12 @@
 // tenant, caps on requests in flight, the body timeout, /metrics' render age, the operator port.
 import { ConfigError, host, integer, type Env } from "./config-values.ts";
 
-export interface AdmissionConfig {
-  /** Requests a second one tenant may make to one API process; 0 = no limit. */
-  readonly rateLimitPerS: number;
-  readonly rateBurst: number;
-  readonly maxInFlight: number;
-  readonly maxInFlightPerTenant: number;
-  readonly maxInFlightPerKey: number;
-  readonly bodyTimeoutMs: number;
-  readonly metricsMaxAgeMs: number;
-  /** How long a 429 is held before it is sent; 0 = at once. */
-  readonly refusalHoldMs: number;
-  readonly operatorPort: number | undefined;
-  readonly operatorHost: string;
-}
+export type AdmissionConfig = ReturnType<typeof admissionConfig>;
 
 const MAX_RATE_LIMIT_PER_S = 1_000_000;
 const MAX_IN_FLIGHT = 1_000_000;
 
-export function admissionConfig(env: Env): AdmissionConfig {
+export function admissionConfig(env: Env) {
   // By default above what one tenant can make one process serve (bench/README.md): a deployment
   // sets its tenants' contract.
   const rateLimitPerS = integer(env, "API_RATE_LIMIT", 10_000, 0, MAX_RATE_LIMIT_PER_S);

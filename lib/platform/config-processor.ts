@@ -7,22 +7,12 @@ const PROCESSOR_MODES = ["none", "stripe"] as const;
 /** none (the ledger alone) or a processor that speaks Stripe's API. */
 export type ProcessorMode = (typeof PROCESSOR_MODES)[number];
 
-export interface ProcessorConfig {
-  readonly mode: ProcessorMode;
-  readonly url: string;
-  readonly key: Secret | undefined;
-  /** The bound on one call to the processor; past it the outcome is unknown (a 504). */
-  readonly timeoutMs: number;
-  /** How long the completer tries to resolve a STARTED key before it parks it for an operator. */
-  readonly resolveWindowSeconds: number;
-  /** ISO 4217, lower case. */
-  readonly defaultCurrency: string;
-}
+export type ProcessorConfig = ReturnType<typeof processorConfig>;
 
 // Visible ASCII, no spaces.
 const KEY_CHARS = /^[\x21-\x7e]{8,255}$/;
 
-export function processorConfig(env: Env): ProcessorConfig {
+export function processorConfig(env: Env) {
   const mode = oneOf("PAYMENT_PROCESSOR", env.PAYMENT_PROCESSOR?.trim() || "none", PROCESSOR_MODES);
   const key = env.PAYMENT_PROCESSOR_KEY?.trim() || undefined;
   if (key !== undefined && !KEY_CHARS.test(key)) {

@@ -2,10 +2,9 @@
 // what each variable means). A bad value is a ConfigError naming the variable; the entrypoints
 // print its message and exit 1.
 import { ConfigError, databaseUrl, flag, host, integer, oneOf, secret, url, urlList, type Env } from "./config-values.ts";
-import { processorConfig, type ProcessorConfig } from "./config-processor.ts";
-import { subscriberApiConfig, type SubscriberApiConfig } from "./config-subscriber.ts";
+import { processorConfig } from "./config-processor.ts";
 import { Secret } from "./redact.ts";
-import { admissionConfig, type AdmissionConfig } from "./config-admission.ts";
+import { admissionConfig } from "./config-admission.ts";
 
 export { ConfigError, type Env } from "./config-values.ts";
 export type { AdmissionConfig } from "./config-admission.ts";
@@ -21,69 +20,8 @@ const AUTH_MODES = ["jwt", "none"] as const;
 const TENANT_IDS = ["ascii", "unicode"] as const;
 export type TenantIds = (typeof TENANT_IDS)[number];
 
-export interface Config {
-  readonly databaseUrl: string;
-  readonly databasePooler: DatabasePooler;
-  /** Postgres itself, past the pooler: for what needs a session of its own (LISTEN, session advisory locks). */
-  readonly databaseDirectUrl: string | undefined;
-  /** The brokers in the order they are tried (mqtt-brokers.ts). */
-  readonly mqttUrls: readonly string[];
-  readonly port: number;
-  readonly relayPort: number;
-  readonly relayHost: string;
-  readonly relayTimeBounds: RelayTimeBounds;
-  readonly idempotencyTtlSeconds: number;
-  readonly idempotencyTombstoneSeconds: number;
-  readonly outboxBatchSize: number;
-  readonly relayMqttConnections: number;
-  readonly relayGatherMs: number;
-  readonly outboxPollMs: number;
-  readonly outboxRetentionSeconds: number;
-  readonly subscriberInboxRetentionSeconds: number;
-  readonly subscriberGapTimeoutMs: number;
-  /** Where the reference subscriber asks for the events of a gap; undefined: it does not. */
-  readonly subscriberApi: SubscriberApiConfig | undefined;
-  readonly mqttTopicPrefix: string;
-  readonly mqttProtocol: MqttProtocol;
-  readonly logLevel: LogLevel;
-  readonly otlpEndpoint: string | undefined;
-  readonly apiTimeBounds: ApiTimeBounds;
-  /** Connections in the API process's pool; N processes hold N times this many. */
-  readonly apiPoolSize: number;
-  readonly apiChargeStatements: number;
-  readonly apiReusePort: boolean;
-  readonly apiHttpMetrics: boolean;
-  readonly auth: AuthConfig;
-  /** Unset: each process makes one (redact.ts). */
-  readonly keyHashSecret: Secret | undefined;
-  readonly admission: AdmissionConfig;
-  readonly processor: ProcessorConfig;
-}
-
-/** How the API authenticates `/charges` requests; the API alone decides whether a key source is required. */
-export interface AuthConfig {
-  readonly mode: (typeof AUTH_MODES)[number];
-  readonly jwtSecret: string | undefined;
-  readonly jwksUrl: string | undefined;
-  readonly issuer: string | undefined;
-  readonly audience: string | undefined;
-  readonly tenantClaim: string;
-  readonly tenantIds: TenantIds;
-}
-
-export interface ApiTimeBounds {
-  readonly statementTimeoutMs: number;
-  readonly lockTimeoutMs: number;
-  readonly poolWaitMs: number;
-  readonly requestTimeoutMs: number;
-}
-
-export interface RelayTimeBounds {
-  readonly statementTimeoutMs: number;
-  readonly lockTimeoutMs: number;
-  /** From SIGTERM: the batches in flight get this long to finish, then the process exits anyway. */
-  readonly shutdownGraceMs: number;
-}
+export type Config = ReturnType<typeof loadConfig>;
+export type AuthConfig = ReturnType<typeof authConfig>;
 
 const TEN_YEARS_S = 10 * 365 * 24 * 3600;
 const HOUR_MS = 3_600_000;
@@ -105,7 +43,7 @@ const OUTBOX_POLL_MS_WITHOUT_LISTEN = 100;
 // RFC 7518 §3.2: an HMAC key shorter than the hash output (256 bits) can be brute-forced.
 const MIN_SECRET_BYTES = 32;
 
-export function loadConfig(env: Env): Config {
+export function loadConfig(env: Env) {
   const pooler = oneOf("DATABASE_POOLER", env.DATABASE_POOLER?.trim() || "none", DATABASE_POOLERS);
   const directUrl = databaseUrl(env, "DATABASE_DIRECT_URL", "") || undefined;
   // Without a pooler every connection is direct: a second URL would only be a second thing to keep right.
@@ -170,7 +108,7 @@ function topicPrefix(env: Env): string {
 // The relay's statements take milliseconds on a healthy database: its bounds trip only on a
 // stalled one, or a claim queued for long behind DDL. Its grace lets a batch finish its publish
 // timeout (10 s) and mark, inside the 30 s an orchestrator waits before SIGKILL.
-function relayTimeBounds(env: Env): RelayTimeBounds {
+function relayTimeBounds(env: Env) {
   return Object.freeze({
     statementTimeoutMs: integer(env, "RELAY_STATEMENT_TIMEOUT_MS", 30_000, 1, HOUR_MS),
     lockTimeoutMs: integer(env, "RELAY_LOCK_TIMEOUT_MS", 10_000, 1, HOUR_MS),
@@ -181,7 +119,7 @@ function relayTimeBounds(env: Env): RelayTimeBounds {
 // Every API bound trips long before a client's own timeout (30 s and more), so it gets a 503,
 // and far above what a healthy database takes; the request's is one pool wait plus one statement,
 // with room for a resend.
-function apiTimeBounds(env: Env): ApiTimeBounds {
+function apiTimeBounds(env: Env) {
   const bounds = {
     statementTimeoutMs: integer(env, "API_STATEMENT_TIMEOUT_MS", 5_000, 1, HOUR_MS),
     lockTimeoutMs: integer(env, "API_LOCK_TIMEOUT_MS", 2_000, 1, HOUR_MS),
@@ -196,7 +134,8 @@ function apiTimeBounds(env: Env): ApiTimeBounds {
   return Object.freeze(bounds);
 }
 
-function authConfig(env: Env): AuthConfig {
+/** How the API authenticates `/charges` requests; the API alone decides whether a key source is required. */
+function authConfig(env: Env) {
   const mode = oneOf("AUTH_MODE", env.AUTH_MODE?.trim() || "jwt", AUTH_MODES);
   const jwtSecret = secret("AUTH_JWT_SECRET", env.AUTH_JWT_SECRET, MIN_SECRET_BYTES);
   const tenantIds = oneOf("AUTH_TENANT_IDS", env.AUTH_TENANT_IDS?.trim() || "ascii", TENANT_IDS);
@@ -209,6 +148,30 @@ function authConfig(env: Env): AuthConfig {
     tenantClaim: env.AUTH_TENANT_CLAIM?.trim() || "sub",
     tenantIds,
   });
+}
+
+// A bearer token is one header value: visible ASCII, no spaces.
+const TOKEN_CHARS = /^[\x21-\x7e]{1,8192}$/;
+
+/**
+ * With SUBSCRIBER_API_URL and _TOKEN, the reference subscriber fills a gap from the API before
+ * the gap timeout (lib/subscriber/gap-fill.ts); with neither, it waits for the broker alone.
+ */
+function subscriberApiConfig(env: Env, gapTimeoutMs: number) {
+  const rawUrl = env.SUBSCRIBER_API_URL?.trim() || undefined;
+  const token = env.SUBSCRIBER_API_TOKEN?.trim() || undefined;
+  if (rawUrl === undefined && token === undefined) return undefined;
+  if (rawUrl === undefined) throw new ConfigError("SUBSCRIBER_API_TOKEN is set without SUBSCRIBER_API_URL; set both to fill gaps from the API, or neither");
+  if (token === undefined) throw new ConfigError("SUBSCRIBER_API_URL is set without SUBSCRIBER_API_TOKEN (a bearer token of the events' tenant); set both, or neither");
+  if (!TOKEN_CHARS.test(token)) throw new ConfigError(`SUBSCRIBER_API_TOKEN must be visible ASCII without spaces (length ${token.length})`);
+  // A late predecessor (a share group, a relay's chain) comes within a second or two; a lost one
+  // is asked for long before the gap timeout.
+  const fillAfterMs = integer(env, "SUBSCRIBER_GAP_FILL_AFTER_MS", 5000, 0, gapTimeoutMs);
+  if (fillAfterMs >= gapTimeoutMs) {
+    throw new ConfigError(`SUBSCRIBER_GAP_FILL_AFTER_MS (${fillAfterMs}) must be less than SUBSCRIBER_GAP_TIMEOUT_MS (${gapTimeoutMs}): a gap is skipped at the timeout`);
+  }
+  const origin = url(env, "SUBSCRIBER_API_URL", "", ["http:", "https:"]).replace(/\/+$/, "");
+  return Object.freeze({ url: origin, token: new Secret(token), fillAfterMs });
 }
 
 /** For entrypoints: load or print the one clear line and exit. */
