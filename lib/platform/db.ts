@@ -9,22 +9,18 @@ import { transactionPooled } from "./pooler.ts";
 export type Sql = postgres.Sql<Record<string, never>>;
 export type Tx = postgres.TransactionSql<Record<string, never>>;
 
+/**
+ * The timeouts are startup parameters (unset: the server's). `singleUse`: a client that lives for
+ * one request (the edge worker): no named prepared statements, no type lookup at connect (only
+ * array columns need it). `countOpen` costs a stack captured per statement.
+ */
 export interface DbOptions {
-  /** Pool size. The API wants several (one per in-flight request); the relay a few. */
   readonly max?: number;
   readonly applicationName?: string;
-  /** statement_timeout (57014), sent as a startup parameter; unset: the server's. */
   readonly statementTimeoutMs?: number;
-  /** lock_timeout (55P03); unset: the server's. */
   readonly lockTimeoutMs?: number;
-  /**
-   * A client that lives for one request (the edge worker): no named prepared statements (each
-   * parsed on a connection used once) and no type lookup at connect (only array columns need it).
-   */
   readonly singleUse?: boolean;
-  /** Count the pool's open connections (openConnections()); costs a stack captured per statement. */
   readonly countOpen?: boolean;
-  /** "transaction": the URL is a pooler in transaction mode (pooler.ts). Default "none". */
   readonly pooler?: DatabasePooler;
 }
 
@@ -76,23 +72,9 @@ const UNAVAILABLE_CLASSES = ["08", "53", "57", "58"];
 const UNAVAILABLE_STATES = new Set(["40001", "40P01", "55P03", "25P03", "25006"]);
 // postgres.js's codes for a connection lost or never opened, Node's socket codes, and the pool
 // gate's refusals (nothing was sent).
-const UNAVAILABLE_CLIENT_CODES = new Set([
-  POOL_WAIT_TIMEOUT,
-  REQUEST_DEADLINE,
-  "CONNECTION_CLOSED",
-  "CONNECTION_ENDED",
-  "CONNECTION_DESTROYED",
-  "CONNECT_TIMEOUT",
-  "ECONNREFUSED",
-  "ECONNRESET",
-  "EPIPE",
-  "ETIMEDOUT",
-  "ENOTFOUND",
-  "EAI_AGAIN",
-  "EHOSTUNREACH",
-  "ConnectionRefused",
-  "ConnectionClosed",
-]);
+const UNAVAILABLE_CLIENT_CODES = new Set([POOL_WAIT_TIMEOUT, REQUEST_DEADLINE, "CONNECTION_CLOSED", "CONNECTION_ENDED",
+  "CONNECTION_DESTROYED", "CONNECT_TIMEOUT", "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "ENOTFOUND",
+  "EAI_AGAIN", "EHOSTUNREACH", "ConnectionRefused", "ConnectionClosed"]);
 
 /** True when the error is the database being away or overloaded, not a bug. */
 export function isUnavailable(error: unknown): boolean {

@@ -6,14 +6,14 @@ export interface Every {
   stop(): Promise<void>;
 }
 
-export interface EveryOptions {
-  /** The wait before a run, asked again each time. */
+/**
+ * `delayMs` is asked again before each wait; `signal` aborts on stop(), for a job of several
+ * steps to check between them; after a failed run (`onError`) the next comes on time.
+ */
+interface EveryOptions {
   readonly delayMs: number | (() => number);
-  /** Whether the first run starts at once rather than after the first wait. */
   readonly runAtOnce: boolean;
-  /** `signal` aborts on stop(): a job of several steps checks it between them. */
   readonly job: (signal: AbortSignal) => Promise<unknown>;
-  /** Told about a run that failed; the next run comes on time all the same. */
   readonly onError: (error: unknown) => void;
 }
 

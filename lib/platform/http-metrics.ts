@@ -35,15 +35,12 @@ interface HistogramSeries {
 }
 
 /** What telemetry.ts exports at each collection: a cumulative histogram since `startedAt` (epoch ms). */
-export interface HistogramSource {
+export interface HttpServerMetrics {
   readonly name: string;
   readonly description: string;
   readonly boundaries: readonly number[];
   readonly startedAt: number;
   series(): Iterable<HistogramSeries>;
-}
-
-export interface HttpServerMetrics extends HistogramSource {
   /** One answered request; `route` is a template or UNMATCHED_ROUTE, never a concrete path. */
   record(method: string, route: string, status: number, seconds: number): void;
 }
@@ -51,14 +48,14 @@ export interface HttpServerMetrics extends HistogramSource {
 /** By route, then by method slot, then by status. */
 type Table = Map<string, (Map<number, HistogramSeries> | undefined)[]>;
 
-export function createHttpServerMetrics(now: () => number = Date.now): HttpServerMetrics {
+export function createHttpServerMetrics(): HttpServerMetrics {
   const table: Table = new Map();
   const bounds = HTTP_DURATION_BUCKETS_S;
   return {
     name: HTTP_DURATION_METRIC,
     description: "Duration of HTTP server requests, from the request reaching the handler to its response",
     boundaries: bounds,
-    startedAt: now(),
+    startedAt: Date.now(),
     record(method, route, status, seconds) {
       const slot = METHOD_SLOT.get(method) ?? OTHER_SLOT;
       let byMethod = table.get(route);

@@ -29,7 +29,7 @@ export type MigrationOutcome =
   | { readonly kind: "current" }
   /** Applied migrations whose file now has another name or other contents. */
   | { readonly kind: "changed"; readonly names: readonly string[] }
-  /** Ledger versions with no file here: a newer release migrated the database. */
+  /** A newer release migrated the database. */
   | { readonly kind: "unknown"; readonly names: readonly string[] };
 
 type MigrationPlan = { readonly kind: "run"; readonly pending: readonly Migration[] } | Extract<MigrationOutcome, { kind: "changed" | "unknown" }>;

@@ -34,32 +34,24 @@ class NoConnackError extends Error {
   override name = "NoConnackError";
 }
 
+/** `version` (default auto) overrides protocolVersion; `tap` wraps each connection before mqtt.js reads it. */
 interface MqttConnectOptions extends IClientOptions {
-  /** Which protocol version to speak (default auto); overrides protocolVersion. */
   readonly version?: MqttProtocol;
-  /** Hears why the connection failed, once per cause until the next successful connect. */
   readonly onError?: (error: Error) => void;
-  /** Wraps each connection the client opens (every reconnect opens a new one) before it reads from it. */
   readonly tap?: (stream: IStream) => IStream;
 }
 
-interface Target {
-  readonly url: URL;
-  readonly transport: "tcp" | "tls" | "ws";
-  readonly host: string;
-  readonly port: number;
-}
+type Target = ReturnType<typeof targetOf>;
 
-/** What one connection attempt (to the broker at `index`) has seen. */
+/**
+ * What one connection attempt (to the broker at `index`) has seen: its transport open, a CONNACK
+ * answer, an accepting one; `stay`: the next attempt tries the same broker in the other version.
+ */
 interface Attempt {
   readonly index: number;
-  /** Its transport opened. */
   established: boolean;
-  /** A CONNACK came. */
   answered: boolean;
-  /** The CONNACK accepted it. */
   accepted: boolean;
-  /** Ended for the protocol fallback: the next attempt tries the same broker in the other version. */
   stay: boolean;
 }
 
@@ -92,22 +84,8 @@ export function connectMqtt(brokers: Brokers, options: MqttConnectOptions): Mqtt
     return openStream(target, clientConfig, () => (current.established = true));
   };
   const client = new MqttClient(tap ? () => tap(open()) : open, clientConfig);
-  followProtocol(client, version === "auto", () => attempt, onceEach(onError), list);
+  followProtocol(client, version === "auto", () => attempt, onError, list);
   return client;
-}
-
-/** `report`, called again only for another cause; a successful connect (reset) starts over. */
-function onceEach(report: ((error: Error) => void) | undefined): { report: (error: Error) => void; reset: () => void } {
-  let last: string | undefined;
-  return {
-    report(error) {
-      const cause = `${error.name}:${reasonCodeOf(error) ?? ""}:${error.message}`;
-      if (cause === last) return;
-      last = cause;
-      report?.(error);
-    },
-    reset: () => (last = undefined),
-  };
 }
 
 /**
@@ -115,8 +93,15 @@ function onceEach(report: ((error: Error) => void) | undefined): { report: (erro
  * attempt refused for its version, or closed with its transport open but no CONNACK, makes the
  * next one speak the other version.
  */
-function followProtocol(client: MqttClient, auto: boolean, attempt: () => Attempt, failures: ReturnType<typeof onceEach>, list: BrokerList): void {
+function followProtocol(client: MqttClient, auto: boolean, attempt: () => Attempt, onError: MqttConnectOptions["onError"], list: BrokerList): void {
   let settled = !auto;
+  // Each cause is reported once, until a successful connect starts over.
+  let lastCause: string | undefined;
+  const report = (error: Error): void => {
+    const cause = `${error.name}:${reasonCodeOf(error) ?? ""}:${error.message}`;
+    if (cause !== lastCause) onError?.(error);
+    lastCause = cause;
+  };
   const other = (): void => void (client.options.protocolVersion = client.options.protocolVersion === 4 ? 5 : 4);
   const version = (): string => (client.options.protocolVersion === 4 ? "3.1.1" : "5");
   client.on("packetreceive", (packet) => {
@@ -125,7 +110,7 @@ function followProtocol(client: MqttClient, auto: boolean, attempt: () => Attemp
   client.on("connect", () => {
     settled = true;
     attempt().accepted = true;
-    failures.reset();
+    lastCause = undefined;
   });
   // Without an 'error' listener an error event would throw; the reconnect loop recovers.
   client.on("error", (error) => {
@@ -135,12 +120,12 @@ function followProtocol(client: MqttClient, auto: boolean, attempt: () => Attemp
       attempt().stay = true;
       return;
     }
-    failures.report(error);
+    report(error);
   });
   client.on("close", () => {
     const current = attempt();
     if (current.established && !current.answered) {
-      failures.report(new NoConnackError(`no CONNACK for the MQTT ${version()} CONNECT: the connection closed first`));
+      report(new NoConnackError(`no CONNACK for the MQTT ${version()} CONNECT: the connection closed first`));
       if (!settled) other();
       // From 5 to 3.1.1 the same broker gets another try; back to 5, both versions failed there.
       if (!settled && client.options.protocolVersion === 4) current.stay = true;
@@ -151,7 +136,7 @@ function followProtocol(client: MqttClient, auto: boolean, attempt: () => Attemp
   });
 }
 
-function targetOf(raw: string): Target {
+function targetOf(raw: string) {
   const url = new URL(raw);
   const scheme = SCHEMES[url.protocol];
   if (scheme === undefined) throw new Error(`MQTT URL: unsupported protocol "${url.protocol}" (mqtt:, mqtts:, tcp:, tls:, ssl:, ws:, wss:)`);

@@ -1,13 +1,8 @@
-// A bound on the wait for a pool connection, and a per-request deadline, in front of postgres.js.
-//
-// postgres.js has no acquire timeout: with every connection busy it pipelines a query onto a busy
-// one and queues the rest without bound, and a query handed to it cannot be taken back (a 503
-// for one that commits later would break "a charge is committed only behind a 201"). So requests
-// wait here, BEFORE postgres.js sees them: at most `size` units of work are handed over at once,
-// each finds a connection, and one that gets no slot in time is refused with nothing sent.
-// Work handed over is bounded by statement_timeout and lock_timeout on the server, and by
-// settleBy() for a statement the client never got to send (postgres.js holds statements while it
-// reconnects, up to 20 s a try when the server refuses connections: 53300).
+// A bound on the wait for a pool connection, and a per-request deadline, in front of postgres.js,
+// which has no acquire timeout and cannot take back a query handed to it (a 503 for one that
+// commits later would break "a charge is committed only behind a 201"). So at most `size` units
+// of work are handed over at once, and one that gets no slot in time is refused with nothing
+// sent; work handed over is bounded by the server's timeouts and by settleBy().
 
 /** Error codes of the two refusals; isUnavailable (db.ts) counts both as "try again later". */
 export const POOL_WAIT_TIMEOUT = "POOL_WAIT_TIMEOUT";
@@ -24,25 +19,25 @@ export class TimeBoundError extends Error {
   }
 }
 
+/**
+ * `size`: the pool's max. Work starts only while a statement can still end within the request's
+ * whole budget, so none is abandoned mid-commit.
+ */
 export interface PoolGateOptions {
-  /** Slots: the pool's max. */
   readonly size: number;
   readonly waitMs: number;
-  /** A request's whole budget, from deadline() to its answer. */
   readonly requestTimeoutMs: number;
-  /** Work starts only while a statement can still end within the budget, so none is abandoned mid-commit. */
   readonly statementTimeoutMs: number;
 }
 
+/** One request's clock: `run` holds a slot for `work`, or throws a TimeBoundError with nothing sent. */
 export interface Deadline {
-  /** The request's end (a performance.now() time). */
+  /** A performance.now() time. */
   readonly endsAt: number;
-  /** Runs `work` holding one slot (given endsAt); a TimeBoundError, nothing sent, when none frees in time. */
   run<T>(work: (endsAt: number) => Promise<T>): Promise<T>;
 }
 
 export interface PoolGate {
-  /** Starts one request's clock. */
   deadline(): Deadline;
   readonly inUse: number;
   readonly waiting: number;
@@ -62,9 +57,9 @@ export interface Cancellable<T> extends PromiseLike<T> {
 }
 
 /**
- * `query`'s result, cancelled at `endsAt` if it has not settled: a statement not yet sent is
- * dropped, one the server runs is cancelled and rolled back (57014 either way), one that finished
- * first keeps its result. A TimeBoundError if even the cancel goes unanswered.
+ * `query`'s result, cancelled at `endsAt` if it has not settled (57014, rolled back; postgres.js
+ * holds statements while it reconnects, up to 20 s a try). A TimeBoundError if even the cancel
+ * goes unanswered.
  */
 export function settleBy<T>(query: Cancellable<T>, endsAt: number): Promise<T> {
   const ms = endsAt - performance.now();
@@ -93,7 +88,6 @@ export function createPoolGate(options: PoolGateOptions): PoolGate {
   // A Set keeps arrival order and lets a waiter that timed out leave from the middle.
   const waiters = new Set<() => void>();
 
-  /** Waits for a slot until the pool wait or the request's deadline, whichever is nearer. */
   const acquire = (left: number): Promise<void> => {
     const refusal = (): TimeBoundError =>
       waitMs <= left

@@ -1,9 +1,6 @@
-// Pools behind a connection pooler in transaction mode (DATABASE_POOLER=transaction), where each
-// transaction may run on another server connection that other clients use in between, so
-// nothing tied to a session holds: named prepared statements (26000 on the next connection:
-// db.ts sends unnamed ones), startup parameters (PgBouncer refuses statement_timeout with 08P01:
-// each transaction sets its bounds, below), LISTEN and session advisory locks (they go over
-// DATABASE_DIRECT_URL or work per transaction: relay LISTEN, job-lock.ts).
+// Pools behind a pooler in transaction mode (DATABASE_POOLER=transaction), where nothing tied to
+// a session holds: prepared statements (db.ts sends unnamed ones), startup parameters (each
+// transaction sets its bounds), LISTEN and session locks (DATABASE_DIRECT_URL, or job-lock.ts).
 import type { Config } from "./config.ts";
 import type { Sql, Tx } from "./db.ts";
 import { maskUrl } from "./redact.ts";

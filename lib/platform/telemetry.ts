@@ -14,7 +14,7 @@ import {
 import { PrometheusExporter, PrometheusSerializer } from "@opentelemetry/exporter-prometheus";
 import { OTLPMetricExporter } from "@opentelemetry/exporter-metrics-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
-import type { HistogramSource } from "./http-metrics.ts";
+import type { HttpServerMetrics } from "./http-metrics.ts";
 import { startTracing, type Tracing } from "./tracing.ts";
 
 // OTLP push interval: the collector's usual scrape period, so both views agree.
@@ -25,13 +25,13 @@ export interface Telemetry {
   /** GET /metrics: the current values as Prometheus text exposition. */
   scrape(): Promise<Response>;
   /** Exports a histogram the process counts itself (http-metrics.ts) on /metrics and over OTLP. */
-  addHistogram(source: HistogramSource): void;
+  addHistogram(source: HttpServerMetrics): void;
   shutdown(): Promise<void>;
 }
 
 export function startTelemetry(serviceName: string, otlpEndpoint?: string, setGlobal = true): Telemetry {
   const resource = resourceFromAttributes({ "service.name": serviceName });
-  const histograms: HistogramSource[] = [];
+  const histograms: HttpServerMetrics[] = [];
   // Every reader (the scrape, the OTLP push) asks it for the histograms beside the SDK's instruments.
   const producer: MetricProducer = {
     collect() {
@@ -75,7 +75,7 @@ function hrTimeOf(epochMs: number): [number, number] {
 
 // A cumulative histogram of copies of the counts: an exporter may read them after the next
 // request has moved on.
-function histogramData(source: HistogramSource, endTime: [number, number]): HistogramMetricData {
+function histogramData(source: HttpServerMetrics, endTime: [number, number]): HistogramMetricData {
   const startTime = hrTimeOf(source.startedAt);
   const boundaries = [...source.boundaries];
   const dataPoints = [...source.series()].map((series) => ({
