@@ -7,8 +7,7 @@ import { within } from "./within.ts";
 
 export type Locked<T> = { readonly ran: true; readonly value: T } | { readonly ran: false };
 
-// postgres.js 3.4.9 can leave reserve() waiting for good once connections of its pool were
-// killed (the ops loop then never ended, nor did SIGTERM: test/relay-outages.test.ts).
+// postgres.js 3.4.9 can leave reserve() waiting for good once its connections were killed.
 const RESERVE_TIMEOUT_MS = 5000;
 
 /** A reserved connection; throws when the wait for one ran out or `signal` aborted it. */
@@ -22,21 +21,18 @@ async function reserveWithin(sql: Sql, ms: number, signal: AbortSignal | undefin
 }
 
 /**
- * Runs `work` holding the session-level advisory lock `lockId` on a reserved connection, or
- * returns `{ ran: false }` at once when another session holds it. Session-level, so a retention
- * job can delete in many short transactions; `work` runs on the lock's connection, so if that
- * dies the server drops the lock and the job's statements fail with it: a second runner never
- * overlaps a first that still writes. `signal` gives up the wait for a connection only.
- * Behind a transaction pooler a session lock would stay on a server connection other clients
- * use: there `work` runs in one transaction holding pg_try_advisory_xact_lock (the same lock space).
+ * Runs `work` holding the session advisory lock `lockId` (so a job may use many short
+ * transactions), or returns `{ ran: false }` at once when another session holds it. `work` runs
+ * on the lock's connection: if that dies, the lock goes with its statements, and a second runner
+ * never overlaps a first that still writes. Behind a transaction pooler, one transaction holding
+ * pg_try_advisory_xact_lock instead (the same lock space).
  */
 export async function withJobLock<T>(sql: Sql, lockId: bigint, work: (conn: Sql) => Promise<T>, signal?: AbortSignal): Promise<Locked<T>> {
   if (isTransactionPooled(sql)) return withTransactionLock(sql, lockId, work);
   const conn = await reserveWithin(sql, RESERVE_TIMEOUT_MS, signal);
-  // postgres.js 3.4.9: a reserved connection that closed is already among the pool's closed ones;
-  // release() would list it as open too, and the next query on it throws an uncatchable TypeError
-  // that ends the process. So a lost connection is neither unlocked (the server dropped the lock)
-  // nor released.
+  // postgres.js 3.4.9 lists a closed reserved connection among the closed ones already: release()
+  // would list it as open too, and the next query on it would end the process (an uncatchable
+  // TypeError). A lost connection is neither unlocked (the server dropped the lock) nor released.
   let lost = false;
   const noteLost = (error: unknown): never => {
     lost ||= isConnectionLost(error);
@@ -86,10 +82,9 @@ async function deleteInBatches(limits: BatchLimits, step: () => Promise<number |
 }
 
 /**
- * `deleteBatch` (one statement) repeated under the job's lock until a batch comes back short:
- * one session lock over every batch, or behind a transaction pooler a transaction per batch that
- * takes the lock again, so a run never holds one long transaction (row locks, the vacuum
- * horizon). A later batch that finds the lock taken ends the run: another process carries on.
+ * `deleteBatch` repeated under the job's lock until a batch comes back short; behind a
+ * transaction pooler, a transaction per batch that takes the lock again (never one long
+ * transaction), and a batch that finds it taken ends the run: another process carries on.
  */
 export async function deleteUnderJobLock(
   sql: Sql,

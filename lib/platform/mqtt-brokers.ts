@@ -11,7 +11,7 @@ export interface BrokerMove {
 
 export class BrokerList {
   readonly urls: readonly string[];
-  private index = 0;
+  #index = 0;
   private readonly listeners = new Set<(move: BrokerMove) => void>();
 
   constructor(urls: string | readonly string[]) {
@@ -20,13 +20,13 @@ export class BrokerList {
   }
 
   /** The broker in use: where the next connection goes. */
-  get current(): { readonly index: number; readonly url: string } {
-    return { index: this.index, url: this.urls[this.index] as string };
+  get index(): number {
+    return this.#index;
   }
 
   /** The broker in use, its password masked (for /readyz and log lines). */
   get inUse(): string {
-    return maskUrl(this.current.url);
+    return maskUrl(this.urls[this.#index] as string);
   }
 
   /**
@@ -35,9 +35,9 @@ export class BrokerList {
    * down, a move per failed retry would flood the log (the connection reports the cause once).
    */
   leave(index: number, lost: boolean): void {
-    if (index !== this.index || this.urls.length === 1) return;
+    if (index !== this.#index || this.urls.length === 1) return;
     const from = this.inUse;
-    this.index = (index + 1) % this.urls.length;
+    this.#index = (index + 1) % this.urls.length;
     if (!lost) return;
     const move = { from, to: this.inUse };
     for (const listener of this.listeners) listener(move);

@@ -74,9 +74,9 @@ export function connectMqtt(brokers: Brokers, options: MqttConnectOptions): Mqtt
   // As mqtt.connect does, a clientId in the (first) URL's query wins: one session across brokers.
   const queryClientId = first.url.searchParams.get("clientId");
   if (queryClientId !== null) clientConfig.clientId = queryClientId;
-  let attempt = newAttempt(list.current.index);
+  let attempt = newAttempt(list.index);
   const open = (): IStream => {
-    const current = newAttempt(list.current.index);
+    const current = newAttempt(list.index);
     attempt = current;
     const target = targets[current.index] as Target;
     // mqtt.js reads the credentials from this object when it sends the CONNECT, after this.

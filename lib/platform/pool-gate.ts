@@ -11,10 +11,7 @@ export const REQUEST_DEADLINE = "REQUEST_DEADLINE";
 /** Nothing was sent: no slot freed within the pool wait, or the request's deadline was too near. */
 export class TimeBoundError extends Error {
   override name = "TimeBoundError";
-  constructor(
-    readonly code: typeof POOL_WAIT_TIMEOUT | typeof REQUEST_DEADLINE,
-    message: string,
-  ) {
+  constructor(readonly code: typeof POOL_WAIT_TIMEOUT | typeof REQUEST_DEADLINE, message: string) {
     super(message);
   }
 }

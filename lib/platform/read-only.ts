@@ -1,15 +1,13 @@
-// A server that refuses writes (25006) while its sessions stay open: a primary fenced before a
-// switchover, or a standby a pool reached. The pool must leave those sessions: a new connection
-// tries the hosts in order and finds the one that accepts writes. The failed write itself is
-// the database being unavailable (db.ts).
+// A server that refuses writes (25006) while its sessions stay open (a primary fenced before a
+// switchover, a standby): the pool must leave them, and a new connection finds the writable host.
 import { sqlState, type Sql } from "./db.ts";
 
 export function isReadOnly(error: unknown): boolean {
   return sqlState(error) === "25006";
 }
 
-// At most one drop of a pool at a time and one a second: a server that stays read-only (the
-// only one listed) then costs each connection one reconnect a second, not one per refused write.
+// One drop of a pool at a time and a second: a server that stays read-only costs a reconnect a
+// second per connection, not one per refused write.
 const DROP_INTERVAL_MS = 1000;
 const lastDrop = new WeakMap<Sql, number>();
 const dropping = new WeakSet<Sql>();

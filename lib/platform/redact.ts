@@ -48,10 +48,7 @@ const GENERATED_KEY_BYTES = 32;
 // Per process, because the request log and the jobs hash keys far from the config.
 let hmacKey: Uint8Array | undefined;
 
-/**
- * Makes `secret` the key of every keyHash in this process. Without one, a random key made now:
- * hashes then differ across processes and restarts, which `log` says in one line.
- */
+/** Makes `secret` (or, warning, a random key) the key of every keyHash in this process. */
 export function useKeyHashSecret(secret: Secret | undefined, log: { warn(msg: string, fields?: Record<string, unknown>): void }): void {
   if (secret !== undefined) {
     hmacKey = new TextEncoder().encode(secret.reveal());
@@ -67,10 +64,7 @@ export function keyHash(key: string): string {
   return hmacSha256Hex(hmacKey, key).slice(0, KEY_HASH_HEX_CHARS);
 }
 
-/**
- * keyHash(key) as a log field, computed only if a line is written (JSON.stringify calls toJSON):
- * at LOG_LEVEL=warn no POST pays for the HMAC. The key lives in a closure, never in the fields.
- */
+/** keyHash(key) as a log field, computed only if a line is written (JSON.stringify calls toJSON). */
 export function keyHashField(key: string): { toJSON(): string } {
   return { toJSON: () => keyHash(key) };
 }

@@ -67,16 +67,18 @@ const ELYSIA_ORIGIN_MIN = 11;
  * re-addressed to FALLBACK_ORIGIN, path and query kept. Any other passes untouched.
  */
 export function routableRequest(request: Request): Request {
-  const url = request.url;
-  if (!url.startsWith("/")) {
-    const scheme = url.indexOf("://");
-    const pathStart = scheme < 0 ? -1 : url.indexOf("/", scheme + 3);
-    if (pathStart < 0 || pathStart >= ELYSIA_ORIGIN_MIN) return request;
-  }
-  const path = url.startsWith("/") ? url : url.slice(url.indexOf("/", url.indexOf("://") + 3));
+  const start = pathStart(request.url);
+  if (start < 0 || start >= ELYSIA_ORIGIN_MIN) return request;
   // Not the whole request: reading its signal draws a deprecation warning from Deno.
   const init = { method: request.method, headers: request.headers, body: request.body, duplex: "half" };
-  return new Request(FALLBACK_ORIGIN + path, init as RequestInit);
+  return new Request(FALLBACK_ORIGIN + request.url.slice(start), init as RequestInit);
+}
+
+/** Where the path of a bare path or an absolute URL starts; -1 when it has none. */
+function pathStart(url: string): number {
+  if (url.startsWith("/")) return 0;
+  const scheme = url.indexOf("://");
+  return scheme < 0 ? -1 : url.indexOf("/", scheme + 3);
 }
 
 // A path WHATWG URL parsing leaves as it is: no dot segment, nothing to percent-encode, no
@@ -90,8 +92,7 @@ const PLAIN_ORIGIN = /^https?:\/\/[A-Za-z0-9.\-:[\]]*$/;
  * request, the parse cost as much as the rest of the routing.
  */
 export function pathOf(url: string): string {
-  const scheme = url.indexOf("://");
-  const start = url.startsWith("/") ? 0 : scheme >= 0 ? url.indexOf("/", scheme + 3) : -1;
+  const start = pathStart(url);
   if (start === 0 || (start > 0 && PLAIN_ORIGIN.test(url.slice(0, start)))) {
     const query = url.indexOf("?", start);
     const fragment = url.indexOf("#", start);

@@ -25,9 +25,8 @@ export function checkOf<S extends TSchema>(schema: S): TypeCheck<S> {
 }
 
 /**
- * Our formats in TypeBox's process-wide registry, over a dependency's: @elysiajs/openapi's
- * typemap sets "uuid" to far costlier zod and valibot checks, and Elysia's "date-time" takes any
- * date. Compiled checks look the format up on every call, so the last Set wins.
+ * Our formats in TypeBox's process-wide registry, over costlier ones (@elysiajs/openapi's
+ * typemap) and Elysia's "date-time", which takes any date: checks look formats up on every call.
  */
 export function registerFormats(): void {
   FormatRegistry.Set("uuid", isUuid);

@@ -72,9 +72,8 @@ export function exitOnStartupError(component: string): (error: unknown) => never
 }
 
 /**
- * postgres.js 3.4.9 can reject internal promises nobody awaits when a connection dies (a stale
- * 57P01 handed to its type fetch after a reconnect): the pools survive that, so it is logged.
- * Anything else unhandled is a bug, and the process stops rather than limp on.
+ * postgres.js 3.4.9 can reject internal promises nobody awaits when a connection dies: the pools
+ * survive that, so it is logged. Anything else unhandled is a bug, and the process stops.
  */
 export function stopOnUnhandledRejection(log: Logger): void {
   process.on("unhandledRejection", (reason) => {

@@ -22,11 +22,9 @@ export function transactionsInProgress(sql: Sql): number {
 }
 
 /**
- * sql.begin(work), safe when the connection closes mid-transaction: the promise rejects with the
- * connection's error. `work`'s `tx` never sends a statement (tagged template or unsafe()) once
- * the connection is lost: it stays pending for good, so a handler cannot send on it either.
- * `lost()` says so, for work that must not park holding something others wait on. Savepoints
- * are not guarded: nothing uses them.
+ * sql.begin(work), safe when the connection closes mid-transaction. `work`'s `tx` never sends a
+ * statement once the connection is lost: it stays pending for good (savepoints are not guarded:
+ * nothing uses them). `lost()` says so, for work that must not park holding what others wait on.
  */
 export function transaction<T>(sql: Sql, work: (tx: Tx, lost: () => boolean) => Promise<T>): Promise<T> {
   let lost = false;
