@@ -1,10 +1,7 @@
 // A periodic job: run, wait, run again. The wait starts when a run ends, so runs never overlap
 // and a slow run pushes the next one back instead of piling runs up behind it.
 
-export interface Every {
-  /** No run starts after this; resolves once the run in flight, if any, has ended. */
-  stop(): Promise<void>;
-}
+export type Every = ReturnType<typeof every>;
 
 /**
  * `delayMs` is asked again before each wait; `signal` aborts on stop(), for a job of several
@@ -17,7 +14,7 @@ interface EveryOptions {
   readonly onError: (error: unknown) => void;
 }
 
-export function every(options: EveryOptions): Every {
+export function every(options: EveryOptions) {
   const stopping = new AbortController();
   let timer: ReturnType<typeof setTimeout> | undefined;
   let run: Promise<void> = Promise.resolve();
@@ -36,7 +33,8 @@ export function every(options: EveryOptions): Every {
   if (options.runAtOnce) start();
   else wait();
   return {
-    async stop() {
+    /** No run starts after this; resolves once the run in flight, if any, has ended. */
+    async stop(): Promise<void> {
       stopping.abort();
       clearTimeout(timer);
       await run;

@@ -3,15 +3,13 @@
 // for 100 ms (madvise), and the next allocation faults a zeroed page back in and flushes the
 // other threads' TLBs. On a relay drain the runtime's own collections come less often than that.
 
-export interface GcPacer {
-  /** `units` of work were done. */
-  count(units: number): void;
-}
+/** `count(units)`: so much work was done. */
+export type GcPacer = ReturnType<typeof createGcPacer>;
 
 export const UNPACED: GcPacer = { count() {} };
 
 /** `collect` (runtime.ts youngCollection) after every `every` units, never more than once per turn. */
-export function createGcPacer(collect: () => void, every: number): GcPacer {
+export function createGcPacer(collect: () => void, every: number) {
   if (!(every >= 1)) throw new RangeError(`gc pacing needs a positive number of units, got ${every}`);
   let since = 0;
   let scheduled = false;
@@ -20,7 +18,7 @@ export function createGcPacer(collect: () => void, every: number): GcPacer {
     collect();
   };
   return {
-    count(units) {
+    count(units: number): void {
       since += units;
       if (since < every || scheduled) return;
       since = 0;

@@ -34,11 +34,7 @@ export interface Deadline {
   run<T>(work: (endsAt: number) => Promise<T>): Promise<T>;
 }
 
-export interface PoolGate {
-  deadline(): Deadline;
-  readonly inUse: number;
-  readonly waiting: number;
-}
+export type PoolGate = ReturnType<typeof createPoolGate>;
 
 /** For callers without bounds (tools, tests of the service alone): runs work at once. */
 export const UNBOUNDED: Deadline = { endsAt: Number.POSITIVE_INFINITY, run: (work) => work(Number.POSITIVE_INFINITY) };
@@ -79,7 +75,7 @@ export function settleBy<T>(query: Cancellable<T>, endsAt: number): Promise<T> {
   });
 }
 
-export function createPoolGate(options: PoolGateOptions): PoolGate {
+export function createPoolGate(options: PoolGateOptions) {
   const { size, waitMs, requestTimeoutMs, statementTimeoutMs } = options;
   let held = 0;
   // A Set keeps arrival order and lets a waiter that timed out leave from the middle.
@@ -117,14 +113,15 @@ export function createPoolGate(options: PoolGateOptions): PoolGate {
     }
   };
   return {
-    deadline() {
+    /** Starts one request's clock. */
+    deadline(): Deadline {
       const startBy = performance.now() + requestTimeoutMs - statementTimeoutMs;
       return { endsAt: startBy + statementTimeoutMs, run: (work) => run(startBy, work) };
     },
-    get inUse() {
+    get inUse(): number {
       return held;
     },
-    get waiting() {
+    get waiting(): number {
       return waiters.size;
     },
   };

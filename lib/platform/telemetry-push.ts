@@ -1,7 +1,6 @@
 // Metrics for short-lived isolates (the edge worker), which serve a share of the traffic and
 // vanish without notice: each pushes its own deltas over OTLP/HTTP under an instance id of its
 // own, and the collector adds them up. No Prometheus exporter is loaded.
-import type { Meter } from "@opentelemetry/api";
 import { MeterProvider, PeriodicExportingMetricReader } from "@opentelemetry/sdk-metrics";
 import { AggregationTemporalityPreference, OTLPMetricExporter } from "@opentelemetry/exporter-metrics-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
@@ -12,13 +11,9 @@ const PUSH_INTERVAL_MS = 15_000;
 // workerd runs timers only inside the request that set them: requests start the pushes (pushDue).
 const NEVER_MS = 2_147_483_647;
 
-export interface PushTelemetry {
-  readonly meter: Meter;
-  /** A push when PUSH_INTERVAL_MS has passed since the last one, for the request to wait on; else undefined. */
-  pushDue(now?: number): Promise<void> | undefined;
-}
+export type PushTelemetry = ReturnType<typeof startPushTelemetry>;
 
-export function startPushTelemetry(serviceName: string, otlpEndpoint: string): PushTelemetry {
+export function startPushTelemetry(serviceName: string, otlpEndpoint: string) {
   const exporter = new OTLPMetricExporter({
     url: `${otlpEndpoint.replace(/\/$/, "")}/v1/metrics`,
     temporalityPreference: AggregationTemporalityPreference.DELTA,
@@ -31,7 +26,8 @@ export function startPushTelemetry(serviceName: string, otlpEndpoint: string): P
   let lastPush = Number.NEGATIVE_INFINITY;
   return {
     meter: provider.getMeter("charges"),
-    pushDue(now = Date.now()) {
+    /** A push when PUSH_INTERVAL_MS has passed since the last one, for the request to wait on. */
+    pushDue(now = Date.now()): Promise<void> | undefined {
       if (now - lastPush < PUSH_INTERVAL_MS) return undefined;
       lastPush = now;
       return reader.forceFlush();

@@ -20,16 +20,9 @@ import { startTracing, type Tracing } from "./tracing.ts";
 // OTLP push interval: the collector's usual scrape period, so both views agree.
 const OTLP_EXPORT_INTERVAL_MS = 15_000;
 
-export interface Telemetry {
-  readonly provider: MeterProvider;
-  /** GET /metrics: the current values as Prometheus text exposition. */
-  scrape(): Promise<Response>;
-  /** Exports a histogram the process counts itself (http-metrics.ts) on /metrics and over OTLP. */
-  addHistogram(source: HttpServerMetrics): void;
-  shutdown(): Promise<void>;
-}
+export type Telemetry = ReturnType<typeof startTelemetry>;
 
-export function startTelemetry(serviceName: string, otlpEndpoint?: string, setGlobal = true): Telemetry {
+export function startTelemetry(serviceName: string, otlpEndpoint?: string, setGlobal = true) {
   const resource = resourceFromAttributes({ "service.name": serviceName });
   const histograms: HttpServerMetrics[] = [];
   // Every reader (the scrape, the OTLP push) asks it for the histograms beside the SDK's instruments.
@@ -55,14 +48,16 @@ export function startTelemetry(serviceName: string, otlpEndpoint?: string, setGl
   const serializer = new PrometheusSerializer(undefined, false, undefined, true, true);
   return {
     provider,
-    async scrape() {
+    /** GET /metrics: the current values as Prometheus text exposition. */
+    async scrape(): Promise<Response> {
       const { resourceMetrics } = await prometheus.collect();
       return new Response(serializer.serialize(resourceMetrics), {
         headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
       });
     },
-    addHistogram: (source) => void histograms.push(source),
-    async shutdown() {
+    /** Exports a histogram the process counts itself on /metrics and over OTLP. */
+    addHistogram: (source: HttpServerMetrics): void => void histograms.push(source),
+    async shutdown(): Promise<void> {
       await Promise.all([provider.shutdown(), tracing?.shutdown()]);
     },
   };

@@ -22,12 +22,7 @@ const BUSY_NOTIFY_WINDOW_MS = 16;
 // The poke rate is a moving figure over about this long, as the relay's gather reads its stream.
 const POKE_RATE_WINDOW_MS = 100;
 
-export interface OutboxNotifier {
-  /** Call after a transaction that wrote outbox rows has committed. Never throws. */
-  poke(): void;
-  /** Sends the trailing notify if one is owed and waits for the notifies in flight. */
-  close(): Promise<void>;
-}
+export type OutboxNotifier = ReturnType<typeof createOutboxNotifier>;
 
 /** One notify on the outbox channel (also for ops commands that requeue rows); `sender` is its payload. */
 export async function notifyOutbox(sql: Sql, sender = ""): Promise<void> {
@@ -42,7 +37,7 @@ export function createOutboxNotifier(
   busyWindowMs: number = BUSY_NOTIFY_WINDOW_MS,
   /** The notifies' payload, so that its own listener can tell them from another process's. */
   sender = "",
-): OutboxNotifier {
+) {
   let window: ReturnType<typeof setTimeout> | undefined;
   let owed = false;
   let closed = false;
@@ -68,7 +63,8 @@ export function createOutboxNotifier(
   };
 
   return {
-    poke() {
+    /** Call after a transaction that wrote outbox rows has committed. Never throws. */
+    poke(): void {
       if (closed) return;
       pokes.add(1, performance.now());
       if (window !== undefined) {
@@ -77,7 +73,8 @@ export function createOutboxNotifier(
       }
       notifyNow();
     },
-    async close() {
+    /** Sends the trailing notify if one is owed and waits for the notifies in flight. */
+    async close(): Promise<void> {
       closed = true;
       if (window !== undefined) clearTimeout(window);
       window = undefined;
@@ -88,17 +85,15 @@ export function createOutboxNotifier(
   };
 }
 
-export interface OutboxListener {
-  unlisten(): Promise<void>;
-}
+export type OutboxListener = Awaited<ReturnType<typeof listenForOutbox>>;
 
 /**
  * LISTENs on the outbox channel; postgres.js re-LISTENs after a reconnect. `onWake` runs on each
  * notify (with its sender) and on each (re)connect (without): rows may have committed meanwhile.
  */
-export async function listenForOutbox(sql: Sql, onWake: (sender?: string) => void): Promise<OutboxListener> {
+export async function listenForOutbox(sql: Sql, onWake: (sender?: string) => void) {
   // Through a transaction pooler LISTEN succeeds and then hears nothing: refused rather than deaf.
   if (isTransactionPooled(sql)) throw new Error("bug: LISTEN through a transaction pooler; use DATABASE_DIRECT_URL's pool");
   const request = await sql.listen(OUTBOX_CHANNEL, (sender) => onWake(sender), () => onWake());
-  return { unlisten: () => request.unlisten() };
+  return { unlisten: (): Promise<void> => request.unlisten() };
 }
