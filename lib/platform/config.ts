@@ -25,14 +25,11 @@ export type AuthConfig = ReturnType<typeof authConfig>;
 
 const TEN_YEARS_S = 10 * 365 * 24 * 3600;
 const HOUR_MS = 3_600_000;
-// Rows: larger claims mean fewer transactions per row on a backlog, up to where they drain no
-// faster (bench/README.md, "Relay drain"); claims start small and grow (lib/relay/lanes.ts).
+// Rows: larger claims drain a backlog faster, up to about this (bench/README.md, "Relay drain").
 export const DEFAULT_OUTBOX_BATCH_SIZE = 2000;
-// The reference subscriber's inbox must remember an event longer than a redelivery can come: a
-// week covers the broker session (lib/subscriber/session.ts) and days of relay outage.
+// Longer than a redelivery can come: the broker session (a day) and days of relay outage.
 const INBOX_RETENTION_S = 7 * 86_400;
-// A crashed member gets the predecessor back within a minute or two under a supervisor; at most
-// a day, the MQTT session expiry: a predecessor still in a session comes no later.
+// A crashed member gets the predecessor back within a minute or two under a supervisor.
 export const DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS = 300_000;
 // Each API pool connection is a Postgres backend: a pool past this is a typo.
 const MAX_API_POOL_SIZE = 1000;
@@ -51,6 +48,7 @@ export function loadConfig(env: Env) {
     throw new ConfigError("DATABASE_DIRECT_URL is only used with DATABASE_POOLER=transaction; set that or unset it");
   }
   const pollMs = pooler === "transaction" && directUrl === undefined ? OUTBOX_POLL_MS_WITHOUT_LISTEN : OUTBOX_POLL_MS;
+  // At most a day, the MQTT session expiry: a predecessor still in a session comes no later.
   const gapTimeoutMs = integer(env, "SUBSCRIBER_GAP_TIMEOUT_MS", DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS, 1, 86_400_000);
   return Object.freeze({
     databaseUrl: databaseUrl(env, "DATABASE_URL", "postgres://localhost:5432/postgres"),
@@ -66,11 +64,10 @@ export function loadConfig(env: Env) {
     idempotencyTombstoneSeconds: integer(env, "IDEMPOTENCY_TOMBSTONE_SECONDS", 30 * 86_400, 0, TEN_YEARS_S),
     outboxBatchSize: integer(env, "OUTBOX_BATCH_SIZE", DEFAULT_OUTBOX_BATCH_SIZE, 1, 10_000),
     outboxPollMs: integer(env, "OUTBOX_POLL_MS", pollMs, 1, HOUR_MS),
-    // A few windows of the broker's Receive Maximum drain faster, more do not (bench/README.md,
-    // "Several MQTT connections").
+    // A few Receive Maximum windows drain faster, more do not (bench/README.md, "Several MQTT connections").
     relayMqttConnections: integer(env, "RELAY_MQTT_CONNECTIONS", 3, 1, 16),
-    // Fewer claims cost less CPU per event, for at most this much more latency (bench/README.md,
-    // "Relay beside the API"); past a second events would wait longer than a poll makes them.
+    // Fewer claims cost less CPU per event, for at most this much latency (bench/README.md, "Relay
+    // beside the API"); past a second events would wait longer than a poll makes them.
     relayGatherMs: integer(env, "RELAY_GATHER_MS", 40, 0, 1000),
     outboxRetentionSeconds: integer(env, "OUTBOX_RETENTION_SECONDS", 7 * 86_400, 1, TEN_YEARS_S),
     subscriberInboxRetentionSeconds: integer(env, "SUBSCRIBER_INBOX_RETENTION_SECONDS", INBOX_RETENTION_S, 86_400, TEN_YEARS_S),
@@ -81,11 +78,9 @@ export function loadConfig(env: Env) {
     logLevel: oneOf("LOG_LEVEL", env.LOG_LEVEL ?? "info", LOG_LEVELS),
     otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || undefined,
     apiTimeBounds: apiTimeBounds(env),
-    // One connection per concurrent request at the load bench/ drives: more concurrent commits
-    // share more flushes (bench/README.md, "API latency and pool size").
+    // More concurrent commits share more flushes (bench/README.md, "API latency and pool size").
     apiPoolSize: integer(env, "API_POOL_SIZE", 32, 1, MAX_API_POOL_SIZE),
-    // Requests beyond these go several to a statement; more did not add charges and lengthened
-    // the tail (bench/README.md, "Group commit").
+    // More did not add charges and lengthened the tail (bench/README.md, "Group commit").
     apiChargeStatements: integer(env, "API_CHARGE_STATEMENTS", 2, 1, MAX_API_POOL_SIZE),
     apiReusePort: flag(env, "API_REUSE_PORT"),
     apiHttpMetrics: flag(env, "API_HTTP_METRICS", true),
@@ -105,9 +100,8 @@ function topicPrefix(env: Env): string {
   return raw;
 }
 
-// The relay's statements take milliseconds on a healthy database: its bounds trip only on a
-// stalled one, or a claim queued for long behind DDL. Its grace lets a batch finish its publish
-// timeout (10 s) and mark, inside the 30 s an orchestrator waits before SIGKILL.
+// The relay's bounds trip only on a stalled database or a claim queued long behind DDL; its grace
+// lets a batch finish its publish timeout (10 s), inside an orchestrator's 30 s before SIGKILL.
 function relayTimeBounds(env: Env) {
   return Object.freeze({
     statementTimeoutMs: integer(env, "RELAY_STATEMENT_TIMEOUT_MS", 30_000, 1, HOUR_MS),
@@ -116,9 +110,8 @@ function relayTimeBounds(env: Env) {
   });
 }
 
-// Every API bound trips long before a client's own timeout (30 s and more), so it gets a 503,
-// and far above what a healthy database takes; the request's is one pool wait plus one statement,
-// with room for a resend.
+// Every API bound trips long before a client's own timeout (30 s and more), so it gets a 503, and
+// far above what a healthy database takes.
 function apiTimeBounds(env: Env) {
   const bounds = {
     statementTimeoutMs: integer(env, "API_STATEMENT_TIMEOUT_MS", 5_000, 1, HOUR_MS),

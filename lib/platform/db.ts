@@ -24,11 +24,6 @@ export interface DbOptions {
   readonly pooler?: DatabasePooler;
 }
 
-// A connect unanswered this long is "database unreachable", within a client's own timeout.
-const CONNECT_TIMEOUT_S = 5;
-// A quiet process holds no backends.
-const IDLE_TIMEOUT_S = 60;
-
 const openCounts = new WeakMap<Sql, Set<number>>();
 
 export function createSql(url: string, options: DbOptions = {}): Sql {
@@ -42,13 +37,18 @@ export function createSql(url: string, options: DbOptions = {}): Sql {
   const sql = postgres(clientUrl, {
     ...target,
     max: options.max ?? 10,
-    connect_timeout: CONNECT_TIMEOUT_S,
-    idle_timeout: IDLE_TIMEOUT_S,
+    // Seconds: a connect unanswered this long is "database unreachable", within a client's own
+    // timeout; a quiet process holds no backends.
+    connect_timeout: 5,
+    idle_timeout: 60,
     // Named prepared statements: the hot path parses each statement once per connection.
     prepare: !options.singleUse && !pooled,
     fetch_types: !options.singleUse,
     onnotice: () => {},
-    ...(open && { debug: (connection: number) => void open.add(connection), onclose: (connection: number) => void open.delete(connection) }),
+    ...(open && {
+      debug: (connection: number) => void open.add(connection),
+      onclose: (connection: number) => void open.delete(connection),
+    }),
     connection: {
       application_name: options.applicationName ?? "charges",
       ...(!pooled && options.statementTimeoutMs !== undefined && { statement_timeout: options.statementTimeoutMs }),

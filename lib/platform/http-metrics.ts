@@ -19,9 +19,8 @@ export const UNMATCHED_ROUTE = "(unmatched)";
 // The convention's known methods: a client inventing methods cannot create series.
 const KNOWN_METHODS: readonly string[] = ["CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"];
 export const OTHER_METHOD = "_OTHER";
-const METHOD_SLOT = new Map(KNOWN_METHODS.map((method, i) => [method, i]));
-const OTHER_SLOT = KNOWN_METHODS.length;
 const METHOD_OF_SLOT = [...KNOWN_METHODS, OTHER_METHOD];
+const METHOD_SLOT = new Map(KNOWN_METHODS.map((method, i) => [method, i]));
 
 /** One (method, route, status)'s running totals, with its attributes built once. */
 interface HistogramSeries {
@@ -57,7 +56,7 @@ export function createHttpServerMetrics(): HttpServerMetrics {
     boundaries: bounds,
     startedAt: Date.now(),
     record(method, route, status, seconds) {
-      const slot = METHOD_SLOT.get(method) ?? OTHER_SLOT;
+      const slot = METHOD_SLOT.get(method) ?? KNOWN_METHODS.length;
       let byMethod = table.get(route);
       if (byMethod === undefined) table.set(route, (byMethod = []));
       let byStatus = byMethod[slot];

@@ -93,7 +93,13 @@ export function connectMqtt(brokers: Brokers, options: MqttConnectOptions): Mqtt
  * attempt refused for its version, or closed with its transport open but no CONNACK, makes the
  * next one speak the other version.
  */
-function followProtocol(client: MqttClient, auto: boolean, attempt: () => Attempt, onError: MqttConnectOptions["onError"], list: BrokerList): void {
+function followProtocol(
+  client: MqttClient,
+  auto: boolean,
+  attempt: () => Attempt,
+  onError: MqttConnectOptions["onError"],
+  list: BrokerList,
+): void {
   let settled = !auto;
   // Each cause is reported once, until a successful connect starts over.
   let lastCause: string | undefined;
@@ -160,7 +166,8 @@ function openStream(target: Target, options: IClientOptions, established: () => 
     const { ca, cert, key, servername } = options;
     // SNI takes a name, not an address.
     const sni = servername ?? (isIP(host) === 0 ? host : undefined);
-    const tlsOptions: ConnectionOptions = { host, port, servername: sni, rejectUnauthorized: options.rejectUnauthorized !== false, ca, cert, key };
+    const rejectUnauthorized = options.rejectUnauthorized !== false;
+    const tlsOptions: ConnectionOptions = { host, port, servername: sni, rejectUnauthorized, ca, cert, key };
     return tlsConnect(tlsOptions).once("secureConnect", established);
   }
   // The WebSocket subprotocol for MQTT 3.1.1 and 5 (MQTT 5 §6).

@@ -35,26 +35,32 @@ export function startRuntimeMetrics(meter: Meter): { stop(): void } {
   });
   const gauge = gaugesOf(meter);
   gauge("process_resident_memory_bytes", "Resident set size of this process, in bytes", () => process.memoryUsage().rss);
-  gauge("process_heap_used_bytes", "JavaScript heap in use (live objects and garbage not yet collected), in bytes", () => process.memoryUsage().heapUsed);
+  const heap = "JavaScript heap in use (live objects and garbage not yet collected), in bytes";
+  gauge("process_heap_used_bytes", heap, () => process.memoryUsage().heapUsed);
   const sampler = startLoopSampler();
   const window = `${LOOP_DELAY_WINDOW_MS / MS_PER_S}-${(2 * LOOP_DELAY_WINDOW_MS) / MS_PER_S} s`;
-  gauge("process_event_loop_delay_seconds", `Largest event-loop delay (timer lateness) seen over the last ${window}, in seconds`, () => sampler.maxMs() / MS_PER_S);
+  const delay = `Largest event-loop delay (timer lateness) seen over the last ${window}, in seconds`;
+  gauge("process_event_loop_delay_seconds", delay, () => sampler.maxMs() / MS_PER_S);
   return { stop: () => sampler.stop() };
 }
 
 /** db_client_connections_max, and db_client_connections_busy and _open where the process counts them. */
 export function observePool(meter: Meter, pool: PoolView): void {
   const gauge = gaugesOf(meter, { "db.client.connection.pool.name": pool.name });
-  gauge("db_client_connections_max", "Connections the database pool may open (its size); it opens them on demand", () => pool.max);
-  if (pool.open) gauge("db_client_connections_open", "Database connections the pool holds open now, idle or busy", pool.open);
+  const max = "Connections the database pool may open (its size); it opens them on demand";
+  gauge("db_client_connections_max", max, () => pool.max);
+  const open = "Database connections the pool holds open now, idle or busy";
+  if (pool.open) gauge("db_client_connections_open", open, pool.open);
   if (pool.busy) {
-    const what = "the API: its pool gate's slots in use; the relay and the subscriber: their transactions in progress, at most the pool's size";
+    const what = "the API: its pool gate's slots in use; the relay and the subscriber: their transactions in progress, "
+      + "at most the pool's size";
     gauge("db_client_connections_busy", `Database connections held by work now (${what})`, pool.busy);
   }
 }
 
-function gaugesOf(meter: Meter, attributes?: Attributes): (name: string, description: string, value: () => number) => void {
-  return (name, description, value) => void meter.createObservableGauge(name, { description }).addCallback((result) => result.observe(value(), attributes));
+function gaugesOf(meter: Meter, attributes?: Attributes) {
+  return (name: string, description: string, value: () => number): void =>
+    meter.createObservableGauge(name, { description }).addCallback((result) => result.observe(value(), attributes));
 }
 
 /** Timer lateness, kept as the maximum per window (see LOOP_DELAY_WINDOW_MS). */

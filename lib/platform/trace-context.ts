@@ -59,11 +59,16 @@ export async function inSpan<T>(name: string, traceparent: unknown, attributes: 
   }
 }
 
-const dbAttributes = (operation: string, table: string): Attributes => ({ "db.system.name": "postgresql", "db.operation.name": operation, "db.collection.name": table });
+const dbAttributes = (operation: string, table: string): Attributes => ({
+  "db.system.name": "postgresql",
+  "db.operation.name": operation,
+  "db.collection.name": table,
+});
 
 /** A transaction of `operation` (claim, record, finish, …) as a database client span under `traceparent`. */
 export function transactionSpan(operation: string, traceparent: unknown, table: string): Span {
-  return tracer().startSpan(`${operation} ${table}`, { kind: SpanKind.CLIENT, attributes: dbAttributes(operation, table) }, contextOf(traceparent));
+  const options = { kind: SpanKind.CLIENT, attributes: dbAttributes(operation, table) };
+  return tracer().startSpan(`${operation} ${table}`, options, contextOf(traceparent));
 }
 
 /** `run`, a transaction of `operation`, inside its span under `traceparent`. */
