@@ -59,15 +59,11 @@ export async function openDatabase(url: string, options: DbOptions): Promise<Sql
  */
 export function exitOnStartupError(component: string): (error: unknown) => never {
   return (error) => {
-    if (error instanceof StartupError) {
-      console.error(`${component}: ${error.message}`);
-      process.exit(1);
-    }
-    if (error instanceof ConfigError) {
-      console.error(`configuration error: ${error.message}`);
-      process.exit(1);
-    }
-    throw error;
+    const prefix =
+      error instanceof StartupError ? component : error instanceof ConfigError ? "configuration error" : undefined;
+    if (prefix === undefined) throw error;
+    console.error(`${prefix}: ${(error as Error).message}`);
+    process.exit(1);
   };
 }
 
