@@ -44,23 +44,19 @@ function maskUserinfo(text: string): string {
 // 48 bits of the HMAC tell one client's retries from another's. Keyed, because a plain hash of a
 // guessable key (`order-12345`) is reversed by dictionary.
 const KEY_HASH_HEX_CHARS = 12;
-const GENERATED_KEY_BYTES = 32;
+const randomKey = (): Uint8Array => crypto.getRandomValues(new Uint8Array(32));
 // Per process, because the request log and the jobs hash keys far from the config.
 let hmacKey: Uint8Array | undefined;
 
 /** Makes `secret` (or, warning, a random key) the key of every keyHash in this process. */
 export function useKeyHashSecret(secret: Secret | undefined, log: { warn(msg: string, fields?: Record<string, unknown>): void }): void {
-  if (secret !== undefined) {
-    hmacKey = new TextEncoder().encode(secret.reveal());
-    return;
-  }
-  hmacKey = crypto.getRandomValues(new Uint8Array(GENERATED_KEY_BYTES));
-  log.warn("API_KEY_HASH_SECRET is not set: keyHash in the logs uses a random key made at start, so hashes will not match across restarts or processes");
+  hmacKey = secret ? new TextEncoder().encode(secret.reveal()) : randomKey();
+  if (!secret) log.warn("API_KEY_HASH_SECRET is not set: keyHash in the logs uses a random key made at start, so hashes will not match across restarts or processes");
 }
 
 /** What logs carry instead of an Idempotency-Key: the first hex digits of its HMAC-SHA256. */
 export function keyHash(key: string): string {
-  hmacKey ??= crypto.getRandomValues(new Uint8Array(GENERATED_KEY_BYTES));
+  hmacKey ??= randomKey();
   return hmacSha256Hex(hmacKey, key).slice(0, KEY_HASH_HEX_CHARS);
 }
 
