@@ -1,7 +1,6 @@
 // Young-generation collections paced by the work done, so that a busy process reuses the memory
-// it frees before the allocator hands it back to the kernel: Bun's mimalloc returns memory free
-// for 100 ms (madvise), and the next allocation faults a zeroed page back in and flushes the
-// other threads' TLBs. On a relay drain the runtime's own collections come less often than that.
+// it frees before Bun's mimalloc returns it to the kernel (after 100 ms free), for the next
+// allocation to fault back in; a relay drain's own collections come less often than that.
 
 /** `count(units)`: so much work was done. */
 export type GcPacer = ReturnType<typeof createGcPacer>;

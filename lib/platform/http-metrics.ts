@@ -1,8 +1,6 @@
-// http_server_request_duration_seconds (OpenTelemetry's HTTP server conventions) for the API and
-// the relay's operator port, counted in plain integers and handed to the SDK at collection
-// (telemetry.ts): an OTel Histogram's record() hashes its attributes on every call (bench/README.md,
-// "HTTP histogram on vs off"). Labels are bounded: a standard method or `_OTHER`, a route
-// template or UNMATCHED_ROUTE, a three-digit status.
+// http_server_request_duration_seconds (OpenTelemetry's HTTP server conventions), counted in
+// plain integers and handed to the SDK at collection: an OTel Histogram's record() hashes its
+// attributes on every call (bench/README.md, "HTTP histogram on vs off").
 
 export const HTTP_DURATION_METRIC = "http_server_request_duration_seconds";
 

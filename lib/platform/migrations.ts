@@ -79,10 +79,9 @@ export function describeRefusal(outcome: Extract<MigrationOutcome, { kind: "chan
 }
 
 /**
- * Applies the pending migrations in one transaction under the advisory lock (two processes
- * starting together migrate one after the other), each recorded in it exactly when it took
- * effect. An up-to-date database is only read: DDL's ACCESS EXCLUSIVE locks would queue behind,
- * and then block, the running API and relays.
+ * Applies the pending migrations in one transaction under the advisory lock, each recorded
+ * exactly when it took effect. An up-to-date database is only read: DDL's ACCESS EXCLUSIVE
+ * locks would queue behind, and then block, the running API and relays.
  */
 export async function migrate(sql: Sql, known?: readonly Migration[]): Promise<MigrationOutcome> {
   const migrations = known ?? (await readMigrations());

@@ -1,10 +1,7 @@
-// One way to open an mqtt.js client for the relay and the subscriber. MQTT_PROTOCOL_VERSION
-// `auto` tries MQTT 5 and falls back to 3.1.1 when the broker refuses 5 with a CONNACK (aedes,
-// `bun run dev`) or closes without one (some 3.1.1-only brokers); the version that got a CONNACK
-// is kept until the process restarts. A failed attempt is reported once per cause, not per retry.
-// The stream builder given to mqtt.js's `new MqttClient` opens each connection (TCP, TLS or
-// WebSocket) to the broker in use (mqtt-brokers.ts) and wraps the caller's tap around it; the
-// client, its session state and its packet ids stay the same across reconnects and moves.
+// One way to open an mqtt.js client for the relay and the subscriber. `auto` tries MQTT 5 and
+// falls back to 3.1.1 when the broker refuses 5 (aedes) or closes without a CONNACK (some 3.1.1
+// brokers), keeping what worked until a restart. The stream builder opens each connection to the
+// broker in use (mqtt-brokers.ts): client, session and packet ids survive reconnects and moves.
 import { connect as tcpConnect, isIP } from "node:net";
 import { connect as tlsConnect, type ConnectionOptions } from "node:tls";
 import { MqttClient, type IClientOptions, type IStream } from "mqtt";

@@ -1,7 +1,6 @@
-// Process and runtime metrics for the API, the relay and the reference subscriber, on the
-// OpenTelemetry API. Not @opentelemetry/instrumentation-runtime-node or host-metrics: their names
-// (nodejs.*, v8js.*) are not what Prometheus rules expect, and they lean on Node-only pieces that
-// Bun and Deno implement partly or not at all, for four numbers `process` gives on both.
+// Process and runtime metrics on the OpenTelemetry API. Not instrumentation-runtime-node or
+// host-metrics: their names (nodejs.*, v8js.*) are not what Prometheus rules expect, and they
+// lean on Node-only pieces Bun and Deno lack, for four numbers `process` gives on both.
 import type { Attributes, Meter } from "@opentelemetry/api";
 
 // The event loop is sampled by timer lateness, the same statistic on every runtime: 20 ms sees

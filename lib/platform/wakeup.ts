@@ -1,9 +1,7 @@
-// Waking the relay when a charge commits, without making the charge pay for it. A NOTIFY inside
-// the charge transaction serializes commits on a global lock (bench/wakeup-cost.ts), so after a
-// commit the API calls `poke()`, which notifies as its own statement at most once per window:
-// the first poke of a quiet spell at once, the pokes inside the window by one trailing notify
-// at its end. The relay drains until a claim comes back short, so one notify covers every row
-// committed before it; OUTBOX_POLL_MS is only the idle fallback.
+// Waking the relay when a charge commits, without making the charge pay for it: a NOTIFY in the
+// charge transaction serializes commits on a global lock (bench/wakeup-cost.ts). So after a
+// commit the API pokes, and notifies on its own at most once per window (the first poke at once,
+// the others by one trailing notify); one notify covers every row committed before it.
 import type { Sql } from "./db.ts";
 import { isTransactionPooled } from "./pooler.ts";
 import { createMovingRate } from "./moving-rate.ts";
