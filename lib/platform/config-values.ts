@@ -31,14 +31,10 @@ export function oneOf<T extends string>(name: string, raw: string, values: reado
 export function url(env: Env, name: string, fallback: string, protocols: readonly string[]): string {
   const raw = env[name]?.trim();
   if (raw === undefined || raw === "") return fallback;
-  let parsed: URL;
-  try {
-    parsed = new URL(raw);
-  } catch {
-    throw new ConfigError(`${name} is not a URL: "${maskUrl(raw)}"`);
-  }
-  if (!protocols.includes(parsed.protocol)) {
-    throw new ConfigError(`${name} must use ${protocols.join(" or ")}, got "${parsed.protocol}"`);
+  if (!URL.canParse(raw)) throw new ConfigError(`${name} is not a URL: "${maskUrl(raw)}"`);
+  const { protocol } = new URL(raw);
+  if (!protocols.includes(protocol)) {
+    throw new ConfigError(`${name} must use ${protocols.join(" or ")}, got "${protocol}"`);
   }
   return raw;
 }

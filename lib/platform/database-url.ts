@@ -40,13 +40,9 @@ export function parseDatabaseUrl(raw: string): DatabaseUrl {
     if (problem) return refused(entries.length > 1 ? `has a bad host list: entry ${i + 1} ${problem}` : `has a bad host, which ${problem}`);
   }
   // The rest (user, database, parameters) as the URL parser reads it, with the first host alone.
-  let url: URL;
-  try {
-    url = new URL(`${scheme}//${authority.slice(0, at + 1)}${entries[0]}${rest}`);
-  } catch {
-    return refused("is not a URL");
-  }
-  const target = targetOf(url.searchParams.getAll(PARAM));
+  const first = `${scheme}//${authority.slice(0, at + 1)}${entries[0]}${rest}`;
+  if (!URL.canParse(first)) return refused("is not a URL");
+  const target = targetOf(new URL(first).searchParams.getAll(PARAM));
   return "refused" in target ? refused(target.refused) : { kind: "parsed", targetSessionAttrs: target.attrs };
 }
 

@@ -8,12 +8,8 @@ const MASK = "***";
  * parse as a URL still has anything between "user:" and the last "@" masked.
  */
 export function maskUrl(url: string): string {
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    return maskUserinfo(url);
-  }
+  if (!URL.canParse(url)) return maskUserinfo(url);
+  const parsed = new URL(url);
   if (parsed.password !== "") {
     parsed.password = MASK;
     return parsed.toString();
