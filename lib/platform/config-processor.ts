@@ -3,9 +3,8 @@
 import { ConfigError, integer, oneOf, url, type Env } from "./config-values.ts";
 import { Secret } from "./redact.ts";
 
+// None (the ledger alone) or a processor that speaks Stripe's API.
 const PROCESSOR_MODES = ["none", "stripe"] as const;
-/** none (the ledger alone) or a processor that speaks Stripe's API. */
-export type ProcessorMode = (typeof PROCESSOR_MODES)[number];
 
 export type ProcessorConfig = ReturnType<typeof processorConfig>;
 
