@@ -81,20 +81,16 @@ function targetOf(values: readonly string[]): { readonly attrs: TargetSessionAtt
   return { refused: `has ${PARAM}${shown}; accepted: ${WRITABLE.join(", ")}` };
 }
 
-/** What postgres.js is given for `raw`: the URL it parses, and the option that overrides it. */
 interface ClientTarget {
   readonly url: string;
   readonly target_session_attrs?: "primary";
 }
 
 /**
- * postgres.js 3.4.9's reading of target_session_attrs, corrected where it parts from libpq's:
- *  - its read-write checks default_transaction_read_only alone, which a Postgres 14+ hot standby
- *    reports "off", so a read-write pool would connect to a standby and fail every write with
- *    25006 (hapostgres/pg_auto_failover#970). Its "primary" (in_hot_standby off) refuses a
- *    standby; a primary read-only by its settings is left on the first refused write (read-only.ts).
- *  - "any", libpq's default, it refuses as unknown: it is left out.
- * A URL the configuration would refuse (only tests build one) is handed over untouched.
+ * postgres.js 3.4.9's target_session_attrs, corrected: its read-write checks only
+ * default_transaction_read_only, which a Postgres 14+ hot standby reports "off"
+ * (hapostgres/pg_auto_failover#970), so it gets "primary" (in_hot_standby off) instead; "any",
+ * libpq's default, it refuses as unknown, so it is left out. A refused URL is handed over as is.
  */
 export function clientTarget(raw: string): ClientTarget {
   const parsed = parseDatabaseUrl(raw);

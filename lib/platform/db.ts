@@ -65,9 +65,8 @@ export function openConnections(sql: Sql): number | undefined {
   return openCounts.get(sql)?.size;
 }
 
-// The database cannot serve this now, try again later: SQLSTATE classes 08 connection, 53
-// resources, 57 operator intervention, 58 system; the retryable transaction failures; and 25006,
-// a write refused by a read-only server, a primary being failed over (read-only.ts).
+// Try again later: SQLSTATE classes 08 connection, 53 resources, 57 operator intervention, 58
+// system; the retryable transaction failures; 25006, a primary being failed over (read-only.ts).
 const UNAVAILABLE_CLASSES = ["08", "53", "57", "58"];
 const UNAVAILABLE_STATES = new Set(["40001", "40P01", "55P03", "25P03", "25006"]);
 // postgres.js's codes for a connection lost or never opened, Node's socket codes, and the pool

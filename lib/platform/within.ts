@@ -1,7 +1,4 @@
-/**
- * A bounded wait: `promise`'s value (or rejection), or undefined once `ms` have passed or
- * `signal` aborted. The promise itself runs on; its caller decides what a late result means.
- */
+/** A bounded wait: `promise`'s outcome, or undefined once `ms` passed or `signal` aborted (it runs on). */
 export function within<T>(promise: Promise<T>, ms: number, signal?: AbortSignal): Promise<T | undefined> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   let giveUp: () => void = () => {};
