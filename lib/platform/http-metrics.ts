@@ -4,11 +4,8 @@
 
 export const HTTP_DURATION_METRIC = "http_server_request_duration_seconds";
 
-/**
- * Upper bounds (seconds): fine-grained at the low end, where most answers are; above it on the
- * default time bounds (2 s lock and pool wait, 5 s statement, 10 s request), so a histogram shows
- * which one a slow request ran into.
- */
+// Seconds: fine-grained where most answers are, then the default time bounds (2 s lock and pool
+// wait, 5 s statement, 10 s request), so a histogram shows which one a slow request ran into.
 export const HTTP_DURATION_BUCKETS_S: readonly number[] = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10];
 
 /** The route of a request no route matched: one named value keeps every series' labels alike. */

@@ -30,9 +30,8 @@ export class BrokerList {
   }
 
   /**
-   * A connection to the broker at `index` ended: lost after its CONNACK (`lost`), or an attempt
-   * that never got one. Only a move after a loss is told to the listeners: with every broker
-   * down, a move per failed retry would flood the log (the connection reports the cause once).
+   * A connection to the broker at `index` ended, `lost` after its CONNACK or an attempt that got
+   * none. Only a move after a loss is told: with every broker down, one per retry would flood the log.
    */
   leave(index: number, lost: boolean): void {
     if (index !== this.#index || this.urls.length === 1) return;
