@@ -27,7 +27,7 @@ import { configOrExit } from "../lib/platform/config.ts";
 import { createLogger } from "../lib/platform/log.ts";
 import { maskUrl } from "../lib/platform/redact.ts";
 import { exitOnStartupError, openDatabase, stopOnUnhandledRejection } from "../lib/platform/startup.ts";
-import { createSql, openConnections } from "../lib/platform/db.ts";
+import { createSql } from "../lib/platform/db.ts";
 import { databaseModeLine } from "../lib/platform/pooler.ts";
 import { onShutdownSignal } from "../lib/platform/runtime.ts";
 import { startSubscriber } from "../lib/subscriber/subscriber.ts";
@@ -35,6 +35,7 @@ import { startInboxRetention } from "../lib/subscriber/inbox-retention.ts";
 import { startTelemetry } from "../lib/platform/telemetry.ts";
 import { observePool, startRuntimeMetrics } from "../lib/platform/runtime-metrics.ts";
 import { transactionsInProgress } from "../lib/platform/tx.ts";
+import { openConnections } from "../lib/platform/db.ts";
 import { isShareGroup, sharedSubscriptionFilter, subscriptionFilter } from "../lib/charges/events.ts";
 
 const config = configOrExit(process.env);

@@ -2,8 +2,9 @@
 // a pool carrying the API's time bounds, the idempotency core behind one pool gate, and the
 // line a failed relay wake-up logs. They differ only in how long these live.
 import type { Config } from "../platform/config.ts";
-import { createSql, describeDbError, openConnections, type Sql } from "../platform/db.ts";
+import { createSql, describeDbError, type Sql } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
+import { openConnections } from "../platform/db.ts";
 import { createPoolGate } from "../platform/pool-gate.ts";
 import { createIdempotencyCore, type IdempotencyCore } from "../idempotency/run.ts";
 import type { ApiMetrics } from "./metrics.ts";

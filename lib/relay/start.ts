@@ -1,7 +1,7 @@
 // Assembles the relay process from config: the pool, the schema, the broker connection, the
 // loop, its metrics and its HTTP surface (/healthz, /readyz, /metrics, /asyncapi.json).
 import type { Config } from "../platform/config.ts";
-import { createSql, openConnections, type Sql } from "../platform/db.ts";
+import { createSql, type Sql } from "../platform/db.ts";
 import { isTransactionPooled } from "../platform/pooler.ts";
 import { createLogger, type Logger } from "../platform/log.ts";
 import { openDatabase } from "../platform/startup.ts";
@@ -16,6 +16,7 @@ import { otelRelayEvents } from "./metrics.ts";
 import type { HttpServerMetrics } from "../platform/http-metrics.ts";
 import { observePool } from "../platform/runtime-metrics.ts";
 import { transactionsInProgress } from "../platform/tx.ts";
+import { openConnections } from "../platform/db.ts";
 import { metrics } from "@opentelemetry/api";
 
 // Beyond one connection per lane (each batch holds its transaction until its PUBACKs are in):
@@ -75,7 +76,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   const sql = await openDatabase(config.databaseUrl, { max: poolSize, applicationName: RELAY_POOL_NAME, pooler: config.databasePooler, countOpen: true, ...bounds });
   const direct = config.databaseDirectUrl === undefined ? undefined : createSql(config.databaseDirectUrl, { max: DIRECT_CONNECTIONS, applicationName: RELAY_DIRECT_POOL_NAME, ...bounds });
   // LISTEN gets a client of its own from postgres.js, which a counted pool would count and
-  // never uncount (db.ts createSql): without a direct URL it listens through this one,
+  // never uncount (open-connections.ts): without a direct URL it listens through this one,
   // named as the pool so that pg_stat_activity shows it with the relay's other connections.
   const listenPool = direct ?? (isTransactionPooled(sql) ? null : createSql(config.databaseUrl, { max: 1, applicationName: RELAY_POOL_NAME, ...bounds }));
   // Not awaited: a broker that is away at start is retried, and the relay waits for it.
