@@ -50,9 +50,8 @@ export interface Cancellable<T> extends PromiseLike<T> {
 }
 
 /**
- * `query`'s result, cancelled at `endsAt` if it has not settled (57014, rolled back; postgres.js
- * holds statements while it reconnects, up to 20 s a try). A TimeBoundError if even the cancel
- * goes unanswered.
+ * `query`'s result, cancelled at `endsAt` if it has not settled (57014, rolled back), even one
+ * postgres.js holds while it reconnects; a TimeBoundError if the cancel goes unanswered.
  */
 export function settleBy<T>(query: Cancellable<T>, endsAt: number): Promise<T> {
   const ms = endsAt - performance.now();

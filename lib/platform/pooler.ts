@@ -26,9 +26,8 @@ export function transactionPooled(sql: Sql, bounds: SessionBounds): Sql {
 }
 
 /**
- * `sql` whose begin() sets the bounds first, for the transaction only. Not awaited, so the setting
- * leaves in the same flight as the first statement; postgres.js fails the transaction with the
- * first error of any of its statements, this one's included.
+ * `sql` whose begin() sets the bounds for the transaction, not awaited (it leaves with the first
+ * statement): postgres.js fails the transaction with the first error of any of its statements.
  */
 function boundEachTransaction(sql: Sql, bounds: SessionBounds): Sql {
   const statement = bounds.statementTimeoutMs?.toString() ?? null;

@@ -14,11 +14,9 @@ const dropping = new WeakSet<Sql>();
 
 /**
  * After a 25006: ends every session of `sql`'s pool on a read-only server. postgres.js cannot
- * close one connection, so the server does: one statement per connection the pool may hold
- * (postgres.js hands them to idle connections first) sets idle_session_timeout (Postgres 14+) to
- * 1 ms where the session is read-only, and the server ends it once idle. pg_terminate_backend
- * of its own pid would leave the statement's row in postgres.js 3.4.9's connection state, for
- * the next query after the reconnect. A connection left out is dropped at its own refused write.
+ * close one connection, so one statement per connection sets idle_session_timeout (Postgres 14+)
+ * to 1 ms where the session is read-only, and the server ends it once idle (pg_terminate_backend
+ * of its own pid would leave the statement's row in postgres.js 3.4.9's state for the next query).
  */
 export async function dropReadOnlyConnections(sql: Sql): Promise<void> {
   const now = performance.now();

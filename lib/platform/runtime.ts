@@ -61,10 +61,8 @@ const FALLBACK_ORIGIN = "http://localhost";
 const ELYSIA_ORIGIN_MIN = 11;
 
 /**
- * The request with an absolute URL whose origin the router can skip. Bun gives a request without
- * a Host header (HTTP/1.0 health checkers) a bare path as its url, on which `new URL()` throws,
- * and a short Host (`Host: api`) an origin shorter than Elysia skips: such a request is
- * re-addressed to FALLBACK_ORIGIN, path and query kept. Any other passes untouched.
+ * The request re-addressed to FALLBACK_ORIGIN when Bun gave it a bare path (no Host header, as
+ * HTTP/1.0 health checkers send: `new URL()` throws) or an origin shorter than Elysia skips.
  */
 export function routableRequest(request: Request): Request {
   const start = pathStart(request.url);

@@ -1,8 +1,6 @@
-// A transaction that never touches a connection that has closed under it. postgres.js 3.4.9
-// (porsager/postgres#1154, #1208) throws an uncatchable TypeError, ending the process, when a
-// statement (or the ROLLBACK/COMMIT of sql.begin()) is sent on a closed socket. sql.begin()
-// rejects as soon as its connection closes; from then on the callback here never sends or
-// settles again (it is left pending and collected).
+// A transaction that never touches a connection closed under it: postgres.js 3.4.9 (porsager/postgres
+// #1154, #1208) ends the process with an uncatchable TypeError when a statement, or sql.begin()'s
+// ROLLBACK/COMMIT, is sent on a closed socket. From the close on, the callback never settles.
 import { isConnectionLost, type Sql, type Tx } from "./db.ts";
 import { within } from "./within.ts";
 
