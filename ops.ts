@@ -13,7 +13,7 @@ import { exitOnStartupError, openDatabase } from "./lib/platform/startup.ts";
 import { createLogger, silentLogger } from "./lib/platform/log.ts";
 import { useKeyHashSecret } from "./lib/platform/redact.ts";
 import { JOB_NAMES, newGauges, runJob, type JobName } from "./lib/ops/jobs.ts";
-import { listParked } from "./lib/ops/parked.ts";
+import { listParked } from "./lib/ops/lists.ts";
 import { leaseMsFor } from "./lib/idempotency/drive.ts";
 import { createProcessorClient } from "./lib/charges/processor.ts";
 import { runInboxRetention } from "./lib/subscriber/inbox-retention.ts";

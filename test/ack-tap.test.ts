@@ -27,7 +27,7 @@ const expectedPassed = Buffer.concat([connack, pingresp, disconnect]);
 async function feed(chunks: Buffer[]): Promise<{ acks: number[][]; passed: Buffer }> {
   const inner = new PassThrough();
   const acks: number[][] = [];
-  const tap = new AckTap(inner, { ack: (id, code) => acks.push([id, code]), readDone: () => {} });
+  const tap = new AckTap(inner, { acked: (id, code) => acks.push([id, code]), readDone: () => {} });
   const passed: Buffer[] = [];
   tap.on("data", (b: Buffer) => passed.push(b));
   const ended = new Promise((resolve) => tap.on("end", resolve));
@@ -64,7 +64,7 @@ test("MQTT 3.1.1 PUBACKs (no reason code) are successes", async () => {
 
 test("a remaining length longer than four bytes ends the connection with an error", async () => {
   const inner = new PassThrough();
-  const tap = new AckTap(inner, { ack: () => {}, readDone: () => {} });
+  const tap = new AckTap(inner, { acked: () => {}, readDone: () => {} });
   const failed = new Promise<Error>((resolve) => tap.on("error", resolve));
   inner.write(Buffer.from([0x40, 0xff, 0xff, 0xff, 0xff, 0x01]));
   expect((await failed).message).toContain("remaining length");
@@ -80,7 +80,7 @@ test("writes reach the connection unchanged", async () => {
       callback();
     },
   });
-  const tap = new AckTap(inner, { ack: () => {}, readDone: () => {} });
+  const tap = new AckTap(inner, { acked: () => {}, readDone: () => {} });
   const publish = mqttPacket.generate({ cmd: "publish", topic: "t/x", payload: "{}", qos: 1, dup: false, retain: false, messageId: 9 }, v5);
   tap.write(publish);
   await new Promise<void>((resolve) => tap.write(pingresp, () => resolve()));

@@ -5,7 +5,7 @@ import { expect, setDefaultTimeout, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { PROBLEM, type Charge, type ChargeBody, type ChargeView, type Refund, type RefundBody } from "charges-outbox/client";
 import { PROBLEM_BASE, PROBLEMS } from "../lib/api/problem.ts";
-import { operationProblems } from "../lib/charges/index.ts";
+import { OPERATIONS } from "../lib/charges/index.ts";
 import { CLIENT_TYPES_PATH, servedOpenApi, typesOf } from "../testkit/openapi-types.ts";
 
 // The client takes its types by route and status; were a route or a status to leave the
@@ -28,6 +28,6 @@ test("the generator sees a change in the document: another schema, other types",
 });
 
 test("the client's PROBLEM names every problem type the API answers, under the API's names (add a new one to client/errors.ts)", () => {
-  const served = Object.fromEntries(Object.entries({ ...PROBLEMS, ...operationProblems() }).map(([name, spec]) => [name, PROBLEM_BASE + spec.slug]));
+  const served = Object.fromEntries(Object.entries<{ slug: string }>(Object.assign({ ...PROBLEMS }, ...OPERATIONS.map((op) => op.problems ?? {}))).map(([name, spec]) => [name, PROBLEM_BASE + spec.slug]));
   expect({ ...PROBLEM } as Record<string, string>).toEqual(served);
 });

@@ -4,7 +4,7 @@
 // published, exports a list, and watches the backlog chart move without a reload. Each test
 // checks what the page shows and what the database holds after, and fails on any error in the
 // page's console. Skipped only where Chromium is not installed (CI installs it).
-// CONSOLE_SCREENSHOTS=<dir> also saves the screenshots docs/console.md shows.
+// CONSOLE_SCREENSHOTS=<dir> also saves the two screenshots docs/console.md shows: charge and confirm.
 import { afterAll, afterEach, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -120,7 +120,6 @@ browserTest("see a parked key, resolve it with a reason: the processor is read, 
   const row = page.locator("tr", { hasText: chargeId });
   expect(await row.count()).toBe(1);
   expect(await row.textContent()).toContain("outcome unknown past the resolve window");
-  await shot("parked-keys");
   await row.locator("form[data-action=resolve] input[name=reason]").fill("processor shows it confirmed; INC-42");
   await Promise.all([page.waitForURL(`${base}/console/actions`), row.locator("form[data-action=resolve] button").click()]);
   expect(await page.textContent("#result")).toContain(`resolve ${chargeId}: done`);
@@ -140,7 +139,6 @@ browserTest("see a parked outbox row, requeue it with a reason, and see it publi
   await page.goto(`${base}/console/lists/parked-rows`);
   const row = page.locator("tr", { hasText: rowId });
   expect(await row.textContent()).toContain("PUBACK 153: payload format invalid");
-  await shot("parked-rows");
   await row.locator("form[data-action=requeue] input[name=reason]").fill("broker limit raised");
   await Promise.all([page.waitForURL(`${base}/console/actions`), row.locator("form[data-action=requeue] button").click()]);
   expect(await page.textContent("#result")).toContain(`requeue ${rowId}: done`);
@@ -189,14 +187,4 @@ browserTest("the backlog chart follows the outbox without a reload", async () =>
   const published = await db.sql`select 1 from outbox where aggregate_id = ${c.chargeId}::uuid and published_at is null`;
   expect(published.length).toBe(1);
   await page.waitForFunction((n) => Number(document.querySelector("[data-k=pending]")?.textContent) === n, before + 1, { timeout: 10_000 });
-  if (SHOTS) {
-    // For the picture only: rows published over the last minutes, so that the bars have a shape.
-    await db.sql`
-      insert into outbox (id, aggregate_id, event_type, payload, created_at, published_at)
-      select gen_random_uuid(), gen_random_uuid(), 'ChargeCreated', '{}', t, t
-        from generate_series(1, 840) g, lateral (select now() - make_interval(secs => g + 30 * sin(g / 40.0)) as t) x
-       where g % 7 < 3 + (g / 120) % 4`;
-    await page.waitForFunction(() => Number(document.querySelector("#backlog-chart text")?.textContent?.replace(/\D/g, "")) > 1, undefined, { timeout: 10_000 });
-    await shot("home");
-  }
 });

@@ -8,7 +8,7 @@ import { postCharge } from "../testkit/api.ts";
 import { waitUntil } from "../testkit/wait.ts";
 import { chargeWith, keyState, paymentsOf, processorTestContext } from "../testkit/processor.ts";
 import type { ApiProcess } from "../lib/api/start.ts";
-import { preferredWait } from "../lib/api/http/prefer.ts";
+import { preferredWait } from "../lib/api/schemas.ts";
 
 setDefaultTimeout(60_000);
 

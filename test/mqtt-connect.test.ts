@@ -33,7 +33,7 @@ function tappedClient(url: string): { client: MqttClient; taps: Tapped[] } {
     tap: (stream) => {
       const tapped: Tapped = { reads: 0, acks: [] };
       taps.push(tapped);
-      return new AckTap(stream as Duplex, { ack: (id) => tapped.acks.push(id), readDone: () => tapped.reads++ });
+      return new AckTap(stream as Duplex, { acked: (id) => tapped.acks.push(id), readDone: () => tapped.reads++ });
     },
   });
   cleanups.push(() => client.endAsync(true));

@@ -4,7 +4,7 @@ import { afterAll, afterEach, expect, setDefaultTimeout, test } from "bun:test";
 import { loadConfig } from "../lib/platform/config.ts";
 import { createSql, type Sql } from "../lib/platform/db.ts";
 import { createLogger, silentLogger } from "../lib/platform/log.ts";
-import { DELETE_BATCH, JOB_LOCK_IDS, JOB_NAMES, MAX_BATCHES_PER_RUN, newGauges, registerOpsGauges, runJob, startOpsLoop, type JobName } from "../lib/ops/jobs.ts";
+import { DELETE_BATCH, JOB_NAMES, JOBS, MAX_BATCHES_PER_RUN, newGauges, registerOpsGauges, runJob, startOpsLoop, type JobName } from "../lib/ops/jobs.ts";
 import { startTelemetry } from "../lib/platform/telemetry.ts";
 import { waitForBackendOnLock } from "../testkit/database.ts";
 import { runToExit } from "../testkit/processes.ts";
@@ -47,9 +47,9 @@ async function lockTable(table: string): Promise<() => Promise<void>> {
 /** Holds the job's advisory lock from a session of the test's own. */
 async function holdJobLock(job: JobName): Promise<() => Promise<void>> {
   const holder = await db.sql.reserve();
-  await holder`select pg_advisory_lock(${JOB_LOCK_IDS[job].toString()}::bigint)`;
+  await holder`select pg_advisory_lock(${JOBS[job].lockId.toString()}::bigint)`;
   const release = async () => {
-    await holder`select pg_advisory_unlock(${JOB_LOCK_IDS[job].toString()}::bigint)`;
+    await holder`select pg_advisory_unlock(${JOBS[job].lockId.toString()}::bigint)`;
     holder.release();
   };
   cleanups.push(release);

@@ -7,7 +7,7 @@ import { loadConfig } from "../lib/platform/config.ts";
 import { createSql, type DbOptions, type Sql } from "../lib/platform/db.ts";
 import { silentLogger } from "../lib/platform/log.ts";
 import { listenForOutbox, OUTBOX_CHANNEL } from "../lib/platform/wakeup.ts";
-import { JOB_LOCK_IDS, newGauges, runJob, type JobName } from "../lib/ops/jobs.ts";
+import { JOBS, newGauges, runJob, type JobName } from "../lib/ops/jobs.ts";
 import { startTestApi } from "../testkit/api.ts";
 import { authEnv } from "../testkit/auth.ts";
 import { waitForBackendOnLock } from "../testkit/database.ts";
@@ -143,7 +143,7 @@ behind("DATABASE_POOLER=transaction: a retention run deletes batch by batch, and
   await db.sql`insert into idempotency_keys (key, endpoint, request_hash, status, expires_at)
                select 'expired-' || n, 'POST /charges', 'h', 'COMPLETED', now() - interval '1 second' from generate_series(1, 2500) as n`;
   const holder = await db.sql.reserve();
-  const lockId = JOB_LOCK_IDS["key-retention"].toString();
+  const lockId = JOBS["key-retention"].lockId.toString();
   const [held] = await holder<{ locked: boolean }[]>`select pg_try_advisory_lock(${lockId}::bigint) as locked`;
   expect(held?.locked).toBe(true);
   try {

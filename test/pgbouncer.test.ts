@@ -5,7 +5,7 @@
 // jobs' locks, and each process's start-up line. What breaks without the setting:
 // test/pgbouncer-sessions.test.ts.
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { JOB_LOCK_IDS } from "../lib/ops/jobs.ts";
+import { JOBS } from "../lib/ops/jobs.ts";
 import { authEnv, authHeaders } from "../testkit/auth.ts";
 import { pgbouncerBinary, privatePgbouncer, type PrivatePgbouncer } from "../testkit/pgbouncer.ts";
 import { runToExit, startEntrypoint, type Service } from "../testkit/processes.ts";
@@ -157,7 +157,7 @@ describe.each([
     expect(JSON.parse(ran.stdout)).toEqual({ job: "outbox-retention", deleted: 0, batches: 1 });
     expect(ran.stderr).toContain(direct ? "; job locks via DATABASE_DIRECT_URL" : "; job locks per transaction");
     expect(ran.stderr).not.toContain(password);
-    const lockId = JOB_LOCK_IDS["outbox-retention"].toString();
+    const lockId = JOBS["outbox-retention"].lockId.toString();
     const holder = await db.sql.reserve();
     try {
       const [held] = await holder<{ locked: boolean }[]>`select pg_try_advisory_lock(${lockId}::bigint) as locked`;

@@ -3,7 +3,7 @@
 // phase 3 then writes nothing), parking after the resolve window, and what Postgres shows
 // while calls are held at the processor: no open transaction, no lock.
 import { expect, setDefaultTimeout, test } from "bun:test";
-import { listParked } from "../lib/ops/parked.ts";
+import { listParked } from "../lib/ops/lists.ts";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
 import { loadConfig } from "../lib/platform/config.ts";
 import { silentLogger } from "../lib/platform/log.ts";

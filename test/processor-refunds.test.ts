@@ -4,7 +4,7 @@
 // judge: at most one refund per refund key, and never more refunded than charged.
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { newGauges, runJob } from "../lib/ops/jobs.ts";
-import { resolveKey } from "../lib/ops/parked.ts";
+import { resolveKey } from "../lib/ops/actions.ts";
 import { loadConfig } from "../lib/platform/config.ts";
 import { silentLogger } from "../lib/platform/log.ts";
 import { refundCalls } from "../lib/charges/refund-steps.ts";

@@ -1,5 +1,5 @@
 // The real `bun relay.ts` on a live stream past 1,000 events/s gathers it (RELAY_GATHER_MS,
-// lib/relay/gather.ts): it claims every gather time what came meanwhile, in one claim, and
+// lib/relay/loop.ts): it claims every gather time what came meanwhile, in one claim, and
 // every event still arrives, once. The judgement of the stream itself: test/relay-gather.test.ts.
 import { afterAll, expect, setDefaultTimeout, test } from "bun:test";
 import { insertPending } from "../testkit/outbox.ts";

@@ -1,10 +1,9 @@
-// The gather's judgement of a live stream (lib/relay/gather.ts): drains fed as a stream of the
+// The gather's judgement of a live stream (lib/relay/loop.ts): drains fed as a stream of the
 // given rate would feed them, on a clock of their own. What the relay then does with it (the
 // wait, one claim published at once) is checked against a real relay in test/relay-wakeup.test.ts.
 import { expect, test } from "bun:test";
-import { createGather, GATHER_MIN_RATE_PER_S } from "../lib/relay/gather.ts";
+import { createGather, createWaker, GATHER_MIN_RATE_PER_S } from "../lib/relay/loop.ts";
 import { IN_TURN_MAX } from "../lib/relay/batch.ts";
-import { createWaker } from "../lib/relay/wake.ts";
 
 const MAX_MS = 40;
 

@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeEach, expect, setDefaultTimeout, test } from
 import type { MqttClient } from "mqtt";
 import { startSubscriber, type Subscriber, type SubscriberOptions } from "../lib/subscriber/subscriber.ts";
 import { INBOX_DELETE_BATCH, runInboxRetention } from "../lib/subscriber/inbox-retention.ts";
-import type { DeadLetter } from "../lib/subscriber/inbox-sql.ts";
+import type { DeadLetter } from "../lib/subscriber/index.ts";
 import { buildEnvelope, CHARGE_CREATED, subscriptionFilter, topicOf } from "../lib/charges/events.ts";
 import { ConfigError, loadConfig } from "../lib/platform/config.ts";
 import { silentLogger } from "../lib/platform/log.ts";

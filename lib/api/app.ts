@@ -1,10 +1,5 @@
-// The API as one Elysia app: the routes as plugins (routes.ts), the /charges group behind the
-// bearer-token plugin (http/authentication.ts), each request's dependencies and trail in Elysia's
-// context (http/context.ts), and every failure answered here as an RFC 9457 problem, never HTML
-// or a stack trace.
-//
-// /openapi.json comes from an app of every route that is never served (documentApp), so that
-// with OPERATOR_PORT the operator's port still documents the /charges routes.
+// The API as one Elysia app of the route plugins, every failure answered here as an RFC 9457 problem;
+// the document comes from an unserved app of every route, so OPERATOR_PORT's documents /charges too.
 import { Elysia, ParseError, ValidationError, type AnyElysia } from "elysia";
 import { CloudflareAdapter } from "elysia/adapter/cloudflare-worker";
 import { describeDbError, isTimeBound, isUnavailable } from "../platform/db.ts";
@@ -13,65 +8,53 @@ import { pathOf } from "../platform/runtime.ts";
 import { RETRY_AFTER_S } from "./http/answers.ts";
 import { authenticate } from "./http/authentication.ts";
 import { bodyProblem, validationProblem } from "./http/checks.ts";
-import { needsToken, requestContext, type RequestDeps, type RequestTrail } from "./http/context.ts";
-import { observability } from "./http/observe.ts";
-import { inFlightCap } from "./http/in-flight.ts";
+import { needsToken, observability, requestContext, type RequestContextPlugin, type RequestDeps, type RequestTrail } from "./http/context.ts";
 import { problemResponse } from "./problem.ts";
 import { chargeRoutes, operatorRoutes } from "./routes.ts";
 import { documentation, DOCUMENT_PATH, PAGE_PATH, type DocsAssets } from "./documentation.ts";
 import { assetAnswer, DOCUMENT_CACHE_CONTROL } from "./asset-answer.ts";
 
-export { DOCUMENT_PATH, PAGE_PATH, type DocsAssets } from "./documentation.ts";
+export type { DocsAssets } from "./documentation.ts";
 
 export interface AppOptions {
   readonly metrics?: () => Promise<Response>;
-  /** http_server_request_duration_seconds; none when unset. */
   readonly httpMetrics?: HttpServerMetrics;
   readonly docs?: DocsAssets;
-  /** Compose every handler now (workerd allows code generation only while the module loads). */
-  readonly aheadOfTime: boolean;
-  /**
-   * What this app serves: "all" on one port; with OPERATOR_PORT, "api" (the /charges routes)
-   * on PORT and "operator" (health, readiness, metrics, the document, /docs) on its own.
-   */
-  readonly surface: "all" | "api" | "operator";
+  /** Compose every check and handler now: workerd allows code generation only while the module loads. */
+  readonly aheadOfTime?: boolean;
+  /** With OPERATOR_PORT: "api" (/charges) on PORT, "operator" on its own; else "all" (the default). */
+  readonly surface?: "all" | "api" | "operator";
 }
 
 export function buildApp(deps: RequestDeps, options: AppOptions): AnyElysia {
-  // normalize off: an unknown member is a 400, never silently dropped. Ahead of time (the
-  // edge worker), the Cloudflare adapter compiles every route in compile(), at module load.
-  const adapter = options.aheadOfTime ? { adapter: CloudflareAdapter } : {};
   const context = requestContext(deps);
-  const app = new Elysia({ aot: true, normalize: false, ...adapter })
+  const surface = options.surface ?? "all";
+  const app = newApp(options)
     .use(context)
-    .use(inFlightCap(context))
     .use(observability(context, options.httpMetrics))
-    // The operator's port has no /charges: a path there is a plain 404, with or without a token.
-    .onError((ctx) => answerError(deps, ctx.trail, ctx, ctx.code, ctx.error, options.surface !== "operator"));
-  const operator = options.surface !== "api";
-  if (operator) app.use(documentRoutes(context, documentApp(context, options), options.docs));
-  // The routes' order, which the document's paths follow.
-  if (options.surface !== "operator") app.use(chargeRoutes(context));
-  if (operator) app.use(operatorRoutes(context, options.metrics));
-  // Every handler composed now rather than on its first request.
+    // Destructured, never passed whole: Elysia reads a hook's source, and a whole context makes
+    // every route parse cookies, query and headers. On the operator's port /charges is a plain 404.
+    .onError(({ request, params, body, trail, code, error }) => answerError(deps, trail, { request, params, body }, code, error, surface !== "operator"));
+  if (surface !== "api") app.use(documentRoutes(context, documentApp(context, options), options.docs));
+  if (surface !== "operator") app.use(chargeRoutes(context));
+  if (surface !== "api") app.use(operatorRoutes(context, options.metrics));
   return app.compile();
 }
 
-/**
- * Every route, whichever port serves it, with /openapi.json and /docs: never served, only asked
- * for those two once (documentRoutes).
- */
-function documentApp(context: ReturnType<typeof requestContext>, options: AppOptions): AnyElysia {
-  const adapter = options.aheadOfTime ? { adapter: CloudflareAdapter } : {};
-  const app = new Elysia({ aot: true, normalize: false, ...adapter }).use(context).use(documentation(options.docs));
+// normalize off: an unknown member is a 400, never silently dropped. Ahead of time (the edge
+// worker), the Cloudflare adapter compiles every route in compile(), at module load.
+function newApp(options: AppOptions) {
+  return new Elysia({ aot: true, normalize: false, ...(options.aheadOfTime ? { adapter: CloudflareAdapter } : {}) });
+}
+
+/** Every route, whichever port serves it, with the document and /docs: asked for those once. */
+function documentApp(context: RequestContextPlugin, options: AppOptions): AnyElysia {
+  const app = newApp(options).use(context).use(documentation(options.docs));
   return app.use(chargeRoutes(context)).use(operatorRoutes(context, options.metrics)).compile();
 }
 
-/**
- * /openapi.json and /docs as documentApp makes them, made once, then compressed and tagged; and
- * the docs' assets; each answer paced with /metrics' (admission.ts paceOperator).
- */
-function documentRoutes(context: ReturnType<typeof requestContext>, source: AnyElysia, docs: DocsAssets | undefined) {
+/** /openapi.json and /docs as documentApp makes them, and the docs' assets: each made once, all paced. */
+function documentRoutes(context: RequestContextPlugin, source: AnyElysia, docs: DocsAssets | undefined) {
   const plugin = new Elysia({ name: "document-routes" }).use(context);
   const made = (path: string, contentType: string) => async () => {
     const res = await source.handle(new Request(`http://localhost${path}`));
@@ -88,46 +71,28 @@ function documentRoutes(context: ReturnType<typeof requestContext>, source: AnyE
   return plugin;
 }
 
-/** Every failure Elysia raises or a handler throws, as a problem (`code`: Elysia's error code); HEAD gets it without its body. */
+type RefusedContext = Parameters<typeof validationProblem>[0];
+
+/** Every failure Elysia raises or a handler throws, as a problem (`code`: Elysia's error code). */
 async function answerError(deps: RequestDeps, trail: RequestTrail, ctx: RefusedContext, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
-  const { request } = ctx;
   // Never throws: a throw here would skip Elysia's onAfterResponse (the log line, the count in flight).
   const answer = trail.answer(await problemOf(deps, trail, ctx, code, error, tokenFirst).catch((bug: unknown) => failure(trail, bug)));
   // HEAD is GET without the body (RFC 9110 §9.3.2): a problem answered to one goes without it too.
-  return request.method === "HEAD" ? new Response(null, { status: answer.status, headers: answer.headers }) : answer;
+  return ctx.request.method === "HEAD" ? new Response(null, { status: answer.status, headers: answer.headers }) : answer;
 }
-
-/** What onError is given of the request Elysia refused. */
-type RefusedContext = Parameters<typeof validationProblem>[0];
 
 async function problemOf(deps: RequestDeps, trail: RequestTrail, ctx: RefusedContext, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
-  const { request } = ctx;
-  switch (code) {
-    case "NOT_FOUND": {
-      // Under /charges the token comes first, matched or not.
-      if (tokenFirst && needsToken(pathOf(request.url))) {
-        const verdict = await authenticate(deps, trail, request);
-        if (verdict instanceof Response) return verdict;
-      }
-      return problemResponse("notFound", "no such route");
-    }
-    case "PARSE":
-      // A body route's parser threw its refusal (415, 413, 400: http/checks.ts).
-      return bodyProblem(error instanceof ParseError ? error.cause : error);
-    case "VALIDATION":
-      // Its message is fixed words (withFixedErrors): answered with our own problem, never it.
-      if (error instanceof ValidationError) return validationProblem(ctx, trail, error);
-      return failure(trail, error);
-    default:
-      return failure(trail, error);
+  if (code === "NOT_FOUND") {
+    // Under /charges the token comes first, matched or not.
+    const verdict = tokenFirst && needsToken(pathOf(ctx.request.url)) ? await authenticate(deps, trail, ctx.request) : "";
+    return verdict instanceof Response ? verdict : problemResponse("notFound", "no such route");
   }
+  if (code === "PARSE") return bodyProblem(error instanceof ParseError ? error.cause : error);
+  if (code === "VALIDATION" && error instanceof ValidationError) return validationProblem(ctx, trail, error);
+  return failure(trail, error);
 }
 
-/**
- * A failure past the checks (the database away, a time bound, a bug): its cause goes on the
- * request's log line (an SQLSTATE and the database's words, never SQL text), and the answer
- * is a 503 (nothing was written either way: rolled back or never sent) or a 500.
- */
+/** A failure past the checks, its cause on the log line (never SQL text): 503 (nothing written) or 500. */
 function failure(trail: RequestTrail, error: unknown): Response {
   trail.fields.error = describeDbError(error);
   if (isUnavailable(error)) {

@@ -1,30 +1,16 @@
-// One static answer of the operator's documentation routes, made once and kept: gzip when the
-// client takes it, a weak ETag, Cache-Control, and 304 to a client that has it. A flood of
-// them then costs the copy of bytes already made, not a render or a read of the file each.
+// A static answer of the documentation routes, made once: gzip, a weak ETag, Cache-Control, 304.
 // Web APIs only (CompressionStream, Web Crypto): the edge worker serves the document too.
 
-// A day: the files change only with the installed package, and a deploy restarts the process.
+// The files change only with the installed package, and a deploy restarts the process.
 export const ASSET_CACHE_CONTROL = "public, max-age=86400";
 // The document and its page change with a deploy: a client asks each time, and gets a 304.
 export const DOCUMENT_CACHE_CONTROL = "no-cache";
 
-/** An asset's bytes and their media type. */
-export interface Asset {
-  readonly body: Uint8Array<ArrayBuffer>;
-  readonly contentType: string;
-}
+export type Asset = { readonly body: Uint8Array<ArrayBuffer>; readonly contentType: string };
 
-interface Prepared {
-  readonly identity: Uint8Array<ArrayBuffer>;
-  readonly gzip: Uint8Array<ArrayBuffer>;
-  readonly etag: string;
-  readonly contentType: string;
-}
+type Prepared = Asset & { readonly gzip: Uint8Array<ArrayBuffer>; readonly etag: string };
 
-/**
- * The answer to a GET of the asset `make` makes (once, on the first request; again only if it
- * failed): 304 when If-None-Match names it, gzip when Accept-Encoding takes it.
- */
+/** The answer to a GET of what `make` makes on the first request (again only if that failed). */
 export function assetAnswer(make: () => Promise<Asset>, cacheControl: string): (request: Request) => Promise<Response> {
   let prepared: Promise<Prepared> | undefined;
   return async (request) => {
@@ -38,7 +24,7 @@ export function assetAnswer(make: () => Promise<Asset>, cacheControl: string): (
     const headers: Record<string, string> = { etag: asset.etag, "cache-control": cacheControl, vary: "accept-encoding" };
     if (matches(request.headers.get("if-none-match"), asset.etag)) return new Response(null, { status: 304, headers });
     headers["content-type"] = asset.contentType;
-    if (!acceptsGzip(request.headers.get("accept-encoding"))) return new Response(asset.identity, { headers });
+    if (!acceptsGzip(request.headers.get("accept-encoding"))) return new Response(asset.body, { headers });
     headers["content-encoding"] = "gzip";
     return new Response(asset.gzip, { headers });
   };
@@ -50,7 +36,7 @@ async function prepare(asset: Asset): Promise<Prepared> {
   const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", asset.body));
   // Weak: one tag for both encodings of the same bytes (RFC 9110 §8.8.1).
   const etag = `W/"${Array.from(digest.subarray(0, 12), (b) => b.toString(16).padStart(2, "0")).join("")}"`;
-  return { identity: asset.body, gzip, etag, contentType: asset.contentType };
+  return { ...asset, gzip, etag };
 }
 
 /** If-None-Match: `*` or a list of tags, compared weakly (RFC 9110 §13.1.2). */
@@ -63,7 +49,6 @@ function matches(ifNoneMatch: string | null, etag: string): boolean {
   });
 }
 
-/** Whether Accept-Encoding takes gzip (a q of 0 refuses it). */
 function acceptsGzip(acceptEncoding: string | null): boolean {
   if (acceptEncoding === null) return false;
   return acceptEncoding.split(",").some((part) => {

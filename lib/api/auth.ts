@@ -1,7 +1,5 @@
-// Bearer JWT authentication of the /charges routes with jose (Web Crypto and fetch only: the
-// same on Bun, Deno and workerd); the tenant is a claim of the verified token. Each key source
-// pins its algorithms, chosen from the header before verifying, so neither `alg: none` nor a
-// token "signed" with HMAC over a public key (algorithm confusion) can pass.
+// Bearer JWT authentication of /charges with jose (Web APIs only: Bun, Deno, workerd). Each key source
+// pins its algorithms, picked by the header's alg: neither `alg: none` nor algorithm confusion passes.
 import { createRemoteJWKSet, customFetch, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions } from "jose";
 import { ConfigError, type AuthConfig, type TenantIds } from "../platform/config.ts";
 import { createTokenCache } from "./token-cache.ts";
@@ -9,70 +7,55 @@ import { createTokenCache } from "./token-cache.ts";
 /** The tenant of every request when AUTH_MODE=none, and of the rows written before tenants existed. */
 export const IMPLICIT_TENANT = "default";
 
-// exp and nbf are compared with this much slack: clocks of an identity provider and of the
-// API drift by a few seconds, and a token refused for 2 s of skew is a retry for nothing.
+// Slack on exp and nbf: an identity provider's clock and the API's drift by a few seconds.
 export const CLOCK_TOLERANCE_S = 30;
 // A tenant is stored with every key and charge; a claim longer than this is not an id.
 export const MAX_TENANT_CHARS = 255;
-// AUTH_TENANT_IDS=ascii (the default): printable ASCII, no space at either end. Two ids that
-// print alike are then one id: no look-alike letters of another script, no full-width forms,
-// no trailing space, nothing invisible.
+// AUTH_TENANT_IDS=ascii: printable ASCII, no space at either end, so two ids that print alike are one.
 const ASCII_TENANT_ID = /^[!-~](?:[ -~]*[!-~])?$/;
-// AUTH_TENANT_IDS=unicode, for issuers whose ids are in other scripts: letters, marks, digits,
-// punctuation, symbols and the ASCII space, no space at either end, and in NFKC form (a
-// full-width or compatibility spelling of another id is refused). Out: control characters
-// (Postgres refuses NUL in text, a log line or a topic would carry them on), format characters
-// (U+200B, U+200D, bidi overrides: two ids that print alike, or one that reorders the line it
-// is printed in), line and paragraph separators, other spaces (U+00A0, U+3000 look like the
-// plain one), private-use and unassigned code points, and lone surrogates (no UTF-8 form
-// exists to store them). Tested on code points (the `u` flag), so a surrogate pair is one.
-// Letters of different scripts that look alike stay distinct ids: the cost of the setting.
+// AUTH_TENANT_IDS=unicode, in NFKC: no controls (Postgres refuses NUL), format characters (bidi
+// overrides reorder a printed line), other spaces, private-use code points or lone surrogates.
 const UNICODE_TENANT_ID = /^[\p{L}\p{M}\p{N}\p{P}\p{S}](?:[\p{L}\p{M}\p{N}\p{P}\p{S} ]*[\p{L}\p{M}\p{N}\p{P}\p{S}])?$/u;
-// A time claim (exp, nbf, iat) is seconds since the epoch: a number JSON reads as Infinity
-// (1e400), a negative one or one past the year 3000 is no time an issuer means, and an exp of
-// Infinity would never expire. An iat in the future (past the clock tolerance) is refused too.
+// Past the year 3000 (or Infinity, or negative) a time claim is no time an issuer means.
 const MAX_TIME_CLAIM_S = 32_503_680_000;
 const TIME_CLAIMS = ["exp", "nbf", "iat"] as const;
-// RFC 8725 §3.11 explicit typing: a `typ` other than these names another kind of JWT (an ID
-// token's own type, a logout token, a JWT-secured request) that must not pass as an access
-// token. Compared without case and without an "application/" prefix (RFC 7515 §4.1.9).
+// RFC 8725 §3.11: another `typ` (a logout token, a JWT-secured request) must not pass as an access
+// token. Compared without case or an "application/" prefix (RFC 7515 §4.1.9).
 const ACCEPTED_TYPES = ["jwt", "at+jwt"];
 const HMAC_ALGORITHMS = ["HS256"];
 // What identity providers sign with; EdDSA under both of its JOSE names.
 const JWKS_ALGORITHMS = ["RS256", "ES256", "EdDSA", "Ed25519"];
-// After a token with an unknown kid has triggered a refresh, the next refresh waits this long,
-// so a flood of tokens with made-up kids cannot make the API hammer the identity provider.
-export const JWKS_COOLDOWN_MS = 30_000;
+// Between refreshes an unknown kid triggers: made-up kids cannot make the API hammer the provider.
+const JWKS_COOLDOWN_MS = 30_000;
 // The stamp of verdicts made with AUTH_JWT_SECRET (key set stamps count fetches from 0).
 const SECRET_STAMP = -1;
 
-/** Bounded: these are the label values of auth_failures_total. */
-export const AUTH_FAILURE_REASONS = [
-  "missing",
-  "malformed",
-  "algorithm",
-  "unknown_key",
-  "signature",
-  "expired",
-  "not_yet_valid",
-  "issuer",
-  "audience",
-  "claims",
-  "tenant",
-  "type",
-  "keys_unavailable",
-] as const;
-export type AuthFailureReason = (typeof AUTH_FAILURE_REASONS)[number];
+/** What a refusal's problem detail says (never the token); its keys are auth_failures_total's reasons. */
+export const AUTH_FAILURE_DETAILS = {
+  missing: "an Authorization: Bearer token is required",
+  malformed: "the bearer token is not a JWT",
+  algorithm: "the token's algorithm is not accepted",
+  unknown_key: "the token's key is not known",
+  signature: "the token's signature does not verify",
+  expired: "the token has expired",
+  not_yet_valid: "the token is not valid yet",
+  issuer: "the token's issuer is not accepted",
+  audience: "the token's audience is not accepted",
+  claims: "the token lacks a required claim",
+  tenant: "the token's tenant claim is not an accepted tenant id",
+  type: "the token's typ is not JWT or at+jwt",
+  keys_unavailable: "the keys to verify the token could not be fetched; retry later",
+} as const;
+export type AuthFailureReason = keyof typeof AUTH_FAILURE_DETAILS;
+export const AUTH_FAILURE_REASONS = Object.keys(AUTH_FAILURE_DETAILS) as AuthFailureReason[];
 
 export type AuthResult =
   | { readonly kind: "authenticated"; readonly tenant: string }
   | { readonly kind: "refused"; readonly reason: Exclude<AuthFailureReason, "keys_unavailable">; readonly tokenSent: boolean }
-  /** The JWKS could not be fetched: not the client's fault, a 503. */
   | { readonly kind: "unavailable"; readonly reason: "keys_unavailable" };
 
 export interface Authenticator {
   readonly mode: AuthConfig["mode"];
-  /** `authorization` is the request's Authorization header, as sent. */
   authenticate(authorization: string | null): Promise<AuthResult>;
 }
 
@@ -94,105 +77,88 @@ export function createAuthenticator(config: AuthConfig, options: AuthOptions = {
       "AUTH_MODE is jwt (the default) but neither AUTH_JWT_SECRET nor AUTH_JWKS_URL is set: set one of them, or AUTH_MODE=none to serve without authentication",
     );
   }
-  return new JwtAuthenticator(config, options);
+  return jwtAuthenticator(config, options);
 }
 
-/** A verified token's claims, and the stamp of the key source that verified it. */
-interface Verified {
-  readonly payload: JWTPayload;
-  readonly stamp: number;
-}
+type Verified = { readonly payload: JWTPayload; readonly stamp: number };
 
-class JwtAuthenticator implements Authenticator {
-  readonly mode = "jwt";
-  private readonly secret: Promise<CryptoKey> | undefined;
-  private readonly jwks: ReturnType<typeof createRemoteJWKSet> | undefined;
+/** The configured key sources: `verify` by the one that accepts `alg`, `isCurrent` for a cached verdict. */
+function keySources(config: AuthConfig, options: AuthOptions) {
+  const secret = config.jwtSecret ? importHmacKey(config.jwtSecret) : undefined;
   // Counts the key set's fetches: a verdict made with one set is not reused once another was fetched.
-  private keySet = 0;
-  private readonly claims: JWTVerifyOptions;
-  private readonly verified = createTokenCache(CLOCK_TOLERANCE_S);
-
-  constructor(
-    private readonly config: AuthConfig,
-    options: AuthOptions,
-  ) {
-    this.secret = config.jwtSecret ? importHmacKey(config.jwtSecret) : undefined;
-    this.jwks = config.jwksUrl
-      ? createRemoteJWKSet(new URL(config.jwksUrl), {
-          cooldownDuration: options.jwksCooldownMs ?? JWKS_COOLDOWN_MS,
-          [customFetch]: (url: string, init: RequestInit) => (this.keySet++, fetch(url, init)),
-        })
-      : undefined;
-    this.claims = { issuer: config.issuer, audience: config.audience, clockTolerance: CLOCK_TOLERANCE_S, requiredClaims: ["exp"] };
-  }
-
-  // The secret never changes; a key set verdict holds while its set is the fresh one jose uses.
-  private readonly isCurrent = (stamp: number): boolean => stamp === SECRET_STAMP || (this.jwks !== undefined && this.jwks.fresh && stamp === this.keySet);
-
-  async authenticate(authorization: string | null): Promise<AuthResult> {
-    const token = bearerToken(authorization);
-    if (token === undefined) return { kind: "refused", reason: "missing", tokenSent: false };
-    const known = this.verified.get(token, this.isCurrent);
-    if (known !== undefined) return { kind: "authenticated", tenant: known };
-    let alg: string | undefined;
-    try {
-      const header = decodeProtectedHeader(token);
-      if (!isAcceptedType(header.typ)) return refused("type");
-      alg = header.alg;
-    } catch {
-      return refused("malformed");
-    }
-    try {
-      const verified = await this.verify(token, alg);
-      return verified ? this.admit(token, verified) : refused("algorithm");
-    } catch (error) {
-      return failureOf(error, alg !== undefined && HMAC_ALGORITHMS.includes(alg));
-    }
-  }
-
-  /** Verified by the one key source that accepts `alg`; undefined when none does. */
-  private async verify(token: string, alg: string | undefined): Promise<Verified | undefined> {
-    if (alg !== undefined && this.secret && HMAC_ALGORITHMS.includes(alg)) {
-      const { payload } = await jwtVerify(token, await this.secret, { ...this.claims, algorithms: HMAC_ALGORITHMS });
+  let keySet = 0;
+  const jwks = config.jwksUrl
+    ? createRemoteJWKSet(new URL(config.jwksUrl), {
+        cooldownDuration: options.jwksCooldownMs ?? JWKS_COOLDOWN_MS,
+        [customFetch]: (url: string, init: RequestInit) => (keySet++, fetch(url, init)),
+      })
+    : undefined;
+  const claims: JWTVerifyOptions = { issuer: config.issuer, audience: config.audience, clockTolerance: CLOCK_TOLERANCE_S, requiredClaims: ["exp"] };
+  // A key set's verdict holds while its set is the fresh one jose uses; the secret never changes.
+  const isCurrent = (stamp: number): boolean => stamp === SECRET_STAMP || (jwks !== undefined && jwks.fresh && stamp === keySet);
+  const verify = async (token: string, alg: string | undefined): Promise<Verified | undefined> => {
+    if (alg !== undefined && secret && HMAC_ALGORITHMS.includes(alg)) {
+      const { payload } = await jwtVerify(token, await secret, { ...claims, algorithms: HMAC_ALGORITHMS });
       return { payload, stamp: SECRET_STAMP };
     }
-    if (alg !== undefined && this.jwks && JWKS_ALGORITHMS.includes(alg)) {
+    if (alg !== undefined && jwks && JWKS_ALGORITHMS.includes(alg)) {
       // Read before: a fetch during the verification makes this verdict one of the old set.
-      const stamp = this.keySet;
-      const { payload } = await jwtVerify(token, this.jwks as JWTVerifyGetKey, { ...this.claims, algorithms: JWKS_ALGORITHMS });
+      const stamp = keySet;
+      const { payload } = await jwtVerify(token, jwks as JWTVerifyGetKey, { ...claims, algorithms: JWKS_ALGORITHMS });
       return { payload, stamp };
     }
     return undefined;
-  }
-
-  /** The tenant of a verified token, remembered for its next use. */
-  private admit(token: string, { payload, stamp }: Verified): AuthResult {
-    if (!hasSaneTimes(payload)) return refused("claims");
-    const tenant = payload[this.config.tenantClaim];
-    if (tenant === undefined) return refused("claims");
-    // The implicit tenant belongs to AUTH_MODE=none and to the rows written before tenants
-    // existed: a token naming it would read and write those rows.
-    if (!isTenantId(tenant, this.config.tenantIds) || tenant === IMPLICIT_TENANT) return refused("tenant");
-    // exp is a required claim: jose refused the token above if it was missing or not a number.
-    if (payload.exp !== undefined) this.verified.remember(token, tenant, payload.exp, stamp);
-    return { kind: "authenticated", tenant };
-  }
+  };
+  return { verify, isCurrent };
 }
 
-/**
- * Whether a claim can name a tenant: a string of 1 to MAX_TENANT_CHARS UTF-16 units of the
- * character set AUTH_TENANT_IDS names (docs/api.md, "Tenants").
- */
+function jwtAuthenticator(config: AuthConfig, options: AuthOptions): Authenticator {
+  const { verify, isCurrent } = keySources(config, options);
+  const cache = createTokenCache(CLOCK_TOLERANCE_S);
+  const admit = (token: string, { payload, stamp }: Verified): AuthResult => {
+    if (!hasSaneTimes(payload)) return refused("claims");
+    const tenant = payload[config.tenantClaim];
+    if (tenant === undefined) return refused("claims");
+    // The implicit tenant's rows are AUTH_MODE=none's and those from before tenants: no token's.
+    if (!isTenantId(tenant, config.tenantIds) || tenant === IMPLICIT_TENANT) return refused("tenant");
+    // Always set: exp is a required claim jose checked.
+    if (payload.exp !== undefined) cache.remember(token, tenant, payload.exp, stamp);
+    return { kind: "authenticated", tenant };
+  };
+
+  return {
+    mode: "jwt",
+    async authenticate(authorization) {
+      const token = bearerToken(authorization);
+      if (token === undefined) return { kind: "refused", reason: "missing", tokenSent: false };
+      const known = cache.get(token, isCurrent);
+      if (known !== undefined) return { kind: "authenticated", tenant: known };
+      let alg: string | undefined;
+      try {
+        const header = decodeProtectedHeader(token);
+        if (!isAcceptedType(header.typ)) return refused("type");
+        alg = header.alg;
+      } catch {
+        return refused("malformed");
+      }
+      try {
+        const verified = await verify(token, alg);
+        return verified ? admit(token, verified) : refused("algorithm");
+      } catch (error) {
+        return failureOf(error, alg !== undefined && HMAC_ALGORITHMS.includes(alg));
+      }
+    },
+  };
+}
+
+/** A string of 1 to MAX_TENANT_CHARS UTF-16 units of AUTH_TENANT_IDS' set (docs/api.md, "Tenants"). */
 export function isTenantId(value: unknown, ids: TenantIds = "ascii"): value is string {
   if (typeof value !== "string" || value.length === 0 || value.length > MAX_TENANT_CHARS) return false;
   if (ids === "ascii") return ASCII_TENANT_ID.test(value);
   return UNICODE_TENANT_ID.test(value) && value.normalize("NFKC") === value;
 }
 
-/**
- * Whether each of exp, nbf and iat, where present, is a time an issuer can mean, and iat is not
- * in the future (jose checks exp and nbf against the clock, iat only with a maximum age).
- */
+/** exp, nbf and iat are times an issuer can mean, iat not in the future (jose checks it only with a max age). */
 function hasSaneTimes(payload: JWTPayload, nowS = Date.now() / 1000): boolean {
   for (const claim of TIME_CLAIMS) {
     const value: unknown = payload[claim];
@@ -201,7 +167,6 @@ function hasSaneTimes(payload: JWTPayload, nowS = Date.now() / 1000): boolean {
   return payload.iat === undefined || payload.iat <= nowS + CLOCK_TOLERANCE_S;
 }
 
-/** `typ` is optional; when present it must say the token is a JWT or an access token. */
 function isAcceptedType(typ: unknown): boolean {
   if (typ === undefined) return true;
   return typeof typ === "string" && ACCEPTED_TYPES.includes(typ.toLowerCase().replace(/^application\//, ""));
@@ -214,10 +179,7 @@ function refused(reason: Exclude<AuthFailureReason, "keys_unavailable" | "missin
 // RFC 6750 §2.1 and RFC 9110 §11.1: the scheme is case-insensitive and followed by one or more spaces.
 const BEARER_RE = /^bearer(?: +|$)/i;
 
-/**
- * The token of a Bearer Authorization header: "" when it is empty or more than one word
- * (refused as malformed); undefined when no Bearer credentials were sent (another scheme, or none).
- */
+/** A Bearer header's token: "" (malformed) when empty or more than one word; undefined when none was sent. */
 function bearerToken(authorization: string | null): string | undefined {
   const value = authorization?.trim();
   if (!value || !BEARER_RE.test(value)) return undefined;
@@ -230,15 +192,12 @@ function importHmacKey(secret: string): Promise<CryptoKey> {
   return crypto.subtle.importKey("raw", bytes, { name: "HMAC", hash: "SHA-256" }, false, ["verify"]);
 }
 
+const CLAIM_FAILURES: Readonly<Record<string, "not_yet_valid" | "issuer" | "audience">> = { nbf: "not_yet_valid", iss: "issuer", aud: "audience" };
+
 /** jose's verdict as a reason; a key set that cannot be fetched or read is the identity provider's fault. */
 function failureOf(error: unknown, hmac: boolean): AuthResult {
   if (error instanceof errors.JWTExpired) return refused("expired");
-  if (error instanceof errors.JWTClaimValidationFailed) {
-    if (error.claim === "nbf") return refused("not_yet_valid");
-    if (error.claim === "iss") return refused("issuer");
-    if (error.claim === "aud") return refused("audience");
-    return refused("claims");
-  }
+  if (error instanceof errors.JWTClaimValidationFailed) return refused(CLAIM_FAILURES[error.claim] ?? "claims");
   if (error instanceof errors.JWSSignatureVerificationFailed) return refused("signature");
   if (error instanceof errors.JOSEAlgNotAllowed || error instanceof errors.JOSENotSupported) return refused("algorithm");
   if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWKSMultipleMatchingKeys) return refused("unknown_key");
@@ -247,25 +206,4 @@ function failureOf(error: unknown, hmac: boolean): AuthResult {
   if (hmac) throw error;
   // JWKSTimeout, JWKSInvalid, a non-200 answer, a refused connection.
   return { kind: "unavailable", reason: "keys_unavailable" };
-}
-
-const DETAILS: Record<AuthFailureReason, string> = {
-  missing: "an Authorization: Bearer token is required",
-  malformed: "the bearer token is not a JWT",
-  algorithm: "the token's algorithm is not accepted",
-  unknown_key: "the token's key is not known",
-  signature: "the token's signature does not verify",
-  expired: "the token has expired",
-  not_yet_valid: "the token is not valid yet",
-  issuer: "the token's issuer is not accepted",
-  audience: "the token's audience is not accepted",
-  claims: "the token lacks a required claim",
-  tenant: "the token's tenant claim is not an accepted tenant id",
-  type: "the token's typ is not JWT or at+jwt",
-  keys_unavailable: "the keys to verify the token could not be fetched; retry later",
-};
-
-/** What the problem's detail says about a failure (never the token). */
-export function authFailureDetail(reason: AuthFailureReason): string {
-  return DETAILS[reason];
 }

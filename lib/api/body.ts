@@ -1,28 +1,21 @@
-// Reading the POST body: media type first (415), then size (413), then strict JSON (400); a body
-// that has not arrived by its deadline is a 408 (body-deadline.ts).
-// Everything here runs before the database is touched, so nothing is written on failure.
+// Reading the POST body: media type (415), size (413), strict JSON (400), deadline (408), all
+// before the database is touched, so a refusal writes nothing.
 import { ProblemError } from "./problem.ts";
-import { arriving } from "./body-deadline.ts";
 import { boundedField, MAX_FAULTS, parseStrictJson, type JsonFault } from "./strict-json.ts";
 
-// Far above any valid body; small enough that nobody can make the server buffer megabytes per request.
+// Far above any valid body; nobody can make the server buffer megabytes per request.
 export const MAX_BODY_BYTES = 16 * 1024;
 // One decoder for every body: decode() without `stream` keeps no state between calls.
 const UTF8 = new TextDecoder("utf-8", { fatal: false });
 
 export function isJsonMediaType(contentType: string | null): boolean {
   if (!contentType) return false;
-  // What nearly every client sends, answered without splitting and lowercasing a copy.
   if (contentType === "application/json") return true;
   const essence = contentType.split(";")[0]!.trim().toLowerCase();
   return essence === "application/json" || /^application\/[a-z0-9.+-]+\+json$/.test(essence);
 }
 
-/**
- * The body as strict JSON, or throws its problem. `empty`: the value of a body of no bytes, for
- * an operation whose body has no required field (`curl -X POST` sends none, and no Content-Type):
- * absent, an empty body is judged as any other (415 without a JSON Content-Type, else not JSON).
- */
+/** Strict JSON, or throws its problem; `empty`: the value of no body (`curl -X POST` sends none). */
 export async function readJsonBody(request: Request, empty?: unknown): Promise<unknown> {
   const contentType = request.headers.get("content-type");
   const length = request.headers.get("content-length");
@@ -32,9 +25,7 @@ export async function readJsonBody(request: Request, empty?: unknown): Promise<u
   }
   const declared = length === null ? Number.NaN : Number(length);
   if (declared > MAX_BODY_BYTES) throw tooLarge();
-  // A declared length within the limit lets the runtime read the body in one native call; only
-  // a body of unknown length (chunked) is streamed and counted. Inline, not an async helper, to
-  // spare a promise per request.
+  // A declared length is read in one native call; only a chunked body is streamed and counted.
   let text: string;
   if (Number.isFinite(declared)) {
     const bytes = await arriving(request, bodyBytes(request));
@@ -49,19 +40,12 @@ export async function readJsonBody(request: Request, empty?: unknown): Promise<u
   throw invalidBody(parsed.faults, parsed.more ?? 0);
 }
 
-// A fault's message is ours or TypeBox's fixed words; cut all the same, so no answer grows with input.
+// Fault messages are fixed words, cut all the same.
 const MAX_MESSAGE_CHARS = 160;
-// Faults past the named ones are counted up to this many: TypeBox's error walk is lazy, so a
-// body of thousands of unknown members stops early instead of holding the event loop
-// (bench/README.md, hostile bodies, measures it).
+// Faults past the named counted up to this: TypeBox's walk is lazy, so thousands of them stop early.
 const MAX_COUNTED_FAULTS = 100;
 
-/**
- * The 400 of a body that is not strict JSON or fails its schema: at most MAX_FAULTS fields
- * named (each cut to a bounded length), then how many more. The body's values are never
- * quoted, so the answer stays a few KiB whatever was sent. `cut`: the count of the rest stopped
- * at MAX_COUNTED_FAULTS, so it is said as "at least".
- */
+/** The 400 of a body: MAX_FAULTS fields named, then how many more ("at least" when `cut`); no values. */
 export function invalidBody(faults: readonly JsonFault[], more: number, cut = false): ProblemError {
   const errors = faults.slice(0, MAX_FAULTS).map((f) => ({ field: boundedField(f.field), message: f.message.slice(0, MAX_MESSAGE_CHARS) }));
   const extra = more + Math.max(0, faults.length - MAX_FAULTS);
@@ -70,7 +54,6 @@ export function invalidBody(faults: readonly JsonFault[], more: number, cut = fa
   return new ProblemError("invalidBody", detail || "the body does not match the schema", { errors });
 }
 
-/** Schema faults as TypeBox iterates them, named then counted, lazily. */
 export function schemaFaults(errors: Iterable<{ readonly path: string; readonly message: string }>): { faults: JsonFault[]; more: number; cut: boolean } {
   const faults: JsonFault[] = [];
   let more = 0;
@@ -81,13 +64,35 @@ export function schemaFaults(errors: Iterable<{ readonly path: string; readonly 
   return { faults, more, cut: false };
 }
 
+const deadlines = new WeakMap<Request, number>();
+
+/** The body must have arrived by `at` (performance.now() time): a 408 frees its place in flight. */
+export function setBodyDeadline(request: Request, at: number): void {
+  deadlines.set(request, at);
+}
+
+function arriving<T>(request: Request, reading: Promise<T>): Promise<T> {
+  const at = deadlines.get(request);
+  if (at === undefined) return reading;
+  // One promise and one timer a read; what the read does after a timeout is no one's to hear.
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new ProblemError("bodyTimeout", "the request body did not arrive in time (API_BODY_TIMEOUT_MS)")),
+      Math.max(0, at - performance.now()),
+    );
+    reading.then(
+      (value) => (clearTimeout(timer), resolve(value)),
+      (error: unknown) => (clearTimeout(timer), reject(error)),
+    );
+  });
+}
+
 function tooLarge(): ProblemError {
   return new ProblemError("bodyTooLarge", `the body must be at most ${MAX_BODY_BYTES} bytes`);
 }
 
 function bodyBytes(request: Request): Promise<Uint8Array> {
-  // bytes() (Bun, Deno, recent workerd) hands over the body without the copy arrayBuffer()
-  // makes in Bun.
+  // bytes() (Bun, Deno, recent workerd) spares the copy arrayBuffer() makes in Bun.
   const withBytes = request as Request & { bytes?: () => Promise<Uint8Array> };
   return typeof withBytes.bytes === "function" ? withBytes.bytes() : request.arrayBuffer().then((buffer) => new Uint8Array(buffer));
 }

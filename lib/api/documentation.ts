@@ -1,23 +1,18 @@
-// /openapi.json and the reference at /docs (@elysiajs/openapi), made from the routes' own
-// schemas. The plugin inlines every schema where used; the document served names each shared one
-// once under components and refers to it by $ref, with what a linter asks beside: a server,
-// tags, and a 431 on every operation (the runtime's own answer to oversized headers).
-import { Elysia } from "elysia";
+// /openapi.json and /docs (@elysiajs/openapi) from the routes' schemas; the plugin inlines every schema,
+// the document served $refs each shared one, with what a linter asks: a server, tags, a 431 everywhere.
 import { openapi } from "@elysiajs/openapi";
 import type { TSchema } from "@sinclair/typebox";
 import { isFixedError } from "./http/checks.ts";
 import { PROBLEM_BASE } from "./problem.ts";
 import { components } from "./routes.ts";
 
-/** The interactive reference's assets, served by this process (no CDN). */
+/** The interactive reference's assets (no CDN): the page names `script` and `stylesheet` of `files`. */
 export interface DocsAssets {
-  /** Path → the answer to a GET of the asset; the page names `script` and `stylesheet` among them. */
   readonly files: Readonly<Record<string, (request: Request) => Promise<Response>>>;
   readonly script: string;
   readonly stylesheet: string;
 }
 
-/** Where @elysiajs/openapi serves the document. */
 export const DOCUMENT_PATH = "/openapi.json";
 export const PAGE_PATH = "/docs";
 
@@ -43,7 +38,6 @@ const TAGS = [
   { name: "Idempotency", description: "The state of an Idempotency-Key" },
   { name: "Operator", description: "Liveness, readiness and metrics, without a token" },
 ];
-// Every operation may meet it: the runtime answers it before the API sees the request.
 const HEADERS_TOO_LARGE = { description: "Request headers over the runtime's limit (Bun's: 16 KiB), answered by the runtime without a body" };
 
 export function documentation(docs: DocsAssets | undefined) {
@@ -57,21 +51,12 @@ export function documentation(docs: DocsAssets | undefined) {
     swagger: docs && { cdn: docs.script, theme: docs.stylesheet, autoDarkMode: false, displayOperationId: true, validatorUrl: "none" },
     documentation: { info: DOCUMENT_INFO, servers: SERVERS, tags: TAGS, components: { schemas: named as Record<string, never>, securitySchemes: { bearer: BEARER_SCHEME } } },
   });
-  // The plugin's own route serves the document it builds (and caches) on first request; the
-  // document served is that one, referenced, built once per document the plugin builds.
+  // The plugin's route builds the document: served referenced (asked once: app.ts documentRoutes).
   const route = plugin.routes.find((r) => r.path === DOCUMENT_PATH && r.method === "GET");
   if (route === undefined) throw new Error("bug: @elysiajs/openapi serves no document route");
   const build = route.handler as (ctx: unknown) => object;
-  const made = new WeakMap<object, object>();
-  route.handler = (ctx: unknown) => {
-    const raw = build(ctx);
-    let document = made.get(raw);
-    if (document === undefined) made.set(raw, (document = referenced(raw as Document, named)));
-    return document;
-  };
-  const withAssets = new Elysia({ name: "documentation" }).use(plugin);
-  for (const [path, serveFile] of Object.entries(docs?.files ?? {})) withAssets.get(path, ({ request }) => serveFile(request), { detail: { hide: true } });
-  return withAssets;
+  route.handler = (ctx: unknown) => referenced(build(ctx) as Document, named);
+  return plugin;
 }
 
 interface Document {
@@ -79,15 +64,9 @@ interface Document {
   readonly components: { readonly schemas: Record<string, unknown>; readonly securitySchemes?: Record<string, unknown> };
 }
 
-/**
- * `document` with every schema equal to a named component replaced by a $ref to it, and the
- * 431 on every operation. Equal: the same JSON once the keys that only one side carries are
- * left out (a description, which the answer or body states beside it; the fixed error
- * messages of the validated copies) and the enums written as the plugin writes them.
- */
+/** `document` with each schema equal to a named component (shapeOf) a $ref to it, and 431 everywhere. */
 function referenced(document: Document, named: Readonly<Record<string, TSchema>>): Document {
-  const byShape = new Map<string, string>();
-  for (const [name, schema] of Object.entries(named)) byShape.set(shapeOf(schema), name);
+  const byShape = new Map(Object.entries(named).map(([name, schema]) => [shapeOf(schema), name]));
   const refer = (node: unknown, root: boolean): unknown => {
     if (Array.isArray(node)) return node.map((item) => refer(item, false));
     if (node === null || typeof node !== "object") return node;
@@ -103,13 +82,13 @@ function referenced(document: Document, named: Readonly<Record<string, TSchema>>
   return { ...document, paths, components: { ...document.components, schemas: usedBy(paths, schemas), securitySchemes: schemesOf(paths, document.components.securitySchemes) } };
 }
 
-/** The security schemes some operation requires: none of the bearer's on the operator's port. */
+/** The security schemes some operation requires: none on the operator's port. */
 function schemesOf(paths: Document["paths"], schemes: Readonly<Record<string, unknown>> | undefined): Record<string, unknown> {
   const named = new Set(Object.values(paths).flatMap((operations) => Object.values(operations).flatMap((op) => (op.security ?? []).flatMap((requirement) => Object.keys(requirement)))));
   return Object.fromEntries(Object.entries(schemes ?? {}).filter(([name]) => named.has(name)));
 }
 
-/** The components `paths` refer to, directly or through another: the operator's port serves no /charges route. */
+/** The components `paths` refer to, directly or through another. */
 function usedBy(paths: unknown, schemas: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const used = new Set<string>();
   const pending = [paths];
@@ -123,14 +102,14 @@ function usedBy(paths: unknown, schemas: Readonly<Record<string, unknown>>): Rec
   return Object.fromEntries(Object.entries(schemas).filter(([name]) => used.has(name)));
 }
 
-/** The JSON a schema is compared by (referenced); an object's absent additionalProperties is true, as JSON Schema reads it. */
+/** The JSON a schema is compared by: no description or fixed error, absent additionalProperties true. */
 function shapeOf(schema: unknown): string {
   const { description: _description, ...rest } = enumsOf(schema) as Record<string, unknown>;
   if (rest.type === "object") rest.additionalProperties ??= true;
   return JSON.stringify(rest, (key, value: unknown) => (isFixedError(key, value) ? undefined : enumsOf(value)));
 }
 
-/** A union of constants as the plugin writes it where a route uses it: a string enum, nothing else of the union kept. */
+/** A union of constants as the plugin writes it in a route: a string enum. */
 function enumsOf(node: unknown): unknown {
   if (node === null || typeof node !== "object" || !("anyOf" in node)) return node;
   const members = (node as { anyOf: unknown }).anyOf;

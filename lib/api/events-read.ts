@@ -1,7 +1,5 @@
-// GET /charges/:id/events: a charge's events read back from the outbox while it keeps them, each
-// built by buildEnvelope as the relay builds it, so the same bytes a subscriber received. Only
-// published rows are answered: the relay publishes an aggregate's events in order, so a
-// subscriber holding event n finds every one before it here, and nothing comes here first.
+// GET /charges/:id/events: a charge's published events from the outbox, as the relay built them; it
+// publishes in order, so a subscriber holding event n finds every one before it here.
 import { Type as t, type Static } from "@sinclair/typebox";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import type { Sql } from "../platform/db.ts";
@@ -10,10 +8,9 @@ import type { RequestContext } from "./http/context.ts";
 import { problemResponse } from "./problem.ts";
 import { checkOf } from "./schemas.ts";
 
-// Events per answer: a charge has one event per refund besides its first, so almost every one
-// fits; a longer one is paged (Link rel="next" with ?after=), each page one bounded statement.
+// Events per page (nearly every charge fits one), each page one bounded statement.
 export const EVENTS_PAGE_SIZE = 500;
-// The largest sequence there can be (a Postgres integer column).
+// A Postgres integer column's largest.
 const MAX_SEQUENCE = 2_147_483_647;
 
 export const ChargeEvents = t.Object(
@@ -25,7 +22,6 @@ export const ChargeEvents = t.Object(
   { description: "The charge's events, as the broker carried them" },
 );
 
-/** The query GET /charges/:id/events reads: Elysia checks its pattern, the handler its range. */
 export const ChargeEventsQuery = t.Object({
   after: t.Optional(
     t.String({
@@ -35,20 +31,9 @@ export const ChargeEventsQuery = t.Object({
   ),
 });
 
-interface EventRow {
-  readonly id: string | null;
-  readonly eventType: string;
-  readonly tenant: string;
-  readonly sequence: number;
-  readonly payload: string;
-  readonly createdAt: string;
-}
+type EventRow = { id: string | null; eventType: string; tenant: string; sequence: number; payload: string; createdAt: string };
 
-/**
- * The charge's published events after `after`, up to `limit`; undefined when the tenant has no
- * such charge (another tenant's alike). One statement: the charge, then its rows by the outbox's
- * hash index on aggregate_id.
- */
+/** The charge's published events after `after`, up to `limit`; undefined for another tenant's or no charge. */
 export async function chargeEvents(sql: Sql, tenant: string, id: string, after: number, limit: number, endsAt: number): Promise<EventRow[] | undefined> {
   const rows = await boundedStatement(sql, endsAt, (q) => q<EventRow[]>`
     select o.id, o.event_type as "eventType", o.tenant, o.sequence, o.payload,
@@ -83,7 +68,7 @@ function envelopesOf(rows: readonly EventRow[], chargeId: string): string[] {
   return values.map(buildEnvelope);
 }
 
-/** Absent is 0. */
+/** Absent is 0; Elysia checked the pattern, this the range. */
 function afterOf(request: Request): number | Response {
   const raw = new URL(request.url).searchParams.get("after");
   if (raw === null) return 0;
@@ -91,12 +76,10 @@ function afterOf(request: Request): number | Response {
   return Number.isInteger(value) && value <= MAX_SEQUENCE ? value : invalidAfter();
 }
 
-/** The handler's 400 for `after`, and Elysia's for the query's pattern (http/checks.ts). */
 export function invalidAfter(): Response {
   return problemResponse("invalidQuery", `after must be a sequence, an integer from 0 to ${MAX_SEQUENCE}`, { errors: [{ field: "after", message: "not an integer from 0 to 2147483647" }] });
 }
 
-/** Its id already checked: 400 for a bad `after`, 404 for an unknown charge, else the page. */
 export async function chargeEventsHandler(ctx: Pick<RequestContext, "request" | "params" | "tenant" | "deps">): Promise<Response> {
   const after = afterOf(ctx.request);
   if (after instanceof Response) return after;

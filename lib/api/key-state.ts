@@ -1,6 +1,5 @@
-// GET /charges/idempotency-key: the state of the key in the request's Idempotency-Key header, for
-// each operation (lib/idempotency/key-state.ts). The key travels in the header the POST sent it
-// in, through the same parser (docs/api.md, "A key's state", says why not the path).
+// GET /charges/idempotency-key: the state for each operation of the key in the Idempotency-Key header
+// (docs/api.md, "A key's state", says why not the path).
 import { Type as t, type Static } from "@sinclair/typebox";
 import { parseIdempotencyKey } from "../idempotency/keys.ts";
 import { KEY_STATES, keyStateView, readKeyRows } from "../idempotency/key-state.ts";
@@ -12,7 +11,7 @@ import type { RequestContext } from "./http/context.ts";
 
 const instant = (description: string) => t.String({ format: "date-time", description });
 
-export const KeyOperationState = t.Object(
+const KeyOperationState = t.Object(
   {
     operation: t.String({ description: "The operation's operationId (createCharge, createRefund, …)" }),
     endpoint: t.String({ description: 'The key\'s scope: the method and route template ("POST /charges")' }),
@@ -37,7 +36,7 @@ export const KeyStateView = t.Object(
 );
 export type KeyStateView = Static<typeof KeyStateView>;
 
-/** The route's path: under /charges, so the same bearer token and tenant scope it as every operation. */
+// Under /charges: the same bearer token and tenant scope it as every operation.
 export const KEY_STATE_PATH = "/charges/idempotency-key";
 
 export async function keyStateHandler(ctx: Pick<RequestContext, "request" | "tenant" | "deps" | "fields">): Promise<Response> {

@@ -6,33 +6,13 @@ import { AUTH_FAILURE_REASONS, type AuthFailureReason } from "./auth.ts";
 import type { StatementStats } from "../idempotency/group-commit.ts";
 import { observePool, type PoolView } from "../platform/runtime-metrics.ts";
 
-export interface ApiMetrics {
-  /** Reports the group commit's totals (lib/idempotency/group-commit.ts) at each collection. */
-  observeStatements(stats: StatementStats): void;
-  /** Reports the pool's size and its gate's slots in use at each collection (db_client_connections_*). */
-  observePool(pool: PoolView): void;
-  countOutcome(endpoint: string, outcome: OutcomeKind): void;
-  /** A /charges request refused before the idempotency core saw it: no idempotency outcome. */
-  countAuthFailure(reason: AuthFailureReason): void;
-  /** Reports the /charges requests holding a place in flight (API_MAX_IN_FLIGHT) at each collection. */
-  observeInFlight(read: () => number): void;
-}
+export type ApiMetrics = ReturnType<typeof createApiMetrics>;
 
-/** One label set's running total, with the attributes object it is reported under. */
-interface Tally {
-  readonly attributes: Attributes;
-  count: number;
-}
+type Tally = { readonly attributes: Attributes; count: number };
 
-/**
- * Every series whose labels are known up front starts at zero (each of `endpoints` by each
- * outcome, each auth failure reason), as Prometheus's instrumentation guide advises: a
- * dashboard shows 0 rather than "no data", and a rate() alert works before the first event.
- */
-export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), endpoints: readonly string[] = []): ApiMetrics {
-  // Counted here and reported when metrics are collected: a synchronous counter's add()
-  // hashes its attribute set on every call (sorting and joining the labels), once per POST;
-  // an observable counter reports the same monotonic sums at each scrape or push.
+/** Series whose labels are known up front start at 0: dashboards show 0, rate() alerts work at once. */
+export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), endpoints: readonly string[] = []) {
+  // Counted here, reported at collection: a synchronous counter's add() would hash its labels on every POST.
   const requests = meter.createObservableCounter("idempotency_requests_total", {
     description: "POST requests with an Idempotency-Key, by endpoint and outcome",
   });
@@ -48,8 +28,7 @@ export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), end
     tallies.set(endpoint, new Map(OUTCOME_KINDS.map((outcome) => [outcome, { attributes: { endpoint, outcome }, count: 0 }])));
   }
   return {
-    observeStatements(stats) {
-      // Read at collection: the hot path only bumps the batcher's own integers.
+    observeStatements(stats: StatementStats): void {
       meter
         .createObservableCounter("api_charge_statements_total", { description: "Statements of the idempotent operations sent; requests_total over this is the mean batch size" })
         .addCallback((result) => result.observe(stats.statements));
@@ -60,20 +39,20 @@ export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), end
         .createObservableGauge("api_charge_requests_queued", { description: "Requests waiting for a running statement to end (API_CHARGE_STATEMENTS)" })
         .addCallback((result) => result.observe(stats.queued));
     },
-    observePool(pool) {
+    observePool(pool: PoolView): void {
       observePool(meter, pool);
     },
-    countOutcome(endpoint, outcome) {
+    countOutcome(endpoint: string, outcome: OutcomeKind): void {
       let byOutcome = tallies.get(endpoint);
       if (byOutcome === undefined) tallies.set(endpoint, (byOutcome = new Map()));
       const tally = byOutcome.get(outcome);
       if (tally !== undefined) tally.count++;
       else byOutcome.set(outcome, { attributes: { endpoint, outcome }, count: 1 });
     },
-    countAuthFailure(reason) {
+    countAuthFailure(reason: AuthFailureReason): void {
       authFailures.add(1, { reason });
     },
-    observeInFlight(read) {
+    observeInFlight(read: () => number): void {
       meter
         .createObservableGauge("api_requests_in_flight", { description: "/charges requests holding a place in flight now (API_MAX_IN_FLIGHT): from the token's check to the answer's leaving" })
         .addCallback((result) => result.observe(read()));
@@ -81,19 +60,9 @@ export function createApiMetrics(meter: Meter = metrics.getMeter("charges"), end
   };
 }
 
-interface Rendered {
-  readonly at: number;
-  readonly status: number;
-  readonly headers: [string, string][];
-  readonly body: string;
-}
+type Rendered = { readonly at: number; readonly status: number; readonly headers: [string, string][]; readonly body: string };
 
-/**
- * GET /metrics rendered at most once per `maxAgeMs` (API_METRICS_MAX_AGE_MS): every scrape in
- * between gets the last text, and scrapes that come during a render share it. A render walks
- * every series; a flood of scrapes would otherwise render once each and take the event loop
- * from the requests being served.
- */
+/** GET /metrics rendered at most once per `maxAgeMs`: a flood of scrapes would take the event loop. */
 export function cachedExposition(render: () => Promise<Response>, maxAgeMs: number, now: () => number = performance.now.bind(performance)): () => Promise<Response> {
   let last: Rendered | undefined;
   let rendering: Promise<Rendered> | undefined;

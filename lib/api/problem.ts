@@ -1,11 +1,9 @@
-// RFC 9457 problem details. Every error the API answers goes through here, so each body
-// has type, title, status and detail, and never a stack trace or SQL text.
-
+// RFC 9457 problem details: every error the API answers has type, title, status and detail, and
+// never a stack trace or SQL text.
 import { OPERATION_PROBLEMS, PROBLEM_BASE, type ProblemSpec } from "../idempotency/problem-types.ts";
 
 export { PROBLEM_BASE, type ProblemSpec };
 
-// The stable problem types; each URI is documented in the README.
 export const PROBLEMS = {
   invalidKey: { slug: "invalid-idempotency-key", title: "Invalid Idempotency-Key", status: 400 },
   invalidId: { slug: "invalid-id", title: "Invalid id", status: 400 },
@@ -13,17 +11,13 @@ export const PROBLEMS = {
   invalidPrefer: { slug: "invalid-prefer", title: "Invalid Prefer wait", status: 400 },
   unauthorized: { slug: "unauthorized", title: "Unauthorized", status: 401 },
   inFlight: { slug: "request-in-flight", title: "Request in flight", status: 409 },
-  // A key whose recovery data failed its operation's schema: parked for an operator (docs/operations.md).
   keyParked: { slug: "idempotency-key-parked", title: "Idempotency-Key parked for an operator", status: 409 },
   bodyTooLarge: { slug: "body-too-large", title: "Request body too large", status: 413 },
   bodyTimeout: { slug: "body-timeout", title: "Request body not received in time", status: 408 },
   unsupportedMediaType: { slug: "unsupported-media-type", title: "Unsupported media type", status: 415 },
-  // The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS); its tombstone still names the resource.
   keyExpired: { slug: "idempotency-key-expired", title: "Idempotency-Key expired", status: 410 },
   payloadConflict: { slug: "idempotency-key-reused", title: "Idempotency-Key reused with another request", status: 422 },
-  // What any operation may refuse with; each declares its own types beside (lib/charges/index.ts).
   ...OPERATION_PROBLEMS,
-  // The processor's outcome is unknown: nothing stored, the same key resumes (docs/api.md).
   processorError: { slug: "processor-error", title: "Payment processor error, outcome unknown", status: 502 },
   processorUnavailable: { slug: "processor-unavailable", title: "Payment processor unreachable, outcome unknown", status: 503 },
   processorTimeout: { slug: "processor-timeout", title: "Payment processor did not answer in time, outcome unknown", status: 504 },
@@ -35,15 +29,7 @@ export const PROBLEMS = {
 
 export type ProblemName = keyof typeof PROBLEMS;
 
-export interface ProblemBody {
-  readonly type: string;
-  readonly title: string;
-  readonly status: number;
-  readonly detail: string;
-  readonly [extension: string]: unknown;
-}
-
-/** Thrown only from reading the body (body.ts), and answered by the request pipeline. */
+/** Thrown only from reading the body (body.ts). */
 export class ProblemError extends Error {
   constructor(
     readonly problem: ProblemName,
@@ -54,19 +40,13 @@ export class ProblemError extends Error {
   }
 }
 
-export function problemResponse(
-  name: ProblemName,
-  detail: string,
-  extensions: Record<string, unknown> = {},
-  headers: Record<string, string> = {},
-): Response {
+type Extensions = Record<string, unknown>;
+
+export function problemResponse(name: ProblemName, detail: string, extensions: Extensions = {}, headers: Record<string, string> = {}): Response {
   return specResponse(PROBLEMS[name], detail, extensions, headers);
 }
 
-export function specResponse(spec: ProblemSpec, detail: string, extensions: Record<string, unknown> = {}, headers: Record<string, string> = {}): Response {
-  const body: ProblemBody = { type: PROBLEM_BASE + spec.slug, title: spec.title, status: spec.status, detail, ...extensions };
-  return new Response(JSON.stringify(body), {
-    status: spec.status,
-    headers: { "content-type": "application/problem+json", ...headers },
-  });
+export function specResponse(spec: ProblemSpec, detail: string, extensions: Extensions = {}, headers: Record<string, string> = {}): Response {
+  const body = { type: PROBLEM_BASE + spec.slug, title: spec.title, status: spec.status, detail, ...extensions };
+  return new Response(JSON.stringify(body), { status: spec.status, headers: { "content-type": "application/problem+json", ...headers } });
 }

@@ -2,21 +2,17 @@
 // by every request meanwhile, so a load balancer polling often takes no connections from charges.
 import { probeDatabase, type Sql } from "../platform/db.ts";
 
-/** How old an answer of /readyz may be (documented in docs/api.md). */
 export const READY_MAX_AGE_MS = 1000;
 // /readyz answers "not ready" rather than hang when the database does not answer.
 const READY_TIMEOUT_MS = 2000;
 
-export interface Readiness {
-  /** Probed through `sql` unless a result of the last READY_MAX_AGE_MS is there. */
-  check(sql: Sql): Promise<boolean>;
-}
+export type Readiness = ReturnType<typeof createReadiness>;
 
-export function createReadiness(now: () => number = Date.now): Readiness {
+export function createReadiness(now: () => number = Date.now) {
   let last: { up: boolean; at: number } | undefined;
   let probing: Promise<boolean> | undefined;
   return {
-    check(sql) {
+    check(sql: Sql): Promise<boolean> {
       if (last !== undefined && now() - last.at < READY_MAX_AGE_MS) return Promise.resolve(last.up);
       probing ??= probeDatabase(sql, READY_TIMEOUT_MS)
         .then((result) => {

@@ -1,7 +1,5 @@
-// The API's routes as Elysia plugins, each with the TypeBox schemas Elysia validates (through
-// withFixedErrors, so no refusal formats what was sent) and documents; app.ts composes them. An
-// idempotent operation is one line in OPERATIONS (lib/charges/index.ts). Answers are bytes
-// checked when written (checkedJson), so the response schemas only document.
+// The API's routes as Elysia plugins, with the schemas Elysia validates (withFixedErrors) and documents;
+// answers are bytes checked when written, so response schemas only document.
 import { Elysia } from "elysia";
 import { withHeaders } from "@elysiajs/openapi";
 import { Type as t, type TObject, type TSchema } from "@sinclair/typebox";
@@ -23,27 +21,23 @@ import { KEY_STATE_PATH, KeyStateView, keyStateHandler } from "./key-state.ts";
 
 export { OPERATIONS };
 
-const bearer = [{ bearer: [] }];
 const uuid = (noun: string) => t.String({ format: "uuid", description: `The ${noun}'s id` });
 
 const problem = (description: string): TSchema => ({ ...Problem, description });
 const overloaded = problem("Database unavailable, the token's signing keys could not be fetched, or too many requests in flight (Retry-After)");
 const rateLimited = problem("The tenant is over its request rate, API_RATE_LIMIT (Retry-After)");
 const unauthorized = problem("Missing, malformed, badly signed, expired, not yet valid, or wrong issuer/audience bearer token (WWW-Authenticate: Bearer)");
+const ADMISSION = { 401: unauthorized, 429: rateLimited, 503: overloaded };
 // The headers an idempotent operation reads (their formats are their parsers: schemas.ts).
 const OPERATION_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader, prefer: t.Optional(PreferHeader) }));
 const KEY_HEADERS = withFixedErrors(t.Object({ "idempotency-key": IdempotencyKeyHeader }));
-/**
- * A response's schema, described. Elysia sets a response schema's missing additionalProperties
- * to false the first time it answers; absent means true, so the copy says so and the document
- * is the same whatever was answered before it.
- */
+// Elysia sets a response schema's missing additionalProperties to false the first time it answers:
+// the copy says true, so the document is the same whatever was answered before it.
 const described = (schema: TObject, description: string): TSchema => ({ ...schema, additionalProperties: schema.additionalProperties ?? true, description });
-// What an idempotent operation's success (201 or 200) carries besides its body.
 const CREATED_HEADERS = { location: t.String(), "idempotent-replayed": t.Optional(t.Literal("true")) };
 
-function tagOf(path: string): string {
-  return path.includes("/refunds") ? "Refunds" : "Charges";
+function bearerDetail(operationId: string, tag: string, summary: string, description: string) {
+  return { operationId, summary, description, tags: [tag], security: [{ bearer: [] }] };
 }
 
 const CHARGE_ID = withFixedErrors(t.Object({ id: uuid("charge") }));
@@ -60,24 +54,18 @@ function operationResponses(op: Operation): Record<number, TSchema> {
       CREATED_HEADERS,
     ),
     400: problem(`Missing or invalid Idempotency-Key, body not JSON or not matching the schema${op.uuidParams.length > 0 ? ", an id that is not a UUID" : ""}, or a Prefer wait that is not whole seconds (invalid-prefer)`),
-    401: unauthorized,
+    ...ADMISSION,
     408: problem("The body did not arrive in full within API_BODY_TIMEOUT_MS of the request"),
     409: problem("A request with the same key is still in flight (request-in-flight, Retry-After; also at the end of a Prefer: wait), or the key's recovery data is unreadable and parked for an operator (idempotency-key-parked)"),
     410: problem("The key's stored answer expired (IDEMPOTENCY_TTL_SECONDS) and its tombstone lives (IDEMPOTENCY_TOMBSTONE_SECONDS): nothing was done; Location and resource name the original resource"),
-    429: rateLimited,
     413: problem(`Body over ${MAX_BODY_BYTES} bytes`),
     415: problem("Content-Type is not JSON (an empty body needs none when no field is required)"),
     422: problem("The key was used with another request"),
-    503: overloaded,
     ...Object.fromEntries(Object.entries(op.refusals).map(([status, description]) => [Number(status), problem(description)])),
   };
 }
 
-/**
- * The /charges routes, behind the bearer token: each idempotent operation (one line in
- * OPERATIONS) and the GETs of what they wrote. The token's derive runs before Elysia's
- * validation; a body route's parser admits the request before it reads the body (checks.ts).
- */
+/** The /charges routes behind the bearer token: each operation of OPERATIONS, and GETs of what they wrote. */
 export function chargeRoutes(context: RequestContextPlugin) {
   const routes = new Elysia({ name: "charge-routes" }).use(authentication(context));
   for (const op of OPERATIONS) {
@@ -86,16 +74,15 @@ export function chargeRoutes(context: RequestContextPlugin) {
       params: uuidParams(op.uuidParams),
       headers: OPERATION_HEADERS,
       body: withFixedErrors(op.body),
-      // Ours (415, 413, the nesting depth, strict JSON), and the media type the document shows.
+      // Ours (strict JSON, 415, 413), and the media type the document shows.
       parse: [bodyParser(op.body), "application/json"],
       response: operationResponses(op),
-      detail: {
-        operationId: op.name,
-        summary: op.summary,
-        description: `Idempotent: the key's scope is (tenant, key, "${endpointOf(op)}"); a retry with the same key and body replays the first answer.`,
-        tags: [tagOf(op.path)],
-        security: bearer,
-      },
+      detail: bearerDetail(
+        op.name,
+        op.path.includes("/refunds") ? "Refunds" : "Charges",
+        op.summary,
+        `Idempotent: the key's scope is (tenant, key, "${endpointOf(op)}"); a retry with the same key and body replays the first answer.`,
+      ),
     });
   }
   return routes
@@ -104,29 +91,24 @@ export function chargeRoutes(context: RequestContextPlugin) {
       response: {
         200: described(KeyStateView, "The key's state for each operation; a key never used, whose tombstone has gone, or another tenant's reads unknown for all"),
         400: problem("Missing or invalid Idempotency-Key (over 255 characters, not visible ASCII, a malformed String)"),
-        401: unauthorized,
-        429: rateLimited,
-        503: overloaded,
+        ...ADMISSION,
       },
-      detail: {
-        operationId: "getIdempotencyKey",
-        summary: "A key's state, per operation: in flight, completed, parked, expired or unknown",
-        description: "The key travels in the Idempotency-Key header its POST sent it in; never cached by a shared cache (Cache-Control: private, no-store).",
-        tags: ["Idempotency"],
-        security: bearer,
-      },
+      detail: bearerDetail(
+        "getIdempotencyKey",
+        "Idempotency",
+        "A key's state, per operation: in flight, completed, parked, expired or unknown",
+        "The key travels in the Idempotency-Key header its POST sent it in; never cached by a shared cache (Cache-Control: private, no-store).",
+      ),
     })
-    .get("/charges/:id", async (ctx) => lookup(ctx, ctx.params, (sql, endsAt) => chargeView(sql, ctx.tenant, ctx.params.id, endsAt)), {
+    .get("/charges/:id", async ({ deps, params, tenant }) => lookup(deps, params, (sql, endsAt) => chargeView(sql, tenant, params.id, endsAt)), {
       params: CHARGE_ID,
       response: {
         200: described(ChargeView, "The charge, with its refunded total"),
         400: problem("Not a UUID"),
-        401: unauthorized,
+        ...ADMISSION,
         404: problem("Unknown charge, or another tenant's"),
-        429: rateLimited,
-        503: overloaded,
       },
-      detail: { operationId: "getCharge", summary: "A charge, with its refunded total", description: "Another tenant's charge is unknown alike (404).", tags: ["Charges"], security: bearer },
+      detail: bearerDetail("getCharge", "Charges", "A charge, with its refunded total", "Another tenant's charge is unknown alike (404)."),
     })
     .get("/charges/:id/events", async (ctx) => chargeEventsHandler({ request: ctx.request, params: ctx.params, tenant: ctx.tenant, deps: ctx.deps }), {
       params: CHARGE_ID,
@@ -134,33 +116,29 @@ export function chargeRoutes(context: RequestContextPlugin) {
       response: {
         200: described(ChargeEvents, "The charge's published events after `after`, in sequence order, each the envelope the broker carried (byte for byte), while the outbox keeps them (OUTBOX_RETENTION_SECONDS); Link rel=\"next\" when there are more"),
         400: problem("Not a UUID (invalid-id), or `after` not an integer from 0 to 2147483647 (invalid-query)"),
-        401: unauthorized,
+        ...ADMISSION,
         404: problem("Unknown charge, or another tenant's"),
-        429: rateLimited,
         503: problem("Database unavailable or slower than the request's time bounds, or too many requests in flight (Retry-After)"),
       },
-      detail: {
-        operationId: "getChargeEvents",
-        summary: "A charge's events, as the broker carried them",
-        description: "The MQTT payloads of the relay's AsyncAPI document (its GET /asyncapi.json), read back from the outbox: a subscriber fills here a gap in a charge's sequence that the broker will never fill.",
-        tags: ["Charges"],
-        security: bearer,
-      },
+      detail: bearerDetail(
+        "getChargeEvents",
+        "Charges",
+        "A charge's events, as the broker carried them",
+        "The MQTT payloads of the relay's AsyncAPI document (its GET /asyncapi.json), read back from the outbox: a subscriber fills here a gap in a charge's sequence that the broker will never fill.",
+      ),
     })
     .get(
       "/charges/:id/refunds/:refundId",
-      async (ctx) => lookup(ctx, ctx.params, (sql, endsAt) => refundView(sql, ctx.tenant, ctx.params.id, ctx.params.refundId, endsAt)),
+      async ({ deps, params, tenant }) => lookup(deps, params, (sql, endsAt) => refundView(sql, tenant, params.id, params.refundId, endsAt)),
       {
         params: withFixedErrors(t.Object({ id: uuid("charge"), refundId: uuid("refund") })),
         response: {
           200: described(Refund, "The refund"),
           400: problem("Not a UUID"),
-          401: unauthorized,
+          ...ADMISSION,
           404: problem("Unknown refund or charge, or another tenant's"),
-          429: rateLimited,
-          503: overloaded,
         },
-        detail: { operationId: "getRefund", summary: "A refund of a charge", description: "A refund of another charge, or another tenant's, is unknown alike (404).", tags: ["Refunds"], security: bearer },
+        detail: bearerDetail("getRefund", "Refunds", "A refund of a charge", "A refund of another charge, or another tenant's, is unknown alike (404)."),
       },
     );
 }
@@ -195,11 +173,7 @@ export function operatorRoutes(context: RequestContextPlugin, metrics: (() => Pr
     });
 }
 
-/**
- * The document's named schemas, each shown once and referenced ($ref) wherever a route uses
- * it (documentation.ts): the shared ones by name, and each operation's body that is none of
- * them under its operation's name ("captureCharge" → "CaptureChargeBody").
- */
+/** The document's shared schemas, and each other operation's body as e.g. "CaptureChargeBody". */
 export function components(): Readonly<Record<string, TSchema>> {
   const named: Record<string, TSchema> = { ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem };
   const known = new Set(Object.values(named));
@@ -209,15 +183,14 @@ export function components(): Readonly<Record<string, TSchema>> {
   return named;
 }
 
-/** Every schema the API checks itself (a refusal's faults, the answers it writes): compiled at load by the edge worker. */
-export const SCHEMAS: readonly TSchema[] = [ChargeBody, RefundBody, Charge, ChargeView, Refund, ChargeEvents, KeyStateView, Problem, ...OPERATIONS.map((op) => op.body)];
+/** Every schema the API checks itself: compiled at load by the edge worker. */
+export const SCHEMAS: readonly TSchema[] = Object.values(components());
 
 /** A GET of one of the tenant's rows by the route's UUIDs: 404 when none (or another tenant's), else its body. */
-async function lookup(ctx: { readonly deps: RequestDeps }, params: Readonly<Record<string, string>>, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {
-  const names = Object.keys(params);
-  const body = await ctx.deps.core.read(find);
+async function lookup(deps: RequestDeps, params: Readonly<Record<string, string>>, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {
+  const body = await deps.core.read(find);
   // The row looked up is the one the route's last parameter names.
-  const last = names[names.length - 1]!;
+  const last = Object.keys(params).at(-1)!;
   if (body === undefined) return problemResponse("notFound", `no ${nounOf(last)} with id ${params[last]!.toLowerCase()}`);
   return new Response(body, { headers: { "content-type": "application/json;charset=utf-8" } });
 }

@@ -1,8 +1,7 @@
-// The schemas every route shares (lib/platform/schemas.ts) and the HTTP-only ones: the
-// Idempotency-Key and Prefer headers, each checked by the same parser the handler reads it with.
+// The shared schemas and the Idempotency-Key and Prefer headers, each checked by its handler's parser.
+// Prefer (RFC 7240): only wait=N counts; one not in whole seconds is a 400, or the client never learns.
 import { FormatRegistry, Type as t } from "@sinclair/typebox";
 import { parseIdempotencyKey } from "../idempotency/keys.ts";
-import { preferredWait } from "./http/prefer.ts";
 
 export * from "../platform/schemas.ts";
 
@@ -20,6 +19,28 @@ export const PreferHeader = t.String({
   description:
     "RFC 7240: wait=N holds a request whose key is in flight up to N seconds (capped by the request timeout) for its outcome (Preference-Applied: wait=N); other preferences are ignored; a wait that is not whole seconds is a 400 (invalid-prefer)",
 });
+
+// Seconds at most: no request waits longer than the API's request timeout anyway.
+const MAX_WAIT_DIGITS = 6;
+const WAIT = /^wait\s*=\s*"?(\d{1,6})"?$/i;
+const WAIT_NAME = /^wait(\s*=|$)/i;
+
+type PreferWait =
+  | { readonly kind: "none" }
+  | { readonly kind: "wait"; readonly seconds: number }
+  | { readonly kind: "invalid"; readonly detail: string };
+
+export function preferredWait(header: string | null): PreferWait {
+  if (header === null) return { kind: "none" };
+  for (const preference of header.split(",")) {
+    const token = preference.split(";")[0]!.trim();
+    if (!WAIT_NAME.test(token)) continue;
+    const match = WAIT.exec(token);
+    if (match !== null && match[1]!.length <= MAX_WAIT_DIGITS) return { kind: "wait", seconds: Number(match[1]) };
+    return { kind: "invalid", detail: `Prefer: wait must be whole seconds, from 0 to ${"9".repeat(MAX_WAIT_DIGITS)}` };
+  }
+  return { kind: "none" };
+}
 
 /** The headers' formats in TypeBox's registry, before any route's check is compiled (pipeline.ts). */
 export function registerHeaderFormats(): void {

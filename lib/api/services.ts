@@ -1,22 +1,18 @@
-// What the long-lived server (start.ts) and the edge worker (worker.ts) build the same way:
-// a pool carrying the API's time bounds, the idempotency core behind one pool gate, and the
-// line a failed relay wake-up logs. They differ only in how long these live.
+// What the server (start.ts) and the edge worker (worker.ts) build alike: a pool with the API's time
+// bounds, the idempotency core behind one pool gate, the line a failed relay wake-up logs.
 import type { Config } from "../platform/config.ts";
 import { createSql, describeDbError, type Sql } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
 import { openConnections } from "../platform/db.ts";
 import { createPoolGate } from "../platform/pool-gate.ts";
-import { createIdempotencyCore, type IdempotencyCore } from "../idempotency/run.ts";
+import { createIdempotencyCore, type ForeignOptions, type IdempotencyCore } from "../idempotency/run.ts";
 import type { ApiMetrics } from "./metrics.ts";
 import { leaseMsFor } from "../idempotency/drive.ts";
 import { resumedCounter } from "../idempotency/metrics.ts";
 import { createProcessorClient } from "../charges/processor.ts";
-import type { ForeignOptions } from "../idempotency/run.ts";
 
-/** Also the pool's name on the metrics. */
 export const API_POOL_NAME = "charges-api";
 
-/** Each connection with the API's statement and lock bounds (behind a transaction pooler: each transaction). */
 export function apiSql(config: Config, max: number, applicationName: string, singleUse = false): Sql {
   const bounds = config.apiTimeBounds;
   return createSql(config.databaseUrl, {
@@ -25,20 +21,15 @@ export function apiSql(config: Config, max: number, applicationName: string, sin
     statementTimeoutMs: bounds.statementTimeoutMs,
     lockTimeoutMs: bounds.lockTimeoutMs,
     singleUse,
-    // A client that lives for one request has nothing to report.
     countOpen: !singleUse,
     pooler: config.databasePooler,
   });
 }
 
-// Rows in one processor-phase statement at most: enough to carry a busy API in a few
-// statements, small enough that one statement (whose rows are JSON the server parses) stays short.
+// Rows in one processor-phase statement at most: a busy API in a few statements, each short.
 const FOREIGN_MAX_BATCH = 64;
 
-/**
- * The idempotency core of every operation: at most `poolSize` requests at once behind one pool
- * gate, batched beyond API_CHARGE_STATEMENTS statements (lib/idempotency/group-commit.ts).
- */
+/** At most `poolSize` requests at once behind one pool gate, batched beyond API_CHARGE_STATEMENTS. */
 export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreated: () => void, metrics?: ApiMetrics, listen?: (onNotify: () => void) => Promise<unknown>): IdempotencyCore {
   const bounds = config.apiTimeBounds;
   const gate = createPoolGate({
@@ -49,8 +40,7 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
   });
   // With as many statements allowed as connections, every request has its own: nothing to batch.
   const batching = config.apiChargeStatements < poolSize ? { maxInFlight: config.apiChargeStatements, maxBatch: poolSize, statementTimeoutMs: bounds.statementTimeoutMs } : undefined;
-  // The gate admits at most poolSize units of work, each with a connection of its own: its
-  // slots in use are the pool's busy connections, without reading postgres.js's internals.
+  // Each gate slot in use holds a connection: the pool's busy ones, without postgres.js's internals.
   metrics?.observePool({ name: API_POOL_NAME, max: poolSize, busy: () => gate.inUse, open: () => openConnections(sql) ?? 0 });
   const core = createIdempotencyCore(sql, {
     ttlSeconds: config.idempotencyTtlSeconds,
@@ -59,8 +49,7 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
     batching,
     settings: { defaultCurrency: config.processor.defaultCurrency },
     foreign: processorOptions(config),
-    // The foreign statements grouped as the single statement is, as many at once; their batches
-    // are not bounded by the pool (their requests hold no slot while they queue).
+    // The foreign statements grouped alike; their batches unbounded by the pool (queued requests hold no slot).
     groupCommit: { maxInFlight: Math.min(config.apiChargeStatements, poolSize), maxBatch: FOREIGN_MAX_BATCH, statementTimeoutMs: bounds.statementTimeoutMs },
     listen,
   });
@@ -71,7 +60,7 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
 // One processor client per configuration: the edge worker builds a core per request.
 const processors = new WeakMap<Config, ForeignOptions>();
 
-export function processorOptions(config: Config): ForeignOptions | undefined {
+function processorOptions(config: Config): ForeignOptions | undefined {
   if (config.processor.mode === "none") return undefined;
   let options = processors.get(config);
   if (options === undefined) {

@@ -1,16 +1,17 @@
-// Assembles the API process from config: the pool, the schema, the idempotency core, the
-// relay's wake-up and metrics; the request pipeline (the Elysia app of app.ts, request logs)
-// is http/pipeline.ts's, shared with the edge worker (worker.ts), and /docs and the operator
-// console (console/) are this process's.
+// The API process from config: pool, schema, idempotency core, relay wake-up, metrics; the pipeline
+// (http/pipeline.ts) is shared with the edge worker, /docs' assets and the console are its own.
+import { readFile } from "node:fs/promises";
+import { createRequire } from "node:module";
 import type { Meter } from "@opentelemetry/api";
 import type { Config } from "../platform/config.ts";
-import type { Sql } from "../platform/db.ts";
+import { sqlState, type Sql } from "../platform/db.ts";
+import { within } from "../platform/within.ts";
 import { applySchema } from "../platform/startup.ts";
 import { API_POOL_NAME, apiSql, boundedCore, logNotifyFailure } from "./services.ts";
-import type { HttpServerMetrics } from "../platform/http-metrics.ts";
-import { createApi, type ServedRoute } from "./http/pipeline.ts";
+import { createApi } from "./http/pipeline.ts";
 import type { RequestDeps } from "./http/context.ts";
-import { swaggerUiAssets } from "./docs-assets.ts";
+import type { AppOptions, DocsAssets } from "./app.ts";
+import { ASSET_CACHE_CONTROL, assetAnswer, type Asset } from "./asset-answer.ts";
 import { OPERATIONS, SCHEMAS } from "./routes.ts";
 import { endpointOf } from "../idempotency/model.ts";
 import { cachedExposition, createApiMetrics } from "./metrics.ts";
@@ -18,7 +19,6 @@ import { createLogger, type Logger } from "../platform/log.ts";
 import { createOutboxNotifier, listenForOutbox, type OutboxListener } from "../platform/wakeup.ts";
 import { isTransactionPooled } from "../platform/pooler.ts";
 import { createAuthenticator, IMPLICIT_TENANT, type AuthOptions } from "./auth.ts";
-import { openPool } from "./pool-open.ts";
 import { useKeyHashSecret } from "../platform/redact.ts";
 import { createAdmission } from "./admission.ts";
 import { createReadiness } from "./readiness.ts";
@@ -27,36 +27,23 @@ import { createApiConsole, withConsole } from "./console/index.ts";
 export interface ApiProcess {
   readonly sql: Sql;
   readonly fetch: (request: Request) => Promise<Response>;
-  /** Every documented route it serves (on both ports). */
-  readonly routes: readonly ServedRoute[];
+  readonly routes: ReturnType<typeof createApi>["routes"];
   /** With OPERATOR_PORT: what that port serves (`fetch` then serves the /charges routes only). */
   readonly operatorFetch: ((request: Request) => Promise<Response>) | undefined;
   close(): Promise<void>;
 }
 
-export interface ApiOptions {
-  /** Prometheus exposition for GET /metrics (the entrypoint owns the SDK). */
-  readonly metrics?: () => Promise<Response>;
-  /** Where the API's instruments live; defaults to the global meter provider. */
+export interface ApiOptions extends Pick<AppOptions, "metrics" | "httpMetrics"> {
   readonly meter?: Meter;
   readonly logger?: Logger;
-  /** Where every request's duration is counted (http_server_request_duration_seconds); none when unset. */
-  readonly httpMetrics?: HttpServerMetrics;
-  /** Pool size (default API_POOL_SIZE); tests shrink it to saturate the pool with a few requests. */
+  /** Default API_POOL_SIZE; tests shrink it to saturate the pool with a few requests. */
   readonly poolSize?: number;
   readonly auth?: AuthOptions;
-  /**
-   * Open every pool connection before returning, so the first requests do not wait for
-   * backends to start (default true; pool-open.ts). The test kit's in-process APIs leave
-   * it off: a test file holds several at once on one server.
-   */
+  /** Open every pool connection before returning (default true); the test kit's APIs do not. */
   readonly openPool?: boolean;
 }
 
-/**
- * Connects and migrates; an unreachable database is a StartupError with one clear line.
- * AUTH_MODE=jwt without a key source is a ConfigError, before the database is touched.
- */
+/** Connects and migrates: an unreachable database is a StartupError, no key source a ConfigError first. */
 export async function startApi(config: Config, options: ApiOptions = {}): Promise<ApiProcess> {
   const auth = createAuthenticator(config.auth, options.auth);
   const poolSize = options.poolSize ?? config.apiPoolSize;
@@ -73,15 +60,12 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   if (auth.mode === "none") {
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
   }
-  // This process's notifies name it: its own completions wake their keys' waiters directly
-  // (lib/idempotency/waits.ts), so only another process's wake every waiter to read its key
-  // again. Otherwise each charge here would cost a read per waiter: a tenant holding many
-  // Prefer: wait requests would multiply every other tenant's commits.
+  // Notifies name their sender: this process wakes its own waiters directly (idempotency/waits.ts),
+  // else a tenant's many Prefer: wait requests would re-read their keys on every other's commit.
   const sender = crypto.randomUUID();
   const notifier = createOutboxNotifier(sql, undefined, logNotifyFailure(log), undefined, sender);
   const counters = createApiMetrics(options.meter, OPERATIONS.map(endpointOf));
-  // Prefer: wait hears other processes' completions on the relay's channel; behind a
-  // transaction pooler LISTEN hears nothing, so there the preference is ignored.
+  // Behind a transaction pooler LISTEN hears nothing: Prefer: wait is ignored there.
   let listener: OutboxListener | undefined;
   const listen = isTransactionPooled(sql)
     ? undefined
@@ -96,7 +80,6 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const split = config.admission.operatorPort !== undefined;
   const api = createApi(SCHEMAS, deps, { ...handlerOptions, surface: split ? "api" : "all" });
   const operator = split ? createApi(SCHEMAS, deps, { ...handlerOptions, surface: "operator" }) : undefined;
-  // The operator console (/console) on the operator listener: OPERATOR_PORT's when set.
   const operatorConsole = createApiConsole(config, sql, log);
   const fetch = operator ? api.handle : withConsole(api.handle, operatorConsole);
   const routes = [...api.routes, ...(operator?.routes ?? [])];
@@ -109,6 +92,46 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
       await notifier.close();
       await listener?.unlisten().catch(() => {});
       await sql.end({ timeout: 5 });
+    },
+  };
+}
+
+// A server that stops answering mid-way delays the start at most this long; the rest opens on demand.
+const POOL_OPEN_TIMEOUT_MS = 6_000;
+
+/**
+ * Opens the whole pool before listening, or the first requests under load wait on backends forked.
+ * Not reserve(): postgres.js can drop a refused reservation's connection (porsager/postgres#1195).
+ */
+async function openPool(sql: Sql, size: number): Promise<{ opened: number; wanted: number; failure?: string }> {
+  let opened = 0;
+  let failure: string | undefined;
+  const opening = Array.from({ length: size }, () =>
+    sql`select 1`.then(
+      () => void opened++,
+      (error: unknown) => void (failure ??= sqlState(error) ?? "unknown"),
+    ),
+  );
+  const done = await within(Promise.all(opening), POOL_OPEN_TIMEOUT_MS);
+  if (done === undefined) failure ??= "timeout";
+  return failure === undefined ? { opened, wanted: size } : { opened, wanted: size, failure };
+}
+
+const SCRIPT = "/docs/swagger-ui-bundle.js";
+const STYLESHEET = "/docs/swagger-ui.css";
+
+/** /docs' assets from the installed swagger-ui-dist (no CDN), read on first request. */
+function swaggerUiAssets(): DocsAssets {
+  const file = (name: string, contentType: string) => async (): Promise<Asset> => ({
+    body: new Uint8Array(await readFile(createRequire(import.meta.url).resolve(`swagger-ui-dist/${name}`))),
+    contentType,
+  });
+  return {
+    script: SCRIPT,
+    stylesheet: STYLESHEET,
+    files: {
+      [SCRIPT]: assetAnswer(file("swagger-ui-bundle.js", "text/javascript; charset=utf-8"), ASSET_CACHE_CONTROL),
+      [STYLESHEET]: assetAnswer(file("swagger-ui.css", "text/css; charset=utf-8"), ASSET_CACHE_CONTROL),
     },
   };
 }

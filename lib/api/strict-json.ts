@@ -1,37 +1,27 @@
-// Strict JSON for request bodies: what JSON.parse lets through but a charge must not. A member
-// name twice is refused (JSON.parse keeps the last, a gateway or log reader may keep the first,
-// and the two would disagree on the amount). A number is judged on its text, never its double:
-// it must denote an exact integer (4900, 4900.0, 49e2; not 4900.5) within the safe range.
+// Strict JSON for request bodies. A name twice is refused (JSON.parse keeps the last, a gateway may keep
+// the first); a number must denote an exact safe integer, judged on its text (4900.0, 49e2; not 4900.5).
 import { visit, type JSONPath } from "jsonc-parser";
 
 export interface JsonFault {
-  /** Dotted path, as in schema errors: "amountCents", "a.0.b"; "(body)" for the whole. */
+  /** Dotted path ("a.0.b"); "(body)" for the whole. */
   readonly field: string;
   readonly message: string;
 }
 
-export type StrictJson =
+type StrictJson =
   | { readonly ok: true; readonly value: unknown }
-  /** `more`: how many faults were found beyond those named (absent when none). */
   | { readonly ok: false; readonly faults: readonly JsonFault[]; readonly more?: number };
 
-// A problem names this many faults at most, so a body full of them stays a small answer.
+// Faults named, number text quoted and field path named at most: answers never grow with the body.
 export const MAX_FAULTS = 10;
-// A number's text is quoted in a message up to this length.
 const MAX_QUOTED_CHARS = 32;
-// A field's path is named up to this length: a member name may be as long as the body.
 export const MAX_FIELD_CHARS = 64;
-/**
- * Arrays and objects nest at most this deep (docs/api.md), checked on the text before JSON.parse
- * or a schema sees it, since everything after costs in proportion to the depth.
- */
+// Checked on the text before JSON.parse: everything after costs in proportion to the depth.
 export const MAX_NESTING_DEPTH = 32;
 const NUMBER_RE = /^-?(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/;
 // Decimal digits of Number.MAX_SAFE_INTEGER (9007199254740991).
 const SAFE_DIGITS = 16;
-// The shape of nearly every charge body: one member holding an integer of at most 15 digits
-// (always safe). Such a text has no name twice and no number the scan would refuse, so once
-// JSON.parse has accepted it the scan is skipped.
+// Nearly every charge body: one member, an integer of at most 15 digits; JSON.parse alone judges it.
 const ONE_SMALL_INTEGER_MEMBER = /^[ \t\n\r]*\{[ \t\n\r]*"[^"\\]*"[ \t\n\r]*:[ \t\n\r]*-?(?:0|[1-9]\d{0,14})[ \t\n\r]*\}[ \t\n\r]*$/;
 
 export function parseStrictJson(text: string): StrictJson {
@@ -51,11 +41,8 @@ export function parseStrictJson(text: string): StrictJson {
   return more > 0 ? { ok: false, faults, more } : { ok: false, faults };
 }
 
-/**
- * Whether the brackets outside strings open more than `max` deep. Counted on the text, in one
- * pass, so that an invalid text is judged as cheaply: what JSON.parse refuses it still refuses.
- */
-export function nestsDeeperThan(text: string, max: number): boolean {
+/** Whether brackets outside strings open more than `max` deep, invalid text or not. */
+function nestsDeeperThan(text: string, max: number): boolean {
   let depth = 0;
   let inString = false;
   for (let i = 0; i < text.length; i++) {
@@ -92,7 +79,7 @@ function scan(text: string): { faults: JsonFault[]; more: number } {
         if (typeof value !== "number") return;
         const token = text.slice(offset, offset + length);
         const verdict = judgeNumber(token);
-        if (verdict !== "integer") fault(pathOf(), `${verdict === "fraction" ? "must be an integer" : "is out of range"}, got ${quote(token)}`);
+        if (verdict !== "integer") fault(pathOf(), `${verdict === "fraction" ? "must be an integer" : "is out of range"}, got ${boundedField(token, MAX_QUOTED_CHARS)}`);
       },
     });
   } catch {
@@ -109,9 +96,8 @@ export function judgeNumber(token: string): "integer" | "fraction" | "out_of_ran
   const digits = (whole + fraction).replace(/^0+/, "");
   if (digits === "") return "integer"; // zero, however written
   const significant = digits.replace(/0+$/, "");
-  // The value is significant × 10^scale, and significant ends in a non-zero digit, so it
-  // is an integer exactly when scale >= 0. Number() of a huge exponent is inexact but
-  // keeps its sign and size, which is all the comparisons below need.
+  // significant × 10^scale, significant ending in a non-zero digit: an integer exactly when
+  // scale >= 0. Number() of a huge exponent is inexact but keeps the sign and size compared.
   const scale = Number(exponent) - fraction.length + (digits.length - significant.length);
   if (scale < 0) return "fraction";
   if (significant.length + scale > SAFE_DIGITS) return "out_of_range";
@@ -123,10 +109,6 @@ function fieldOf(path: JSONPath): string {
   return path.length === 0 ? "(body)" : boundedField(path.join("."));
 }
 
-export function boundedField(field: string): string {
-  return field.length <= MAX_FIELD_CHARS ? field : `${field.slice(0, MAX_FIELD_CHARS)}…`;
-}
-
-function quote(token: string): string {
-  return token.length <= MAX_QUOTED_CHARS ? token : `${token.slice(0, MAX_QUOTED_CHARS)}…`;
+export function boundedField(field: string, max = MAX_FIELD_CHARS): string {
+  return field.length <= max ? field : `${field.slice(0, max)}…`;
 }

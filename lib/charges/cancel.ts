@@ -1,9 +1,6 @@
-// POST /charges/:id/cancel: an authorized manual charge canceled, its authorization released
-// (200, the charge `canceled`, ChargeCanceled at its next sequence). Through the processor it is
-// `canceling` under `<charge id>:cancel:<attempt>` (transition.ts): the processor cancels once,
-// so a resumed step reads the payment first, and only a stored 5xx moves to a new key.
+// POST /charges/:id/cancel: an authorized manual charge canceled, its authorization released,
+// through the factory of transition.ts.
 import { Type as t } from "@sinclair/typebox";
-import { CHARGE_CANCELED } from "./events.ts";
 import { chargeTransition, problemType } from "./transition.ts";
 
 export const CancelBody = t.Object({}, { additionalProperties: false, description: "Nothing: {}" });
@@ -13,13 +10,11 @@ export const cancelCharge = chargeTransition({
   summary: "Cancel an authorized charge",
   path: "/charges/:id/cancel",
   body: CancelBody,
-  from: "authorized",
   during: "canceling",
   to: "canceled",
   verb: ["cancel", "canceled"],
-  event: { type: CHARGE_CANCELED, data: ({ charge }) => ({ chargeId: charge.id }) },
+  event: { type: "ChargeCanceled", data: ({ charge }) => ({ chargeId: charge.id }) },
   call: {
-    key: "cancel",
     send: (api, r, idempotencyKey) => api.paymentIntents.cancel(r.paymentId, {}, { idempotencyKey }),
     decide: (payment, resume) => {
       if (payment.status === "canceled") return { kind: "final", outcome: "succeeded", resume };
@@ -28,11 +23,7 @@ export const cancelCharge = chargeTransition({
     },
   },
   refusals: {
-    state: {
-      problem: problemType("chargeNotCancelable", "charge-not-cancelable", "Charge not cancelable"),
-      doc: "the charge is not authorized",
-      note: ": captured, canceled, failed, or captured at once",
-    },
-    processor: { problem: problemType("cancelRefused", "cancel-refused", "Cancel refused by the payment processor"), doc: "its refusal" },
+    state: problemType("chargeNotCancelable", "charge-not-cancelable", "Charge not cancelable"),
+    processor: problemType("cancelRefused", "cancel-refused", "Cancel refused by the payment processor"),
   },
 });

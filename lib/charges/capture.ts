@@ -1,9 +1,6 @@
 // POST /charges/:id/capture: an authorized manual charge captured, whole or `amountCents` of it
-// (the rest released, as Stripe does): 200, the charge `succeeded`, ChargeCaptured at its next
-// sequence. Through the processor it is `capturing` under `<charge id>:capture:<attempt>`
-// (transition.ts): the processor captures once, so a resumed step reads the payment first.
+// (the rest released, as Stripe does), through the factory of transition.ts.
 import { Type as t } from "@sinclair/typebox";
-import { CHARGE_CAPTURED } from "./events.ts";
 import { AmountCents, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { chargeTransition, problemType } from "./transition.ts";
 
@@ -20,24 +17,19 @@ export const captureCharge = chargeTransition({
   path: "/charges/:id/capture",
   body: CaptureBody,
   // null: all that is capturable.
-  request: { amountCents: { type: "int", schema: t.Union([Cents, t.Null()]) } },
-  requestOf: (body) => ({ amountCents: body.amountCents ?? null }),
-  fingerprint: (body) => ({ ...(body.amountCents !== undefined && { amountCents: body.amountCents }) }),
-  from: "authorized",
+  amountCents: t.Union([Cents, t.Null()]),
   during: "capturing",
   to: "succeeded",
   verb: ["capture", "captured"],
   sets: {
     capturedCents: {
-      type: "int",
       ledger: ({ sql, charge, request }) => sql`coalesce(${request.amountCents}, ${charge.amountCents})`,
       final: (r) => r.capturedCents ?? r.amountCents ?? r.authorizedCents,
     },
   },
-  event: { type: CHARGE_CAPTURED, data: ({ charge }) => ({ chargeId: charge.id, capturedCents: charge.capturedCents }) },
+  event: { type: "ChargeCaptured", data: ({ charge }) => ({ chargeId: charge.id, capturedCents: charge.capturedCents }) },
   resume: { capturedCents: t.Optional(Cents) },
   call: {
-    key: "capture",
     send: (api, r, idempotencyKey) => api.paymentIntents.capture(r.paymentId, r.amountCents === null ? {} : { amount_to_capture: r.amountCents }, { idempotencyKey }),
     decide: (payment, resume) => {
       if (payment.status === "succeeded") return { kind: "final", outcome: "succeeded", resume: { ...resume, capturedCents: payment.amountReceived } };
@@ -46,20 +38,15 @@ export const captureCharge = chargeTransition({
     },
   },
   refusals: {
-    state: {
-      problem: problemType("chargeNotCapturable", "charge-not-capturable", "Charge not capturable"),
-      doc: "the charge is not authorized",
-      note: ": captured, canceled, failed, or captured at once",
-    },
+    state: problemType("chargeNotCapturable", "charge-not-capturable", "Charge not capturable"),
     checks: [
       {
         problem: problemType("captureExceedsAuthorized", "capture-exceeds-authorized", "Capture exceeds the authorized amount"),
         doc: "the amount is more than authorized",
         when: ({ sql, charge, request }) => sql`${request.amountCents} > ${charge.amountCents}`,
-        detail: ({ sql, charge }) => sql`${charge.amountCents}::text`,
-        answer: (chargeId, detail) => ({ detail: `charge ${chargeId} has ${detail} cents authorized`, extensions: { authorizedCents: Number(detail) } }),
+        detail: (chargeId, cents) => `charge ${chargeId} has ${cents} cents authorized`,
       },
     ],
-    processor: { problem: problemType("captureRefused", "capture-refused", "Capture refused by the payment processor"), doc: "its refusal" },
+    processor: problemType("captureRefused", "capture-refused", "Capture refused by the payment processor"),
   },
 });

@@ -1,14 +1,13 @@
 // A charge's processor steps: `begun` creates the payment under `<charge id>:create:<attempt>`;
 // `created` confirms that payment, and no other, under `<charge id>:confirm:<attempt>`. An
 // unconfirmed payment moves no money, so after a create answered with a stored 5xx the next
-// attempt's key is safe. A resumed confirm reads the payment first: the processor lets a payment
-// succeed once. Every change of an authorized charge reuses these calls (transition.ts).
+// attempt's key is safe. The processor lets a payment succeed once, so a resumed confirm reads it
+// first. Every change of an authorized charge reuses these calls (transition.ts).
 import { Type as t, type Static } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import { mapCall, type CallResult, type ProcessorAdapter } from "./processor.ts";
 import { MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import type { StepContext, StepResult } from "../idempotency/model.ts";
-import { attemptOf, unknownAfter } from "./steps.ts";
 
 /** Phase 1's recovery data, then what the steps learnt. */
 export const ChargeResume = t.Object({
@@ -27,23 +26,14 @@ export const ChargeResume = t.Object({
 });
 export type ChargeResume = Static<typeof ChargeResume>;
 
-export interface PaymentView {
-  readonly id: string;
-  readonly status: string;
-  readonly declineCode: string | null;
-  /** Raised by an incremental authorization. */
-  readonly amount: number;
-  /** amount_received. */
-  readonly amountReceived: number;
-}
-
-export function paymentView(pi: Stripe.PaymentIntent): PaymentView {
+export function paymentView(pi: Stripe.PaymentIntent) {
   const error = pi.last_payment_error;
   return { id: pi.id, status: pi.status, declineCode: error ? (error.decline_code ?? error.code ?? "declined") : null, amount: pi.amount, amountReceived: pi.amount_received };
 }
+export type PaymentView = ReturnType<typeof paymentView>;
 
 export const payments = (p: ProcessorAdapter) => ({
-  create: (c: { amountCents: number; currency: string; paymentMethod: string; chargeId: string; capture?: "manual" }, key: string): Promise<CallResult<PaymentView>> =>
+  create: (c: ChargeResume, key: string) =>
     mapCall(
       p.call("POST", (api) =>
         api.paymentIntents.create(
@@ -69,9 +59,22 @@ export const payments = (p: ProcessorAdapter) => ({
 export type Payments = ReturnType<typeof payments>;
 type Step = (ctx: StepContext<ChargeResume, Payments>) => Promise<StepResult<ChargeResume>>;
 
+// Stripe's code for a call the payment's state does not allow (confirmed, captured or canceled already).
+export const UNEXPECTED_STATE = "payment_intent_unexpected_state";
+
+/**
+ * An unknown outcome of a call harmless to repeat under another key (a create, a confirmation or a
+ * change: applied once per payment). After a 5xx, which the processor stored under the key and would
+ * replay, the next try takes the next attempt; with no answer, what the key holds is the truth.
+ */
+export function unknownAfter<R extends Readonly<Record<string, unknown>>>(call: Extract<CallResult<unknown>, { kind: "unknown" }>, resume: R, attemptName: keyof R & string): StepResult<R> {
+  const current = resume[attemptName];
+  const next = call.status !== null && call.status >= 500 ? { ...resume, [attemptName]: (typeof current === "number" ? current : 0) + 1 } : resume;
+  return { kind: "unknown", cause: call.cause, detail: call.detail, resume: next };
+}
+
 export const create: Step = async ({ resume, processor }) => {
-  const attempt = attemptOf(resume.createAttempt);
-  const created = await processor.create(resume, `${resume.chargeId}:create:${attempt}`);
+  const created = await processor.create(resume, `${resume.chargeId}:create:${resume.createAttempt ?? 0}`);
   switch (created.kind) {
     case "ok":
       return { kind: "record", point: "created", resume: { ...resume, paymentId: created.value.id } };
@@ -84,18 +87,17 @@ export const create: Step = async ({ resume, processor }) => {
 
 export const confirm: Step = async ({ resume, processor, resumed }) => {
   const paymentId = resume.paymentId!;
-  if (resumed) {
-    const known = fromRead(await processor.retrieve(paymentId), resume);
-    if (known !== undefined) return known;
-  }
-  const confirmed = await processor.confirm(paymentId, `${resume.chargeId}:confirm:${attemptOf(resume.confirmAttempt)}`);
+  const read = async () => fromRead(await processor.retrieve(paymentId), resume, fromPayment);
+  const known = resumed ? await read() : undefined;
+  if (known !== undefined) return known;
+  const confirmed = await processor.confirm(paymentId, `${resume.chargeId}:confirm:${resume.confirmAttempt ?? 0}`);
   switch (confirmed.kind) {
     case "ok":
       return fromPayment(confirmed.value, resume) ?? { kind: "unknown", cause: "processing", detail: "the payment is not confirmed yet", resume };
     case "refused":
       // Confirmed already (by an earlier holder whose answer was lost): the payment says how.
-      if (confirmed.code === "payment_intent_unexpected_state") {
-        return fromRead(await processor.retrieve(paymentId), resume) ?? { kind: "unknown", cause: "processing", detail: "the payment is in an unexpected state", resume };
+      if (confirmed.code === UNEXPECTED_STATE) {
+        return (await read()) ?? { kind: "unknown", cause: "processing", detail: "the payment is in an unexpected state", resume };
       }
       return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: confirmed.declineCode ?? confirmed.code } };
     case "unknown":
@@ -103,11 +105,11 @@ export const confirm: Step = async ({ resume, processor, resumed }) => {
   }
 };
 
-/** What a read of the payment decides; undefined: it is unconfirmed, and may be confirmed. */
-function fromRead(read: CallResult<PaymentView>, resume: ChargeResume): StepResult<ChargeResume> | undefined {
+/** What a read of the payment decides; undefined: `decide` finds it open (to confirm, or to change). */
+export function fromRead<R>(read: CallResult<PaymentView>, resume: R, decide: (payment: PaymentView, resume: R) => StepResult<R> | undefined): StepResult<R> | undefined {
   switch (read.kind) {
     case "ok":
-      return fromPayment(read.value, resume);
+      return decide(read.value, resume);
     case "refused":
       // The payment recorded is not found, or the key cannot read it: an operator's matter.
       return { kind: "unknown", cause: "processor_error", detail: `the payment could not be read (${read.code})`, resume };
@@ -117,22 +119,14 @@ function fromRead(read: CallResult<PaymentView>, resume: ChargeResume): StepResu
 }
 
 function fromPayment(payment: PaymentView, resume: ChargeResume): StepResult<ChargeResume> | undefined {
-  switch (payment.status) {
-    case "succeeded":
-      return { kind: "final", outcome: "succeeded", resume };
-    case "requires_capture":
-      // A manual charge's confirmation authorizes: its final state (authorized) until captured.
-      if (resume.capture === "manual") return { kind: "final", outcome: "succeeded", resume };
-      return { kind: "unknown", cause: "processing", detail: "the payment is requires_capture", resume };
-    case "requires_payment_method":
-      // Back to needing a method: the last confirmation was declined.
-      if (payment.declineCode !== null) return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: payment.declineCode } };
-      return undefined;
-    case "canceled":
-      return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: "canceled" } };
-    case "requires_confirmation":
-      return undefined;
-    default:
-      return { kind: "unknown", cause: "processing", detail: `the payment is ${payment.status}`, resume };
+  const { status, declineCode } = payment;
+  // A manual charge's confirmation authorizes: its final state (authorized) until captured.
+  if (status === "succeeded" || (status === "requires_capture" && resume.capture === "manual")) {
+    return { kind: "final", outcome: "succeeded", resume };
   }
+  // Back to needing a method after a decline: the last confirmation was declined.
+  if (status === "requires_payment_method" && declineCode !== null) return { kind: "final", outcome: "refused", resume: { ...resume, declineCode } };
+  if (status === "canceled") return { kind: "final", outcome: "refused", resume: { ...resume, declineCode: "canceled" } };
+  if (status === "requires_payment_method" || status === "requires_confirmation") return undefined;
+  return { kind: "unknown", cause: "processing", detail: `the payment is ${status}`, resume };
 }

@@ -7,8 +7,7 @@ import { boundedStatement } from "../platform/bounded-statement.ts";
 import { OPERATION_PROBLEMS, problemJson, problemsByName, problemType } from "../idempotency/problem-types.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { ChargeResume, confirm, create, payments, type Payments } from "./charge-steps.ts";
-import { DEFAULT_SETTINGS, foreign, PROCESSOR_REFUSALS, type FinalRow, type Fragment, type Operation, type OperationInput } from "../idempotency/model.ts";
-import { idOf } from "./steps.ts";
+import { DEFAULT_SETTINGS, foreign, PROCESSOR_REFUSALS, type FinalRow, type Operation, type OperationInput } from "../idempotency/model.ts";
 
 const Currency = (description: string) => t.String({ pattern: "^[a-z]{3}$", description });
 const PaymentMethod = t.String({ pattern: "^[\\x21-\\x7e]{1,255}$", minLength: 1, maxLength: 255, description: "The processor's payment method id (pm_…); required with PAYMENT_PROCESSOR=stripe" });
@@ -36,11 +35,14 @@ export const ChargeBody = t.Object(
   { additionalProperties: false },
 );
 
+const Id = t.String({ format: "uuid" });
+const Cents = t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS });
+
 // POST /charges' body, stored under the key and replayed byte for byte.
 export const Charge = t.Object(
   {
-    id: t.String({ format: "uuid" }),
-    amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
+    id: Id,
+    amountCents: Cents,
     currency: Currency("ISO 4217, lower case"),
     status: Status,
     processorPaymentId: t.Optional(t.String({ description: "The processor's payment id (PAYMENT_PROCESSOR=stripe)" })),
@@ -52,8 +54,8 @@ export const Charge = t.Object(
 
 export const ChargeView = t.Object(
   {
-    id: t.String({ format: "uuid" }),
-    amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
+    id: Id,
+    amountCents: Cents,
     currency: Currency("ISO 4217, lower case"),
     status: Status,
     processorPaymentId: t.Optional(t.String({ description: "The processor's payment id, once it succeeded" })),
@@ -199,11 +201,18 @@ export const createCharge: Operation<typeof ChargeBody, ChargeColumns> = {
   }),
 };
 
+/** A string member of a stored response body (the ids its Location is built from). */
+export function idOf(body: string, member: string): string {
+  const value = (JSON.parse(body) as Readonly<Record<string, unknown>> | null)?.[member];
+  if (typeof value === "string") return value;
+  throw new Error(`bug: a stored response has no ${member}`);
+}
+
 interface ChargeRow {
   readonly id: string;
   readonly amount_cents: number;
   readonly currency: string;
-  readonly status: (typeof STATUSES)[number];
+  readonly status: ChargeStatus;
   readonly processor_payment_id: string | null;
   readonly decline_code: string | null;
   readonly captured_cents: number | null;
@@ -228,18 +237,4 @@ export async function chargeView(sql: Sql, tenant: string, id: string, endsAt: n
     refundedCents: row.refunded_cents,
     createdAt: row.created_at.toISOString(),
   });
-}
-
-/**
- * A charge's JSON made in SQL from the charge row `t`, byte for byte as Charge's schema writes
- * it, so an operation on an existing charge answers from its statement alone.
- */
-export function chargeAnswerSql(sql: Sql, status: string, members: Readonly<Record<string, Fragment>>): Fragment {
-  const { amountCents, capturedCents, ...others } = members;
-  if (Object.keys(others).length > 0) throw new Error(`bug: a charge's answer has no member ${Object.keys(others).join(", ")}`);
-  return sql`'{"id":' || to_json(t.id)::text || ',"amountCents":' || ${amountCents ?? sql`t.amount_cents`} || ',"currency":' || to_json(t.currency)::text
-    || ',"status":' || to_json(${status}::text)::text
-    || case when t.processor_payment_id is null then '' else ',"processorPaymentId":' || to_json(t.processor_payment_id)::text end
-    ${capturedCents === undefined ? sql`` : sql`|| ',"capturedCents":' || (${capturedCents})`}
-    || ',"createdAt":' || to_json(to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text || '}'`;
 }

@@ -1,16 +1,14 @@
-// The event contract between the relay and every subscriber: the event type names, the
-// topic each is published on, the JSON envelope, and the MQTT 5 properties that travel
-// with it. The relay builds with it, the reference subscriber and dev mode parse with it,
-// and tests, chaos and the bench use it instead of writing topics by hand.
+// The event contract between the relay and every subscriber: the event types, the topic each is
+// published on, the JSON envelope and the MQTT 5 properties beside it. The relay builds with it,
+// the reference subscriber and dev mode parse with it.
 import { Type as t, type Static, type TObject, type TProperties } from "@sinclair/typebox";
 import { isUuid } from "../platform/uuid.ts";
 
 /** The outbox's aggregate_type of a charge's events. */
 export const CHARGE = "charge";
 
-// The event contract's JSON Schema: the AsyncAPI payloads (lib/relay/asyncapi.ts) and GET
-// /charges/:id/events (lib/api/events-read.ts) are these very objects. Patterns, not `format`:
-// TypeBox checks a format only once a process-wide registry knows it.
+// The AsyncAPI payloads and GET /charges/:id/events' schemas are these very objects. Patterns,
+// not `format`: TypeBox checks a format only once a process-wide registry knows it.
 export const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
 // What the relay's claim writes (to_char with microseconds, UTC): lib/relay/outbox-sql.ts.
 const CREATED_AT_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$";
@@ -19,10 +17,7 @@ const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, descript
 const cents = (minimum: number, description: string) => t.Integer({ minimum, maximum: 2_147_483_647, description });
 const data = <P extends TProperties>(type: string, properties: P) => t.Object(properties, { description: `${type} data` });
 
-/**
- * Every event type, declared once. The names, the schemas and the AsyncAPI document derive from
- * this table, in its order (the AsyncAPI channels' and /openapi.json's union's).
- */
+/** Every event type, declared once: the names, schemas and AsyncAPI document follow it, in its order. */
 const EVENTS = {
   ChargeCreated: {
     data: data("ChargeCreated", {
@@ -76,7 +71,6 @@ type Events = typeof EVENTS;
 export type EventType = keyof Events;
 export type EventData<E extends EventType> = Static<Events[E]["data"]>;
 export type ChargeCreatedData = EventData<"ChargeCreated">;
-export type ChargeFailedData = EventData<"ChargeFailed">;
 export type ChargeRefundedData = EventData<"ChargeRefunded">;
 
 export const EVENT_TYPES = Object.keys(EVENTS) as readonly EventType[];
@@ -88,8 +82,6 @@ export const EVENT_DESCRIPTIONS = byType((type): string => EVENTS[type].descript
 export const CHARGE_CREATED = "ChargeCreated" satisfies EventType;
 export const CHARGE_REFUNDED = "ChargeRefunded" satisfies EventType;
 export const CHARGE_FAILED = "ChargeFailed" satisfies EventType;
-export const CHARGE_CAPTURED = "ChargeCaptured" satisfies EventType;
-export const CHARGE_CANCELED = "ChargeCanceled" satisfies EventType;
 
 /** What a subscriber receives as the MQTT payload (UTF-8 JSON). */
 export interface EventEnvelope {
@@ -100,10 +92,7 @@ export interface EventEnvelope {
   readonly tenantId?: string;
   /** The outbox row's created_at, ISO-8601 UTC with microseconds. */
   readonly createdAt: string;
-  /**
-   * The event's place among its aggregate's events (1, 2, 3, …) in commit order; optional for
-   * events older than sequences.
-   */
+  /** Its place among its aggregate's events (1, 2, 3, …), in commit order; optional for older events. */
   readonly sequence?: number;
   readonly data: unknown;
 }
@@ -136,10 +125,7 @@ export function topicOf(prefix: string, eventType: string, aggregateType: string
   return `${prefix}${AGGREGATE_TOPICS[aggregateType] ?? aggregateType}/${eventType}`;
 }
 
-/**
- * A topic's aggregate type, read back through topicOf's table (the envelope does not carry it);
- * undefined for a one-level topic, which topicOf never makes.
- */
+/** A topic's aggregate type, read back through topicOf's table; undefined for a one-level topic. */
 export function aggregateTypeOfTopic(topic: string): string | undefined {
   const levels = topic.split("/");
   if (levels.length < 2) return undefined;
@@ -151,51 +137,37 @@ export function subscriptionFilter(prefix: string): string {
   return `${prefix}charges/#`;
 }
 
-// A share name is one topic level without wildcards (MQTT 5 §4.8.2).
-const BAD_SHARE_GROUP = /^$|[#+/\u0000]/;
+// Not one topic level: empty, or with a wildcard, a level separator or NUL. A share name is one
+// (MQTT 5 §4.8.2), and so is an event type, or the broker refuses the topic or drops the connection.
+const NOT_ONE_LEVEL = /^$|[#+/\u0000]/;
 
-export function isShareGroup(group: string): boolean {
-  return !BAD_SHARE_GROUP.test(group);
-}
+export const isShareGroup = (group: string): boolean => !NOT_ONE_LEVEL.test(group);
 
-/**
- * `$share/<group>/<prefix>charges/#`: the broker hands each event to one session of the group,
- * so the group's subscribers split the stream. `group` must satisfy isShareGroup.
- */
+export const isPublishableType = (eventType: string): boolean => !NOT_ONE_LEVEL.test(eventType);
+
+/** `$share/<group>/<prefix>charges/#`: the broker hands each event to one session of the group. */
 export function sharedSubscriptionFilter(group: string, prefix: string): string {
   if (!isShareGroup(group)) throw new Error(`bug: invalid share group ${JSON.stringify(group)}`);
   return `$share/${group}/${subscriptionFilter(prefix)}`;
-}
-
-// An event type that would make the topic invalid (wildcards, a level separator, NUL):
-// the broker would refuse it or drop the connection, so it is never sent.
-const BAD_EVENT_TYPE = /^$|[#+/\u0000]/;
-
-export function isPublishableType(eventType: string): boolean {
-  return !BAD_EVENT_TYPE.test(eventType);
 }
 
 export function chargeCreatedPayload(data: ChargeCreatedData): string {
   return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, ...(data.currency !== undefined && { currency: data.currency }), ...(data.status !== undefined && { status: data.status }) });
 }
 
-export function chargeFailedPayload(data: ChargeFailedData): string {
+export function chargeFailedPayload(data: EventData<"ChargeFailed">): string {
   return JSON.stringify({ chargeId: data.chargeId, amountCents: data.amountCents, currency: data.currency, declineCode: data.declineCode });
 }
 
-export function buildEnvelope(envelope: EventEnvelope & { readonly tenantId: string; readonly sequence: number }): string {
+export function buildEnvelope(envelope: Required<EventEnvelope>): string {
   const { id, type, aggregateId, tenantId, createdAt, sequence, data } = envelope;
   return JSON.stringify({ id, type, aggregateId, tenantId, createdAt, sequence, data });
 }
 
 /** What travels beside the payload as MQTT 5 user properties. */
-export interface EventProperties {
-  readonly id: string;
-  readonly type: string;
-  readonly tenantId: string;
-  readonly sequence: number;
+type EventProperties = Required<Pick<EventEnvelope, "id" | "type" | "tenantId" | "sequence">> & {
   readonly traceparent: string | null;
-}
+};
 
 export function userPropertiesOf(event: EventProperties): Record<string, string> {
   const properties: Record<string, string> = {

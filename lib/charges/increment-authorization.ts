@@ -1,7 +1,6 @@
 // POST /charges/:id/increment-authorization: an authorized charge's amount raised to a new total
-// (Stripe's incremental authorization): 200, still `authorized`, ChargeAuthorizationIncreased.
-// Through the processor it is `updating` under `<charge id>:increment:<attempt>`; the payment
-// stays requires_capture either way, so a resumed step reads its amount to know.
+// (Stripe's incremental authorization), through the factory of transition.ts. The payment stays
+// requires_capture either way, so its amount tells whether the increment was made.
 import { Type as t } from "@sinclair/typebox";
 import { AmountCents, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
 import { chargeTransition, problemType } from "./transition.ts";
@@ -16,21 +15,17 @@ export const incrementAuthorization = chargeTransition({
   summary: "Raise an authorized charge's amount",
   path: "/charges/:id/increment-authorization",
   body: IncrementAuthorizationBody,
-  request: { amountCents: { type: "int", schema: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }) } },
-  requestOf: (body) => ({ amountCents: body.amountCents }),
-  fingerprint: (body) => ({ amountCents: body.amountCents }),
-  from: "authorized",
+  amountCents: t.Integer({ minimum: 1, maximum: MAX_AMOUNT_CENTS }),
   to: "authorized",
   verb: ["increment", "incremented"],
   sets: {
-    amountCents: { type: "int", ledger: ({ request }) => request.amountCents, final: (r) => r.amountCents },
+    amountCents: { ledger: ({ request }) => request.amountCents, final: (r) => r.amountCents },
   },
   event: {
     type: "ChargeAuthorizationIncreased",
     data: ({ charge, before }) => ({ chargeId: charge.id, amountCents: charge.amountCents, previousAmountCents: before.amountCents }),
   },
   call: {
-    key: "increment",
     send: (api, r, idempotencyKey) => api.paymentIntents.incrementAuthorization(r.paymentId, { amount: r.amountCents }, { idempotencyKey }),
     decide: (payment, resume) => {
       if (payment.status === "requires_capture" && payment.amount === resume.amountCents) return { kind: "final", outcome: "succeeded", resume };
@@ -39,20 +34,15 @@ export const incrementAuthorization = chargeTransition({
     },
   },
   refusals: {
-    state: {
-      problem: problemType("chargeNotIncrementable", "charge-not-incrementable", "Charge's authorization not incrementable"),
-      doc: "the charge is not authorized",
-      note: ": captured, canceled, failed, or captured at once",
-    },
+    state: problemType("chargeNotIncrementable", "charge-not-incrementable", "Charge's authorization not incrementable"),
     checks: [
       {
         problem: problemType("incrementNotGreater", "increment-not-greater", "New amount not greater than the authorized amount"),
         doc: "the new amount is not more than the charge's amount",
         when: ({ sql, charge, request }) => sql`${request.amountCents} <= ${charge.amountCents}`,
-        detail: ({ sql, charge }) => sql`${charge.amountCents}::text`,
-        answer: (chargeId, detail) => ({ detail: `charge ${chargeId} has ${detail} cents authorized: the new total must be more`, extensions: { authorizedCents: Number(detail) } }),
+        detail: (chargeId, cents) => `charge ${chargeId} has ${cents} cents authorized: the new total must be more`,
       },
     ],
-    processor: { problem: problemType("incrementRefused", "increment-refused", "Increment refused by the payment processor"), doc: "its refusal" },
+    processor: problemType("incrementRefused", "increment-refused", "Increment refused by the payment processor"),
   },
 });

@@ -1,13 +1,11 @@
-// The route table of the idempotent operations: one line each. The API serves each line's
-// route (lib/api/routes.ts), and the operations jobs find an operation's steps here by its
-// key's endpoint (the completer, `bun run ops parked|resolve`). Every process may import it.
+// The route table of the idempotent operations, one line each: the API serves their routes, and
+// the operations jobs (the completer, `bun run ops parked|resolve`) find a key's steps by its endpoint.
 import { cancelCharge } from "./cancel.ts";
 import { captureCharge } from "./capture.ts";
 import { createCharge } from "./charges.ts";
 import { endpointOf, type Operation } from "../idempotency/model.ts";
 import { incrementAuthorization } from "./increment-authorization.ts";
 import { createRefund } from "./refunds.ts";
-import type { ProblemSpec } from "../idempotency/problem-types.ts";
 
 export const OPERATIONS: readonly Operation[] = [
   createCharge,
@@ -16,11 +14,6 @@ export const OPERATIONS: readonly Operation[] = [
   cancelCharge,
   incrementAuthorization,
 ];
-
-/** Every operation's own problem types, by name (the API's table has the rest: lib/api/problem.ts). */
-export function operationProblems(): Readonly<Record<string, ProblemSpec>> {
-  return Object.assign({}, ...OPERATIONS.map((op) => op.problems ?? {}));
-}
 
 export function foreignOperations(): ReadonlyMap<string, Operation> {
   return new Map(OPERATIONS.filter((op) => op.foreign !== undefined).map((op) => [endpointOf(op), op]));

@@ -13,9 +13,8 @@ export type ProcessorAdapter = ForeignAdapter<Stripe>;
 const CLIENT_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 /**
- * The client for PAYMENT_PROCESSOR=stripe, built on first use. Stripe's own retries are off: a
- * retry is ours, under our idempotency keys and lease. Its fetch client serves every runtime
- * this API runs on, so one code path is tested for all.
+ * The client for PAYMENT_PROCESSOR=stripe. Stripe's own retries are off: a retry is ours, under our
+ * keys and lease. Its fetch client serves every runtime this API runs on: one code path for all.
  */
 export function createProcessorClient(config: ProcessorConfig, meter: Meter = metrics.getMeter("charges")): ProcessorAdapter {
   if (config.key === undefined) throw new Error("bug: a processor client without PAYMENT_PROCESSOR_KEY");
@@ -28,9 +27,8 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
     maxNetworkRetries: 0,
     timeout: config.timeoutMs,
     httpClient: Stripe.createFetchHttpClient(),
-    // The package's request telemetry (latency headers on the next call) is for Stripe's own
-    // dashboards; ours is http_client_request_duration_seconds. Under load its buffer fills and
-    // it writes a line to stderr per dropped message.
+    // Stripe's own latency telemetry: under load its buffer fills and it writes a line to stderr
+    // per dropped message (ours is http_client_request_duration_seconds).
     telemetry: false,
   });
   const duration = meter.createHistogram("http_client_request_duration_seconds", {
@@ -38,7 +36,7 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
     unit: "s",
     advice: { explicitBucketBoundaries: CLIENT_BUCKETS_S },
   });
-  stripe.on("request", (event: StripeRequestEvent) => {
+  stripe.on("request", (event: Stripe.RequestEvent) => {
     // Runs in the call's async context, so the active span is the call's own (traced below).
     if (!tracingOn()) return;
     trace.getActiveSpan()?.setAttributes({
@@ -59,12 +57,6 @@ export function createProcessorClient(config: ProcessorConfig, meter: Meter = me
       return result;
     },
   };
-}
-
-/** What Stripe's package emits as "request" before it sends one (its RequestEvent). */
-interface StripeRequestEvent {
-  readonly path: string;
-  readonly idempotency_key?: string;
 }
 
 /** A call as an HTTP client span, the child of whatever step awaits it. */

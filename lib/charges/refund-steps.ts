@@ -1,8 +1,7 @@
 // A refund's processor steps: `begun` creates the refund under `<refund id>:refund[:<n>]`;
-// `created` reads it until final. A resumed key first lists the payment's refunds and looks for
-// ours by its metadata's refund id; not found, the create goes under the recorded attempt, which
-// moves on only past a call the processor finished (its kept 5xx), so no earlier key can still
-// make a refund (docs/api.md, "An unknown refund is resolved by reading the processor").
+// `created` reads it until final. A resumed key first looks for ours among the payment's refunds
+// (by its metadata); not found, the create goes under the recorded attempt, which moves on only
+// past a call the processor finished (its kept 5xx), so no earlier key can still make a refund.
 import { Type as t, type Static } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import { mapCall, type CallResult, type ProcessorAdapter } from "./processor.ts";
@@ -25,13 +24,8 @@ export const RefundResume = t.Object({
 });
 export type RefundResume = Static<typeof RefundResume>;
 
-interface RefundView {
-  readonly id: string;
-  readonly status: string;
-  readonly failureCode: string | null;
-}
-
-const viewOf = (refund: Stripe.Refund): RefundView => ({ id: refund.id, status: refund.status ?? "pending", failureCode: refund.failure_reason ?? null });
+const viewOf = (refund: Stripe.Refund) => ({ id: refund.id, status: refund.status ?? "pending", failureCode: refund.failure_reason ?? null });
+type RefundView = ReturnType<typeof viewOf>;
 
 // The page size of the listing: Stripe's largest, so one call reads a payment's refunds.
 const LIST_PAGE = 100;
@@ -71,8 +65,8 @@ export type RefundCalls = ReturnType<typeof refundCalls>;
 type Step = (ctx: StepContext<RefundResume, RefundCalls>) => Promise<StepResult<RefundResume>>;
 
 const create: Step = async ({ resume, processor, resumed }) => {
-  // An earlier holder may have sent a create whose answer was lost: what the processor has
-  // decides. A key past attempt 0 is always a resume; checked too, as the next key's guard.
+  // An earlier holder's create may have been made, its answer lost. A key past attempt 0 is
+  // always a resume: checked too, as the next key's guard.
   if (resumed || (resume.refundAttempt ?? 0) > 0) {
     const found = await processor.find(resume);
     switch (found.kind) {
@@ -89,9 +83,8 @@ const create: Step = async ({ resume, processor, resumed }) => {
   const attempt = resume.refundAttempt ?? 0;
   const created = await processor.create(resume, refundKey(resume.refundId, attempt));
   if (created.kind === "unknown" && created.finished) {
-    // The processor ended this call and keeps its 5xx under the key: the next try lists again,
-    // and then, if the call made no refund, sends the next attempt's key (this one would only
-    // answer the same 5xx).
+    // The processor ended this call and keeps its 5xx under the key, so the next try lists again
+    // and, if no refund was made, sends the next attempt's key.
     return { kind: "unknown", cause: created.cause, detail: created.detail, resume: { ...resume, refundAttempt: attempt + 1 } };
   }
   return fromCall(created, resume, true);

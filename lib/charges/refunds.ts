@@ -1,18 +1,16 @@
 // POST /charges/:id/refunds declared once: its route, its ledger statement and, through a
-// processor, its phase 1 (the amount reserved against the charge, the refund pending), steps
-// (refund-steps.ts) and phase 3 (the reservation made the refunded total, or released); and GET
-// /charges/:id/refunds/:refundId.
+// processor, its phase 1 (the amount reserved, the refund pending), steps (refund-steps.ts) and
+// phase 3 (the reservation made the refunded total, or released); and GET of a refund.
 import { Type as t, type Static } from "@sinclair/typebox";
 import { CHARGE, CHARGE_REFUNDED } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
-import { OPERATION_PROBLEMS, problemJson, problemType } from "../idempotency/problem-types.ts";
-import { document422, problemsOf, refuseBy, type Reason, type RefusalType } from "./refusals.ts";
+import { problemJson, problemType } from "../idempotency/problem-types.ts";
 import { AmountCents, checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
-import { admitOnCharge } from "./existing-charge.ts";
-import { foreign, PROCESSOR_REFUSALS, type FinalRow, type Fragment, type Operation } from "../idempotency/model.ts";
+import { admitOnCharge, chargeIdOf, documented, refuseBy, type Reason, type RefusalType } from "./existing-charge.ts";
+import { foreign, type FinalRow, type Fragment, type Operation, type OperationInput } from "../idempotency/model.ts";
 import { RefundResume, refundCalls, refundSteps, type RefundCalls } from "./refund-steps.ts";
-import { idOf } from "./steps.ts";
+import { idOf } from "./charges.ts";
 
 export const RefundBody = t.Object({ amountCents: AmountCents("Amount to refund, in cents") }, { additionalProperties: false });
 
@@ -32,7 +30,6 @@ export const Refund = t.Object(
   { additionalProperties: false },
 );
 
-// The operation's refusals, each once: its problem type and its phrase in the API reference.
 const EXCEEDS_CHARGE: RefusalType = {
   problem: problemType("refundExceedsCharge", "refund-exceeds-charge", "Refund exceeds what is left of the charge"),
   doc: "the refund is more than the charge has left",
@@ -42,13 +39,11 @@ const NOT_REFUNDABLE: RefusalType = { problem: problemType("chargeNotRefundable"
 const REFUND_REFUSED: RefusalType = { problem: problemType("refundRefused", "refund-refused", "Refund refused by the payment processor"), doc: "its refusal" };
 
 const REASONS = {
-  charge_not_found: { problem: OPERATION_PROBLEMS.notFound, answer: (id) => ({ detail: `no charge with id ${id}` }) },
   charge_not_refundable: { problem: NOT_REFUNDABLE.problem, answer: (id) => ({ detail: `charge ${id} has not succeeded (pending or declined): there is nothing to refund` }) },
   charge_not_at_processor: { problem: NOT_REFUNDABLE.problem, answer: (id) => ({ detail: `charge ${id} was taken without the payment processor: it has no payment there to refund` }) },
   refund_exceeds_charge: { problem: EXCEEDS_CHARGE.problem, answer: (id, left) => ({ detail: `charge ${id} has ${Number(left)} cents left to refund`, extensions: { leftCents: Number(left) } }) },
 } satisfies Record<string, Reason>;
-const reason = (name: keyof typeof REASONS): string => name;
-const refuse = refuseBy("createRefund", REASONS);
+const reason = (name: keyof typeof REASONS | "charge_not_found"): string => name;
 
 /** Phase 3 as values: the response to store, and what the refund's row and its charge's get. */
 function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow {
@@ -69,11 +64,13 @@ function final(outcome: "succeeded" | "refused", resume: RefundResume): FinalRow
 
 type RefundColumns = { refund_id: string; charge_id: string; amount_cents: number; created_at: string };
 
-/** Lowercased: a UUID's case never makes another charge or another fingerprint. */
-function chargeIdOf(params: Readonly<Record<string, string>>): string {
-  const id = params.id;
-  if (id === undefined) throw new Error("bug: a refund route without a charge id");
-  return id.toLowerCase();
+/** A new refund, the same in both modes (its createdAt in the resume too: phase 3 answers without a read). */
+function newRefund({ params, body }: OperationInput<Static<typeof RefundBody>>) {
+  const id = crypto.randomUUID();
+  const chargeId = chargeIdOf(params);
+  const createdAt = new Date().toISOString();
+  const columns = { refund_id: id, charge_id: chargeId, amount_cents: body.amountCents, created_at: createdAt };
+  return { refund: { id, chargeId, amountCents: body.amountCents, createdAt }, columns };
 }
 
 export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
@@ -88,22 +85,14 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
   columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", created_at: "timestamptz" },
   // The key's scope is the route template, so the charge must be part of "the same request".
   fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), amountCents: body.amountCents }),
-  prepare({ params, body }) {
-    const id = crypto.randomUUID();
-    const chargeId = chargeIdOf(params);
-    const createdAt = new Date().toISOString();
-    return {
-      columns: { refund_id: id, charge_id: chargeId, amount_cents: body.amountCents, created_at: createdAt },
-      body: checkedJson(Refund, { id, chargeId, amountCents: body.amountCents, createdAt }),
-      exclusive: chargeId,
-    };
+  prepare(input) {
+    const { refund, columns } = newRefund(input);
+    return { columns, body: checkedJson(Refund, refund), exclusive: refund.chargeId };
   },
-  // admitOnCharge locks the charge and reads it as committed now: FOR UPDATE waits for a refund
-  // in flight and then sees its total, so what is left is exact until the commit, whatever runs
-  // beside it; the check constraint on charges is the last guard. What is left is of what was
-  // captured, less the refunds still pending at the processor (reserved). last_sequence numbers
-  // events under the same lock, so sequences follow commit order. A charge the ledger took has
-  // no payment at the processor to refund.
+  // FOR UPDATE (admitOnCharge) waits for a refund in flight and then sees its total, so what is
+  // left (of what was captured, less the refunds pending at the processor) is exact until the
+  // commit; the check constraint on charges is the last guard. last_sequence numbers events under
+  // the same lock, so sequences follow commit order.
   sql: (sql, mode) => ({
     admit: admitOnCharge(
       sql,
@@ -152,27 +141,19 @@ export const createRefund: Operation<typeof RefundBody, RefundColumns> = {
       ),
       begun as (select w.n from won w join refund f on f.id = w.refund_id)`,
   }),
-  refuse: (reason, detail, { params }) => refuse(reason, detail, chargeIdOf(params)),
+  refuse: refuseBy("createRefund", REASONS),
   locationOf: (body) => `/charges/${idOf(body, "chargeId")}/refunds/${idOf(body, "id")}`,
-  problems: problemsOf([EXCEEDS_CHARGE, NOT_REFUNDABLE, REFUND_REFUSED]),
-  refusals: {
-    "404": "Unknown charge, or another tenant's; the key stays unused",
-    "422": document422([EXCEEDS_CHARGE, NOT_REFUNDABLE], REFUND_REFUSED),
-    ...PROCESSOR_REFUSALS,
-  },
+  ...documented([EXCEEDS_CHARGE, NOT_REFUNDABLE], REFUND_REFUSED),
   foreign: foreign<Static<typeof RefundBody>, RefundResume, RefundCalls>({
     columns: { refund_id: "uuid", charge_id: "uuid", amount_cents: "int", created_at: "timestamptz" },
     validate: () => undefined,
-    prepare({ params, body }, traceparent) {
-      const refundId = crypto.randomUUID();
-      const chargeId = chargeIdOf(params);
-      // In the resume too: phase 3 answers with it without reading the refund back.
-      const createdAt = new Date().toISOString();
+    prepare(input, traceparent) {
+      const { refund: { id: refundId, ...refund }, columns } = newRefund(input);
       return {
-        columns: { refund_id: refundId, charge_id: chargeId, amount_cents: body.amountCents, created_at: createdAt },
-        resume: { refundId, chargeId, amountCents: body.amountCents, createdAt, traceparent },
+        columns,
+        resume: { refundId, ...refund, traceparent },
         // Two reservations of one charge in one statement would write its row once (UPDATE … FROM).
-        exclusive: chargeId,
+        exclusive: refund.chargeId,
       };
     },
     resume: RefundResume,
@@ -242,10 +223,8 @@ export async function refundView(sql: Sql, tenant: string, chargeId: string, ref
 }
 
 /**
- * The JSON text of a ChargeRefunded event's data (events.ts), as both modes write it: from
- * the request row `w` (charge_id, refund_id, amount_cents) and the charge's new refunded_cents,
- * returned by the CTE aliased `settled`. One expression, so the ledger's and the processor's
- * events carry the same bytes.
+ * A ChargeRefunded event's data, from the request row `w` and the charge's new refunded_cents in
+ * the CTE `settled`: one expression, so the ledger's and the processor's events carry the same bytes.
  */
 function chargeRefundedPayload(sql: Sql, settled: string): Fragment {
   return sql`json_build_object('chargeId', w.charge_id, 'refundId', w.refund_id,

@@ -1,11 +1,9 @@
-// The statements of a change of an authorized charge (transition.ts): admit, ledger write,
-// phase 1 and phase 3. Only this file knows the skeleton's and admitOnCharge's row aliases (`t`
-// the locked charge, `r`/`w` the request, `c` the charge updated, `p` the updated row, `b` the
-// charge before); a declaration names `charge`, `request` and `before`.
+// The statements of a change of an authorized charge (transition.ts): admit, ledger write, phase 1
+// and phase 3. Only this file knows the row aliases (`t` the locked charge, `r`/`w` the request,
+// `c` the charge updated, `p` the updated row, `b` the charge before) behind a declaration's names.
 import { CHARGE } from "./events.ts";
 import type { Sql } from "../platform/db.ts";
-import type { Fragment, Mode, OperationSql, FinishSql, SqlType } from "../idempotency/model.ts";
-import { chargeAnswerSql } from "./charges.ts";
+import type { Fragment, Mode, OperationSql, FinishSql } from "../idempotency/model.ts";
 import { admitOnCharge } from "./existing-charge.ts";
 
 /** A charge's columns, by their members' names (amountCents is the column amount_cents). */
@@ -32,7 +30,7 @@ const NAME = /^[a-z][a-zA-Z0-9_]*$/;
 
 export const columnOf = (member: string): string => member.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
-/** The columns of the row the statement calls `alias`, by member. Names come from declarations in lib/, never a request. */
+/** The columns of the row a statement calls `alias`, by member (names from lib/, never a request). */
 function rowOf<M extends string>(sql: Sql, alias: string): Row<M> {
   return new Proxy({} as Row<M>, {
     get: (_, member) => {
@@ -46,8 +44,10 @@ export interface TransitionShape {
   readonly from: string;
   readonly during: string;
   readonly to: string;
-  readonly checks: readonly { readonly reason: string; readonly when: (at: At) => Fragment; readonly detail: (at: At) => Fragment }[];
-  readonly sets: Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At) => Fragment }>>;
+  /** Each answered with the charge's amount. */
+  readonly checks: readonly { readonly reason: string; readonly when: (at: At) => Fragment }[];
+  /** Amounts: int columns. */
+  readonly sets: Readonly<Record<string, { readonly ledger: (at: At) => Fragment }>>;
   readonly event: { readonly type: string; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
 }
 
@@ -76,7 +76,7 @@ function eventsSql(sql: Sql, s: TransitionShape, from: Fragment, where: Fragment
 function admitSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
   const at: At = { sql, charge: rowOf(sql, "t"), request: rowOf(sql, "r") };
   const refusals = s.checks.map((c) => sql` when ${c.when(at)} then ${c.reason}::text`);
-  const details = s.checks.map((c) => sql` when ${c.when(at)} then ${c.detail(at)}`);
+  const details = s.checks.map((c) => sql` when ${c.when(at)} then ${at.charge.amountCents}::text`);
   const answer = chargeAnswerSql(sql, s.to, Object.fromEntries(setsOf(s).map((x) => [x.member, x.ledger(at)])));
   return admitOnCharge(
     sql,
@@ -114,16 +114,15 @@ function writeSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
 }
 
 /**
- * Phase 3: a succeeded key's charge changed as in the ledger, from its final row; a refused
- * one's back to `from`, its sequence kept and no event; a charge not `during` is left alone.
- * `prior` is the statement's snapshot of the charge, which nothing but this key's holder
- * changes while the charge is `during`.
+ * Phase 3: a succeeded key's charge changed as in the ledger, from its final row; a refused one's
+ * back to `from`, no event; a charge not `during` is left alone. `prior`, the statement's snapshot,
+ * is the charge before: nothing but this key's holder changes it while it is `during`.
  */
 function finishSql(sql: Sql, s: TransitionShape): FinishSql {
   const sets = setsOf(s);
   const set = sets.map((x) => sql`, ${sql(x.column)} = case when w.succeeded then ${sql(`w.${x.column}`)} else ${sql(`c.${x.column}`)} end`);
   return {
-    columns: { charge_id: "uuid", succeeded: "boolean", ...Object.fromEntries(sets.map((x) => [x.column, x.type])) },
+    columns: { charge_id: "uuid", succeeded: "boolean", ...Object.fromEntries(sets.map((x) => [x.column, "int" as const])) },
     write: sql`
       prior as (
         select c.* from charges c join won w on w.charge_id = c.id and w.tenant = c.tenant
@@ -144,4 +143,18 @@ export function transitionSql(s: TransitionShape): { operation: (sql: Sql, mode:
     operation: (sql, mode) => ({ admit: admitSql(sql, s, mode), write: writeSql(sql, s, mode) }),
     finish: (sql) => finishSql(sql, s),
   };
+}
+
+/**
+ * A charge's JSON made in SQL from the charge row `t`, byte for byte as Charge's schema writes
+ * it, so an operation on an existing charge answers from its statement alone.
+ */
+function chargeAnswerSql(sql: Sql, status: string, members: Readonly<Record<string, Fragment>>): Fragment {
+  const { amountCents, capturedCents, ...others } = members;
+  if (Object.keys(others).length > 0) throw new Error(`bug: a charge's answer has no member ${Object.keys(others).join(", ")}`);
+  return sql`'{"id":' || to_json(t.id)::text || ',"amountCents":' || ${amountCents ?? sql`t.amount_cents`} || ',"currency":' || to_json(t.currency)::text
+    || ',"status":' || to_json(${status}::text)::text
+    || case when t.processor_payment_id is null then '' else ',"processorPaymentId":' || to_json(t.processor_payment_id)::text end
+    ${capturedCents === undefined ? sql`` : sql`|| ',"capturedCents":' || (${capturedCents})`}
+    || ',"createdAt":' || to_json(to_char(t.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text || '}'`;
 }

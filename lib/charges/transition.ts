@@ -1,32 +1,25 @@
-// One factory for a change of an authorized charge through the processor (capture, cancel, an
-// increment): an operation declares its own body, statuses, columns, event, processor call and
-// refusals, and gets its route, ledger statement, phase 1 (the charge `during`), step and phase 3.
-// Its SQL reads `charge` (before the change), `request` and, in event data, `before`;
-// transition-sql.ts decides which alias each is.
+// One factory for a change of an authorized charge (capture, cancel, an increment): an operation
+// declares its body, statuses, columns, event, processor call and refusals, and gets its route,
+// ledger statement, phase 1 (the charge `during`), step and phase 3. Its SQL reads `charge`
+// (before the change), `request` and, in event data, `before`: transition-sql.ts aliases them.
 import { Type as t, type Static, type TObject, type TSchema } from "@sinclair/typebox";
 import type Stripe from "stripe";
 import type { EventType } from "./events.ts";
-import { OPERATION_PROBLEMS, problemJson } from "../idempotency/problem-types.ts";
-import { document422, problemsOf, refuseBy, type RefusalType } from "./refusals.ts";
+import { problemJson, type NamedProblem } from "../idempotency/problem-types.ts";
+import { chargeIdOf, documented, refuseBy, type Reason, type RefusalType } from "./existing-charge.ts";
 import { mapCall, type ProcessorAdapter } from "./processor.ts";
 import { checkedJson, MAX_AMOUNT_CENTS } from "../platform/schemas.ts";
-import { paymentView, payments, type PaymentView } from "./charge-steps.ts";
-import { Charge, type ChargeStatus } from "./charges.ts";
-import { foreign, PROCESSOR_REFUSALS, type ColumnValue, type FinalRow, type Fragment, type Operation, type SqlType, type StepContext, type StepResult } from "../idempotency/model.ts";
-import { changePayment } from "./payment-change.ts";
+import { fromRead, paymentView, payments, UNEXPECTED_STATE, unknownAfter, type PaymentView } from "./charge-steps.ts";
+import { Charge, idOf, type ChargeStatus } from "./charges.ts";
+import { foreign, type FinalRow, type Fragment, type Operation, type SqlType, type StepContext, type StepResult } from "../idempotency/model.ts";
 import { columnOf, transitionSql, type At, type Rows } from "./transition-sql.ts";
-import { idOf } from "./steps.ts";
-
-export type { At, Rows };
 
 export { problemType } from "../idempotency/problem-types.ts";
 
-/** A check on the charge and the request, made by admit: the key stays unused when it refuses. */
-export interface Check<M extends string = string> extends RefusalType {
+/** A check on the charge and the request by admit (the key stays unused when it refuses), told the charge's amount. */
+interface Check<M extends string = string> extends RefusalType {
   readonly when: (at: At<M>) => Fragment;
-  /** The text the answer is made from (the admit's `detail`). */
-  readonly detail: (at: At<M>) => Fragment;
-  readonly answer: (chargeId: string, detail: string) => { readonly detail: string; readonly extensions?: Record<string, unknown> };
+  readonly detail: (chargeId: string, authorizedCents: number) => string;
 }
 
 /** What phase 1's admit records of the charge, and every transition's resume. */
@@ -41,100 +34,108 @@ const Snapshot = {
   resolvedBy: t.Optional(t.String()),
 };
 
-/** A request's own member: its SQL type, and its schema in the resume. */
-export interface RequestMember {
-  readonly type: SqlType;
-  readonly schema: TSchema;
+/** The request's members beside the charge id: its amount when the change has one (schema `A`). */
+type Member<A> = A extends TSchema ? "amountCents" : never;
+
+/** The resume of a transition whose request's amount is `A` and whose step adds `O`. */
+type TransitionResume<A = undefined, O = {}> = Static<TObject<typeof Snapshot>> &
+  (A extends TSchema ? { readonly amountCents: Static<A> } : {}) & { readonly [K in keyof O]?: O[K] extends TSchema ? Static<O[K]> : never };
+
+/**
+ * The charge's columns a change sets beside its status, by the charge's member (its column in
+ * snake case): in the ledger (of the charge and the request), and from the final resume.
+ */
+type Sets<M extends string, R> = Readonly<Record<string, { readonly ledger: (at: At<M>) => Fragment; readonly final: (resume: R) => number }>>;
+
+interface Call<R> {
+  readonly send: (api: Stripe, resume: R, idempotencyKey: string) => Promise<Stripe.PaymentIntent>;
+  /** What the payment decides; undefined: the change is not made yet. */
+  readonly decide: (payment: PaymentView, resume: R) => StepResult<R> | undefined;
 }
-type Requests = Readonly<Record<string, RequestMember>>;
-type Values<Q> = { readonly [K in keyof Q]: Q[K] extends { readonly schema: infer S extends TSchema } ? Static<S> : never };
 
-/** The resume of a transition whose request declares `Q` and whose step adds `O`. */
-export type TransitionResume<Q = {}, O = {}> = Static<TObject<typeof Snapshot>> & Values<Q> & { readonly [K in keyof O]?: O[K] extends TSchema ? Static<O[K]> : never };
-
-export interface Transition<B extends TObject, Q extends Requests, O extends Readonly<Record<string, TSchema>>> {
+interface Transition<B extends TObject, A extends TSchema | undefined, O extends Readonly<Record<string, TSchema>>> {
   readonly name: string;
   readonly summary: string;
   readonly path: `/charges/:id/${string}`;
   readonly body: B;
-  /** The request's own members: a (snake case) column in every statement, and in the resume. */
-  readonly request?: Q;
-  readonly requestOf?: (body: Static<B>) => Values<Q>;
-  /** The fingerprint's fields beside the charge id. */
-  readonly fingerprint?: (body: Static<B>) => Readonly<Record<string, string | number>>;
-  readonly from: ChargeStatus;
+  /** The body's amountCents: the request's amount_cents, in the fingerprint when named, in the resume as `A`. */
+  readonly amountCents?: A;
   /** The charge's status while the processor is asked; `updating` when the change names none. */
   readonly during?: ChargeStatus;
   readonly to: ChargeStatus;
-  /** ["capture", "captured"]: the verb of the docs and the details, and its past participle. */
-  readonly verb: readonly [string, string];
   /**
-   * The charge's columns the change sets beside its status, by the charge's member (its column
-   * in snake case): in the ledger (of the charge and the request), and from the final resume.
+   * ["capture", "captured"]: the verb of the docs and the details, and its past participle. The verb
+   * is the processor key's segment too: `<charge id>:<verb>:<attempt>`, its attempts in `<verb>Attempt`.
    */
-  readonly sets?: Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At<keyof Q & string>) => Fragment; readonly final: (resume: TransitionResume<Q, O>) => number }>>;
+  readonly verb: readonly [string, string];
+  readonly sets?: Sets<Member<A>, TransitionResume<A, O>>;
   readonly event: { readonly type: EventType; readonly data: (rows: Rows) => Readonly<Record<string, Fragment>> };
   readonly resume?: O;
-  readonly call: {
-    /** The processor key's segment: `<charge id>:<key>:<attempt>`, its attempts counted in `<key>Attempt`. */
-    readonly key: string;
-    readonly send: (api: Stripe, resume: TransitionResume<Q, O>, idempotencyKey: string) => Promise<Stripe.PaymentIntent>;
-    /** What the payment decides; undefined: the change is not made yet. */
-    readonly decide: (payment: PaymentView, resume: TransitionResume<Q, O>) => StepResult<TransitionResume<Q, O>> | undefined;
-  };
-  /** `state`: the charge is not `from` (or has no payment at the processor); `processor`: its refusal, stored. */
-  readonly refusals: { readonly state: RefusalType; readonly checks?: readonly Check<keyof Q & string>[]; readonly processor: RefusalType };
+  readonly call: Call<TransitionResume<A, O>>;
+  /** `state`: the charge is not authorized (or has no payment at the processor); `processor`: its refusal, stored. */
+  readonly refusals: { readonly state: NamedProblem; readonly checks?: readonly Check<Member<A>>[]; readonly processor: NamedProblem };
 }
 
-const chargeIdOf = (params: Readonly<Record<string, string>>): string => params.id!.toLowerCase();
+const STATE = (problem: NamedProblem): RefusalType =>
+  ({ problem, doc: "the charge is not authorized", note: ": captured, canceled, failed, or captured at once" });
 
 // Any transition as the factory holds it: its own members are read by name.
 type AnyResume = TransitionResume & Readonly<Record<string, unknown>>;
-type AnyTransition = Omit<Transition<TObject, Requests, {}>, "sets" | "call"> & {
-  readonly sets?: Readonly<Record<string, { readonly type: SqlType; readonly ledger: (at: At) => Fragment; readonly final: (resume: AnyResume) => number }>>;
-  readonly call: {
-    readonly key: string;
-    readonly send: (api: Stripe, resume: AnyResume, idempotencyKey: string) => Promise<Stripe.PaymentIntent>;
-    readonly decide: (payment: PaymentView, resume: AnyResume) => StepResult<AnyResume> | undefined;
-  };
-};
+type AnyTransition = Omit<Transition<TObject, TSchema | undefined, {}>, "sets" | "call"> & { readonly sets?: Sets<string, AnyResume>; readonly call: Call<AnyResume> };
 
-function requestOf(request: Requests, valuesOf: (body: unknown) => Readonly<Record<string, ColumnValue>>) {
-  const members = Object.entries(request);
+/** The request's columns and their values: `charge_id`, and `amount_cents` when the change has an amount. */
+function requestOf(d: AnyTransition) {
+  const amount = d.amountCents !== undefined;
+  const amountOf = (body: unknown) => (amount ? (body as { amountCents?: number }).amountCents : undefined);
   return {
-    columns: { charge_id: "uuid" as SqlType, ...Object.fromEntries(members.map(([m, c]) => [columnOf(m), c.type])) },
-    columnsOf: (params: Readonly<Record<string, string>>, body: unknown) => {
-      const values = valuesOf(body);
-      return { charge_id: chargeIdOf(params), ...Object.fromEntries(members.map(([m]) => [columnOf(m), values[m] ?? null])) };
+    columns: { charge_id: "uuid", ...(amount && { amount_cents: "int" }) } as Readonly<Record<string, SqlType>>,
+    columnsOf: (params: Readonly<Record<string, string>>, body: unknown) =>
+      ({ charge_id: chargeIdOf(params), ...(amount && { amount_cents: amountOf(body) ?? null }) }),
+    membersOf: (body: unknown) => (amount ? { amountCents: amountOf(body) ?? null } : {}),
+    /** Absent, the amount is the same request as before it existed. */
+    fingerprintOf: (body: unknown): Readonly<Record<string, number>> => {
+      const cents = amountOf(body);
+      return cents === undefined ? {} : { amountCents: cents };
     },
-    membersOf: (body: unknown) => valuesOf(body),
-    schemas: Object.fromEntries(members.map(([m, c]) => [m, c.schema])),
   };
 }
 
-/** The step: the change under `<charge id>:<key>:<attempt>`, the payment read first on a resume. */
-function stepOf(call: AnyTransition["call"]) {
-  const attemptName = `${call.key}Attempt`;
+/**
+ * The step: the change under `<charge id>:<key>:<attempt>`. The processor applies it once, so a
+ * resumed key reads the payment first (an earlier holder's answer may be lost), and a refusal
+ * because the payment moved on is settled by reading it.
+ */
+function stepOf(call: AnyTransition["call"], key: string) {
+  const attemptName = `${key}Attempt`;
   const capabilities = (p: ProcessorAdapter) => ({
     send: (r: AnyResume, key: string) => mapCall(p.call("POST", (api) => call.send(api, r, key)), paymentView),
     retrieve: payments(p).retrieve,
   });
-  const step = ({ resume, processor, resumed }: StepContext<AnyResume, ReturnType<typeof capabilities>>) =>
-    changePayment({
-      resume,
-      resumed,
-      attemptName,
-      send: (attempt) => processor.send(resume, `${resume.chargeId}:${call.key}:${attempt}`),
-      read: () => processor.retrieve(resume.paymentId),
-      decide: call.decide,
-    });
+  type Context = StepContext<AnyResume, ReturnType<typeof capabilities>>;
+  const step = async ({ resume, processor, resumed }: Context): Promise<StepResult<AnyResume>> => {
+    const read = async () => fromRead(await processor.retrieve(resume.paymentId), resume, call.decide);
+    const known = resumed ? await read() : undefined;
+    if (known !== undefined) return known;
+    const attempt = resume[attemptName];
+    const sent = await processor.send(resume, `${resume.chargeId}:${key}:${typeof attempt === "number" ? attempt : 0}`);
+    switch (sent.kind) {
+      case "ok":
+        return call.decide(sent.value, resume) ?? { kind: "unknown", cause: "processing", detail: `the payment is ${sent.value.status}`, resume };
+      case "refused": {
+        const refused: StepResult<AnyResume> = { kind: "final", outcome: "refused", resume: { ...resume, failureCode: sent.code } };
+        return sent.code === UNEXPECTED_STATE ? ((await read()) ?? refused) : refused;
+      }
+      case "unknown":
+        return unknownAfter(sent, resume, attemptName);
+    }
+  };
   return { attemptName, capabilities, step };
 }
 
 /** Phase 3 as values: the charge changed (its `sets` from the resume), or the processor's refusal stored. */
 function finalOf(d: AnyTransition) {
   const sets = Object.entries(d.sets ?? {});
-  const { problem } = d.refusals.processor;
+  const problem = d.refusals.processor;
   return (outcome: "succeeded" | "refused", resume: AnyResume): FinalRow => {
     const { chargeId } = resume;
     if (outcome === "succeeded") {
@@ -150,25 +151,31 @@ function finalOf(d: AnyTransition) {
   };
 }
 
-/** The answers of admit's reasons: no charge, not `from`, no payment at the processor, and each check. */
+/** The answers of admit's reasons: not authorized, no payment at the processor, and each check. */
 function refuseOf(d: AnyTransition) {
   const [verb, verbed] = d.verb;
-  const { problem } = d.refusals.state;
+  const problem = d.refusals.state;
+  const checks = (d.refusals.checks ?? []).map((c, i): [string, Reason] => [
+    `check_${i}`,
+    {
+      problem: c.problem,
+      answer: (id, cents) => ({ detail: c.detail(id, Number(cents)), extensions: { authorizedCents: Number(cents) } }),
+    },
+  ]);
   return refuseBy(d.name, {
-    charge_not_found: { problem: OPERATION_PROBLEMS.notFound, answer: (id) => ({ detail: `no charge with id ${id}` }) },
     charge_not_in_state: { problem, answer: (id, status) => ({ detail: `charge ${id} is ${status}: only an authorized charge (capture: manual) can be ${verbed}`, extensions: { chargeStatus: status } }) },
     charge_not_at_processor: { problem, answer: (id) => ({ detail: `charge ${id} was authorized without the payment processor: it has no payment there to ${verb}` }) },
-    ...Object.fromEntries((d.refusals.checks ?? []).map((c, i) => [`check_${i}`, { problem: c.problem, answer: (id: string, detail: string | null) => c.answer(id, detail ?? "") }])),
+    ...Object.fromEntries(checks),
   });
 }
 
 function foreignOf(d: AnyTransition, request: ReturnType<typeof requestOf>, finishSql: FinishSqlOf) {
-  const { attemptName, capabilities, step } = stepOf(d.call);
+  const { attemptName, capabilities, step } = stepOf(d.call, d.verb[0]);
   return foreign<unknown, AnyResume, ReturnType<typeof capabilities>>({
     columns: request.columns,
     validate: () => undefined,
     prepare: ({ params, body }, traceparent) => ({ columns: request.columnsOf(params, body), resume: { chargeId: chargeIdOf(params), ...request.membersOf(body), traceparent }, exclusive: chargeIdOf(params) }),
-    resume: t.Object({ ...Snapshot, ...request.schemas, [attemptName]: t.Optional(t.Integer({ minimum: 0 })), ...d.resume }),
+    resume: t.Object({ ...Snapshot, ...(d.amountCents && { amountCents: d.amountCents }), [attemptName]: t.Optional(t.Integer({ minimum: 0 })), ...d.resume }),
     operatorIds: ["chargeId", "paymentId"],
     resolution: { succeeded: "paymentId", refused: "failureCode" },
     capabilities,
@@ -181,15 +188,14 @@ function foreignOf(d: AnyTransition, request: ReturnType<typeof requestOf>, fini
 }
 type FinishSqlOf = ReturnType<typeof transitionSql>["finish"];
 
-export function chargeTransition<B extends TObject, Q extends Requests = {}, O extends Readonly<Record<string, TSchema>> = {}>(
-  declared: Transition<B, Q, O>,
+export function chargeTransition<B extends TObject, A extends TSchema | undefined = undefined, O extends Readonly<Record<string, TSchema>> = {}>(
+  declared: Transition<B, A, O>,
 ): Operation<B> {
   // Held in its general shape: the bodies its functions get are the route's, checked against `body` first.
   const d = declared as unknown as AnyTransition;
-  const request = requestOf(d.request ?? {}, (body) => (d.requestOf?.(body as never) ?? {}) as Readonly<Record<string, ColumnValue>>);
+  const request = requestOf(d);
   const checks = d.refusals.checks ?? [];
-  const refuse = refuseOf(d);
-  const statements = transitionSql({ from: d.from, during: d.during ?? "updating", to: d.to, checks: checks.map((c, i) => ({ reason: `check_${i}`, when: c.when, detail: c.detail })), sets: d.sets ?? {}, event: d.event });
+  const statements = transitionSql({ from: "authorized", during: d.during ?? "updating", to: d.to, checks: checks.map((c, i) => ({ reason: `check_${i}`, when: c.when })), sets: d.sets ?? {}, event: d.event });
   return {
     name: d.name,
     summary: d.summary,
@@ -200,17 +206,12 @@ export function chargeTransition<B extends TObject, Q extends Requests = {}, O e
     response: Charge,
     status: 200,
     columns: request.columns,
-    fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), ...d.fingerprint?.(body) }),
+    fingerprint: ({ params, body }) => ({ chargeId: chargeIdOf(params), ...request.fingerprintOf(body) }),
     prepare: ({ params, body }) => ({ columns: request.columnsOf(params, body), body: "", exclusive: chargeIdOf(params) }),
     sql: statements.operation,
-    refuse: (reason, detail, { params }) => refuse(reason, detail, chargeIdOf(params)),
+    refuse: refuseOf(d),
     locationOf: (body) => `/charges/${idOf(body, "id")}`,
-    problems: problemsOf([d.refusals.state, ...checks, d.refusals.processor]),
-    refusals: {
-      "404": "Unknown charge, or another tenant's; the key stays unused",
-      "422": document422([d.refusals.state, ...checks], d.refusals.processor),
-      ...PROCESSOR_REFUSALS,
-    },
+    ...documented([STATE(d.refusals.state), ...checks], { problem: d.refusals.processor, doc: "its refusal" }),
     foreign: foreignOf(d, request, statements.finish),
   };
 }

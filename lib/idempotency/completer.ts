@@ -1,33 +1,25 @@
-// The completer: drives every STARTED key whose lease has expired to its final state, without
-// any client, so that its event is published even if the client never comes back; and parks
-// the keys it could not resolve within PAYMENT_PROCESSOR_RESOLVE_WINDOW for an operator.
-//
-// One runner at a time: a round claims its keys in one short transaction that holds the job's
-// advisory lock (pg_try_advisory_xact_lock: also behind a transaction pooler), taking each
-// key's lease as a request would. The keys are then driven with nothing held but their
-// leases: no transaction, row lock or connection while the processor is called. An operator
-// resolves a parked key here too (resolveParked), by the same lease.
+// The completer: drives every STARTED key whose lease has expired to its final state, so that
+// its event is published even if the client never comes back, and parks the keys it could not
+// resolve within PAYMENT_PROCESSOR_RESOLVE_WINDOW for an operator, who resolves them here too.
+// A round takes its keys' leases in one short transaction under the job's advisory lock (an
+// xact lock: also behind a transaction pooler), then drives them holding nothing but the leases.
 import type { Sql } from "../platform/db.ts";
 import { transaction } from "../platform/tx.ts";
 import type { FinalOutcome, Operation, Resume } from "./model.ts";
-import type { HeldKey, KeyRef } from "./skeleton.ts";
+import { compile, runFinish, type HeldKey, type KeyRef } from "./skeleton.ts";
 import type { HeldAdapter } from "./adapter.ts";
 import { drive, type DriveOptions, type DriveResult } from "./drive.ts";
-import { finishUnderLease, takeLease } from "./lease.ts";
+import { takeLease } from "./lease.ts";
 
 export interface CompleterOptions extends DriveOptions {
   readonly lockId: bigint;
   /** Keys claimed per round. */
   readonly batch: number;
-  /**
-   * Keys driven at once: their calls wait on the processor, not on this process or the
-   * database (each step's statement borrows a connection for its own moment only).
-   */
+  /** Keys driven at once: their calls wait on the processor, not on this process or the database. */
   readonly parallel: number;
   readonly resolveWindowSeconds: number;
-  /** The operations with processor steps, by their key's endpoint (the domain lists them). */
+  /** The operations with processor steps, by their key's endpoint. */
   readonly operations: ReadonlyMap<string, Operation>;
-  readonly onResumed?: (endpoint: string) => void;
 }
 
 export interface CompleterRound {
@@ -36,15 +28,6 @@ export interface CompleterRound {
   readonly unknown: number;
   readonly lost: number;
   readonly parked: number;
-}
-
-interface ClaimedRow {
-  readonly tenant: string;
-  readonly key: string;
-  readonly endpoint: string;
-  readonly lease_token: string;
-  readonly recovery_point: string;
-  readonly resume: Resume;
 }
 
 /** One round, or undefined when another process is running the completer. */
@@ -60,26 +43,16 @@ export async function completeRound(sql: Sql, options: CompleterOptions): Promis
   const results: DriveResult[] = [];
   const queue = [...claim.keys];
   const lane = async (): Promise<void> => {
-    for (let row = queue.shift(); row !== undefined; row = queue.shift()) results.push(await driveClaimed(sql, row, options));
+    for (let held = queue.shift(); held !== undefined; held = queue.shift()) {
+      results.push(await drive(sql, options.operations.get(held.endpoint)!, held, true, options));
+    }
   };
   await Promise.all(Array.from({ length: Math.min(options.parallel, queue.length) }, lane));
   const count = (kind: DriveResult["kind"]) => results.filter((r) => r.kind === kind).length;
   return { claimed: claim.keys.length, finished: count("final"), unknown: count("unknown"), lost: count("lost"), parked: claim.parked + count("parked") };
 }
 
-function driveClaimed(sql: Sql, row: ClaimedRow, options: CompleterOptions): Promise<DriveResult> {
-  const op = options.operations.get(row.endpoint);
-  if (op === undefined) throw new Error(`bug: claimed a key of ${row.endpoint}, which has no processor steps`);
-  const held: HeldKey = { tenant: row.tenant, key: row.key, endpoint: row.endpoint, token: row.lease_token, point: row.recovery_point, resume: row.resume };
-  options.onResumed?.(row.endpoint);
-  return drive(sql, op, held, true, options);
-}
-
-/**
- * Parks the STARTED keys older than the window (and not held): the completer stops trying
- * them, and the operator is told (idempotency_parked_keys, the alert, `bun run ops parked`).
- * A request with the key may still resume it.
- */
+/** Parks the STARTED keys older than the window and not held; a request with the key may still resume one. */
 async function parkUnresolved(sql: Sql, windowSeconds: number): Promise<number> {
   const result = await sql`
     update idempotency_keys set parked_at = now()
@@ -89,8 +62,8 @@ async function parkUnresolved(sql: Sql, windowSeconds: number): Promise<number> 
 }
 
 /** Takes the lease of up to `batch` expired, unparked keys whose back-off has passed, oldest lease first. */
-async function claimExpired(sql: Sql, endpoints: string[], batch: number, leaseMs: number): Promise<ClaimedRow[]> {
-  return sql<ClaimedRow[]>`
+async function claimExpired(sql: Sql, endpoints: string[], batch: number, leaseMs: number): Promise<HeldKey[]> {
+  return sql<HeldKey[]>`
     update idempotency_keys k
        set lease_token = gen_random_uuid(), lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8)
       from (select tenant, key, endpoint
@@ -102,19 +75,7 @@ async function claimExpired(sql: Sql, endpoints: string[], batch: number, leaseM
              limit ${batch}
                for update skip locked) due
      where k.tenant = due.tenant and k.key = due.key and k.endpoint = due.endpoint
-    returning k.tenant, k.key, k.endpoint, k.lease_token, k.recovery_point, k.resume`;
-}
-
-export interface ParkedKey {
-  readonly keyHash: string;
-  readonly endpoint: string;
-  readonly tenant: string;
-  readonly recoveryPoint: string;
-  readonly resume: Resume;
-  readonly attempts: number;
-  readonly lastError: string | null;
-  readonly parkedAt: Date;
-  readonly createdAt: Date;
+    returning k.tenant, k.key, k.endpoint, k.lease_token as token, k.recovery_point as point, k.resume`;
 }
 
 /** How many keys are parked now (idempotency_parked_keys). */
@@ -134,17 +95,14 @@ export type ResolveResult =
   | { readonly resolved: true; readonly outcome: string; readonly status?: number };
 
 /**
- * Resolves the STARTED key that an operation's own id names (`id`, a UUID: the first of its
- * `operatorIds`, the object its key began): unparked, its lease taken (a live one is refused),
- * then either driven once now, or finished with the operator's outcome (phase 3, as the steps
- * would have written it: the processor's object id, or its refusal code, where the
- * operation's `resolution` says). `operations`: those with processor steps, by endpoint.
+ * Resolves the STARTED key whose operation's own id (the first of its `operatorIds`) is `id`:
+ * unparked, its lease taken (a live one is refused), then driven once now, or finished with the
+ * operator's outcome as the steps would have written it.
  */
 export async function resolveParked(sql: Sql, id: string, resolution: Resolution, operations: ReadonlyMap<string, Operation>, processor: HeldAdapter | undefined, leaseMs: number): Promise<ResolveResult> {
   const ref = await unparkByOwnId(sql, operations, id);
   if (ref === undefined) return { resolved: false, reason: "not_found" };
-  const op = operations.get(ref.endpoint);
-  if (op === undefined) throw new Error(`bug: a STARTED key of ${ref.endpoint}`);
+  const op = operations.get(ref.endpoint)!;
   const held = await takeLease(sql, ref, leaseMs);
   if (held === undefined) return { resolved: false, reason: "held" };
   if (resolution.kind === "retry") {
@@ -155,11 +113,12 @@ export async function resolveParked(sql: Sql, id: string, resolution: Resolution
   const outcome: FinalOutcome = resolution.kind;
   const { succeeded, refused } = op.foreign!.resolution;
   const patch: Resume = resolution.kind === "succeeded" ? { [succeeded]: resolution.processorId } : { [refused]: resolution.code };
-  const response = await finishUnderLease(sql, op, held, outcome, { ...held.resume, ...patch, resolvedBy: "operator" });
+  const resume = { ...held.resume, ...patch, resolvedBy: "operator" };
+  const [response] = await runFinish(sql, compile(sql, op, "finish"), [{ key: held, outcome, resume }]);
   return response === undefined ? { resolved: false, reason: "held" } : { resolved: true, outcome, status: response.status };
 }
 
-/** The STARTED key whose operation's own id is `id`, unparked and due at once; undefined when none. */
+/** The STARTED key whose operation's own id is `id`, unparked and due at once. */
 async function unparkByOwnId(sql: Sql, operations: ReadonlyMap<string, Operation>, id: string): Promise<KeyRef | undefined> {
   const owners = [...operations].map(([endpoint, op]) => ({ endpoint, field: op.foreign!.operatorIds[0]! }));
   const [row] = await sql<KeyRef[]>`

@@ -4,11 +4,11 @@
 import { Value } from "@sinclair/typebox/value";
 import type { Sql } from "../platform/db.ts";
 import type { HeldAdapter, UnknownCause } from "./adapter.ts";
-import { inSpan, inTransaction, tracingOn } from "../platform/trace-context.ts";
+import { inSpan, tracingOn } from "../platform/trace-context.ts";
 import { registerFormats } from "../platform/schemas.ts";
 import type { FinalOutcome, ForeignDeclaration, Operation, Resume, StoredResponse } from "./model.ts";
 import type { HeldKey } from "./skeleton.ts";
-import { directWrites, type LeaseWrites } from "./lease.ts";
+import { groupedWrites, type LeaseWrites } from "./lease.ts";
 
 export interface DriveOptions {
   readonly processor: HeldAdapter;
@@ -16,21 +16,21 @@ export interface DriveOptions {
   readonly leaseMs: number;
   /** How the steps' writes reach the database; each its own statement when absent. */
   readonly writes?: LeaseWrites;
+  /** A key taken over from a holder that is gone (idempotency_resumed_total). */
+  readonly onResumed?: (endpoint: string) => void;
 }
 
-/** What a drive ended with. */
 export type DriveResult =
   | { readonly kind: "final"; readonly outcome: FinalOutcome; readonly response: StoredResponse }
   | { readonly kind: "unknown"; readonly cause: UnknownCause; readonly detail: string }
   /** The lease was taken over while this holder called the processor: it wrote nothing. */
   | { readonly kind: "lost" }
-  /** The key's recovery data failed its schema: parked for an operator, `reason` naming the field. */
+  /** The key's recovery data failed its schema: parked, `reason` naming the field. */
   | { readonly kind: "parked"; readonly reason: string };
 
-// A drive makes at most three calls in a row (create then confirm, read then confirm, or a
-// refund's listing, create and read); the lease covers four at their time bound, plus the
-// transactions around them. A listing longer than a page may outlast it, which is harmless: a
-// holder that lost its lease writes nothing, and the next holder lists again.
+// A drive makes at most three calls in a row; the lease covers four at their time bound, plus the
+// transactions around them. A longer one (a listing of many pages) is harmless: a holder that
+// lost its lease writes nothing, and the next one starts over.
 const CALLS_PER_LEASE = 4;
 const LEASE_MARGIN_MS = 5000;
 
@@ -42,11 +42,8 @@ export function leaseMsFor(timeoutMs: number): number {
 // More steps than any operation has: a loop between recovery points is a bug, not a wait.
 const MAX_STEPS = 8;
 
-/**
- * Why `resume` fails `op`'s schema, naming the field ("resume.amountCents: Expected integer"),
- * or undefined when it passes. Checked whenever a key's resume is read, before a step sees it.
- */
-export function resumeFault(declaration: ForeignDeclaration<unknown>, resume: Resume): string | undefined {
+/** Why `resume` fails its schema, naming the field ("resume.amountCents: Expected integer"). */
+function resumeFault(declaration: ForeignDeclaration<unknown>, resume: Resume): string | undefined {
   // The schemas' formats (uuid) are ours, in every process that reads a resume (the ops jobs too).
   registerFormats();
   if (Value.Check(declaration.resume, resume)) return undefined;
@@ -55,7 +52,6 @@ export function resumeFault(declaration: ForeignDeclaration<unknown>, resume: Re
   return `resume.${field}: ${first?.message ?? "does not match its schema"}`;
 }
 
-// Each adapter's capabilities per declaration, built once.
 const capabilities = new WeakMap<HeldAdapter, Map<ForeignDeclaration<unknown>, unknown>>();
 
 function capabilitiesOf(declaration: ForeignDeclaration<unknown>, adapter: HeldAdapter): unknown {
@@ -65,16 +61,11 @@ function capabilitiesOf(declaration: ForeignDeclaration<unknown>, adapter: HeldA
   return byDeclaration.get(declaration);
 }
 
-/**
- * Runs `key`'s steps until a final state (written by phase 3), an unknown outcome (the lease
- * given up, the recovery point kept), the lease lost to another holder (nothing written), or
- * a resume that fails its schema (the key parked). `resumed`: taken over rather than begun.
- */
+/** Runs the steps from the key's recovery point to a final state, an unknown outcome, a lost lease or a park. */
 export async function drive(sql: Sql, op: Operation, start: HeldKey, resumed: boolean, options: DriveOptions): Promise<DriveResult> {
-  const declaration = op.foreign;
-  if (declaration === undefined) throw new Error(`bug: ${op.name} has no processor steps`);
-  const direct = options.writes ?? directWrites(sql, op, options.leaseMs);
-  const writes = tracingOn() ? tracedWrites(direct) : direct;
+  const declaration = op.foreign!;
+  if (resumed) options.onResumed?.(start.endpoint);
+  const writes = options.writes ?? groupedWrites(sql, op, options.leaseMs);
   const fault = resumeFault(declaration, start.resume);
   if (fault !== undefined) return (await writes.park(start, fault)) ? { kind: "parked", reason: fault } : { kind: "lost" };
   const processor = capabilitiesOf(declaration, options.processor);
@@ -83,7 +74,6 @@ export async function drive(sql: Sql, op: Operation, start: HeldKey, resumed: bo
     const step = declaration.steps[key.point];
     if (step === undefined) throw new Error(`bug: ${op.name} has no step at ${key.point}`);
     const ctx = { resume: key.resume, processor, resumed: resumed && i === 0 };
-    // A step as a span of the request's trace (its traceparent on the resume), whoever drives it.
     const result = tracingOn() ? await inSpan(`${op.name} ${key.point}`, key.resume.traceparent, { "charges.step": key.point }, () => step(ctx)) : await step(ctx);
     switch (result.kind) {
       case "record": {
@@ -106,15 +96,4 @@ export async function drive(sql: Sql, op: Operation, start: HeldKey, resumed: bo
     }
   }
   throw new Error(`bug: ${op.name} ran ${MAX_STEPS} steps without an end`);
-}
-
-// Each write under the lease as a transaction span of the request's trace.
-function tracedWrites(writes: LeaseWrites): LeaseWrites {
-  const t = <T>(name: string, key: HeldKey, run: () => Promise<T>) => inTransaction(name, key.resume.traceparent, "idempotency_keys", run);
-  return {
-    record: (key, point, resume) => t("record", key, () => writes.record(key, point, resume)),
-    finish: (key, outcome, resume) => t("finish", key, () => writes.finish(key, outcome, resume)),
-    release: (key, resume, error) => t("release", key, () => writes.release(key, resume, error)),
-    park: (key, reason) => t("park", key, () => writes.park(key, reason)),
-  };
 }

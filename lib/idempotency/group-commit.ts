@@ -1,49 +1,41 @@
-// Group commit, the one engine for every statement (the ledger's; phase 1, the recorded steps
-// and phase 3 of processor steps): while `maxInFlight` statements run, arriving work queues,
-// and the next free turn sends up to `maxBatch` items of one kind as ONE statement.
-//
-// Each item gets its own result from its own row (every write a compare-and-set per row). A
-// batch shares only its fate on a fault: a cancel, a time bound or a lost connection fails them
-// all with nothing committed; any other error (a deadlock, a constraint) sends each item again
-// alone. A ledger request holds its pool-gate slot while it queues; with a processor a statement
-// takes its slot when sent, so the slots in use are the statements running and a batch can be
-// larger than the pool. Two requests for one key never share a statement: the second goes in
-// the next one, after the first's commit, and reads what it stored.
+// Group commit of every key statement: while `maxInFlight` statements run, arriving work queues,
+// and the next free turn sends up to `maxBatch` items of one kind as ONE statement. Each item
+// gets its own row's result. A batch shares only its fate on a fault: a cancel, a time bound or
+// a lost connection fails them all with nothing committed; any other error sends each item again
+// alone. Two items for one key never share a statement: the second reads what the first stored.
 import { isConnectionLost, isUnavailable, sqlState } from "../platform/db.ts";
 import { REQUEST_DEADLINE, TimeBoundError } from "../platform/pool-gate.ts";
 
-/** Running totals for the API's metrics (metrics.ts observeStatements). */
+/** Running totals for the API's metrics. */
 export interface StatementStats {
   /** Statements sent (a batch is one). */
   readonly statements: number;
-  /** Requests those statements answered (a batch answers several). */
   readonly requests: number;
-  /** Requests waiting now for a statement to end. */
+  /** Requests waiting now for a statement. */
   readonly queued: number;
 }
 
 /** A statement that takes any number of items and answers each, in order. */
 export interface GroupStatement<I, R> {
   send(items: readonly I[], endsAt: number): Promise<R[]>;
-  /** Items sharing any of these values never share a statement (one key's two holders; one charge's two refunds). */
+  /** Items sharing any of these values never share a statement. */
   conflicts(item: I): readonly string[];
 }
 
 export interface GroupOptions {
-  /** Statements running at once; more items than this wait and go in batches. */
   readonly maxInFlight: number;
-  /** Items in one statement at most. */
   readonly maxBatch: number;
   /** An item still queued with less than this left of its deadline is refused, nothing sent. */
   readonly statementTimeoutMs: number;
-  /** Runs a statement holding one slot of the pool gate (its wait bounded), `endsAt` its end; at once without a gate. */
+  /** Runs a statement holding one slot of the pool gate, `endsAt` its end; at once without a gate. */
   readonly slot?: <T>(work: (endsAt: number) => Promise<T>) => Promise<T>;
 }
 
+/** Each statement sent at once, alone. */
+export const AT_ONCE: GroupOptions = { maxInFlight: Number.POSITIVE_INFINITY, maxBatch: 1, statementTimeoutMs: 0 };
+
 export interface GroupCommit extends StatementStats {
   run<I, R>(statement: GroupStatement<I, R>, item: I, endsAt: number): Promise<R>;
-  /** Statements running now. */
-  readonly inFlight: number;
 }
 
 interface Pending {
@@ -56,13 +48,10 @@ interface Pending {
 
 export function createGroupCommit(options: GroupOptions): GroupCommit {
   const slot = options.slot ?? ((work) => work(Number.POSITIVE_INFINITY));
-  // A batch's statement within a gate slot, ending at the earliest of its items' deadlines and the slot's.
   const sendIn = <I, R>(statement: GroupStatement<I, R>, items: readonly I[], endsAt: number): Promise<R[]> =>
     slot((slotEndsAt) => statement.send(items, Math.min(endsAt, slotEndsAt)));
   let inFlight = 0;
   let queue: Pending[] = [];
-  let statements = 0;
-  let requests = 0;
   const finished = (): void => {
     inFlight--;
     pump();
@@ -73,20 +62,25 @@ export function createGroupCommit(options: GroupOptions): GroupCommit {
       queue = rest;
       if (batch.length === 0) continue;
       inFlight++;
-      statements++;
-      requests += batch.length;
+      group.statements++;
+      group.requests += batch.length;
       // send() settles every item itself; a bug that escapes it still answers them.
       void send(batch, sendIn)
         .catch((error: unknown) => batch.forEach((p) => p.reject(error)))
         .finally(finished);
     }
   };
-  return {
+  const group = {
+    statements: 0,
+    requests: 0,
+    get queued() {
+      return queue.length;
+    },
     run<I, R>(statement: GroupStatement<I, R>, item: I, endsAt: number): Promise<R> {
       if (inFlight < options.maxInFlight && queue.length === 0) {
         inFlight++;
-        statements++;
-        requests++;
+        group.statements++;
+        group.requests++;
         const sent = sendIn(statement, [item], endsAt).then((results) => results[0]!);
         void sent.then(finished, finished);
         return sent;
@@ -96,25 +90,13 @@ export function createGroupCommit(options: GroupOptions): GroupCommit {
         pump();
       });
     },
-    get inFlight() {
-      return inFlight;
-    },
-    get statements() {
-      return statements;
-    },
-    get requests() {
-      return requests;
-    },
-    get queued() {
-      return queue.length;
-    },
   };
+  return group;
 }
 
 /**
- * The next batch from the front of the queue, in arrival order: items of the first one's
- * statement, at most maxBatch, none sharing a conflict value (those wait for the next turn).
- * An item whose deadline left no room for a statement is refused here.
+ * The next batch, in arrival order: items of the first one's statement, at most maxBatch, none
+ * sharing a conflict value. An item whose deadline left no room for a statement is refused.
  */
 function takeBatch(queue: readonly Pending[], options: GroupOptions): { batch: Pending[]; rest: Pending[] } {
   const batch: Pending[] = [];
@@ -152,8 +134,8 @@ async function send(batch: readonly Pending[], sendIn: SendIn): Promise<void> {
       for (const p of batch) p.reject(error);
       return;
     }
-    // Rolled back whole; each item is sent again alone, one after the other (one slot, and no
-    // statements pipelined behind a failing one), and answered by its own statement.
+    // Rolled back whole; each item is sent again alone, one after the other (no statements
+    // pipelined behind a failing one).
     for (const p of batch) await sendIn(statement, [p.item], p.endsAt).then((r) => p.resolve(r[0]), p.reject);
     return;
   }

@@ -1,19 +1,17 @@
-// A key's state, per operation, as its tenant may ask for it (the API's key-state route,
-// docs/api.md "A key's state"): in flight, completed, parked, expired (a tombstone) or unknown.
-// One statement reads every operation's row of the key through the unique (tenant, key,
-// endpoint) index's prefix; another tenant's key finds no row and so reads exactly as unknown.
+// A key's state per operation, as its tenant may ask for it (docs/api.md "A key's state"). One
+// statement reads every operation's row through the unique index's (tenant, key) prefix, so
+// another tenant's key finds no row and reads exactly as unknown.
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import { endpointOf, type Operation } from "./model.ts";
 
 export const KEY_STATES = ["in_flight", "completed", "parked", "expired", "unknown"] as const;
-export type KeyStateName = (typeof KEY_STATES)[number];
 
 /** One operation's use of a key (lib/api publishes its schema and checks every view against it). */
-export interface OperationState {
+interface OperationState {
   readonly operation: string;
   readonly endpoint: string;
-  readonly state: KeyStateName;
+  readonly state: (typeof KEY_STATES)[number];
   readonly recoveryPoint?: string;
   readonly leaseUntil?: string;
   readonly status?: number;
@@ -23,7 +21,6 @@ export interface OperationState {
   readonly reason?: string;
 }
 
-/** The key's state for each operation. */
 export interface KeyState {
   readonly key: string;
   readonly operations: readonly OperationState[];
@@ -43,7 +40,7 @@ interface KeyStateRow {
   readonly expires_at: Date;
 }
 
-/** Every row of `key` the tenant holds: one statement, the unique index's (tenant, key) prefix, at most one row per operation. */
+/** Every row of `key` the tenant holds, at most one per operation. */
 export async function readKeyRows(sql: Sql, tenant: string, key: string, endsAt: number): Promise<readonly KeyStateRow[]> {
   return boundedStatement(sql, endsAt, (q) => q<KeyStateRow[]>`
     select endpoint,
@@ -54,7 +51,6 @@ export async function readKeyRows(sql: Sql, tenant: string, key: string, endsAt:
      where tenant = ${tenant} and key = ${key} and (expires_at > now() or status <> 'EXPIRED')`);
 }
 
-/** The view of `rows` for every one of `operations`. */
 export function keyStateView(key: string, operations: readonly Operation[], rows: readonly KeyStateRow[]): KeyState {
   const byEndpoint = new Map(rows.map((r) => [r.endpoint, r]));
   return {
@@ -81,14 +77,9 @@ function stateOf(op: Operation, row: KeyStateRow): StateFields {
     case "COMPLETED":
       return { state: "completed", ...answered(op, row), expiresAt: row.expires_at.toISOString() };
     case "EXPIRED": {
-      // A COMPLETED key past its expiry that the retention job has not turned into a tombstone
-      // yet: its tombstone's end is not written yet, so none is named.
+      // A COMPLETED key past its expiry not yet a tombstone has no tombstone's end to name.
       const tombstone = row.response_body === null;
       return { state: "expired", ...answered(op, row), ...(tombstone && { expiresAt: row.expires_at.toISOString() }) };
-    }
-    default: {
-      const unreachable: never = row.status;
-      throw new Error(`bug: a key row in state ${String(unreachable)}`);
     }
   }
 }

@@ -1,17 +1,13 @@
-// The key row's lease, as statements: each one a transaction of its own, within the caller's
-// time bound (boundedStatement), and each write a compare-and-set on the holder's token, so a
-// holder whose lease was taken over can never write again (it finds no row and stops).
+// The key row's lease, as statements: each a transaction of its own, and each write a
+// compare-and-set on the holder's token, so a holder whose lease was taken over can never write
+// again (it finds no row and stops).
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
+import { inTransaction, tracingOn } from "../platform/trace-context.ts";
 import type { FinalOutcome, Operation, Resume, StoredResponse } from "./model.ts";
 import { compile, runFinish, type FinishRequest, type HeldKey, type KeyRef } from "./skeleton.ts";
-import type { GroupCommit, GroupStatement } from "./group-commit.ts";
+import { AT_ONCE, createGroupCommit, type GroupStatement } from "./group-commit.ts";
 import { keyId } from "./keys.ts";
-
-interface LeaseRow {
-  readonly recovery_point: string;
-  readonly resume: Resume;
-}
 
 const NO_BOUND = Number.POSITIVE_INFINITY;
 
@@ -22,7 +18,7 @@ const NO_BOUND = Number.POSITIVE_INFINITY;
  */
 export async function takeLease(sql: Sql, ref: KeyRef, leaseMs: number, endsAt = NO_BOUND): Promise<HeldKey | undefined> {
   const token = crypto.randomUUID();
-  const [row] = await boundedStatement(sql, endsAt, (q) => q<LeaseRow[]>`
+  const [row] = await boundedStatement(sql, endsAt, (q) => q<{ recovery_point: string; resume: Resume }[]>`
     update idempotency_keys
        set lease_token = ${token}::uuid, lease_until = now() + make_interval(secs => ${leaseMs / 1000}::float8)
      where tenant = ${ref.tenant} and key = ${ref.key} and endpoint = ${ref.endpoint}
@@ -31,18 +27,14 @@ export async function takeLease(sql: Sql, ref: KeyRef, leaseMs: number, endsAt =
   return row ? { ...ref, token, point: row.recovery_point, resume: row.resume } : undefined;
 }
 
-/** One step's result to record, by its key's holder. */
-export interface StepRecord {
+interface StepRecord {
   readonly key: HeldKey;
   readonly point: string;
   readonly resume: Resume;
 }
 
-/**
- * Records each step's result and renews its lease, for every holder that still holds its
- * key, in one statement: for each record, in order, whether it was written.
- */
-export async function recordSteps(sql: Sql, records: readonly StepRecord[], leaseMs: number, endsAt = NO_BOUND): Promise<boolean[]> {
+/** Records each step's result and renews its lease: for each record, whether its holder still held the key. */
+async function recordSteps(sql: Sql, records: readonly StepRecord[], leaseMs: number, endsAt: number): Promise<boolean[]> {
   const rows = records.map((r, n) => ({ n, tenant: r.key.tenant, key: r.key.key, endpoint: r.key.endpoint, token: r.key.token, point: r.point, resume: r.resume }));
   const written = await boundedStatement(sql, endsAt, (q) => q<{ n: number }[]>`
     update idempotency_keys k
@@ -57,14 +49,13 @@ export async function recordSteps(sql: Sql, records: readonly StepRecord[], leas
 }
 
 // The completer's back-off per key after an unknown outcome: 2^attempts seconds, at most this.
-// A processor down for minutes is tried a few times a minute at first, then every 5 minutes.
 const MAX_BACKOFF_S = 300;
 
 /**
  * Gives the lease up after an unknown outcome, keeping the recovery point: the next request
  * with the key may resume at once; the completer waits for the key's back-off.
  */
-export async function releaseLease(sql: Sql, key: HeldKey, resume: Resume, error: string, endsAt = NO_BOUND): Promise<boolean> {
+async function releaseLease(sql: Sql, key: HeldKey, resume: Resume, error: string, endsAt: number): Promise<boolean> {
   const rows = await boundedStatement(sql, endsAt, (q) => q`
     update idempotency_keys
        set lease_until = now(), lease_token = null, resume = ${q.json(resume as never)}, last_error = ${error},
@@ -75,11 +66,8 @@ export async function releaseLease(sql: Sql, key: HeldKey, resume: Resume, error
   return rows.count === 1;
 }
 
-/**
- * Parks a key whose recovery data failed its schema: its lease given up, the reason recorded
- * for the operator (`bun run ops parked`), and the completer leaves it alone.
- */
-export async function parkKey(sql: Sql, key: HeldKey, reason: string, endsAt = NO_BOUND): Promise<boolean> {
+/** Parks a key whose recovery data failed its schema, for an operator: the completer leaves it alone. */
+async function parkKey(sql: Sql, key: HeldKey, reason: string, endsAt: number): Promise<boolean> {
   const rows = await boundedStatement(sql, endsAt, (q) => q`
     update idempotency_keys
        set lease_until = now(), lease_token = null, last_error = ${reason}, parked_at = now()
@@ -88,17 +76,7 @@ export async function parkKey(sql: Sql, key: HeldKey, reason: string, endsAt = N
   return rows.count === 1;
 }
 
-/**
- * Phase 3 of one key (skeleton.ts runFinish): the operation's final rows and event, and the key COMPLETED
- * with the response to replay, if `key`'s holder still holds it; undefined when the lease was
- * lost: nothing is written.
- */
-export async function finishUnderLease(sql: Sql, op: Operation, key: HeldKey, outcome: FinalOutcome, resume: Resume, endsAt = NO_BOUND): Promise<StoredResponse | undefined> {
-  const [response] = await runFinish(sql, compile(sql, op, "finish"), [{ key, outcome, resume }], endsAt);
-  return response;
-}
-
-/** The writes of a drive, each a compare-and-set by the holder: how they reach the database is the caller's. */
+/** The writes of a drive, each a compare-and-set by the holder. */
 export interface LeaseWrites {
   record(key: HeldKey, point: string, resume: Resume): Promise<boolean>;
   finish(key: HeldKey, outcome: FinalOutcome, resume: Resume): Promise<StoredResponse | undefined>;
@@ -106,27 +84,19 @@ export interface LeaseWrites {
   park(key: HeldKey, reason: string): Promise<boolean>;
 }
 
-/** Each write its own statement, sent at once (the completer, `bun run ops`). */
-export function directWrites(sql: Sql, op: Operation, leaseMs: number): LeaseWrites {
-  return {
-    record: async (key, point, resume) => (await recordSteps(sql, [{ key, point, resume }], leaseMs))[0]!,
-    finish: (key, outcome, resume) => finishUnderLease(sql, op, key, outcome, resume),
-    release: (key, resume, error) => releaseLease(sql, key, resume, error),
-    park: (key, reason) => parkKey(sql, key, reason),
-  };
-}
-
 // Every release or park conflicts with every other: each is a statement of its own (rare).
 const ALONE = ["alone"];
 const idOf = (k: KeyRef): string => keyId(k.tenant, k.key, k.endpoint);
+// Outside the API (the completer, `bun run ops`): each write its own statement, sent at once.
+const AT_ONCE_GROUP = createGroupCommit(AT_ONCE);
 
 /**
- * The writes of a drive in the API: each grouped with the same write of other holders under
- * load (group-commit.ts), within a deadline of its own from `endsAt()` (a statement sent after
- * a processor call). One key's two writes, or two finals of one `exclusive` value, never share
- * a statement.
+ * The writes of a drive, each grouped with the same write of other holders under load, within a
+ * deadline of its own from `endsAt()` (a statement sent after a processor call), and each a
+ * transaction span of the request's trace. One key's two writes, or two finals of one
+ * `exclusive` value, never share a statement.
  */
-export function groupedWrites(sql: Sql, op: Operation, group: GroupCommit, leaseMs: number, endsAt: () => number): LeaseWrites {
+export function groupedWrites(sql: Sql, op: Operation, leaseMs: number, group = AT_ONCE_GROUP, endsAt = () => NO_BOUND): LeaseWrites {
   const finish = compile(sql, op, "finish");
   const exclusive = op.foreign!.exclusive;
   const records: GroupStatement<StepRecord, boolean> = { send: (items, e) => recordSteps(sql, items, leaseMs, e), conflicts: (r) => [idOf(r.key)] };
@@ -139,10 +109,14 @@ export function groupedWrites(sql: Sql, op: Operation, group: GroupCommit, lease
     conflicts: () => ALONE,
   };
   const parks: GroupStatement<{ key: HeldKey; reason: string }, boolean> = { send: async ([r], e) => [await parkKey(sql, r!.key, r!.reason, e)], conflicts: () => ALONE };
+  const run = <I extends { key: HeldKey }, R>(name: string, statement: GroupStatement<I, R>, item: I): Promise<R> =>
+    tracingOn()
+      ? inTransaction(name, item.key.resume.traceparent, "idempotency_keys", () => group.run(statement, item, endsAt()))
+      : group.run(statement, item, endsAt());
   return {
-    record: (key, point, resume) => group.run(records, { key, point, resume }, endsAt()),
-    finish: (key, outcome, resume) => group.run(finals, { key, outcome, resume }, endsAt()),
-    release: (key, resume, error) => group.run(releases, { key, resume, error }, endsAt()),
-    park: (key, reason) => group.run(parks, { key, reason }, endsAt()),
+    record: (key, point, resume) => run("record", records, { key, point, resume }),
+    finish: (key, outcome, resume) => run("finish", finals, { key, outcome, resume }),
+    release: (key, resume, error) => run("release", releases, { key, resume, error }),
+    park: (key, reason) => run("park", parks, { key, reason }),
   };
 }

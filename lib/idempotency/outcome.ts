@@ -1,13 +1,11 @@
-// The one mapping from what the claim and the steps answered to an operation's outcome (run.ts),
-// for both modes: a key row (the request's own, another's, or the same key's earlier try) and
-// a drive's result. Expected outcomes are values; only bugs and infrastructure faults throw.
+// The one mapping from what the claim and the steps answered to an operation's outcome, for both
+// modes: a key row, or a drive's result. Expected outcomes are values; only bugs and faults throw.
 import type { DriveResult } from "./drive.ts";
 import type { Operation, Refusal } from "./model.ts";
 import type { KeyRow } from "./skeleton.ts";
 import type { UnknownCause } from "./adapter.ts";
 
 export type Outcome =
-  /** The operation's success (201 or 200), first time. */
   | { readonly kind: "created"; readonly status: number; readonly body: string; readonly location: string | undefined }
   | { readonly kind: "replayed"; readonly status: number; readonly body: string; readonly location: string | undefined }
   /** The processor's final refusal (a decline), stored under the key: answered as the problem it stored. */
@@ -26,24 +24,16 @@ export type OutcomeKind = Outcome["kind"];
 
 // Every kind, for the counters that start at zero: a Record, so a new kind fails to compile until named here.
 const OUTCOME_KIND_SET: Readonly<Record<OutcomeKind, true>> = {
-  created: true,
-  replayed: true,
-  payload_conflict: true,
-  in_flight: true,
-  refused: true,
-  stored_problem: true,
-  unknown_outcome: true,
-  parked: true,
-  expired: true,
+  created: true, replayed: true, payload_conflict: true, in_flight: true, refused: true,
+  stored_problem: true, unknown_outcome: true, parked: true, expired: true,
 };
 export const OUTCOME_KINDS = Object.keys(OUTCOME_KIND_SET) as readonly OutcomeKind[];
 
-const IN_FLIGHT: Outcome = { kind: "in_flight" };
+export const IN_FLIGHT: Outcome = { kind: "in_flight" };
 
 /**
- * A key row written before this request's statement (or by its own earlier try: `ownBody`, the
- * body this request would store, makes it the creation still): its stored answer, a conflict,
- * or "started" when it is STARTED (in flight, or resumable once its lease has expired).
+ * A key row written before this request's statement: its stored answer, a conflict, or
+ * "started". `ownBody`, the body this request would store, makes its own earlier try a creation.
  */
 export function fromStored(op: Operation, row: KeyRow, requestHash: string, ownBody?: string): Outcome | "started" {
   if (row.request_hash !== requestHash) return { kind: "payload_conflict" };
@@ -54,23 +44,18 @@ export function fromStored(op: Operation, row: KeyRow, requestHash: string, ownB
   return { kind: body === ownBody ? "created" : "replayed", status, body, location: op.locationOf(body) };
 }
 
-/**
- * What a key statement's row says when it wrote nothing: a stored answer, a 409, or (after a
- * lost race its snapshot could not see) what the key holds now (`findNow`), else the refusal.
- */
+/** What a key statement's row says when it wrote nothing: a stored answer, a 409, or the refusal. */
 export async function fromUnwritten(op: Operation, row: KeyRow, requestHash: string, findNow: () => Promise<KeyRow | undefined>, refuse: (reason: string, detail: string | null) => Refusal, ownBody?: string): Promise<Outcome | "started"> {
   if (row.request_hash !== null) return fromStored(op, row, requestHash, ownBody);
   if (row.got === false) return IN_FLIGHT;
-  // Refused, or locked but not written: both decided on this statement's snapshot, which can
-  // predate the commit of another request for the same key (whose lock, released at that
-  // commit, this one then took). What that request stored is the answer, not a refusal it made
-  // false (one more round trip, these cases only).
+  // Refused, or locked but not written: decided on this statement's snapshot, which can predate
+  // the commit of another request for the same key (whose lock this one then took). What that
+  // request stored is the answer, not a refusal it made false.
   const now = await findNow();
   if (now) return fromStored(op, now, requestHash, ownBody);
   return row.refusal !== null ? { kind: "refused", refusal: refuse(row.refusal, row.detail) } : IN_FLIGHT;
 }
 
-/** The operation's success, first time. */
 export function createdOf(op: Operation, body: string): Outcome {
   return { kind: "created", status: op.status, body, location: op.locationOf(body) };
 }
@@ -90,9 +75,5 @@ export function fromDrive(op: Operation, result: DriveResult): Outcome {
     case "lost":
       // Another holder took the key over while this one called the processor: it answers later.
       return IN_FLIGHT;
-    default: {
-      const unreachable: never = result;
-      throw new Error(`bug: unhandled drive result ${JSON.stringify(unreachable)}`);
-    }
   }
 }

@@ -1,6 +1,5 @@
-// The base of every problem type's URI, how an operation declares a problem type of its own
-// (by the name the client's PROBLEM gives it), and the two every operation may answer: the
-// operations' modules (lib/charges/) declare the rest, and lib/api/problem.ts adds the API's.
+// The problem types' URI base, how an operation declares one of its own (by the client's PROBLEM
+// name), and the two every operation may answer; lib/api/problem.ts adds the API's.
 
 export const PROBLEM_BASE = "https://charges.example/problems/";
 
@@ -11,7 +10,6 @@ export interface ProblemSpec {
   readonly status: number;
 }
 
-/** A problem type an operation declares, under the name the client's PROBLEM gives it. */
 export interface NamedProblem extends ProblemSpec {
   readonly name: string;
 }
@@ -23,7 +21,6 @@ export function problemsByName(problems: readonly NamedProblem[]): Readonly<Reco
   return Object.fromEntries(problems.map(({ name, ...spec }) => [name, spec]));
 }
 
-/** The problems any operation may answer for its own refusals. */
 export const OPERATION_PROBLEMS = {
   invalidBody: { slug: "invalid-body", title: "Invalid request body", status: 400 },
   notFound: { slug: "not-found", title: "Not found", status: 404 },

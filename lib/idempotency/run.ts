@@ -1,54 +1,47 @@
-// The one function that runs every idempotent operation: claim (the key's one statement, grouped
-// under load: for the ledger the whole operation; with a processor, phase 1 writes the key
-// STARTED under a lease), drive (the steps from the recovery point, nothing held but the lease),
-// finish (phase 3, by the lease's holder), and the outcome as a value (outcome.ts).
+// The one function that runs every idempotent operation: the claim (the ledger's whole operation,
+// or phase 1 writing the key STARTED under a lease), then with a processor the steps and phase 3
+// by the lease's holder, and the outcome as a value (outcome.ts).
 import type { Static } from "@sinclair/typebox";
-import type { Sql } from "../platform/db.ts";
+import { UNIQUE_VIOLATION, isConnectionLost, sqlState, type Sql } from "../platform/db.ts";
 import { newEventId } from "../platform/uuid.ts";
-import { UNIQUE_VIOLATION, isConnectionLost, sqlState } from "../platform/db.ts";
 import { UNBOUNDED, type Deadline, type PoolGate } from "../platform/pool-gate.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
 import { endSpan, tracingOn, transactionSpan } from "../platform/trace-context.ts";
 import { advisoryLockId, fingerprint, keyId } from "./keys.ts";
 import { DEFAULT_SETTINGS, endpointOf, type Operation, type OperationInput, type OperationSettings } from "./model.ts";
 import { compile, findKey, runClaim, type Compiled, type KeyRow, type RequestRow } from "./skeleton.ts";
-import { createGroupCommit, type GroupOptions, type GroupStatement, type StatementStats } from "./group-commit.ts";
+import { AT_ONCE, createGroupCommit, type GroupOptions, type GroupStatement, type StatementStats } from "./group-commit.ts";
 import { drive, type DriveOptions } from "./drive.ts";
 import { groupedWrites, takeLease } from "./lease.ts";
-import { createdOf, fromDrive, fromStored, fromUnwritten, type Outcome } from "./outcome.ts";
+import { IN_FLIGHT, createdOf, fromDrive, fromStored, fromUnwritten, type Outcome } from "./outcome.ts";
 import { createKeyWaits } from "./waits.ts";
 
 export interface OperationRequest<Body> {
-  /** Whose key and rows these are: every read and write is scoped to it. */
+  /** Every read and write is scoped to it. */
   readonly tenant: string;
   readonly key: string;
   readonly input: OperationInput<Body>;
   readonly traceparent: string | null;
 }
 
-export interface ForeignOptions extends Omit<DriveOptions, "writes"> {
-  /** A key taken over from a holder that is gone (idempotency_resumed_total{by="request"}). */
-  readonly onResumed?: (endpoint: string) => void;
-}
+export type ForeignOptions = Omit<DriveOptions, "writes">;
 
 export interface CoreOptions {
   readonly ttlSeconds: number;
-  /** Called after an operation committed its event; the relay's wake-up hangs here. */
+  /** Called after an operation committed its event: the relay's wake-up. */
   readonly onCreated?: () => void;
   /** The pool wait and request deadline; without it, statements are sent at once. */
   readonly bounds?: PoolGate;
-  /** Deployment settings handed to every operation (the default currency). */
   readonly settings?: OperationSettings;
-  /** A payment processor (PAYMENT_PROCESSOR=stripe): operations that declare `foreign` call it. Without it every operation is its claim alone. */
+  /** A payment processor: operations that declare `foreign` call it. */
   readonly foreign?: ForeignOptions;
-  /** Group commit of the ledger's claims under load; without it, each is sent at once. */
+  /** Group commit of the ledger's claims; without it, each is sent at once. */
   readonly batching?: Omit<GroupOptions, "slot">;
-  /** Group commit of the processor phases' statements, as `batching`'s for the ledger. */
+  /** Group commit of the processor phases' statements. */
   readonly groupCommit?: Omit<GroupOptions, "slot">;
   /**
-   * Hears completions in other processes (a LISTEN on the relay's channel, which every commit
-   * with an event notifies): resolves once listening. Without it (the edge worker) a request
-   * never waits for a key in flight: Prefer: wait is ignored.
+   * Hears completions in other processes (a LISTEN on the relay's channel): resolves once
+   * listening. Without it (the edge worker) Prefer: wait is ignored.
    */
   readonly listen?: (onNotify: () => void) => Promise<unknown>;
 }
@@ -56,31 +49,27 @@ export interface CoreOptions {
 export interface IdempotencyCore {
   run<Op extends Operation>(op: Op, request: OperationRequest<Static<Op["body"]>>): Promise<Outcome>;
   /**
-   * `run`, and while the key is in flight, held up to `waitSeconds` (capped by the request's
-   * deadline) for its holder's outcome (Prefer: wait). `waitedSeconds`: it was in flight and
-   * held, so the preference was applied (the answer says so, whatever it is).
+   * `run`, and while the key is in flight, held up to `waitSeconds` (capped by the deadline) for
+   * its holder's outcome (Prefer: wait). `waitedSeconds`: the preference was applied.
    */
   runWaiting<Op extends Operation>(op: Op, request: OperationRequest<Static<Op["body"]>>, waitSeconds: number): Promise<{ outcome: Outcome; waitedSeconds: number | undefined }>;
   /** A read of the routes (GET), within the same pool gate and deadline as the writes. */
   read<T>(work: (sql: Sql, endsAt: number) => Promise<T>): Promise<T>;
-  /** What the routes hand every operation in its input. */
   readonly settings: OperationSettings;
-  /** The group commits' totals, for the metrics. */
   readonly statements: StatementStats;
 }
 
 /** One request's claim, fixed before its first try so that every resend writes the same row. */
 interface Claim {
   readonly row: RequestRow;
-  /** Prepared.exclusive: requests with the same value never share a statement. */
   readonly exclusive: string | undefined;
-  /** The ledger's answer as this request stores it (its own earlier try's, if that committed). */
+  /** The ledger's answer as this request stores it (so its own earlier try's reads as created). */
   readonly body: string | undefined;
   /** Phase 1's lease token. */
   readonly token: string | undefined;
 }
 
-/** An operation bound to this engine, built once: its claim, and with processor steps, how they are driven. */
+/** An operation bound to this engine, built once. */
 interface Binding {
   readonly c: Compiled;
   readonly claim: GroupStatement<Claim, KeyRow>;
@@ -90,19 +79,15 @@ interface Binding {
 
 type Input = OperationInput<Static<Operation["body"]>>;
 
-// A pooled connection whose backend was killed fails the statement sent on it (and, with
-// postgres.js, sometimes the next one too). The ledger's claim is sent again on a fresh
-// connection: it is atomic and keyed, and every try writes the same row, so a resend that
-// finds a key row of a try that did commit knows it as its own. Phase 1 is not: its lease,
-// once written, would answer its own resend 409.
+// A pooled connection whose backend was killed fails the statement sent on it (with postgres.js,
+// sometimes the next one too). The ledger's claim is resent: it is atomic and every try writes
+// the same row, so a resend that finds its own committed try knows it. Not phase 1: its lease
+// would answer its own resend 409.
 const MAX_RESENDS = 2;
-const AT_ONCE: Omit<GroupOptions, "slot"> = { maxInFlight: Number.POSITIVE_INFINITY, maxBatch: 1, statementTimeoutMs: 0 };
 // A held request reads its key once more after its wait: this much of its deadline is kept for that.
 const WAIT_MARGIN_MS = 1000;
 const MS_PER_S = 1000;
-const IN_FLIGHT: Outcome = { kind: "in_flight" };
-// What a claim that hit the unique constraint says: the safety net under the advisory lock,
-// hit only by a request that lost a race for the same key, which is by definition in flight.
+// A claim that hit the unique constraint lost a race for the same key: in flight.
 const LOST_RACE: KeyRow = { got: false, created: 0, refusal: null, detail: null, request_hash: null, status: null, response_status: null, response_body: null };
 
 export function createIdempotencyCore(sql: Sql, options: CoreOptions): IdempotencyCore {
@@ -110,9 +95,8 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
   const foreign = options.foreign;
   const terms = { ttlSeconds: options.ttlSeconds, leaseMs: foreign?.leaseMs ?? 0 };
   const deadline = (): Deadline => options.bounds?.deadline() ?? UNBOUNDED;
-  // A ledger claim holds its gate slot while it queues (`ledger`: its batch is at most the
-  // pool); phase 1 and the steps' writes take one when sent (`steps`), so a request waiting for
-  // the processor or for a statement holds none.
+  // A ledger claim holds its gate slot while it queues (its batch is at most the pool); phase 1
+  // and the steps' writes take one when sent, so a request waiting for the processor holds none.
   const ledger = createGroupCommit(options.batching ?? AT_ONCE);
   const steps = createGroupCommit({ ...(options.groupCommit ?? AT_ONCE), slot: (work) => deadline().run(work) });
   const bindings = new Map<Operation, Binding>();
@@ -127,7 +111,7 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
         return exclusive === undefined ? [id] : [id, `x:${exclusive}`];
       },
     };
-    const writes = mode === "processor" ? groupedWrites(sql, op, steps, foreign!.leaseMs, () => deadline().endsAt) : undefined;
+    const writes = mode === "processor" ? groupedWrites(sql, op, foreign!.leaseMs, steps, () => deadline().endsAt) : undefined;
     return { c, claim, steps: writes && { ...foreign!, writes } };
   };
   const waits = createKeyWaits();
@@ -142,11 +126,10 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
     // STARTED, its lease expired: its holder is gone or gave up on an unknown outcome.
     const held = await d.run((endsAt) => takeLease(sql, { tenant: request.tenant, key: request.key, endpoint }, b.steps!.leaseMs, endsAt));
     if (held === undefined) return IN_FLIGHT;
-    foreign!.onResumed?.(endpoint);
     return fromDrive(op, await drive(sql, op, held, true, b.steps));
   };
 
-  /** A request phase 1 cannot take (a body member it requires) is refused, but a key completed before still replays. */
+  /** A request phase 1 cannot take is refused, but a key completed before still replays. */
   const invalidOrStored = async (b: Binding, request: OperationRequest<unknown>, requestHash: string, d: Deadline): Promise<Outcome | undefined> => {
     const invalid = b.c.op.foreign!.validate(request.input as Input);
     if (invalid === undefined) return undefined;
@@ -166,12 +149,10 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
         if (b.steps !== undefined && (outcome = await invalidOrStored(b, request, requestHash, d)) !== undefined) return outcome;
         const claim = claimOf(b, request, advisoryLockId(request.tenant, request.key, b.c.endpoint), requestHash);
         let row: KeyRow | undefined;
-        // The claim's transaction as a span of the request's trace (the ledger's whole operation).
         const span = tracingOn() ? transactionSpan("claim", request.traceparent, "idempotency_keys") : undefined;
         // The loop is here rather than in a function of its own: an async frame costs a promise per request.
         for (let resends = 0; row === undefined; resends++) {
           try {
-            // Each try waits for a slot of the pool and starts only within the request's deadline.
             row = b.steps === undefined ? await d.run((endsAt) => ledger.run(b.claim, claim, endsAt)) : await steps.run(b.claim, claim, d.endsAt);
           } catch (error) {
             if (sqlState(error) === UNIQUE_VIOLATION) row = LOST_RACE;
@@ -187,15 +168,13 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
         if (row.created !== 1) outcome = await unwritten(b, request, row, requestHash, claim, d);
         else if (b.steps === undefined) outcome = createdOf(op, row.answer ?? claim.body!);
         else {
-          if (row.resume == null) throw new Error(`bug: ${op.name} began without a resume`);
-          const held = { tenant: request.tenant, key: request.key, endpoint: b.c.endpoint, token: claim.token!, point: op.foreign!.firstPoint, resume: row.resume };
+          const held = { tenant: request.tenant, key: request.key, endpoint: b.c.endpoint, token: claim.token!, point: op.foreign!.firstPoint, resume: row.resume! };
           outcome = fromDrive(op, await drive(sql, op, held, false, b.steps));
         }
         if (outcome.kind === "created" || (outcome.kind === "stored_problem" && !outcome.replayed)) options.onCreated?.();
         return outcome;
       } finally {
-        // This request held the key (an in_flight answer never did, and must not wake its own
-        // wait): whoever waits for it here reads it again.
+        // This request held the key (an in_flight one never did, and must not wake its own wait).
         if (waits.size > 0 && outcome?.kind !== "in_flight") waits.wake(keyId(request.tenant, request.key, b.c.endpoint));
       }
     },
@@ -203,7 +182,6 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
       const started = performance.now();
       let outcome = await core.run(op, request);
       if (outcome.kind !== "in_flight" || waitSeconds <= 0 || options.listen === undefined) return { outcome, waitedSeconds: undefined };
-      // Capped by the request's deadline, less the last read of the key.
       const capMs = deadline().endsAt - WAIT_MARGIN_MS - started;
       const appliedSeconds = waitSeconds * MS_PER_S <= capMs ? waitSeconds : Math.floor(capMs / MS_PER_S);
       if (appliedSeconds <= 0) return { outcome, waitedSeconds: undefined };
@@ -245,7 +223,7 @@ export function createIdempotencyCore(sql: Sql, options: CoreOptions): Idempoten
   return core;
 }
 
-/** The one row builder: the key's columns, then what the operation prepared for this request in its mode. */
+/** The one row builder: the key's columns, then what the operation prepared in its mode. */
 function claimOf(b: Binding, request: OperationRequest<unknown>, lockId: string, requestHash: string): Claim {
   const { op } = b.c;
   const input = request.input as Input;

@@ -1,12 +1,10 @@
-// The one SQL skeleton of every operation and its column compiler: the key's claim (the ledger's
-// single statement, or phase 1) and phase 3 wrap an operation's fragments (model.ts). One request
-// and a batch run the same statement: the requests arrive as one JSON array of rows
-// (jsonb_to_recordset), so one prepared statement serves any count.
+// The one SQL skeleton of every operation: the key's claim (the ledger's single statement, or
+// phase 1) and phase 3 wrap an operation's fragments (model.ts). The requests arrive as one JSON
+// array of rows (jsonb_to_recordset), so one prepared statement serves a request or a batch.
 import type { Sql } from "../platform/db.ts";
 import { boundedStatement } from "../platform/bounded-statement.ts";
 import { newEventId } from "../platform/uuid.ts";
-import { insertEvents } from "./outbox-insert.ts";
-import { endpointOf, type ColumnValue, type FinalOutcome, type Fragment, type Mode, type Operation, type Resume, type SqlType, type StoredResponse } from "./model.ts";
+import { SQL_TYPES, endpointOf, type ColumnValue, type FinalOutcome, type Fragment, type Mode, type Operation, type Resume, type SqlType, type StoredResponse } from "./model.ts";
 
 /** What a key statement (single or phase 1) answers for one request. */
 export interface KeyRow {
@@ -14,17 +12,16 @@ export interface KeyRow {
   readonly got: boolean | null;
   /** 1 when this request's key row and writes were written. */
   readonly created: number;
-  /** The operation's refusal (admit), with nothing written. */
   readonly refusal: string | null;
   readonly detail: string | null;
   readonly request_hash: string | null;
-  /** EXPIRED: a tombstone, or a COMPLETED key past its expiry that the retention job has not turned into one yet. */
+  /** EXPIRED: a tombstone, or a COMPLETED key past its expiry not yet turned into one. */
   readonly status: "STARTED" | "COMPLETED" | "EXPIRED" | null;
   readonly response_status: number | null;
   readonly response_body: string | null;
-  /** A tombstone's original resource (its stored answer's Location). */
+  /** A tombstone's resource. */
   readonly location?: string | null;
-  /** The response the admit made in SQL (an answer that needs the rows it read), stored in place of the request's. */
+  /** The admit's response body, stored in place of the request's. */
   readonly answer?: string | null;
   /** Phase 1: the key's recovery data as written. */
   readonly resume?: Resume | null;
@@ -33,14 +30,12 @@ export interface KeyRow {
 /** One request's row of a key statement: the core's columns, then the operation's. */
 export type RequestRow = Readonly<Record<string, ColumnValue>>;
 
-/** One key's phase 3, by its holder. */
 export interface FinishRequest {
   readonly key: HeldKey;
   readonly outcome: FinalOutcome;
   readonly resume: Resume;
 }
 
-/** The key row a step acts on. */
 export interface KeyRef {
   readonly tenant: string;
   readonly key: string;
@@ -58,16 +53,15 @@ export interface HeldKey extends KeyRef {
 export interface Compiled {
   readonly op: Operation;
   readonly endpoint: string;
-  readonly mode: Mode | "finish";
   readonly record: Fragment;
   readonly admit: Fragment;
   readonly write: Fragment;
   readonly existing: Fragment;
-  /** What follows `write`: ", event as (…)", the outbox insert, where the statement commits events; empty in phase 1. */
+  /** What follows `write`: the outbox insert, empty in phase 1. */
   readonly event: Fragment;
-  /** A claim's `created` (this request's rows written: its event, or phase 1's pending rows) and `resume` (phase 1's, as written). */
+  /** A claim's `created` and `resume` columns. */
   readonly result: Fragment;
-  /** The ledger's key row values: COMPLETED with its answer; undefined in phase 1, whose lease is the engine's term. */
+  /** The ledger's key row values (COMPLETED with its answer); undefined in phase 1. */
   readonly completed: Fragment | undefined;
 }
 
@@ -80,45 +74,47 @@ const FINISH_COLUMNS: Readonly<Record<string, SqlType>> = {
   response_status: "int", response_body: "text", resume: "jsonb", event_id: "uuid", traceparent: "text",
 };
 const COLUMN_NAME = /^[a-z_][a-z0-9_]*$/;
-const SQL_TYPES = new Set<SqlType>(["uuid", "text", "int", "bigint", "boolean", "jsonb", "timestamptz"]);
 
-/** The column compiler: `req`'s record type. Names and types come from declarations in lib/, never a request; checked so a typo fails at start. */
-export function recordOf(sql: Sql, owner: string, columns: Readonly<Record<string, SqlType>>): Fragment {
+/** `req`'s record type. Names and types come from declarations, never a request: checked at start. */
+function recordOf(sql: Sql, owner: string, columns: Readonly<Record<string, SqlType>>): Fragment {
   const record = Object.entries(columns).map(([name, type]) => {
-    if (!COLUMN_NAME.test(name) || !SQL_TYPES.has(type)) throw new Error(`bug: ${owner} declares column ${name} ${type}`);
+    if (!COLUMN_NAME.test(name) || !SQL_TYPES.includes(type)) throw new Error(`bug: ${owner} declares column ${name} ${type}`);
     return `${name} ${type}`;
   });
   return sql.unsafe(record.join(", "));
 }
 
-const compiledBySql = new WeakMap<Sql, Map<Operation, Map<Mode | "finish", Compiled>>>();
+const compiledBySql = new WeakMap<Sql, Map<Operation, Partial<Record<Mode | "finish", Compiled>>>>();
 
 /** `op`'s statement in `mode` (or its phase 3), compiled once per client. */
 export function compile(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
   let byOp = compiledBySql.get(sql);
   if (byOp === undefined) compiledBySql.set(sql, (byOp = new Map()));
   let byMode = byOp.get(op);
-  if (byMode === undefined) byOp.set(op, (byMode = new Map()));
-  let c = byMode.get(mode);
-  if (c === undefined) byMode.set(mode, (c = build(sql, op, mode)));
-  return c;
+  if (byMode === undefined) byOp.set(op, (byMode = {}));
+  return (byMode[mode] ??= build(sql, op, mode));
 }
 
 function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
   const endpoint = endpointOf(op);
-  const event = sql`, ${insertEvents(sql)}`;
+  // The outbox insert of every statement that commits events, so both modes' events have one shape.
+  const event = sql`,
+    event as (
+      insert into outbox (id, aggregate_type, aggregate_id, sequence, tenant, event_type, payload, traceparent)
+      select w.event_id, e.aggregate_type, e.aggregate_id, e.sequence, w.tenant, e.event_type, e.payload, w.traceparent
+        from events e join won w on w.n = e.n
+      returning id
+    )`;
   if (mode === "finish") {
-    if (op.foreign === undefined) throw new Error(`bug: ${op.name} has no phase 3`);
-    const { columns, write } = op.foreign.finishSql(sql);
-    return { op, endpoint, mode, record: recordOf(sql, op.name, { ...FINISH_COLUMNS, ...columns }), admit: sql``, write, existing: sql``, event, result: sql``, completed: undefined };
+    const { columns, write } = op.foreign!.finishSql(sql);
+    return { op, endpoint, record: recordOf(sql, op.name, { ...FINISH_COLUMNS, ...columns }), admit: sql``, write, existing: sql``, event, result: sql``, completed: undefined };
   }
   const own = mode === "ledger" ? op.columns : { ...op.foreign!.columns };
   const record = recordOf(sql, op.name, { ...(mode === "ledger" ? LEDGER_COLUMNS : BEGIN_COLUMNS), ...own });
   const { admit, write } = op.sql(sql, mode);
-  // A key row is found until its tombstone has passed: a COMPLETED key past its expiry that the
-  // retention job has not turned into a tombstone yet answers as one (410), never as a new key.
-  // Phase 1 never overwrites a STARTED key either, even past its expiry: its payment may have
-  // moved money, and only its steps may finish it (the completer parks it long before it expires).
+  // A key row is found until its tombstone has passed: a COMPLETED key past its expiry answers as
+  // a tombstone (410), never as a new key. A STARTED key is never overwritten, even past its
+  // expiry: its payment may have moved money, and only its steps may finish it.
   const existing = sql`
     existing as (
       select r.n, e.request_hash, e.status, e.response_status, e.response_body, e.location
@@ -135,38 +131,26 @@ function build(sql: Sql, op: Operation, mode: Mode | "finish"): Compiled {
         from req r
        where not exists (select 1 from existing x where x.n = r.n)
     )`;
-  if (mode === "processor") return { op, endpoint, mode, record, admit, write, existing, event: sql``, result: sql`(exists (select 1 from begun b where b.n = r.n))::int as created, (select k.resume from claimed k where k.tenant = r.tenant and k.key = r.key) as resume`, completed: undefined };
+  if (mode === "processor") return { op, endpoint, record, admit, write, existing, event: sql``, result: sql`(exists (select 1 from begun b where b.n = r.n))::int as created, (select k.resume from claimed k where k.tenant = r.tenant and k.key = r.key) as resume`, completed: undefined };
   const result = sql`(exists (select 1 from event v where v.id = r.event_id))::int as created, null::jsonb as resume`;
   const completed = sql`'COMPLETED', ${op.status}::int, coalesce(a.answer, r.response_body), null::text, null::uuid, null::timestamptz, null::jsonb`;
-  return { op, endpoint, mode, record, admit, write, existing, event, result, completed };
+  return { op, endpoint, record, admit, write, existing, event, result, completed };
 }
 
-/** What a claim needs beyond its rows: how long the key's answer lives, and phase 1's lease. */
-export interface ClaimTerms {
-  readonly ttlSeconds: number;
-  /** The lease phase 1 gives its holder (unused by the ledger). */
-  readonly leaseMs: number;
-}
+/** How long a claimed key's answer lives, and phase 1's lease. */
+type ClaimTerms = Readonly<{ ttlSeconds: number; leaseMs: number }>;
 
 /**
- * The key's claim, the one statement that inserts a key: every request of `rows` in ONE
- * statement, one round trip (three behind a transaction pooler: bounded-statement.ts) and one
- * transaction, row by row, each scoped to its own tenant and key:
- *  - existing: the key row, if committed before and not a tombstone past its end; then
- *    nothing is locked or written (a COMPLETED key past its expiry reads as EXPIRED: a 410);
- *  - lock: otherwise the (tenant, key, endpoint) advisory lock, without waiting: a request in
- *    flight with the same key holds it, so the answer is a 409 at once;
- *  - admit: the operation's checks (its refusals write nothing and leave the key unused);
- *  - claimed: the key row. The ledger writes it COMPLETED with the response to replay, and
- *    the operation's writes and events follow: the whole operation. Phase 1 writes it STARTED
- *    with a lease (`token`) at the first recovery point and its resume (the request's, plus
- *    the admit's), and the operation's pending rows (`begun`). A tombstone past its end is
- *    overwritten in place, so such a key is new again;
+ * The key's claim, the one statement that inserts a key: every request of `rows` in one round
+ * trip and one transaction, row by row:
+ *  - existing: the key row, if any; then nothing is locked or written;
+ *  - lock: else the key's advisory lock, without waiting: a request in flight holds it (409);
+ *  - admit: the operation's checks (a refusal writes nothing);
+ *  - claimed: the key row, COMPLETED with its answer (the ledger) or STARTED under a lease at
+ *    the first recovery point (phase 1); a tombstone past its end is overwritten in place;
  *  - the operation's writes for the rows whose key row was written (`won`).
- * The unique (tenant, key, endpoint) index stays the safety net under the advisory lock. Two
- * requests for one (tenant, key) never share a statement (group commit's conflicts). The key
- * lookup is a lateral subquery kept from being flattened (offset 0), so each request reads
- * the unique index. Rows come back in the order of `rows`.
+ * The unique index stays the safety net under the advisory lock. The lookup is a lateral
+ * subquery kept from being flattened (offset 0), so each request reads the unique index.
  */
 export async function runClaim(sql: Sql, c: Compiled, terms: ClaimTerms, rows: readonly RequestRow[], endsAt = Number.POSITIVE_INFINITY): Promise<KeyRow[]> {
   const values =
@@ -215,12 +199,10 @@ export async function runClaim(sql: Sql, c: Compiled, terms: ClaimTerms, rows: r
 }
 
 /**
- * Phase 3 of every request of `requests` in one statement and one transaction: the
- * compare-and-set on each holder's token completes its key with the response computed
- * before the statement, and only the keys it completed get the operation's final rows and
- * their event. For each, in order: the response stored, or undefined when its holder had lost
- * the lease (nothing of it written). Under READ COMMITTED a key taken over meanwhile is re-read
- * after the taker commits and no longer matches the token.
+ * Phase 3 of every request in one statement: the compare-and-set on each holder's token
+ * completes its key, and only the keys it completed get the operation's rows and event. For
+ * each: the response stored, or undefined when its holder had lost the lease. Under READ
+ * COMMITTED a key taken over meanwhile is re-read after the taker commits and no longer matches.
  */
 export async function runFinish(sql: Sql, c: Compiled, requests: readonly FinishRequest[], endsAt = Number.POSITIVE_INFINITY): Promise<(StoredResponse | undefined)[]> {
   const finals = requests.map((r) => c.op.foreign!.final(r.outcome, r.resume));

@@ -1,7 +1,6 @@
 // Key retention's statements: a COMPLETED key past its expiry becomes a tombstone (the answer
 // dropped, the resource kept: a retry answers 410 and names it), and a tombstone past its end
-// goes, so its key is new again. The key-retention job runs them in bounded
-// batches, so a large backlog never holds a long lock or a long transaction.
+// goes, so its key is new again. Bounded batches: a backlog never holds a long lock.
 import type { Sql } from "../platform/db.ts";
 
 /** A key row's endpoint and stored answer → the resource's Location, if the answer made one. */
@@ -16,11 +15,10 @@ interface DueKey {
 }
 
 /**
- * Turns up to `batch` COMPLETED keys past their expiry into tombstones: the body and resume
- * dropped, the resource's Location (`locate`, each operation's own) and the completion time
- * kept, and the row's expires_at moved on by `tombstoneSeconds`, out of the way of the next
- * batch's index range. Two statements and no transaction: the update is a compare-and-set on
- * the state the read saw, which only this job (under its lock) changes. Returns how many.
+ * Turns up to `batch` COMPLETED keys past their expiry into tombstones, keeping the resource's
+ * Location and the completion time, expires_at moved on by `tombstoneSeconds` (out of the next
+ * batch's index range). No transaction: the update is a compare-and-set on the state the read
+ * saw, which only this job (under its lock) changes. Returns how many.
  */
 export async function tombstoneExpiredKeys(sql: Sql, tombstoneSeconds: number, batch: number, locate: Locate): Promise<number> {
   const due = await sql<DueKey[]>`
@@ -42,10 +40,7 @@ export async function tombstoneExpiredKeys(sql: Sql, tombstoneSeconds: number, b
   return result.count;
 }
 
-/**
- * Deletes up to `batch` tombstones past their end; returns how many. Such a key is new again.
- * A key is unique per (tenant, key, endpoint): another tenant's live key of the same name is not this one.
- */
+/** Deletes up to `batch` tombstones past their end; returns how many. */
 export async function deleteExpiredTombstones(sql: Sql, batch: number): Promise<number> {
   const result = await sql`
     delete from idempotency_keys

@@ -1,17 +1,12 @@
-// `bun run ops`: the console's twins (find, show, list, export, audit, backlog, and the
-// actions; `apply` over a list acts only when given its count back with --yes). Each prints one
-// JSON line (export: CSV); actions go through actions.ts, so they are audited as the console's.
-import { findCharges } from "./find.ts";
-import { chargeLife } from "./life.ts";
-import { isListKind, listNeeds, toCsv, LIST_KINDS, type ListFilter } from "./lists.ts";
-import { listAudit } from "./audit.ts";
-import { backlog } from "./backlog.ts";
-import { act, actOnList, isAction, LIST_ACTIONS, MAX_LIST_ACTION, type ActionName, type OpsContext } from "./actions.ts";
-import type { Actor } from "./audit.ts";
-import type { Resolution } from "./parked.ts";
+// `bun run ops`: the console's twins (find, show, list, export, audit, backlog, and the actions).
+// Each prints one JSON line (export: CSV); actions are audited as the console's.
+import { chargeLife, findCharges } from "./life.ts";
+import { isListKind, listNeeds, toCsv, LIST_KINDS, type ListFilter, type Page } from "./lists.ts";
+import { backlog } from "./sql.ts";
+import { act, actOnList, isAction, listAudit, LIST_ACTIONS, MAX_LIST_ACTION, type Actor, type OpsContext, type Resolution } from "./actions.ts";
 
-export const COMMANDS = ["find", "show", "list", "export", "audit", "backlog", "discard", "release", "apply"] as const;
-export type Command = (typeof COMMANDS)[number];
+const COMMANDS = ["find", "show", "list", "export", "audit", "backlog", "discard", "release", "apply"] as const;
+type Command = (typeof COMMANDS)[number];
 export const isCommand = (value: string | undefined): value is Command => COMMANDS.some((c) => c === value);
 
 export const COMMANDS_USAGE = [
@@ -24,10 +19,7 @@ export const COMMANDS_USAGE = [
   "bun run ops apply <requeue|discard|resolve|release> <list> [filters] --reason R [--yes COUNT]",
 ].join("\n  ");
 
-export interface Parsed {
-  readonly words: readonly string[];
-  readonly flags: ReadonlyMap<string, string>;
-}
+type Parsed = { readonly words: readonly string[]; readonly flags: ReadonlyMap<string, string> };
 
 const VALUE_FLAGS = new Set(["tenant", "operation", "older-than", "limit", "offset", "reason", "yes"]);
 
@@ -37,16 +29,10 @@ export function parseArgs(args: readonly string[]): Parsed | string {
   const flags = new Map<string, string>();
   for (let i = 0; i < args.length; i++) {
     const arg = args[i]!;
-    if (!arg.startsWith("--")) {
-      words.push(arg);
-      continue;
-    }
-    const name = arg.slice(2);
-    const value = args[i + 1];
-    if (!VALUE_FLAGS.has(name)) return `unknown option ${arg}`;
-    if (value === undefined) return `${arg} needs a value`;
-    flags.set(name, value);
-    i++;
+    if (!arg.startsWith("--")) words.push(arg);
+    else if (!VALUE_FLAGS.has(arg.slice(2))) return `unknown option ${arg}`;
+    else if (args[i + 1] === undefined) return `${arg} needs a value`;
+    else flags.set(arg.slice(2), args[++i]!);
   }
   return { words, flags };
 }
@@ -62,6 +48,14 @@ function filterOf(flags: ReadonlyMap<string, string>): ListFilter | string {
   if (age === undefined) return `--older-than must be a whole number of seconds, got "${flags.get("older-than")}"`;
   return { tenant: flags.get("tenant"), operation: flags.get("operation"), olderThanSeconds: age };
 }
+
+function pageOf(flags: ReadonlyMap<string, string>, defaultLimit: number): Page | undefined {
+  const limit = count(flags.get("limit"), defaultLimit);
+  const offset = count(flags.get("offset"), 0);
+  return limit === undefined || offset === undefined ? undefined : { limit, offset };
+}
+
+const BAD_PAGE = "--limit and --offset must be whole numbers";
 
 export type Output = { readonly kind: "json"; readonly value: unknown } | { readonly kind: "text"; readonly value: string } | { readonly kind: "usage"; readonly message: string };
 
@@ -84,18 +78,15 @@ export async function runCommand(ctx: OpsContext, actor: Actor, command: Command
     case "export": {
       if (!isListKind(first)) return usage(`${command} needs a list: ${LIST_KINDS.join(", ")}`);
       const filter = filterOf(flags);
-      const limit = count(flags.get("limit"), command === "export" ? 10_000 : 100);
-      const offset = count(flags.get("offset"), 0);
+      const page = pageOf(flags, command === "export" ? 10_000 : 100);
       if (typeof filter === "string") return usage(filter);
-      if (limit === undefined || offset === undefined) return usage("--limit and --offset must be whole numbers");
-      const result = await listNeeds(ctx.sql, first, filter, { limit, offset });
+      if (page === undefined) return usage(BAD_PAGE);
+      const result = await listNeeds(ctx.sql, first, filter, page);
       return command === "export" ? { kind: "text", value: toCsv(result.rows) } : json({ job: command, list: first, total: result.total, rows: result.rows });
     }
     case "audit": {
-      const limit = count(flags.get("limit"), 50);
-      const offset = count(flags.get("offset"), 0);
-      if (limit === undefined || offset === undefined) return usage("--limit and --offset must be whole numbers");
-      return json({ job: command, ...(await listAudit(ctx.sql, limit, offset)) });
+      const page = pageOf(flags, 50);
+      return page ? json({ job: command, ...(await listAudit(ctx.sql, page.limit, page.offset)) }) : usage(BAD_PAGE);
     }
     case "backlog":
       return json({ job: command, ...(await backlog(ctx.sql)) });
@@ -126,11 +117,9 @@ async function apply(ctx: OpsContext, actor: Actor, action: string | undefined, 
   return json("refused" in result ? { job: "apply", refused: result.refused } : { job: "apply", action, list, matched: result.matched, done: result.done, failed: result.failed });
 }
 
-export function resolutionArg(how: string | undefined, value: string | undefined): Resolution | undefined | string {
+export function resolutionArg(how: string | undefined, value: string | undefined): Resolution | string {
   if (how === undefined) return { kind: "retry" };
   if (how === "succeeded" && value) return { kind: how, processorId: value };
   if (how === "refused" && value) return { kind: how, code: value };
   return `resolve's outcome must be "succeeded <processor id>" or "refused <code>", got "${how}${value ? ` ${value}` : ""}"`;
 }
-
-export type { ActionName };

@@ -1,6 +1,5 @@
 // Operations jobs: run by the relay on an interval, and on demand with `bun run ops <job>`. Each
-// runs under its own advisory lock, so among several relays (and an operator) one process at a
-// time runs it; the others skip that round.
+// runs under its own advisory lock, so one process at a time runs it; the others skip that round.
 import { metrics, type Meter } from "@opentelemetry/api";
 import type { Config } from "../platform/config.ts";
 import { describeDbError, type Sql } from "../platform/db.ts";
@@ -8,62 +7,47 @@ import { every, type Every } from "../platform/every.ts";
 import { deleteUnderJobLock, withJobLock, type Locked } from "../platform/job-lock.ts";
 import type { Logger } from "../platform/log.ts";
 import { keyHash } from "../platform/redact.ts";
-import { completerRun } from "./completer.ts";
-import { OPERATIONS } from "../charges/index.ts";
+import { OPERATIONS, foreignOperations } from "../charges/index.ts";
+import { createProcessorClient } from "../charges/processor.ts";
 import { endpointOf } from "../idempotency/model.ts";
+import { completeRound, parkedCount, type CompleterOptions, type CompleterRound } from "../idempotency/completer.ts";
+import { leaseMsFor } from "../idempotency/drive.ts";
+import { resumedCounter } from "../idempotency/metrics.ts";
 import { deleteExpiredTombstones, tombstoneExpiredKeys } from "../idempotency/tombstones.ts";
-import {
-  chargesWithoutOutbox,
-  deletePublishedOutbox,
-  pendingStats,
-  staleStartedSample,
-  staleStartedSummary,
-} from "./sql.ts";
+import { chargesWithoutOutbox, deletePublishedOutbox, pendingStats, staleStartedSample, staleStartedSummary } from "./sql.ts";
 
 // Rows per delete statement, so each statement's locks stay short.
 export const DELETE_BATCH = 1000;
-// Batches per run, so one run ends (and the loop's other jobs get their turn) behind any
-// backlog; a run that stopped at it is due again at once, so retention keeps up with any rate
-// the deletes can, not one capped by the interval.
+// Batches per run, so one run ends (and the loop's other jobs get their turn) behind any backlog;
+// a run that stopped at it is due again at once, so retention keeps up with any rate.
 export const MAX_BATCHES_PER_RUN = 100;
-// A STARTED key older than this is stale: no request in this service stays in flight
-// that long (each is one statement bounded by the connection's timeouts).
+const LIMITS = { batch: DELETE_BATCH, maxBatches: MAX_BATCHES_PER_RUN };
+// No request stays in flight this long (each is one statement bounded by the connection's timeouts).
 const STALE_STARTED_SECONDS = 300;
 const SAMPLE_SIZE = 20;
+// Keys claimed per round, driven COMPLETER_PARALLEL at a time; a run goes on while rounds come back
+// full, up to COMPLETER_ROUNDS, so a backlog drains over a few runs while each run stays short.
+const COMPLETER_BATCH = 50;
+const COMPLETER_PARALLEL = 8;
+const COMPLETER_ROUNDS = 5;
 
-export const JOB_NAMES = ["key-retention", "stale-keys", "reconcile", "outbox-retention", "outbox-gauges", "completer"] as const;
-export type JobName = (typeof JOB_NAMES)[number];
+// Fixed lock ids (next to the migration's 7_310_422_118_001), so relays of other versions agree.
+// Reconcile reads every charge within the outbox retention: it runs less often than the gauges.
+// The completer every 5 s: a key outlives its crashed holder by at most its lease and this.
+export const JOBS = {
+  "key-retention": { lockId: 7_310_422_118_101n, intervalMs: 60_000 },
+  "stale-keys": { lockId: 7_310_422_118_102n, intervalMs: 60_000 },
+  reconcile: { lockId: 7_310_422_118_103n, intervalMs: 60_000 },
+  "outbox-retention": { lockId: 7_310_422_118_104n, intervalMs: 300_000 },
+  "outbox-gauges": { lockId: 7_310_422_118_105n, intervalMs: 5_000 },
+  completer: { lockId: 7_310_422_118_106n, intervalMs: 5_000 },
+} as const;
+export type JobName = keyof typeof JOBS;
+export const JOB_NAMES = Object.keys(JOBS) as JobName[];
 
-// Advisory lock ids, one per job: fixed numbers (never derived from the list's order, so a
-// relay of another version agrees on them), next to the schema migration's 7_310_422_118_001.
-export const JOB_LOCK_IDS: Readonly<Record<JobName, bigint>> = {
-  "key-retention": 7_310_422_118_101n,
-  "stale-keys": 7_310_422_118_102n,
-  reconcile: 7_310_422_118_103n,
-  "outbox-retention": 7_310_422_118_104n,
-  "outbox-gauges": 7_310_422_118_105n,
-  completer: 7_310_422_118_106n,
-};
+type JobResult = { readonly job: JobName; readonly [field: string]: unknown };
 
-interface JobResult {
-  readonly job: JobName;
-  readonly [field: string]: unknown;
-}
-
-interface OpsGauges {
-  pending: number;
-  oldestPendingAgeSeconds: number;
-  parked: number;
-  held: number;
-  chargesWithoutOutbox: number;
-  staleStartedKeys: number;
-  staleStartedOldestSeconds: number;
-  parkedKeys: number;
-  /** Per job, when this process last computed its values (ms since epoch). */
-  computedAt: Partial<Record<JobName, number>>;
-}
-
-export function newGauges(): OpsGauges {
+export function newGauges() {
   return {
     pending: 0,
     oldestPendingAgeSeconds: 0,
@@ -73,79 +57,50 @@ export function newGauges(): OpsGauges {
     staleStartedKeys: 0,
     staleStartedOldestSeconds: 0,
     parkedKeys: 0,
-    computedAt: {},
+    /** Per job, when this process last ran it (ms since epoch). */
+    computedAt: {} as Partial<Record<JobName, number>>,
   };
 }
 
-/**
- * `{ job, skipped: true }` when another process holds the job's lock. Its statements run on
- * the connection (or in the transactions) that hold the lock (lib/platform/job-lock.ts).
- */
+type OpsGauges = ReturnType<typeof newGauges>;
+
+/** `{ job, skipped: true }` when another process holds the job's lock (lib/platform/job-lock.ts). */
 export async function runJob(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger, signal?: AbortSignal): Promise<JobResult> {
   const outcome = await runLocked(job, sql, config, gauges, log, signal);
-  if (outcome.ran) return outcome.value;
-  log.debug("ops job skipped: another process is running it", { job });
-  return { job, skipped: true };
+  if (!outcome.ran) {
+    log.debug("ops job skipped: another process is running it", { job });
+    return { job, skipped: true };
+  }
+  gauges.computedAt[job] = Date.now();
+  return outcome.value;
 }
 
-type ReportJob = Exclude<JobName, "key-retention" | "outbox-retention" | "completer">;
-
 function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger, signal?: AbortSignal): Promise<Locked<JobResult>> {
-  const lockId = JOB_LOCK_IDS[job];
-  const limits = { batch: DELETE_BATCH, maxBatches: MAX_BATCHES_PER_RUN };
+  const { lockId } = JOBS[job];
+  const report = (run: (conn: Sql) => Promise<JobResult>) => withJobLock(sql, lockId, run, signal);
   switch (job) {
     case "key-retention":
       return keyRetention(sql, lockId, config.idempotencyTombstoneSeconds, log, signal);
-    case "outbox-retention": {
-      const deleteBatch = (conn: Sql) => deletePublishedOutbox(conn, config.outboxRetentionSeconds, DELETE_BATCH);
-      return logDeleted(job, "published outbox rows deleted", log, deleteUnderJobLock(sql, lockId, limits, deleteBatch, signal));
-    }
+    case "outbox-retention":
+      return outboxRetention(sql, lockId, config.outboxRetentionSeconds, log, signal);
     case "stale-keys":
+      return report((conn) => reportStaleKeys(conn, gauges, log));
     case "reconcile":
+      return report((conn) => reconcile(conn, config.outboxRetentionSeconds, gauges, log));
     case "outbox-gauges":
-      return withJobLock(sql, lockId, (conn) => runReport(job, conn, config, gauges, log), signal);
+      return report(async (conn) => {
+        const stats = await pendingStats(conn);
+        Object.assign(gauges, stats);
+        return { job, ...stats };
+      });
     case "completer":
       return runCompleter(sql, config, gauges, log);
-    default: {
-      const unreachable: never = job;
-      throw new Error(`bug: unknown job ${String(unreachable)}`);
-    }
   }
 }
 
-async function runReport(job: ReportJob, sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Promise<JobResult> {
-  switch (job) {
-    case "stale-keys":
-      return reportStaleKeys(sql, gauges, log);
-    case "reconcile": {
-      const orphans = await chargesWithoutOutbox(sql, config.outboxRetentionSeconds, SAMPLE_SIZE);
-      gauges.chargesWithoutOutbox = orphans.count;
-      gauges.computedAt[job] = Date.now();
-      if (orphans.count > 0) log.error("charges without an outbox row", { job, count: orphans.count, chargeIds: orphans.sample });
-      return { job, ...orphans };
-    }
-    case "outbox-gauges": {
-      const stats = await pendingStats(sql);
-      gauges.pending = stats.pending;
-      gauges.parked = stats.parked;
-      gauges.held = stats.held;
-      gauges.oldestPendingAgeSeconds = stats.oldestPendingAgeSeconds;
-      gauges.computedAt[job] = Date.now();
-      return { job, ...stats };
-    }
-    default: {
-      const unreachable: never = job;
-      throw new Error(`bug: unknown job ${String(unreachable)}`);
-    }
-  }
-}
-
-/**
- * Key retention: expired answers become tombstones, and tombstones past their end go, each in
- * bounded batches; a batch is a full one of either (the run goes on while either is behind).
- */
+// Expired answers become tombstones, and tombstones past their end go; a batch is a full one of
+// either (the run goes on while either is behind).
 async function keyRetention(sql: Sql, lockId: bigint, tombstoneSeconds: number, log: Logger, signal?: AbortSignal): Promise<Locked<JobResult>> {
-  const job: JobName = "key-retention";
   let tombstoned = 0;
   let deleted = 0;
   const batch = async (conn: Sql) => {
@@ -155,9 +110,9 @@ async function keyRetention(sql: Sql, lockId: bigint, tombstoneSeconds: number, 
     deleted += d;
     return Math.max(t, d);
   };
-  const run = await deleteUnderJobLock(sql, lockId, { batch: DELETE_BATCH, maxBatches: MAX_BATCHES_PER_RUN }, batch, signal);
+  const run = await deleteUnderJobLock(sql, lockId, LIMITS, batch, signal);
   if (!run.ran) return run;
-  const value = { job, tombstoned, deleted, batches: run.value.batches };
+  const value = { job: "key-retention" as const, tombstoned, deleted, batches: run.value.batches };
   if (tombstoned > 0 || deleted > 0) log.info("idempotency keys tombstoned and tombstones deleted", value);
   return { ran: true, value };
 }
@@ -176,16 +131,12 @@ function locateStored(endpoint: string, status: number | null, body: string | nu
   }
 }
 
-async function logDeleted(
-  job: JobName,
-  message: string,
-  log: Logger,
-  run: Promise<Locked<{ deleted: number; batches: number }>>,
-): Promise<Locked<JobResult>> {
-  const outcome = await run;
-  if (!outcome.ran) return outcome;
-  if (outcome.value.deleted > 0) log.info(message, { job, ...outcome.value });
-  return { ran: true, value: { job, ...outcome.value } };
+async function outboxRetention(sql: Sql, lockId: bigint, retentionSeconds: number, log: Logger, signal?: AbortSignal): Promise<Locked<JobResult>> {
+  const run = await deleteUnderJobLock(sql, lockId, LIMITS, (conn) => deletePublishedOutbox(conn, retentionSeconds, DELETE_BATCH), signal);
+  if (!run.ran) return run;
+  const value = { job: "outbox-retention" as const, ...run.value };
+  if (value.deleted > 0) log.info("published outbox rows deleted", value);
+  return { ran: true, value };
 }
 
 async function reportStaleKeys(sql: Sql, gauges: OpsGauges, log: Logger): Promise<JobResult> {
@@ -196,50 +147,73 @@ async function reportStaleKeys(sql: Sql, gauges: OpsGauges, log: Logger): Promis
   const sample = stale.map(({ key, ...rest }) => ({ keyHash: keyHash(key), ...rest }));
   gauges.staleStartedKeys = summary.count;
   gauges.staleStartedOldestSeconds = summary.oldestAgeSeconds;
-  gauges.computedAt[job] = Date.now();
   if (summary.count > 0) log.warn("stale STARTED idempotency keys", { job, ...summary, sample });
   return { job, ...summary, sample };
 }
 
-/** STARTED keys with an expired lease driven final, and parked keys counted for idempotency_parked_keys. */
+async function reconcile(sql: Sql, windowSeconds: number, gauges: OpsGauges, log: Logger): Promise<JobResult> {
+  const job = "reconcile";
+  const orphans = await chargesWithoutOutbox(sql, windowSeconds, SAMPLE_SIZE);
+  gauges.chargesWithoutOutbox = orphans.count;
+  if (orphans.count > 0) log.error("charges without an outbox row", { job, count: orphans.count, chargeIds: orphans.sample });
+  return { job, ...orphans };
+}
+
+// One processor client per process and configuration, made on the completer's first run.
+const completerOptions = new WeakMap<Config, CompleterOptions>();
+
+function completerOptionsOf(config: Config): CompleterOptions {
+  if (!completerOptions.has(config)) {
+    completerOptions.set(config, {
+      lockId: JOBS.completer.lockId,
+      batch: COMPLETER_BATCH,
+      parallel: COMPLETER_PARALLEL,
+      resolveWindowSeconds: config.processor.resolveWindowSeconds,
+      operations: foreignOperations(),
+      processor: createProcessorClient(config.processor),
+      leaseMs: leaseMsFor(config.processor.timeoutMs),
+      onResumed: resumedCounter("completer"),
+    });
+  }
+  return completerOptions.get(config)!;
+}
+
+// Without a processor parked keys are only counted, so after a switch back to
+// PAYMENT_PROCESSOR=none the keys it left parked stay in view.
 async function runCompleter(sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Promise<Locked<JobResult>> {
   const job = "completer";
-  const run = await completerRun(sql, config, JOB_LOCK_IDS[job]);
-  if (!run.ran) return run;
-  gauges.parkedKeys = run.value.parkedNow;
-  gauges.computedAt[job] = Date.now();
-  const { round } = run.value;
-  if (round && (round.claimed > 0 || round.parked > 0)) log.info("completer round", { job, ...round });
-  if (round && round.parked > 0) log.error("idempotency keys parked: not resolved within PAYMENT_PROCESSOR_RESOLVE_WINDOW; see docs/operations.md", { job, parked: round.parked });
-  return { ran: true, value: round ? { job, ...round, parkedNow: run.value.parkedNow } : { job, processor: "none", parked: run.value.parkedNow } };
+  if (config.processor.mode === "none") {
+    const counted = await withJobLock(sql, JOBS[job].lockId, (conn) => parkedCount(conn));
+    if (!counted.ran) return counted;
+    gauges.parkedKeys = counted.value;
+    return { ran: true, value: { job, processor: "none", parked: counted.value } };
+  }
+  const options = completerOptionsOf(config);
+  const first = await completeRound(sql, options);
+  if (first === undefined) return { ran: false };
+  const round: Record<keyof CompleterRound, number> = { ...first };
+  for (let rounds = 1, last = first; rounds < COMPLETER_ROUNDS && last.claimed === COMPLETER_BATCH; rounds++) {
+    const next = await completeRound(sql, options);
+    if (next === undefined) break;
+    for (const field of Object.keys(round) as (keyof CompleterRound)[]) round[field] += next[field];
+    last = next;
+  }
+  gauges.parkedKeys = await parkedCount(sql);
+  if (round.claimed > 0 || round.parked > 0) log.info("completer round", { job, ...round });
+  if (round.parked > 0) log.error("idempotency keys parked: not resolved within PAYMENT_PROCESSOR_RESOLVE_WINDOW; see docs/operations.md", { job, parked: round.parked });
+  return { ran: true, value: { job, ...round, parkedNow: gauges.parkedKeys } };
 }
 
-// How often each job runs inside the relay. The gauges are cheap (partial indexes);
-// reconciliation reads every charge within the outbox retention, so it runs less often.
-const JOB_INTERVAL_MS: Record<JobName, number> = {
-  "outbox-gauges": 5_000,
-  "stale-keys": 60_000,
-  reconcile: 60_000,
-  "key-retention": 60_000,
-  "outbox-retention": 300_000,
-  // A lease outlives its holder by at most the lease; a few seconds more is nothing beside it.
-  completer: 5_000,
-};
-
-// A gauge is reported while this process's last run of its job is at most this many intervals
-// old: with several relays only the lock's winner has a current value, and the others report
-// nothing rather than a stale one (aggregate with max()).
+// With several relays only the lock's winner has a current value: a gauge is reported while this
+// process's last run of its job is at most this many intervals old (aggregate with max()).
 const FRESH_INTERVALS = 3;
-
-function isFresh(gauges: OpsGauges, job: JobName): boolean {
-  const at = gauges.computedAt[job];
-  return at !== undefined && Date.now() - at <= FRESH_INTERVALS * JOB_INTERVAL_MS[job];
-}
 
 export function registerOpsGauges(gauges: OpsGauges, meter: Meter = metrics.getMeter("charges")): void {
   const gauge = (name: string, description: string, job: JobName, read: () => number) =>
     meter.createObservableGauge(name, { description }).addCallback((result) => {
-      if (isFresh(gauges, job)) result.observe(read());
+      const at = gauges.computedAt[job];
+      const fresh = at !== undefined && Date.now() - at <= FRESH_INTERVALS * JOBS[job].intervalMs;
+      if (fresh) result.observe(read());
     });
   gauge("outbox_pending_events", "Outbox rows waiting to be published (parked rows are counted apart)", "outbox-gauges", () => gauges.pending);
   gauge("outbox_oldest_pending_age_seconds", "Age of the oldest unpublished outbox row", "outbox-gauges", () => gauges.oldestPendingAgeSeconds);
@@ -256,10 +230,7 @@ export function registerOpsGauges(gauges: OpsGauges, meter: Meter = metrics.getM
   );
 }
 
-/**
- * Runs every job on its interval until stop(), one job at a time, so the loop never holds
- * more than one of the pool's connections; a failing job is logged and tried again later.
- */
+/** Every job on its interval until stop(), one at a time, so the loop holds one pool connection at most. */
 export function startOpsLoop(sql: Sql, config: Config, gauges: OpsGauges, log: Logger): Every {
   const nextRun = new Map<JobName, number>(JOB_NAMES.map((job) => [job, 0]));
   const runDue = async (stopping: AbortSignal): Promise<void> => {
@@ -271,11 +242,11 @@ export function startOpsLoop(sql: Sql, config: Config, gauges: OpsGauges, log: L
         return undefined;
       });
       const backlog = result?.batches === MAX_BATCHES_PER_RUN;
-      nextRun.set(job, backlog ? Date.now() : Date.now() + JOB_INTERVAL_MS[job]);
+      nextRun.set(job, backlog ? Date.now() : Date.now() + JOBS[job].intervalMs);
     }
   };
   return every({
-    // Until the job that is due soonest; every job is due at start, so the first round comes at once.
+    // Until the job due soonest; every job is due at start, so the first round comes at once.
     delayMs: () => Math.max(0, Math.min(...nextRun.values()) - Date.now()),
     runAtOnce: false,
     job: runDue,

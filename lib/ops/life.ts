@@ -1,13 +1,12 @@
-// A charge's whole life for the operator: the charge, its refunds, every key that acted on it
-// (phase, lease, processor calls, stored answer) and its outbox rows with their delivery state.
+// The operator's view of a charge: found from any of its ids or keys, then its whole life (the
+// charge, its refunds, every key that acted on it, its outbox rows with their delivery state).
 import type { Sql } from "../platform/db.ts";
 import type { Resume } from "../idempotency/model.ts";
 import { keyHash } from "../platform/redact.ts";
 import { isUuid } from "../platform/uuid.ts";
-import { chargeIdOfKey } from "./find.ts";
-import { processorCalls, type ProcessorCall } from "./calls.ts";
+import { ownerOf } from "./lists.ts";
 
-export interface ChargeRow {
+interface ChargeRow {
   readonly id: string;
   readonly tenant: string;
   readonly status: string;
@@ -22,7 +21,7 @@ export interface ChargeRow {
   readonly created_at: Date;
 }
 
-export interface RefundRow {
+interface RefundRow {
   readonly id: string;
   readonly amount_cents: number;
   readonly status: string;
@@ -53,13 +52,11 @@ export interface KeyLife {
   readonly owner: string | null;
 }
 
-export type RowState = "published" | "discarded" | "parked" | "held" | "backing off" | "pending";
-
 export interface OutboxLife {
   readonly id: string;
   readonly sequence: number;
   readonly eventType: string;
-  readonly state: RowState;
+  readonly state: "published" | "discarded" | "parked" | "held" | "backing off" | "pending";
   readonly createdAt: Date;
   readonly publishedAt: Date | null;
   readonly parkedAt: Date | null;
@@ -70,14 +67,9 @@ export interface OutboxLife {
   readonly payload: string;
 }
 
-export interface ChargeLife {
-  readonly charge: ChargeRow;
-  readonly refunds: readonly RefundRow[];
-  readonly keys: readonly KeyLife[];
-  readonly outbox: readonly OutboxLife[];
-}
+export type ChargeLife = NonNullable<Awaited<ReturnType<typeof chargeLife>>>;
 
-export async function chargeLife(sql: Sql, id: string): Promise<ChargeLife | undefined> {
+export async function chargeLife(sql: Sql, id: string) {
   if (!isUuid(id)) return undefined;
   const [charge] = await sql<ChargeRow[]>`
     select id::text, tenant, status, amount_cents, currency, captured_cents, refunded_cents, pending_refund_cents,
@@ -90,30 +82,18 @@ export async function chargeLife(sql: Sql, id: string): Promise<ChargeLife | und
   return { charge, refunds, keys: await keysOf(sql, charge), outbox: await outboxOf(sql, charge.id) };
 }
 
-interface KeyRow {
-  readonly key: string;
-  readonly endpoint: string;
-  readonly status: string;
-  readonly response_status: number | null;
-  readonly response_body: string | null;
-  readonly created_at: Date;
-  readonly recovery_point: string | null;
-  readonly lease_until: Date | null;
+type KeyRow = Omit<KeyLife, "keyHash" | "phase" | "calls" | "owner"> & {
   readonly resume: Resume | null;
-  readonly attempts: number;
-  readonly next_attempt_at: Date | null;
-  readonly last_error: string | null;
-  readonly parked_at: Date | null;
   readonly location: string | null;
-  readonly completed_at: Date | null;
-}
+};
 
 // The tenant narrows the unique index's range; within it each row is read for the charge's id,
 // since a key names its charge in its recovery data, answer or Location, not in a column.
 async function keysOf(sql: Sql, charge: ChargeRow): Promise<KeyLife[]> {
   const rows = await sql<KeyRow[]>`
-    select key, endpoint, status, response_status, response_body, created_at, recovery_point, lease_until, resume,
-           attempts, next_attempt_at, last_error, parked_at, location, completed_at
+    select key, endpoint, status, recovery_point as "recoveryPoint", lease_until as "leaseUntil", attempts,
+           next_attempt_at as "nextAttemptAt", last_error as "lastError", parked_at as "parkedAt", created_at as "createdAt",
+           completed_at as "completedAt", response_status as "responseStatus", response_body as "responseBody", resume, location
       from idempotency_keys
      where tenant = ${charge.tenant}
        and (resume->>'chargeId' = ${charge.id} or strpos(coalesce(response_body, '') || coalesce(location, ''), ${charge.id}) > 0)
@@ -124,74 +104,155 @@ async function keysOf(sql: Sql, charge: ChargeRow): Promise<KeyLife[]> {
 function phaseOf(r: KeyRow): string {
   if (r.status === "COMPLETED") return "done: answer stored";
   if (r.status === "EXPIRED") return "tombstone: answer expired, key still spent";
-  if (r.parked_at !== null) return "parked: waiting for an operator";
-  if (r.recovery_point === null) return "phase 1: in flight";
-  if (r.lease_until !== null && r.lease_until > new Date()) return `processor steps at "${r.recovery_point}", leased`;
-  return `processor steps at "${r.recovery_point}", lease expired (the completer resumes it)`;
+  if (r.parkedAt !== null) return "parked: waiting for an operator";
+  if (r.recoveryPoint === null) return "phase 1: in flight";
+  if (r.leaseUntil !== null && r.leaseUntil > new Date()) return `processor steps at "${r.recoveryPoint}", leased`;
+  return `processor steps at "${r.recoveryPoint}", lease expired (the completer resumes it)`;
 }
 
 function keyLife(r: KeyRow): KeyLife {
-  const phase = phaseOf(r);
-  const outcome = r.status === "STARTED" ? (r.last_error ?? "not known yet") : `final (${r.response_status ?? "no"} stored)`;
-  return {
-    key: r.key,
-    keyHash: keyHash(r.key),
-    endpoint: r.endpoint,
-    status: r.status,
-    phase,
-    recoveryPoint: r.recovery_point,
-    leaseUntil: r.lease_until,
-    attempts: r.attempts,
-    nextAttemptAt: r.next_attempt_at,
-    lastError: r.last_error,
-    parkedAt: r.parked_at,
-    createdAt: r.created_at,
-    completedAt: r.completed_at,
-    responseStatus: r.response_status,
-    responseBody: r.response_body,
-    calls: processorCalls(r.endpoint, r.resume, outcome),
-    owner: idIn(r.resume, "refundId") ?? idIn(r.resume, "chargeId"),
-  };
+  const { key, endpoint, status, resume, location: _, ...rest } = r;
+  const outcome = status === "STARTED" ? (r.lastError ?? "not known yet") : `final (${r.responseStatus ?? "no"} stored)`;
+  const calls = processorCalls(endpoint, resume, outcome);
+  return { key, keyHash: keyHash(key), endpoint, status, phase: phaseOf(r), ...rest, calls, owner: ownerOf(resume) };
 }
 
-interface OutboxRow {
-  readonly id: string;
-  readonly sequence: number;
-  readonly event_type: string;
-  readonly created_at: Date;
-  readonly published_at: Date | null;
-  readonly parked_at: Date | null;
-  readonly next_attempt_at: Date | null;
-  readonly attempts: number;
-  readonly last_error: string | null;
-  readonly payload: string;
-}
+type OutboxRow = Omit<OutboxLife, "state" | "behind"> & { readonly nextAttemptAt: Date | null };
 
 async function outboxOf(sql: Sql, chargeId: string): Promise<OutboxLife[]> {
   const rows = await sql<OutboxRow[]>`
-    select id::text, sequence, event_type, created_at, published_at, parked_at, next_attempt_at, attempts, last_error, payload
+    select id::text, sequence, event_type as "eventType", created_at as "createdAt", published_at as "publishedAt",
+           parked_at as "parkedAt", attempts, last_error as "lastError", payload, next_attempt_at as "nextAttemptAt"
       from outbox where aggregate_id = ${chargeId}::uuid and aggregate_type = 'charge'
      order by sequence`;
   let parkedSequence: number | null = null;
   return rows.map((r) => {
     const state = stateOf(r, parkedSequence);
     if (state === "parked" && parkedSequence === null) parkedSequence = r.sequence;
-    return {
-      id: r.id, sequence: r.sequence, eventType: r.event_type, state, createdAt: r.created_at, publishedAt: r.published_at,
-      parkedAt: r.parked_at, attempts: r.attempts, lastError: r.last_error, behind: state === "held" ? parkedSequence : null, payload: r.payload,
-    };
+    const { id, sequence, eventType, nextAttemptAt: _, lastError, payload, ...rest } = r;
+    return { id, sequence, eventType, state, ...rest, lastError, behind: state === "held" ? parkedSequence : null, payload };
   });
 }
 
 /** A row's delivery state; rows after an unpublished parked one are held by the relay's order. */
-export function stateOf(r: Pick<OutboxRow, "published_at" | "parked_at" | "next_attempt_at">, parkedBefore: number | null): RowState {
-  if (r.published_at !== null) return r.parked_at !== null ? "discarded" : "published";
-  if (r.parked_at !== null) return "parked";
+function stateOf(r: OutboxRow, parkedBefore: number | null): OutboxLife["state"] {
+  if (r.publishedAt !== null) return r.parkedAt !== null ? "discarded" : "published";
+  if (r.parkedAt !== null) return "parked";
   if (parkedBefore !== null) return "held";
-  return r.next_attempt_at !== null && r.next_attempt_at > new Date() ? "backing off" : "pending";
+  return r.nextAttemptAt !== null && r.nextAttemptAt > new Date() ? "backing off" : "pending";
 }
 
-function idIn(resume: Resume | null, name: string): string | null {
-  const value = resume?.[name];
-  return typeof value === "string" ? value : null;
+// A key's processor calls, their keys derived from the recovery data as lib/charges/*-steps derive
+// them, one per attempt: an earlier attempt was answered 5xx, the last one's outcome is the key's.
+type ProcessorCall = Readonly<Record<"call" | "processorKey" | "outcome", string>>;
+
+interface CallPlan {
+  readonly call: string;
+  /** The resume member that names the object the keys are made from. */
+  readonly owner: string;
+  readonly attempt: string;
+  readonly key: (owner: string, attempt: number) => string;
+  /** The resume member whose presence says the call was answered. */
+  readonly answered?: string;
+}
+
+const suffixed = (name: string) => (owner: string, attempt: number) => `${owner}:${name}:${attempt}`;
+
+// By the key's endpoint, in the order the steps run.
+const PLANS: Readonly<Record<string, readonly CallPlan[]>> = {
+  "POST /charges": [
+    { call: "create payment", owner: "chargeId", attempt: "createAttempt", key: suffixed("create"), answered: "paymentId" },
+    { call: "confirm payment", owner: "chargeId", attempt: "confirmAttempt", key: suffixed("confirm") },
+  ],
+  "POST /charges/:id/refunds": [
+    { call: "create refund", owner: "refundId", attempt: "refundAttempt", key: (owner, n) => (n === 0 ? `${owner}:refund` : `${owner}:refund:${n}`), answered: "processorRefundId" },
+  ],
+  "POST /charges/:id/capture": [{ call: "capture payment", owner: "chargeId", attempt: "captureAttempt", key: suffixed("capture") }],
+  "POST /charges/:id/cancel": [{ call: "cancel payment", owner: "chargeId", attempt: "cancelAttempt", key: suffixed("cancel") }],
+};
+
+function processorCalls(endpoint: string, resume: Resume | null, keyOutcome: string): ProcessorCall[] {
+  if (resume === null) return [];
+  const calls: ProcessorCall[] = [];
+  for (const plan of PLANS[endpoint] ?? []) {
+    const owner = resume[plan.owner];
+    if (typeof owner !== "string") continue;
+    const last = typeof resume[plan.attempt] === "number" ? (resume[plan.attempt] as number) : 0;
+    for (let n = 0; n < last; n++) calls.push({ call: plan.call, processorKey: plan.key(owner, n), outcome: "answered 5xx (stored under this key by the processor); next attempt" });
+    const answered = plan.answered === undefined ? undefined : resume[plan.answered];
+    const outcome = typeof answered === "string" ? `answered: ${answered}` : keyOutcome;
+    calls.push({ call: plan.call, processorKey: plan.key(owner, last), outcome });
+  }
+  return calls;
+}
+
+export interface Found {
+  readonly chargeId: string;
+  readonly tenant: string;
+  readonly by: "charge" | "refund" | "event" | "processor" | "key";
+  /** What matched, for the list of matches (an endpoint, an event type, a refund id). */
+  readonly detail: string;
+}
+
+// A key may match in several tenants and endpoints: a page of them is enough to choose from.
+const MAX_MATCHES = 50;
+
+/** Ids before keys; without a tenant a key is looked for in every tenant. */
+export async function findCharges(sql: Sql, query: { readonly text: string; readonly tenant?: string }): Promise<Found[]> {
+  const text = query.text.trim();
+  if (text === "") return [];
+  const byId = isUuid(text) ? await byUuid(sql, text.toLowerCase()) : [];
+  const byProcessor = await byProcessorId(sql, text);
+  const byKey = await byIdempotencyKey(sql, text, query.tenant?.trim() || undefined);
+  return [...new Map([...byId, ...byProcessor, ...byKey].map((f) => [`${f.by} ${f.chargeId} ${f.detail}`, f])).values()];
+}
+
+async function byUuid(sql: Sql, id: string): Promise<Found[]> {
+  return sql<Found[]>`
+    select id::text as "chargeId", tenant, 'charge' as by, status as detail from charges where id = ${id}::uuid
+    union all
+    select charge_id::text, tenant, 'refund', id::text from refunds where id = ${id}::uuid
+    union all
+    select aggregate_id::text, tenant, 'event', event_type from outbox where id = ${id}::uuid and aggregate_type = 'charge'`;
+}
+
+// No index on the processor's ids: an operator's look-up reads the tables (docs/console.md says so).
+async function byProcessorId(sql: Sql, text: string): Promise<Found[]> {
+  return sql<Found[]>`
+    select id::text as "chargeId", tenant, 'processor' as by, 'payment ' || processor_payment_id as detail from charges where processor_payment_id = ${text}
+    union all
+    select charge_id::text, tenant, 'processor', 'refund ' || processor_refund_id from refunds where processor_refund_id = ${text}
+    limit ${MAX_MATCHES}`;
+}
+
+type KeyMatch = Pick<KeyRow, "endpoint" | "resume" | "responseBody" | "location"> & { readonly tenant: string };
+
+async function byIdempotencyKey(sql: Sql, key: string, tenant: string | undefined): Promise<Found[]> {
+  const rows = await sql<KeyMatch[]>`
+    select tenant, endpoint, resume, response_body as "responseBody", location
+      from idempotency_keys
+     where key = ${key} ${tenant === undefined ? sql`` : sql`and tenant = ${tenant}`}
+     order by created_at
+     limit ${MAX_MATCHES}`;
+  return rows.flatMap((r) => {
+    const chargeId = chargeIdOfKey(r);
+    return chargeId === undefined ? [] : [{ chargeId, tenant: r.tenant, by: "key" as const, detail: r.endpoint }];
+  });
+}
+
+const CHARGE_IN_PATH = /\/charges\/([0-9a-f-]{36})/i;
+
+function chargeIdOfKey(row: Pick<KeyMatch, "resume" | "responseBody" | "location">): string | undefined {
+  const fromResume = row.resume?.chargeId;
+  if (typeof fromResume === "string") return fromResume;
+  const fromLocation = row.location?.match(CHARGE_IN_PATH)?.[1];
+  if (fromLocation !== undefined) return fromLocation.toLowerCase();
+  if (row.responseBody === null) return undefined;
+  try {
+    const body = JSON.parse(row.responseBody) as { chargeId?: unknown; id?: unknown } | null;
+    const found = typeof body?.chargeId === "string" ? body.chargeId : body?.id;
+    return typeof found === "string" && isUuid(found) ? found : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -1,9 +1,10 @@
-// What needs a person: parked and stale STARTED keys, parked outbox rows and the rows held
-// behind them, filtered by tenant, operation and age, paged, with the filter's total. The
-// console's tables, its CSV export and `bun run ops list|export` all read these.
+// What needs a person (parked and stale keys, parked and held outbox rows), filtered and paged:
+// the console's tables, its CSV export, `bun run ops list|export` and `bun run ops parked`.
 import type { Sql } from "../platform/db.ts";
 import type { Fragment, Resume } from "../idempotency/model.ts";
+import { foreignOperations } from "../charges/index.ts";
 import { keyHash } from "../platform/redact.ts";
+import { staleLease } from "./sql.ts";
 
 export const LIST_KINDS = ["parked-keys", "stale-keys", "parked-rows", "held-rows"] as const;
 export type ListKind = (typeof LIST_KINDS)[number];
@@ -18,10 +19,7 @@ export interface ListFilter {
   readonly olderThanSeconds?: number;
 }
 
-export interface Page {
-  readonly limit: number;
-  readonly offset: number;
-}
+export type Page = { readonly limit: number; readonly offset: number };
 
 /** Flat, in the columns' order: a table row and a CSV line alike. */
 export type ListRow = Readonly<Record<string, string | number | null>>;
@@ -39,15 +37,9 @@ const UNLEASED_STALE_S = 60;
 const iso = (d: Date | null) => d?.toISOString() ?? null;
 
 export async function listNeeds(sql: Sql, kind: ListKind, filter: ListFilter, page: Page): Promise<ListResult> {
-  switch (kind) {
-    case "parked-keys":
-    case "stale-keys":
-      return keyList(sql, kind, filter, page);
-    case "parked-rows":
-      return parkedRows(sql, filter, page);
-    case "held-rows":
-      return heldRows(sql, filter, page);
-  }
+  if (kind === "parked-rows") return parkedRows(sql, filter, page);
+  if (kind === "held-rows") return heldRows(sql, filter, page);
+  return keyList(sql, kind, filter, page);
 }
 
 interface KeyEntry {
@@ -64,33 +56,54 @@ interface KeyEntry {
   readonly total: number;
 }
 
-async function keyList(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<ListResult> {
-  const which =
-    kind === "parked-keys"
-      ? sql`parked_at is not null`
-      : sql`parked_at is null and (lease_until <= now() or (lease_until is null and created_at < now() - make_interval(secs => ${UNLEASED_STALE_S})))`;
-  const rows = await sql<KeyEntry[]>`
+function keyEntries(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<KeyEntry[]> {
+  const which = kind === "parked-keys" ? sql`parked_at is not null` : sql`parked_at is null and ${staleLease(sql, UNLEASED_STALE_S)}`;
+  return sql<KeyEntry[]>`
     select tenant, key, endpoint, recovery_point, resume, attempts, last_error, created_at, parked_at, lease_until,
            count(*) over ()::int as total
       from idempotency_keys
      where status = 'STARTED' and ${which}
-       ${f.tenant ? sql`and tenant = ${f.tenant}` : sql``}
-       ${f.operation ? sql`and endpoint = ${f.operation}` : sql``}
-       and created_at <= now() - make_interval(secs => ${f.olderThanSeconds ?? 0})
+       ${filterSql(sql, f, sql`idempotency_keys`, sql`endpoint`)}
      order by created_at
      limit ${page.limit} offset ${page.offset}`;
+}
+
+async function keyList(sql: Sql, kind: "parked-keys" | "stale-keys", f: ListFilter, page: Page): Promise<ListResult> {
+  const rows = await keyEntries(sql, kind, f, page);
   return {
     total: rows[0]?.total ?? 0,
     rows: rows.map((r) => ({
       tenant: r.tenant, key: r.key, keyHash: keyHash(r.key), endpoint: r.endpoint, chargeId: str(r.resume?.chargeId), refundId: str(r.resume?.refundId),
       recoveryPoint: r.recovery_point, attempts: r.attempts, lastError: r.last_error, createdAt: iso(r.created_at), parkedAt: iso(r.parked_at), leaseUntil: iso(r.lease_until),
     })),
-    // A key is resolved by its operation's own id: a refund's, else its charge's.
-    targets: rows.map((r) => str(r.resume?.refundId) ?? str(r.resume?.chargeId) ?? ""),
+    targets: rows.map((r) => ownerOf(r.resume) ?? ""),
   };
 }
 
+/** `bun run ops parked`: keys by their hash and `operatorIds`, never the key, payment method or trace. */
+export async function listParked(sql: Sql, limit: number): Promise<Record<string, unknown>[]> {
+  const rows = await keyEntries(sql, "parked-keys", {}, { limit, offset: 0 });
+  const operations = foreignOperations();
+  return rows.map((r) => ({
+    keyHash: keyHash(r.key),
+    tenant: r.tenant,
+    endpoint: r.endpoint,
+    recoveryPoint: r.recovery_point,
+    ...Object.fromEntries((operations.get(r.endpoint)?.foreign?.operatorIds ?? []).flatMap((name) => {
+      const value = r.resume?.[name];
+      return typeof value === "string" ? [[name, value] as const] : [];
+    })),
+    attempts: r.attempts,
+    lastError: r.last_error,
+    createdAt: r.created_at.toISOString(),
+    parkedAt: iso(r.parked_at),
+  }));
+}
+
 const str = (v: unknown): string | null => (typeof v === "string" ? v : null);
+
+/** A key is resolved by its operation's own id: a refund's, else its charge's. */
+export const ownerOf = (resume: Resume | null): string | null => str(resume?.refundId) ?? str(resume?.chargeId);
 
 interface RowEntry {
   readonly id: string;
@@ -113,7 +126,7 @@ async function parkedRows(sql: Sql, f: ListFilter, page: Page): Promise<ListResu
            count(*) over ()::int as total
       from outbox
      where published_at is null and parked_at is not null
-       ${rowFilter(sql, f, sql`outbox`)}
+       ${filterSql(sql, f, sql`outbox`, sql`event_type`)}
      order by parked_at, id
      limit ${page.limit} offset ${page.offset}`;
   return rowResult(rows, (r) => r.id);
@@ -128,17 +141,17 @@ async function heldRows(sql: Sql, f: ListFilter, page: Page): Promise<ListResult
       join outbox o on o.aggregate_id = p.aggregate_id and o.aggregate_type = p.aggregate_type
      where p.published_at is null and p.parked_at is not null
        and o.sequence > p.sequence and (o.published_at is null and o.parked_at is null) is true
-       ${rowFilter(sql, f, sql`o`)}
+       ${filterSql(sql, f, sql`o`, sql`event_type`)}
      group by o.id
      order by o.created_at, o.id
      limit ${page.limit} offset ${page.offset}`;
   return rowResult(rows, (r) => r.aggregate_id);
 }
 
-function rowFilter(sql: Sql, f: ListFilter, table: Fragment) {
+function filterSql(sql: Sql, f: ListFilter, table: Fragment, operation: Fragment) {
   return sql`
     ${f.tenant ? sql`and ${table}.tenant = ${f.tenant}` : sql``}
-    ${f.operation ? sql`and ${table}.event_type = ${f.operation}` : sql``}
+    ${f.operation ? sql`and ${table}.${operation} = ${f.operation}` : sql``}
     and ${table}.created_at <= now() - make_interval(secs => ${f.olderThanSeconds ?? 0})`;
 }
 

@@ -1,54 +1,32 @@
-// The operations jobs' statements. Deletes go in bounded batches so a large backlog never
-// holds a long lock or a long transaction. The key rows' writes (tombstones) are the engine's:
-// lib/idempotency/tombstones.ts.
+// The jobs' and the operator actions' statements on the outbox and the keys; the key rows' writes
+// are the engine's (lib/idempotency/). Deletes go in batches, so no lock or transaction is long.
 import type { Sql } from "../platform/db.ts";
+import type { Fragment } from "../idempotency/model.ts";
 import { isUuid } from "../platform/uuid.ts";
 
-interface StaleKeysSummary {
-  readonly count: number;
-  readonly oldestAgeSeconds: number;
-}
+/** A STARTED key is stale once its lease has expired (its holder is gone), or, without one, once this old. */
+export const staleLease = (sql: Sql, olderThanSeconds: number): Fragment =>
+  sql`(lease_until <= now() or (lease_until is null and created_at < now() - make_interval(secs => ${olderThanSeconds}::int)))`;
 
-interface StaleKey {
-  readonly key: string;
-  readonly endpoint: string;
-  readonly ageSeconds: number;
-}
-
-// Stale: a STARTED key whose lease has expired (its holder is gone, or gave up on an unknown
-// outcome; the completer drives it on), or one without a lease (written by a release before
-// leases) older than `olderThanSeconds`.
-/** How many STARTED keys are stale, and the oldest one's age. */
-export async function staleStartedSummary(sql: Sql, olderThanSeconds: number): Promise<StaleKeysSummary> {
+export async function staleStartedSummary(sql: Sql, olderThanSeconds: number): Promise<{ count: number; oldestAgeSeconds: number }> {
   const [row] = await sql<{ count: number; oldest: number | null }[]>`
     select count(*)::int as count, extract(epoch from now() - min(created_at))::float8 as oldest
       from idempotency_keys
-     where status = 'STARTED'
-       and (lease_until <= now() or (lease_until is null and created_at < now() - make_interval(secs => ${olderThanSeconds}::int)))`;
+     where status = 'STARTED' and ${staleLease(sql, olderThanSeconds)}`;
   return { count: row?.count ?? 0, oldestAgeSeconds: row?.oldest ?? 0 };
 }
 
-/** The oldest `sampleSize` of those keys, to name them in the report. */
-export async function staleStartedSample(sql: Sql, olderThanSeconds: number, sampleSize: number): Promise<StaleKey[]> {
-  return sql<StaleKey[]>`
+export async function staleStartedSample(sql: Sql, olderThanSeconds: number, sampleSize: number) {
+  return sql<{ key: string; endpoint: string; ageSeconds: number }[]>`
     select key, endpoint, extract(epoch from now() - created_at)::float8 as "ageSeconds"
       from idempotency_keys
-     where status = 'STARTED'
-       and (lease_until <= now() or (lease_until is null and created_at < now() - make_interval(secs => ${olderThanSeconds}::int)))
+     where status = 'STARTED' and ${staleLease(sql, olderThanSeconds)}
      order by created_at
      limit ${sampleSize}`;
 }
 
-interface Orphans {
-  readonly count: number;
-  readonly sample: readonly string[];
-}
-
-/**
- * Charges with no outbox row: the atomicity alarm. Only charges younger than the outbox
- * retention are checked, since older ones have lost their published rows on purpose.
- */
-export async function chargesWithoutOutbox(sql: Sql, windowSeconds: number, sampleSize: number): Promise<Orphans> {
+/** Charges with no outbox row: the atomicity alarm; older ones than the retention lost theirs on purpose. */
+export async function chargesWithoutOutbox(sql: Sql, windowSeconds: number, sampleSize: number): Promise<{ count: number; sample: string[] }> {
   const rows = await sql<{ id: string; total: number }[]>`
     select c.id, count(*) over ()::int as total
       from charges c
@@ -59,7 +37,6 @@ export async function chargesWithoutOutbox(sql: Sql, windowSeconds: number, samp
   return { count: rows[0]?.total ?? 0, sample: rows.map((r) => r.id) };
 }
 
-/** Deletes up to `batch` published outbox rows older than the retention; returns how many. */
 export async function deletePublishedOutbox(sql: Sql, retentionSeconds: number, batch: number): Promise<number> {
   const result = await sql`
     delete from outbox
@@ -73,39 +50,38 @@ export async function deletePublishedOutbox(sql: Sql, retentionSeconds: number, 
   return result.count;
 }
 
-/**
- * Puts parked rows back in line: attempts start again from zero, the last error is kept
- * for the record. `'all'` requeues every parked row. Returns how many rows were requeued.
- */
-export async function requeue(sql: Sql, target: string | "all"): Promise<number> {
-  // Not an id: nothing to requeue (a value, not a 22P02 from the cast).
-  if (target !== "all" && !isUuid(target)) return 0;
-  const result =
-    target === "all"
-      ? await sql`
-          update outbox set parked_at = null, attempts = 0, releases = 0, next_attempt_at = null
-          where parked_at is not null and published_at is null`
-      : await sql`
-          update outbox set parked_at = null, attempts = 0, releases = 0, next_attempt_at = null
-          where id = ${target}::uuid and parked_at is not null and published_at is null`;
+// A target that is not an id matches nothing: a count of 0, not a 22P02 from the cast.
+export function requeue(sql: Sql, target: string | "all"): Promise<number> {
+  if (target === "all") return unpark(sql, sql``);
+  return isUuid(target) ? unpark(sql, sql`id = ${target}::uuid and`) : Promise.resolve(0);
+}
+
+/** Every parked row of the aggregate back in line, so its events go out again in order. */
+export function releaseAggregate(sql: Sql, aggregateId: string): Promise<number> {
+  return isUuid(aggregateId) ? unpark(sql, sql`aggregate_id = ${aggregateId}::uuid and`) : Promise.resolve(0);
+}
+
+// Attempts start again from zero; the last error is kept for the record.
+async function unpark(sql: Sql, which: Fragment): Promise<number> {
+  const result = await sql`
+    update outbox set parked_at = null, attempts = 0, releases = 0, next_attempt_at = null
+     where ${which} parked_at is not null and published_at is null`;
   return result.count;
 }
 
-interface PendingStats {
-  readonly pending: number;
-  readonly parked: number;
-  /** Pending rows behind a parked row of their aggregate: the relay holds them until it is requeued. */
-  readonly held: number;
-  readonly oldestPendingAgeSeconds: number;
+/** Marked published without being sent, parked_at kept so it reads as discarded; the held rows go on. */
+export async function discardRow(sql: Sql, id: string): Promise<number> {
+  if (!isUuid(id)) return 0;
+  const result = await sql`
+    update outbox set published_at = now()
+     where id = ${id}::uuid and parked_at is not null and published_at is null`;
+  return result.count;
 }
 
-/** For the outbox gauges: rows not yet published (parked ones apart) and the oldest's age. */
-export async function pendingStats(sql: Sql): Promise<PendingStats> {
-  // Two scalar sub-selects, one per partial index (due rows, parked rows): a single scan
-  // "where published_at is null" would match neither index and read the whole table.
-  // The held rows are found from the parked ones (few) through the hash index on aggregate_id;
-  // their test is wrapped in "is true" so that the planner cannot walk the pending index
-  // instead (lib/relay/outbox-sql.ts, claimFollowers, says why).
+/** The outbox gauges: pending and parked rows, the rows held behind a parked one, the oldest's age. */
+export async function pendingStats(sql: Sql) {
+  // One scalar sub-select per partial index: a scan "where published_at is null" would match neither.
+  // Held rows come from the (few) parked ones; "is true" keeps the planner off the pending index.
   const [row] = await sql<{ pending: string; parked: string; held: string; oldest: number | null }[]>`
     select (select count(*) from outbox where published_at is null and parked_at is null) as pending,
            (select count(*) from outbox where published_at is null and parked_at is not null) as parked,
@@ -122,4 +98,26 @@ export async function pendingStats(sql: Sql): Promise<PendingStats> {
     held: Number(row?.held ?? 0),
     oldestPendingAgeSeconds: row?.oldest ?? 0,
   };
+}
+
+const BACKLOG_MINUTES = 15;
+
+/** The console's backlog chart: the outbox gauges and the rows published in each of the last minutes. */
+export async function backlog(sql: Sql) {
+  const stats = await pendingStats(sql);
+  const rows = await sql<{ minute: Date; count: number }[]>`
+    select date_trunc('minute', published_at) as minute, count(*)::int as count
+      from outbox
+     where published_at is not null and published_at > date_trunc('minute', now()) - make_interval(mins => ${BACKLOG_MINUTES - 1})
+       and parked_at is null
+     group by 1`;
+  const [clock] = await sql<{ now: Date }[]>`select date_trunc('minute', now()) as now`;
+  const now = clock!.now.getTime();
+  const byMinute = new Map(rows.map((r) => [r.minute.getTime(), r.count]));
+  // Oldest first, the current partial minute last.
+  const publishedPerMinute = Array.from({ length: BACKLOG_MINUTES }, (_, i) => {
+    const minute = now - (BACKLOG_MINUTES - 1 - i) * 60_000;
+    return { minute: new Date(minute).toISOString(), count: byMinute.get(minute) ?? 0 };
+  });
+  return { at: new Date().toISOString(), ...stats, publishedPerMinute };
 }

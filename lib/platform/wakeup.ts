@@ -12,7 +12,7 @@ export const OUTBOX_CHANNEL = "outbox_pending";
 // The latency a trailing notify adds, and a busy API's notify rate (500/s), far below where
 // notifying commits start to queue.
 export const NOTIFY_WINDOW_MS = 2;
-// Past this many commits a second the relay gathers the stream anyway (lib/relay/gather.ts), so
+// Past this many commits a second the relay gathers the stream anyway (lib/relay/loop.ts), so
 // the API widens its window to BUSY_NOTIFY_WINDOW_MS, well inside the relay's gather (40 ms):
 // fewer notifies, each of which would wake the relay for nothing.
 const BUSY_STREAM_PER_S = 1000;

@@ -1,27 +1,12 @@
-// The relay's PUBACKs, taken off the connection before mqtt.js parses them.
-//
-// mqtt.js keeps the session (CONNECT, keep-alive, reconnect, DISCONNECT reason codes) and
-// parses every other packet; the relay's QoS 1 publishes and their PUBACKs bypass it. Through
-// mqtt.js a publish and its PUBACK cost several times the CPU (an outgoing store, a callback
-// table, a parsed packet object and a tick per packet received) of encoding once and matching
-// here, the largest item of a row's cost. What passes through
-// is byte-for-byte what arrived.
+// The relay's PUBACKs, taken off the connection before mqtt.js, through which they would cost
+// several times the CPU. mqtt.js gets every other packet, byte for byte.
 import { Duplex } from "node:stream";
+import type { PublishWindow } from "./window.ts";
 
-/** What the tap reports to the publisher. */
-export interface AckListener {
-  /** A PUBACK: its packet identifier and reason code (0 = success; MQTT 3.1.1 has none). */
-  ack(messageId: number, reasonCode: number): void;
-  /** A read has been handled (its PUBACKs reported): room for the next publishes, or an ACK owed. */
-  readDone(): void;
-}
-
-// The control packet type in the fixed header's high nibble (MQTT 5 §2.1.2): 4 = PUBACK.
 const PUBACK = 4;
-// The Remaining Length is a variable byte integer of at most four bytes (MQTT 5 §1.5.5).
 const MAX_LENGTH_BYTES = 4;
 
-/** Where the body of the packet at `at` starts and where it ends; undefined while `buf` holds only part of it. */
+/** Undefined while `buf` holds only part of the packet at `at`. */
 function packetEnd(buf: Buffer, at: number): { body: number; end: number } | undefined {
   let length = 0;
   let multiplier = 1;
@@ -35,18 +20,14 @@ function packetEnd(buf: Buffer, at: number): { body: number; end: number } | und
   throw new Error("malformed packet from the broker: its remaining length runs past four bytes");
 }
 
-/**
- * Wraps the stream mqtt.js opened (TCP, TLS or WebSocket): writes go through unchanged; of the
- * bytes read, every PUBACK goes to the listener and the rest to mqtt.js, in order.
- */
 export class AckTap extends Duplex {
   private partial: Buffer | undefined;
 
   constructor(
     private readonly inner: Duplex,
-    private readonly listener: AckListener,
+    private readonly listener: Pick<PublishWindow, "acked" | "readDone">,
   ) {
-    // Half-open like a TCP socket: when the broker ends the connection, so does the tap.
+    // When the broker ends the connection, so does the tap.
     super({ allowHalfOpen: false });
     inner.on("data", (chunk: Buffer) => this.received(chunk));
     inner.on("end", () => this.push(null));
@@ -55,8 +36,7 @@ export class AckTap extends Duplex {
   }
 
   private received(chunk: Buffer): void {
-    let buf = chunk;
-    if (this.partial) buf = Buffer.concat([this.partial, chunk]);
+    const buf = this.partial ? Buffer.concat([this.partial, chunk]) : chunk;
     this.partial = undefined;
     let passFrom = 0;
     let at = 0;
@@ -71,8 +51,9 @@ export class AckTap extends Duplex {
       if (!packet) break;
       if ((buf[at] as number) >> 4 === PUBACK) {
         if (passFrom < at) this.pass(buf.subarray(passFrom, at));
+        // MQTT 3.1.1 has no reason code: success.
         const reasonCode = packet.end - packet.body > 2 ? (buf[packet.body + 2] as number) : 0;
-        this.listener.ack(buf.readUInt16BE(packet.body), reasonCode);
+        this.listener.acked(buf.readUInt16BE(packet.body), reasonCode);
         passFrom = packet.end;
       }
       at = packet.end;

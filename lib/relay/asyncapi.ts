@@ -1,29 +1,19 @@
-// The AsyncAPI 3 document of the MQTT events, built from the event contract in lib/charges/events.ts
-// (one entry per event type there gives its channel, operation and message here):
-// the same event type names, topicOf for the channel addresses, EVENT_CONTENT_TYPE, and the
-// user property names userPropertiesOf writes, and its envelope schemas (ENVELOPE_SCHEMAS, which
-// the API's GET /charges/:id/events documents too). The payload and header schemas are TypeBox
-// objects, so a test checks a real published message with the very objects the document
-// carries (Value.Check), and the served JSON is those objects serialized.
+// The AsyncAPI 3 document of the MQTT events, from lib/charges/events.ts. Its schemas are TypeBox
+// objects, so a test checks a real published message with the very objects served.
 import { Type as t, type TObject } from "@sinclair/typebox";
-import { ENVELOPE_SCHEMAS, EVENT_CONTENT_TYPE, EVENT_DATA_SCHEMAS, EVENT_DESCRIPTIONS, EVENT_TYPES, topicOf, UUID_PATTERN, type EventType } from "../charges/events.ts";
+import { ENVELOPE_SCHEMAS, EVENT_CONTENT_TYPE, EVENT_DESCRIPTIONS, EVENT_TYPES, topicOf, UUID_PATTERN, type EventType } from "../charges/events.ts";
 
-export { EVENT_DATA_SCHEMAS };
+// Bumped when the envelope changes.
+const EVENT_CONTRACT_VERSION = "1.0.0";
 
-/** The version of the event contract this document describes; bumped when the envelope changes. */
-export const EVENT_CONTRACT_VERSION = "1.0.0";
-
-// W3C Trace Context version 00, the only form the API carries into the outbox.
+// W3C Trace Context version 00, the only one the API carries into the outbox.
 const TRACEPARENT_PATTERN = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$";
-const uuid = (description: string) => t.String({ pattern: UUID_PATTERN, description });
-// MQTT bindings 0.2.0 (MQTT 5 fields: contentType on the message).
 const MQTT_BINDING_VERSION = "0.2.0";
 
-/** The MQTT 5 user properties of one event type (userPropertiesOf). */
 function userPropertiesSchema(type: EventType): TObject {
   return t.Object(
     {
-      "event-id": uuid("The envelope's id"),
+      "event-id": t.String({ pattern: UUID_PATTERN, description: "The envelope's id" }),
       "event-type": t.Literal(type, { description: "The envelope's type" }),
       "tenant-id": t.String({ minLength: 1, description: "The envelope's tenantId" }),
       "aggregate-sequence": t.String({ pattern: "^[1-9][0-9]*$", description: "The envelope's sequence, in decimal" }),
@@ -31,39 +21,6 @@ function userPropertiesSchema(type: EventType): TObject {
     },
     { description: "MQTT 5 user properties (absent on MQTT 3.1.1 connections)" },
   );
-}
-
-export interface AsyncApiMessage {
-  readonly name: string;
-  readonly title: string;
-  readonly summary: string;
-  readonly contentType: string;
-  readonly payload: TObject;
-  readonly headers: TObject;
-  readonly bindings: { readonly mqtt: { readonly contentType: string; readonly bindingVersion: string } };
-}
-
-export interface AsyncApiChannel {
-  readonly address: string;
-  readonly description: string;
-  readonly messages: Readonly<Record<string, { readonly $ref: string }>>;
-}
-
-export interface AsyncApiOperation {
-  readonly action: "send";
-  readonly summary: string;
-  readonly channel: { readonly $ref: string };
-  readonly messages: readonly { readonly $ref: string }[];
-  readonly bindings: { readonly mqtt: { readonly qos: 0 | 1 | 2; readonly retain: boolean; readonly bindingVersion: string } };
-}
-
-export interface AsyncApiDocument {
-  readonly asyncapi: "3.0.0";
-  readonly info: { readonly title: string; readonly version: string; readonly description: string };
-  readonly defaultContentType: string;
-  readonly channels: Readonly<Record<string, AsyncApiChannel>>;
-  readonly operations: Readonly<Record<string, AsyncApiOperation>>;
-  readonly components: { readonly messages: Readonly<Record<string, AsyncApiMessage>> };
 }
 
 const INFO_DESCRIPTION = [
@@ -74,7 +31,7 @@ const INFO_DESCRIPTION = [
   "A charge's published events can be read back from the API, byte for byte these payloads, while its outbox keeps them: `GET /charges/{id}/events?after=<sequence>` (its /openapi.json); a subscriber fills there a gap the broker will never fill (a session lost with a broker that kept none).",
 ].join("\n\n");
 
-function message(type: EventType): AsyncApiMessage {
+function message(type: EventType) {
   return {
     name: type,
     title: type,
@@ -86,7 +43,7 @@ function message(type: EventType): AsyncApiMessage {
   };
 }
 
-function channel(prefix: string, type: EventType): AsyncApiChannel {
+function channel(prefix: string, type: EventType) {
   return {
     address: topicOf(prefix, type),
     description: `Every ${type} event, one publish per outbox row`,
@@ -94,34 +51,33 @@ function channel(prefix: string, type: EventType): AsyncApiChannel {
   };
 }
 
-function operation(type: EventType): AsyncApiOperation {
+function operation(type: EventType) {
   return {
     action: "send",
     summary: `The relay publishes each ${type} outbox row once the transaction that wrote it committed`,
     channel: { $ref: `#/channels/${type}` },
     messages: [{ $ref: `#/channels/${type}/messages/${type}` }],
-    bindings: { mqtt: { qos: 1, retain: false, bindingVersion: MQTT_BINDING_VERSION } },
+    bindings: { mqtt: { qos: 1 as const, retain: false, bindingVersion: MQTT_BINDING_VERSION } },
   };
 }
 
-/** The AsyncAPI 3 document for a deployment whose topics start with `prefix` (MQTT_TOPIC_PREFIX). */
-export function buildAsyncApiDocument(prefix: string): AsyncApiDocument {
+export type AsyncApiDocument = ReturnType<typeof buildAsyncApiDocument>;
+
+export function buildAsyncApiDocument(prefix: string) {
   const each = <T>(make: (type: EventType) => T): Record<string, T> => Object.fromEntries(EVENT_TYPES.map((type) => [type, make(type)]));
   return {
     asyncapi: "3.0.0",
     info: { title: "Charges events", version: EVENT_CONTRACT_VERSION, description: INFO_DESCRIPTION },
     defaultContentType: EVENT_CONTENT_TYPE,
     channels: each((type) => channel(prefix, type)),
-    // Named for what the relay does; channels and messages are named by event type.
     operations: Object.fromEntries(EVENT_TYPES.map((type) => [`publish${type}`, operation(type)])),
     components: { messages: each(message) },
   };
 }
 
-// One prefix per process in practice; keyed anyway so a test holding several relays is right.
+// By prefix, for a test holding several relays.
 const cachedJson = new Map<string, string>();
 
-/** The document as JSON text, built on the first call for `prefix` and kept for the process. */
 export function asyncApiJson(prefix: string): string {
   let json = cachedJson.get(prefix);
   if (json === undefined) cachedJson.set(prefix, (json = JSON.stringify(buildAsyncApiDocument(prefix))));

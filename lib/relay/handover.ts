@@ -1,13 +1,9 @@
-// Handing a claim's rows to the broker, each aggregate's in sequence order. A claim holds
-// heads (each its aggregate's oldest unpublished event) and their followers (outbox-sql.ts
-// claimHeads, claimFollowers). A follower goes to the broker only once the broker acknowledged the row before
-// it: had it gone out with that row, a refused or lost publish would leave the later event
-// delivered first. So each aggregate's rows form a chain, published one after another, while
-// the chains of different aggregates go out side by side.
+// Handing a claim's rows to the broker: each aggregate's rows form a chain, each row sent once
+// the one before it is acked (else a refused publish would leave a later event delivered first).
 import { within } from "../platform/within.ts";
-import type { GcPacer } from "../platform/gc-pacer.ts";
 import type { OutboxRow } from "./outbox-sql.ts";
 import type { DeliverFn } from "./publisher.ts";
+import type { GcPacer } from "../platform/gc-pacer.ts";
 import { SpanKind } from "@opentelemetry/api";
 import { contextOf, endSpan, tracer, tracingOn } from "../platform/trace-context.ts";
 import type { OutboundMessage } from "./window.ts";
@@ -19,22 +15,13 @@ export interface HandoverContext {
   readonly deliver: DeliverFn;
   readonly broker: { readonly connected: boolean };
   readonly publishTimeoutMs: number;
-  /** Told of each row answered. */
   readonly pacer: GcPacer;
 }
 
-/** One aggregate's rows of a claim: its head, then the followers in sequence order. */
-export type Chain = readonly OutboxRow[];
+type Chain = readonly OutboxRow[];
 
-/**
- * The claim's chains, in the heads' created_at order. Its first `heads` rows are heads, each
- * the oldest unpublished event of its aggregate when claimed (claimHeads), the rest followers
- * of a head of the same claim (claimFollowers): a follower goes to the broker only after the
- * row before it is acknowledged. (Told by their place, not by a column: one less value per
- * row to send and parse.) A follower that does not come right after the one before it (a row
- * between them was locked or not due) is left out with the rest of its chain: it is released,
- * untouched, and claimed again once it is a head.
- */
+// The first `heads` rows are heads, the rest followers. A follower not right after the last row
+// of its chain (one between was locked or not due) is `left`: released, claimed again as a head.
 export function chainsOf(rows: readonly OutboxRow[], heads: number): { chains: Chain[]; left: OutboxRow[] } {
   const chains = new ByTwoKeys<OutboxRow[]>();
   const all: OutboxRow[][] = [];
@@ -42,8 +29,7 @@ export function chainsOf(rows: readonly OutboxRow[], heads: number): { chains: C
   const left: OutboxRow[] = [];
   for (let i = 0; i < rows.length; i++) {
     const row = rows[i] as OutboxRow;
-    // Two heads of one aggregate only where its sequences repeat (never written so): the
-    // first goes, the other waits for the next claim.
+    // Two heads of one aggregate only where its sequences repeat: the second waits.
     if (i >= heads) followers.push(row);
     else if (chains.get(row.aggregateType, row.aggregateId) !== undefined) left.push(row);
     else {
@@ -62,11 +48,7 @@ export function chainsOf(rows: readonly OutboxRow[], heads: number): { chains: C
   return { chains: all, left };
 }
 
-/**
- * Values under two string keys, a map per first key: no `a/b` key string built (and hashed)
- * per row on the drain's hot path. A claim's chains by aggregate type and id; a hand-over's topics by aggregate
- * type and event type.
- */
+/** No `a/b` key string built per row on the hot path. */
 class ByTwoKeys<V> {
   private readonly byFirst = new Map<string, Map<string, V>>();
   get(a: string, b: string): V | undefined {
@@ -79,18 +61,10 @@ class ByTwoKeys<V> {
   }
 }
 
-/**
- * A row as the window sends it. The envelope and the user properties are built when the
- * window encodes the PUBLISH, not when the row is handed over (the topic is one string shared
- * by the hand-over's rows of an event type, Topics): a drain's rows wait
- * behind the other lanes' for up to a few hundred milliseconds, across several young
- * collections (lib/platform/gc-pacer.ts), and what they hold then is promoted to the old
- * generation, whose collections free it tens of megabytes at a time for the allocator to hand
- * back to the kernel. Built at the send, these strings die young.
- */
+// Envelope and user properties built only when the window encodes the row: strings built at
+// hand-over would wait behind the other lanes' rows, promoted to the old generation.
 class RowMessage implements OutboundMessage {
   constructor(
-    /** Shared by the hand-over's rows of its event type (Topics). */
     readonly topic: string,
     private readonly row: OutboxRow,
     private readonly data: unknown,
@@ -108,22 +82,8 @@ class RowMessage implements OutboundMessage {
   }
 }
 
-/**
- * The topics of one hand-over's rows, each built once per aggregate and event type rather than
- * per row: a concatenation, which the encoder then flattened, for every row.
- */
-class Topics {
-  private readonly built = new ByTwoKeys<string>();
-  constructor(private readonly prefix: string) {}
-  of(row: OutboxRow): string {
-    let topic = this.built.get(row.aggregateType, row.eventType);
-    if (topic === undefined) this.built.set(row.aggregateType, row.eventType, (topic = topicOf(this.prefix, row.eventType, row.aggregateType)));
-    return topic;
-  }
-}
-
-/** The wire form of a row, or why it can never be published (checked at hand-over). */
-function messageOf(topics: Topics, row: OutboxRow): OutboundMessage | string {
+/** The wire form of a row, or why it can never be published; `topics` built once, not per row. */
+function messageOf(topics: ByTwoKeys<string>, prefix: string, row: OutboxRow): OutboundMessage | string {
   if (!isPublishableType(row.eventType)) return `event_type ${JSON.stringify(row.eventType)} makes an invalid topic`;
   let data: unknown;
   try {
@@ -131,12 +91,16 @@ function messageOf(topics: Topics, row: OutboxRow): OutboundMessage | string {
   } catch {
     return "payload is not valid JSON";
   }
-  return new RowMessage(topics.of(row), row, data);
+  let topic = topics.get(row.aggregateType, row.eventType);
+  if (topic === undefined) {
+    topic = topicOf(prefix, row.eventType, row.aggregateType);
+    topics.set(row.aggregateType, row.eventType, topic);
+  }
+  return new RowMessage(topic, row, data);
 }
 
-/** Hands one row to the broker; `answer` gets its outcome (at once when it cannot be published). */
-function publishRow(ctx: HandoverContext, topics: Topics, row: OutboxRow, answered: (outcome: Outcome) => void): void {
-  const message = messageOf(topics, row);
+function publishRow(ctx: HandoverContext, topics: ByTwoKeys<string>, row: OutboxRow, answered: (outcome: Outcome) => void): void {
+  const message = messageOf(topics, ctx.topicPrefix, row);
   const answer = tracingOn() ? producerSpan(row, typeof message === "string" ? undefined : message.topic, answered) : answered;
   if (typeof message === "string") return answer({ kind: "failed", error: message, park: true });
   try {
@@ -146,10 +110,7 @@ function publishRow(ctx: HandoverContext, topics: Topics, row: OutboxRow, answer
   }
 }
 
-/**
- * The publish as a producer span, the child of the request that wrote the row (its
- * traceparent), whichever relay and whichever try publishes it: ended by the row's outcome.
- */
+/** A producer span, child of the request that wrote the row. */
 function producerSpan(row: OutboxRow, topic: string | undefined, answer: (outcome: Outcome) => void): (outcome: Outcome) => void {
   const span = tracer().startSpan(
     `send ${topic ?? row.eventType}`,
@@ -173,21 +134,12 @@ function producerSpan(row: OutboxRow, topic: string | undefined, answer: (outcom
 
 const NOT_ATTEMPTED_BEHIND: Outcome = { kind: "released", error: "not attempted: the event before it in its aggregate was not acknowledged" };
 
-/**
- * Publishes the chains side by side, each row of a chain after the PUBACK of the one before,
- * and waits for every outcome, or until the timeout: a row sent and unanswered then has timed
- * out; a row never sent (its chain stopped, or the timeout came first) is released untouched.
- * Outcomes come in the chains' order, row by row. Callbacks rather than a promise per row (and
- * its reactions): a drain hands over tens of thousands of rows a second.
- */
+// The chains side by side, outcomes in their order. Callbacks, not a promise per row: a drain
+// hands over tens of thousands a second.
 export async function publishChains(ctx: HandoverContext, chains: readonly Chain[]): Promise<Outcome[]> {
-  const topics = new Topics(ctx.topicPrefix);
-  const offsets: number[] = [];
+  const topics = new ByTwoKeys<string>();
   let total = 0;
-  for (const chain of chains) {
-    offsets.push(total);
-    total += chain.length;
-  }
+  const offsets = chains.map((chain) => (total += chain.length) - chain.length);
   const outcomes: (Outcome | undefined)[] = new Array(total);
   const sent: boolean[] = new Array(total).fill(false);
   let left = chains.length;
@@ -217,22 +169,15 @@ export async function publishChains(ctx: HandoverContext, chains: readonly Chain
   return Array.from(outcomes, (o, i) => o ?? (sent[i] ? timeout : NOT_ATTEMPTED_BEHIND));
 }
 
-/**
- * One row at a time, each awaiting its PUBACK. For a small claim (the backlog is drained):
- * Mosquitto, by default without TCP_NODELAY, answers a burst of PUBLISHes with one PUBACK
- * segment and holds the next until ours is acknowledged, and a client that has nothing more
- * to send acknowledges only after its delayed-ACK timer (40 ms on Linux) per burst, which would
- * be most of the commit → subscriber latency at low rates. One at a time, each PUBLISH
- * acknowledges the previous PUBACK; it costs a local round trip per row, only when few rows are due.
- * After a timeout or a lost connection the rest of the batch is released without an attempt.
- */
+// For a small claim: Mosquitto (without TCP_NODELAY) holds the PUBACKs of a burst until our
+// delayed ACK (40 ms); sent one chain at a time, each PUBLISH carries the ACK.
 export async function publishInTurn(ctx: HandoverContext, chains: readonly Chain[]): Promise<Outcome[]> {
   const outcomes: Outcome[] = [];
   const rest: Outcome = { kind: "released", error: "not attempted: the broker went away during the batch" };
   let gone = false;
   for (const chain of chains) {
     if (gone) {
-      for (let k = 0; k < chain.length; k++) outcomes.push(rest);
+      outcomes.push(...chain.map(() => rest));
       continue;
     }
     const answers = await publishChains(ctx, [chain]);

@@ -1,46 +1,32 @@
-// The relay's HTTP surface on RELAY_PORT: /healthz, /readyz, and the GET routes the assembly
-// adds (/metrics, ...). Every answer is counted in http_server_request_duration_seconds under
-// its route's path (any route added later included), or "(unmatched)". Every answer is JSON; errors are RFC 9457 problems. Nothing here throws
-// outside the handler's own try: a request without Host (HTTP/1.0) is routed like any other.
+// The relay's HTTP surface on RELAY_PORT: /healthz, /readyz and the GET routes start.ts adds.
+// Answers are JSON, errors RFC 9457 problems.
 import type { Sql } from "../platform/db.ts";
 import { probeDatabase } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
 import type { FetchHandler } from "../platform/runtime.ts";
 import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../platform/http-metrics.ts";
 
-export interface RelayAppDeps {
+interface RelayAppDeps {
   readonly sql: Sql;
-  /** `url`: the broker in use, masked (of MQTT_URL's list). */
   readonly broker: { readonly connected: boolean; readonly lastError?: string | undefined; readonly url?: string };
-  /** Extra GET routes by exact path, e.g. { "/metrics": handler }. */
   readonly routes?: Readonly<Record<string, FetchHandler>>;
-  /** Hears why the database is down (the /readyz body only says that it is) and handler failures. */
+  /** Hears why the database is down: the /readyz body only says that it is. */
   readonly logger: Logger;
-  /** Where each answer's duration is counted; none when unset. */
   readonly httpMetrics?: HttpServerMetrics;
 }
 
-const MS_PER_S = 1000;
-
-// A readiness probe must answer quickly even when the database hangs; past this it is "down".
 const READY_DB_TIMEOUT_MS = 1000;
 
-function json(status: number, body: unknown): Response {
-  return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+function json(status: number, body: unknown, type = "application/json", headers = {}): Response {
+  return new Response(JSON.stringify(body), { status, headers: { "content-type": type, ...headers } });
 }
 
 // "about:blank" problems: the title is the status's own phrase (RFC 9457 §4.2.1).
 function problem(status: number, title: string, detail: string, headers: Record<string, string> = {}): Response {
-  return new Response(JSON.stringify({ type: "about:blank", title, status, detail }), {
-    status,
-    headers: { "content-type": "application/problem+json", ...headers },
-  });
+  return json(status, { type: "about:blank", title, status, detail }, "application/problem+json", headers);
 }
 
-/**
- * The path of a request URL, without parsing it as a URL: the runtime builds request.url from
- * the Host header, and a request without one (or with a strange one) may not make a valid URL.
- */
+// Not parsed as a URL: the runtime builds request.url from the Host header, which may be absent or odd.
 function pathOf(url: string): string {
   const origin = /^[a-zA-Z][a-zA-Z0-9+.-]*:\/\/[^/?#]*/.exec(url);
   const rest = origin ? url.slice(origin[0].length) : url;
@@ -61,9 +47,7 @@ export function createRelayFetch(deps: RelayAppDeps): FetchHandler {
         status: ready ? "ready" : "not ready",
         database: database.up ? "up" : "down",
         broker: broker ? "connected" : "disconnected",
-        // The broker in use, or the one being tried while disconnected.
         ...(deps.broker.url !== undefined && { brokerUrl: deps.broker.url }),
-        // Why the broker connection failed last (a refusal, no CONNACK, a socket error), while it is down.
         ...(!broker && deps.broker.lastError !== undefined && { brokerError: deps.broker.lastError }),
       });
     },
@@ -76,7 +60,7 @@ export function createRelayFetch(deps: RelayAppDeps): FetchHandler {
     const known = Object.hasOwn(routes, path);
     const response = await answer(request, path, known ? routes[path] : undefined);
     // A 405 on a known path still names its route: the path is a template with no parameter.
-    metrics?.record(request.method, known ? path : UNMATCHED_ROUTE, response.status, (performance.now() - started) / MS_PER_S);
+    metrics?.record(request.method, known ? path : UNMATCHED_ROUTE, response.status, (performance.now() - started) / 1000);
     return response;
   };
 

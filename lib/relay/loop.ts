@@ -1,25 +1,20 @@
 // The outbox relay's loop. States:
 //   idle               nothing due; waits for a NOTIFY, a broker reconnect or the fallback poll
-//   draining           lanes claim and publish batches until a claim comes back short (lanes.ts);
-//                      on a stream past 400 events/s the next drain first waits out the
-//                      gather time, whatever NOTIFYs come (gather.ts)
+//   draining           lanes claim and publish until a claim comes back short; a busy stream gathers first
 //   waiting-for-broker disconnected: claims nothing (no attempts burnt) until the CONNACK
 //   backing-off        the database failed; waits, doubling the pause, then drains again
 //   stopping/stopped   stop(): no new claim; batches in flight finish (PUBACKs awaited, rows marked)
-// Claims are serialized in-process (claim + hand-off under one lock, claim-lock.ts), so
-// within a relay the publish order follows created_at.
 import type { Sql } from "../platform/db.ts";
 import { describeDbError } from "../platform/db.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
 import { silentLogger, type Logger } from "../platform/log.ts";
+import { createMovingRate } from "../platform/moving-rate.ts";
 import type { RetryPolicy } from "./outbox-sql.ts";
 import { deliverVia, type Broker, type PublishFn } from "./publisher.ts";
-import { startBatch, type BatchContext, type BatchRun, type BatchTurn } from "./batch.ts";
+import { IN_TURN_MAX, startBatch, type BatchContext, type BatchRun } from "./batch.ts";
 import type { BatchResult } from "./outcome.ts";
-import { createClaimFrontier, createClaimLock, createHeadLimit, createWindowSize } from "./claim-lock.ts";
-import { createClaimSizer, drain, laneCount } from "./lanes.ts";
-import { createWaker, type Waker } from "./wake.ts";
-import { createGather, type Gather } from "./gather.ts";
+import { createBatchTurn, type BatchTurn } from "./claim-lock.ts";
+import { createClaimSizer, drain, laneCount, type ClaimSizer } from "./lanes.ts";
 import { listenForOutbox, type OutboxListener } from "../platform/wakeup.ts";
 import { UNPACED, type GcPacer } from "../platform/gc-pacer.ts";
 
@@ -27,7 +22,7 @@ export { laneCount } from "./lanes.ts";
 
 export type RelayState = "idle" | "draining" | "waiting-for-broker" | "backing-off" | "stopping" | "stopped";
 
-/** Hooks for metrics; destination = the topic. Called after the batch committed. */
+/** Called after the batch committed; destination = the topic. */
 export interface RelayEvents {
   onPublished?(destination: string, lagSeconds: readonly number[]): void;
   onPublishError?(destination: string, count: number): void;
@@ -35,60 +30,105 @@ export interface RelayEvents {
 
 export interface RelayOptions {
   readonly sql: Sql;
-  /**
-   * Where the relay LISTENs: `sql` when unset; null for nowhere (behind a transaction pooler
-   * without DATABASE_DIRECT_URL), and then the poll every `pollMs` is the only wake-up.
-   */
+  /** Where the relay LISTENs: `sql` when unset; null for nowhere (then only the poll wakes it). */
   readonly listenSql?: Sql | null;
   readonly broker: Broker;
-  /** The largest claim (OUTBOX_BATCH_SIZE); a drain starts smaller and grows while claims come back full. */
+  /** OUTBOX_BATCH_SIZE. */
   readonly batchSize: number;
   readonly pollMs: number;
   readonly topicPrefix: string;
-  /** Replaces broker.publish: the one allowed fake, for tests. */
+  /** Replaces broker.publish, for tests. */
   readonly publish?: PublishFn;
   readonly events?: RelayEvents;
   readonly logger?: Logger;
   readonly publishTimeoutMs?: number;
   readonly retry?: Partial<RetryPolicy>;
-  /** Concurrent batches; default laneCount(batchSize). */
+  /** Default laneCount(batchSize). */
   readonly lanes?: number;
-  /** Counts every row answered (PUBACK, failure, timeout): young collections paced by the drain. */
   readonly pacer?: GcPacer;
-  /** RELAY_GATHER_MS: the longest a busy stream's events wait to be claimed together (gather.ts); 0 or unset, none. */
+  /** RELAY_GATHER_MS. */
   readonly gatherMs?: number;
 }
 
-export interface Relay {
-  readonly state: RelayState;
-  /** LISTEN is in place: a NOTIFY now wakes the relay. */
-  readonly listening: boolean;
-  /** Claims one batch of up to batchSize rows, publishes it, marks it; returns the rows published. */
-  runOnce(): Promise<number>;
-  /** The loop; resolves after stop(). */
-  run(): Promise<void>;
-  /** No new claims; waits for the batches in flight to settle and the loop to end. */
-  stop(): Promise<void>;
-  /** Something may be due: drain now. */
-  wake(): void;
-}
-
-// A PUBACK not back in this time counts as a failed attempt (or a release when the broker is
-// gone). Long enough for a broker restart to resend the in-flight publishes; short enough that
-// a batch does not hold its row locks (and SIGTERM) for long.
+// Long enough for a broker restart to resend, short enough not to hold row locks (and SIGTERM) long.
 const PUBLISH_TIMEOUT_MS = 10_000;
-// A failing row is retried after 1 s, 2 s, 4 s ... up to 5 min, and parked after 10 attempts
-// (about 17 minutes of failures): by then it needs an operator, and it must not hold up others.
+// Parked after 10 attempts, backing off 1 s doubling to 5 min: by then it needs an operator.
 const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 10, baseSeconds: 1, maxSeconds: 300 };
-// After a database error the loop pauses this long, doubling up to the maximum.
 const DB_BACKOFF_MIN_MS = 100;
 const DB_BACKOFF_MAX_MS = 5000;
-// A LISTEN that could not be set up (database away at start) is retried this often; the
-// fallback poll covers the gap.
+// The poll covers the gap.
 const LISTEN_RETRY_MS = 2000;
 
-// One line per batch that claimed something (an empty poll is not news), at warn when
-// some of its rows failed.
+// A NOTIFY, a broker reconnect or stop() ends a pause; a wake while busy is kept for after the
+// drain. A sleep (a gather) sleeps through the NOTIFYs it is there to gather: only stop() ends it.
+export function createWaker() {
+  let pending = false;
+  let closed = false;
+  const waiters = new Set<() => void>();
+  const sleepers = new Set<() => void>();
+  const wake = (): void => {
+    pending = true;
+    for (const waiter of waiters) waiter();
+  };
+  const wait = (ending: Set<() => void>, ms: number): Promise<void> =>
+    new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done(): void {
+        clearTimeout(timer);
+        ending.delete(done);
+        resolve();
+      }
+      ending.add(done);
+      if (closed) done();
+    });
+  return {
+    wake,
+    pause: (ms: number): Promise<void> => wait(waiters, ms),
+    sleep: (ms: number): Promise<void> => wait(sleepers, ms),
+    /** Whether a wake arrived since the last take(). */
+    take(): boolean {
+      const was = pending;
+      pending = false;
+      return was;
+    },
+    close(): void {
+      closed = true;
+      wake();
+      for (const sleeper of sleepers) sleeper();
+    },
+  };
+}
+
+// Past this rate a claim per NOTIFY of a few rows would cost more CPU than the rows: the next drain
+// waits to gather more. Below it (the latency case) nothing waits.
+export const GATHER_MIN_RATE_PER_S = 400;
+// Past this a claim's fixed cost is small beside its rows'.
+const GATHER_ROWS = 200;
+// The rate's time constant: rows that committed together must not read as a busy stream.
+const RATE_WINDOW_MS = 100;
+// A stream that sped up during the gather still comes in one claim (a short claim ends the drain).
+const CLAIM_MARGIN = 1.5;
+
+/** `maxMs` (RELAY_GATHER_MS): the longest an event waits to be gathered; 0 gathers nothing. */
+export function createGather(maxMs: number) {
+  const rate = createMovingRate(RATE_WINDOW_MS);
+  let began = 0;
+  return {
+    /** A drain that began at `at` claimed `claimed`: when the next may start (`at` when at once). */
+    drained(at: number, claimed: number): number {
+      rate.add(claimed, at);
+      began = at;
+      const perMs = rate.perMs(at);
+      if (maxMs <= 0 || perMs * 1000 < GATHER_MIN_RATE_PER_S) return at;
+      return at + Math.min(maxMs, GATHER_ROWS / perMs);
+    },
+    /** The claim for the rows due by `at`: at the last drain's rate, never small enough to go in turn. */
+    expected(at: number): number {
+      return Math.max(IN_TURN_MAX + 1, Math.ceil(rate.perMs(began) * Math.max(0, at - began) * CLAIM_MARGIN));
+    },
+  };
+}
+
 function logBatch(logger: Logger, result: BatchResult, ms: number): void {
   if (result.claimed === 0) return;
   const failed = [...result.errors.values()].reduce((a, b) => a + b, 0);
@@ -97,13 +137,13 @@ function logBatch(logger: Logger, result: BatchResult, ms: number): void {
   else logger.info("batch", fields);
 }
 
-/** What the relay's parts share while it runs. */
 interface RelayRun {
   readonly options: RelayOptions;
   readonly logger: Logger;
   readonly stopping: AbortController;
-  readonly waker: Waker;
-  /** Batches started and not yet settled, for stop(). */
+  readonly waker: ReturnType<typeof createWaker>;
+  readonly gather: ReturnType<typeof createGather>;
+  readonly sizer: ClaimSizer;
   readonly batches: Set<Promise<unknown>>;
   state: RelayState;
   listening: boolean;
@@ -128,7 +168,6 @@ function batchContext(options: RelayOptions): BatchContext {
   };
 }
 
-/** One batch, reported (metrics, log line) once committed and tracked until then, for stop(). */
 function trackedBatch(run: RelayRun, ctx: BatchContext, turn: BatchTurn, limit: number): BatchRun {
   const { events = {} } = run.options;
   const started = performance.now();
@@ -145,7 +184,6 @@ function trackedBatch(run: RelayRun, ctx: BatchContext, turn: BatchTurn, limit: 
   return { claimed: batch.claimed, result };
 }
 
-/** LISTEN, retried until it is in place or the relay stops (none without a pool to LISTEN on); the fallback poll covers the gap. */
 async function listenUntilStopped(run: RelayRun): Promise<OutboxListener | undefined> {
   const sql = run.options.listenSql === undefined ? run.options.sql : run.options.listenSql;
   while (sql !== null && !run.stopping.signal.aborted) {
@@ -161,27 +199,18 @@ async function listenUntilStopped(run: RelayRun): Promise<OutboxListener | undef
   return undefined;
 }
 
-/** The drain, and what gathers a busy stream into its claims. */
-interface Drains {
-  run(): Promise<number>;
-  readonly gather: Gather;
-  /** About `rows` are due: the next claim asks for them all (lanes.ts ClaimSizer.expect). */
-  expect(rows: number): void;
-}
-
-/** After a drain that began at `began` and claimed `rows`: on a busy stream, waits out the gather. Returns whether it did. */
-async function gatherAfter(run: RelayRun, drains: Drains, began: number, rows: number): Promise<boolean> {
-  const next = drains.gather.drained(began, rows);
+/** On a busy stream, waits out the gather; returns whether it did. */
+async function gatherAfter(run: RelayRun, began: number, rows: number): Promise<boolean> {
+  const next = run.gather.drained(began, rows);
   if (next <= began) return false;
   const wait = next - performance.now();
   run.logger.debug("gathering", { sinceDrainBeganMs: Math.round(next - began), waitMs: Math.max(0, Math.round(wait)) });
   if (wait > 0) await run.waker.sleep(wait);
-  drains.expect(drains.gather.expected(performance.now()));
+  run.sizer.expect(run.gather.expected(performance.now()));
   return true;
 }
 
-/** The loop of the states above, until stop(). */
-async function loopUntilStopped(run: RelayRun, drains: Drains): Promise<void> {
+async function loopUntilStopped(run: RelayRun, drainOnce: () => Promise<number>): Promise<void> {
   const { broker, pollMs } = run.options;
   const { waker, stopping } = run;
   const listenerReady = listenUntilStopped(run);
@@ -198,9 +227,9 @@ async function loopUntilStopped(run: RelayRun, drains: Drains): Promise<void> {
     const began = performance.now();
     let gathered: boolean;
     try {
-      const rows = await drains.run();
+      const rows = await drainOnce();
       backoff = DB_BACKOFF_MIN_MS;
-      gathered = await gatherAfter(run, drains, began, rows);
+      gathered = await gatherAfter(run, began, rows);
     } catch (error) {
       setState(run, "backing-off");
       run.logger.warn("batch failed; backing off", { retryInMs: backoff, error: describeDbError(error) });
@@ -220,43 +249,43 @@ async function loopUntilStopped(run: RelayRun, drains: Drains): Promise<void> {
   await listener?.unlisten().catch(() => {});
 }
 
-export function createRelay(options: RelayOptions): Relay {
+export type Relay = ReturnType<typeof createRelay>;
+
+export function createRelay(options: RelayOptions) {
+  const ctx = batchContext(options);
+  const maxLanes = options.lanes ?? laneCount(options.batchSize);
   const run: RelayRun = {
     options,
     logger: options.logger ?? silentLogger,
     stopping: new AbortController(),
     waker: createWaker(),
+    gather: createGather(options.gatherMs ?? 0),
+    sizer: createClaimSizer(options.batchSize, ctx.publishTimeoutMs, maxLanes),
     batches: new Set(),
     state: "idle",
     listening: false,
   };
-  const ctx = batchContext(options);
-  const turn: BatchTurn = { lock: createClaimLock(), frontier: createClaimFrontier(), heads: createHeadLimit(), window: createWindowSize(), stop: run.stopping.signal };
-  const maxLanes = options.lanes ?? laneCount(options.batchSize);
-  const sizer = createClaimSizer(options.batchSize, ctx.publishTimeoutMs, maxLanes);
+  const turn = createBatchTurn(run.stopping.signal);
   const batch = (limit: number): BatchRun => trackedBatch(run, ctx, turn, limit);
   let loop: Promise<void> | undefined;
   return {
-    get state() {
+    get state(): RelayState {
       return run.state;
     },
-    get listening() {
+    /** LISTEN is in place: a NOTIFY now wakes the relay. */
+    get listening(): boolean {
       return run.listening;
     },
-    async runOnce() {
+    /** Returns the rows published. */
+    async runOnce(): Promise<number> {
       return (await batch(options.batchSize).result).published;
     },
-    run() {
-      if (loop) return loop;
-      const drains: Drains = {
-        run: () => drain({ maxLanes, sizer, stop: run.stopping.signal, startBatch: batch }),
-        gather: createGather(options.gatherMs ?? 0),
-        expect: (rows) => sizer.expect(rows),
-      };
-      loop = loopUntilStopped(run, drains);
+    run(): Promise<void> {
+      loop ??= loopUntilStopped(run, () => drain({ maxLanes, sizer: run.sizer, stop: run.stopping.signal, startBatch: batch }));
       return loop;
     },
-    async stop() {
+    /** No new claims; waits for the batches in flight and the loop. */
+    async stop(): Promise<void> {
       run.stopping.abort();
       setState(run, "stopping");
       run.waker.close();

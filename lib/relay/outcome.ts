@@ -5,57 +5,46 @@ import type { Failure, OutboxRow, Release } from "./outbox-sql.ts";
 import { ConnectionLost } from "./window.ts";
 import { UnencodableMessage } from "./publish-packet.ts";
 
-// Reason codes (a PUBACK's, or the DISCONNECT the broker sent while handling the row) that
-// will fail the same way however often the row is retried; such a row is parked at once for
-// an operator: 0x87 not authorized, 0x90 topic name invalid, 0x95 packet too large, 0x99
-// payload format invalid, 0x9A retain / 0x9B QoS not supported.
+// Reason codes that fail however often the row is retried, so it is parked at once: not authorized,
+// topic name invalid, packet too large, payload format invalid, retain/QoS unsupported.
 const NEVER_SUCCEEDS = new Set([0x87, 0x90, 0x95, 0x99, 0x9a, 0x9b]);
-// DISCONNECT reason codes that blame the packet the broker was reading (the oldest publish in
-// flight): those above, plus 0x80 unspecified, 0x81 malformed packet, 0x82 protocol error and
-// 0x83 implementation specific error. Any other code (0x8B server shutting down, 0x89 busy,
-// 0x8D keep-alive timeout, 0x96/0x97 rate and quota...) says nothing about the row.
+// DISCONNECT reason codes that blame the packet the broker was reading: those above and 0x80-0x83;
+// any other (shutting down, busy, keep-alive...) says nothing about the row.
 const BLAMES_THE_MESSAGE = new Set([...NEVER_SUCCEEDS, 0x80, 0x81, 0x82, 0x83]);
-// A row that was the oldest publish in flight when the connection closed, this many times in
-// a row without an answer, is treated as failed (an attempt, then back-off, so the rows behind
-// it flow). A broker that closes the connection on a publish it refuses, giving no reason
-// (MQTT 3.1.1 has no DISCONNECT from the server), closes it every time; a broker restart catches
-// the same row in flight twice in a row only when it restarts again before that row is resent.
+// Closes with this row oldest in flight before it fails: a broker refusing it without a reason
+// (MQTT 3.1.1 has no server DISCONNECT) closes every time; a restart rarely catches a row twice.
 export const MAX_RELEASES = 3;
 
 export type Outcome =
   | { readonly kind: "acked"; readonly at: number }
-  // Counts an attempt and backs off (park: right away, the retry cannot help).
   | { readonly kind: "failed"; readonly error: string; readonly park: boolean }
-  // The broker closed the connection while this row was the oldest publish in flight, giving
-  // no reason that blames it: a release is counted, and the MAX_RELEASES-th is a failure.
+  // The oldest in flight when the connection closed, no reason given: the MAX_RELEASES-th fails.
   | { readonly kind: "suspect"; readonly error: string }
-  // The broker went away: the row goes back untouched, no attempt counted.
+  // The broker went away: no attempt counted.
   | { readonly kind: "released"; readonly error: string };
 
 export interface BatchResult {
   readonly claimed: number;
   readonly published: number;
-  /** From the claim's rows in hand to the last of their answers, in ms (0 when none). */
   readonly answeredMs: number;
-  /**
-   * The claim started at the top of the pending index (claim-lock.ts ClaimFrontier): when it
-   * came back short, nothing due was left. A short claim from the frontier proves nothing.
-   */
+  /** Short from the top of the pending index proves nothing due is left. */
   readonly fromTop: boolean;
-  /** The claim's window was full (batch.ts Claimed): more rows may be due past it. */
   readonly full: boolean;
-  /** Per destination topic: delivery lags (seconds, row created → PUBACK) and failures. */
+  /** Per topic: seconds from row created to PUBACK. */
   readonly lags: Map<string, number[]>;
   readonly errors: Map<string, number>;
 }
 
 export const EMPTY_RESULT: BatchResult = { claimed: 0, published: 0, answeredMs: 0, fromTop: true, full: false, lags: new Map(), errors: new Map() };
 
-/** The outcome of a publish that rejected with `error`. */
 export function classify(error: unknown, brokerConnected: boolean): Outcome {
   const description = describeMqttError(error);
-  if (error instanceof ConnectionLost) return lostOutcome(error, description);
-  // Too large for MQTT itself: no broker will ever take it.
+  if (error instanceof ConnectionLost) {
+    const code = error.code;
+    if (!error.oldestInFlight) return { kind: "released", error: description };
+    if (code !== undefined && BLAMES_THE_MESSAGE.has(code)) return { kind: "failed", error: description, park: NEVER_SUCCEEDS.has(code) };
+    return { kind: "suspect", error: description };
+  }
   if (error instanceof UnencodableMessage) return { kind: "failed", error: description, park: true };
   const code = reasonCodeOf(error);
   if (code !== undefined && NEVER_SUCCEEDS.has(code)) return { kind: "failed", error: description, park: true };
@@ -63,36 +52,13 @@ export function classify(error: unknown, brokerConnected: boolean): Outcome {
   return { kind: "failed", error: description, park: false };
 }
 
-function lostOutcome(error: ConnectionLost, description: string): Outcome {
-  if (!error.oldestInFlight) return { kind: "released", error: description };
-  const code = error.code;
-  if (code !== undefined && BLAMES_THE_MESSAGE.has(code)) return { kind: "failed", error: description, park: NEVER_SUCCEEDS.has(code) };
-  return { kind: "suspect", error: description };
-}
-
-function add<V>(map: Map<string, V[]>, key: string, value: V): void {
-  const list = map.get(key);
-  if (list) list.push(value);
-  else map.set(key, [value]);
-}
-
-export interface Tally {
-  /** The batch's result, but for what only the batch knows (answeredMs, fromTop). */
-  readonly result: Omit<BatchResult, "answeredMs" | "fromTop" | "full">;
-  /** The `tid`s of the rows the broker acknowledged (markPublished). */
-  readonly acked: string[];
-  readonly failures: Failure[];
-  readonly releases: Release[];
-}
-
-/** Sorts the outcomes into the batch's result and the three updates (not yet sent). */
-export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes: readonly Outcome[]): Tally {
+export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes: readonly Outcome[]) {
   const acked: string[] = [];
   const failures: Failure[] = [];
   const releases: Release[] = [];
   const lags = new Map<string, number[]>();
   const errors = new Map<string, number>();
-  // A batch is mostly of one event type: its topic is built once per run of that type, not per row.
+  // A batch is mostly of one event type: a topic per run of that type, not per row.
   let lastType: string | undefined;
   let lastAggregate: string | undefined;
   let topic = "";
@@ -105,27 +71,19 @@ export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes:
     }
     if (outcome.kind === "acked") {
       acked.push(row.tid);
-      add(lags, topic, Math.max(0, (outcome.at - Date.parse(row.createdAt)) / 1000));
+      const lag = Math.max(0, (outcome.at - Date.parse(row.createdAt)) / 1000);
+      const topicLags = lags.get(topic);
+      if (topicLags) topicLags.push(lag);
+      else lags.set(topic, [lag]);
       return;
     }
     errors.set(topic, (errors.get(topic) ?? 0) + 1);
-    switch (outcome.kind) {
-      case "failed":
-        failures.push({ id: row.id, error: outcome.error, park: outcome.park });
-        return;
-      case "suspect": {
-        const times = row.releases + 1;
-        const error = `${outcome.error} (in flight when the connection closed, ${times} time${times === 1 ? "" : "s"})`;
-        if (times >= MAX_RELEASES) failures.push({ id: row.id, error, park: false });
-        else releases.push({ id: row.id, error });
-        return;
-      }
-      case "released":
-        return;
-      default: {
-        const unreachable: never = outcome;
-        throw new Error(`bug: unknown outcome ${JSON.stringify(unreachable)}`);
-      }
+    if (outcome.kind === "failed") failures.push({ id: row.id, error: outcome.error, park: outcome.park });
+    else if (outcome.kind === "suspect") {
+      const times = row.releases + 1;
+      const error = `${outcome.error} (in flight when the connection closed, ${times} time${times === 1 ? "" : "s"})`;
+      if (times >= MAX_RELEASES) failures.push({ id: row.id, error, park: false });
+      else releases.push({ id: row.id, error });
     }
   });
   return { result: { claimed: rows.length, published: acked.length, lags, errors }, acked, failures, releases };

@@ -1,32 +1,22 @@
-// The bytes of the relay's one kind of packet: a QoS 1 PUBLISH (MQTT 5 §3.3, or 3.1.1 §3.3
-// without the properties). mqtt-packet's generate() writes the same bytes (test/publish-packet
-// .test.ts compares them) but costs several times as much per message through its chunk
-// accumulator and per-property dispatch; this sizes the packet once and writes it into one
-// buffer.
+// A QoS 1 PUBLISH (MQTT 5 §3.3, or 3.1.1 without the properties): the bytes of mqtt-packet's
+// generate() at a fraction of the cost, sized once and written into one buffer.
 
 export interface PublishFields {
-  /** Packet identifier, 1..65535. */
   readonly messageId: number;
   readonly topic: string;
-  /** UTF-8 text. */
   readonly payload: string;
-  /** MQTT 5 only. */
+  /** MQTT 5 only, with the user properties. */
   readonly contentType: string;
-  /** MQTT 5 only; each name and value once. */
   readonly userProperties: Readonly<Record<string, string>>;
 }
 
-// Fixed header byte: type 3 (PUBLISH) in the high nibble, QoS 1 in bits 1-2, DUP and RETAIN clear.
+// Type 3 (PUBLISH) in the high nibble, QoS 1 in bits 1-2, DUP and RETAIN clear.
 const PUBLISH_QOS1 = 0x32;
-// MQTT 5 property identifiers (§2.2.2.2).
 const CONTENT_TYPE = 0x03;
 const USER_PROPERTY = 0x26;
-// A UTF-8 string is prefixed by its length in two bytes (§1.5.4).
 const MAX_STRING_BYTES = 0xffff;
-// The largest Remaining Length four variable-length bytes can say (§1.5.5).
 const MAX_REMAINING_LENGTH = 268_435_455;
 
-/** A message the protocol cannot carry (a string or the packet too long). */
 export class UnencodableMessage extends Error {
   override name = "UnencodableMessage";
 }
@@ -47,16 +37,11 @@ function writeVarint(buf: Buffer, at: number, value: number): number {
   return o;
 }
 
-// Strings up to this many UTF-16 units are measured and copied by a loop here when they are
-// ASCII (every property name and the relay's values: ids, types, tenants, the topic): a
-// packet's two dozen Buffer.byteLength and Buffer.write calls cost more, each a native call,
-// than the loops. Longer ones (the payload)
-// take the native calls, which copy faster than a loop once past a few dozen bytes.
+// Short ASCII strings (names, ids, the topic) are measured and copied by a loop: a packet's two
+// dozen native Buffer calls would cost more. The native calls are faster past a few dozen bytes.
 const ASCII_LOOP_MAX = 64;
-// The first code unit that is not ASCII (UTF-8 writes it in two bytes or more).
 const FIRST_NON_ASCII = 0x80;
 
-/** The UTF-8 length of `s`. */
 function utf8Bytes(s: string): number {
   if (s.length > ASCII_LOOP_MAX) return Buffer.byteLength(s);
   for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) >= FIRST_NON_ASCII) return Buffer.byteLength(s);
@@ -69,7 +54,6 @@ function stringBytes(s: string): number {
   return n;
 }
 
-/** `bytes` of `s` at `at` (its UTF-8 length: as many as its code units only when ASCII). */
 function writeUtf8(buf: Buffer, at: number, s: string, bytes: number): number {
   if (bytes === s.length && bytes <= ASCII_LOOP_MAX) for (let i = 0; i < bytes; i++) buf[at + i] = s.charCodeAt(i);
   else buf.write(s, at, bytes, "utf8");
@@ -82,8 +66,7 @@ function writeString(buf: Buffer, at: number, s: string, bytes: number): number 
   return writeUtf8(buf, at + 2, s, bytes);
 }
 
-// The UTF-8 lengths of the user properties' names and values, in order, from propertiesSize
-// to writeProperties of the same packet (the encoder never yields in between).
+// From propertiesSize to writeProperties of one packet: the encoder never yields in between.
 const propertyBytes: number[] = [];
 
 function propertiesSize(fields: PublishFields, contentTypeBytes: number): number {
@@ -113,7 +96,6 @@ function writeProperties(buf: Buffer, at: number, fields: PublishFields, size: n
   return o;
 }
 
-/** The whole packet; `protocolVersion` 4 (3.1.1) leaves the properties out. Throws UnencodableMessage. */
 export function encodePublish(fields: PublishFields, protocolVersion: number): Buffer {
   const topicBytes = stringBytes(fields.topic);
   const payloadBytes = utf8Bytes(fields.payload);

@@ -1,9 +1,5 @@
-// The relay's MQTT connections: each an mqtt.js client (MQTT 5, or 3.1.1 when the broker only
-// speaks that) keeping its session, reconnecting with back-off; the publishes bypass it. They
-// go through a PublishWindow (window.ts: encoded once, one write per turn, at most the
-// broker's Receive Maximum unacknowledged), and their PUBACKs are taken off each connection by
-// ack-tap.ts: a publish resolves on its PUBACK. With several connections, a message goes over
-// the one its key (the aggregate id) hashes to, so the events of one aggregate keep their order.
+// The relay's MQTT connections: mqtt.js keeps each session while publishes bypass it (window.ts,
+// ack-tap.ts). A message takes the connection its key hashes to, so an aggregate keeps its order.
 import type { IConnackPacket, IDisconnectPacket, IStream, MqttClient } from "mqtt";
 import type { Duplex } from "node:stream";
 import { connectMqtt, type MqttProtocol } from "../platform/mqtt-connect.ts";
@@ -12,64 +8,33 @@ import { describeMqttError } from "../platform/mqtt-errors.ts";
 import { AckTap } from "./ack-tap.ts";
 import { PublishWindow, type Delivered, type OutboundMessage } from "./window.ts";
 
-
-/** Resolves when the broker acknowledged the message; rejects with its reason code otherwise. */
 export type PublishFn = (message: OutboundMessage) => Promise<void>;
-/** As PublishFn, answering through a callback (PublishWindow.deliver). */
 export type DeliverFn = (message: OutboundMessage, done: Delivered) => void;
 
-export interface Broker {
-  /** Every connection has its CONNACK. */
-  readonly connected: boolean;
-  /** Why the last connection attempt failed, until every connection is up again (for /readyz). */
-  readonly lastError: string | undefined;
-  /** The broker in use (of MQTT_URL's list), its password masked. */
-  readonly url: string;
-  publish: PublishFn;
-  deliver: DeliverFn;
-  /** Called with true when the last connection is up and false when the first is lost. Returns an unsubscribe. */
-  onConnectionChange(listener: (connected: boolean) => void): () => void;
-  /** Called once per move to the next broker of the list after the one in use was lost. Returns an unsubscribe. */
-  onMove(listener: (move: BrokerMove) => void): () => void;
-  close(): Promise<void>;
-}
+export type Broker = ReturnType<typeof connectBroker>;
 
-export interface BrokerOptions {
-  /** The first connection's client id; the others get "-2", "-3"... appended. */
-  readonly clientId?: string;
-  /** MQTT connections to open (1 by default), each with its own Receive Maximum. */
+interface BrokerOptions {
   readonly connections?: number;
-  /** Upper bound on unacknowledged publishes per connection; the broker's Receive Maximum may lower it. */
-  readonly maxInFlight?: number;
-  /** Why a connection attempt failed: once per cause across the connections, not once per retry. */
+  /** Why a connection attempt failed: once per cause, not once per retry. */
   readonly onError?: (description: string) => void;
   /** MQTT_PROTOCOL_VERSION (default auto). */
   readonly version?: MqttProtocol;
-  /** With `auto`, the version tried first: 5 (the default), or 4. */
+  /** With `auto`, the version tried first (default 5). */
   readonly protocolVersion?: 4 | 5;
 }
 
-// Mosquitto accepts far more, but this is enough to keep a fast broker busy (its PUBACK
-// rate stops growing past a few hundred in flight) and bounds what a lost connection
-// leaves unacknowledged.
+// Unacknowledged publishes per connection: enough for a fast broker, a bound on what a loss leaves.
 export const MAX_IN_FLIGHT = 1000;
-// First reconnect after this; doubles per failed attempt up to the maximum, so a broker that
-// is down for long is tried every few seconds, not hammered.
 const RECONNECT_MIN_MS = 250;
 const RECONNECT_MAX_MS = 5000;
-// A broker that accepted TCP but has not sent CONNACK in this time is treated as down.
 const CONNECT_TIMEOUT_MS = 5000;
 // Keep-alive: a silently dead connection is noticed within 1.5× this.
 const KEEPALIVE_S = 15;
-// MQTT 5: a Receive Maximum absent from the CONNACK means 65,535.
 export const PROTOCOL_RECEIVE_MAXIMUM = 65_535;
-// A graceful DISCONNECT that has not completed in this time is cut.
 const CLOSE_TIMEOUT_MS = 2000;
 
-/** A PublishFn (a test's stand-in for the broker) answering as a DeliverFn. */
+/** A test's stand-in PublishFn as a DeliverFn; a synchronous throw reaches the caller. */
 export function deliverVia(publish: PublishFn): DeliverFn {
-  // A synchronous throw reaches the caller, which answers the row (batch.ts publishRow). A
-  // rejection without a reason still failed.
   return (message, done) =>
     void publish(message).then(
       () => done(),
@@ -78,27 +43,22 @@ export function deliverVia(publish: PublishFn): DeliverFn {
 }
 
 /** The connection a key's messages take: FNV-1a over its UTF-16 code units, modulo `count`. */
-export function connectionOf(key: string, count: number): number {
+function connectionOf(key: string, count: number): number {
   if (count === 1) return 0;
   let hash = 0x811c9dc5;
   for (let i = 0; i < key.length; i++) hash = Math.imul(hash ^ key.charCodeAt(i), 0x01000193);
   return (hash >>> 0) % count;
 }
 
-interface Connection {
-  readonly client: MqttClient;
-  readonly window: PublishWindow;
-}
-
-/** The relay's connections to one broker, or to the broker in use of a list, all moving together. */
-export function connectBroker(brokers: Brokers, options: BrokerOptions = {}): Broker {
+/** The relay's connections to the broker in use of a list, all moving together. */
+export function connectBroker(brokers: Brokers, options: BrokerOptions = {}) {
   const list = brokerList(brokers);
   const listeners = new Set<(connected: boolean) => void>();
-  const base = options.clientId ?? `charges-relay-${crypto.randomUUID().slice(0, 8)}`;
+  const base = `charges-relay-${crypto.randomUUID().slice(0, 8)}`;
   const allConnected = (): boolean => connections.every((c) => c.client.connected);
   let allUp = false;
   let lastError: string | undefined;
-  // Listeners hear the state of the whole: a batch needs whichever connection its rows hash to.
+  // The state of the whole: a batch needs whichever connection its rows hash to.
   const changed = (): void => {
     const now = allConnected();
     if (now) lastError = undefined;
@@ -106,7 +66,6 @@ export function connectBroker(brokers: Brokers, options: BrokerOptions = {}): Br
     allUp = now;
     for (const listener of listeners) listener(now);
   };
-  // Each connection reports a cause once; the connections of one relay usually fail alike.
   const failed = (description: string): void => {
     if (description === lastError) return;
     lastError = description;
@@ -116,32 +75,37 @@ export function connectBroker(brokers: Brokers, options: BrokerOptions = {}): Br
     openConnection(list, { ...options, clientId: i === 0 ? base : `${base}-${i + 1}`, onError: failed }, changed),
   );
   const count = connections.length;
-  const windowOf = (message: OutboundMessage): PublishWindow => (connections[connectionOf(message.key, count)] as Connection).window;
+  const windowOf = (message: OutboundMessage): PublishWindow =>
+    (connections[connectionOf(message.key, count)] as ReturnType<typeof openConnection>).window;
   return {
-    get connected() {
+    get connected(): boolean {
       return allConnected();
     },
-    get lastError() {
+    /** Why the last connection attempt failed, until every connection is up again. */
+    get lastError(): string | undefined {
       return lastError;
     },
-    get url() {
+    /** Its password masked. */
+    get url(): string {
       return list.inUse;
     },
-    publish: (message) => windowOf(message).publish(message),
-    deliver: (message, done) => windowOf(message).deliver(message, done),
-    onConnectionChange(listener) {
+    publish: ((message) => windowOf(message).publish(message)) satisfies PublishFn,
+    deliver: ((message, done) => windowOf(message).deliver(message, done)) satisfies DeliverFn,
+    /** True when the last connection is up, false when the first is lost. Returns an unsubscribe. */
+    onConnectionChange(listener: (connected: boolean) => void): () => void {
       listeners.add(listener);
       return () => listeners.delete(listener);
     },
-    onMove: (listener) => list.onMove(listener),
-    async close() {
+    /** Once per move to the next broker of the list. Returns an unsubscribe. */
+    onMove: (listener: (move: BrokerMove) => void): (() => void) => list.onMove(listener),
+    async close(): Promise<void> {
       listeners.clear();
       await Promise.all(connections.map((c) => closeClient(c.client)));
     },
   };
 }
 
-function openConnection(list: BrokerList, options: BrokerOptions & { clientId: string }, notify: () => void): Connection {
+function openConnection(list: BrokerList, options: BrokerOptions & { clientId: string }, notify: () => void) {
   // Read only once the client below exists (on publish, on its events).
   const connection = {
     get connected() {
@@ -152,8 +116,25 @@ function openConnection(list: BrokerList, options: BrokerOptions & { clientId: s
     },
     write: (bytes: Buffer) => void client.stream.write(bytes),
   };
-  const window = new PublishWindow(connection, options.maxInFlight ?? MAX_IN_FLIGHT);
-  const client = openClient(list, options, window);
+  const window = new PublishWindow(connection, MAX_IN_FLIGHT);
+  const client = connectMqtt(list, {
+    clientId: options.clientId,
+    version: options.version ?? "auto",
+    protocolVersion: options.protocolVersion ?? 5,
+    // The relay's own state is the outbox; nothing needs to outlive a connection.
+    clean: true,
+    reconnectPeriod: RECONNECT_MIN_MS,
+    connectTimeout: CONNECT_TIMEOUT_MS,
+    keepalive: KEEPALIVE_S,
+    queueQoSZero: false,
+    resubscribe: false,
+    onError: (error) => options.onError?.(describeMqttError(error)),
+    tap: (stream: IStream) => {
+      // mqtt.js leaves Nagle on: a write of a few publishes would wait for the ACK of the last.
+      (stream as { setNoDelay?: (noDelay: boolean) => void }).setNoDelay?.(true);
+      return new AckTap(stream as Duplex, window) as unknown as IStream;
+    },
+  });
   followSession(client, window, notify);
   return { client, window };
 }
@@ -164,14 +145,12 @@ async function closeClient(client: MqttClient): Promise<void> {
   clearTimeout(timer);
 }
 
-/** Opens and closes the window with each connection, and backs off between reconnects. */
 function followSession(client: MqttClient, publishes: PublishWindow, notify: () => void): void {
-  // The reason code of the DISCONNECT the broker sent on this connection, if it sent one.
   let disconnectReason: number | undefined;
   client.on("connect", (connack: IConnackPacket) => {
     client.options.reconnectPeriod = RECONNECT_MIN_MS;
     disconnectReason = undefined;
-    // Mosquitto's max_inflight_messages, 20 by default; absent means 65,535.
+    // Mosquitto's max_inflight_messages, 20 by default.
     publishes.opened(connack.properties?.receiveMaximum ?? PROTOCOL_RECEIVE_MAXIMUM);
     notify();
   });
@@ -186,29 +165,5 @@ function followSession(client: MqttClient, publishes: PublishWindow, notify: () 
     publishes.closed(disconnectReason);
     disconnectReason = undefined;
     notify();
-  });
-}
-
-/** The mqtt.js client keeping the session; each connection it opens goes through a PUBACK tap feeding `publishes`. */
-function openClient(list: BrokerList, options: BrokerOptions & { clientId: string }, publishes: PublishWindow): MqttClient {
-  return connectMqtt(list, {
-    clientId: options.clientId,
-    version: options.version ?? "auto",
-    protocolVersion: options.protocolVersion ?? 5,
-    // The relay's own state is the outbox; nothing needs to outlive a connection.
-    clean: true,
-    reconnectPeriod: RECONNECT_MIN_MS,
-    connectTimeout: CONNECT_TIMEOUT_MS,
-    keepalive: KEEPALIVE_S,
-    // We never publish QoS 0; nothing should pile up while offline.
-    queueQoSZero: false,
-    resubscribe: false,
-    onError: (error) => options.onError?.(describeMqttError(error)),
-    tap: (stream: IStream) => {
-      // mqtt.js leaves Nagle on: a write of a few publishes would wait for the ACK of the last.
-      (stream as { setNoDelay?: (noDelay: boolean) => void }).setNoDelay?.(true);
-      const listener = { ack: (id: number, code: number) => publishes.acked(id, code), readDone: () => publishes.readDone() };
-      return new AckTap(stream as Duplex, listener) as unknown as IStream;
-    },
   });
 }

@@ -1,7 +1,7 @@
-// Assembles the relay process from config: the pool, the schema, the broker connection, the
-// loop, its metrics and its HTTP surface (/healthz, /readyz, /metrics, /asyncapi.json).
+// Assembles the relay process from config: pools, broker, loop, metrics (OpenTelemetry API only,
+// labelled by destination topic, never a per-event value) and its HTTP surface.
 import type { Config } from "../platform/config.ts";
-import { createSql, type Sql } from "../platform/db.ts";
+import { createSql } from "../platform/db.ts";
 import { isTransactionPooled } from "../platform/pooler.ts";
 import { createLogger, type Logger } from "../platform/log.ts";
 import { openDatabase } from "../platform/startup.ts";
@@ -9,91 +9,56 @@ import { youngCollection, type FetchHandler } from "../platform/runtime.ts";
 import { createGcPacer, UNPACED } from "../platform/gc-pacer.ts";
 import { EVENT_TYPES, topicOf } from "../charges/events.ts";
 import { asyncApiJson } from "./asyncapi.ts";
-import { connectBroker, type Broker } from "./publisher.ts";
-import { createRelay, laneCount, type Relay } from "./loop.ts";
+import { connectBroker } from "./publisher.ts";
+import { createRelay, laneCount, type RelayEvents } from "./loop.ts";
 import { createRelayFetch } from "./http.ts";
-import { otelRelayEvents } from "./metrics.ts";
 import type { HttpServerMetrics } from "../platform/http-metrics.ts";
 import { observePool } from "../platform/runtime-metrics.ts";
 import { transactionsInProgress } from "../platform/tx.ts";
 import { openConnections } from "../platform/db.ts";
 import { metrics } from "@opentelemetry/api";
 
-// Beyond one connection per lane (each batch holds its transaction until its PUBACKs are in):
-// one for /readyz and one for the operations jobs the entrypoint runs beside the loop.
-// LISTEN has a connection of its own.
+// Beyond one per lane: one for /readyz and one for the ops jobs.
 const EXTRA_CONNECTIONS = 2;
-// close() comes after stop() (every batch settled) and the ops loop's stop: nothing of ours is
-// left running. postgres.js still waits this long on a pool whose connections were killed
-// under it (it keeps one it never finishes with), so the grace is short.
+// postgres.js waits this long on a pool whose connections were killed under it; the batches are settled.
 const POOL_CLOSE_GRACE_S = 1;
-// One young collection per this many rows answered: at drain speed, about as often as the
-// allocator returns free memory to the kernel (lib/platform/gc-pacer.ts). Each collection
-// costs a millisecond or more whatever it frees, so fewer, larger ones cost less per row at
-// the same peak memory.
+// About as often as the allocator returns memory to the kernel at drain speed; each costs a millisecond.
 const GC_EVERY_ROWS = 4000;
 
-export interface RelayProcess {
-  readonly sql: Sql;
-  /** Where the ops jobs take their locks and run: DATABASE_DIRECT_URL's pool when set, else `sql` (job-lock.ts). */
-  readonly jobsSql: Sql;
-  readonly broker: Broker;
-  readonly relay: Relay;
-  /** Rows answered per young collection (lib/platform/gc-pacer.ts); null where the runtime has none to pace (Deno). */
-  readonly gcEveryRows: number | null;
-  /** /healthz, /readyz, /asyncapi.json and, when given, /metrics. */
-  readonly fetch: FetchHandler;
-  /** The loop; resolves after stop(). */
-  run(): Promise<void>;
-  /** No new claims; the batches in flight finish (PUBACKs awaited, rows marked). */
-  stop(): Promise<void>;
-  /** Closes the broker connection and the pool; after stop(). */
-  close(): Promise<void>;
-}
+export type RelayProcess = Awaited<ReturnType<typeof startRelay>>;
 
-export interface RelayProcessOptions {
-  /** Prometheus exposition for GET /metrics (the entrypoint owns the SDK). */
+interface RelayProcessOptions {
   readonly metrics?: () => Promise<Response>;
   readonly logger?: Logger;
-  /** Where the operator port's answers are counted (http_server_request_duration_seconds). */
   readonly httpMetrics?: HttpServerMetrics;
 }
 
-// The pool's application_name, also its name on db_client_connections_max.
 const RELAY_POOL_NAME = "charges-relay";
-// The pool on DATABASE_DIRECT_URL, past the pooler, named apart so that pg_stat_activity shows
-// which of the relay's connections bypass it.
 const RELAY_DIRECT_POOL_NAME = "charges-relay-direct";
-// One for the ops loop, which runs one job at a time; LISTEN opens a connection of its own.
+// The ops loop runs one job at a time.
 const DIRECT_CONNECTIONS = 1;
 
-/** Connects and migrates (a StartupError with one clear line when it cannot); the broker is awaited by the loop. */
-export async function startRelay(config: Config, options: RelayProcessOptions = {}): Promise<RelayProcess> {
+/** Connects and migrates (a StartupError when it cannot); the loop waits for the broker. */
+export async function startRelay(config: Config, options: RelayProcessOptions = {}) {
   const log = options.logger ?? createLogger(config.logLevel, "relay");
   const poolSize = laneCount(config.outboxBatchSize) + EXTRA_CONNECTIONS;
   // A claim or a mark that trips these fails its batch: the loop backs off and drains again.
   const bounds = { statementTimeoutMs: config.relayTimeBounds.statementTimeoutMs, lockTimeoutMs: config.relayTimeBounds.lockTimeoutMs };
   const sql = await openDatabase(config.databaseUrl, { max: poolSize, applicationName: RELAY_POOL_NAME, pooler: config.databasePooler, countOpen: true, ...bounds });
   const direct = config.databaseDirectUrl === undefined ? undefined : createSql(config.databaseDirectUrl, { max: DIRECT_CONNECTIONS, applicationName: RELAY_DIRECT_POOL_NAME, ...bounds });
-  // LISTEN gets a client of its own from postgres.js, which a counted pool would count and
-  // never uncount (open-connections.ts): without a direct URL it listens through this one,
-  // named as the pool so that pg_stat_activity shows it with the relay's other connections.
+  // LISTEN's own client would never be uncounted on a counted pool: it gets a pool of its own.
   const listenPool = direct ?? (isTransactionPooled(sql) ? null : createSql(config.databaseUrl, { max: 1, applicationName: RELAY_POOL_NAME, ...bounds }));
-  // Not awaited: a broker that is away at start is retried, and the relay waits for it.
   const broker = connectBroker(config.mqttUrls, {
     connections: config.relayMqttConnections,
     version: config.mqttProtocol,
-    // Once per cause, not once per retry (publisher.ts); /readyz names the last one.
     onError: (error) => log.warn("broker connection failed", { error }),
   });
   broker.onConnectionChange((connected) => log.info(connected ? "broker connected" : "broker connection lost", { broker: broker.url }));
-  // Once per loss, by the first connection to notice it (lib/platform/mqtt-brokers.ts).
   broker.onMove((move) => log.warn("broker lost; moving to the next of MQTT_URL", { ...move }));
   const collect = await youngCollection();
   const relay = createRelay({
     pacer: collect ? createGcPacer(collect, GC_EVERY_ROWS) : UNPACED,
     sql,
-    // Behind a transaction pooler without a direct URL, nowhere: the relay polls.
     listenSql: listenPool,
     broker,
     batchSize: config.outboxBatchSize,
@@ -103,7 +68,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     events: otelRelayEvents(EVENT_TYPES.map((type) => topicOf(config.mqttTopicPrefix, type))),
     logger: log,
   });
-  // Busy: the batches' (and the jobs') transactions in progress; postgres.js counts none publicly.
+  // Busy: the transactions in progress; postgres.js counts none publicly.
   observePool(metrics.getMeter("charges"), {
     name: RELAY_POOL_NAME,
     max: poolSize,
@@ -111,18 +76,21 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
     open: () => openConnections(sql) ?? 0,
   });
   if (direct) observePool(metrics.getMeter("charges"), { name: RELAY_DIRECT_POOL_NAME, max: DIRECT_CONNECTIONS });
-  const routes: Record<string, FetchHandler> = { "/asyncapi.json": asyncApiRoute(config.mqttTopicPrefix) };
+  const asyncApi: FetchHandler = () =>
+    new Response(asyncApiJson(config.mqttTopicPrefix), { headers: { "content-type": "application/json" } });
+  const routes: Record<string, FetchHandler> = { "/asyncapi.json": asyncApi };
   if (options.metrics) routes["/metrics"] = options.metrics;
   return {
     sql,
     jobsSql: direct ?? sql,
     broker,
     relay,
+    /** Null where the runtime has no young collection (Deno). */
     gcEveryRows: collect ? GC_EVERY_ROWS : null,
     fetch: createRelayFetch({ sql, broker, routes, logger: log, httpMetrics: options.httpMetrics }),
-    run: () => relay.run(),
-    stop: () => relay.stop(),
-    async close() {
+    run: (): Promise<void> => relay.run(),
+    stop: (): Promise<void> => relay.stop(),
+    async close(): Promise<void> {
       await broker.close();
       await sql.end({ timeout: POOL_CLOSE_GRACE_S });
       await listenPool?.end({ timeout: POOL_CLOSE_GRACE_S });
@@ -130,10 +98,34 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   };
 }
 
-/**
- * GET /asyncapi.json: the AsyncAPI 3 document of the events this relay publishes, with the
- * topics under its own MQTT_TOPIC_PREFIX; built at the first request and kept.
- */
-function asyncApiRoute(prefix: string): FetchHandler {
-  return () => new Response(asyncApiJson(prefix), { headers: { "content-type": "application/json" } });
+// Fine below 50 ms (the latency target), coarse up to minutes (backlogs, retries).
+const LAG_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+
+/** `knownDestinations` start at zero: a rate() alert works before the first error. */
+function otelRelayEvents(knownDestinations: readonly string[]): RelayEvents {
+  const meter = metrics.getMeter("charges");
+  const published = meter.createCounter("outbox_published_total", {
+    description: "Outbox rows published and acknowledged by the broker",
+  });
+  const errors = meter.createCounter("outbox_publish_errors_total", {
+    description: "Publishes that failed, timed out or were released because the broker went away",
+  });
+  const lag = meter.createHistogram("outbox_delivery_lag_seconds", {
+    description: "Seconds from the outbox row's created_at to the broker's PUBACK",
+    advice: { explicitBucketBoundaries: LAG_BUCKETS_S },
+  });
+  for (const destination of knownDestinations) {
+    published.add(0, { destination });
+    errors.add(0, { destination });
+  }
+  return {
+    onPublished(destination, lagSeconds) {
+      const attributes = { destination };
+      published.add(lagSeconds.length, attributes);
+      for (const seconds of lagSeconds) lag.record(seconds, attributes);
+    },
+    onPublishError(destination, count) {
+      errors.add(count, { destination });
+    },
+  };
 }

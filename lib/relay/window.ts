@@ -1,35 +1,20 @@
-// The relay's publishes on one MQTT connection: each encoded once, those of one event-loop
-// turn written together, at most `limit` unacknowledged (the broker's Receive Maximum), the
-// rest waiting their turn in hand-off (= created_at) order, and each settled by its PUBACK
-// or by the loss of the connection. Independent of mqtt.js, which only keeps the session
-// (publisher.ts); the PUBACKs come from ack-tap.ts.
+// The publishes on one MQTT connection: those of one turn written together, at most Receive
+// Maximum unacknowledged, the rest waiting in order, each settled by its PUBACK or the connection's loss.
 import { EVENT_CONTENT_TYPE } from "../charges/events.ts";
 import { encodePublish } from "./publish-packet.ts";
 
-/**
- * `key` is read when the message is handed over (publisher.ts picks the connection by it); the
- * other fields once, when the PUBLISH is encoded: the relay's messages build them then
- * (batch.ts RowMessage).
- */
+/** Read once, when the PUBLISH is encoded; `key` (the aggregate id) picks the connection. */
 export interface OutboundMessage {
-  /** The aggregate id: with several connections, a key's messages all take the same one (publisher.ts). */
   readonly key: string;
   readonly topic: string;
-  /** UTF-8 JSON envelope. */
   readonly payload: string;
-  /** MQTT 5 user properties (event-id, event-type, tenant-id, traceparent). */
   readonly userProperties: Readonly<Record<string, string>>;
 }
 
-/**
- * A publish that ended because the connection closed before its PUBACK. The oldest publish in
- * flight is the one the broker was reading when it closed (it answers in order), so it alone
- * carries the DISCONNECT's reason code, when the broker sent one (MQTT 5).
- */
+/** The oldest in flight (the one the broker was reading) gets the DISCONNECT's reason code. */
 export class ConnectionLost extends Error {
   override name = "ConnectionLost";
   constructor(
-    /** The DISCONNECT reason code; only on the oldest publish in flight. */
     readonly code: number | undefined,
     readonly oldestInFlight: boolean,
   ) {
@@ -41,7 +26,6 @@ export class ConnectionLost extends Error {
   }
 }
 
-/** A PUBACK with a failure reason code (0x80 and above). */
 export class PublishRefused extends Error {
   override name = "PublishRefused";
   constructor(readonly code: number) {
@@ -49,23 +33,18 @@ export class PublishRefused extends Error {
   }
 }
 
-/** The connection the window writes to. */
-export interface WindowConnection {
+interface WindowConnection {
   readonly connected: boolean;
-  /** 5, or 4 for MQTT 3.1.1 (no properties). */
   readonly protocolVersion: number;
   write(bytes: Buffer): void;
 }
 
-// PUBACK reason codes from here up are failures (MQTT 5 §3.4.2.1); below (0x00 success, 0x10
-// no matching subscribers) the broker accepted the message.
+// PUBACK reason codes from here up are failures (MQTT 5 §3.4.2.1); 0x10 "no matching subscribers" is not.
 const FIRST_FAILURE_CODE = 0x80;
-// Packet identifiers are 1..65535 (MQTT 5 §2.2.1); 0 is not one.
 const MAX_PACKET_ID = 0xffff;
-// PINGREQ (MQTT 5 §3.12): sent only to carry a TCP ACK, see readDone().
+// Sent only to carry a TCP ACK, see readDone().
 const PINGREQ = Buffer.from([0xc0, 0x00]);
-// The waiting queue drops the entries already sent once this many have piled up at its head
-// (an index instead of Array.shift, which moves every entry behind it).
+// The waiting queue drops its sent head once this long (an index, not Array.shift, which moves every entry).
 const QUEUE_COMPACT_AT = 1024;
 
 /** Called once per message: with no argument on its PUBACK, with the error (never undefined) otherwise. */
@@ -78,17 +57,14 @@ interface Pending {
 
 export class PublishWindow {
   private limit: number;
-  // Sent and not yet answered, by packet identifier, in the order they left (a Map keeps
-  // insertion order, and an identifier is only reused once its PUBACK is back).
+  // In the order they left (Map insertion order).
   private readonly inFlight = new Map<number, Pending>();
   private waiting: Pending[] = [];
   private waitingHead = 0;
   private lastId = 0;
-  // Encoded and not yet written: those of one turn leave in one write.
   private unwritten: Buffer[] = [];
   private readonly flush = (): void => this.writeOut();
-  // Whether a PUBACK came since the last PINGREQ of readDone(): one PINGREQ per PUBACK at most,
-  // so a broker that answers pings but holds PUBACKs back is not pinged in a loop.
+  // At most one PINGREQ per PUBACK: a broker that answers pings but holds PUBACKs is not pinged in a loop.
   private ackedSinceNudge = true;
 
   constructor(
@@ -108,9 +84,9 @@ export class PublishWindow {
     return new Promise((resolve, reject) => this.deliver(message, (error) => (error ? reject(error) : resolve())));
   }
 
-  /** As publish(), answering through a callback: no promise per message on a drain's hot path. */
+  /** No promise per message on the hot path. */
   deliver(message: OutboundMessage, done: Delivered): void {
-    // Not stored for later: the relay releases the row and claims it again once connected.
+    // Not kept for later: the relay releases the row and claims it again once connected.
     if (!this.connection.connected) return done(new Error("not connected to the broker"));
     const pending: Pending = { message, done };
     if (this.inFlight.size < this.limit && this.waitingHead === this.waiting.length) this.send(pending);
@@ -127,11 +103,9 @@ export class PublishWindow {
     else pending.done();
   }
 
-  /** Sends what the freed slots allow, in one write (called on a new connection and after each read). */
   private refill(): void {
     while (this.inFlight.size < this.limit && this.waitingHead < this.waiting.length) {
-      const next = this.waiting[this.waitingHead++] as Pending;
-      this.send(next);
+      this.send(this.waiting[this.waitingHead++] as Pending);
     }
     if (this.waitingHead === this.waiting.length) {
       this.waiting = [];
@@ -142,17 +116,8 @@ export class PublishWindow {
     }
   }
 
-  /**
-   * After each read from the broker: the slots its PUBACKs freed are filled at once. With
-   * nothing to send and PUBACKs still to come, a PINGREQ goes instead, to carry the TCP ACK of
-   * what was just read: Mosquitto (without TCP_NODELAY, its default) holds its next PUBACKs
-   * until what it sent last is ACKed, and a client with nothing to send ACKs only when its
-   * delayed-ACK timer fires, 40 ms later on Linux. Without it, each time the relay runs out of
-   * rows to publish its last PUBACKs wait that long, and their batch cannot commit meanwhile.
-   * Whatever this turn writes carries the ACK, a publish sent from a PUBACK's callback too (the
-   * next row of an aggregate's chain, handover.ts): a PINGREQ after it would make Mosquitto
-   * hold the next PUBACK behind its PINGRESP until our delayed ACK, 40 ms per row of a chain.
-   */
+  // With nothing to send and PUBACKs to come, a PINGREQ carries the TCP ACK Mosquitto (without
+  // TCP_NODELAY) waits for before its next PUBACKs; not when this turn writes (PUBACK behind PINGRESP).
   readDone(): void {
     this.refill();
     if (this.unwritten.length > 0 || this.inFlight.size === 0 || !this.ackedSinceNudge) return;
@@ -160,10 +125,7 @@ export class PublishWindow {
     this.queue(PINGREQ);
   }
 
-  /**
-   * The connection closed: every publish in flight or waiting fails at once (the relay releases
-   * those rows and claims them again after reconnecting) instead of waiting out its timeout.
-   */
+  /** Every publish in flight or waiting fails at once, not at its timeout. */
   closed(disconnectReason: number | undefined): void {
     let oldest = true;
     for (const pending of this.inFlight.values()) {
@@ -191,10 +153,8 @@ export class PublishWindow {
     const messageId = this.nextId();
     let bytes: Buffer;
     try {
-      // MQTT 3.1.1 has no properties; the envelope carries the same information.
       bytes = encodePublish({ messageId, topic, payload, contentType: EVENT_CONTENT_TYPE, userProperties }, this.connection.protocolVersion);
     } catch (error) {
-      // A message MQTT cannot carry fails (its row is parked) without reaching the broker.
       pending.done(error as Error);
       return;
     }
@@ -202,7 +162,6 @@ export class PublishWindow {
     this.queue(bytes);
   }
 
-  /** Written with the rest of this turn's packets. */
   private queue(bytes: Buffer): void {
     if (this.unwritten.length === 0) process.nextTick(this.flush);
     this.unwritten.push(bytes);
@@ -211,7 +170,7 @@ export class PublishWindow {
   private writeOut(): void {
     const chunks = this.unwritten;
     this.unwritten = [];
-    // Dropped when the connection closed meanwhile: their publishes were failed with it.
+    // Closed meanwhile: their publishes failed with it.
     if (chunks.length === 0 || !this.connection.connected) return;
     this.connection.write(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks));
   }

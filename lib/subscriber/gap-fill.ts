@@ -1,48 +1,29 @@
-// Filling a gap from the API. Usually a missing predecessor is only late (another share-group
-// member has it, or the relay is one PUBACK behind), so a gap waits `fillAfterMs`, then GET
-// /charges/:id/events?after=<last> is read and each event not held goes through the inbox in
-// its turn, as if the broker had brought it. The gap timeout then skips only what the API could
-// not fill either. The call holds no transaction or connection: gaps are read, the API asked,
-// then each event is its own transaction.
-import { CHARGE } from "../charges/events.ts";
-import { describeDbError } from "../platform/db.ts";
-import { keepDeadLetter } from "./dead-letter.ts";
-import { ApiError, fetchChargeEvents, type FetchedEvent } from "./events-api.ts";
-import { handlerAttempts, processEvent, type Processing } from "./process.ts";
-import type { Releaser } from "./release.ts";
+// Filling a gap that lasted `fillAfterMs` from GET /charges/:id/events: each event not held goes
+// through the inbox in its turn as if the broker had brought it, in its own transaction.
+import { CHARGE, parseEnvelope } from "../charges/events.ts";
+import { Closing, keepHandlerLetter, processEvent, type Processing, type Releaser } from "./process.ts";
 import type { Report } from "./report.ts";
-import { Closing } from "./retry.ts";
 import { gapsToFill, type Gap } from "./sequence-sql.ts";
-import type { GapFillApi } from "./types.ts";
+import type { GapFillApi, SequencedEvent } from "./types.ts";
 
-// Gaps asked about per sweep; the next sweep takes the rest.
 const GAPS_PER_RUN = 200;
-// Gaps read per sweep, those asked lately included (passed over until their pause ends).
+// Those asked lately included (passed over until their pause ends).
 const GAPS_SCANNED = 2000;
-// Calls to the API at once: after a lost session every charge told of meanwhile may have a gap,
-// all aged alike, and one call after another would fill them slower than the gap timeout runs out.
+// After a lost session many gaps age alike: one call after another would lose the race with the timeout.
 const FILLS_AT_ONCE = 4;
-// After an answer that did not fill the gap, or a failed call, the gap is asked again after a
-// pause doubling from fillAfterMs (API_MIN_PAUSE_MS at least) up to this: an API that is down is
-// not hammered, and one that answered is asked now and then in case the events appear (an outbox
-// restored from a backup), until the gap timeout.
+// A gap not filled is asked again after a pause doubling up to this: a down API is not hammered.
 const MAX_ASK_PAUSE_MS = 60_000;
-
 const API_MIN_PAUSE_MS = 1000;
-// A sweep that filled GAPS_PER_RUN gaps asks the next batch at once, up to this long, rather
-// than one batch a sweep interval, so that thousands of gaps after a lost session fill before
-// the gap timeout runs out. Bounded, so the sweep's releases of overdue gaps still come.
+// Full batches follow at once up to this long; bounded, so the sweep's releases of overdue gaps still come.
 const FILL_RUN_MAX_MS = 5000;
-
-interface Asked {
-  /** The aggregate's place when it was asked: once it moves, the gap is a new one. */
-  readonly last: number;
-  readonly nextAt: number;
-  readonly pauseMs: number;
-}
+// The API answers within its own bound (5 s by default) or not at all.
+const REQUEST_TIMEOUT_MS = 10_000;
+// Of 500 events each: a longer gap is filled by the next asks.
+const MAX_PAGES = 10;
 
 export class GapFiller {
-  private readonly asked = new Map<string, Asked>();
+  // By charge: its place when asked (once it moves, the gap is a new one), when to ask again.
+  private readonly asked = new Map<string, { readonly last: number; readonly nextAt: number; readonly pauseMs: number }>();
   private apiPausedUntil = 0;
   private apiPauseMs = 0;
 
@@ -54,24 +35,22 @@ export class GapFiller {
     private readonly timeoutMs: number,
   ) {}
 
-  /** One sweep's fills: batches of the gaps old enough while they come full, for FILL_RUN_MAX_MS at most. */
   async run(signal: AbortSignal): Promise<void> {
     const started = performance.now();
     for (;;) {
-      // After a failed call the API is left alone for a while: the other gaps' calls would fail
-      // alike, each up to its timeout, and hold up the sweep's releases behind them.
+      // After a failed call the others would fail alike, each up to its timeout, holding up the sweep.
       if (performance.now() < this.apiPausedUntil) return;
       const asked = await this.runBatch(signal);
       if (asked < GAPS_PER_RUN || signal.aborted || performance.now() - started >= FILL_RUN_MAX_MS) return;
     }
   }
 
-  /** One batch of the gaps old enough, a few at once; how many were asked. */
+  // How many were asked.
   private async runBatch(signal: AbortSignal): Promise<number> {
     const { sql, consumer } = this.processing;
     const gaps = await gapsToFill(sql, consumer, CHARGE, this.api.fillAfterMs, this.timeoutMs, GAPS_SCANNED);
     this.forgetClosed(gaps);
-    // Those asked lately are passed over here, not in the statement: they must not crowd out the others.
+    // Passed over here, not in the statement: those asked lately must not crowd out the others.
     const batch = gaps.filter((gap) => this.mayAsk(gap)).slice(0, GAPS_PER_RUN);
     for (const gap of batch) this.recordAsked(gap);
     const due = batch.values();
@@ -96,11 +75,7 @@ export class GapFiller {
     return asked === undefined || asked.last !== gap.last || performance.now() >= asked.nextAt;
   }
 
-  /**
-   * Its next ask waits a pause that doubles while the gap stays at the same place. Recorded only
-   * for the gaps a batch takes: a gap scanned but not taken must not be paused unasked, or after
-   * a lost session some would wait past the gap timeout.
-   */
+  // Only for the gaps a batch takes: one scanned but paused unasked could wait past the timeout.
   private recordAsked(gap: Gap): void {
     const key = gap.place.aggregateId;
     const asked = this.asked.get(key);
@@ -114,14 +89,14 @@ export class GapFiller {
     for (const key of this.asked.keys()) if (!open.has(key)) this.asked.delete(key);
   }
 
-  /** Asks the API for the gap and processes what it answers; false when the API did not answer. */
+  // false when the API did not answer.
   private async fill(gap: Gap, signal: AbortSignal): Promise<boolean> {
     let answer;
     try {
       answer = await fetchChargeEvents(this.api, gap.place.aggregateId, gap.last, signal);
     } catch (error) {
       if (!(error instanceof ApiError)) throw error;
-      // The subscriber is closing: the call was cut, not refused.
+      // Closing: the call was cut, not refused.
       if (signal.aborted) throw new Closing();
       this.report.fillFailed(gap, error.message);
       return false;
@@ -140,36 +115,72 @@ export class GapFiller {
     return true;
   }
 
-  /** One event read from the API, through the inbox in its turn; whether the handler ran for it. */
   private async processFetched(gap: Gap, { event, payload }: FetchedEvent): Promise<boolean> {
-    // The topic the broker would have brought it on: the held event's, with this event's type.
     const topic = `${gap.topic.slice(0, gap.topic.lastIndexOf("/") + 1)}${event.type}`;
-    const place = gap.place;
     try {
-      const outcome = await processEvent(this.processing, { ordered: true, event, place, topic, payload });
-      switch (outcome.kind) {
-        case "processed":
-        case "duplicate": {
-          const duplicate = outcome.kind === "duplicate";
-          if (!duplicate) this.report.counts.countGap("filled");
-          this.report.delivered({ event, topic, duplicate, redelivered: false, held: false, gapSkipped: false, filled: true });
-          if (outcome.follow) await this.releaser.release(outcome.follow);
-          return !duplicate;
-        }
-        case "held":
-          if (outcome.fresh) this.report.held(outcome.place, outcome.event, topic, outcome.expected);
-          return false;
-        case "late":
-          this.report.late(outcome.place, outcome.event, outcome.last, outcome.letter);
-          return false;
-      }
+      const outcome = await processEvent(this.processing, { ordered: true, event, place: gap.place, topic, payload });
+      await this.releaser.settled(outcome, event, topic, false, true);
+      return outcome.kind === "processed";
     } catch (error) {
       if (error instanceof Closing) throw error;
-      // The handler's budget is spent: kept as a dead letter, as an event from the broker would be.
-      const letter = { eventId: event.id, consumer: place.consumer, topic, payload, error: describeDbError(error), attempts: handlerAttempts(this.processing) };
-      await keepDeadLetter(this.processing, letter);
-      this.report.deadLettered(letter);
+      this.report.deadLettered(await keepHandlerLetter(this.processing, { eventId: event.id, topic, payload }, error));
       return false;
     }
   }
+}
+
+type FetchedEvent = { readonly event: SequencedEvent; readonly payload: string };
+
+type ApiAnswer =
+  | { readonly kind: "events"; readonly events: readonly FetchedEvent[] }
+  /** 404: no such charge for the token's tenant (another tenant's, or gone). */
+  | { readonly kind: "unknown" };
+
+class ApiError extends Error {}
+
+async function fetchChargeEvents(api: GapFillApi, chargeId: string, after: number, stop: AbortSignal): Promise<ApiAnswer> {
+  const events: FetchedEvent[] = [];
+  let path: string | undefined = `/charges/${encodeURIComponent(chargeId)}/events?after=${after}`;
+  for (let page = 0; path !== undefined && page < MAX_PAGES; page++) {
+    const response = await get(api, path, stop);
+    if (response.status === 404 && page === 0) return { kind: "unknown" };
+    if (response.status !== 200) throw new ApiError(`GET ${path} answered ${response.status}${await problemOf(response)}`);
+    events.push(...eventsOf(await response.text(), chargeId, path));
+    path = response.headers.get("link")?.match(/^<(\/[^>]*)>;\s*rel="next"$/)?.[1];
+  }
+  return { kind: "events", events };
+}
+
+async function get(api: GapFillApi, path: string, stop: AbortSignal): Promise<Response> {
+  const fetchIt = api.fetch ?? ((url: string, init: RequestInit) => fetch(url, init));
+  const headers = { accept: "application/json", authorization: `Bearer ${await api.token()}` };
+  try {
+    return await fetchIt(`${api.url}${path}`, { headers, signal: AbortSignal.any([stop, AbortSignal.timeout(REQUEST_TIMEOUT_MS)]) });
+  } catch (error) {
+    throw new ApiError(`GET ${path} failed: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
+async function problemOf(response: Response): Promise<string> {
+  const problem = (await response.json().catch(() => undefined)) as { detail?: unknown } | null | undefined;
+  return typeof problem?.detail === "string" ? `: ${problem.detail}` : "";
+}
+
+function eventsOf(body: string, chargeId: string, path: string): FetchedEvent[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    throw new ApiError(`GET ${path} answered a body that is not JSON`);
+  }
+  const list = (parsed as { events?: unknown } | null)?.events;
+  if (!Array.isArray(list)) throw new ApiError(`GET ${path} answered no events array`);
+  return list.map((element: unknown) => {
+    // The relay published the envelope with JSON.stringify: this is its payload's text again.
+    const payload = JSON.stringify(element);
+    const envelope = parseEnvelope(payload);
+    // Not what the route answers: nothing is processed from it.
+    if (envelope?.sequence === undefined || envelope.aggregateId !== chargeId) throw new ApiError(`GET ${path} answered an event that is not one of the charge's`);
+    return { event: { ...envelope, sequence: envelope.sequence }, payload };
+  });
 }

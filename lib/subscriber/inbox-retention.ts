@@ -1,21 +1,16 @@
-// Inbox retention: an inbox row is needed only while a redelivery can still come, so older rows
-// are deleted in bounded batches, one process at a time. An aggregate's place stays (a refund may
-// come any time, and without it the next event would wait for the gap timeout), and held events
-// leave by their turn or the gap timeout, never by age.
-import type { Sql } from "../platform/db.ts";
-import { describeDbError } from "../platform/db.ts";
+// Inbox rows are needed only while a redelivery can come: older ones go in bounded batches, one process
+// at a time. Places stay (else a late refund would wait for the gap timeout); held events never go by age.
+import { describeDbError, type Sql } from "../platform/db.ts";
 import { every, type Every } from "../platform/every.ts";
 import { deleteUnderJobLock } from "../platform/job-lock.ts";
 import type { Logger } from "../platform/log.ts";
-import { deleteOldInbox } from "./inbox-sql.ts";
 
-// Rows per delete statement, so each statement's locks stay short.
+// Per statement, so its locks stay short.
 export const INBOX_DELETE_BATCH = 1000;
-// Statements per run, so one run ends behind any backlog; the next run continues.
+// Statements per run: one run ends behind any backlog; the next continues.
 const MAX_BATCHES_PER_RUN = 100;
-// The inbox grows by one row per event: every five minutes keeps a run's work small.
 const INBOX_RETENTION_INTERVAL_MS = 300_000;
-// The advisory lock id of this job, in the range of the relay's ops jobs (7_310_422_118_1xx).
+// In the range of the relay's ops jobs' lock ids (7_310_422_118_1xx).
 const INBOX_RETENTION_LOCK_ID = 7_310_422_118_106n;
 
 type InboxRetentionResult =
@@ -33,7 +28,6 @@ export async function runInboxRetention(sql: Sql, retentionSeconds: number, log:
   return { job: "inbox-retention", ...outcome.value };
 }
 
-/** Runs on its interval until stop(); a failed run is logged and tried again later. */
 export function startInboxRetention(sql: Sql, retentionSeconds: number, log: Logger): Every {
   return every({
     delayMs: INBOX_RETENTION_INTERVAL_MS,
@@ -41,4 +35,16 @@ export function startInboxRetention(sql: Sql, retentionSeconds: number, log: Log
     job: (signal) => runInboxRetention(sql, retentionSeconds, log, signal),
     onError: (error) => log.warn("inbox retention failed", { error: describeDbError(error) }),
   });
+}
+
+async function deleteOldInbox(sql: Sql, retentionSeconds: number, batch: number): Promise<number> {
+  const result = await sql`
+    delete from inbox
+     where (event_id, consumer) in (
+       select event_id, consumer from inbox
+        where received_at < now() - make_interval(secs => ${retentionSeconds}::int)
+        order by received_at
+        limit ${batch}
+        for update skip locked)`;
+  return result.count;
 }

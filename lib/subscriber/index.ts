@@ -1,85 +1,28 @@
-// charges-outbox/subscriber: the consumer's half of the guarantee as a library. The handler runs
-// in the transaction that records the event id in the inbox, so its writes commit once per event
-// id whatever the redeliveries, and the PUBACK follows that commit. Typed events in order per
-// charge, gaps filled from the API, dead letters for poison and malformed messages (docs/subscriber.md).
-import type { Meter } from "@opentelemetry/api";
-import type postgres from "postgres";
+// charges-outbox/subscriber: the consumer's half of the guarantee as a library; the handler's writes
+// commit with the event's inbox row, then the PUBACK goes (docs/subscriber.md).
 import { isShareGroup, sharedSubscriptionFilter, subscriptionFilter } from "../charges/events.ts";
-import type { MqttProtocol } from "../platform/config.ts";
-import type { Sql, Tx } from "../platform/db.ts";
+import type { Sql } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
-import type { BrokerMove } from "../platform/mqtt-brokers.ts";
 import { startInboxRetention } from "./inbox-retention.ts";
-import type { DeadLetter } from "./inbox-sql.ts";
+import { withCounts } from "./report.ts";
 import { startSubscriber } from "./subscriber.ts";
-import { checkMessage, isKnownEvent, type ChargeEvent, type UnknownEvent } from "./typed-events.ts";
-import type { Delivery, GapFillApi, Held, Subscriber, SubscriberOptions } from "./types.ts";
+import { checkMessage, isKnownEvent } from "./typed-events.ts";
+import { COUNT_NAMES, type CreateSubscriberOptions, type GapFillApi, type SubscriberCounts, type SubscriberOptions } from "./types.ts";
 
 export { migrateSubscriber, type SubscriberMigrationOutcome } from "./migrate.ts";
 export { checkMessage, isKnownEvent, type ChargeEvent, type UnknownEvent } from "./typed-events.ts";
 export type { EventData, EventType } from "../charges/events.ts";
-export type { DeadLetter } from "./inbox-sql.ts";
-export type { Delivery, Held } from "./types.ts";
+export type { DeadLetter } from "./sequence-sql.ts";
+export type { CreateSubscriberOptions, Delivery, Held, SubscriberCounts, SubscriberTx } from "./types.ts";
 export type { BrokerMove } from "../platform/mqtt-brokers.ts";
 export type { Logger } from "../platform/log.ts";
 export type { MqttProtocol } from "../platform/config.ts";
 
-export type SubscriberTx = Tx;
-
-// Inbox rows older than this are deleted: longer than the broker keeps a session (a day), so a
-// redelivery always finds its row.
+// Longer than the broker keeps a session (a day): a redelivery always finds its row.
 const DEFAULT_INBOX_RETENTION_S = 7 * 86_400;
 const DEFAULT_FILL_AFTER_MS = 5000;
-
-export interface CreateSubscriberOptions {
-  /** Several to fail over between (mqtt://, mqtts://, ws://, wss://). */
-  readonly mqttUrl: string | readonly string[];
-  /** The subscriber's own database (migrated by migrateSubscriber). */
-  readonly sql: postgres.Sql;
-  /** One per kind of consumer; also the default MQTT client id. */
-  readonly consumer: string;
-  /** Its writes through `tx` commit together with the inbox row, once per event id. */
-  readonly handle: (event: ChargeEvent, tx: SubscriberTx) => Promise<void> | void;
-  /** An event of a type this version does not know, in its inbox transaction; without it, counted only. */
-  readonly onUnknown?: (event: UnknownEvent, tx: SubscriberTx) => Promise<void> | void;
-  readonly topicPrefix?: string;
-  /** An MQTT 5 shared subscription: the members of a group split the stream (each needs its own `clientId`). */
-  readonly shareGroup?: string;
-  readonly clientId?: string;
-  readonly protocol?: MqttProtocol;
-  readonly sessionExpirySeconds?: number;
-  /** Order per charge by `sequence` (true by default); false: arrival order. */
-  readonly ordered?: boolean;
-  /** How long an event ahead of its turn waits for its predecessor before it goes anyway (5 minutes). */
-  readonly gapTimeoutMs?: number;
-  /** The API to fill a gap from, GET /charges/:id/events, once it lasted `fillAfterMs` (5 s). */
-  readonly api?: { readonly url: string; readonly token: string | (() => string | Promise<string>); readonly fillAfterMs?: number };
-  /** Handler failures before its event is kept as a dead letter (5). */
-  readonly maxHandlerAttempts?: number;
-  /** Inbox rows older than this are deleted (7 days); false: never. Keep it above the session expiry. */
-  readonly inboxRetentionSeconds?: number | false;
-  readonly onDelivery?: (delivery: Delivery) => void;
-  readonly onHeld?: (held: Held) => void;
-  readonly onDeadLetter?: (letter: DeadLetter) => void;
-  readonly onMalformed?: (letter: DeadLetter) => void;
-  readonly onError?: (description: string) => void;
-  readonly onBrokerMove?: (move: BrokerMove) => void;
-  readonly log?: Logger;
-  readonly meter?: Meter;
-}
-
-export interface SubscriberCounts {
-  readonly processed: number;
-  readonly duplicates: number;
-  /** Events of a type this version does not know. */
-  readonly unknown: number;
-  readonly malformed: number;
-  /** Events the handler kept failing on (or that came after their turn was skipped). */
-  readonly deadLettered: number;
-  readonly held: number;
-  readonly gapsSkipped: number;
-  readonly gapsFilled: number;
-}
+// The engine's order, with its `rejected` (a library has a `check`: never) as `unknown`.
+const HANDLE_COUNTS: readonly (keyof SubscriberCounts)[] = COUNT_NAMES.map((n) => (n === "rejected" ? "unknown" : n));
 
 export interface SubscriberHandle {
   readonly ready: Promise<void>;
@@ -100,7 +43,7 @@ export function createSubscriber(options: CreateSubscriberOptions): SubscriberHa
   const retention = retentionS === false ? undefined : startInboxRetention(sql, retentionS, options.log ?? quietLog(options));
   return {
     ready: subscriber.ready,
-    counts: countsOf(subscriber, () => unknown),
+    counts: withCounts({}, HANDLE_COUNTS, (name) => (name === "unknown" ? unknown : subscriber[name])),
     get connected() {
       return subscriber.connected;
     },
@@ -113,35 +56,21 @@ export function createSubscriber(options: CreateSubscriberOptions): SubscriberHa
   };
 }
 
-// Dispatch by whether the type is known; every message is checked on receipt (checkMessage), a
-// malformed one kept as a dead letter.
 function engineOptions(options: CreateSubscriberOptions, sql: Sql, countUnknown: () => void): SubscriberOptions {
   return {
+    ...options,
     sql,
     mqttUrl: typeof options.mqttUrl === "string" ? options.mqttUrl : [...options.mqttUrl],
     mqttProtocol: options.protocol,
     topic: topicOf(options),
-    consumer: options.consumer,
-    clientId: options.clientId,
-    sessionExpirySeconds: options.sessionExpirySeconds,
     handler: (event, tx) => (isKnownEvent(event) ? options.handle(event, tx) : options.onUnknown?.(event, tx)),
     check: checkMessage,
-    ordered: options.ordered,
-    gapTimeoutMs: options.gapTimeoutMs,
     api: options.api && gapFillApi(options.api),
-    maxHandlerAttempts: options.maxHandlerAttempts,
     // After the commit: a rolled-back attempt is not counted.
     onDelivery: (delivery) => {
       if (!delivery.duplicate && !isKnownEvent(delivery.event)) countUnknown();
       options.onDelivery?.(delivery);
     },
-    onHeld: options.onHeld,
-    onDeadLetter: options.onDeadLetter,
-    onMalformed: options.onMalformed,
-    onError: options.onError,
-    onBrokerMove: options.onBrokerMove,
-    log: options.log,
-    meter: options.meter,
   };
 }
 
@@ -165,33 +94,4 @@ function quietLog(options: CreateSubscriberOptions): Logger {
   const tell = (msg: string, fields?: Record<string, unknown>): void => options.onError?.(`${msg}${fields ? ` ${JSON.stringify(fields)}` : ""}`);
   const none = (): void => {};
   return { debug: none, info: none, warn: tell, error: tell };
-}
-
-function countsOf(subscriber: Subscriber, unknown: () => number): SubscriberCounts {
-  return {
-    get processed() {
-      return subscriber.processed;
-    },
-    get duplicates() {
-      return subscriber.duplicates;
-    },
-    get unknown() {
-      return unknown();
-    },
-    get malformed() {
-      return subscriber.malformed;
-    },
-    get deadLettered() {
-      return subscriber.deadLettered;
-    },
-    get held() {
-      return subscriber.held;
-    },
-    get gapsSkipped() {
-      return subscriber.gapsSkipped;
-    },
-    get gapsFilled() {
-      return subscriber.gapsFilled;
-    },
-  };
 }

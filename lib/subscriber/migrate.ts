@@ -1,20 +1,12 @@
-// migrateSubscriber(sql): the subscriber's own tables, from migrations kept in the code (a
-// bundle needs no files), under an advisory lock, recorded in charges_outbox_subscriber_migrations.
-// Its statements are idempotent, so a database the service's migrations already gave these
-// tables (a subscriber sharing the service's database) takes them as they are.
+// The subscriber's own tables, from migrations kept in the code (a bundle needs no files); idempotent,
+// so a database shared with the service, which has these tables already, takes them as they are.
 import type { Sql, Tx } from "../platform/db.ts";
 import { MIGRATION_LOCK_ID } from "../platform/migrations.ts";
 
 // Any fixed 64-bit number unique to this library; not the service's migration lock.
 const SUBSCRIBER_MIGRATION_LOCK_ID = 7_310_422_118_048n;
 
-interface SubscriberMigration {
-  readonly version: number;
-  readonly name: string;
-  readonly text: string;
-}
-
-const MIGRATIONS: readonly SubscriberMigration[] = [
+const MIGRATIONS: readonly { readonly version: number; readonly name: string; readonly text: string }[] = [
   {
     version: 1,
     name: "0001_inbox_sequences_dead_letters",
@@ -27,7 +19,6 @@ const MIGRATIONS: readonly SubscriberMigration[] = [
           primary key (event_id, consumer)
       );
       create index if not exists inbox_received_idx on inbox (received_at);
-      -- Events the handler kept failing on, and messages that are not valid events, with why.
       create table if not exists subscriber_dead_letters (
           event_id uuid not null,
           consumer text not null,
@@ -38,7 +29,6 @@ const MIGRATIONS: readonly SubscriberMigration[] = [
           dead_at timestamptz not null default now(),
           primary key (event_id, consumer)
       );
-      -- Per consumer and aggregate, the last sequence processed and when it moved.
       create table if not exists subscriber_sequences (
           consumer text not null,
           aggregate_type text not null,
@@ -88,8 +78,7 @@ export function migrateSubscriber(sql: Sql): Promise<SubscriberMigrationOutcome>
 }
 
 // The service's migration lock first (its migrations take only that one), then the library's:
-// on a database the subscriber shares with the service, the two never create the same tables
-// at once. In a database of the subscriber's own, nobody else takes the first.
+// on a database shared with the service, the two never create the same tables at once.
 async function lockMigrations(tx: Tx): Promise<void> {
   await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_ID.toString()}::bigint)`;
   await tx`select pg_advisory_xact_lock(${SUBSCRIBER_MIGRATION_LOCK_ID.toString()}::bigint)`;
@@ -108,6 +97,6 @@ async function appliedVersions(tx: Tx): Promise<number[]> {
   return rows.map((row) => row.version);
 }
 
-async function recordApplied(tx: Tx, migration: SubscriberMigration): Promise<void> {
+async function recordApplied(tx: Tx, migration: (typeof MIGRATIONS)[number]): Promise<void> {
   await tx`insert into charges_outbox_subscriber_migrations (version, name) values (${migration.version}, ${migration.name})`;
 }

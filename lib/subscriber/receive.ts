@@ -1,18 +1,17 @@
-// One received PUBLISH, from arrival to PUBACK: a non-event is rejected (or, read by a caller's
-// `check`, kept as a dead letter); an event goes through the inbox in its turn (process.ts), then
-// the held events it releases (release.ts), then its PUBACK. The PUBACK follows the commit, so a
-// crash before it gets a redelivery, and one after it is deduplicated (or finds it held).
+// One received PUBLISH: through the inbox in its turn, then the held events it releases, then its
+// PUBACK, after the commit: a crash before it gets a redelivery, one after it a duplicate.
+import { createHash } from "node:crypto";
+import { context, SpanKind, trace, type Span } from "@opentelemetry/api";
 import type { IPublishPacket } from "mqtt";
 import { aggregateTypeOfTopic, parseEnvelope, type EventEnvelope } from "../charges/events.ts";
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
-import { deadLetterOf, keepDeadLetter, malformedLetterOf, payloadText } from "./dead-letter.ts";
-import { handlerAttempts, processEvent, type Arrival, type Outcome, type Processing } from "./process.ts";
-import { Releaser } from "./release.ts";
+import { contextOf, endSpan, tracer } from "../platform/trace-context.ts";
+import type { DeadLetter } from "./sequence-sql.ts";
+import { Closing, keepDeadLetter, keepHandlerLetter, MAX_HANDLER_ATTEMPTS, processEvent, Releaser } from "./process.ts";
+import type { Arrival, Processing } from "./process.ts";
 import { Report } from "./report.ts";
-import { Closing } from "./retry.ts";
-import type { Checked, SubscriberOptions } from "./types.ts";
-import { endSpan } from "../platform/trace-context.ts";
-import { consumerSpan, withSpan } from "./trace.ts";
+import type { SubscriberOptions } from "./types.ts";
+import type { Checked } from "./typed-events.ts";
 
 type Ack = () => void;
 
@@ -25,25 +24,26 @@ export class Receiver {
 
   constructor(private readonly options: SubscriberOptions) {
     this.report = new Report(options);
-    const { sql, consumer, handler, onError, maxHandlerAttempts } = options;
+    const { sql, consumer, handler, onError, maxHandlerAttempts = MAX_HANDLER_ATTEMPTS } = options;
     this.processing = { sql, consumer, handler, onError, maxHandlerAttempts, closing: () => this.closing };
     this.releaser = new Releaser(this.processing, this.report, options.gapTimeoutMs ?? DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS);
   }
 
-  // Called for one PUBLISH at a time (session.ts), so events go in arrival order, each in its
-  // aggregate's turn.
+  // Called for one PUBLISH at a time (session.ts): events go in arrival order.
   receive(packet: IPublishPacket, ack: Ack): void {
     if (packet.qos === 0) return ack(); // nothing to acknowledge; the relay never sends QoS 0
-    const checked = this.check(packet.payload);
+    const checked = this.options.check?.(packet.payload) ?? envelopeOf(packet.payload);
     if (checked.kind === "malformed") return this.malformed(packet, checked, ack);
     const { event } = checked;
-    const arrival = this.arrivalOf(packet, event);
     const span = consumerSpan(packet, event.id, this.options.consumer);
-    this.current = withSpan(span, () => processEvent(this.processing, arrival))
+    // With the span active, the handler's own spans (its database calls) are its children.
+    const active = trace.setSpan(context.active(), span);
+    this.current = context
+      .with(active, () => processEvent(this.processing, this.arrivalOf(packet, event)))
       .then(
-        (outcome) => {
+        async (outcome) => {
           endSpan(span);
-          return this.settled(packet, event, outcome, ack);
+          await this.releaser.settled(outcome, event, packet.topic, packet.dup === true, false).finally(ack);
         },
         (error: unknown) => {
           endSpan(span, error instanceof Closing ? "closing" : "handler_failed");
@@ -55,25 +55,12 @@ export class Receiver {
       });
   }
 
-  private check(payload: Uint8Array | string): Checked {
-    if (this.options.check) return this.options.check(payload);
-    const event = parseEnvelope(payload);
-    return event ? { kind: "event", event } : { kind: "malformed", reason: "not an outbox event envelope" };
-  }
-
-  // With a caller's `check`, kept as a dead letter first (a redelivery after a crash before the
-  // PUBACK is kept again, in the same row); without, rejected.
+  // Acknowledged unprocessed (it would fail the same way again); with a `check`, once a dead letter.
   private malformed(packet: IPublishPacket, checked: Extract<Checked, { kind: "malformed" }>, ack: Ack): void {
-    if (!this.options.check) return this.reject(packet.topic, checked.reason, ack);
+    if (!this.options.check) return tellThenAck(() => this.report.rejected(packet.topic, checked.reason), ack);
     const letter = malformedLetterOf(this.options.consumer, packet, checked.reason, checked.eventId);
     this.current = keepDeadLetter(this.processing, letter)
-      .then(() => {
-        try {
-          this.report.malformed(letter);
-        } finally {
-          ack();
-        }
-      })
+      .then(() => tellThenAck(() => this.report.malformed(letter), ack))
       .catch((error: unknown) => {
         if (!(error instanceof Closing)) this.options.onError?.(`onMalformed threw: ${String(error)}`);
       });
@@ -84,8 +71,7 @@ export class Receiver {
     await this.current;
   }
 
-  // An event without a sequence (from a relay that kept none), or on a topic naming no aggregate
-  // type, is processed in arrival order, with no turn to wait for.
+  // Without a sequence (from a relay that kept none) or an aggregate type in its topic: no turn to wait for.
   private arrivalOf(packet: IPublishPacket, event: EventEnvelope): Arrival {
     const aggregateType = aggregateTypeOfTopic(packet.topic);
     const { sequence } = event;
@@ -94,46 +80,57 @@ export class Receiver {
     return { ordered: true, event: { ...event, sequence }, place, topic: packet.topic, payload: payloadText(packet) };
   }
 
-  private async settled(packet: IPublishPacket, event: EventEnvelope, outcome: Outcome, ack: Ack): Promise<void> {
-    try {
-      switch (outcome.kind) {
-        case "processed":
-        case "duplicate": {
-          const duplicate = outcome.kind === "duplicate";
-          this.report.delivered({ event, topic: packet.topic, duplicate, redelivered: packet.dup === true, held: false, gapSkipped: false, filled: false });
-          if (outcome.follow) await this.releaser.release(outcome.follow);
-          return;
-        }
-        case "held":
-          if (outcome.fresh) this.report.held(outcome.place, outcome.event, packet.topic, outcome.expected);
-          return;
-        case "late":
-          this.report.late(outcome.place, outcome.event, outcome.last, outcome.letter);
-          return;
-      }
-    } finally {
-      ack();
-    }
-  }
-
   private async failed(packet: IPublishPacket, event: EventEnvelope, error: unknown, ack: Ack): Promise<void> {
     // Closing: no PUBACK, the broker redelivers it to the next session.
     if (error instanceof Closing) return;
-    const letter = deadLetterOf(this.options.consumer, packet, event, error, handlerAttempts(this.processing));
-    await keepDeadLetter(this.processing, letter);
-    try {
-      this.report.deadLettered(letter);
-    } finally {
-      ack();
-    }
+    const letter = await keepHandlerLetter(this.processing, { eventId: event.id, topic: packet.topic, payload: payloadText(packet) }, error);
+    tellThenAck(() => this.report.deadLettered(letter), ack);
   }
+}
 
-  // Acknowledged (the broker drops it) without processing: it would fail the same way again.
-  private reject(topic: string, reason: string, ack: Ack): void {
-    try {
-      this.report.rejected(topic, reason);
-    } finally {
-      ack();
-    }
+function envelopeOf(payload: Uint8Array | string): Checked {
+  const event = parseEnvelope(payload);
+  return event ? { kind: "event", event } : { kind: "malformed", reason: "not an outbox event envelope" };
+}
+
+// Acknowledged even when a callback throws: it was kept or settled.
+function tellThenAck(tell: () => void, ack: Ack): void {
+  try {
+    tell();
+  } finally {
+    ack();
   }
+}
+
+// The child of the request that wrote the event (an MQTT 5 traceparent): a charge is one trace.
+function consumerSpan(packet: IPublishPacket, eventId: string, consumer: string): Span {
+  const traceparent = packet.properties?.userProperties?.traceparent;
+  const attributes = {
+    "messaging.system": "mqtt",
+    "messaging.operation.type": "process",
+    "messaging.destination.name": packet.topic,
+    "messaging.message.id": eventId,
+    "messaging.consumer.group.name": consumer,
+  };
+  const parent = contextOf(typeof traceparent === "string" ? traceparent : null);
+  return tracer().startSpan(`process ${packet.topic}`, { kind: SpanKind.CONSUMER, attributes }, parent);
+}
+
+// Under its own id when it names one, else one made from its topic and bytes: a redelivery of it
+// updates the same row rather than adding one.
+function malformedLetterOf(consumer: string, packet: IPublishPacket, reason: string, eventId: string | undefined): DeadLetter {
+  const payload = payloadText(packet);
+  return { eventId: eventId ?? contentId(packet.topic, payload), consumer, topic: packet.topic, payload, error: `malformed: ${reason}`, attempts: 0 };
+}
+
+// A UUID-shaped digest (the dead letters' key is a uuid); never a real event's id in practice.
+function contentId(topic: string, payload: string): string {
+  const hex = createHash("sha256").update(topic).update("\u0000").update(payload).digest("hex");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
+}
+
+// NUL, which a text column refuses, as U+FFFD.
+function payloadText(packet: IPublishPacket): string {
+  const text = typeof packet.payload === "string" ? packet.payload : Buffer.from(packet.payload).toString("utf8");
+  return text.includes("\u0000") ? text.replaceAll("\u0000", "\uFFFD") : text;
 }

@@ -1,8 +1,6 @@
-// The reference subscriber's place in each aggregate's sequence (subscriber_sequences) and the
-// events it holds until their turn (subscriber_held_events). Every statement that decides on
-// an aggregate's place runs after the aggregate's row is locked, in the same transaction.
+// The subscriber's statements: inbox, places in each aggregate's sequence, held events, dead letters.
+// Every statement that decides on an aggregate's place runs after its row is locked, in that transaction.
 import type { Sql, Tx } from "../platform/db.ts";
-import type { DeadLetter } from "./inbox-sql.ts";
 
 export interface Place {
   readonly consumer: string;
@@ -10,14 +8,11 @@ export interface Place {
   readonly aggregateId: string;
 }
 
-/**
- * Locks the aggregate's row (created at 0) and, when the event is next, records it in the inbox:
- * one round trip for an event in its turn. `inserted` false with `last` = sequence - 1 means the
- * inbox had it. The lock comes first (the upsert waits for its holder), so share-group members
- * take an aggregate's events in turn, and `last` is what the one before committed.
- */
+// Locks the aggregate's row (created at 0) and, when the event is next, records it in the inbox;
+// `inserted` false with `last` = sequence - 1: the inbox had it. The upsert waits for the lock's
+// holder, so share-group members take an aggregate's events in turn.
 export async function claimTurn(tx: Tx, place: Place, eventId: string, sequence: number): Promise<{ last: number; inserted: boolean }> {
-  const [row] = await tx<{ last: number; inserted: boolean }[]>`
+  const rows = await tx<{ last: number; inserted: boolean }[]>`
     with place as (
       insert into subscriber_sequences (consumer, aggregate_type, aggregate_id, last_sequence)
       values (${place.consumer}, ${place.aggregateType}, ${place.aggregateId}, 0)
@@ -30,23 +25,20 @@ export async function claimTurn(tx: Tx, place: Place, eventId: string, sequence:
       on conflict do nothing
       returning event_id)
     select (select last_sequence from place) as last, exists (select 1 from turn) as inserted`;
-  if (!row) throw new Error("bug: the upsert of subscriber_sequences returned no row");
-  return row;
+  return rows[0]!; // the upsert always returns its row
 }
 
-/** Locks the aggregate's row (created at 0 when new); its last processed sequence. */
 export async function lockPlace(tx: Tx, place: Place): Promise<number> {
-  const [row] = await tx<{ last: number }[]>`
+  const rows = await tx<{ last: number }[]>`
     insert into subscriber_sequences (consumer, aggregate_type, aggregate_id, last_sequence)
     values (${place.consumer}, ${place.aggregateType}, ${place.aggregateId}, 0)
     on conflict (consumer, aggregate_type, aggregate_id)
       do update set last_sequence = subscriber_sequences.last_sequence
     returning last_sequence as last`;
-  if (!row) throw new Error("bug: the upsert of subscriber_sequences returned no row");
-  return row.last;
+  return rows[0]!.last;
 }
 
-/** Moves the aggregate's place to `sequence`; whether it has held events (which may now follow). */
+// Whether it has held events, which may now follow.
 export async function advance(tx: Tx, place: Place, sequence: number): Promise<boolean> {
   const [row] = await tx<{ more: boolean }[]>`
     update subscriber_sequences s set last_sequence = ${sequence}, advanced_at = now()
@@ -57,19 +49,23 @@ export async function advance(tx: Tx, place: Place, sequence: number): Promise<b
   return row?.more === true;
 }
 
+// false for a redelivery.
+export async function recordInbox(tx: Tx, eventId: string, consumer: string): Promise<boolean> {
+  const rows = await tx`
+    insert into inbox (event_id, consumer) values (${eventId}::uuid, ${consumer})
+    on conflict do nothing
+    returning event_id`;
+  return rows.length === 1;
+}
+
 export async function inboxHas(tx: Tx, eventId: string, consumer: string): Promise<boolean> {
   const rows = await tx`select 1 from inbox where event_id = ${eventId}::uuid and consumer = ${consumer}`;
   return rows.length === 1;
 }
 
-export interface HeldEvent {
-  readonly eventId: string;
-  readonly sequence: number;
-  readonly topic: string;
-  readonly payload: string;
-}
+export type HeldEvent = Pick<DeadLetter, "eventId" | "topic" | "payload"> & { readonly sequence: number };
 
-/** Keeps an event until its turn; false when it already is kept (a redelivery). */
+// false when it already is kept (a redelivery).
 export async function holdEvent(tx: Tx, place: Place, held: HeldEvent): Promise<boolean> {
   const rows = await tx`
     insert into subscriber_held_events (event_id, consumer, aggregate_type, aggregate_id, sequence, topic, payload)
@@ -79,11 +75,11 @@ export async function holdEvent(tx: Tx, place: Place, held: HeldEvent): Promise<
   return rows.length === 1;
 }
 
-export interface NextHeld extends HeldEvent {
+export type NextHeld = HeldEvent & {
   readonly overdue: boolean;
-  /** How long the gap has lasted: since the aggregate last advanced or its first held event came, whichever is later. */
+  /** Since the aggregate last advanced or its first held event came, whichever is later. */
   readonly waitedMs: number;
-}
+};
 
 export async function nextHeld(tx: Tx, place: Place, timeoutMs: number): Promise<NextHeld | undefined> {
   const [row] = await tx<NextHeld[]>`
@@ -106,10 +102,18 @@ export async function deleteHeld(tx: Tx, eventId: string, consumer: string): Pro
   await tx`delete from subscriber_held_events where event_id = ${eventId}::uuid and consumer = ${consumer}`;
 }
 
-/** Out of the held events and into the dead letters in one statement. */
-export async function deadLetterHeld(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
-  await sql`
-    with gone as (delete from subscriber_held_events where event_id = ${letter.eventId}::uuid and consumer = ${letter.consumer})
+export interface DeadLetter {
+  readonly eventId: string;
+  readonly consumer: string;
+  readonly topic: string;
+  readonly payload: string;
+  readonly error: string;
+  readonly attempts: number;
+}
+
+/** A redelivery that fails again replaces the error and the time: the row says how it failed last. */
+export function recordDeadLetter(sql: Sql | Tx, letter: DeadLetter) {
+  return sql`
     insert into subscriber_dead_letters (event_id, consumer, topic, payload, error, attempts)
     values (${letter.eventId}::uuid, ${letter.consumer}, ${letter.topic}, ${letter.payload}, ${letter.error}, ${letter.attempts})
     on conflict (event_id, consumer) do update
@@ -117,10 +121,13 @@ export async function deadLetterHeld(sql: Sql | Tx, letter: DeadLetter): Promise
           attempts = excluded.attempts, dead_at = now()`;
 }
 
-/**
- * Up to `limit` aggregates with a held event that may go now: its turn came (a crash between an
- * event's commit and the release of those after it leaves them so) or its gap is overdue.
- */
+export async function deadLetterHeld(sql: Sql | Tx, letter: DeadLetter): Promise<void> {
+  await sql`
+    with gone as (delete from subscriber_held_events where event_id = ${letter.eventId}::uuid and consumer = ${letter.consumer})
+    ${recordDeadLetter(sql, letter)}`;
+}
+
+// Its turn came (a crash before its release) or its gap is overdue.
 export async function dueAggregates(sql: Sql, consumer: string, timeoutMs: number, limit: number): Promise<Place[]> {
   return sql<Place[]>`
     select s.consumer, s.aggregate_type as "aggregateType", s.aggregate_id as "aggregateId"
@@ -134,7 +141,6 @@ export async function dueAggregates(sql: Sql, consumer: string, timeoutMs: numbe
      limit ${limit}`;
 }
 
-/** Events the consumer holds now (every member of its share group together). */
 export async function countHeld(sql: Sql, consumer: string): Promise<number> {
   const [row] = await sql<{ n: number }[]>`select count(*)::int as n from subscriber_held_events where consumer = ${consumer}`;
   return row?.n ?? 0;
@@ -148,10 +154,7 @@ export interface Gap {
   readonly topic: string;
 }
 
-/**
- * Up to `limit` aggregates of `aggregateType` whose gap has lasted at least `afterMs` but not
- * `timeoutMs` (past it the gap sweep skips it), oldest first, aged as the gap timeout ages it.
- */
+// Lasted `afterMs` but not `timeoutMs` (the sweep skips those), oldest first.
 export async function gapsToFill(sql: Sql, consumer: string, aggregateType: string, afterMs: number, timeoutMs: number, limit: number): Promise<Gap[]> {
   const rows = await sql<{ aggregateId: string; last: number; held: number[]; topic: string }[]>`
     select s.aggregate_id as "aggregateId", s.last_sequence as last,

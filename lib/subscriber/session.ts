@@ -1,42 +1,20 @@
-// The subscriber's MQTT side: a persistent session (Clean Start 0 + Session Expiry on 5, Clean
-// Session 0 on 3.1.1, stable client id), so QoS 1 events sent while it is offline wait at the
-// broker; the subscription; a bounded close. Across several brokers it keeps its client id, so a
-// cluster that shares sessions hands it the same one (lib/platform/mqtt-brokers.ts).
+// The subscriber's MQTT side: a persistent session (a client id kept across brokers), so QoS 1
+// events sent while it is offline wait at the broker; the subscription; a bounded close.
 import type { IPublishPacket, MqttClient } from "mqtt";
-import { connectMqtt, type MqttProtocol } from "../platform/mqtt-connect.ts";
+import { connectMqtt } from "../platform/mqtt-connect.ts";
 import { describeMqttError } from "../platform/mqtt-errors.ts";
-import { brokerList, type BrokerList, type BrokerMove, type Brokers } from "../platform/mqtt-brokers.ts";
+import { brokerList } from "../platform/mqtt-brokers.ts";
+import type { SubscriberOptions } from "./types.ts";
 
-// The broker keeps the session (subscription and queued QoS 1 events) this long while the
-// subscriber is away: a day covers a deploy or an outage (Mosquitto also caps the queue:
-// max_queued_messages). SUBSCRIBER_INBOX_RETENTION_SECONDS must stay above it.
+// A day covers a deploy or an outage; SUBSCRIBER_INBOX_RETENTION_SECONDS must stay above it.
 const SESSION_EXPIRY_S = 86_400;
 const RECONNECT_MS = 1000;
 const CLOSE_TIMEOUT_MS = 2000;
 
-export interface SessionOptions {
-  readonly mqttUrl: Brokers;
-  readonly mqttProtocol?: MqttProtocol;
-  readonly topic: string;
-  readonly consumer: string;
-  readonly clientId?: string;
-  readonly sessionExpirySeconds?: number;
-  readonly onError?: (description: string) => void;
-  readonly onBrokerMove?: (move: BrokerMove) => void;
-}
-
-export interface Session {
-  readonly client: MqttClient;
-  /** MQTT_URL's brokers and the one in use. */
-  readonly brokers: BrokerList;
-  readonly ready: Promise<void>;
-}
-
-/** Connects and subscribes; each received PUBLISH goes to `onMessage`, whose `ack` sends its PUBACK. */
-export function openSession(options: SessionOptions, onMessage: (packet: IPublishPacket, ack: () => void) => void): Session {
+// `ack` sends the PUBLISH's PUBACK.
+export function openSession(options: SubscriberOptions, onMessage: (packet: IPublishPacket, ack: () => void) => void) {
   const brokers = brokerList(options.mqttUrl);
-  const { onBrokerMove } = options;
-  if (onBrokerMove) brokers.onMove(onBrokerMove);
+  if (options.onBrokerMove) brokers.onMove(options.onBrokerMove);
   const client: MqttClient = connectMqtt(brokers, {
     clientId: options.clientId ?? options.consumer,
     clean: false,
@@ -46,11 +24,9 @@ export function openSession(options: SessionOptions, onMessage: (packet: IPublis
     // Once per cause, not once per retry (mqtt-connect.ts).
     onError: (error) => options.onError?.(`broker connection failed: ${describeMqttError(error)}`),
   });
-  // mqtt.js handles one received packet at a time, so events are processed in arrival order.
-  // A PUBACK goes out only on the connection its PUBLISH came in on: sent on the next
-  // connection, its packet identifier may name another message by then, and a broker resuming
-  // the session on another node (NATS 2.9 does) takes it for that one and never delivers it.
-  // Unacknowledged, the PUBLISH comes again in the resumed session (MQTT 3.1.1 §4.4, 5 §4.4).
+  // A PUBACK goes out only on its PUBLISH's connection: on the next its packet id may name another
+  // message, which a broker resuming the session elsewhere (NATS 2.9) then never delivers; an
+  // unacknowledged PUBLISH comes again in the resumed session (MQTT §4.4).
   let connection = 0;
   client.on("close", () => void (connection += 1));
   client.handleMessage = (packet, callback) => {
@@ -59,21 +35,19 @@ export function openSession(options: SessionOptions, onMessage: (packet: IPublis
       if (on === connection && client.connected) callback();
     });
   };
-  // On a broker without our session (a move to a broker that does not share sessions, or an
-  // expired one), mqtt.js subscribes again by itself: the CONNACK says no session is present.
   return { client, brokers, ready: subscribed(client, options) };
 }
 
-function subscribed(client: MqttClient, options: SessionOptions): Promise<void> {
+function subscribed(client: MqttClient, options: SubscriberOptions): Promise<void> {
   return new Promise<void>((resolve) => {
     const subscribe = (): void => {
-      // A resumed session still holds the subscription; subscribing again is harmless and
-      // covers a session the broker has expired meanwhile.
+      // Harmless on a resumed session; covers one the broker expired meanwhile.
       client.subscribe(options.topic, { qos: 1 }, (error) => {
         if (error) {
           options.onError?.(`subscribe failed: ${describeMqttError(error)}`);
           return;
         }
+        // From now on mqtt.js subscribes again by itself on a broker without the session.
         client.off("connect", subscribe);
         resolve();
       });

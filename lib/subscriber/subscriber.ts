@@ -1,61 +1,52 @@
-// The reference subscriber: receives the relay's events at least once, processes each event id
-// once. The inbox row and the handler's writes commit in ONE transaction and the PUBACK goes out
-// only after it, so a crash before the commit gets a redelivery and one after it is deduplicated.
-// Events are processed in their aggregate's turn (subscriber_sequences, locked); one ahead is held,
-// acknowledged, and processed after its predecessor, or once the gap is filled from the API or
-// times out. A handler failing MAX_HANDLER_ATTEMPTS times makes a dead letter; nothing is
-// acknowledged that is neither processed, held nor kept. Pieces: session.ts, receive.ts,
-// process.ts, release.ts, gap-sweep.ts, gap-fill.ts, events-api.ts, dead-letter.ts; index.ts is
-// the library's surface.
+// The subscriber's engine under createSubscriber: the session, its PUBLISHes, and the gap sweep, which
+// fills gaps from the API, then releases held events whose turn came (after a crash) or whose gap timed out.
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
+import { describeDbError } from "../platform/db.ts";
+import { every } from "../platform/every.ts";
 import { GapFiller } from "./gap-fill.ts";
-import { startGapSweep } from "./gap-sweep.ts";
 import { Receiver } from "./receive.ts";
+import { withCounts } from "./report.ts";
+import { Closing } from "./process.ts";
+import { countHeld, dueAggregates } from "./sequence-sql.ts";
 import { closeSession, openSession } from "./session.ts";
-import type { Subscriber, SubscriberOptions } from "./types.ts";
+import { COUNT_NAMES, type SubscriberOptions } from "./types.ts";
 
-export type { Delivery, GapFillApi, Held, Subscriber, SubscriberOptions } from "./types.ts";
+export type { Delivery, GapFillApi, Held, SubscriberOptions } from "./types.ts";
+export type Subscriber = ReturnType<typeof startSubscriber>;
 
-export function startSubscriber(options: SubscriberOptions): Subscriber {
+const GAP_SWEEP_INTERVAL_MS = 1000;
+// After failed runs the pause doubles up to this: an outage is not logged every second.
+const GAP_SWEEP_MAX_PAUSE_MS = 30_000;
+const GAP_SWEEP_BATCH = 100;
+
+export function startSubscriber(options: SubscriberOptions) {
   const receiver = new Receiver(options);
-  const { counts } = receiver.report;
+  const { report, releaser } = receiver;
   const { client, brokers, ready } = openSession(options, (packet, ack) => receiver.receive(packet, ack));
-  const timeoutMs = options.gapTimeoutMs ?? DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS;
-  const filler = options.api && new GapFiller(receiver.processing, receiver.releaser, receiver.report, options.api, timeoutMs);
-  const sweep = startGapSweep({
-    sql: options.sql,
-    consumer: options.consumer,
-    timeoutMs,
-    releaser: receiver.releaser,
-    counts,
-    filler,
-    onError: options.onError,
+  const { sql, consumer, gapTimeoutMs: timeoutMs = DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } = options;
+  const filler = options.api && new GapFiller(receiver.processing, releaser, report, options.api, timeoutMs);
+  let failures = 0;
+  const pauseMs = (): number => Math.min(GAP_SWEEP_MAX_PAUSE_MS, GAP_SWEEP_INTERVAL_MS * 2 ** failures);
+  const sweep = every({
+    delayMs: pauseMs,
+    runAtOnce: true,
+    job: async (signal) => {
+      // Filled first: a gap the API fills is never skipped by the release below.
+      await filler?.run(signal);
+      for (const place of await dueAggregates(sql, consumer, timeoutMs, GAP_SWEEP_BATCH)) {
+        if (signal.aborted) return;
+        await releaser.release(place);
+      }
+      report.heldNow = await countHeld(sql, consumer);
+      failures = 0;
+    },
+    onError: (error) => {
+      if (error instanceof Closing) return;
+      failures += 1;
+      options.onError?.(`gap sweep failed (next in ${pauseMs()} ms): ${describeDbError(error)}`);
+    },
   });
-  return {
-    get processed() {
-      return counts.processed;
-    },
-    get duplicates() {
-      return counts.duplicates;
-    },
-    get rejected() {
-      return counts.rejected;
-    },
-    get malformed() {
-      return counts.malformed;
-    },
-    get deadLettered() {
-      return counts.deadLettered;
-    },
-    get held() {
-      return counts.held;
-    },
-    get gapsSkipped() {
-      return counts.gapsSkipped;
-    },
-    get gapsFilled() {
-      return counts.gapsFilled;
-    },
+  const subscriber = {
     get connected() {
       return client.connected;
     },
@@ -63,12 +54,13 @@ export function startSubscriber(options: SubscriberOptions): Subscriber {
       return brokers.inUse;
     },
     ready,
-    async close() {
-      // Let the event in hand commit and be acknowledged, and the sweep's release in hand
-      // finish (a retry in progress gives up).
+    /** Keeps the session: what arrives meanwhile waits at the broker. */
+    async close(): Promise<void> {
+      // The event in hand commits and is acknowledged; a retry in progress gives up.
       await Promise.all([receiver.drain(), sweep.stop()]);
-      counts.close();
+      report.close();
       await closeSession(client);
     },
   };
+  return withCounts(subscriber, COUNT_NAMES, (name) => report.counts[name]);
 }

@@ -1,10 +1,8 @@
-// The library's events, typed and checked on receipt against lib/charges/events.ts: a known type
-// must match its envelope schema; an unknown one needs only the common fields, so producers can
-// add types without stopping their subscribers. Anything else is malformed, with the reason.
+// Events checked on receipt: a known type against its envelope schema, an unknown one on the common
+// fields only, so producers can add types without stopping their subscribers.
 import { Type as t, type TObject } from "@sinclair/typebox";
 import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
 import { ENVELOPE_SCHEMAS, EVENT_TYPES, UUID_PATTERN, type EventData, type EventEnvelope, type EventType } from "../charges/events.ts";
-import type { Checked } from "./types.ts";
 
 /** One event of a type this version knows, checked against its schema: `data` is typed by `type`. */
 export type ChargeEvent = {
@@ -29,27 +27,22 @@ export function isKnownEvent(event: EventEnvelope | ChargeEvent): event is Charg
   return KNOWN.has(event.type);
 }
 
-const commonEnvelope = (): TObject =>
-  t.Object({
-    id: t.String({ pattern: UUID_PATTERN }),
-    type: t.String({ minLength: 1 }),
-    aggregateId: t.String({ minLength: 1 }),
-    tenantId: t.Optional(t.String({ minLength: 1 })),
-    createdAt: t.String({ minLength: 1 }),
-    sequence: t.Optional(t.Integer({ minimum: 1 })),
-  });
+type Checkers = { readonly common: TypeCheck<TObject>; readonly byType: ReadonlyMap<string, TypeCheck<TObject>> };
 
-interface Checkers {
-  readonly common: TypeCheck<TObject>;
-  readonly byType: ReadonlyMap<string, TypeCheck<TObject>>;
-}
-
-// Compiled on first use, not at import (compiling builds functions, which edge runtimes refuse
-// at load), and once per process.
+// Compiled on first use, not at import: compiling builds functions, which edge runtimes refuse at load.
 let checkers: Checkers | undefined;
 function compiled(): Checkers {
   checkers ??= {
-    common: TypeCompiler.Compile(commonEnvelope()),
+    common: TypeCompiler.Compile(
+      t.Object({
+        id: t.String({ pattern: UUID_PATTERN }),
+        type: t.String({ minLength: 1 }),
+        aggregateId: t.String({ minLength: 1 }),
+        tenantId: t.Optional(t.String({ minLength: 1 })),
+        createdAt: t.String({ minLength: 1 }),
+        sequence: t.Optional(t.Integer({ minimum: 1 })),
+      }),
+    ),
     byType: new Map(EVENT_TYPES.map((type) => [type, TypeCompiler.Compile(ENVELOPE_SCHEMAS[type])])),
   };
   return checkers;
@@ -77,3 +70,8 @@ function firstError(check: TypeCheck<TObject>, value: unknown): string {
   const error = check.Errors(value).First();
   return error ? `${error.path || "/"}: ${error.message}` : "does not match its schema";
 }
+
+export type Checked =
+  | { readonly kind: "event"; readonly event: EventEnvelope }
+  /** `eventId`: the id it names, when it names a valid one. */
+  | { readonly kind: "malformed"; readonly reason: string; readonly eventId?: string };

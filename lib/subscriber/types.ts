@@ -1,17 +1,16 @@
-// The subscriber engine's contract: what startSubscriber takes and returns (index.ts's
-// createSubscriber is built on it).
-import type { Meter } from "@opentelemetry/api";
+// The subscriber engine's contract: what startSubscriber takes and returns.
 import type { Sql, Tx } from "../platform/db.ts";
 import type { MqttProtocol } from "../platform/config.ts";
 import type { BrokerMove, Brokers } from "../platform/mqtt-brokers.ts";
-import type { Logger } from "../platform/log.ts";
 import type { EventEnvelope } from "../charges/events.ts";
-import type { DeadLetter } from "./inbox-sql.ts";
-
-type OutboxEvent = EventEnvelope;
+import type { Meter } from "@opentelemetry/api";
+import type postgres from "postgres";
+import type { Logger } from "../platform/log.ts";
+import type { DeadLetter } from "./sequence-sql.ts";
+import type { ChargeEvent, Checked, UnknownEvent } from "./typed-events.ts";
 
 export interface Delivery {
-  readonly event: OutboxEvent;
+  readonly event: EventEnvelope;
   readonly topic: string;
   /** Already in the inbox: the handler did not run. */
   readonly duplicate: boolean;
@@ -25,95 +24,97 @@ export interface Delivery {
   readonly filled: boolean;
 }
 
+export type SequencedEvent = EventEnvelope & { readonly sequence: number };
+
 /** An event that came ahead of its turn, kept in subscriber_held_events (and acknowledged). */
 export interface Held {
-  readonly event: OutboxEvent & { readonly sequence: number };
+  readonly event: SequencedEvent;
   readonly topic: string;
   readonly expected: number;
 }
 
-export interface SubscriberOptions {
+/** The library's options, with the engine's own connection, topic, handler and reading of a message. */
+export interface SubscriberOptions extends Omit<CreateSubscriberOptions, LibraryOnly> {
   readonly sql: Sql;
-  /** Several brokers (MQTT_URL's list): it connects to one and moves to the next when that one is lost. */
+  /** MQTT_URL's brokers: it connects to one and moves to the next when that one is lost. */
   readonly mqttUrl: Brokers;
-  /** Default auto: 5, falling back to 3.1.1. */
   readonly mqttProtocol?: MqttProtocol;
   readonly topic: string;
-  /** The inbox's consumer name; also the default MQTT client id. */
-  readonly consumer: string;
-  readonly clientId?: string;
-  readonly sessionExpirySeconds?: number;
-  /**
-   * Its writes through `tx` commit with the inbox row. If the connection is lost meanwhile, a
-   * statement on `tx` never settles: that attempt is abandoned and retried in a new transaction.
-   * Called one at a time and in sequence order per aggregate, across a share group too; calls
-   * for different aggregates may overlap (the gap sweep beside the event in hand).
-   */
-  readonly handler?: (event: OutboxEvent, tx: Tx) => Promise<void> | void;
-  /** After the commit, before the PUBACK (for a held event: when it is processed, its PUBACK long sent). */
-  readonly onDelivery?: (delivery: Delivery) => void;
-  /** An event kept until its turn, after the commit, before the PUBACK; a redelivery of a held event is not told again. */
-  readonly onHeld?: (held: Held) => void;
-  /** A message acknowledged without processing because it is not an event. */
+  // One at a time and in sequence order per aggregate, across a share group too; different
+  // aggregates may overlap (the gap sweep beside the event in hand).
+  readonly handler?: (event: EventEnvelope, tx: Tx) => Promise<void> | void;
   readonly onRejected?: (topic: string, reason: string) => void;
-  /** An event the handler kept failing on, once kept in subscriber_dead_letters, before the PUBACK. */
-  readonly onDeadLetter?: (letter: DeadLetter) => void;
-  readonly onError?: (description: string) => void;
-  /** A move to the next broker of the list after the one in use was lost: once per loss. */
-  readonly onBrokerMove?: (move: BrokerMove) => void;
-  /** Where the gap lines go (warn: held, skipped after the timeout, late); none by default. */
-  readonly log?: Logger;
-  /** How long a held event waits for its predecessor (default 5 minutes). */
-  readonly gapTimeoutMs?: number;
-  /** Given, a gap that lasted `fillAfterMs` is filled from GET /charges/:id/events before the gap timeout. */
   readonly api?: GapFillApi;
-  readonly meter?: Meter;
-  /** Handler failures before the event is kept as a dead letter (MAX_HANDLER_ATTEMPTS by default). */
-  readonly maxHandlerAttempts?: number;
-  /** False: every event is processed in arrival order, sequences ignored (true by default). */
-  readonly ordered?: boolean;
-  /**
-   * How a message is read. Without it, parseEnvelope: a non-envelope is rejected (counted,
-   * acknowledged, not kept); with it, a malformed message is kept as a dead letter, then acknowledged.
-   */
+  /** Without it, a non-envelope is only rejected; with it, a malformed message becomes a dead letter. */
   readonly check?: (payload: Uint8Array | string) => Checked;
-  /** A malformed message (see `check`), once kept in subscriber_dead_letters, before the PUBACK. */
-  readonly onMalformed?: (letter: DeadLetter) => void;
 }
 
-export type Checked =
-  | { readonly kind: "event"; readonly event: OutboxEvent }
-  /** `eventId`: the id it names, when it names a valid one. */
-  | { readonly kind: "malformed"; readonly reason: string; readonly eventId?: string };
+type LibraryOnly = "sql" | "mqttUrl" | "handle" | "onUnknown" | "topicPrefix" | "shareGroup" | "protocol" | "api" | "inboxRetentionSeconds";
 
 export interface GapFillApi {
-  /** The API's origin (a path prefix is kept), no trailing slash. */
+  /** No trailing slash. */
   readonly url: string;
   /** A bearer token of the events' tenant, asked before each request. */
   readonly token: () => string | Promise<string>;
-  /** How long a gap lasts before the API is asked (less than the gap timeout). */
   readonly fillAfterMs: number;
-  /** The global fetch by default. */
   readonly fetch?: (url: string, init: RequestInit) => Promise<Response>;
 }
 
-export interface Subscriber {
+export type SubscriberTx = Tx;
+
+export interface CreateSubscriberOptions {
+  /** Several to fail over between (mqtt://, mqtts://, ws://, wss://). */
+  readonly mqttUrl: string | readonly string[];
+  /** The subscriber's own database (migrated by migrateSubscriber). */
+  readonly sql: postgres.Sql;
+  /** One per kind of consumer; also the default MQTT client id. */
+  readonly consumer: string;
+  /** Its writes through `tx` commit together with the inbox row, once per event id. */
+  readonly handle: (event: ChargeEvent, tx: SubscriberTx) => Promise<void> | void;
+  /** An event of a type this version does not know, in its inbox transaction; without it, counted only. */
+  readonly onUnknown?: (event: UnknownEvent, tx: SubscriberTx) => Promise<void> | void;
+  readonly topicPrefix?: string;
+  /** An MQTT 5 shared subscription: the members of a group split the stream (each needs its own `clientId`). */
+  readonly shareGroup?: string;
+  readonly clientId?: string;
+  readonly protocol?: MqttProtocol;
+  readonly sessionExpirySeconds?: number;
+  /** Order per charge by `sequence` (true by default); false: arrival order. */
+  readonly ordered?: boolean;
+  /** How long an event ahead of its turn waits for its predecessor before it goes anyway (5 minutes). */
+  readonly gapTimeoutMs?: number;
+  /** The API to fill a gap from, GET /charges/:id/events, once it lasted `fillAfterMs` (5 s). */
+  readonly api?: { readonly url: string; readonly token: string | (() => string | Promise<string>); readonly fillAfterMs?: number };
+  /** Handler failures before its event is kept as a dead letter (5). */
+  readonly maxHandlerAttempts?: number;
+  /** Inbox rows older than this are deleted (7 days); false: never. Keep it above the session expiry. */
+  readonly inboxRetentionSeconds?: number | false;
+  /** After the commit, before the PUBACK; for a held event, when it is processed (its PUBACK long sent). */
+  readonly onDelivery?: (delivery: Delivery) => void;
+  /** An event kept until its turn; a redelivery of it is not told again. */
+  readonly onHeld?: (held: Held) => void;
+  readonly onDeadLetter?: (letter: DeadLetter) => void;
+  readonly onMalformed?: (letter: DeadLetter) => void;
+  readonly onError?: (description: string) => void;
+  readonly onBrokerMove?: (move: BrokerMove) => void;
+  /** Where the gap lines go (held, skipped after the timeout, late); none by default. */
+  readonly log?: Logger;
+  readonly meter?: Meter;
+}
+
+export interface SubscriberCounts {
   readonly processed: number;
   readonly duplicates: number;
-  readonly rejected: number;
-  /** Messages `check` found malformed. */
+  /** Events of a type this version does not know. */
+  readonly unknown: number;
   readonly malformed: number;
+  /** Events the handler kept failing on (or that came after their turn was skipped). */
   readonly deadLettered: number;
-  /** Events kept because they came ahead of their turn. */
   readonly held: number;
-  /** Events processed past a missing predecessor, after the gap timeout. */
   readonly gapsSkipped: number;
-  /** Events read from the API to fill a gap. */
   readonly gapsFilled: number;
-  readonly connected: boolean;
-  /** Its password masked. */
-  readonly broker: string;
-  readonly ready: Promise<void>;
-  /** Disconnects, keeping the session: what arrives meanwhile waits at the broker. */
-  close(): Promise<void>;
 }
+
+export const COUNT_NAMES =
+  ["processed", "duplicates", "rejected", "malformed", "deadLettered", "held", "gapsSkipped", "gapsFilled"] as const;
+export type Counts = Record<(typeof COUNT_NAMES)[number], number>;

@@ -8,6 +8,7 @@ import { createProcessorClient } from "../../charges/processor.ts";
 import { leaseMsFor } from "../../idempotency/drive.ts";
 import { createOperatorCheck } from "./auth.ts";
 import { createConsole } from "./routes.ts";
+import { pathOf } from "../../platform/runtime.ts";
 
 export type FetchHandler = (request: Request) => Promise<Response>;
 
@@ -18,7 +19,7 @@ export function createApiConsole(config: Config, sql: Sql, log: Logger): FetchHa
 
 export function withConsole(serve: FetchHandler, console: FetchHandler): FetchHandler {
   return (request) => {
-    const path = new URL(request.url).pathname;
+    const path = pathOf(request.url);
     return path === "/console" || path.startsWith("/console/") ? console(request) : serve(request);
   };
 }

@@ -1,9 +1,8 @@
 // The console's small pages: sign-in, refusals, the home page (find, the backlog chart, what
 // needs a person), find's matches, an action's result and the audit trail.
 import { html, page, table, type Frame, type Html } from "./html.ts";
-import type { Found } from "../../ops/find.ts";
-import type { AuditRow } from "../../ops/audit.ts";
-import type { ActionResult, ListActionResult } from "../../ops/actions.ts";
+import type { Found } from "../../ops/life.ts";
+import type { ActionResult, AuditRow, ListActionResult } from "../../ops/actions.ts";
 import { LIST_KINDS, type ListKind } from "../../ops/lists.ts";
 
 export const LIST_TITLES: Readonly<Record<ListKind, string>> = {

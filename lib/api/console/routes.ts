@@ -13,12 +13,10 @@ import { actionResultPage, auditPage, findPage, forbiddenPage, homePage, listRes
 import { chargePage } from "./charge-page.ts";
 import { confirmPage, listPage, PAGE_SIZE } from "./list-page.ts";
 import { formOf, listFilterOf, pageNoOf, resolutionOf, safeBack } from "./input.ts";
-import { findCharges } from "../../ops/find.ts";
-import { chargeLife } from "../../ops/life.ts";
+import { chargeLife, findCharges } from "../../ops/life.ts";
 import { isListKind, listNeeds, LIST_KINDS, toCsv, type ListKind } from "../../ops/lists.ts";
-import { act, actOnList, isAction, LIST_ACTIONS, MAX_LIST_ACTION, type OpsContext } from "../../ops/actions.ts";
-import { backlog } from "../../ops/backlog.ts";
-import { listAudit } from "../../ops/audit.ts";
+import { act, actOnList, isAction, listAudit, LIST_ACTIONS, MAX_LIST_ACTION, type OpsContext } from "../../ops/actions.ts";
+import { backlog } from "../../ops/sql.ts";
 
 export interface ConsoleDeps {
   readonly ops: OpsContext;

@@ -1,19 +1,17 @@
-// The handler of every idempotent operation, and the answers routes share. Elysia has checked
-// headers, ids and body (http/checks.ts); here the key and the Prefer wait are read, the core
+// The handler of every idempotent operation: Elysia has checked headers, ids and body; the core
 // runs, and its outcome is answered by one exhaustive switch.
 import { traceparentOf as spanTraceparent } from "../../platform/trace-context.ts";
 import type { Static } from "@sinclair/typebox";
 import { keyHashField } from "../../platform/redact.ts";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
-import { preferredWait } from "./prefer.ts";
+import { preferredWait } from "../schemas.ts";
 import { endpointOf, type Operation } from "../../idempotency/model.ts";
 import type { Outcome } from "../../idempotency/outcome.ts";
 import { problemResponse, specResponse, type ProblemName } from "../problem.ts";
 import type { UnknownCause } from "../../charges/processor.ts";
 import type { RequestContext } from "./context.ts";
 
-// How long a client should wait before retrying a 409 (the first request is one short
-// statement) or a 503 (the pool reconnects quickly).
+// Before retrying a 409 (the first request is one short statement) or a 503 (the pool reconnects fast).
 export const RETRY_AFTER_S = "1";
 
 export function operationHandler(op: Operation): (ctx: RequestContext) => Promise<Response> {
@@ -24,9 +22,7 @@ export function operationHandler(op: Operation): (ctx: RequestContext) => Promis
     const request = {
       tenant: ctx.tenant,
       key: parsed.key,
-      // Elysia checked it against op.body before the handler ran.
       input: { params: ctx.params, body: ctx.body as Static<typeof op.body>, settings: ctx.deps.core.settings },
-      // The server span's own when traced, so the relay's and the subscriber's spans join it.
       traceparent: ctx.span ? spanTraceparent(ctx.span) : traceparentOf(ctx.request),
     };
     const wait = preferredWait(ctx.request.headers.get("prefer"));
@@ -58,9 +54,9 @@ function heard(ctx: RequestContext, endpoint: string, outcome: Outcome, key: str
 export function outcomeResponse(outcome: Outcome): Response {
   switch (outcome.kind) {
     case "created":
-      return stored(outcome.status, outcome.body, outcome.location, false);
+      return stored(outcome.status, outcome.body, false, "application/json", outcome.location);
     case "replayed":
-      return stored(outcome.status, outcome.body, outcome.location, true);
+      return stored(outcome.status, outcome.body, true, "application/json", outcome.location);
     case "payload_conflict":
       return problemResponse("payloadConflict", "this Idempotency-Key was already used with a different request");
     case "expired":
@@ -70,7 +66,7 @@ export function outcomeResponse(outcome: Outcome): Response {
     case "refused":
       return specResponse(outcome.refusal.problem, outcome.refusal.detail, outcome.refusal.extensions);
     case "stored_problem":
-      return storedProblem(outcome.status, outcome.body, outcome.replayed);
+      return stored(outcome.status, outcome.body, outcome.replayed, "application/problem+json");
     case "parked":
       return problemResponse("keyParked", `this Idempotency-Key's recovery data is unreadable (${outcome.reason}); an operator resolves it (bun run ops parked)`);
     case "unknown_outcome":
@@ -82,41 +78,28 @@ export function outcomeResponse(outcome: Outcome): Response {
   }
 }
 
-// An unknown outcome by its cause: the processor's error (502), no connection (503), no answer in
-// time (504). A payment still processing at the processor is a 503 too: come back later.
 const UNKNOWN_PROBLEMS: Readonly<Record<UnknownCause, ProblemName>> = {
   processor_error: "processorError",
   unreachable: "processorUnavailable",
   processing: "processorUnavailable",
   timeout: "processorTimeout",
 };
-// The lease was given up with the answer: the same key may resume at once. A second leaves the
-// processor a moment, and a client that honours it does not hammer an outage.
+// The lease was given up with the answer, so the key may resume at once; a second spares an outage.
 const RETRY_AFTER_PROCESSOR_S = "1";
 
-/**
- * 410: the key's answer expired and its tombstone remains; nothing was done. The original
- * resource goes in Location and in the body's `resource`, so a client finds what it made.
- */
+/** 410, nothing done: the original resource in Location and `resource`, so a client finds it. */
 function expiredProblem(location: string | undefined): Response {
   const detail = "this Idempotency-Key's stored answer has expired; the request was not repeated" + (location === undefined ? "" : `: its resource is ${location}`);
   return problemResponse("keyExpired", detail, location === undefined ? {} : { resource: location }, location === undefined ? {} : { location });
 }
 
-function storedProblem(status: number, body: string, replayed: boolean): Response {
-  const headers: Record<string, string> = { "content-type": "application/problem+json" };
+function stored(status: number, body: string, replayed: boolean, contentType: string, location?: string): Response {
+  const headers: Record<string, string> = location === undefined ? { "content-type": contentType } : { "content-type": contentType, location };
   if (replayed) headers["idempotent-replayed"] = "true";
   return new Response(body, { status, headers });
 }
 
-function stored(status: number, body: string, location: string | undefined, replayed: boolean): Response {
-  const headers: Record<string, string> = location === undefined ? { "content-type": "application/json" } : { "content-type": "application/json", location };
-  if (replayed) headers["idempotent-replayed"] = "true";
-  return new Response(body, { status, headers });
-}
-
-// W3C Trace Context version 00: only a well-formed traceparent is carried into the outbox;
-// anything else is dropped rather than stored and forwarded to subscribers.
+// W3C Trace Context 00: anything else is dropped rather than stored and sent to subscribers.
 const TRACEPARENT_RE = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 
 function traceparentOf(request: Request): string | null {

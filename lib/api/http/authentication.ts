@@ -1,13 +1,11 @@
-// The admission of the /charges routes as an Elysia plugin: a group that `use`s it gets `tenant`
-// in its context, or the request is answered (503 process full, 401 token, 429 rate, 503
-// tenant's share, 409 key's share) before anything else of it is read; a body route's parser
-// admits the request before it reads the body (http/checks.ts). Verification is auth.ts's.
+// The admission of /charges as an Elysia plugin: `tenant` in the context, or the refusal (503 process
+// full, 401 token, 429 rate, 503 tenant's share, 409 key's share) before anything else is read.
 import { Elysia, status } from "elysia";
-import { authFailureDetail, type AuthResult } from "../auth.ts";
+import { AUTH_FAILURE_DETAILS, type AuthResult } from "../auth.ts";
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
-import { countOut, enterKey, enterProcess, enterTenant } from "./in-flight.ts";
-import { setBodyDeadline } from "../body-deadline.ts";
+import { enterKey, enterProcess, enterTenant } from "./in-flight.ts";
+import { setBodyDeadline } from "../body.ts";
 import type { RequestContextPlugin, RequestDeps, RequestTrail } from "./context.ts";
 
 export function authentication(context: RequestContextPlugin) {
@@ -20,11 +18,7 @@ export function authentication(context: RequestContextPlugin) {
     });
 }
 
-/**
- * The request's tenant, or its refusal (503, 401, 429, 409), decided once per request: a body
- * route's parser (checks.ts) asks first, since Elysia parses before it derives, and the
- * derive above finds the verdict taken.
- */
+/** The tenant or the refusal, decided once: a body route's parser (checks.ts) asks before the derive. */
 export function admitOnce(deps: RequestDeps, trail: RequestTrail, request: Request): Promise<string | Response> {
   return (trail.admission ??= admit(deps, trail, request));
 }
@@ -37,7 +31,7 @@ async function admit(deps: RequestDeps, trail: RequestTrail, request: Request): 
   const admitted = deps.admission.take(verdict);
   if (!admitted.ok) {
     // Held, the refusal is no request in flight: it must not crowd out admitted ones.
-    countOut(deps, trail);
+    trail.countOut(deps.admission);
     await deps.admission.holdRefusal();
     return rateLimited(admitted.retryAfterS);
   }
@@ -54,7 +48,6 @@ function rateLimited(retryAfterS: number): Response {
   return problemResponse("rateLimited", detail, {}, { "retry-after": String(retryAfterS) });
 }
 
-/** The request's tenant, or the answer refusing it (counted, and named on its log line). */
 export async function authenticate(deps: RequestDeps, trail: RequestTrail, request: Request): Promise<string | Response> {
   const result = await deps.auth.authenticate(request.headers.get("authorization"));
   if (result.kind !== "authenticated") {
@@ -66,12 +59,11 @@ export async function authenticate(deps: RequestDeps, trail: RequestTrail, reque
   return result.tenant;
 }
 
-// RFC 6750 §3: a request without credentials gets the bare challenge; one whose token was
-// refused also learns that the token is the problem.
+// RFC 6750 §3: the bare challenge without credentials, invalid_token for a refused token.
 function authProblem(result: Exclude<AuthResult, { kind: "authenticated" }>): Response {
   if (result.kind === "unavailable") {
-    return problemResponse("unavailable", authFailureDetail(result.reason), {}, { "retry-after": RETRY_AFTER_S });
+    return problemResponse("unavailable", AUTH_FAILURE_DETAILS[result.reason], {}, { "retry-after": RETRY_AFTER_S });
   }
   const challenge = result.tokenSent ? 'Bearer error="invalid_token"' : "Bearer";
-  return problemResponse("unauthorized", authFailureDetail(result.reason), {}, { "www-authenticate": challenge });
+  return problemResponse("unauthorized", AUTH_FAILURE_DETAILS[result.reason], {}, { "www-authenticate": challenge });
 }

@@ -1,7 +1,5 @@
-// What Elysia's lifecycle checks a request with, and how its verdicts are answered: a body
-// route's parser reads strict JSON (415, 413, depth, syntax: 400, answered as a ParseError in
-// app.ts's onError); Elysia then validates headers, ids, query and body against the route's
-// schemas, and validationProblem answers the same 400s in the same order whichever it ran first.
+// A body route's parser (strict JSON; 415, 413, 400 as a ParseError), then Elysia's validation of
+// headers, ids, query and body, whose refusals validationProblem answers in one fixed order.
 import type { ValidationError } from "elysia";
 import type { TSchema } from "@sinclair/typebox";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
@@ -10,31 +8,19 @@ import { ProblemError, problemResponse } from "../problem.ts";
 import { checkOf } from "../schemas.ts";
 import { invalidAfter } from "../events-read.ts";
 import { admitOnce } from "./authentication.ts";
-import { preferredWait } from "./prefer.ts";
+import { preferredWait } from "../schemas.ts";
 import { nounOf, type BodyChecks, type RequestDeps, type RequestTrail } from "./context.ts";
 import { isUuid } from "../../platform/uuid.ts";
 
-/**
- * What the parser gives for a request whose token or rate was refused: the token's derive
- * answers it. Not undefined, which would hand the body to Elysia's own JSON parser.
- */
-export const UNREAD_BODY: unique symbol = Symbol("unread body");
+// The parse of a request refused admission (the derive answers it); undefined would run Elysia's parser.
+const UNREAD_BODY: unique symbol = Symbol("unread body");
 
-interface ParseContext {
-  readonly request: Request;
-  readonly deps: RequestDeps;
-  readonly trail: RequestTrail;
-}
-
-/**
- * A body route's parse hook: strict JSON (body.ts), its refusal thrown as Elysia's ParseError.
- * Elysia parses before it derives, yet the token must come first (a refused request costs the
- * check of its token and nothing else): the hook admits the request (admitOnce, whose verdict
- * the token's derive then finds) and only then reads the body.
- */
-export function bodyParser(schema: TSchema): (ctx: ParseContext) => Promise<unknown> {
-  const checks: BodyChecks = { body: schema, empty: requiresNothing(schema) ? {} : undefined };
-  return async ({ request, deps, trail }) => {
+/** Elysia parses before it derives: admitted first, a refused request costs its token's check only. */
+export function bodyParser(schema: TSchema) {
+  type ParseContext = { readonly request: Request; readonly deps: RequestDeps; readonly trail: RequestTrail };
+  const requiresNothing = schema.type === "object" && ((schema.required as unknown[] | undefined) ?? []).length === 0;
+  const checks: BodyChecks = { body: schema, empty: requiresNothing ? {} : undefined };
+  return async ({ request, deps, trail }: ParseContext): Promise<unknown> => {
     trail.body = checks;
     try {
       if (typeof (await admitOnce(deps, trail, request)) !== "string") return UNREAD_BODY;
@@ -46,32 +32,25 @@ export function bodyParser(schema: TSchema): (ctx: ParseContext) => Promise<unkn
   };
 }
 
-function requiresNothing(schema: TSchema): boolean {
-  return schema.type === "object" && (schema.required === undefined || (schema.required as unknown[]).length === 0);
-}
-
 /** What reading the body threw: our 415, 413 or 400, or anything else as "not valid JSON". */
 export function bodyProblem(cause: unknown): Response {
   const error = cause instanceof ProblemError ? cause : new ProblemError("invalidBody", "the body is not valid JSON");
   return problemResponse(error.problem, error.detail, error.extensions);
 }
 
-interface RefusedContext {
-  readonly request: Request;
-  readonly params?: Readonly<Record<string, string>>;
-  readonly body?: unknown;
-}
+type RefusedContext = { readonly request: Request; readonly params?: Readonly<Record<string, string>>; readonly body?: unknown };
 
-/**
- * The answer to Elysia's refusal, in one fixed order: the path's ids, the body's schema, the
- * Idempotency-Key, Prefer, the query. Elysia validates headers first, so whatever it refused,
- * the earlier checks are asked again here (on refusals only), and every client sees one order.
- */
+/** Elysia's refusal answered in one order: ids, body, Idempotency-Key, Prefer, query (re-checked here). */
 export function validationProblem(ctx: RefusedContext, trail: RequestTrail, error: ValidationError): Response {
   const params = ctx.params ?? {};
-  const badId = invalidIdProblem(params);
-  if (badId) return badId;
-  if (trail.body !== undefined && !checkOf(trail.body.body).Check(ctx.body)) return schemaProblem(trail.body.body, ctx.body);
+  // Every path parameter of ours is a UUID.
+  const badId = Object.keys(params).find((name) => !isUuid(params[name] ?? ""));
+  if (badId !== undefined) return problemResponse("invalidId", `the ${nounOf(badId)} id must be a UUID`);
+  const check = trail.body && checkOf(trail.body.body);
+  if (check && !check.Check(ctx.body)) {
+    const { faults, more, cut } = schemaFaults(check.Errors(ctx.body));
+    return bodyProblem(invalidBody(faults, more, cut));
+  }
   switch (error.type) {
     case "headers": {
       const key = parseIdempotencyKey(ctx.request.headers.get("idempotency-key"));
@@ -81,7 +60,7 @@ export function validationProblem(ctx: RefusedContext, trail: RequestTrail, erro
       break;
     }
     case "query":
-      // The one query a route validates is GET /charges/:id/events's `after`.
+      // The one query validated: GET /charges/:id/events's `after`.
       return invalidAfter();
   }
   // Every schema a route validates is one of the checks above: anything else is a bug.
@@ -89,26 +68,9 @@ export function validationProblem(ctx: RefusedContext, trail: RequestTrail, erro
   return problemResponse("internal", "an unexpected error occurred");
 }
 
-/** The 400 for the first path parameter that is not a UUID (every parameter of ours is one). */
-function invalidIdProblem(params: Readonly<Record<string, string>>): Response | undefined {
-  const bad = Object.keys(params).find((name) => !isUuid(params[name] ?? ""));
-  return bad === undefined ? undefined : problemResponse("invalidId", `the ${nounOf(bad)} id must be a UUID`);
-}
-
-function schemaProblem<S extends TSchema>(schema: S, value: unknown): Response {
-  const { faults, more, cut } = schemaFaults(checkOf(schema).Errors(value));
-  return bodyProblem(invalidBody(faults, more, cut));
-}
-
-// What a refusal's message is, in place of the value Elysia's ValidationError would format.
 const FIXED_MESSAGE = "refused by the route's schema";
 
-/**
- * `schema` as Elysia validates it, each node carrying a fixed `error`. Elysia builds a
- * ValidationError before any hook of ours runs, and its message formats the whole value refused
- * unless the failing node has an `error`: then it is those fixed words, whatever was sent. The
- * document shows the schema without them (documentation.ts).
- */
+/** A fixed `error` on each node, or Elysia's ValidationError formats the value refused into its message. */
 export function withFixedErrors<S extends TSchema>(schema: S): S {
   return fixed(schema) as S;
 }
@@ -129,7 +91,6 @@ function fixed(node: unknown): unknown {
   return out;
 }
 
-/** `withFixedErrors`' key, which documentation.ts leaves out of the document. */
 export function isFixedError(key: string, value: unknown): boolean {
   return key === "error" && value === FIXED_MESSAGE;
 }

@@ -1,22 +1,20 @@
-// What a request carries through Elysia's lifecycle in Elysia's context: its dependencies (one
-// fixed set in the server, the request's own in the worker) and the trail its log line and
-// histogram sample are made of, a fresh one per request (onRequest).
+// What a request carries in Elysia's context: its dependencies (the worker's are the request's own)
+// and its trail, fresh per request, of which its log line, histogram sample and span are made.
 import { Elysia } from "elysia";
+import { SpanKind, type Span } from "@opentelemetry/api";
 import type { TSchema } from "@sinclair/typebox";
 import type { Logger } from "../../platform/log.ts";
 import type { Sql } from "../../platform/db.ts";
-import { UNMATCHED_ROUTE } from "../../platform/http-metrics.ts";
+import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../../platform/http-metrics.ts";
+import { pathOf } from "../../platform/runtime.ts";
+import { contextOf, endSpan, tracer, tracingOn } from "../../platform/trace-context.ts";
 import type { IdempotencyCore } from "../../idempotency/run.ts";
+import type { OutcomeKind } from "../../idempotency/outcome.ts";
 import type { Authenticator } from "../auth.ts";
 import type { ApiMetrics } from "../metrics.ts";
 import type { Admission } from "../admission.ts";
 import type { Readiness } from "../readiness.ts";
-import type { OutcomeKind } from "../../idempotency/outcome.ts";
-import type { Span } from "@opentelemetry/api";
-import { tracingOn } from "../../platform/trace-context.ts";
-import { serverSpan } from "./trace.ts";
 
-/** What serving one request takes: one fixed set in the server, the request's own in the worker. */
 export interface RequestDeps {
   readonly sql: Sql;
   readonly core: IdempotencyCore;
@@ -27,71 +25,55 @@ export interface RequestDeps {
   readonly readiness: Readiness;
 }
 
-/**
- * What a request's log line adds: never the token or the raw key. Filled in place as the
- * request goes (its fields, and so the line's, in the order they were learnt).
- */
+/** What a request's log line adds, in the order learnt: never the token or the raw key. */
 export interface LogFields {
   tenant?: string;
   authFailure?: string;
   outcome?: OutcomeKind;
-  /** The key's keyHash, made when the line is written (redact.ts keyHashField). */
   keyHash?: { toJSON(): string };
-  /** What made a 5xx: the database away, a time bound tripped, or a bug. */
   error?: string;
 }
 
-/** What an operation's handler (answers.ts) is given of a request Elysia has checked. */
 export interface RequestContext {
   readonly request: Request;
   readonly params: Readonly<Record<string, string>>;
-  /** The body, read as strict JSON and checked against the route's body schema. */
   readonly body: unknown;
-  /** The authenticated tenant. */
   readonly tenant: string;
   readonly deps: RequestDeps;
   readonly fields: LogFields;
   readonly span?: Span;
 }
 
-// What each path parameter names, for the problem of an id that is not a UUID.
 const PARAM_NOUNS: Readonly<Record<string, string>> = { id: "charge", refundId: "refund" };
 
 export function nounOf(name: string): string {
   return PARAM_NOUNS[name] ?? name;
 }
 
-/** The routes behind a bearer token: everything under /charges, matched or not. */
 export function needsToken(path: string): boolean {
   return path === "/charges" || path.startsWith("/charges/");
 }
 
-/** What a body route's checks are, kept on its trail for answering its refusals in their order (checks.ts). */
+/** A body route's checks, for answering its refusals in their order (checks.ts). */
 export interface BodyChecks {
   readonly body: TSchema;
   /** The value of an empty body (no bytes at all): `{}` when no field is required, else none. */
   readonly empty: unknown;
 }
 
-/**
- * One request's own record: when it began, what its log line adds, and when and with what it
- * was answered (onAfterResponse runs after the answer has left, later than its end).
- */
+/** One request's record; answeredAt, since onAfterResponse runs later than the answer leaves. */
 export class RequestTrail {
   readonly started = performance.now();
   readonly fields: LogFields = {};
   answeredAt: number | undefined;
   status: number | undefined;
-  /** Counted in flight (admission.ts), so counted out once answered. */
+  // Where it is counted in flight, so counted out of once answered.
   admitted = false;
-  /** The tenant whose share it is counted in, so counted out of once answered. */
   tenantIn: string | undefined = undefined;
-  /** The tenant's key whose places it is counted in, so counted out of once answered. */
   keyIn: string | undefined = undefined;
   span: Span | undefined;
-  /** The token's and the rate's verdict, taken once (authentication.ts admitOnce): the tenant, or the refusal. */
+  /** The token's and the rate's verdict, taken once (admitOnce). */
   admission: Promise<string | Response> | undefined;
-  /** A body route's checks (checks.ts bodyParser), for answering a refusal in their order. */
   body: BodyChecks | undefined;
 
   answer(response: Response): Response {
@@ -99,12 +81,18 @@ export class RequestTrail {
     this.status = response.status;
     return response;
   }
+
+  /** Out of the count in flight, once: when answered, or earlier when its refusal is held. */
+  countOut(admission: Admission): void {
+    if (this.keyIn !== undefined) admission.leaveKey(this.keyIn);
+    if (this.tenantIn !== undefined) admission.leaveTenant(this.tenantIn);
+    if (this.admitted) admission.leave();
+    this.keyIn = this.tenantIn = undefined;
+    this.admitted = false;
+  }
 }
 
-/**
- * The context every route and hook of the API reads: `deps` and a `trail` per request. Named,
- * so each group of routes `use`s it for its types and Elysia applies it once.
- */
+/** `deps` and a `trail` per request; named, so each group of routes `use`s it and Elysia applies it once. */
 export function requestContext(deps: RequestDeps) {
   return (
     new Elysia({ name: "request-context" })
@@ -121,7 +109,47 @@ export function requestContext(deps: RequestDeps) {
 
 export type RequestContextPlugin = ReturnType<typeof requestContext>;
 
-/** The route field of a request: the template Elysia matched, or one value when none did. */
+/** The server span, child of the caller's traceparent; its own goes on the key and outbox row. */
+function serverSpan(request: Request): Span {
+  const attributes = { "http.request.method": request.method, "url.path": pathOf(request.url) };
+  return tracer().startSpan(request.method, { kind: SpanKind.SERVER, attributes }, contextOf(request.headers.get("traceparent")));
+}
+
 export function routeOf(route: string | undefined | null): string {
   return route || UNMATCHED_ROUTE;
+}
+
+const MS_PER_S = 1000;
+
+/** Once an answer has left: its count out of flight, log line and duration, ended at the answer's stamp. */
+export function observability(context: RequestContextPlugin, httpMetrics: HttpServerMetrics | undefined) {
+  return new Elysia({ name: "observability" })
+    .use(context)
+    .onAfterHandle({ as: "global" }, ({ responseValue, trail }) => {
+      if (responseValue instanceof Response) trail.answer(responseValue);
+    })
+    // `set` is not read: a hook that reads it makes Elysia map every answer through it.
+    .onAfterResponse({ as: "global" }, ({ request, route, trail, deps }) => {
+      trail.countOut(deps.admission);
+      const durationMs = (trail.answeredAt ?? performance.now()) - trail.started;
+      const status = trail.status ?? 200;
+      const name = routeOf(route);
+      httpMetrics?.record(request.method, name, status, durationMs / MS_PER_S);
+      if (trail.span) endServerSpan(trail.span, request.method, name, status, trail.fields.tenant, trail.fields.keyHash?.toJSON());
+      const fields = { method: request.method, route: name, status, durationMs: Math.round(durationMs * 100) / 100, ...trail.fields };
+      try {
+        if (status >= 500) deps.log.error("request", fields);
+        else deps.log.info("request", fields);
+      } catch (error) {
+        deps.log.error("request log failed", { error: String(error) });
+      }
+    });
+}
+
+function endServerSpan(span: Span, method: string, route: string, status: number, tenant: string | undefined, keyHash: string | undefined): void {
+  span.updateName(`${method} ${route}`);
+  span.setAttributes({ "http.route": route, "http.response.status_code": status });
+  if (tenant !== undefined) span.setAttribute("charges.tenant", tenant);
+  if (keyHash !== undefined) span.setAttribute("charges.idempotency_key_hash", keyHash);
+  endSpan(span, status >= 500 ? String(status) : undefined);
 }

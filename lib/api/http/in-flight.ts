@@ -1,23 +1,12 @@
-// The requests in flight and each tenant's and key's share of them: a /charges request takes a
-// place of the process as its token is checked and one of its tenant's once the token names it,
-// and holds both until its answer has left. Past a cap, 503 with Retry-After at once (a key's:
-// the 409 a key in flight gets) instead of a queue without bound.
-//
-// A request still reading its body or waiting on Prefer: wait counts against its tenant. The
-// operator's routes never take a place, so a saturated process still says so. Both refusals
-// are answered in the routes' lifecycle, so each has its log line and its sample.
-import { Elysia } from "elysia";
+// A /charges request's place in flight, of the process, tenant and key, from its token's check until
+// its answer has left; past a cap, 503 (a key's: 409) with Retry-After, not an unbounded queue.
 import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
-import type { RequestContextPlugin, RequestDeps, RequestTrail } from "./context.ts";
+import type { RequestDeps, RequestTrail } from "./context.ts";
 
-/** Counts every admitted request out once its answer has left. */
-export function inFlightCap(context: RequestContextPlugin) {
-  return new Elysia({ name: "in-flight-cap" }).use(context).onAfterResponse({ as: "global" }, ({ deps, trail }) => countOut(deps, trail));
-}
+type Deps = Pick<RequestDeps, "admission">;
 
-/** A place of the process for the request, or its 503. */
-export function enterProcess(deps: Pick<RequestDeps, "admission">, trail: RequestTrail): Response | undefined {
+export function enterProcess(deps: Deps, trail: RequestTrail): Response | undefined {
   if (!deps.admission.enter()) {
     return overloaded("this process has as many requests in flight as it takes (API_MAX_IN_FLIGHT); retry later");
   }
@@ -25,45 +14,25 @@ export function enterProcess(deps: Pick<RequestDeps, "admission">, trail: Reques
   return undefined;
 }
 
-/** A place of `tenant`'s share for the request, or its 503 (the process's place given back). */
-export function enterTenant(deps: Pick<RequestDeps, "admission">, trail: RequestTrail, tenant: string): Response | undefined {
+export function enterTenant(deps: Deps, trail: RequestTrail, tenant: string): Response | undefined {
   if (!deps.admission.enterTenant(tenant)) {
-    countOut(deps, trail);
+    trail.countOut(deps.admission);
     return overloaded("this tenant has as many requests in flight as one tenant may (API_MAX_IN_FLIGHT_PER_TENANT); retry later");
   }
   trail.tenantIn = tenant;
   return undefined;
 }
 
-/**
- * A place of the tenant's Idempotency-Key for the request, when it sends one, or the 409 that key
- * would get (the process's and tenant's places given back).
- */
-export function enterKey(deps: Pick<RequestDeps, "admission">, trail: RequestTrail, tenant: string, key: string | null): Response | undefined {
+export function enterKey(deps: Deps, trail: RequestTrail, tenant: string, key: string | null): Response | undefined {
   if (key === null) return undefined;
   const scope = `${tenant}\u0000${key}`;
   if (!deps.admission.enterKey(scope)) {
-    countOut(deps, trail);
+    trail.countOut(deps.admission);
     const detail = "as many requests with this Idempotency-Key are in flight as one key may (API_MAX_IN_FLIGHT_PER_KEY); retry later";
     return problemResponse("inFlight", detail, {}, { "retry-after": RETRY_AFTER_S });
   }
   trail.keyIn = scope;
   return undefined;
-}
-
-/** The request leaves the count in flight, once: when answered, or earlier when its refusal is held (authentication.ts). */
-export function countOut(deps: Pick<RequestDeps, "admission">, trail: RequestTrail): void {
-  if (trail.keyIn !== undefined) {
-    deps.admission.leaveKey(trail.keyIn);
-    trail.keyIn = undefined;
-  }
-  if (trail.tenantIn !== undefined) {
-    deps.admission.leaveTenant(trail.tenantIn);
-    trail.tenantIn = undefined;
-  }
-  if (!trail.admitted) return;
-  trail.admitted = false;
-  deps.admission.leave();
 }
 
 function overloaded(detail: string): Response {
