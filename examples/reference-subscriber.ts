@@ -35,7 +35,7 @@ import { startInboxRetention } from "../lib/subscriber/inbox-retention.ts";
 import { startTelemetry } from "../lib/platform/telemetry.ts";
 import { observePool, startRuntimeMetrics } from "../lib/platform/runtime-metrics.ts";
 import { transactionsInProgress } from "../lib/platform/tx.ts";
-import { openConnections } from "../lib/platform/open-connections.ts";
+import { openConnections } from "../lib/platform/db.ts";
 import { isShareGroup, sharedSubscriptionFilter, subscriptionFilter } from "../lib/charges/events.ts";
 
 const config = configOrExit(process.env);

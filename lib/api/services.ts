@@ -3,7 +3,7 @@
 import type { Config } from "../platform/config.ts";
 import { createSql, describeDbError, type Sql } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
-import { openConnections } from "../platform/open-connections.ts";
+import { openConnections } from "../platform/db.ts";
 import { createPoolGate } from "../platform/pool-gate.ts";
 import { createIdempotencyCore, type ForeignOptions, type IdempotencyCore } from "../idempotency/run.ts";
 import type { ApiMetrics } from "./metrics.ts";

@@ -1,17 +1,14 @@
-// The API's one statement per request, within its deadline and its pool's time bounds, on a
-// direct pool or behind a transaction pooler (pooler.ts).
+// The API's one statement per request, within its deadline and its pool's time bounds.
 import type { Sql, Tx } from "./db.ts";
 import { isTransactionPooled } from "./pooler.ts";
 import { REQUEST_DEADLINE, settleBy, TimeBoundError, type Cancellable } from "./pool-gate.ts";
 import { transaction } from "./tx.ts";
 
 /**
- * The statement `build` makes, settled by `endsAt` (settleBy). On a direct pool it is sent as
- * it is: its connection carries the bounds. Behind a transaction pooler the bounds exist only
- * inside a transaction, so it gets one of its own: BEGIN, then the bounds and the statement in
- * one flight, then COMMIT: three round trips instead of one, the price of a pooler. A pooler queues a BEGIN while all its server connections are busy, where no
- * cancel reaches: if the deadline comes first the request is refused, and the statement,
- * never sent, is rolled back with its transaction once the pooler gets to it.
+ * The statement `build` makes, settled by `endsAt`. Behind a transaction pooler the bounds exist
+ * only in a transaction, so it gets one (three round trips). A pooler queues a BEGIN where no
+ * cancel reaches: if the deadline comes first the request is refused, and the statement, never
+ * sent, is rolled back with its transaction once the pooler gets to it.
  */
 export function boundedStatement<T>(sql: Sql, endsAt: number, build: (q: Sql | Tx) => Cancellable<T>): Promise<T> {
   if (!isTransactionPooled(sql)) return settleBy(build(sql), endsAt);

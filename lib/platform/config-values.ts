@@ -1,6 +1,5 @@
-// The readers of one configuration value each, for lib/platform/config.ts (the one module that
-// reads the environment): a bad value is a ConfigError naming the variable, and a URL is only
-// ever echoed masked.
+// The readers of one configuration value each, for config.ts and its neighbours: a bad value is
+// a ConfigError naming the variable, and a URL is only ever echoed masked.
 import { isIP } from "node:net";
 import { maskUrl } from "./redact.ts";
 import { parseDatabaseUrl } from "./database-url.ts";
@@ -14,41 +13,35 @@ export type Env = Record<string, string | undefined>;
 export function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
   const raw = env[name];
   if (raw === undefined || raw.trim() === "") return fallback;
-  if (!/^\d+$/.test(raw.trim())) {
-    throw new ConfigError(`${name} must be an integer between ${min} and ${max}, got "${raw}"`);
-  }
   const value = Number(raw.trim());
-  if (!Number.isSafeInteger(value) || value < min || value > max) {
+  if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(value) || value < min || value > max) {
     throw new ConfigError(`${name} must be an integer between ${min} and ${max}, got "${raw}"`);
   }
   return value;
 }
 
-export function url(env: Env, name: string, fallback: string, protocols: readonly string[]): string {
-  const raw = env[name];
-  if (raw === undefined || raw.trim() === "") return fallback;
-  let parsed: URL;
-  try {
-    parsed = new URL(raw.trim());
-  } catch {
-    // The value may carry a password: only its masked form is ever echoed.
-    throw new ConfigError(`${name} is not a URL: "${maskUrl(raw.trim())}"`);
-  }
-  if (!protocols.includes(parsed.protocol)) {
-    throw new ConfigError(`${name} must use ${protocols.join(" or ")}, got "${parsed.protocol}"`);
-  }
-  return raw.trim();
+/** `raw`, trimmed and lower-cased, when it is one of `values`. */
+export function oneOf<T extends string>(name: string, raw: string, values: readonly T[]): T {
+  const value = raw.trim().toLowerCase();
+  const found = values.find((v) => v === value);
+  if (!found) throw new ConfigError(`${name} must be one of ${values.join(", ")}, got "${value}"`);
+  return found;
 }
 
-/**
- * One URL or a comma-separated list of them (MQTT_URL's brokers), each checked as url() checks
- * one; an entry is named by its place and shown masked. A "," inside an entry (a password)
- * must be written %2C.
- */
-export function urlList(env: Env, name: string, fallback: string, protocols: readonly string[]): readonly string[] {
+export function url(env: Env, name: string, fallback: string, protocols: readonly string[]): string {
   const raw = env[name]?.trim();
-  if (raw === undefined || raw === "") return Object.freeze([fallback]);
-  const entries = raw.split(",").map((entry) => entry.trim());
+  if (raw === undefined || raw === "") return fallback;
+  if (!URL.canParse(raw)) throw new ConfigError(`${name} is not a URL: "${maskUrl(raw)}"`);
+  const { protocol } = new URL(raw);
+  if (!protocols.includes(protocol)) {
+    throw new ConfigError(`${name} must use ${protocols.join(" or ")}, got "${protocol}"`);
+  }
+  return raw;
+}
+
+/** One URL or a comma-separated list (MQTT_URL's brokers); a "," inside an entry is written %2C. */
+export function urlList(env: Env, name: string, fallback: string, protocols: readonly string[]): readonly string[] {
+  const entries = (env[name]?.trim() ?? "").split(",").map((entry) => entry.trim());
   // A single URL is refused in url()'s own words.
   if (entries.length === 1) return Object.freeze([url(env, name, fallback, protocols)]);
   for (const [i, entry] of entries.entries()) {
@@ -61,7 +54,7 @@ export function urlList(env: Env, name: string, fallback: string, protocols: rea
   return Object.freeze(entries);
 }
 
-/** A libpq-style URL, one host or a list (lib/platform/database-url.ts); refused with its masked form. */
+/** A libpq-style URL, one host or a list (database-url.ts). */
 export function databaseUrl(env: Env, name: string, fallback: string): string {
   const raw = env[name]?.trim();
   if (raw === undefined || raw === "") return fallback;
@@ -78,7 +71,7 @@ export function flag(env: Env, name: string, fallback = false): boolean {
   throw new ConfigError(`${name} must be 1, true, 0 or false, got "${raw}"`);
 }
 
-// An IPv4 or IPv6 address, or a host name made of DNS labels.
+// DNS labels; an IP address is checked by isIP.
 const HOST_NAME = /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 
 export function host(env: Env, name: string, fallback: string): string {
@@ -88,4 +81,11 @@ export function host(env: Env, name: string, fallback: string): string {
     throw new ConfigError(`${name} must be an IP address or a host name, got "${raw}"`);
   }
   return raw;
+}
+
+/** A secret of at least `min` bytes; only its length is ever echoed. */
+export function secret(name: string, raw: string | undefined, min: number): string | undefined {
+  const bytes = raw ? new TextEncoder().encode(raw).byteLength : 0;
+  if (raw && bytes < min) throw new ConfigError(`${name} must be at least ${min} bytes, got ${bytes}`);
+  return raw || undefined;
 }

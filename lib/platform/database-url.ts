@@ -1,37 +1,22 @@
-// DATABASE_URL in libpq's URI form, with one host or a list of them for a failover pair:
-//
-//   postgres://app:secret@db-a:5432,db-b:5432/charges?target_session_attrs=read-write
-//
-// The hosts are tried in order for every new connection; target_session_attrs says which
-// server may keep it. Parsed here for both readers: the configuration, which refuses a bad list
-// or target at start, and createSql, which hands postgres.js what it needs.
+// DATABASE_URL in libpq's URI form, one host or a failover list tried in order for every new
+// connection (`postgres://u:p@db-a:5432,db-b:5432/db?target_session_attrs=read-write`), parsed
+// for the configuration (which refuses a bad one at start) and for createSql.
 import { isIP } from "node:net";
 
-/** What a connection may be kept on: any server, or one that accepts writes. */
-export type TargetSessionAttrs = "any" | "read-write" | "primary";
+type TargetSessionAttrs = "any" | "read-write" | "primary";
 
-export interface DatabaseHost {
-  /** A name, an IPv4 address, or (alone, not in a list) an IPv6 address without its brackets. */
-  readonly host: string;
-  /** Unset: the default port (5432). */
-  readonly port: number | undefined;
-}
-
-export type DatabaseUrl =
-  | { readonly kind: "parsed"; readonly hosts: readonly DatabaseHost[]; readonly targetSessionAttrs: TargetSessionAttrs }
+type DatabaseUrl =
+  | { readonly kind: "parsed"; readonly targetSessionAttrs: TargetSessionAttrs }
   /** `reason` never holds the URL's text: the caller shows the masked URL beside it. */
   | { readonly kind: "refused"; readonly reason: string };
 
 const SCHEMES = ["postgres:", "postgresql:"];
 const PARAM = "target_session_attrs";
 const WRITABLE: readonly TargetSessionAttrs[] = ["read-write", "primary", "any"];
-// libpq's other values: a session each of them allows can be on a standby, which refuses every
-// write, and every process here writes (the API its charges, the relay its marks, the subscriber
-// its inbox, the ops jobs their deletes).
+// libpq's other values allow a standby, which refuses every write, and every process here writes.
 const READ_ONLY = ["read-only", "standby", "prefer-standby"];
 const MAX_PORT = 65_535;
-// A host name as RFC 3986 allows it in an authority (letters, digits, "-._~", percent escapes,
-// sub-delimiters), "," excepted: it separates the list. Resolving it is the resolver's job.
+// A host name as RFC 3986 allows it in an authority, "," excepted: it separates the list.
 const REG_NAME = /^[A-Za-z0-9\-._~%!$&'()*+;=]+$/;
 // scheme://authority rest: the authority ends at the first "/", "?" or "#".
 const SHAPE = /^([A-Za-z][A-Za-z0-9+.-]*:)\/\/([^/?#]*)(.*)$/s;
@@ -45,50 +30,42 @@ export function parseDatabaseUrl(raw: string): DatabaseUrl {
   if (!SCHEMES.includes(scheme.toLowerCase())) return refused(`must use ${SCHEMES.join(" or ")}, got "${scheme}"`);
   // The last "@": a password holding a raw "@" stays in the user part.
   const at = authority.lastIndexOf("@");
-  const list = authority.slice(at + 1);
-  const hosts: DatabaseHost[] = [];
-  const entries = list.split(",");
+  const entries = authority.slice(at + 1).split(",");
   // postgres.js 3.4.9 ends a list's userinfo at its first "@", so a raw one would become a host.
   if (entries.length > 1 && authority.slice(0, Math.max(at, 0)).includes("@")) {
     return refused('has a raw "@" in its user or password, which postgres.js misreads before a host list: write it as %40');
   }
   for (const [i, entry] of entries.entries()) {
-    const host = hostOf(entry, entries.length);
-    if (typeof host === "string") return refused(entries.length > 1 ? `has a bad host list: entry ${i + 1} ${host}` : `has a bad host, which ${host}`);
-    hosts.push(host);
+    const problem = hostProblem(entry, entries.length);
+    if (problem) return refused(entries.length > 1 ? `has a bad host list: entry ${i + 1} ${problem}` : `has a bad host, which ${problem}`);
   }
   // The rest (user, database, parameters) as the URL parser reads it, with the first host alone.
-  let url: URL;
-  try {
-    url = new URL(`${scheme}//${authority.slice(0, at + 1)}${entries[0]}${rest}`);
-  } catch {
-    return refused("is not a URL");
-  }
-  const target = targetOf(url.searchParams.getAll(PARAM));
-  return "refused" in target ? refused(target.refused) : { kind: "parsed", hosts, targetSessionAttrs: target.attrs };
+  const first = `${scheme}//${authority.slice(0, at + 1)}${entries[0]}${rest}`;
+  if (!URL.canParse(first)) return refused("is not a URL");
+  const target = targetOf(new URL(first).searchParams.getAll(PARAM));
+  return "refused" in target ? refused(target.refused) : { kind: "parsed", targetSessionAttrs: target.attrs };
 }
 
-/** One entry of the list, or what is wrong with it (in words that do not repeat it). */
-function hostOf(entry: string, entries: number): DatabaseHost | string {
-  // libpq's own default (a local server) when the URL names no host at all.
-  if (entry === "") return entries === 1 ? { host: "", port: undefined } : "is empty";
+/** What is wrong with one entry of the list (in words that do not repeat it), if anything. */
+function hostProblem(entry: string, entries: number): string | undefined {
+  // No host at all is libpq's own default, a local server.
+  if (entry === "") return entries === 1 ? undefined : "is empty";
   const bracketed = /^\[([^\]]*)\](?::(\d*))?$/.exec(entry);
   if (bracketed) {
     if (isIP(bracketed[1] ?? "") !== 6) return "is not an IPv6 address in brackets";
     // postgres.js 3.4.9 splits each entry of a list on ":", brackets or not.
     if (entries > 1) return "is an IPv6 address, which postgres.js cannot take in a list: use a host name";
-    return withPort(bracketed[1]!, bracketed[2]);
+    return portProblem(bracketed[2]);
   }
   const [name = "", port, extra] = entry.split(":");
   if (extra !== undefined || !REG_NAME.test(name)) return "is not a host name, an IPv4 address or an [IPv6] address";
-  if (port !== undefined && !/^\d*$/.test(port)) return `has a port that is not an integer from 1 to ${MAX_PORT}`;
-  return withPort(name, port);
+  return portProblem(port);
 }
 
-function withPort(host: string, port: string | undefined): DatabaseHost | string {
-  if (port === undefined || port === "") return { host, port: undefined };
-  const value = Number(port);
-  return value >= 1 && value <= MAX_PORT ? { host, port: value } : `has a port that is not an integer from 1 to ${MAX_PORT}`;
+function portProblem(port: string | undefined): string | undefined {
+  if (port === undefined || port === "") return undefined;
+  const value = /^\d+$/.test(port) ? Number(port) : 0;
+  return value >= 1 && value <= MAX_PORT ? undefined : `has a port that is not an integer from 1 to ${MAX_PORT}`;
 }
 
 /** The parameter's value, or why it is refused. */
@@ -104,22 +81,16 @@ function targetOf(values: readonly string[]): { readonly attrs: TargetSessionAtt
   return { refused: `has ${PARAM}${shown}; accepted: ${WRITABLE.join(", ")}` };
 }
 
-/** What postgres.js is given for `raw`: the URL it parses, and the option that overrides it. */
-export interface ClientTarget {
+interface ClientTarget {
   readonly url: string;
   readonly target_session_attrs?: "primary";
 }
 
 /**
- * postgres.js 3.4.9's reading of target_session_attrs, corrected where it parts from libpq's:
- *  - read-write is checked against default_transaction_read_only alone, which a hot standby of
- *    Postgres 14 or later reports as "off" (its read-only state comes from recovery, not from
- *    that setting), so a read-write pool connects to a standby and fails every write with
- *    25006. Its "primary" (in_hot_standby must be off) refuses a standby; a primary that is
- *    read-only by its settings is left on the first refused write (read-only.ts). Seen by
- *    postgres.js's author too: hapostgres/pg_auto_failover#970.
- *  - "any", libpq's default, it refuses as unknown: it is left out.
- * A URL the configuration would refuse (only tests build one) is handed over untouched.
+ * postgres.js 3.4.9's target_session_attrs, corrected: its read-write checks only
+ * default_transaction_read_only, which a Postgres 14+ hot standby reports "off"
+ * (hapostgres/pg_auto_failover#970), so it gets "primary" (in_hot_standby off) instead; "any",
+ * libpq's default, it refuses as unknown, so it is left out. A refused URL is handed over as is.
  */
 export function clientTarget(raw: string): ClientTarget {
   const parsed = parseDatabaseUrl(raw);

@@ -1,68 +1,54 @@
-// The postgres.js client and the classification of database errors (migrations: migrations.ts).
+// The postgres.js client, its open-connection count, and the classification of database errors.
 import postgres from "postgres";
 import { within } from "./within.ts";
 import { clientTarget } from "./database-url.ts";
 import { POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "./pool-gate.ts";
 import type { DatabasePooler } from "./config.ts";
 import { transactionPooled } from "./pooler.ts";
-import { createOpenCounter, trackOpen } from "./open-connections.ts";
 
-import type { Sql } from "./sql-types.ts";
+export type Sql = postgres.Sql<Record<string, never>>;
+export type Tx = postgres.TransactionSql<Record<string, never>>;
 
-export type { Sql, Tx } from "./sql-types.ts";
-
+/**
+ * The timeouts are startup parameters (unset: the server's). `singleUse`: a client that lives for
+ * one request (the edge worker): no named prepared statements, no type lookup at connect (only
+ * array columns need it). `countOpen` costs a stack captured per statement.
+ */
 export interface DbOptions {
-  /** Pool size. The API wants several (one per in-flight request); the relay a few. */
   readonly max?: number;
   readonly applicationName?: string;
-  /**
-   * Server-side bound on every statement of the pool (statement_timeout, SQLSTATE 57014 when
-   * it trips). Unset: the server's setting. Sent as a startup parameter: no cost per query.
-   */
   readonly statementTimeoutMs?: number;
-  /** Server-side bound on every lock wait (lock_timeout, SQLSTATE 55P03). Unset: the server's setting. */
   readonly lockTimeoutMs?: number;
-  /**
-   * A client that lives for one request (the edge worker): no named prepared statements (each
-   * would be parsed on a connection used once) and no type lookup when it connects (a round
-   * trip that only array columns need, and the API has none).
-   */
   readonly singleUse?: boolean;
-  /**
-   * Count the pool's open connections (openConnections(), db_client_connections_open). Not for
-   * a pool that LISTENs (open-connections.ts). Costs postgres.js's debug mode: a stack captured
-   * per statement.
-   */
   readonly countOpen?: boolean;
-  /**
-   * "transaction": the URL is a pooler in transaction mode (DATABASE_POOLER): no named prepared
-   * statements, no startup parameters but application_name, and the bounds above set by each
-   * transaction instead (pooler.ts). Default "none".
-   */
   readonly pooler?: DatabasePooler;
 }
 
-// A connect that has not answered in this time is reported as "database unreachable"
-// instead of hanging the request; short enough to answer a client within its own timeout.
-const CONNECT_TIMEOUT_S = 5;
-// Idle pool connections are closed after this long so a quiet process holds no backends.
-const IDLE_TIMEOUT_S = 60;
+const openCounts = new WeakMap<Sql, Set<number>>();
 
 export function createSql(url: string, options: DbOptions = {}): Sql {
   const pooled = options.pooler === "transaction";
   // A list of hosts and target_session_attrs as libpq reads them (database-url.ts).
   const { url: clientUrl, ...target } = clientTarget(url);
-  const counter = options.countOpen ? createOpenCounter() : undefined;
+  // postgres.js exports no count: `debug` names the connection each statement goes on, `onclose`
+  // the one that closed. Not for a pool that LISTENs: postgres.js gives LISTEN a client of its
+  // own with the same options, whose connection would be counted and never uncounted.
+  const open = options.countOpen ? new Set<number>() : undefined;
   const sql = postgres(clientUrl, {
     ...target,
     max: options.max ?? 10,
-    connect_timeout: CONNECT_TIMEOUT_S,
-    idle_timeout: IDLE_TIMEOUT_S,
+    // Seconds: a connect unanswered this long is "database unreachable", within a client's own
+    // timeout; a quiet process holds no backends.
+    connect_timeout: 5,
+    idle_timeout: 60,
     // Named prepared statements: the hot path parses each statement once per connection.
     prepare: !options.singleUse && !pooled,
     fetch_types: !options.singleUse,
     onnotice: () => {},
-    ...(counter && { debug: counter.debug, onclose: counter.onclose }),
+    ...(open && {
+      debug: (connection: number) => void open.add(connection),
+      onclose: (connection: number) => void open.delete(connection),
+    }),
     connection: {
       application_name: options.applicationName ?? "charges",
       ...(!pooled && options.statementTimeoutMs !== undefined && { statement_timeout: options.statementTimeoutMs }),
@@ -70,48 +56,35 @@ export function createSql(url: string, options: DbOptions = {}): Sql {
     },
   }) as unknown as Sql;
   const client = pooled ? transactionPooled(sql, options) : sql;
-  return counter ? trackOpen(client, counter) : client;
+  if (open) openCounts.set(client, open);
+  return client;
 }
 
-// SQLSTATE classes that mean "the database cannot serve this now, try again later":
-// 08 connection exception, 53 insufficient resources, 57 operator intervention
-// (admin shutdown, query canceled, cannot connect now), 58 system error, the two
-// retryable transaction failures, and 25006: a write refused by a server that is read-only,
-// a primary being failed over (its pool then leaves it: read-only.ts).
+/** The connections `sql` holds open now; undefined for a pool created without `countOpen`. */
+export function openConnections(sql: Sql): number | undefined {
+  return openCounts.get(sql)?.size;
+}
+
+// Try again later: SQLSTATE classes 08 connection, 53 resources, 57 operator intervention, 58
+// system; the retryable transaction failures; 25006, a primary being failed over (read-only.ts).
 const UNAVAILABLE_CLASSES = ["08", "53", "57", "58"];
 const UNAVAILABLE_STATES = new Set(["40001", "40P01", "55P03", "25P03", "25006"]);
-// postgres.js's own codes for a connection it lost or could not open, Node's socket codes,
-// and the pool gate's refusals (nothing was sent).
-const UNAVAILABLE_CLIENT_CODES = new Set([
-  POOL_WAIT_TIMEOUT,
-  REQUEST_DEADLINE,
-  "CONNECTION_CLOSED",
-  "CONNECTION_ENDED",
-  "CONNECTION_DESTROYED",
-  "CONNECT_TIMEOUT",
-  "ECONNREFUSED",
-  "ECONNRESET",
-  "EPIPE",
-  "ETIMEDOUT",
-  "ENOTFOUND",
-  "EAI_AGAIN",
-  "EHOSTUNREACH",
-  "ConnectionRefused",
-  "ConnectionClosed",
-]);
+// postgres.js's codes for a connection lost or never opened, Node's socket codes, and the pool
+// gate's refusals (nothing was sent).
+const UNAVAILABLE_CLIENT_CODES = new Set([POOL_WAIT_TIMEOUT, REQUEST_DEADLINE, "CONNECTION_CLOSED", "CONNECTION_ENDED",
+  "CONNECTION_DESTROYED", "CONNECT_TIMEOUT", "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "ENOTFOUND",
+  "EAI_AGAIN", "EHOSTUNREACH", "ConnectionRefused", "ConnectionClosed"]);
 
 /** True when the error is the database being away or overloaded, not a bug. */
 export function isUnavailable(error: unknown): boolean {
-  if (typeof error !== "object" || error === null) return false;
-  const code = (error as { code?: unknown }).code;
-  if (typeof code !== "string") return false;
+  const code = sqlState(error);
+  if (code === undefined) return false;
   if (UNAVAILABLE_CLIENT_CODES.has(code) || UNAVAILABLE_STATES.has(code)) return true;
   return /^[0-9A-Z]{5}$/.test(code) && UNAVAILABLE_CLASSES.includes(code.slice(0, 2));
 }
 
-// A time bound tripped: statement_timeout (57014 query_canceled), lock_timeout (55P03
-// lock_not_available), or the pool gate refused before sending anything. All are also
-// isUnavailable; this only lets an answer say which kind of unavailable it was.
+// statement_timeout (57014), lock_timeout (55P03), or the pool gate's refusals: all also
+// isUnavailable; this lets an answer say which kind of unavailable it was.
 const TIME_BOUND_CODES = new Set(["57014", "55P03", POOL_WAIT_TIMEOUT, REQUEST_DEADLINE]);
 
 export function isTimeBound(error: unknown): boolean {
@@ -119,10 +92,8 @@ export function isTimeBound(error: unknown): boolean {
   return code !== undefined && TIME_BOUND_CODES.has(code);
 }
 
-// The connection under a statement went away, not the statement failing: closed or ended
-// by the client library, reset, or terminated by the server (admin or crash shutdown,
-// cannot connect now, idle session timeout, any class 08 connection exception). A new
-// connection may work.
+// The connection under a statement went away (closed by the client library, reset, terminated by
+// the server, any class 08), not the statement failing: a new connection may work.
 const CONNECTION_LOST_CODES = new Set(["CONNECTION_CLOSED", "CONNECTION_DESTROYED", "CONNECTION_ENDED", "ECONNRESET", "EPIPE", "ETIMEDOUT"]);
 const CONNECTION_LOST_STATES = new Set(["57P01", "57P02", "57P03", "57P05"]);
 

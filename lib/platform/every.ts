@@ -1,26 +1,20 @@
-// A periodic job on a timer: run, wait, run again. The wait starts when a run ends, so runs
-// never overlap and a slow run pushes the next one back instead of piling runs up behind it.
-// Shared by the relay's ops loop and the subscriber's inbox retention, which may not import
-// each other.
+// A periodic job: run, wait, run again. The wait starts when a run ends, so runs never overlap
+// and a slow run pushes the next one back instead of piling runs up behind it.
 
-export interface Every {
-  /** No run starts after this; resolves once the run in flight, if any, has ended. */
-  stop(): Promise<void>;
-}
+export type Every = ReturnType<typeof every>;
 
-export interface EveryOptions {
-  /** The wait before a run, asked again each time (a function lets the caller pick it from its own state). */
+/**
+ * `delayMs` is asked again before each wait; `signal` aborts on stop(), for a job of several
+ * steps to check between them; after a failed run (`onError`) the next comes on time.
+ */
+interface EveryOptions {
   readonly delayMs: number | (() => number);
-  /** Whether the first run starts inside every() itself rather than after the first wait. */
   readonly runAtOnce: boolean;
-  /** `signal` aborts on stop(): a job of several steps checks it between them. */
   readonly job: (signal: AbortSignal) => Promise<unknown>;
-  /** Told about a run that failed; the next run comes on time all the same. */
   readonly onError: (error: unknown) => void;
 }
 
-/** Starts the job's runs, at once or after the first wait, until stop(). */
-export function every(options: EveryOptions): Every {
+export function every(options: EveryOptions) {
   const stopping = new AbortController();
   let timer: ReturnType<typeof setTimeout> | undefined;
   let run: Promise<void> = Promise.resolve();
@@ -39,7 +33,8 @@ export function every(options: EveryOptions): Every {
   if (options.runAtOnce) start();
   else wait();
   return {
-    async stop() {
+    /** No run starts after this; resolves once the run in flight, if any, has ended. */
+    async stop(): Promise<void> {
       stopping.abort();
       clearTimeout(timer);
       await run;

@@ -1,42 +1,24 @@
-// http_server_request_duration_seconds (OpenTelemetry's HTTP server semantic conventions), for
-// the API's pipeline and the relay's operator port, counted in plain integers and handed to the
-// SDK at collection (telemetry.ts). An OTel Histogram's record() hashes its attribute set on
-// every call; here a request costs a few map lookups and increments (bench/README.md, "HTTP
-// histogram on vs off").
-//
-// The attributes carry the convention's dotted names (Prometheus shows http_request_method,
-// http_route, http_response_status_code). Labels are bounded by construction: a standard method
-// or `_OTHER`, a route template or UNMATCHED_ROUTE, a three-digit status.
+// http_server_request_duration_seconds (OpenTelemetry's HTTP server conventions), counted in
+// plain integers and handed to the SDK at collection: an OTel Histogram's record() hashes its
+// attributes on every call (bench/README.md, "HTTP histogram on vs off").
 
 export const HTTP_DURATION_METRIC = "http_server_request_duration_seconds";
 
-/**
- * Upper bounds (seconds). Most answers (health probes, replays, a charge's one statement and
- * commit) are short, so the low end is fine-grained; above that the
- * buckets land on the service's own time bounds, so a histogram shows which one a slow
- * request ran into: 2 s is API_LOCK_TIMEOUT_MS and API_POOL_WAIT_MS, 5 s API_STATEMENT_TIMEOUT_MS
- * and 10 s API_REQUEST_TIMEOUT_MS (the defaults). Anything in +Inf outlived every bound.
- */
+// Seconds: fine-grained where most answers are, then the default time bounds (2 s lock and pool
+// wait, 5 s statement, 10 s request), so a histogram shows which one a slow request ran into.
 export const HTTP_DURATION_BUCKETS_S: readonly number[] = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10];
 
-/**
- * The route label of a request no route matched. The convention leaves http.route unset when
- * there is no route; one named value instead keeps every series with the same labels, lets a
- * dashboard show scanner traffic by name, and is what the request log's route field says.
- */
+/** The route of a request no route matched: one named value keeps every series' labels alike. */
 export const UNMATCHED_ROUTE = "(unmatched)";
 
-// The convention's known methods (RFC 9110 and PATCH, RFC 5789); anything else is `_OTHER`,
-// so a client inventing methods cannot create series.
+// The convention's known methods: a client inventing methods cannot create series.
 const KNOWN_METHODS: readonly string[] = ["CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"];
 export const OTHER_METHOD = "_OTHER";
-const METHOD_SLOT = new Map(KNOWN_METHODS.map((method, i) => [method, i]));
-const OTHER_SLOT = KNOWN_METHODS.length;
 const METHOD_OF_SLOT = [...KNOWN_METHODS, OTHER_METHOD];
+const METHOD_SLOT = new Map(KNOWN_METHODS.map((method, i) => [method, i]));
 
 /** One (method, route, status)'s running totals, with its attributes built once. */
-export interface HistogramSeries {
-  /** The status is an integer, as the convention types it (Prometheus prints it as digits). */
+interface HistogramSeries {
   readonly attributes: Readonly<Record<string, string | number>>;
   /** Per bucket of `boundaries`, the last one for values above every bound (not cumulative). */
   readonly counts: number[];
@@ -47,15 +29,12 @@ export interface HistogramSeries {
 }
 
 /** What telemetry.ts exports at each collection: a cumulative histogram since `startedAt` (epoch ms). */
-export interface HistogramSource {
+export interface HttpServerMetrics {
   readonly name: string;
   readonly description: string;
   readonly boundaries: readonly number[];
   readonly startedAt: number;
   series(): Iterable<HistogramSeries>;
-}
-
-export interface HttpServerMetrics extends HistogramSource {
   /** One answered request; `route` is a template or UNMATCHED_ROUTE, never a concrete path. */
   record(method: string, route: string, status: number, seconds: number): void;
 }
@@ -63,16 +42,16 @@ export interface HttpServerMetrics extends HistogramSource {
 /** By route, then by method slot, then by status. */
 type Table = Map<string, (Map<number, HistogramSeries> | undefined)[]>;
 
-export function createHttpServerMetrics(now: () => number = Date.now): HttpServerMetrics {
+export function createHttpServerMetrics(): HttpServerMetrics {
   const table: Table = new Map();
   const bounds = HTTP_DURATION_BUCKETS_S;
   return {
     name: HTTP_DURATION_METRIC,
     description: "Duration of HTTP server requests, from the request reaching the handler to its response",
     boundaries: bounds,
-    startedAt: now(),
+    startedAt: Date.now(),
     record(method, route, status, seconds) {
-      const slot = METHOD_SLOT.get(method) ?? OTHER_SLOT;
+      const slot = METHOD_SLOT.get(method) ?? KNOWN_METHODS.length;
       let byMethod = table.get(route);
       if (byMethod === undefined) table.set(route, (byMethod = []));
       let byStatus = byMethod[slot];

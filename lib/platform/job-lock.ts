@@ -1,5 +1,5 @@
-// One runner per periodic job across every process sharing the database, and the bounded
-// batch loop the retention jobs use.
+// One runner per periodic job across every process sharing the database, and the bounded batch
+// loop the retention jobs use.
 import { isConnectionLost, type Sql } from "./db.ts";
 import { isTransactionPooled } from "./pooler.ts";
 import { transaction } from "./tx.ts";
@@ -7,9 +7,7 @@ import { within } from "./within.ts";
 
 export type Locked<T> = { readonly ran: true; readonly value: T } | { readonly ran: false };
 
-// postgres.js 3.4.9 can leave reserve() waiting for good once connections of its pool were
-// killed (the relay's ops loop then never ended, nor did SIGTERM: test/relay-outages.test.ts).
-// The wait is bounded, and given up at once when the caller stops.
+// postgres.js 3.4.9 can leave reserve() waiting for good once its connections were killed.
 const RESERVE_TIMEOUT_MS = 5000;
 
 /** A reserved connection; throws when the wait for one ran out or `signal` aborted it. */
@@ -23,29 +21,18 @@ async function reserveWithin(sql: Sql, ms: number, signal: AbortSignal | undefin
 }
 
 /**
- * Runs `work` while holding the session-level advisory lock `lockId`, on a connection reserved
- * for it; when another session holds the lock, returns `{ ran: false }` at once, never waits.
- *
- * Session-level rather than transaction-level: a retention job deletes in many short
- * transactions (one per batch) so that a backlog never holds one long transaction, which a
- * transaction-scoped lock would force. The lock belongs to the reserved connection, and
- * `work` runs its statements on that same connection: if the connection dies, the lock is
- * released by the server and the job's statements fail with it, so a second runner can never
- * overlap a first one that still writes. `signal` (the caller stopping) gives up the wait for
- * a connection; a job that has started runs to its end.
- *
- * Behind a transaction pooler a session lock would belong to a server connection other
- * clients use next: there `work` runs in one transaction that holds the lock with
- * pg_try_advisory_xact_lock (the same lock space: it excludes session holders elsewhere too).
- * Retention jobs use deleteUnderJobLock, which keeps their transactions short.
+ * Runs `work` holding the session advisory lock `lockId` (so a job may use many short
+ * transactions), or returns `{ ran: false }` at once when another session holds it. `work` runs
+ * on the lock's connection: if that dies, the lock goes with its statements, and a second runner
+ * never overlaps a first that still writes. Behind a transaction pooler, one transaction holding
+ * pg_try_advisory_xact_lock instead (the same lock space).
  */
 export async function withJobLock<T>(sql: Sql, lockId: bigint, work: (conn: Sql) => Promise<T>, signal?: AbortSignal): Promise<Locked<T>> {
   if (isTransactionPooled(sql)) return withTransactionLock(sql, lockId, work);
   const conn = await reserveWithin(sql, RESERVE_TIMEOUT_MS, signal);
-  // postgres.js 3.4.9: a reserved connection that closes is already back among the pool's
-  // closed ones; release() would then list it as open, and the next query sent on it (any
-  // caller's) throws an uncatchable TypeError that ends the process. So once the connection
-  // is lost, neither unlock (the server dropped the lock with the session) nor release.
+  // postgres.js 3.4.9 lists a closed reserved connection among the closed ones already: release()
+  // would list it as open too, and the next query on it would end the process (an uncatchable
+  // TypeError). A lost connection is neither unlocked (the server dropped the lock) nor released.
   let lost = false;
   const noteLost = (error: unknown): never => {
     lost ||= isConnectionLost(error);
@@ -80,12 +67,13 @@ export interface BatchLimits {
   readonly maxBatches: number;
 }
 
-/** Repeats `deleteBatch` (one statement, one short transaction) until a batch comes back short. */
-export async function deleteInBatches(limits: BatchLimits, deleteBatch: () => Promise<number>): Promise<{ deleted: number; batches: number }> {
+/** Repeats `step` until a batch comes back short, or `step` finds the lock taken (undefined). */
+async function deleteInBatches(limits: BatchLimits, step: () => Promise<number | undefined>): Promise<{ deleted: number; batches: number }> {
   let deleted = 0;
   let batches = 0;
   while (batches < limits.maxBatches) {
-    const n = await deleteBatch();
+    const n = await step();
+    if (n === undefined) break;
     batches++;
     deleted += n;
     if (n < limits.batch) break;
@@ -94,12 +82,9 @@ export async function deleteInBatches(limits: BatchLimits, deleteBatch: () => Pr
 }
 
 /**
- * `deleteBatch` (one statement) repeated under the job's lock until a batch comes back short
- * (deleteInBatches): one session lock over every batch; behind a transaction pooler, every
- * batch in a transaction of its own that takes the lock again, so a run never holds one long
- * transaction (its row locks, the vacuum horizon) and no batch runs beside another process's.
- * When a later batch finds the lock taken, another process has started the job: the run ends
- * there with what it deleted, and that process carries on.
+ * `deleteBatch` repeated under the job's lock until a batch comes back short; behind a
+ * transaction pooler, a transaction per batch that takes the lock again (never one long
+ * transaction), and a batch that finds it taken ends the run: another process carries on.
  */
 export async function deleteUnderJobLock(
   sql: Sql,
@@ -109,14 +94,9 @@ export async function deleteUnderJobLock(
   signal?: AbortSignal,
 ): Promise<Locked<{ deleted: number; batches: number }>> {
   if (!isTransactionPooled(sql)) return withJobLock(sql, lockId, (conn) => deleteInBatches(limits, () => deleteBatch(conn)), signal);
-  let deleted = 0;
-  let batches = 0;
-  while (batches < limits.maxBatches) {
+  const run = await deleteInBatches(limits, async () => {
     const step = await withTransactionLock(sql, lockId, deleteBatch);
-    if (!step.ran) break;
-    batches++;
-    deleted += step.value;
-    if (step.value < limits.batch) break;
-  }
-  return batches === 0 ? { ran: false } : { ran: true, value: { deleted, batches } };
+    return step.ran ? step.value : undefined;
+  });
+  return run.batches === 0 ? { ran: false } : { ran: true, value: run };
 }

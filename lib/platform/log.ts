@@ -1,7 +1,5 @@
-// Structured logs: one JSON line per event on stdout. LOG_LEVEL picks the least severe
-// level written. Never put a stack trace or SQL text in a field a client can see; logs
-// are for operators: they carry a short hash of an idempotency key (keyHash), never the
-// key itself, and never a token.
+// Structured logs: one JSON line per event on stdout, at LOG_LEVEL and above. They carry a hash
+// of an idempotency key (keyHash), never the key, and never a token.
 import type { LogLevel } from "./config.ts";
 
 const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 };

@@ -1,9 +1,7 @@
-// Versioned, forward-only schema migrations: the numbered files of migrations/, applied in
-// order at start-up under one transaction-scoped advisory lock, each recorded in the
-// schema_history ledger with a checksum of its text. A migration in the ledger never runs
-// again; a ledger that disagrees with this release's files stops the process instead.
-// Written here rather than taken from postgres-shift, which takes no lock, keeps no checksum
-// and reads the ledger outside the transaction that applies the migrations.
+// Forward-only schema migrations: the numbered files of migrations/, applied in order at start
+// under one advisory lock, each recorded in the schema_history ledger with a checksum; a ledger
+// that disagrees with this release's files stops the process. Not postgres-shift: it takes no
+// lock, keeps no checksum, and reads the ledger outside the transaction that migrates.
 import { readdir, readFile } from "node:fs/promises";
 import type { Sql, Tx } from "./db.ts";
 import { sha256Hex } from "./sha256.ts";
@@ -11,23 +9,19 @@ import { sha256Hex } from "./sha256.ts";
 // Any fixed 64-bit number unique to this project; taken for the whole migration.
 export const MIGRATION_LOCK_ID = 7_310_422_118_001n;
 
-// `0002_refunds_and_sequences.sql`: four digits, so that a directory listing sorts the files
-// the way they run, then a name of [a-z0-9_].
+// `0002_refunds_and_sequences.sql`: four digits, so that a listing sorts them as they run.
 const MIGRATION_FILE = /^(\d{4})_([a-z0-9_]+)\.sql$/;
 
-export interface Migration {
+/** One row of the ledger: a migration some release applied to this database. */
+interface LedgerRow {
   readonly version: number;
-  /** The file's name without `.sql`, e.g. `0002_refunds_and_sequences`. */
+  /** The file's name without `.sql`. */
   readonly name: string;
-  readonly text: string;
   readonly checksum: string;
 }
 
-/** One row of the ledger: a migration some release applied to this database. */
-export interface LedgerRow {
-  readonly version: number;
-  readonly name: string;
-  readonly checksum: string;
+export interface Migration extends LedgerRow {
+  readonly text: string;
 }
 
 export type MigrationOutcome =
@@ -35,15 +29,12 @@ export type MigrationOutcome =
   | { readonly kind: "current" }
   /** Applied migrations whose file now has another name or other contents. */
   | { readonly kind: "changed"; readonly names: readonly string[] }
-  /** Ledger versions with no file here: a newer release migrated the database. */
+  /** A newer release migrated the database. */
   | { readonly kind: "unknown"; readonly names: readonly string[] };
 
-export type MigrationPlan = { readonly kind: "run"; readonly pending: readonly Migration[] } | Extract<MigrationOutcome, { kind: "changed" | "unknown" }>;
+type MigrationPlan = { readonly kind: "run"; readonly pending: readonly Migration[] } | Extract<MigrationOutcome, { kind: "changed" | "unknown" }>;
 
-/**
- * SHA-256 of the text with CRLF read as LF: a checkout that rewrites line endings (git's
- * autocrlf) is the same migration, and must not stop the process.
- */
+/** SHA-256 of the text with CRLF read as LF: a checkout with git's autocrlf is the same migration. */
 export function checksumOf(text: string): string {
   return sha256Hex(text.replace(/\r\n/g, "\n"));
 }
@@ -55,10 +46,7 @@ export function migrationFromFile(file: string, text: string): Migration {
   return { version: Number(match[1]), name: file.slice(0, -".sql".length), text, checksum: checksumOf(text) };
 }
 
-/**
- * The files of migrations/ in version order. The directory is resolved here, when called: a
- * module that touches import.meta.url or the file system at load fails on edge runtimes.
- */
+/** The files of migrations/ in order; resolved when called, as edge runtimes fail a module that does so at load. */
 export async function readMigrations(dir: URL = new URL("../../migrations/", import.meta.url)): Promise<Migration[]> {
   const files = (await readdir(dir)).sort();
   const migrations = await Promise.all(files.map(async (file) => migrationFromFile(file, await readFile(new URL(file, dir), "utf8"))));
@@ -91,12 +79,9 @@ export function describeRefusal(outcome: Extract<MigrationOutcome, { kind: "chan
 }
 
 /**
- * Applies the pending migrations, all in one transaction under the advisory lock, so two
- * processes starting together migrate one after the other and the second finds nothing to
- * do. Each migration's ledger row is inserted in that transaction: it is recorded exactly
- * when it took effect. A process starting against an up-to-date database only reads the
- * ledger: no DDL, whose ACCESS EXCLUSIVE locks would queue behind (and then block) the
- * running API and relays.
+ * Applies the pending migrations in one transaction under the advisory lock, each recorded
+ * exactly when it took effect. An up-to-date database is only read: DDL's ACCESS EXCLUSIVE
+ * locks would queue behind, and then block, the running API and relays.
  */
 export async function migrate(sql: Sql, known?: readonly Migration[]): Promise<MigrationOutcome> {
   const migrations = known ?? (await readMigrations());
@@ -107,8 +92,7 @@ export async function migrate(sql: Sql, known?: readonly Migration[]): Promise<M
     const plan = planMigrations(migrations, await selectLedger(tx));
     if (plan.kind !== "run") return plan;
     for (const migration of plan.pending) {
-      // Migration files are part of the program, never input: unsafe() only because a file
-      // holds several statements, which the simple query protocol runs in one go.
+      // A file of the program, never input: unsafe() runs its several statements in one go.
       await tx.unsafe(migration.text);
       await insertLedgerRow(tx, migration);
     }
@@ -117,20 +101,17 @@ export async function migrate(sql: Sql, known?: readonly Migration[]): Promise<M
   return outcome as MigrationOutcome;
 }
 
-/**
- * The migration waits for another process's migration and runs DDL of any length: the pool's
- * own statement and lock bounds are for requests, not for this transaction.
- */
-export async function unboundTimeouts(tx: Tx): Promise<void> {
+/** The pool's statement and lock bounds are for requests: a migration waits and runs as long as it takes. */
+async function unboundTimeouts(tx: Tx): Promise<void> {
   await tx`select set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)`;
 }
 
-export async function takeMigrationLock(tx: Tx): Promise<void> {
+async function takeMigrationLock(tx: Tx): Promise<void> {
   await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_ID.toString()}::bigint)`;
 }
 
 /** Looked up rather than "create if not exists": on an up-to-date database nothing but reads. */
-export async function ledgerExists(tx: Tx): Promise<boolean> {
+async function ledgerExists(tx: Tx): Promise<boolean> {
   const [row] = await tx<{ present: boolean }[]>`select to_regclass('schema_history') is not null as present`;
   return row?.present === true;
 }
@@ -145,10 +126,10 @@ export async function createLedger(tx: Tx): Promise<void> {
   )`;
 }
 
-export async function selectLedger(tx: Tx): Promise<LedgerRow[]> {
+async function selectLedger(tx: Tx): Promise<LedgerRow[]> {
   return tx<LedgerRow[]>`select version, name, checksum from schema_history order by version`;
 }
 
-export async function insertLedgerRow(tx: Tx, migration: Migration): Promise<void> {
+async function insertLedgerRow(tx: Tx, migration: Migration): Promise<void> {
   await tx`insert into schema_history (version, name, checksum) values (${migration.version}, ${migration.name}, ${migration.checksum})`;
 }

@@ -1,31 +1,24 @@
 // A rate read from recent events: how many came over how long, both decayed with a time
-// constant, so the figure follows a stream within about that long and forgets it as fast.
-// The time counts the gaps too: after a quiet spell, a burst that arrived at once reads as a
-// few events over the spell, not as a stream. The relay's gather (lib/relay/loop.ts) reads
-// its drains with it, the API's notifier (lib/platform/wakeup.ts) its commits.
-
-export interface MovingRate {
-  /** `count` more events at `at` (performance.now()). */
-  add(count: number, at: number): void;
-  /** Events per millisecond as of `at`, the time since the last add() counted as empty. */
-  perMs(at: number): number;
-}
+// constant. The time counts the gaps too: after a quiet spell, a burst that arrived at once
+// reads as a few events over the spell, not as a stream.
 
 /** `windowMs`: the time constant; the first add() counts as coming after that long. */
-export function createMovingRate(windowMs: number): MovingRate {
+export function createMovingRate(windowMs: number) {
   let count = 0;
   let span = 0;
   let last: number | undefined;
   const since = (at: number): number => (last === undefined ? windowMs : Math.max(0, at - last));
   return {
-    add(n, at) {
+    /** `n` more events at `at` (performance.now()). */
+    add(n: number, at: number): void {
       const gap = since(at);
       const decay = Math.exp(-gap / windowMs);
       count = count * decay + n;
       span = span * decay + gap;
       last = at;
     },
-    perMs(at) {
+    /** Events per millisecond as of `at`, the time since the last add() counted as empty. */
+    perMs(at: number): number {
       const gap = last === undefined ? 0 : since(at);
       const decay = Math.exp(-gap / windowMs);
       const time = span * decay + gap;

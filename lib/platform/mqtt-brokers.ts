@@ -1,9 +1,6 @@
-// The brokers of MQTT_URL, in the order given, and the one in use. Every connection a process
-// opens (the relay's several, the subscriber's one) goes to the broker in use; when a
-// connection to it is lost, or an attempt to reach it fails, the next connection goes to the
-// next broker of the list, round and round. The first connection to notice moves the process
-// on, once: the others, whose loss was the same one, find it moved already. A broker that was
-// lost and comes back is used again when the list comes round to it.
+// The brokers of MQTT_URL, in order, and the one in use: every connection of a process goes to
+// it, and when one is lost or an attempt fails, the process moves to the next, round and round.
+// The first connection to notice moves it, once; the others, whose loss was the same, find it moved.
 import { maskUrl } from "./redact.ts";
 
 /** A move away from a broker whose connection was lost, with both URLs masked. */
@@ -14,7 +11,7 @@ export interface BrokerMove {
 
 export class BrokerList {
   readonly urls: readonly string[];
-  private index = 0;
+  #index = 0;
   private readonly listeners = new Set<(move: BrokerMove) => void>();
 
   constructor(urls: string | readonly string[]) {
@@ -23,26 +20,23 @@ export class BrokerList {
   }
 
   /** The broker in use: where the next connection goes. */
-  get current(): { readonly index: number; readonly url: string } {
-    return { index: this.index, url: this.urls[this.index] as string };
+  get index(): number {
+    return this.#index;
   }
 
   /** The broker in use, its password masked (for /readyz and log lines). */
   get inUse(): string {
-    return maskUrl(this.current.url);
+    return maskUrl(this.urls[this.#index] as string);
   }
 
   /**
-   * A connection to the broker at `index` ended: lost after its CONNACK (`lost`), or an attempt
-   * that never got one. The process moves to the next broker, unless it has moved already. A
-   * move after a loss is told to the listeners; one after a failed attempt is not (its cause
-   * is reported once by the connection, and a list of brokers all down would otherwise log a
-   * move per retry).
+   * A connection to the broker at `index` ended, `lost` after its CONNACK or an attempt that got
+   * none. Only a move after a loss is told: with every broker down, one per retry would flood the log.
    */
   leave(index: number, lost: boolean): void {
-    if (index !== this.index || this.urls.length === 1) return;
+    if (index !== this.#index || this.urls.length === 1) return;
     const from = this.inUse;
-    this.index = (index + 1) % this.urls.length;
+    this.#index = (index + 1) % this.urls.length;
     if (!lost) return;
     const move = { from, to: this.inUse };
     for (const listener of this.listeners) listener(move);
@@ -55,7 +49,7 @@ export class BrokerList {
   }
 }
 
-/** What the processes take: one URL, a list (MQTT_URL parsed), or a list already shared by several connections. */
+/** One URL, MQTT_URL's list, or a list already shared by several connections. */
 export type Brokers = string | readonly string[] | BrokerList;
 
 export function brokerList(brokers: Brokers): BrokerList {

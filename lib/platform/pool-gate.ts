@@ -1,17 +1,8 @@
-// A bound on the wait for a pool connection, and a per-request deadline, in front of
-// postgres.js.
-//
-// postgres.js has no acquire timeout. With every connection busy it pipelines a query onto
-// a busy connection (sent at once, run whenever the statement ahead of it ends) and queues
-// the rest in memory without bound. A query handed to it cannot be taken back: answering 503
-// for it and letting it commit later would break "a charge is committed only behind a 201".
-// So the gate holds requests BEFORE postgres.js sees them: at most `size` (the pool's max)
-// units of work are handed over at once, so each finds a connection of its own, and a
-// request that cannot get a slot in time is refused with nothing sent. Work that was handed
-// over is waited for: statement_timeout and lock_timeout bound it on the server, and
-// settleBy() cancels at the request's deadline a statement the client never got to send
-// (postgres.js holds statements while it reconnects, with a back-off of up to 20 s per try
-// when the server refuses connections: 53300 at max_connections).
+// A bound on the wait for a pool connection, and a per-request deadline, in front of postgres.js,
+// which has no acquire timeout and cannot take back a query handed to it (a 503 for one that
+// commits later would break "a charge is committed only behind a 201"). So at most `size` units
+// of work are handed over at once, and one that gets no slot in time is refused with nothing
+// sent; work handed over is bounded by the server's timeouts and by settleBy().
 
 /** Error codes of the two refusals; isUnavailable (db.ts) counts both as "try again later". */
 export const POOL_WAIT_TIMEOUT = "POOL_WAIT_TIMEOUT";
@@ -20,55 +11,38 @@ export const REQUEST_DEADLINE = "REQUEST_DEADLINE";
 /** Nothing was sent: no slot freed within the pool wait, or the request's deadline was too near. */
 export class TimeBoundError extends Error {
   override name = "TimeBoundError";
-  constructor(
-    readonly code: typeof POOL_WAIT_TIMEOUT | typeof REQUEST_DEADLINE,
-    message: string,
-  ) {
+  constructor(readonly code: typeof POOL_WAIT_TIMEOUT | typeof REQUEST_DEADLINE, message: string) {
     super(message);
   }
 }
 
+/**
+ * `size`: the pool's max. Work starts only while a statement can still end within the request's
+ * whole budget, so none is abandoned mid-commit.
+ */
 export interface PoolGateOptions {
-  /** Slots: the pool's max, so that every unit of work handed over has a connection. */
   readonly size: number;
-  /** Longest wait for a slot. */
   readonly waitMs: number;
-  /** A request's whole budget, from deadline() to its answer. */
   readonly requestTimeoutMs: number;
-  /**
-   * The server's bound on one statement. Work starts only while it can still end within the
-   * request's budget, so the deadline never has to abandon a statement that might commit.
-   */
   readonly statementTimeoutMs: number;
 }
 
+/** One request's clock: `run` holds a slot for `work`, or throws a TimeBoundError with nothing sent. */
 export interface Deadline {
-  /** The request's end (a performance.now() time), as run() hands it to its work. */
+  /** A performance.now() time. */
   readonly endsAt: number;
-  /**
-   * Runs `work` holding one slot; a TimeBoundError, with nothing sent, when none frees in time.
-   * `work` gets the request's end (a performance.now() time) for settleBy().
-   */
   run<T>(work: (endsAt: number) => Promise<T>): Promise<T>;
 }
 
-export interface PoolGate {
-  /** Starts one request's clock. */
-  deadline(): Deadline;
-  /** Slots held, and requests waiting for one. */
-  readonly inUse: number;
-  readonly waiting: number;
-}
+export type PoolGate = ReturnType<typeof createPoolGate>;
 
 /** For callers without bounds (tools, tests of the service alone): runs work at once. */
 export const UNBOUNDED: Deadline = { endsAt: Number.POSITIVE_INFINITY, run: (work) => work(Number.POSITIVE_INFINITY) };
 
-// After the cancel at the deadline, how long a statement may take to answer it: one the
-// client never sent is rejected at once, and a server answers a cancel within a round trip.
-// Past this only a connection that stopped answering is left, and the request is answered
-// without its statement's outcome (a retry with the same key finds what, if anything,
-// committed: the statement is atomic and keyed).
-export const CANCEL_GRACE_MS = 2_000;
+// After the cancel, how long a statement may take to answer it (a server answers within a round
+// trip). Past it only a dead connection is left; the request is answered without the outcome,
+// which a retry with the same key finds (the statement is atomic and keyed).
+const CANCEL_GRACE_MS = 2_000;
 
 /** What settleBy() needs of a postgres.js query. */
 export interface Cancellable<T> extends PromiseLike<T> {
@@ -76,10 +50,8 @@ export interface Cancellable<T> extends PromiseLike<T> {
 }
 
 /**
- * `query`'s result, cancelled at `endsAt` (performance.now() time) if it has not settled:
- * a statement postgres.js has not sent is dropped with nothing sent, one the server runs is
- * cancelled there and rolled back (57014 either way, a time bound), and one that finished
- * first keeps its result. A TimeBoundError if even the cancel goes unanswered.
+ * `query`'s result, cancelled at `endsAt` if it has not settled (57014, rolled back), even one
+ * postgres.js holds while it reconnects; a TimeBoundError if the cancel goes unanswered.
  */
 export function settleBy<T>(query: Cancellable<T>, endsAt: number): Promise<T> {
   const ms = endsAt - performance.now();
@@ -102,55 +74,13 @@ export function settleBy<T>(query: Cancellable<T>, endsAt: number): Promise<T> {
   });
 }
 
-interface Waiter {
-  readonly grant: () => void;
-}
-
-export function createPoolGate(options: PoolGateOptions): PoolGate {
-  return new SlotGate(options);
-}
-
-class SlotGate implements PoolGate {
-  private held = 0;
+export function createPoolGate(options: PoolGateOptions) {
+  const { size, waitMs, requestTimeoutMs, statementTimeoutMs } = options;
+  let held = 0;
   // A Set keeps arrival order and lets a waiter that timed out leave from the middle.
-  private readonly waiters = new Set<Waiter>();
+  const waiters = new Set<() => void>();
 
-  constructor(private readonly options: PoolGateOptions) {}
-
-  get inUse(): number {
-    return this.held;
-  }
-
-  get waiting(): number {
-    return this.waiters.size;
-  }
-
-  deadline(): Deadline {
-    const startBy = performance.now() + this.options.requestTimeoutMs - this.options.statementTimeoutMs;
-    return { endsAt: startBy + this.options.statementTimeoutMs, run: (work) => this.run(startBy, work) };
-  }
-
-  private async run<T>(startBy: number, work: (endsAt: number) => Promise<T>): Promise<T> {
-    const left = startBy - performance.now();
-    if (left < 0) throw new TimeBoundError(REQUEST_DEADLINE, "the request's deadline left no time for another statement");
-    if (!this.tryAcquire()) await this.acquire(left);
-    try {
-      return await work(startBy + this.options.statementTimeoutMs);
-    } finally {
-      this.release();
-    }
-  }
-
-  // A free slot with nobody ahead: taken at once, so the common case waits for nothing.
-  private tryAcquire(): boolean {
-    if (this.held >= this.options.size || this.waiters.size > 0) return false;
-    this.held++;
-    return true;
-  }
-
-  /** Waits for a slot until the pool wait or the request's deadline, whichever is nearer. */
-  private acquire(left: number): Promise<void> {
-    const { waitMs } = this.options;
+  const acquire = (left: number): Promise<void> => {
     const refusal = (): TimeBoundError =>
       waitMs <= left
         ? new TimeBoundError(POOL_WAIT_TIMEOUT, `no database connection freed within ${waitMs} ms`)
@@ -158,27 +88,40 @@ class SlotGate implements PoolGate {
     const budgetMs = Math.min(waitMs, left);
     if (budgetMs <= 0) return Promise.reject(refusal());
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.waiters.delete(waiter);
-        reject(refusal());
-      }, budgetMs);
-      const waiter: Waiter = {
-        grant() {
-          clearTimeout(timer);
-          resolve();
-        },
-      };
-      this.waiters.add(waiter);
+      const grant = (): void => (clearTimeout(timer), resolve());
+      const timer = setTimeout(() => (waiters.delete(grant), reject(refusal())), budgetMs);
+      waiters.add(grant);
     });
-  }
-
-  private release(): void {
-    const next = this.waiters.values().next().value;
-    if (next === undefined) {
-      this.held--;
-      return;
+  };
+  const release = (): void => {
+    const next = waiters.values().next().value;
+    if (next === undefined) return void held--;
+    waiters.delete(next);
+    next(); // the slot passes straight to the next waiter
+  };
+  const run = async <T>(startBy: number, work: (endsAt: number) => Promise<T>): Promise<T> => {
+    const left = startBy - performance.now();
+    if (left < 0) throw new TimeBoundError(REQUEST_DEADLINE, "the request's deadline left no time for another statement");
+    // A free slot with nobody ahead is taken at once: the common case waits for nothing.
+    if (held < size && waiters.size === 0) held++;
+    else await acquire(left);
+    try {
+      return await work(startBy + statementTimeoutMs);
+    } finally {
+      release();
     }
-    this.waiters.delete(next);
-    next.grant(); // the slot passes straight to the next waiter
-  }
+  };
+  return {
+    /** Starts one request's clock. */
+    deadline(): Deadline {
+      const startBy = performance.now() + requestTimeoutMs - statementTimeoutMs;
+      return { endsAt: startBy + statementTimeoutMs, run: (work) => run(startBy, work) };
+    },
+    get inUse(): number {
+      return held;
+    },
+    get waiting(): number {
+      return waiters.size;
+    },
+  };
 }

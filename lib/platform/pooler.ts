@@ -1,20 +1,12 @@
-// Pools behind a connection pooler in transaction mode (PgBouncer's pool_mode = transaction,
-// DATABASE_POOLER=transaction). There each transaction may run on another server connection,
-// one that other clients use between our transactions, so nothing tied to a session holds:
-//  - a named prepared statement is unknown on the next server connection (26000): the pool
-//    sends unnamed ones (db.ts);
-//  - the pooler refuses startup parameters it does not track (PgBouncer: 08P01 for
-//    statement_timeout): the pool sends none but application_name (db.ts), and every
-//    transaction sets its bounds itself, as set_config(..., true) (below);
-//  - LISTEN and session advisory locks would belong to whichever server connection ran them:
-//    the pool says it is pooled (isTransactionPooled), so that they go over
-//    DATABASE_DIRECT_URL or work per transaction (relay LISTEN, job-lock.ts).
-import type { DatabasePooler } from "./config.ts";
-import type { Sql, Tx } from "./sql-types.ts";
+// Pools behind a pooler in transaction mode (DATABASE_POOLER=transaction), where nothing tied to
+// a session holds: prepared statements (db.ts sends unnamed ones), startup parameters (each
+// transaction sets its bounds), LISTEN and session locks (DATABASE_DIRECT_URL, or job-lock.ts).
+import type { Config } from "./config.ts";
+import type { Sql, Tx } from "./db.ts";
 import { maskUrl } from "./redact.ts";
 
-/** The bounds a direct connection gets as startup parameters; unset keeps the server's. */
-export interface SessionBounds {
+/** Unset keeps the server's. */
+interface SessionBounds {
   readonly statementTimeoutMs?: number;
   readonly lockTimeoutMs?: number;
 }
@@ -34,10 +26,8 @@ export function transactionPooled(sql: Sql, bounds: SessionBounds): Sql {
 }
 
 /**
- * `sql` whose begin() sets the bounds first, for the transaction only. The setting is sent
- * without being awaited, so it leaves in the same flight as the transaction's first statement
- * (no round trip of its own); postgres.js fails the transaction with the first error of any of
- * its statements, this one's included.
+ * `sql` whose begin() sets the bounds for the transaction, not awaited (it leaves with the first
+ * statement): postgres.js fails the transaction with the first error of any of its statements.
  */
 function boundEachTransaction(sql: Sql, bounds: SessionBounds): Sql {
   const statement = bounds.statementTimeoutMs?.toString() ?? null;
@@ -56,19 +46,13 @@ function boundEachTransaction(sql: Sql, bounds: SessionBounds): Sql {
   });
 }
 
-/** What a process needs a Postgres session of its own for, named in its start-up line. */
-export interface SessionUses {
-  /** The relay: it LISTENs, or polls every `pollMs` where it cannot. */
+/** What a process needs a Postgres session of its own for: LISTEN (the relay), advisory locks (in words). */
+interface SessionUses {
   readonly listen?: { readonly pollMs: number };
-  /** The session advisory locks it takes, in words ("ops job locks"). */
   readonly locks?: string;
 }
 
-interface DatabaseAccess {
-  readonly databaseUrl: string;
-  readonly databasePooler: DatabasePooler;
-  readonly databaseDirectUrl: string | undefined;
-}
+type DatabaseAccess = Pick<Config, "databaseUrl" | "databasePooler" | "databaseDirectUrl">;
 
 /** The process's start-up line on how it reaches Postgres, URLs masked. */
 export function databaseModeLine(config: DatabaseAccess, uses: SessionUses = {}): { msg: string; fields: Record<string, string | number> } {

@@ -1,14 +1,10 @@
-// The one place that knows which runtime we are on. Everything else in lib/ uses web
-// standard APIs (fetch handlers, Request/Response, crypto) plus node: built-ins that Bun
-// and Deno both provide.
+// The one place that knows which runtime we are on; the rest of lib/ uses web standard APIs and
+// the node: built-ins Bun and Deno both provide.
 import { within } from "./within.ts";
 
 export interface Server {
   readonly port: number;
-  /**
-   * Stops accepting connections and lets requests in flight finish for up to `graceMs`;
-   * whatever is still open then is cut. 0 (the default) cuts at once.
-   */
+  /** Stops accepting connections; requests in flight get up to `graceMs` (default 0), then are cut. */
   stop(graceMs?: number): Promise<void>;
 }
 
@@ -31,20 +27,12 @@ interface BunLike {
 
 const g = globalThis as unknown as { Bun?: BunLike; Deno?: DenoLike };
 
-export interface ServeOptions {
-  /**
-   * SO_REUSEPORT: several processes listen on the same port and the kernel spreads new
-   * connections over them (Linux). Without it a second process on a taken port fails to start.
-   */
-  readonly reusePort?: boolean;
-}
-
 /**
- * Serve a fetch handler on a port (0 = any free port), in production mode: a handler that
- * throws is answered with a bare RFC 9457 problem, never the runtime's HTML or stack trace.
- * Every request reaches `fetch` through routableRequest.
+ * Serve a fetch handler on a port (0 = any free port), in production mode: a handler that throws
+ * is answered with a bare RFC 9457 problem, never the runtime's HTML or stack trace. `reusePort`:
+ * SO_REUSEPORT, several processes on one port.
  */
-export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0", options: ServeOptions = {}): Server {
+export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0", options: { reusePort?: boolean } = {}): Server {
   const handler: FetchHandler = (request) => fetch(routableRequest(request));
   const reusePort = options.reusePort ?? false;
   if (g.Bun) {
@@ -65,51 +53,44 @@ export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0", o
   throw new Error("unsupported runtime: run with bun or deno");
 }
 
-// A fixed origin for requests whose own cannot be parsed; no handler uses the host (a
-// Location is a path), and the Host header itself is left as the client sent it.
+// For requests whose own origin cannot be parsed; no handler uses the host (a Location is a path).
 const FALLBACK_ORIGIN = "http://localhost";
 
-// Where Elysia starts looking for the path: it skips this many characters of the url, the
-// shortest origin it expects ("http://a.b"); a shorter origin ("http://a", from `Host: a`)
-// would have part of its path taken for the origin.
+// Elysia skips this many characters of the url, the shortest origin it expects ("http://a.b"),
+// before it looks for the path.
 const ELYSIA_ORIGIN_MIN = 11;
 
 /**
- * The request with an absolute URL whose origin the router can skip. Bun hands a request
- * without a Host header (HTTP/1.0 health checkers send exactly that) over with a bare path as
- * its url, on which `new URL(request.url)` throws in any code that parses it, and a short Host
- * (`Host: api`) gives an origin shorter than Elysia's path parser skips: such a request is
- * re-addressed to FALLBACK_ORIGIN, path and query kept. Any other request passes untouched.
+ * The request re-addressed to FALLBACK_ORIGIN when Bun gave it a bare path (no Host header, as
+ * HTTP/1.0 health checkers send: `new URL()` throws) or an origin shorter than Elysia skips.
  */
 export function routableRequest(request: Request): Request {
-  const url = request.url;
-  if (!url.startsWith("/")) {
-    const scheme = url.indexOf("://");
-    const pathStart = scheme < 0 ? -1 : url.indexOf("/", scheme + 3);
-    if (pathStart < 0 || pathStart >= ELYSIA_ORIGIN_MIN) return request;
-  }
-  const path = url.startsWith("/") ? url : url.slice(url.indexOf("/", url.indexOf("://") + 3));
-  // Method, headers and body only: copying the whole request would read its signal, which
-  // Deno answers with a deprecation warning, and no handler uses it.
+  const start = pathStart(request.url);
+  if (start < 0 || start >= ELYSIA_ORIGIN_MIN) return request;
+  // Not the whole request: reading its signal draws a deprecation warning from Deno.
   const init = { method: request.method, headers: request.headers, body: request.body, duplex: "half" };
-  return new Request(FALLBACK_ORIGIN + path, init as RequestInit);
+  return new Request(FALLBACK_ORIGIN + request.url.slice(start), init as RequestInit);
 }
 
-// A path WHATWG URL parsing leaves as it is: no dot segment to resolve, nothing to
-// percent-encode, no backslash to turn around, not "//" (a host, relative to a base).
+/** Where the path of a bare path or an absolute URL starts; -1 when it has none. */
+function pathStart(url: string): number {
+  if (url.startsWith("/")) return 0;
+  const scheme = url.indexOf("://");
+  return scheme < 0 ? -1 : url.indexOf("/", scheme + 3);
+}
+
+// A path WHATWG URL parsing leaves as it is: no dot segment, nothing to percent-encode, no
+// backslash, not "//" (a host, relative to a base).
 const PLAIN_PATH = /^\/(?!\/)[A-Za-z0-9\-_~!$&'()*+,;=:@/]*$/;
-// An http(s) origin with a plain host and port (what the Host header gave): no userinfo, no
-// character that would end the authority early.
+// An http(s) origin with a plain host and port: no userinfo, nothing that ends the authority early.
 const PLAIN_ORIGIN = /^https?:\/\/[A-Za-z0-9.\-:[\]]*$/;
 
 /**
- * `new URL(url, FALLBACK_ORIGIN).pathname`, without building a URL for the common case (an
- * absolute URL or a bare path whose path is plain): per request, the parse cost as much as
- * the rest of the routing.
+ * `new URL(url, FALLBACK_ORIGIN).pathname`, without building a URL when the path is plain: per
+ * request, the parse cost as much as the rest of the routing.
  */
 export function pathOf(url: string): string {
-  const scheme = url.indexOf("://");
-  const start = url.startsWith("/") ? 0 : scheme >= 0 ? url.indexOf("/", scheme + 3) : -1;
+  const start = pathStart(url);
   if (start === 0 || (start > 0 && PLAIN_ORIGIN.test(url.slice(0, start)))) {
     const query = url.indexOf("?", start);
     const fragment = url.indexOf("#", start);
@@ -120,8 +101,7 @@ export function pathOf(url: string): string {
   return new URL(url, FALLBACK_ORIGIN).pathname;
 }
 
-// Only a bug gets here: the handlers answer their own errors. RFC 9457's "about:blank"
-// type, as nothing more is known than the status.
+// Only a bug gets here: the handlers answer their own errors.
 function internalError(error: unknown): Response {
   console.error(JSON.stringify({ time: new Date().toISOString(), level: "error", msg: "request handler failed", error: String(error) }));
   const body = { type: "about:blank", title: "Internal Server Error", status: 500, detail: "an unexpected error occurred" };
@@ -136,10 +116,7 @@ export function onShutdownSignal(handler: (signal: string) => void): void {
 // Not written as a literal in import(): Deno and the workerd bundler would try to resolve it.
 const BUN_JSC = "bun:jsc";
 
-/**
- * A synchronous young-generation (eden) collection where the runtime offers one (Bun's
- * `bun:jsc` edenGC), for gc-pacer.ts; undefined elsewhere (Deno), where nothing is paced.
- */
+/** A synchronous young-generation collection (Bun's edenGC) for gc-pacer.ts; undefined on Deno. */
 export async function youngCollection(): Promise<(() => void) | undefined> {
   if (!g.Bun) return undefined;
   const jsc = (await import(BUN_JSC)) as { edenGC?: () => number };

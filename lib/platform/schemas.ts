@@ -1,6 +1,5 @@
 // The TypeBox schemas every route shares, and the compiled checks of all of them: the same
-// schema objects validate requests, generate /openapi.json, and check every body the API
-// writes before it leaves (checkedJson).
+// objects validate requests, generate /openapi.json, and check every body the API writes.
 import { FormatRegistry, Type as t, type Static, type TSchema } from "@sinclair/typebox";
 import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
 import { isUuid } from "./uuid.ts";
@@ -26,10 +25,8 @@ export function checkOf<S extends TSchema>(schema: S): TypeCheck<S> {
 }
 
 /**
- * Our formats in TypeBox's one process-wide registry, set over what a dependency set at its
- * import: @elysiajs/openapi bundles @sinclair/typemap, which sets "uuid" (and others) to zod
- * and valibot checks far costlier than ours, and Elysia's own "date-time" takes any date. Compiled
- * checks (ours and Elysia's) look the format up on every call, so the last Set wins.
+ * Our formats in TypeBox's process-wide registry, over costlier ones (@elysiajs/openapi's
+ * typemap) and Elysia's "date-time", which takes any date: checks look formats up on every call.
  */
 export function registerFormats(): void {
   FormatRegistry.Set("uuid", isUuid);
@@ -43,9 +40,8 @@ export function prepareSchemas(schemas: readonly TSchema[]): void {
 }
 
 /**
- * The JSON of `value`, checked against `schema` first: a body that would disagree with the
- * documented schema is a bug, and it throws before anything is written or answered. Only the
- * schema's properties are written, in the schema's order.
+ * The JSON of `value`, checked against `schema` first (a body that disagrees with the documented
+ * schema is a bug: it throws); only the schema's properties, in its order.
  */
 export function checkedJson<S extends TSchema & { properties: Record<string, TSchema> }>(schema: S, value: Static<S>): string {
   const check = checkOf(schema);

@@ -1,9 +1,6 @@
-// SHA-256 of a string in one call. On Bun, Bun.SHA256.hash, about half the cost per call of
-// node:crypto's one-shot `hash()` there (the API hashes three short strings per charge);
-// elsewhere node:crypto's `hash()` (Deno, Node >= 20.12), itself a fraction of
-// `createHash().update().digest()`, which runtimes without it (older workerd) fall back to.
-// Every path gives the same bytes (test/fingerprint.test.ts). Its HMAC (keyHash's, in the logs)
-// likewise: Bun's CryptoHasher on Bun, node:crypto's createHmac elsewhere.
+// SHA-256 (and HMAC-SHA256) of a string in one call, the cheapest way each runtime offers: the
+// API hashes three short strings per charge. Bun.SHA256 costs half of node:crypto's one-shot
+// `hash()` on Bun, itself a fraction of `createHash()`, the fallback of older workerd.
 import * as nodeCrypto from "node:crypto";
 
 type OneShot = (algorithm: string, data: string, encoding: "hex" | "buffer") => string | Buffer;
@@ -22,7 +19,7 @@ interface BunSha256 {
   hash(input: string, into: Uint8Array): Uint8Array;
 }
 const bunSha256 = (globalThis as { Bun?: { SHA256?: BunSha256 } }).Bun?.SHA256;
-// SHA-256's output size; the digest Bun writes into `scratch` is read before anything else runs.
+// The digest Bun writes into `scratch` is read before anything else runs.
 const DIGEST_BYTES = 32;
 let scratch: Buffer | undefined;
 
@@ -31,7 +28,7 @@ export function sha256Hex(text: string): string {
   return oneShot ? (oneShot("sha256", text, "hex") as string) : nodeCrypto.createHash("sha256").update(text).digest("hex");
 }
 
-/** HMAC-SHA256 of `text` under `key`, as hex (Bun's hasher on Bun, node:crypto elsewhere). */
+/** HMAC-SHA256 of `text` under `key`, as hex. */
 export function hmacSha256Hex(key: Uint8Array, text: string): string {
   if (BunCryptoHasher) return new BunCryptoHasher("sha256", key).update(text).digest("hex");
   return nodeCrypto.createHmac("sha256", key).update(text).digest("hex");

@@ -1,5 +1,5 @@
-// What every process does the same way at start: open its pool and bring the schema up to
-// date (or fail with one line), and one policy for rejections nobody handled.
+// What every process does alike at start: open its pool and migrate (or fail with one line),
+// and one policy for rejections nobody handled.
 import { createSql, describeDbError, isUnavailable, sqlState, type DbOptions, type Sql } from "./db.ts";
 import { isTransactionPooled } from "./pooler.ts";
 import { describeRefusal, migrate, type MigrationOutcome } from "./migrations.ts";
@@ -13,10 +13,8 @@ export class StartupError extends Error {
 }
 
 /**
- * Applies the pending migrations of migrations/ and answers their names (none when the schema
- * was current); a StartupError, pool closed, when the database cannot be reached or migrated,
- * or when its ledger disagrees with this release (an applied migration edited, or one from a
- * newer release).
+ * Applies the pending migrations and answers their names; a StartupError, pool closed, when the
+ * database cannot be reached or migrated, or its ledger disagrees with this release.
  */
 export async function applySchema(sql: Sql): Promise<readonly string[]> {
   let outcome: MigrationOutcome;
@@ -33,19 +31,14 @@ export async function applySchema(sql: Sql): Promise<readonly string[]> {
   throw new StartupError(`refusing the database at DATABASE_URL: ${describeRefusal(outcome)}`);
 }
 
-// PgBouncer refuses a startup parameter it does not track (statement_timeout) with 08P01
-// protocol_violation: the likeliest cause of that code at start is a pooler nobody declared.
-const PROTOCOL_VIOLATION = "08P01";
-
 function poolerHint(sql: Sql, error: unknown): string {
-  if (sqlState(error) !== PROTOCOL_VIOLATION || isTransactionPooled(sql)) return "";
+  // PgBouncer refuses a startup parameter it does not track (statement_timeout) with 08P01.
+  if (sqlState(error) !== "08P01" || isTransactionPooled(sql)) return "";
   return " (if DATABASE_URL is a pooler in transaction mode, such as PgBouncer's, set DATABASE_POOLER=transaction)";
 }
 
-// postgres.js 3.4.9 never gives up on a host list none of whose servers takes the connection
-// (upstream porsager/postgres#1174): it tries them in turn for good. A process starting then
-// waits this long, room for a failover under way, and says so. A lone host that refuses
-// fails at once, as before.
+// postgres.js 3.4.9 tries a host list none of whose servers takes the connection for good
+// (porsager/postgres#1174): a starting process waits this long, room for a failover, and says so.
 const FIRST_CONTACT_TIMEOUT_MS = 30_000;
 
 async function firstContact(sql: Sql): Promise<void> {
@@ -61,29 +54,22 @@ export async function openDatabase(url: string, options: DbOptions): Promise<Sql
 }
 
 /**
- * For entrypoints: a StartupError is printed as `<component>: <line>`, a ConfigError found
- * while assembling (a setting that needs another) as `configuration error: <line>`, and the
- * process exits 1; anything else is rethrown.
+ * For entrypoints: a StartupError printed as `<component>: <line>`, a ConfigError as
+ * `configuration error: <line>`, and exit 1; anything else is rethrown.
  */
 export function exitOnStartupError(component: string): (error: unknown) => never {
   return (error) => {
-    if (error instanceof StartupError) {
-      console.error(`${component}: ${error.message}`);
-      process.exit(1);
-    }
-    if (error instanceof ConfigError) {
-      console.error(`configuration error: ${error.message}`);
-      process.exit(1);
-    }
-    throw error;
+    const prefix =
+      error instanceof StartupError ? component : error instanceof ConfigError ? "configuration error" : undefined;
+    if (prefix === undefined) throw error;
+    console.error(`${prefix}: ${(error as Error).message}`);
+    process.exit(1);
   };
 }
 
 /**
- * postgres.js 3.4.9 can reject internal promises nobody awaits when a connection dies (a
- * stale 57P01 handed to its own type fetch after a reconnect). That is the database going
- * away, which the pools survive: logged. Anything else unhandled is a bug, and the process
- * stops rather than limp on.
+ * postgres.js 3.4.9 can reject internal promises nobody awaits when a connection dies: the pools
+ * survive that, so it is logged. Anything else unhandled is a bug, and the process stops.
  */
 export function stopOnUnhandledRejection(log: Logger): void {
   process.on("unhandledRejection", (reason) => {

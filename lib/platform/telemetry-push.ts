@@ -1,30 +1,21 @@
-// Metrics for short-lived isolates (the edge worker): pushed over OTLP/HTTP, never scraped.
-// An isolate serves a share of the traffic and disappears without notice, so a /metrics route
-// on it would show a random fraction of the counts. Each isolate pushes its own deltas under
-// an instance id of its own; the collector adds them up. No Prometheus exporter is loaded.
-import type { Meter } from "@opentelemetry/api";
+// Metrics for short-lived isolates (the edge worker), which serve a share of the traffic and
+// vanish without notice: each pushes its own deltas over OTLP/HTTP under an instance id of its
+// own, and the collector adds them up. No Prometheus exporter is loaded.
 import { MeterProvider, PeriodicExportingMetricReader } from "@opentelemetry/sdk-metrics";
 import { AggregationTemporalityPreference, OTLPMetricExporter } from "@opentelemetry/exporter-metrics-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 
-// At most one push per isolate in this time (the collector's usual period): a push per request
-// would double the worker's subrequests. Counts of an isolate evicted between two pushes are
-// lost, at most this much of its traffic.
-export const PUSH_INTERVAL_MS = 15_000;
-// The reader's own timer must never fire: workerd runs timers only inside the request that set
-// them, so pushes are started by requests (pushDue) instead.
+// At most one push per isolate in this time: one per request would double the worker's
+// subrequests. An evicted isolate loses at most this much of its counts.
+const PUSH_INTERVAL_MS = 15_000;
+// workerd runs timers only inside the request that set them: requests start the pushes (pushDue).
 const NEVER_MS = 2_147_483_647;
 
-export interface PushTelemetry {
-  readonly meter: Meter;
-  /** A push when PUSH_INTERVAL_MS has passed since the last one, for the request to wait on; else undefined. */
-  pushDue(now?: number): Promise<void> | undefined;
-}
+export type PushTelemetry = ReturnType<typeof startPushTelemetry>;
 
-export function startPushTelemetry(serviceName: string, otlpEndpoint: string): PushTelemetry {
+export function startPushTelemetry(serviceName: string, otlpEndpoint: string) {
   const exporter = new OTLPMetricExporter({
     url: `${otlpEndpoint.replace(/\/$/, "")}/v1/metrics`,
-    // Deltas: an isolate's counters start at zero and vanish with it; the sum over instances is the total.
     temporalityPreference: AggregationTemporalityPreference.DELTA,
   });
   const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: NEVER_MS, exportTimeoutMillis: 5_000 });
@@ -35,7 +26,8 @@ export function startPushTelemetry(serviceName: string, otlpEndpoint: string): P
   let lastPush = Number.NEGATIVE_INFINITY;
   return {
     meter: provider.getMeter("charges"),
-    pushDue(now = Date.now()) {
+    /** A push when PUSH_INTERVAL_MS has passed since the last one, for the request to wait on. */
+    pushDue(now = Date.now()): Promise<void> | undefined {
       if (now - lastPush < PUSH_INTERVAL_MS) return undefined;
       lastPush = now;
       return reader.forceFlush();

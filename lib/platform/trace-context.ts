@@ -1,7 +1,6 @@
 // What every process needs to join its spans to a charge's trace, on the OpenTelemetry API alone
-// (edge runtimes load this). A charge crosses processes as a W3C traceparent: the request's
-// server span writes its own onto the key and the outbox row, and the relay's and subscriber's
-// spans take it as their parent. With no exporter `tracingOn()` is false and no span is built.
+// (edge runtimes load this). A charge crosses processes as a W3C traceparent, written onto the
+// key and the outbox row by the request's server span; with no exporter no span is built.
 import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Attributes, type Context, type Span } from "@opentelemetry/api";
 import { sha256Hex } from "./sha256.ts";
 
@@ -22,13 +21,11 @@ export function tracer() {
 }
 
 const TRACEPARENT_RE = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
-const INVALID_TRACE_ID = "0".repeat(32);
-const INVALID_SPAN_ID = "0".repeat(16);
 
 /** The context whose parent is `traceparent` (W3C, version 00), or the root for none or a malformed one. */
-export function contextOf(traceparent: string | null | undefined): Context {
-  const match = traceparent ? TRACEPARENT_RE.exec(traceparent.trim().toLowerCase()) : null;
-  if (!match || match[1] === INVALID_TRACE_ID || match[2] === INVALID_SPAN_ID) return ROOT_CONTEXT;
+export function contextOf(traceparent: unknown): Context {
+  const match = typeof traceparent === "string" ? TRACEPARENT_RE.exec(traceparent.trim().toLowerCase()) : null;
+  if (!match || /^0+$/.test(match[1]!) || /^0+$/.test(match[2]!)) return ROOT_CONTEXT;
   const flags = Number.parseInt(match[3]!, 16) & TraceFlags.SAMPLED;
   return trace.setSpanContext(ROOT_CONTEXT, { traceId: match[1]!, spanId: match[2]!, traceFlags: flags, isRemote: true });
 }
@@ -39,12 +36,9 @@ export function traceparentOf(span: Span): string {
   return `00-${traceId}-${spanId}-${(traceFlags & TraceFlags.SAMPLED) === 0 ? "00" : "01"}`;
 }
 
-// Enough of a SHA-256 to tell keys apart in a trace, never the key.
-const KEY_HASH_HEX = 16;
-
-/** A key as a span may carry it: hashed, never raw. */
+/** A key as a span may carry it: 16 hex digits of its SHA-256, never the key. */
 export function hashedKey(key: string): string {
-  return sha256Hex(key).slice(0, KEY_HASH_HEX);
+  return sha256Hex(key).slice(0, 16);
 }
 
 export function endSpan(span: Span, error?: string): void {
@@ -52,12 +46,9 @@ export function endSpan(span: Span, error?: string): void {
   span.end();
 }
 
-/**
- * `run` inside an internal span whose parent is `traceparent`: what `run` awaits (a processor
- * call) is the span's child through the async context.
- */
+/** `run` inside a span under `traceparent`: what `run` awaits (a processor call) is its child. */
 export async function inSpan<T>(name: string, traceparent: unknown, attributes: Attributes, run: () => Promise<T>, kind: SpanKind = SpanKind.INTERNAL): Promise<T> {
-  const span = tracer().startSpan(name, { kind, attributes }, contextOf(typeof traceparent === "string" ? traceparent : null));
+  const span = tracer().startSpan(name, { kind, attributes }, contextOf(traceparent));
   try {
     return await context.with(trace.setSpan(context.active(), span), run);
   } catch (error) {
@@ -68,16 +59,19 @@ export async function inSpan<T>(name: string, traceparent: unknown, attributes: 
   }
 }
 
+const dbAttributes = (operation: string, table: string): Attributes => ({
+  "db.system.name": "postgresql",
+  "db.operation.name": operation,
+  "db.collection.name": table,
+});
+
 /** A transaction of `operation` (claim, record, finish, …) as a database client span under `traceparent`. */
 export function transactionSpan(operation: string, traceparent: unknown, table: string): Span {
-  return tracer().startSpan(
-    `${operation} ${table}`,
-    { kind: SpanKind.CLIENT, attributes: { "db.system.name": "postgresql", "db.operation.name": operation, "db.collection.name": table } },
-    contextOf(typeof traceparent === "string" ? traceparent : null),
-  );
+  const options = { kind: SpanKind.CLIENT, attributes: dbAttributes(operation, table) };
+  return tracer().startSpan(`${operation} ${table}`, options, contextOf(traceparent));
 }
 
 /** `run`, a transaction of `operation`, inside its span under `traceparent`. */
 export function inTransaction<T>(operation: string, traceparent: unknown, table: string, run: () => Promise<T>): Promise<T> {
-  return inSpan(`${operation} ${table}`, traceparent, { "db.system.name": "postgresql", "db.operation.name": operation, "db.collection.name": table }, run, SpanKind.CLIENT);
+  return inSpan(`${operation} ${table}`, traceparent, dbAttributes(operation, table), run, SpanKind.CLIENT);
 }

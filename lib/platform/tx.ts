@@ -1,18 +1,12 @@
-// A transaction that never touches a connection that has closed under it.
-//
-// postgres.js 3.4.9 (upstream porsager/postgres#1154 and #1208) throws an uncatchable TypeError, which ends the
-// process, when a statement is sent on a connection whose socket has closed: the callback's
-// next statement, or the ROLLBACK/COMMIT sql.begin() itself sends once the callback settles.
-// sql.begin() rejects as soon as its connection closes; from then on the callback here never
-// sends or settles again (it is left pending and collected), so postgres.js never touches the
-// dead connection, and the pool opens a fresh one for whoever asks next.
+// A transaction that never touches a connection closed under it: postgres.js 3.4.9 (porsager/postgres
+// #1154, #1208) ends the process with an uncatchable TypeError when a statement, or sql.begin()'s
+// ROLLBACK/COMMIT, is sent on a closed socket. From the close on, the callback never settles.
 import { isConnectionLost, type Sql, type Tx } from "./db.ts";
 import { within } from "./within.ts";
 
-// How long a statement that failed with a connection-level error waits for postgres.js to
-// confirm the connection closed (that follows the error within milliseconds); unconfirmed, the
-// connection is alive and the error is thrown. It happens: postgres.js 3.4.9 keeps a FATAL
-// 57P01 from a killed connection and hands it to the first query after the reconnect.
+// How long a connection-level error waits for postgres.js to confirm the close (it follows
+// within milliseconds); unconfirmed, the connection is alive: postgres.js 3.4.9 hands a killed
+// connection's stale 57P01 to the first query after the reconnect.
 const CLOSE_CONFIRM_MS = 1000;
 
 /** Never settles; what awaits it is dropped with it (nothing else references it). */
@@ -20,23 +14,15 @@ export const forever = (): Promise<never> => new Promise<never>(() => {});
 
 const inProgress = new WeakMap<Sql, number>();
 
-/**
- * Transactions begun on `sql` through transaction() and not yet settled: each holds one of
- * the pool's connections, or waits for one while all are held (db_client_connections_busy of
- * the relay and the subscriber, capped at the pool's size).
- */
+/** Transactions begun on `sql` through transaction() and not settled: connections held or awaited. */
 export function transactionsInProgress(sql: Sql): number {
   return inProgress.get(sql) ?? 0;
 }
 
 /**
- * sql.begin(work), safe when the connection closes mid-transaction: the promise rejects with
- * the connection's error, and `work` is never resumed past its next statement.
- *
- * `work` gets a `tx` whose statements (tagged templates and unsafe()) are never sent once the
- * connection is lost: they stay pending for good, so code that is not ours (a handler) cannot
- * send on it either. `lost()` says so, for work that must not park while holding something
- * (a lock other callers wait on). Savepoints are not guarded: nothing here uses them.
+ * sql.begin(work), safe when the connection closes mid-transaction. `work`'s `tx` never sends a
+ * statement once the connection is lost: it stays pending for good (savepoints are not guarded:
+ * nothing uses them). `lost()` says so, for work that must not park holding what others wait on.
  */
 export function transaction<T>(sql: Sql, work: (tx: Tx, lost: () => boolean) => Promise<T>): Promise<T> {
   let lost = false;

@@ -1,7 +1,6 @@
 import { v7 as uuidV7 } from "uuid";
 
-// The hyphenated 8-4-4-4-12 hexadecimal UUID form (any version, either case): what the API
-// accepts as a key or an id, what the relay sends as an event id, what ops commands take.
+// The hyphenated 8-4-4-4-12 hexadecimal form, any version, either case.
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export function isUuid(value: string): boolean {
@@ -9,11 +8,8 @@ export function isUuid(value: string): boolean {
 }
 
 /**
- * A new event id (the outbox row's primary key): a time-ordered UUID (version 7, RFC 9562),
- * increasing within this process. Each write lands at the right-hand edge of the outbox's
- * primary key instead of on a random leaf, and so does the relay's mark, which adds a second
- * entry for every row it publishes (the update is not HOT). The time it carries is the event's
- * own creation, which the envelope's createdAt states anyway.
+ * A new event id: a UUIDv7, increasing within this process, so each outbox write (and the
+ * relay's mark, not a HOT update) lands at the right-hand edge of the primary key.
  */
 export function newEventId(): string {
   return uuidV7();

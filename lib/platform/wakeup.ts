@@ -1,16 +1,7 @@
-// Waking the relay when a charge commits, without making the charge pay for it.
-//
-// A NOTIFY inside every charge transaction cuts Postgres's commit rate sharply: notifying
-// commits are serialized on a global lock (bench/wakeup-cost.ts measures it). So the API
-// does not notify in its transaction: after a charge has committed it calls `poke()`, which
-// sends `select pg_notify(...)` as its own statement at most once per short window per
-// process: the first poke of a quiet period notifies at once (leading edge); pokes inside
-// the window only set a flag, and one trailing notify goes out when the window ends. Every
-// commit is thus followed by a notify within `windowMs` (within the busy window past
-// BUSY_STREAM_PER_S), and a busy API sends at most 1000/window notifies a second, whatever
-// its request rate. The relay LISTENs and drains
-// until a claim comes back short, so one notify covers every row committed before it;
-// OUTBOX_POLL_MS is only the idle fallback.
+// Waking the relay when a charge commits, without making the charge pay for it: a NOTIFY in the
+// charge transaction serializes commits on a global lock (bench/wakeup-cost.ts). So after a
+// commit the API pokes, and notifies on its own at most once per window (the first poke at once,
+// the others by one trailing notify); one notify covers every row committed before it.
 import type { Sql } from "./db.ts";
 import { isTransactionPooled } from "./pooler.ts";
 import { createMovingRate } from "./moving-rate.ts";
@@ -18,50 +9,33 @@ import { createMovingRate } from "./moving-rate.ts";
 /** The LISTEN/NOTIFY channel the API pokes and the relay listens on. */
 export const OUTBOX_CHANNEL = "outbox_pending";
 
-// Bounds the extra commit → relay latency a trailing notify adds, and the notify rate of
-// a busy API process (500/s), far below the rate at which notifying commits start to queue.
-// Short, as at live rates every other event waits up to the window for its notify.
+// The latency a trailing notify adds, and a busy API's notify rate (500/s), far below where
+// notifying commits start to queue.
 export const NOTIFY_WINDOW_MS = 2;
-
-// A busy stream: past this many events a second the relay stops claiming at every notify and
-// gathers the stream for RELAY_GATHER_MS (lib/relay/loop.ts). An API process whose own commits
-// pass it widens its window to BUSY_NOTIFY_WINDOW_MS: the relay is gathering anyway (the
-// stream is at least this API's rate), and each notify would wake the relay's connection and
-// its process for nothing, up to 1000/NOTIFY_WINDOW_MS times a second. Below it (the latency
-// case) the window stays NOTIFY_WINDOW_MS.
-export const BUSY_STREAM_PER_S = 1000;
-// An eighth of the notifies of NOTIFY_WINDOW_MS, so the API, its Postgres and the relay spend
-// less per charge; well inside the relay's default gather (40 ms), so a gathering relay waits
-// no longer.
-export const BUSY_NOTIFY_WINDOW_MS = 16;
-// The poke rate is a moving figure over about this long (moving-rate.ts), as the relay's gather
-// reads its stream.
+// Past this many commits a second the relay gathers the stream anyway (lib/relay/loop.ts), so
+// the API widens its window to BUSY_NOTIFY_WINDOW_MS, well inside the relay's gather (40 ms):
+// fewer notifies, each of which would wake the relay for nothing.
+const BUSY_STREAM_PER_S = 1000;
+const BUSY_NOTIFY_WINDOW_MS = 16;
+// The poke rate is a moving figure over about this long, as the relay's gather reads its stream.
 const POKE_RATE_WINDOW_MS = 100;
 
-export interface OutboxNotifier {
-  /** Call after a transaction that wrote outbox rows has committed. Never throws. */
-  poke(): void;
-  /** Sends the trailing notify if one is owed and waits for the notifies in flight. */
-  close(): Promise<void>;
-}
+export type OutboxNotifier = ReturnType<typeof createOutboxNotifier>;
 
 /** One notify on the outbox channel (also for ops commands that requeue rows); `sender` is its payload. */
 export async function notifyOutbox(sql: Sql, sender = ""): Promise<void> {
   await sql`select pg_notify(${OUTBOX_CHANNEL}, ${sender})`;
 }
 
-/**
- * The API-side notifier. `onError` hears about a failed notify (the database away, say);
- * nothing is lost then: the relay's fallback poll finds the row.
- */
+/** The API-side notifier. A failed notify (`onError`) loses nothing: the relay's poll finds the row. */
 export function createOutboxNotifier(
   sql: Sql,
   windowMs: number = NOTIFY_WINDOW_MS,
   onError: (error: unknown) => void = () => {},
   busyWindowMs: number = BUSY_NOTIFY_WINDOW_MS,
-  /** The payload of its notifies, so that its own listener can tell them from another process's. */
+  /** The notifies' payload, so that its own listener can tell them from another process's. */
   sender = "",
-): OutboxNotifier {
+) {
   let window: ReturnType<typeof setTimeout> | undefined;
   let owed = false;
   let closed = false;
@@ -76,26 +50,29 @@ export function createOutboxNotifier(
       .finally(() => inFlight.delete(sent));
     inFlight.add(sent);
   };
-  const endWindow = (): void => {
-    window = undefined;
-    if (!owed) return;
-    owed = false;
+  const notifyNow = (): void => {
     send();
     window = setTimeout(endWindow, nextWindowMs());
   };
+  const endWindow = (): void => {
+    window = undefined;
+    if (owed) notifyNow();
+    owed = false;
+  };
 
   return {
-    poke() {
+    /** Call after a transaction that wrote outbox rows has committed. Never throws. */
+    poke(): void {
       if (closed) return;
       pokes.add(1, performance.now());
       if (window !== undefined) {
         owed = true;
         return;
       }
-      send();
-      window = setTimeout(endWindow, nextWindowMs());
+      notifyNow();
     },
-    async close() {
+    /** Sends the trailing notify if one is owed and waits for the notifies in flight. */
+    async close(): Promise<void> {
       closed = true;
       if (window !== undefined) clearTimeout(window);
       window = undefined;
@@ -106,20 +83,15 @@ export function createOutboxNotifier(
   };
 }
 
-export interface OutboxListener {
-  unlisten(): Promise<void>;
-}
+export type OutboxListener = Awaited<ReturnType<typeof listenForOutbox>>;
 
 /**
- * LISTENs on the outbox channel, on a pool whose connections are Postgres sessions of their
- * own (not behind a transaction pooler). postgres.js keeps the listening connection open and
- * re-LISTENs after a reconnect; `onWake` runs on each notify (with its sender) and on each
- * (re)connect (without), since rows may have committed while the connection was down.
+ * LISTENs on the outbox channel; postgres.js re-LISTENs after a reconnect. `onWake` runs on each
+ * notify (with its sender) and on each (re)connect (without): rows may have committed meanwhile.
  */
-export async function listenForOutbox(sql: Sql, onWake: (sender?: string) => void): Promise<OutboxListener> {
-  // Through a transaction pooler LISTEN succeeds and then hears nothing: its registration stays
-  // on a server connection other clients use. Refused rather than silently deaf.
+export async function listenForOutbox(sql: Sql, onWake: (sender?: string) => void) {
+  // Through a transaction pooler LISTEN succeeds and then hears nothing: refused rather than deaf.
   if (isTransactionPooled(sql)) throw new Error("bug: LISTEN through a transaction pooler; use DATABASE_DIRECT_URL's pool");
   const request = await sql.listen(OUTBOX_CHANNEL, (sender) => onWake(sender), () => onWake());
-  return { unlisten: () => request.unlisten() };
+  return { unlisten: (): Promise<void> => request.unlisten() };
 }

@@ -15,7 +15,7 @@ import { createRelayFetch } from "./http.ts";
 import type { HttpServerMetrics } from "../platform/http-metrics.ts";
 import { observePool } from "../platform/runtime-metrics.ts";
 import { transactionsInProgress } from "../platform/tx.ts";
-import { openConnections } from "../platform/open-connections.ts";
+import { openConnections } from "../platform/db.ts";
 import { metrics } from "@opentelemetry/api";
 
 // Beyond one per lane: one for /readyz and one for the ops jobs.
