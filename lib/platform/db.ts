@@ -5,9 +5,9 @@ import { clientTarget } from "./database-url.ts";
 import { POOL_WAIT_TIMEOUT, REQUEST_DEADLINE } from "./pool-gate.ts";
 import type { DatabasePooler } from "./config.ts";
 import { transactionPooled } from "./pooler.ts";
+import type { Sql } from "./sql-types.ts";
 
-export type Sql = postgres.Sql<Record<string, never>>;
-export type Tx = postgres.TransactionSql<Record<string, never>>;
+export type { Sql, Tx } from "./sql-types.ts";
 
 /**
  * The timeouts are startup parameters (unset: the server's). `singleUse`: a client that lives for

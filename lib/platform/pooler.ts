@@ -2,7 +2,7 @@
 // a session holds: prepared statements (db.ts sends unnamed ones), startup parameters (each
 // transaction sets its bounds), LISTEN and session locks (DATABASE_DIRECT_URL, or job-lock.ts).
 import type { Config } from "./config.ts";
-import type { Sql, Tx } from "./db.ts";
+import type { Sql, Tx } from "./sql-types.ts";
 import { maskUrl } from "./redact.ts";
 
 /** Unset keeps the server's. */
