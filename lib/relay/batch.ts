@@ -9,7 +9,6 @@ import { chainsOf, publishChains, publishInTurn, type HandoverContext } from "./
 
 export interface BatchContext extends HandoverContext {
   readonly sql: Sql;
-  /** OUTBOX_BATCH_SIZE. */
   readonly maxClaim: number;
   readonly retry: RetryPolicy;
 }
@@ -40,7 +39,6 @@ function handOver(ctx: BatchContext, limit: number, claimed: readonly OutboxRow[
   return { rows, outcomes, inTurn };
 }
 
-/** The claimed heads created at `end`. */
 function atEnd(heads: readonly OutboxRow[], end: string | undefined): number {
   let n = 0;
   for (let i = heads.length - 1; i >= 0 && heads[i]?.createdAt === end; i--) n++;

@@ -176,14 +176,10 @@ export async function publishInTurn(ctx: HandoverContext, chains: readonly Chain
   const rest: Outcome = { kind: "released", error: "not attempted: the broker went away during the batch" };
   let gone = false;
   for (const chain of chains) {
-    if (gone) {
-      outcomes.push(...chain.map(() => rest));
-      continue;
-    }
-    const answers = await publishChains(ctx, [chain]);
+    const answers: Outcome[] = gone ? chain.map(() => rest) : await publishChains(ctx, [chain]);
     outcomes.push(...answers);
     const last = answers.find((o) => o.kind !== "acked");
-    gone = last !== undefined && !(last.kind === "failed" && ctx.broker.connected);
+    gone ||= last !== undefined && !(last.kind === "failed" && ctx.broker.connected);
   }
   return outcomes;
 }

@@ -88,8 +88,7 @@ export async function claimHeadsUnbounded(tx: Db, limit: number, from: string): 
     order by created_at
     limit ${limit}
     for update skip locked`.execute();
-  let firstEvents = 0;
-  for (const head of heads) if (head.sequence === 1) firstEvents++;
+  const firstEvents = heads.reduce((n, head) => (head.sequence === 1 ? n + 1 : n), 0);
   return { heads, window: { rows: heads.length, firstEvents, end: heads.length === limit ? heads.at(-1)?.createdAt : undefined } };
 }
 
