@@ -24,8 +24,7 @@ export interface BatchRun {
   readonly result: Promise<BatchResult>;
 }
 
-// Claims of up to this many rows (not the whole OUTBOX_BATCH_SIZE) are published in turn: for a
-// few rows a round trip each costs less than the broker's delayed-PUBACK stall on a burst.
+// Claims up to this size go in turn: for a few rows a round trip each beats a delayed-PUBACK stall.
 export const IN_TURN_MAX = 50;
 
 const LEFT_FOR_LATER: Outcome = { kind: "released", error: "not attempted: a row before it in its aggregate was not in the claim" };

@@ -41,8 +41,7 @@ export function createClaimFrontier() {
   };
 }
 
-// Heads per claim, leaving room for their followers: a backlog of many events per aggregate is
-// claimed as whole chains, not as heads whose later events every claim probes past.
+// Heads per claim, leaving room for followers: long chains are claimed whole, not probed past per claim.
 function createHeadLimit() {
   let followersPerHead = 0;
   return {

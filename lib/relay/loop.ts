@@ -92,8 +92,7 @@ export function createWaker() {
   };
 }
 
-// Past this rate a claim per NOTIFY of a few rows would cost more CPU than the rows: the next drain
-// waits to gather more. Below it (the latency case) nothing waits.
+// Past this rate a claim per NOTIFY costs more CPU than its few rows: the next drain waits to gather.
 export const GATHER_MIN_RATE_PER_S = 400;
 // Past this a claim's fixed cost is small beside its rows'.
 const GATHER_ROWS = 200;

@@ -20,9 +20,8 @@ export interface OutboxRow {
   readonly traceparent: string | null;
 }
 
-// Without statistics (a fresh table, a backlog outgrowing ANALYZE) the planner would sort every
-// pending row for a claim and seq-scan the updates. A crash without synchronous_commit loses only
-// the marks of rows delivered, which are then published again, as at-least-once allows.
+// Without statistics the planner would sort every pending row for a claim and seq-scan the updates.
+// A crash without synchronous_commit loses only marks: those rows are published again (at least once).
 export async function batchSettings(tx: Db): Promise<void> {
   await tx`select set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('synchronous_commit', 'off', true)`.execute();
 }
