@@ -26,15 +26,6 @@ export async function batchSettings(tx: Db): Promise<void> {
   await tx`select set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('synchronous_commit', 'off', true)`.execute();
 }
 
-function dueWindow(tx: Db, walk: number, from: string | undefined) {
-  return tx`
-    select created_at, sequence from outbox
-    where published_at is null and parked_at is null
-      and (next_attempt_at is null or next_attempt_at <= now())
-      ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
-    order by created_at limit ${walk}`;
-}
-
 // A head is its aggregate's oldest unpublished event.
 function dueHeads(tx: Db, from: string | undefined) {
   return tx`
@@ -64,7 +55,12 @@ type HeadRow = OutboxRow & { readonly windowRows: number; readonly windowFirstEv
 export async function claimHeads(tx: Db, limit: number, from?: string, walk: number = limit): Promise<ClaimedHeads> {
   // No head: one row of window figures and nulls.
   const rows = await tx<HeadRow[]>`
-    with w as materialized (${dueWindow(tx, walk, from)}),
+    with w as materialized (
+      select created_at, sequence from outbox
+      where published_at is null and parked_at is null
+        and (next_attempt_at is null or next_attempt_at <= now())
+        ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
+      order by created_at limit ${walk}),
     b as (select count(*)::int as n, count(*) filter (where sequence = 1)::int as first, max(created_at) as last from w)
     select b.n as "windowRows", b.first as "windowFirstEvents",
            case when b.n = ${walk} then to_char(b.last at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') end as "windowEnd",
