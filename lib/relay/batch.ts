@@ -9,7 +9,6 @@ import { chainsOf, publishChains, publishInTurn, type HandoverContext } from "./
 
 export interface BatchContext extends HandoverContext {
   readonly sql: Sql;
-  /** OUTBOX_BATCH_SIZE. */
   readonly maxClaim: number;
   readonly retry: RetryPolicy;
 }
@@ -25,8 +24,7 @@ export interface BatchRun {
   readonly result: Promise<BatchResult>;
 }
 
-// Claims of up to this many rows (not the whole OUTBOX_BATCH_SIZE) are published in turn: for a
-// few rows a round trip each costs less than the broker's delayed-PUBACK stall on a burst.
+// Claims up to this size go in turn: for a few rows a round trip each beats a delayed-PUBACK stall.
 export const IN_TURN_MAX = 50;
 
 const LEFT_FOR_LATER: Outcome = { kind: "released", error: "not attempted: a row before it in its aggregate was not in the claim" };
@@ -40,7 +38,6 @@ function handOver(ctx: BatchContext, limit: number, claimed: readonly OutboxRow[
   return { rows, outcomes, inTurn };
 }
 
-/** The claimed heads created at `end`. */
 function atEnd(heads: readonly OutboxRow[], end: string | undefined): number {
   let n = 0;
   for (let i = heads.length - 1; i >= 0 && heads[i]?.createdAt === end; i--) n++;

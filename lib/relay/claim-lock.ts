@@ -2,21 +2,18 @@
 // lock, so the next claim's rows leave after them: publish order follows created_at across lanes.
 
 export function createBatchTurn(stop: AbortSignal) {
-  return { lock: createClaimLock(), frontier: createClaimFrontier(), heads: createHeadLimit(), window: createWindowSize(), stop };
-}
-
-export type BatchTurn = ReturnType<typeof createBatchTurn>;
-
-function createClaimLock() {
   let tail: Promise<unknown> = Promise.resolve();
-  return {
+  const lock = {
     hold<T>(fn: () => Promise<T>): Promise<T> {
       const run = tail.then(fn);
       tail = run.catch(() => {});
       return run;
     },
   };
+  return { lock, frontier: createClaimFrontier(), heads: createHeadLimit(), window: createWindowSize(), stop };
 }
+
+export type BatchTurn = ReturnType<typeof createBatchTurn>;
 
 // From the top a claim walks past every row the other lanes hold and dead entries, so claims start
 // where the last ended; a row behind it (a late commit) waits for a claim from the top, this often.
@@ -44,8 +41,7 @@ export function createClaimFrontier() {
   };
 }
 
-// Heads per claim, leaving room for their followers: a backlog of many events per aggregate is
-// claimed as whole chains, not as heads whose later events every claim probes past.
+// Heads per claim, leaving room for followers: long chains are claimed whole, not probed past per claim.
 function createHeadLimit() {
   let followersPerHead = 0;
   return {

@@ -134,8 +134,7 @@ function producerSpan(row: OutboxRow, topic: string | undefined, answer: (outcom
 
 const NOT_ATTEMPTED_BEHIND: Outcome = { kind: "released", error: "not attempted: the event before it in its aggregate was not acknowledged" };
 
-// The chains side by side, outcomes in their order. Callbacks, not a promise per row: a drain
-// hands over tens of thousands a second.
+// The chains side by side, outcomes in their order; callbacks, not a promise per row (the hot path).
 export async function publishChains(ctx: HandoverContext, chains: readonly Chain[]): Promise<Outcome[]> {
   const topics = new ByTwoKeys<string>();
   let total = 0;
@@ -176,14 +175,10 @@ export async function publishInTurn(ctx: HandoverContext, chains: readonly Chain
   const rest: Outcome = { kind: "released", error: "not attempted: the broker went away during the batch" };
   let gone = false;
   for (const chain of chains) {
-    if (gone) {
-      outcomes.push(...chain.map(() => rest));
-      continue;
-    }
-    const answers = await publishChains(ctx, [chain]);
+    const answers: Outcome[] = gone ? chain.map(() => rest) : await publishChains(ctx, [chain]);
     outcomes.push(...answers);
     const last = answers.find((o) => o.kind !== "acked");
-    gone = last !== undefined && !(last.kind === "failed" && ctx.broker.connected);
+    gone ||= last !== undefined && !(last.kind === "failed" && ctx.broker.connected);
   }
   return outcomes;
 }

@@ -1,9 +1,5 @@
-// The outbox relay's loop. States:
-//   idle               nothing due; waits for a NOTIFY, a broker reconnect or the fallback poll
-//   draining           lanes claim and publish until a claim comes back short; a busy stream gathers first
-//   waiting-for-broker disconnected: claims nothing (no attempts burnt) until the CONNACK
-//   backing-off        the database failed; waits, doubling the pause, then drains again
-//   stopping/stopped   stop(): no new claim; batches in flight finish (PUBACKs awaited, rows marked)
+// The outbox relay's loop: idle until a NOTIFY, reconnect or poll; draining until a claim is short;
+// waiting-for-broker claims nothing (no attempts burnt); backing-off after a database error; stopping.
 import type { Sql } from "../platform/db.ts";
 import { describeDbError } from "../platform/db.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
@@ -33,7 +29,6 @@ export interface RelayOptions {
   /** Where the relay LISTENs: `sql` when unset; null for nowhere (then only the poll wakes it). */
   readonly listenSql?: Sql | null;
   readonly broker: Broker;
-  /** OUTBOX_BATCH_SIZE. */
   readonly batchSize: number;
   readonly pollMs: number;
   readonly topicPrefix: string;
@@ -43,10 +38,8 @@ export interface RelayOptions {
   readonly logger?: Logger;
   readonly publishTimeoutMs?: number;
   readonly retry?: Partial<RetryPolicy>;
-  /** Default laneCount(batchSize). */
   readonly lanes?: number;
   readonly pacer?: GcPacer;
-  /** RELAY_GATHER_MS. */
   readonly gatherMs?: number;
 }
 
@@ -99,8 +92,7 @@ export function createWaker() {
   };
 }
 
-// Past this rate a claim per NOTIFY of a few rows would cost more CPU than the rows: the next drain
-// waits to gather more. Below it (the latency case) nothing waits.
+// Past this rate a claim per NOTIFY costs more CPU than its few rows: the next drain waits to gather.
 export const GATHER_MIN_RATE_PER_S = 400;
 // Past this a claim's fixed cost is small beside its rows'.
 const GATHER_ROWS = 200;
@@ -276,7 +268,6 @@ export function createRelay(options: RelayOptions) {
     get listening(): boolean {
       return run.listening;
     },
-    /** Returns the rows published. */
     async runOnce(): Promise<number> {
       return (await batch(options.batchSize).result).published;
     },

@@ -20,20 +20,10 @@ export interface OutboxRow {
   readonly traceparent: string | null;
 }
 
-// Without statistics (a fresh table, a backlog outgrowing ANALYZE) the planner would sort every
-// pending row for a claim and seq-scan the updates. A crash without synchronous_commit loses only
-// the marks of rows delivered, which are then published again, as at-least-once allows.
+// Without statistics the planner would sort every pending row for a claim and seq-scan the updates.
+// A crash without synchronous_commit loses only marks: those rows are published again (at least once).
 export async function batchSettings(tx: Db): Promise<void> {
   await tx`select set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), set_config('synchronous_commit', 'off', true)`.execute();
-}
-
-function dueWindow(tx: Db, walk: number, from: string | undefined) {
-  return tx`
-    select created_at, sequence from outbox
-    where published_at is null and parked_at is null
-      and (next_attempt_at is null or next_attempt_at <= now())
-      ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
-    order by created_at limit ${walk}`;
 }
 
 // A head is its aggregate's oldest unpublished event.
@@ -65,7 +55,12 @@ type HeadRow = OutboxRow & { readonly windowRows: number; readonly windowFirstEv
 export async function claimHeads(tx: Db, limit: number, from?: string, walk: number = limit): Promise<ClaimedHeads> {
   // No head: one row of window figures and nulls.
   const rows = await tx<HeadRow[]>`
-    with w as materialized (${dueWindow(tx, walk, from)}),
+    with w as materialized (
+      select created_at, sequence from outbox
+      where published_at is null and parked_at is null
+        and (next_attempt_at is null or next_attempt_at <= now())
+        ${from === undefined ? tx`` : tx`and created_at >= ${from}::timestamptz`}
+      order by created_at limit ${walk}),
     b as (select count(*)::int as n, count(*) filter (where sequence = 1)::int as first, max(created_at) as last from w)
     select b.n as "windowRows", b.first as "windowFirstEvents",
            case when b.n = ${walk} then to_char(b.last at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') end as "windowEnd",
@@ -88,8 +83,7 @@ export async function claimHeadsUnbounded(tx: Db, limit: number, from: string): 
     order by created_at
     limit ${limit}
     for update skip locked`.execute();
-  let firstEvents = 0;
-  for (const head of heads) if (head.sequence === 1) firstEvents++;
+  const firstEvents = heads.reduce((n, head) => (head.sequence === 1 ? n + 1 : n), 0);
   return { heads, window: { rows: heads.length, firstEvents, end: heads.length === limit ? heads.at(-1)?.createdAt : undefined } };
 }
 

@@ -23,17 +23,12 @@ export type Outcome =
   // The broker went away: no attempt counted.
   | { readonly kind: "released"; readonly error: string };
 
-export interface BatchResult {
-  readonly claimed: number;
-  readonly published: number;
+export type BatchResult = ReturnType<typeof tally>["result"] & {
   readonly answeredMs: number;
   /** Short from the top of the pending index proves nothing due is left. */
   readonly fromTop: boolean;
   readonly full: boolean;
-  /** Per topic: seconds from row created to PUBACK. */
-  readonly lags: Map<string, number[]>;
-  readonly errors: Map<string, number>;
-}
+};
 
 export const EMPTY_RESULT: BatchResult = { claimed: 0, published: 0, answeredMs: 0, fromTop: true, full: false, lags: new Map(), errors: new Map() };
 
@@ -56,6 +51,7 @@ export function tally(topicPrefix: string, rows: readonly OutboxRow[], outcomes:
   const acked: string[] = [];
   const failures: Failure[] = [];
   const releases: Release[] = [];
+  // Per topic: seconds from row created to PUBACK.
   const lags = new Map<string, number[]>();
   const errors = new Map<string, number>();
   // A batch is mostly of one event type: a topic per run of that type, not per row.

@@ -37,8 +37,7 @@ function writeVarint(buf: Buffer, at: number, value: number): number {
   return o;
 }
 
-// Short ASCII strings (names, ids, the topic) are measured and copied by a loop: a packet's two
-// dozen native Buffer calls would cost more. The native calls are faster past a few dozen bytes.
+// Short ASCII strings are measured and copied by a loop, cheaper than native Buffer calls up to here.
 const ASCII_LOOP_MAX = 64;
 const FIRST_NON_ASCII = 0x80;
 

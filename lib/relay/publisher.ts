@@ -17,7 +17,6 @@ interface BrokerOptions {
   readonly connections?: number;
   /** Why a connection attempt failed: once per cause, not once per retry. */
   readonly onError?: (description: string) => void;
-  /** MQTT_PROTOCOL_VERSION (default auto). */
   readonly version?: MqttProtocol;
   /** With `auto`, the version tried first (default 5). */
   readonly protocolVersion?: 4 | 5;
@@ -150,7 +149,6 @@ function followSession(client: MqttClient, publishes: PublishWindow, notify: () 
   client.on("connect", (connack: IConnackPacket) => {
     client.options.reconnectPeriod = RECONNECT_MIN_MS;
     disconnectReason = undefined;
-    // Mosquitto's max_inflight_messages, 20 by default.
     publishes.opened(connack.properties?.receiveMaximum ?? PROTOCOL_RECEIVE_MAXIMUM);
     notify();
   });

@@ -42,7 +42,6 @@ interface WindowConnection {
 // PUBACK reason codes from here up are failures (MQTT 5 §3.4.2.1); 0x10 "no matching subscribers" is not.
 const FIRST_FAILURE_CODE = 0x80;
 const MAX_PACKET_ID = 0xffff;
-// Sent only to carry a TCP ACK, see readDone().
 const PINGREQ = Buffer.from([0xc0, 0x00]);
 // The waiting queue drops its sent head once this long (an index, not Array.shift, which moves every entry).
 const QUEUE_COMPACT_AT = 1024;
