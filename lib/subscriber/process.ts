@@ -177,7 +177,7 @@ export class Releaser {
   }
 
   private async step(tx: Tx, place: Place, taking: (held: NextHeld) => void): Promise<Told> {
-    const last = await lockPlace(tx, place);
+    const last = (await lockPlace(tx, place))[0]!.last;
     const held = await nextHeld(tx, place, this.timeoutMs);
     if (!held) return undefined;
     const turn = turnOf(last, held.sequence);
