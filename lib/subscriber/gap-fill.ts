@@ -62,11 +62,8 @@ export class GapFiller {
       }
     };
     await Promise.all(Array.from({ length: FILLS_AT_ONCE }, worker));
-    if (!failed) this.apiPauseMs = 0;
-    else {
-      this.apiPauseMs = Math.min(MAX_ASK_PAUSE_MS, Math.max(API_MIN_PAUSE_MS, this.apiPauseMs * 2));
-      this.apiPausedUntil = performance.now() + this.apiPauseMs;
-    }
+    this.apiPauseMs = failed ? Math.min(MAX_ASK_PAUSE_MS, Math.max(API_MIN_PAUSE_MS, this.apiPauseMs * 2)) : 0;
+    if (failed) this.apiPausedUntil = performance.now() + this.apiPauseMs;
     return batch.length;
   }
 

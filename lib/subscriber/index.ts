@@ -21,7 +21,6 @@ export type { MqttProtocol } from "../platform/config.ts";
 // Longer than the broker keeps a session (a day): a redelivery always finds its row.
 const DEFAULT_INBOX_RETENTION_S = 7 * 86_400;
 const DEFAULT_FILL_AFTER_MS = 5000;
-// The engine's order, with its `rejected` (a library has a `check`: never) as `unknown`.
 const HANDLE_COUNTS: readonly (keyof SubscriberCounts)[] = COUNT_NAMES.map((n) => (n === "rejected" ? "unknown" : n));
 
 export interface SubscriberHandle {

@@ -177,13 +177,16 @@ export class Releaser {
   }
 
   private async step(tx: Tx, place: Place, taking: (held: NextHeld) => void): Promise<Told> {
-    const last = await lockPlace(tx, place);
+    const last = (await lockPlace(tx, place))[0]!.last;
     const held = await nextHeld(tx, place, this.timeoutMs);
     if (!held) return undefined;
     const turn = turnOf(last, held.sequence);
     if (turn === "ahead" && !held.overdue) return undefined;
     taking(held);
-    const event = heldEvent(held);
+    // Held only once parsed, so the payload parses again.
+    const envelope = parseEnvelope(held.payload);
+    if (!envelope) throw new Error(`bug: held event ${held.eventId} is not an envelope`);
+    const event = { ...envelope, sequence: held.sequence };
     await deleteHeld(tx, held.eventId, place.consumer);
     if (turn === "past") {
       // A held copy of an event already processed is only deleted.
@@ -200,11 +203,4 @@ export class Releaser {
       this.report.delivered({ event, topic: held.topic, duplicate: !fresh, redelivered: false, held: true, gapSkipped, filled: false });
     };
   }
-}
-
-// Held only once parsed, so the payload parses again.
-function heldEvent(held: NextHeld): SequencedEvent {
-  const envelope = parseEnvelope(held.payload);
-  if (!envelope) throw new Error(`bug: held event ${held.eventId} is not an envelope`);
-  return { ...envelope, sequence: held.sequence };
 }

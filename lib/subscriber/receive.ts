@@ -6,7 +6,6 @@ import type { IPublishPacket } from "mqtt";
 import { aggregateTypeOfTopic, parseEnvelope, type EventEnvelope } from "../charges/events.ts";
 import { DEFAULT_SUBSCRIBER_GAP_TIMEOUT_MS } from "../platform/config.ts";
 import { contextOf, endSpan, tracer } from "../platform/trace-context.ts";
-import type { DeadLetter } from "./sequence-sql.ts";
 import { Closing, keepDeadLetter, keepHandlerLetter, MAX_HANDLER_ATTEMPTS, processEvent, Releaser } from "./process.ts";
 import type { Arrival, Processing } from "./process.ts";
 import { Report } from "./report.ts";
@@ -58,7 +57,12 @@ export class Receiver {
   // Acknowledged unprocessed (it would fail the same way again); with a `check`, once a dead letter.
   private malformed(packet: IPublishPacket, checked: Extract<Checked, { kind: "malformed" }>, ack: Ack): void {
     if (!this.options.check) return tellThenAck(() => this.report.rejected(packet.topic, checked.reason), ack);
-    const letter = malformedLetterOf(this.options.consumer, packet, checked.reason, checked.eventId);
+    // Under its own id when it names one, else one made from its topic and bytes: a redelivery of it
+    // updates the same row rather than adding one.
+    const payload = payloadText(packet);
+    const eventId = checked.eventId ?? contentId(packet.topic, payload);
+    const error = `malformed: ${checked.reason}`;
+    const letter = { eventId, consumer: this.options.consumer, topic: packet.topic, payload, error, attempts: 0 };
     this.current = keepDeadLetter(this.processing, letter)
       .then(() => tellThenAck(() => this.report.malformed(letter), ack))
       .catch((error: unknown) => {
@@ -114,13 +118,6 @@ function consumerSpan(packet: IPublishPacket, eventId: string, consumer: string)
   };
   const parent = contextOf(typeof traceparent === "string" ? traceparent : null);
   return tracer().startSpan(`process ${packet.topic}`, { kind: SpanKind.CONSUMER, attributes }, parent);
-}
-
-// Under its own id when it names one, else one made from its topic and bytes: a redelivery of it
-// updates the same row rather than adding one.
-function malformedLetterOf(consumer: string, packet: IPublishPacket, reason: string, eventId: string | undefined): DeadLetter {
-  const payload = payloadText(packet);
-  return { eventId: eventId ?? contentId(packet.topic, payload), consumer, topic: packet.topic, payload, error: `malformed: ${reason}`, attempts: 0 };
 }
 
 // A UUID-shaped digest (the dead letters' key is a uuid); never a real event's id in practice.

@@ -85,14 +85,14 @@ export class Report {
   held(place: Place, event: SequencedEvent, topic: string, expected: number): void {
     this.counts.held += 1;
     this.gap("held");
-    this.log.warn("event ahead of its turn held", { ...fieldsOf(place, event), expectedSequence: expected, receivedSequence: event.sequence });
+    this.log.warn("event ahead of its turn held", { ...place, eventId: event.id, expectedSequence: expected, receivedSequence: event.sequence });
     this.options.onHeld?.({ event, topic, expected });
   }
 
   gapSkipped(place: Place, event: SequencedEvent, expected: number, waitedMs: number): void {
     this.counts.gapsSkipped += 1;
     this.gap("released_after_timeout");
-    const fields = { ...fieldsOf(place, event), expectedSequence: expected, receivedSequence: event.sequence, waitedMs: Math.round(waitedMs) };
+    const fields = { ...place, eventId: event.id, expectedSequence: expected, receivedSequence: event.sequence, waitedMs: Math.round(waitedMs) };
     this.log.warn("sequence gap skipped after the gap timeout", fields);
   }
 
@@ -113,7 +113,7 @@ export class Report {
   late(place: Place, event: SequencedEvent, last: number, letter: DeadLetter): void {
     this.gap("late");
     this.countDeadLetter();
-    this.log.warn("event after its skipped turn kept in subscriber_dead_letters", { ...fieldsOf(place, event), lastSequence: last, receivedSequence: event.sequence });
+    this.log.warn("event after its skipped turn kept in subscriber_dead_letters", { ...place, eventId: event.id, lastSequence: last, receivedSequence: event.sequence });
     this.options.onDeadLetter?.(letter);
   }
 
@@ -132,10 +132,6 @@ export class Report {
 }
 
 // A place is exactly its three keys (built so, or read so): they lead the log line in this order.
-function fieldsOf(place: Place, event: SequencedEvent): Record<string, string> {
-  return { ...place, eventId: event.id };
-}
-
 function gapFields(gap: Gap): Record<string, string | number> {
   return { ...gap.place, lastSequence: gap.last, heldSequence: gap.held[0] ?? 0 };
 }

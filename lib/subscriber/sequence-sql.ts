@@ -13,29 +13,24 @@ export interface Place {
 // holder, so share-group members take an aggregate's events in turn.
 export async function claimTurn(tx: Tx, place: Place, eventId: string, sequence: number): Promise<{ last: number; inserted: boolean }> {
   const rows = await tx<{ last: number; inserted: boolean }[]>`
-    with place as (
-      insert into subscriber_sequences (consumer, aggregate_type, aggregate_id, last_sequence)
-      values (${place.consumer}, ${place.aggregateType}, ${place.aggregateId}, 0)
-      on conflict (consumer, aggregate_type, aggregate_id)
-        do update set last_sequence = subscriber_sequences.last_sequence
-      returning last_sequence),
+    with place as (${lockPlace(tx, place)}),
     turn as (
       insert into inbox (event_id, consumer)
-      select ${eventId}::uuid, ${place.consumer} from place where last_sequence = ${sequence}::int - 1
+      select ${eventId}::uuid, ${place.consumer} from place where last = ${sequence}::int - 1
       on conflict do nothing
       returning event_id)
-    select (select last_sequence from place) as last, exists (select 1 from turn) as inserted`;
+    select (select last from place) as last, exists (select 1 from turn) as inserted`;
   return rows[0]!; // the upsert always returns its row
 }
 
-export async function lockPlace(tx: Tx, place: Place): Promise<number> {
-  const rows = await tx<{ last: number }[]>`
+// A fragment too: claimTurn takes the lock in its own statement.
+export function lockPlace(tx: Tx, place: Place) {
+  return tx<{ last: number }[]>`
     insert into subscriber_sequences (consumer, aggregate_type, aggregate_id, last_sequence)
     values (${place.consumer}, ${place.aggregateType}, ${place.aggregateId}, 0)
     on conflict (consumer, aggregate_type, aggregate_id)
       do update set last_sequence = subscriber_sequences.last_sequence
     returning last_sequence as last`;
-  return rows[0]!.last;
 }
 
 // Whether it has held events, which may now follow.

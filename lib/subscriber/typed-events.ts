@@ -6,15 +6,8 @@ import { ENVELOPE_SCHEMAS, EVENT_TYPES, UUID_PATTERN, type EventData, type Event
 
 /** One event of a type this version knows, checked against its schema: `data` is typed by `type`. */
 export type ChargeEvent = {
-  readonly [T in EventType]: {
-    readonly id: string;
-    readonly type: T;
-    readonly aggregateId: string;
-    readonly tenantId: string;
-    readonly createdAt: string;
-    readonly sequence: number;
-    readonly data: EventData<T>;
-  };
+  readonly [T in EventType]: Required<Omit<EventEnvelope, "type" | "data">> &
+    { readonly type: T; readonly data: EventData<T> };
 }[EventType];
 
 /** An event of a type this version does not know: its common fields are checked, `data` is not. */

@@ -102,18 +102,9 @@ export interface CreateSubscriberOptions {
   readonly meter?: Meter;
 }
 
-export interface SubscriberCounts {
-  readonly processed: number;
-  readonly duplicates: number;
-  /** Events of a type this version does not know. */
-  readonly unknown: number;
-  readonly malformed: number;
-  /** Events the handler kept failing on (or that came after their turn was skipped). */
-  readonly deadLettered: number;
-  readonly held: number;
-  readonly gapsSkipped: number;
-  readonly gapsFilled: number;
-}
+// The engine's counts with its `rejected` (a library has a `check`: never) as `unknown`: events of a
+// type this version does not know. `deadLettered` includes events that came after their turn was skipped.
+export type SubscriberCounts = Readonly<Record<Exclude<keyof Counts, "rejected"> | "unknown", number>>;
 
 export const COUNT_NAMES =
   ["processed", "duplicates", "rejected", "malformed", "deadLettered", "held", "gapsSkipped", "gapsFilled"] as const;
