@@ -4,12 +4,9 @@ import { isTransactionPooled } from "./pooler.ts";
 import { REQUEST_DEADLINE, settleBy, TimeBoundError, type Cancellable } from "./pool-gate.ts";
 import { transaction } from "./tx.ts";
 
-/**
- * The statement `build` makes, settled by `endsAt`. Behind a transaction pooler the bounds exist
- * only in a transaction, so it gets one (three round trips). A pooler queues a BEGIN where no
- * cancel reaches: if the deadline comes first the request is refused, and the statement, never
- * sent, is rolled back with its transaction once the pooler gets to it.
- */
+// Behind a transaction pooler the bounds exist only in a transaction (three round trips). A pooler
+// queues a BEGIN where no cancel reaches: past the deadline the request is refused, and the
+// statement, never sent, is rolled back with its transaction once the pooler gets to it.
 export function boundedStatement<T>(sql: Sql, endsAt: number, build: (q: Sql | Tx) => Cancellable<T>): Promise<T> {
   if (!isTransactionPooled(sql)) return settleBy(build(sql), endsAt);
   let late = false;

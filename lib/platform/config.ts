@@ -1,6 +1,5 @@
-// Configuration: read from the environment once, validated, frozen (docs/configuration.md says
-// what each variable means). A bad value is a ConfigError naming the variable; the entrypoints
-// print its message and exit 1.
+// Configuration: read from the environment once, validated, frozen (docs/configuration.md). A bad
+// value is a ConfigError naming the variable; the entrypoints print its message and exit 1.
 import { ConfigError, databaseUrl, flag, host, integer, oneOf, secret, url, urlList, type Env } from "./config-values.ts";
 import { processorConfig } from "./config-processor.ts";
 import { Secret } from "./redact.ts";
@@ -145,10 +144,8 @@ function authConfig(env: Env) {
 // A bearer token is one header value: visible ASCII, no spaces.
 const TOKEN_CHARS = /^[\x21-\x7e]{1,8192}$/;
 
-/**
- * With SUBSCRIBER_API_URL and _TOKEN, the reference subscriber fills a gap from the API before
- * the gap timeout (lib/subscriber/gap-fill.ts); with neither, it waits for the broker alone.
- */
+// With SUBSCRIBER_API_URL and _TOKEN the subscriber fills a gap from the API before the gap
+// timeout (lib/subscriber/gap-fill.ts); with neither, it waits for the broker alone.
 function subscriberApiConfig(env: Env, gapTimeoutMs: number) {
   const rawUrl = env.SUBSCRIBER_API_URL?.trim() || undefined;
   const token = env.SUBSCRIBER_API_TOKEN?.trim() || undefined;

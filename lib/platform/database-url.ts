@@ -1,6 +1,5 @@
 // DATABASE_URL in libpq's URI form, one host or a failover list tried in order for every new
-// connection (`postgres://u:p@db-a:5432,db-b:5432/db?target_session_attrs=read-write`), parsed
-// for the configuration (which refuses a bad one at start) and for createSql.
+// connection, parsed for the configuration (which refuses a bad one at start) and for createSql.
 import { isIP } from "node:net";
 
 type TargetSessionAttrs = "any" | "read-write" | "primary";
@@ -86,12 +85,9 @@ interface ClientTarget {
   readonly target_session_attrs?: "primary";
 }
 
-/**
- * postgres.js 3.4.9's target_session_attrs, corrected: its read-write checks only
- * default_transaction_read_only, which a Postgres 14+ hot standby reports "off"
- * (hapostgres/pg_auto_failover#970), so it gets "primary" (in_hot_standby off) instead; "any",
- * libpq's default, it refuses as unknown, so it is left out. A refused URL is handed over as is.
- */
+// postgres.js 3.4.9's read-write checks only default_transaction_read_only, which a Postgres 14+
+// hot standby reports "off" (hapostgres/pg_auto_failover#970), so it gets "primary"; "any" (libpq's
+// default) it refuses as unknown, so it is left out. A refused URL is handed over as is.
 export function clientTarget(raw: string): ClientTarget {
   const parsed = parseDatabaseUrl(raw);
   if (parsed.kind === "refused") return { url: raw };

@@ -9,11 +9,8 @@ import type { Sql } from "./sql-types.ts";
 
 export type { Sql, Tx } from "./sql-types.ts";
 
-/**
- * The timeouts are startup parameters (unset: the server's). `singleUse`: a client that lives for
- * one request (the edge worker): no named prepared statements, no type lookup at connect (only
- * array columns need it). `countOpen` costs a stack captured per statement.
- */
+// The timeouts are startup parameters (unset: the server's). `singleUse` (the edge worker): no named
+// prepared statements, no type lookup at connect. `countOpen` costs a stack captured per statement.
 export interface DbOptions {
   readonly max?: number;
   readonly applicationName?: string;

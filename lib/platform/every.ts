@@ -3,10 +3,8 @@
 
 export type Every = ReturnType<typeof every>;
 
-/**
- * `delayMs` is asked again before each wait; `signal` aborts on stop(), for a job of several
- * steps to check between them; after a failed run (`onError`) the next comes on time.
- */
+// `delayMs` is asked again before each wait; `signal` aborts on stop(), for a job of several steps
+// to check between them; after a failed run (`onError`) the next comes on time.
 interface EveryOptions {
   readonly delayMs: number | (() => number);
   readonly runAtOnce: boolean;

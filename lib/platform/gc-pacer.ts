@@ -1,6 +1,5 @@
-// Young-generation collections paced by the work done, so that a busy process reuses the memory
-// it frees before Bun's mimalloc returns it to the kernel (after 100 ms free), for the next
-// allocation to fault back in; a relay drain's own collections come less often than that.
+// Young-generation collections paced by the work done, so a busy process reuses the memory it frees
+// before Bun's mimalloc returns it to the kernel (after 100 ms free) for the next allocation to fault.
 
 /** `count(units)`: so much work was done. */
 export type GcPacer = ReturnType<typeof createGcPacer>;

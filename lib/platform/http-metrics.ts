@@ -1,6 +1,5 @@
-// http_server_request_duration_seconds (OpenTelemetry's HTTP server conventions), counted in
-// plain integers and handed to the SDK at collection: an OTel Histogram's record() hashes its
-// attributes on every call (bench/README.md, "HTTP histogram on vs off").
+// http_server_request_duration_seconds (OTel HTTP server conventions), counted in plain integers and
+// handed to the SDK at collection: an OTel Histogram's record() hashes its attributes on every call.
 
 export const HTTP_DURATION_METRIC = "http_server_request_duration_seconds";
 

@@ -1,7 +1,5 @@
-// Forward-only schema migrations: the numbered files of migrations/, applied in order at start
-// under one advisory lock, each recorded in the schema_history ledger with a checksum; a ledger
-// that disagrees with this release's files stops the process. Not postgres-shift: it takes no
-// lock, keeps no checksum, and reads the ledger outside the transaction that migrates.
+// Forward-only schema migrations of migrations/, applied in order at start under one advisory lock,
+// each recorded in schema_history with a checksum; a ledger that disagrees stops the process.
 import { readdir, readFile } from "node:fs/promises";
 import type { Sql, Tx } from "./db.ts";
 import { sha256Hex } from "./sha256.ts";
@@ -78,11 +76,8 @@ export function describeRefusal(outcome: Extract<MigrationOutcome, { kind: "chan
   return `its applied migrations differ from this release's files in migrations/ (${outcome.names.join(", ")}): an applied migration is never edited; restore it and add a new one`;
 }
 
-/**
- * Applies the pending migrations in one transaction under the advisory lock, each recorded
- * exactly when it took effect. An up-to-date database is only read: DDL's ACCESS EXCLUSIVE
- * locks would queue behind, and then block, the running API and relays.
- */
+// The pending migrations in one transaction under the advisory lock. An up-to-date database is only
+// read: DDL's ACCESS EXCLUSIVE locks would queue behind, and then block, the running API and relays.
 export async function migrate(sql: Sql, known?: readonly Migration[]): Promise<MigrationOutcome> {
   const migrations = known ?? (await readMigrations());
   const outcome = await sql.begin(async (tx) => {

@@ -1,6 +1,5 @@
-// A rate read from recent events: how many came over how long, both decayed with a time
-// constant. The time counts the gaps too: after a quiet spell, a burst that arrived at once
-// reads as a few events over the spell, not as a stream.
+// A rate from recent events: how many over how long, both decayed with a time constant. The time
+// counts the gaps too, so a burst after a quiet spell reads as a few events over it, not a stream.
 
 /** `windowMs`: the time constant; the first add() counts as coming after that long. */
 export function createMovingRate(windowMs: number) {

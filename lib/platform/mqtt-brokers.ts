@@ -1,6 +1,5 @@
-// The brokers of MQTT_URL, in order, and the one in use: every connection of a process goes to
-// it, and when one is lost or an attempt fails, the process moves to the next, round and round.
-// The first connection to notice moves it, once; the others, whose loss was the same, find it moved.
+// The brokers of MQTT_URL and the one in use by every connection of a process; a loss or a failed
+// attempt moves it to the next, round and round, once: the first connection to notice moves it.
 import { maskUrl } from "./redact.ts";
 
 /** A move away from a broker whose connection was lost, with both URLs masked. */
@@ -29,10 +28,8 @@ export class BrokerList {
     return maskUrl(this.urls[this.#index] as string);
   }
 
-  /**
-   * A connection to the broker at `index` ended, `lost` after its CONNACK or an attempt that got
-   * none. Only a move after a loss is told: with every broker down, one per retry would flood the log.
-   */
+  // A connection to the broker at `index` ended, `lost` after its CONNACK or an attempt that got none.
+  // Only a move after a loss is told: with every broker down, one per retry would flood the log.
   leave(index: number, lost: boolean): void {
     if (index !== this.#index || this.urls.length === 1) return;
     const from = this.inUse;

@@ -1,7 +1,5 @@
-// One way to open an mqtt.js client for the relay and the subscriber. `auto` tries MQTT 5 and
-// falls back to 3.1.1 when the broker refuses 5 (aedes) or closes without a CONNACK (some 3.1.1
-// brokers), keeping what worked until a restart. The stream builder opens each connection to the
-// broker in use (mqtt-brokers.ts): client, session and packet ids survive reconnects and moves.
+// One way to open an mqtt.js client for the relay and the subscriber. `auto` tries MQTT 5 and falls
+// back to 3.1.1 when the broker refuses 5 or closes without a CONNACK, until a restart.
 import { connect as tcpConnect, isIP } from "node:net";
 import { connect as tlsConnect, type ConnectionOptions } from "node:tls";
 import { MqttClient, type IClientOptions, type IStream } from "mqtt";
@@ -40,10 +38,8 @@ interface MqttConnectOptions extends IClientOptions {
 
 type Target = ReturnType<typeof targetOf>;
 
-/**
- * What one connection attempt (to the broker at `index`) has seen: its transport open, a CONNACK
- * answer, an accepting one; `stay`: the next attempt tries the same broker in the other version.
- */
+// What one connection attempt (to the broker at `index`) has seen; `stay`: the next attempt tries
+// the same broker in the other version.
 interface Attempt {
   readonly index: number;
   established: boolean;
@@ -85,11 +81,8 @@ export function connectMqtt(brokers: Brokers, options: MqttConnectOptions): Mqtt
   return client;
 }
 
-/**
- * The protocol fallback and the failure reports. Until a CONNACK accepts one version (auto), an
- * attempt refused for its version, or closed with its transport open but no CONNACK, makes the
- * next one speak the other version.
- */
+// The protocol fallback and the failure reports. Until a CONNACK accepts one version (auto), an
+// attempt refused for its version, or closed with its transport open but no CONNACK, flips it.
 function followProtocol(
   client: MqttClient,
   auto: boolean,

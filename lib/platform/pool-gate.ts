@@ -1,8 +1,6 @@
-// A bound on the wait for a pool connection, and a per-request deadline, in front of postgres.js,
-// which has no acquire timeout and cannot take back a query handed to it (a 503 for one that
-// commits later would break "a charge is committed only behind a 201"). So at most `size` units
-// of work are handed over at once, and one that gets no slot in time is refused with nothing
-// sent; work handed over is bounded by the server's timeouts and by settleBy().
+// A bound on the wait for a pool connection, and a per-request deadline: postgres.js has no acquire
+// timeout and cannot take back a query handed to it (a 503 for one that commits later would break
+// "a charge is committed only behind a 201"), so work that gets no slot in time is refused unsent.
 
 /** Error codes of the two refusals; isUnavailable (db.ts) counts both as "try again later". */
 export const POOL_WAIT_TIMEOUT = "POOL_WAIT_TIMEOUT";
@@ -16,10 +14,8 @@ export class TimeBoundError extends Error {
   }
 }
 
-/**
- * `size`: the pool's max. Work starts only while a statement can still end within the request's
- * whole budget, so none is abandoned mid-commit.
- */
+// `size`: the pool's max. Work starts only while a statement can still end within the request's
+// whole budget, so none is abandoned mid-commit.
 export interface PoolGateOptions {
   readonly size: number;
   readonly waitMs: number;

@@ -1,6 +1,5 @@
-// Pools behind a pooler in transaction mode (DATABASE_POOLER=transaction), where nothing tied to
-// a session holds: prepared statements (db.ts sends unnamed ones), startup parameters (each
-// transaction sets its bounds), LISTEN and session locks (DATABASE_DIRECT_URL, or job-lock.ts).
+// Pools behind a pooler in transaction mode (DATABASE_POOLER=transaction), where nothing tied to a
+// session holds: prepared statements, startup parameters, LISTEN and session locks.
 import type { Config } from "./config.ts";
 import type { Sql, Tx } from "./sql-types.ts";
 import { maskUrl } from "./redact.ts";
@@ -25,10 +24,8 @@ export function transactionPooled(sql: Sql, bounds: SessionBounds): Sql {
   return pooled;
 }
 
-/**
- * `sql` whose begin() sets the bounds for the transaction, not awaited (it leaves with the first
- * statement): postgres.js fails the transaction with the first error of any of its statements.
- */
+// `sql` whose begin() sets the bounds for the transaction, not awaited (it leaves with the first
+// statement): postgres.js fails the transaction with the first error of any of its statements.
 function boundEachTransaction(sql: Sql, bounds: SessionBounds): Sql {
   const statement = bounds.statementTimeoutMs?.toString() ?? null;
   const lock = bounds.lockTimeoutMs?.toString() ?? null;

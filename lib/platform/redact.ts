@@ -3,10 +3,8 @@ import { hmacSha256Hex } from "./sha256.ts";
 
 const MASK = "***";
 
-/**
- * The URL with its password replaced by "***" (`postgres://app:***@db/x`). Input that does not
- * parse as a URL still has anything between "user:" and the last "@" masked.
- */
+// The URL with its password replaced by "***" (`postgres://app:***@db/x`); input that does not parse
+// as a URL still has anything between "user:" and the last "@" masked.
 export function maskUrl(url: string): string {
   if (!URL.canParse(url)) return maskUserinfo(url);
   const parsed = new URL(url);

@@ -27,11 +27,8 @@ interface BunLike {
 
 const g = globalThis as unknown as { Bun?: BunLike; Deno?: DenoLike };
 
-/**
- * Serve a fetch handler on a port (0 = any free port), in production mode: a handler that throws
- * is answered with a bare RFC 9457 problem, never the runtime's HTML or stack trace. `reusePort`:
- * SO_REUSEPORT, several processes on one port.
- */
+// Serve a fetch handler on a port (0 = any free port), in production mode: a handler that throws is
+// answered with a bare RFC 9457 problem, never the runtime's HTML or stack trace.
 export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0", options: { reusePort?: boolean } = {}): Server {
   const handler: FetchHandler = (request) => fetch(routableRequest(request));
   const reusePort = options.reusePort ?? false;
@@ -60,10 +57,8 @@ const FALLBACK_ORIGIN = "http://localhost";
 // before it looks for the path.
 const ELYSIA_ORIGIN_MIN = 11;
 
-/**
- * The request re-addressed to FALLBACK_ORIGIN when Bun gave it a bare path (no Host header, as
- * HTTP/1.0 health checkers send: `new URL()` throws) or an origin shorter than Elysia skips.
- */
+// The request re-addressed to FALLBACK_ORIGIN when Bun gave it a bare path (no Host header, as
+// HTTP/1.0 health checkers send: `new URL()` throws) or an origin shorter than Elysia skips.
 export function routableRequest(request: Request): Request {
   const start = pathStart(request.url);
   if (start < 0 || start >= ELYSIA_ORIGIN_MIN) return request;
@@ -85,10 +80,8 @@ const PLAIN_PATH = /^\/(?!\/)[A-Za-z0-9\-_~!$&'()*+,;=:@/]*$/;
 // An http(s) origin with a plain host and port: no userinfo, nothing that ends the authority early.
 const PLAIN_ORIGIN = /^https?:\/\/[A-Za-z0-9.\-:[\]]*$/;
 
-/**
- * `new URL(url, FALLBACK_ORIGIN).pathname`, without building a URL when the path is plain: per
- * request, the parse cost as much as the rest of the routing.
- */
+// `new URL(url, FALLBACK_ORIGIN).pathname` without building a URL when the path is plain: per
+// request, the parse cost as much as the rest of the routing.
 export function pathOf(url: string): string {
   const start = pathStart(url);
   if (start === 0 || (start > 0 && PLAIN_ORIGIN.test(url.slice(0, start)))) {

@@ -24,10 +24,8 @@ export function checkOf<S extends TSchema>(schema: S): TypeCheck<S> {
   return check;
 }
 
-/**
- * Our formats in TypeBox's process-wide registry, over costlier ones (@elysiajs/openapi's
- * typemap) and Elysia's "date-time", which takes any date: checks look formats up on every call.
- */
+// Our formats in TypeBox's process-wide registry, over costlier ones (@elysiajs/openapi's typemap)
+// and Elysia's "date-time", which takes any date: checks look formats up on every call.
 export function registerFormats(): void {
   FormatRegistry.Set("uuid", isUuid);
   FormatRegistry.Set("date-time", (v) => ISO_INSTANT_RE.test(v));
@@ -39,10 +37,8 @@ export function prepareSchemas(schemas: readonly TSchema[]): void {
   for (const schema of schemas) checkOf(schema);
 }
 
-/**
- * The JSON of `value`, checked against `schema` first (a body that disagrees with the documented
- * schema is a bug: it throws); only the schema's properties, in its order.
- */
+// The JSON of `value`, only the schema's properties in its order, checked against `schema` first:
+// a body that disagrees with the documented schema is a bug, so it throws.
 export function checkedJson<S extends TSchema & { properties: Record<string, TSchema> }>(schema: S, value: Static<S>): string {
   const check = checkOf(schema);
   if (!check.Check(value)) {

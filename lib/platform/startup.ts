@@ -12,10 +12,8 @@ export class StartupError extends Error {
   override name = "StartupError";
 }
 
-/**
- * Applies the pending migrations and answers their names; a StartupError, pool closed, when the
- * database cannot be reached or migrated, or its ledger disagrees with this release.
- */
+// Applies the pending migrations and answers their names; a StartupError, pool closed, when the
+// database cannot be reached or migrated, or its ledger disagrees with this release.
 export async function applySchema(sql: Sql): Promise<readonly string[]> {
   let outcome: MigrationOutcome;
   try {
@@ -53,10 +51,8 @@ export async function openDatabase(url: string, options: DbOptions): Promise<Sql
   return sql;
 }
 
-/**
- * For entrypoints: a StartupError printed as `<component>: <line>`, a ConfigError as
- * `configuration error: <line>`, and exit 1; anything else is rethrown.
- */
+// For entrypoints: a StartupError printed as `<component>: <line>`, a ConfigError as
+// `configuration error: <line>`, and exit 1; anything else is rethrown.
 export function exitOnStartupError(component: string): (error: unknown) => never {
   return (error) => {
     const prefix =
@@ -67,10 +63,8 @@ export function exitOnStartupError(component: string): (error: unknown) => never
   };
 }
 
-/**
- * postgres.js 3.4.9 can reject internal promises nobody awaits when a connection dies: the pools
- * survive that, so it is logged. Anything else unhandled is a bug, and the process stops.
- */
+// postgres.js 3.4.9 can reject internal promises nobody awaits when a connection dies: the pools
+// survive that, so it is logged. Anything else unhandled is a bug, and the process stops.
 export function stopOnUnhandledRejection(log: Logger): void {
   process.on("unhandledRejection", (reason) => {
     if (isUnavailable(reason)) return log.warn("database connection lost", { error: describeDbError(reason) });

@@ -1,6 +1,5 @@
-// Metrics for short-lived isolates (the edge worker), which serve a share of the traffic and
-// vanish without notice: each pushes its own deltas over OTLP/HTTP under an instance id of its
-// own, and the collector adds them up. No Prometheus exporter is loaded.
+// Metrics for short-lived isolates (the edge worker): each pushes its own deltas over OTLP/HTTP
+// under an instance id of its own, and the collector adds them up. No Prometheus exporter.
 import { MeterProvider, PeriodicExportingMetricReader } from "@opentelemetry/sdk-metrics";
 import { AggregationTemporalityPreference, OTLPMetricExporter } from "@opentelemetry/exporter-metrics-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";

@@ -1,6 +1,5 @@
-// The OpenTelemetry SDK, wired here in the entrypoints' layer so the rest of lib/ depends on the
-// API package only. Metrics are served as Prometheus text on /metrics; with
-// OTEL_EXPORTER_OTLP_ENDPOINT they are also pushed over OTLP/HTTP, and traces exported.
+// The OpenTelemetry SDK, wired in the entrypoints' layer so the rest of lib/ depends on the API only.
+// Metrics are served as Prometheus text on /metrics; OTEL_EXPORTER_OTLP_ENDPOINT pushes them, and traces.
 import { metrics, ValueType } from "@opentelemetry/api";
 import {
   AggregationTemporality,

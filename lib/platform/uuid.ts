@@ -7,10 +7,8 @@ export function isUuid(value: string): boolean {
   return UUID_RE.test(value);
 }
 
-/**
- * A new event id: a UUIDv7, increasing within this process, so each outbox write (and the
- * relay's mark, not a HOT update) lands at the right-hand edge of the primary key.
- */
+// A UUIDv7, increasing within this process, so each outbox write (and the relay's mark, not a HOT
+// update) lands at the right-hand edge of the primary key.
 export function newEventId(): string {
   return uuidV7();
 }
