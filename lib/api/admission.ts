@@ -13,10 +13,7 @@ export const OPERATOR_HOLD_MS = 250;
 // Buckets remembered at most; past it the full ones go (what an unseen tenant gets anyway).
 const MAX_BUCKETS = 100_000;
 
-interface Bucket {
-  tokens: number;
-  at: number;
-}
+type Bucket = { tokens: number; at: number };
 
 type Admitted = { readonly ok: true } | { readonly ok: false; readonly retryAfterS: number };
 export type Admission = ReturnType<typeof createAdmission>;

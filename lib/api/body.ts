@@ -8,7 +8,7 @@ export const MAX_BODY_BYTES = 16 * 1024;
 // One decoder for every body: decode() without `stream` keeps no state between calls.
 const UTF8 = new TextDecoder("utf-8", { fatal: false });
 
-export function isJsonMediaType(contentType: string | null): boolean {
+function isJsonMediaType(contentType: string | null): boolean {
   if (!contentType) return false;
   if (contentType === "application/json") return true;
   const essence = contentType.split(";")[0]!.trim().toLowerCase();
