@@ -119,7 +119,6 @@ async function openPool(sql: Sql, size: number): Promise<{ opened: number; wante
 const SCRIPT = "/docs/swagger-ui-bundle.js";
 const STYLESHEET = "/docs/swagger-ui.css";
 
-/** /docs' assets from the installed swagger-ui-dist (no CDN), read on first request. */
 function swaggerUiAssets(): DocsAssets {
   const file = (name: string, contentType: string) => async (): Promise<Asset> => ({
     body: new Uint8Array(await readFile(createRequire(import.meta.url).resolve(`swagger-ui-dist/${name}`))),

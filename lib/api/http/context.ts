@@ -67,12 +67,10 @@ export class RequestTrail {
   readonly fields: LogFields = {};
   answeredAt: number | undefined;
   status: number | undefined;
-  // Where it is counted in flight, so counted out of once answered.
   admitted = false;
   tenantIn: string | undefined = undefined;
   keyIn: string | undefined = undefined;
   span: Span | undefined;
-  /** The token's and the rate's verdict, taken once (admitOnce). */
   admission: Promise<string | Response> | undefined;
   body: BodyChecks | undefined;
 
