@@ -120,16 +120,13 @@ const SCRIPT = "/docs/swagger-ui-bundle.js";
 const STYLESHEET = "/docs/swagger-ui.css";
 
 function swaggerUiAssets(): DocsAssets {
-  const file = (name: string, contentType: string) => async (): Promise<Asset> => ({
+  const file = (name: string, contentType: string) => assetAnswer(async (): Promise<Asset> => ({
     body: new Uint8Array(await readFile(createRequire(import.meta.url).resolve(`swagger-ui-dist/${name}`))),
     contentType,
-  });
-  return {
-    script: SCRIPT,
-    stylesheet: STYLESHEET,
-    files: {
-      [SCRIPT]: assetAnswer(file("swagger-ui-bundle.js", "text/javascript; charset=utf-8"), ASSET_CACHE_CONTROL),
-      [STYLESHEET]: assetAnswer(file("swagger-ui.css", "text/css; charset=utf-8"), ASSET_CACHE_CONTROL),
-    },
+  }), ASSET_CACHE_CONTROL);
+  const files = {
+    [SCRIPT]: file("swagger-ui-bundle.js", "text/javascript; charset=utf-8"),
+    [STYLESHEET]: file("swagger-ui.css", "text/css; charset=utf-8"),
   };
+  return { script: SCRIPT, stylesheet: STYLESHEET, files };
 }

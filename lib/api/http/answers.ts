@@ -50,9 +50,8 @@ function answered(ctx: RequestContext, endpoint: string, outcome: Outcome, key: 
 export function outcomeResponse(outcome: Outcome): Response {
   switch (outcome.kind) {
     case "created":
-      return stored(outcome.status, outcome.body, false, "application/json", outcome.location);
     case "replayed":
-      return stored(outcome.status, outcome.body, true, "application/json", outcome.location);
+      return stored(outcome.status, outcome.body, outcome.kind === "replayed", "application/json", outcome.location);
     case "payload_conflict":
       return problemResponse("payloadConflict", "this Idempotency-Key was already used with a different request");
     case "expired":
