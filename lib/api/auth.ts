@@ -81,7 +81,6 @@ export function createAuthenticator(config: AuthConfig, options: AuthOptions = {
 
 type Verified = { readonly payload: JWTPayload; readonly stamp: number };
 
-/** The configured key sources: `verify` by the one that accepts `alg`, `isCurrent` for a cached verdict. */
 function keySources(config: AuthConfig, options: AuthOptions) {
   const secret = config.jwtSecret ? importHmacKey(config.jwtSecret) : undefined;
   // Counts the key set's fetches: a verdict made with one set is not reused once another was fetched.
