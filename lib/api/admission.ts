@@ -93,12 +93,7 @@ function createHolds() {
     hold(ms: number): Promise<void> {
       if (ms === 0 || held >= MAX_HELD_REFUSALS) return RELEASED;
       held++;
-      return new Promise<void>((resolve) =>
-        setTimeout(() => {
-          held--;
-          resolve();
-        }, ms),
-      );
+      return new Promise<void>((resolve) => setTimeout(resolve, ms)).then(() => void held--);
     },
     get held(): number {
       return held;
