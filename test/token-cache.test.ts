@@ -1,7 +1,7 @@
 // The cache of verified tokens: a verdict is reused only while jose would still accept the
 // token (exp with the clock tolerance), for at most MAX_REUSE_MS, and for a bounded number of tokens.
 import { expect, test } from "bun:test";
-import { createTokenCache, MAX_REUSE_MS } from "../lib/api/token-cache.ts";
+import { createTokenCache, MAX_REUSE_MS } from "../lib/api/auth.ts";
 
 const TOLERANCE_S = 30;
 const current = (stamp: number) => stamp === 0;

@@ -13,10 +13,7 @@ export const OPERATOR_HOLD_MS = 250;
 // Buckets remembered at most; past it the full ones go (what an unseen tenant gets anyway).
 const MAX_BUCKETS = 100_000;
 
-interface Bucket {
-  tokens: number;
-  at: number;
-}
+type Bucket = { tokens: number; at: number };
 
 type Admitted = { readonly ok: true } | { readonly ok: false; readonly retryAfterS: number };
 export type Admission = ReturnType<typeof createAdmission>;
@@ -96,12 +93,7 @@ function createHolds() {
     hold(ms: number): Promise<void> {
       if (ms === 0 || held >= MAX_HELD_REFUSALS) return RELEASED;
       held++;
-      return new Promise<void>((resolve) =>
-        setTimeout(() => {
-          held--;
-          resolve();
-        }, ms),
-      );
+      return new Promise<void>((resolve) => setTimeout(resolve, ms)).then(() => void held--);
     },
     get held(): number {
       return held;

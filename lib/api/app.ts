@@ -14,8 +14,6 @@ import { chargeRoutes, operatorRoutes } from "./routes.ts";
 import { documentation, DOCUMENT_PATH, PAGE_PATH, type DocsAssets } from "./documentation.ts";
 import { assetAnswer, DOCUMENT_CACHE_CONTROL } from "./asset-answer.ts";
 
-export type { DocsAssets } from "./documentation.ts";
-
 export interface AppOptions {
   readonly metrics?: () => Promise<Response>;
   readonly httpMetrics?: HttpServerMetrics;

@@ -43,10 +43,7 @@ async function prepare(asset: Asset): Promise<Prepared> {
 function matches(ifNoneMatch: string | null, etag: string): boolean {
   if (ifNoneMatch === null) return false;
   const opaque = etag.slice(2);
-  return ifNoneMatch.split(",").some((tag) => {
-    const t = tag.trim();
-    return t === "*" || t === etag || t === opaque || t === `W/${opaque}`;
-  });
+  return ifNoneMatch.split(",").some((tag) => ["*", etag, opaque].includes(tag.trim()));
 }
 
 function acceptsGzip(acceptEncoding: string | null): boolean {

@@ -8,7 +8,7 @@ export const MAX_BODY_BYTES = 16 * 1024;
 // One decoder for every body: decode() without `stream` keeps no state between calls.
 const UTF8 = new TextDecoder("utf-8", { fatal: false });
 
-export function isJsonMediaType(contentType: string | null): boolean {
+function isJsonMediaType(contentType: string | null): boolean {
   if (!contentType) return false;
   if (contentType === "application/json") return true;
   const essence = contentType.split(";")[0]!.trim().toLowerCase();
@@ -100,28 +100,17 @@ function bodyBytes(request: Request): Promise<Uint8Array> {
 async function readLimited(request: Request): Promise<string> {
   if (!request.body) return "";
   const reader = request.body.getReader();
-  const chunks: Uint8Array[] = [];
+  const decoder = new TextDecoder("utf-8", { fatal: false });
+  let text = "";
   let size = 0;
   for (;;) {
     const { done, value } = await reader.read();
-    if (done) break;
+    if (done) return text + decoder.decode();
     size += value.byteLength;
     if (size > MAX_BODY_BYTES) {
       await reader.cancel().catch(() => {});
       throw tooLarge();
     }
-    chunks.push(value);
+    text += decoder.decode(value, { stream: true });
   }
-  return UTF8.decode(concat(chunks, size));
-}
-
-function concat(chunks: Uint8Array[], size: number): Uint8Array {
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    out.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return out;
 }

@@ -21,7 +21,6 @@ const DOCUMENT_INFO = {
   version: "0.3.0",
   description: `Idempotent charges and refunds with a transactional outbox. Problem types live under ${PROBLEM_BASE}.`,
   contact: { name: "charges-outbox maintainers" },
-  // A private package: nothing is licensed (npm's word for it).
   license: { name: "UNLICENSED", identifier: "LicenseRef-UNLICENSED" },
 };
 const BEARER_SCHEME = {

@@ -10,7 +10,6 @@ import { checkOf } from "./schemas.ts";
 
 // Events per page (nearly every charge fits one), each page one bounded statement.
 export const EVENTS_PAGE_SIZE = 500;
-// A Postgres integer column's largest.
 const MAX_SEQUENCE = 2_147_483_647;
 
 export const ChargeEvents = t.Object(

@@ -70,9 +70,7 @@ export function cachedExposition(render: () => Promise<Response>, maxAgeMs: numb
     if (last === undefined || now() - last.at >= maxAgeMs) {
       rendering ??= render()
         .then(async (res) => ({ at: now(), status: res.status, headers: [...res.headers], body: await res.text() }))
-        .finally(() => {
-          rendering = undefined;
-        });
+        .finally(() => (rendering = undefined));
       last = await rendering;
     }
     return new Response(last.body, { status: last.status, headers: last.headers });

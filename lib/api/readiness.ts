@@ -19,9 +19,7 @@ export function createReadiness(now: () => number = Date.now) {
           last = { up: result.up, at: now() };
           return result.up;
         })
-        .finally(() => {
-          probing = undefined;
-        });
+        .finally(() => (probing = undefined));
       return probing;
     },
   };

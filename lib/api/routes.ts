@@ -65,6 +65,10 @@ function operationResponses(op: Operation): Record<number, TSchema> {
   };
 }
 
+function lookupResponses(found: TSchema, unknown: string): Record<number, TSchema> {
+  return { 200: found, 400: problem("Not a UUID"), ...ADMISSION, 404: problem(`${unknown}, or another tenant's`) };
+}
+
 /** The /charges routes behind the bearer token: each operation of OPERATIONS, and GETs of what they wrote. */
 export function chargeRoutes(context: RequestContextPlugin) {
   const routes = new Elysia({ name: "charge-routes" }).use(authentication(context));
@@ -102,12 +106,7 @@ export function chargeRoutes(context: RequestContextPlugin) {
     })
     .get("/charges/:id", async ({ deps, params, tenant }) => lookup(deps, params, (sql, endsAt) => chargeView(sql, tenant, params.id, endsAt)), {
       params: CHARGE_ID,
-      response: {
-        200: described(ChargeView, "The charge, with its refunded total"),
-        400: problem("Not a UUID"),
-        ...ADMISSION,
-        404: problem("Unknown charge, or another tenant's"),
-      },
+      response: lookupResponses(described(ChargeView, "The charge, with its refunded total"), "Unknown charge"),
       detail: bearerDetail("getCharge", "Charges", "A charge, with its refunded total", "Another tenant's charge is unknown alike (404)."),
     })
     .get("/charges/:id/events", async (ctx) => chargeEventsHandler({ request: ctx.request, params: ctx.params, tenant: ctx.tenant, deps: ctx.deps }), {
@@ -132,12 +131,7 @@ export function chargeRoutes(context: RequestContextPlugin) {
       async ({ deps, params, tenant }) => lookup(deps, params, (sql, endsAt) => refundView(sql, tenant, params.id, params.refundId, endsAt)),
       {
         params: withFixedErrors(t.Object({ id: uuid("charge"), refundId: uuid("refund") })),
-        response: {
-          200: described(Refund, "The refund"),
-          400: problem("Not a UUID"),
-          ...ADMISSION,
-          404: problem("Unknown refund or charge, or another tenant's"),
-        },
+        response: lookupResponses(described(Refund, "The refund"), "Unknown refund or charge"),
         detail: bearerDetail("getRefund", "Refunds", "A refund of a charge", "A refund of another charge, or another tenant's, is unknown alike (404)."),
       },
     );

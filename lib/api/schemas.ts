@@ -36,7 +36,7 @@ export function preferredWait(header: string | null): PreferWait {
     const token = preference.split(";")[0]!.trim();
     if (!WAIT_NAME.test(token)) continue;
     const match = WAIT.exec(token);
-    if (match !== null && match[1]!.length <= MAX_WAIT_DIGITS) return { kind: "wait", seconds: Number(match[1]) };
+    if (match !== null) return { kind: "wait", seconds: Number(match[1]) };
     return { kind: "invalid", detail: `Prefer: wait must be whole seconds, from 0 to ${"9".repeat(MAX_WAIT_DIGITS)}` };
   }
   return { kind: "none" };

@@ -70,7 +70,6 @@ function processorOptions(config: Config): ForeignOptions | undefined {
   return options;
 }
 
-/** A failed wake-up loses nothing: the relay's poll finds the row. */
 export function logNotifyFailure(log: Logger): (error: unknown) => void {
   return (error) => log.warn("outbox notify failed; the relay's poll will find the row", { error: describeDbError(error) });
 }

@@ -10,7 +10,8 @@ import { applySchema } from "../platform/startup.ts";
 import { API_POOL_NAME, apiSql, boundedCore, logNotifyFailure } from "./services.ts";
 import { createApi } from "./http/pipeline.ts";
 import type { RequestDeps } from "./http/context.ts";
-import type { AppOptions, DocsAssets } from "./app.ts";
+import type { AppOptions } from "./app.ts";
+import type { DocsAssets } from "./documentation.ts";
 import { ASSET_CACHE_CONTROL, assetAnswer, type Asset } from "./asset-answer.ts";
 import { OPERATIONS, SCHEMAS } from "./routes.ts";
 import { endpointOf } from "../idempotency/model.ts";
@@ -99,10 +100,8 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
 // A server that stops answering mid-way delays the start at most this long; the rest opens on demand.
 const POOL_OPEN_TIMEOUT_MS = 6_000;
 
-/**
- * Opens the whole pool before listening, or the first requests under load wait on backends forked.
- * Not reserve(): postgres.js can drop a refused reservation's connection (porsager/postgres#1195).
- */
+// Opened before listening, or the first requests under load wait on backends forked. Not reserve():
+// postgres.js can drop a refused reservation's connection (porsager/postgres#1195).
 async function openPool(sql: Sql, size: number): Promise<{ opened: number; wanted: number; failure?: string }> {
   let opened = 0;
   let failure: string | undefined;
@@ -120,18 +119,14 @@ async function openPool(sql: Sql, size: number): Promise<{ opened: number; wante
 const SCRIPT = "/docs/swagger-ui-bundle.js";
 const STYLESHEET = "/docs/swagger-ui.css";
 
-/** /docs' assets from the installed swagger-ui-dist (no CDN), read on first request. */
 function swaggerUiAssets(): DocsAssets {
-  const file = (name: string, contentType: string) => async (): Promise<Asset> => ({
+  const file = (name: string, contentType: string) => assetAnswer(async (): Promise<Asset> => ({
     body: new Uint8Array(await readFile(createRequire(import.meta.url).resolve(`swagger-ui-dist/${name}`))),
     contentType,
-  });
-  return {
-    script: SCRIPT,
-    stylesheet: STYLESHEET,
-    files: {
-      [SCRIPT]: assetAnswer(file("swagger-ui-bundle.js", "text/javascript; charset=utf-8"), ASSET_CACHE_CONTROL),
-      [STYLESHEET]: assetAnswer(file("swagger-ui.css", "text/css; charset=utf-8"), ASSET_CACHE_CONTROL),
-    },
+  }), ASSET_CACHE_CONTROL);
+  const files = {
+    [SCRIPT]: file("swagger-ui-bundle.js", "text/javascript; charset=utf-8"),
+    [STYLESHEET]: file("swagger-ui.css", "text/css; charset=utf-8"),
   };
+  return { script: SCRIPT, stylesheet: STYLESHEET, files };
 }

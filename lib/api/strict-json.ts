@@ -19,7 +19,6 @@ export const MAX_FIELD_CHARS = 64;
 // Checked on the text before JSON.parse: everything after costs in proportion to the depth.
 export const MAX_NESTING_DEPTH = 32;
 const NUMBER_RE = /^-?(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/;
-// Decimal digits of Number.MAX_SAFE_INTEGER (9007199254740991).
 const SAFE_DIGITS = 16;
 // Nearly every charge body: one member, an integer of at most 15 digits; JSON.parse alone judges it.
 const ONE_SMALL_INTEGER_MEMBER = /^[ \t\n\r]*\{[ \t\n\r]*"[^"\\]*"[ \t\n\r]*:[ \t\n\r]*-?(?:0|[1-9]\d{0,14})[ \t\n\r]*\}[ \t\n\r]*$/;

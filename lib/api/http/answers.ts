@@ -27,21 +27,16 @@ export function operationHandler(op: Operation): (ctx: RequestContext) => Promis
     };
     const wait = preferredWait(ctx.request.headers.get("prefer"));
     if (wait.kind === "invalid") return problemResponse("invalidPrefer", wait.detail);
-    if (wait.kind === "none") {
-      const outcome = await ctx.deps.core.run(op, request);
-      heard(ctx, endpoint, outcome, parsed.key);
-      return outcomeResponse(outcome);
-    }
+    if (wait.kind === "none") return answered(ctx, endpoint, await ctx.deps.core.run(op, request), parsed.key);
     const { outcome, waitedSeconds } = await ctx.deps.core.runWaiting(op, request, wait.seconds);
-    heard(ctx, endpoint, outcome, parsed.key);
-    const response = outcomeResponse(outcome);
+    const response = answered(ctx, endpoint, outcome, parsed.key);
     if (waitedSeconds !== undefined) response.headers.set("preference-applied", `wait=${waitedSeconds}`);
     return response;
   };
 }
 
-/** After the commit: a failure here is logged, never turned into a 500. */
-function heard(ctx: RequestContext, endpoint: string, outcome: Outcome, key: string): void {
+/** After the commit: a failure counting or logging it is logged, never turned into a 500. */
+function answered(ctx: RequestContext, endpoint: string, outcome: Outcome, key: string): Response {
   try {
     ctx.deps.counters.countOutcome(endpoint, outcome.kind);
     ctx.fields.outcome = outcome.kind;
@@ -49,14 +44,14 @@ function heard(ctx: RequestContext, endpoint: string, outcome: Outcome, key: str
   } catch (error) {
     ctx.deps.log.error("outcome bookkeeping failed", { error: String(error) });
   }
+  return outcomeResponse(outcome);
 }
 
 export function outcomeResponse(outcome: Outcome): Response {
   switch (outcome.kind) {
     case "created":
-      return stored(outcome.status, outcome.body, false, "application/json", outcome.location);
     case "replayed":
-      return stored(outcome.status, outcome.body, true, "application/json", outcome.location);
+      return stored(outcome.status, outcome.body, outcome.kind === "replayed", "application/json", outcome.location);
     case "payload_conflict":
       return problemResponse("payloadConflict", "this Idempotency-Key was already used with a different request");
     case "expired":

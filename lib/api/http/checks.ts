@@ -5,10 +5,9 @@ import type { TSchema } from "@sinclair/typebox";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
 import { invalidBody, readJsonBody, schemaFaults } from "../body.ts";
 import { ProblemError, problemResponse } from "../problem.ts";
-import { checkOf } from "../schemas.ts";
+import { checkOf, preferredWait } from "../schemas.ts";
 import { invalidAfter } from "../events-read.ts";
 import { admitOnce } from "./authentication.ts";
-import { preferredWait } from "../schemas.ts";
 import { nounOf, type BodyChecks, type RequestDeps, type RequestTrail } from "./context.ts";
 import { isUuid } from "../../platform/uuid.ts";
 

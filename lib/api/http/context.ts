@@ -67,12 +67,10 @@ export class RequestTrail {
   readonly fields: LogFields = {};
   answeredAt: number | undefined;
   status: number | undefined;
-  // Where it is counted in flight, so counted out of once answered.
   admitted = false;
   tenantIn: string | undefined = undefined;
   keyIn: string | undefined = undefined;
   span: Span | undefined;
-  /** The token's and the rate's verdict, taken once (admitOnce). */
   admission: Promise<string | Response> | undefined;
   body: BodyChecks | undefined;
 
@@ -119,8 +117,6 @@ export function routeOf(route: string | undefined | null): string {
   return route || UNMATCHED_ROUTE;
 }
 
-const MS_PER_S = 1000;
-
 /** Once an answer has left: its count out of flight, log line and duration, ended at the answer's stamp. */
 export function observability(context: RequestContextPlugin, httpMetrics: HttpServerMetrics | undefined) {
   return new Elysia({ name: "observability" })
@@ -134,7 +130,7 @@ export function observability(context: RequestContextPlugin, httpMetrics: HttpSe
       const durationMs = (trail.answeredAt ?? performance.now()) - trail.started;
       const status = trail.status ?? 200;
       const name = routeOf(route);
-      httpMetrics?.record(request.method, name, status, durationMs / MS_PER_S);
+      httpMetrics?.record(request.method, name, status, durationMs / 1000);
       if (trail.span) endServerSpan(trail.span, request.method, name, status, trail.fields.tenant, trail.fields.keyHash?.toJSON());
       const fields = { method: request.method, route: name, status, durationMs: Math.round(durationMs * 100) / 100, ...trail.fields };
       try {

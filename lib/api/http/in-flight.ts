@@ -4,9 +4,7 @@ import { problemResponse } from "../problem.ts";
 import { RETRY_AFTER_S } from "./answers.ts";
 import type { RequestDeps, RequestTrail } from "./context.ts";
 
-type Deps = Pick<RequestDeps, "admission">;
-
-export function enterProcess(deps: Deps, trail: RequestTrail): Response | undefined {
+export function enterProcess(deps: RequestDeps, trail: RequestTrail): Response | undefined {
   if (!deps.admission.enter()) {
     return overloaded("this process has as many requests in flight as it takes (API_MAX_IN_FLIGHT); retry later");
   }
@@ -14,7 +12,7 @@ export function enterProcess(deps: Deps, trail: RequestTrail): Response | undefi
   return undefined;
 }
 
-export function enterTenant(deps: Deps, trail: RequestTrail, tenant: string): Response | undefined {
+export function enterTenant(deps: RequestDeps, trail: RequestTrail, tenant: string): Response | undefined {
   if (!deps.admission.enterTenant(tenant)) {
     trail.countOut(deps.admission);
     return overloaded("this tenant has as many requests in flight as one tenant may (API_MAX_IN_FLIGHT_PER_TENANT); retry later");
@@ -23,7 +21,7 @@ export function enterTenant(deps: Deps, trail: RequestTrail, tenant: string): Re
   return undefined;
 }
 
-export function enterKey(deps: Deps, trail: RequestTrail, tenant: string, key: string | null): Response | undefined {
+export function enterKey(deps: RequestDeps, trail: RequestTrail, tenant: string, key: string | null): Response | undefined {
   if (key === null) return undefined;
   const scope = `${tenant}\u0000${key}`;
   if (!deps.admission.enterKey(scope)) {
