@@ -15,7 +15,6 @@ export interface ListFilter {
   readonly tenant?: string;
   /** A key's endpoint ("POST /charges") or a row's event type ("ChargeCreated"). */
   readonly operation?: string;
-  /** Only entries at least this old (by their creation). */
   readonly olderThanSeconds?: number;
 }
 
