@@ -30,7 +30,6 @@ export interface ListResult {
   readonly targets: readonly string[];
 }
 
-// A STARTED key without a lease is stale once this old.
 const UNLEASED_STALE_S = 60;
 
 const iso = (d: Date | null) => d?.toISOString() ?? null;
