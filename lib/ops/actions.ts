@@ -10,8 +10,6 @@ import { isUuid } from "../platform/uuid.ts";
 import { discardRow, releaseAggregate, requeue } from "./sql.ts";
 import { listNeeds, type ListFilter, type ListKind } from "./lists.ts";
 
-export type { Resolution } from "../idempotency/completer.ts";
-
 const ACTIONS = ["resolve", "requeue", "discard", "release"] as const;
 export type ActionName = (typeof ACTIONS)[number];
 export const isAction = (value: string | undefined): value is ActionName => ACTIONS.some((a) => a === value);

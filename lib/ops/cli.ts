@@ -3,7 +3,8 @@
 import { chargeLife, findCharges } from "./life.ts";
 import { isListKind, listNeeds, toCsv, LIST_KINDS, type ListFilter, type Page } from "./lists.ts";
 import { backlog } from "./sql.ts";
-import { act, actOnList, isAction, listAudit, LIST_ACTIONS, MAX_LIST_ACTION, type Actor, type OpsContext, type Resolution } from "./actions.ts";
+import type { Resolution } from "../idempotency/completer.ts";
+import { act, actOnList, isAction, listAudit, LIST_ACTIONS, MAX_LIST_ACTION, type Actor, type OpsContext } from "./actions.ts";
 
 const COMMANDS = ["find", "show", "list", "export", "audit", "backlog", "discard", "release", "apply"] as const;
 type Command = (typeof COMMANDS)[number];
@@ -62,7 +63,6 @@ export type Output = { readonly kind: "json"; readonly value: unknown } | { read
 const json = (value: unknown): Output => ({ kind: "json", value });
 const usage = (message: string): Output => ({ kind: "usage", message });
 
-/** A usage error comes back as one, never thrown. */
 export async function runCommand(ctx: OpsContext, actor: Actor, command: Command, parsed: Parsed): Promise<Output> {
   const [first, second] = parsed.words;
   const { flags } = parsed;

@@ -16,10 +16,9 @@ import { resumedCounter } from "../idempotency/metrics.ts";
 import { deleteExpiredTombstones, tombstoneExpiredKeys } from "../idempotency/tombstones.ts";
 import { chargesWithoutOutbox, deletePublishedOutbox, pendingStats, staleStartedSample, staleStartedSummary } from "./sql.ts";
 
-// Rows per delete statement, so each statement's locks stay short.
+// Rows per statement keep its locks short; batches per run let the loop's other jobs have their
+// turn, and a run that stopped at the cap is due again at once, so retention keeps up with any rate.
 export const DELETE_BATCH = 1000;
-// Batches per run, so one run ends (and the loop's other jobs get their turn) behind any backlog;
-// a run that stopped at it is due again at once, so retention keeps up with any rate.
 export const MAX_BATCHES_PER_RUN = 100;
 const LIMITS = { batch: DELETE_BATCH, maxBatches: MAX_BATCHES_PER_RUN };
 // No request stays in flight this long (each is one statement bounded by the connection's timeouts).
@@ -32,7 +31,6 @@ const COMPLETER_PARALLEL = 8;
 const COMPLETER_ROUNDS = 5;
 
 // Fixed lock ids (next to the migration's 7_310_422_118_001), so relays of other versions agree.
-// Reconcile reads every charge within the outbox retention: it runs less often than the gauges.
 // The completer every 5 s: a key outlives its crashed holder by at most its lease and this.
 export const JOBS = {
   "key-retention": { lockId: 7_310_422_118_101n, intervalMs: 60_000 },
@@ -57,14 +55,12 @@ export function newGauges() {
     staleStartedKeys: 0,
     staleStartedOldestSeconds: 0,
     parkedKeys: 0,
-    /** Per job, when this process last ran it (ms since epoch). */
     computedAt: {} as Partial<Record<JobName, number>>,
   };
 }
 
 type OpsGauges = ReturnType<typeof newGauges>;
 
-/** `{ job, skipped: true }` when another process holds the job's lock (lib/platform/job-lock.ts). */
 export async function runJob(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, log: Logger, signal?: AbortSignal): Promise<JobResult> {
   const outcome = await runLocked(job, sql, config, gauges, log, signal);
   if (!outcome.ran) {
@@ -98,8 +94,7 @@ function runLocked(job: JobName, sql: Sql, config: Config, gauges: OpsGauges, lo
   }
 }
 
-// Expired answers become tombstones, and tombstones past their end go; a batch is a full one of
-// either (the run goes on while either is behind).
+// Expired answers become tombstones, and tombstones past their end go, while either is behind.
 async function keyRetention(sql: Sql, lockId: bigint, tombstoneSeconds: number, log: Logger, signal?: AbortSignal): Promise<Locked<JobResult>> {
   let tombstoned = 0;
   let deleted = 0;
@@ -163,19 +158,18 @@ async function reconcile(sql: Sql, windowSeconds: number, gauges: OpsGauges, log
 const completerOptions = new WeakMap<Config, CompleterOptions>();
 
 function completerOptionsOf(config: Config): CompleterOptions {
-  if (!completerOptions.has(config)) {
-    completerOptions.set(config, {
-      lockId: JOBS.completer.lockId,
-      batch: COMPLETER_BATCH,
-      parallel: COMPLETER_PARALLEL,
-      resolveWindowSeconds: config.processor.resolveWindowSeconds,
-      operations: foreignOperations(),
-      processor: createProcessorClient(config.processor),
-      leaseMs: leaseMsFor(config.processor.timeoutMs),
-      onResumed: resumedCounter("completer"),
-    });
-  }
-  return completerOptions.get(config)!;
+  const options = completerOptions.get(config) ?? {
+    lockId: JOBS.completer.lockId,
+    batch: COMPLETER_BATCH,
+    parallel: COMPLETER_PARALLEL,
+    resolveWindowSeconds: config.processor.resolveWindowSeconds,
+    operations: foreignOperations(),
+    processor: createProcessorClient(config.processor),
+    leaseMs: leaseMsFor(config.processor.timeoutMs),
+    onResumed: resumedCounter("completer"),
+  };
+  completerOptions.set(config, options);
+  return options;
 }
 
 // Without a processor parked keys are only counted, so after a switch back to

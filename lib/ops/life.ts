@@ -35,7 +35,6 @@ export interface KeyLife {
   readonly keyHash: string;
   readonly endpoint: string;
   readonly status: string;
-  /** What the key is doing now, in words (phase 1/2/3, parked, done). */
   readonly phase: string;
   readonly recoveryPoint: string | null;
   readonly leaseUntil: Date | null;
@@ -48,7 +47,6 @@ export interface KeyLife {
   readonly responseStatus: number | null;
   readonly responseBody: string | null;
   readonly calls: readonly ProcessorCall[];
-  /** The id an operator resolves the key by: its refund's, else its charge's. */
   readonly owner: string | null;
 }
 

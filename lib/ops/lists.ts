@@ -15,7 +15,6 @@ export interface ListFilter {
   readonly tenant?: string;
   /** A key's endpoint ("POST /charges") or a row's event type ("ChargeCreated"). */
   readonly operation?: string;
-  /** Only entries at least this old (by their creation). */
   readonly olderThanSeconds?: number;
 }
 
@@ -31,7 +30,6 @@ export interface ListResult {
   readonly targets: readonly string[];
 }
 
-// A STARTED key without a lease is stale once this old.
 const UNLEASED_STALE_S = 60;
 
 const iso = (d: Date | null) => d?.toISOString() ?? null;

@@ -78,7 +78,6 @@ export async function discardRow(sql: Sql, id: string): Promise<number> {
   return result.count;
 }
 
-/** The outbox gauges: pending and parked rows, the rows held behind a parked one, the oldest's age. */
 export async function pendingStats(sql: Sql) {
   // One scalar sub-select per partial index: a scan "where published_at is null" would match neither.
   // Held rows come from the (few) parked ones; "is true" keeps the planner off the pending index.

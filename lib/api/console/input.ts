@@ -1,7 +1,7 @@
 // What the console reads from a request: a form (bounded), a list's filter, a page number, a
 // resolution's outcome and the page to go back to (only ever one of the console's own).
 import type { ListFilter } from "../../ops/lists.ts";
-import type { Resolution } from "../../ops/actions.ts";
+import type { Resolution } from "../../idempotency/completer.ts";
 
 const MAX_FORM_BYTES = 16 * 1024;
 const MAX_FIELD_CHARS = 1000;
