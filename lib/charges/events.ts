@@ -5,8 +5,7 @@ import { isUuid } from "../platform/uuid.ts";
 
 export const CHARGE = "charge";
 
-// The AsyncAPI payloads and GET /charges/:id/events' schemas are these very objects. Patterns,
-// not `format`: TypeBox checks a format only once a process-wide registry knows it.
+// Patterns, not `format`: TypeBox checks a format only once a process-wide registry knows it.
 export const UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
 // What the relay's claim writes (to_char with microseconds, UTC): lib/relay/outbox-sql.ts.
 const CREATED_AT_PATTERN = "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$";

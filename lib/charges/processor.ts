@@ -87,7 +87,5 @@ function classify(error: unknown): CallResult<never> {
 // statusCode unset), without Stripe-Should-Retry: true (the API's word that the call did not run).
 function keptAnswer(error: InstanceType<typeof Stripe.errors.StripeError>): boolean {
   if (error.statusCode === undefined || error.statusCode < 500 || typeof error.rawType !== "string") return false;
-  const headers: unknown = error.headers;
-  const hint = typeof headers === "object" && headers !== null ? (headers as Record<string, unknown>)["stripe-should-retry"] : undefined;
-  return hint !== "true";
+  return error.headers?.["stripe-should-retry"] !== "true";
 }

@@ -59,7 +59,6 @@ function eventsSql(sql: Sql, s: TransitionShape, from: Fragment, where: Fragment
       )`;
 }
 
-/** admit: the charge locked and checked; the resume and the answer from its row. */
 function admitSql(sql: Sql, s: TransitionShape, mode: Mode): Fragment {
   const at: At = { sql, charge: rowOf(sql, "t"), request: rowOf(sql, "r") };
   const refusals = s.checks.map((c) => sql` when ${c.when(at)} then ${c.reason}::text`);
