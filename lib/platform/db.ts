@@ -34,8 +34,7 @@ export function createSql(url: string, options: DbOptions = {}): Sql {
   const sql = postgres(clientUrl, {
     ...target,
     max: options.max ?? 10,
-    // Seconds: a connect unanswered this long is "database unreachable", within a client's own
-    // timeout; a quiet process holds no backends.
+    // Seconds: an unanswered connect fails within a client's own timeout; a quiet process holds no backends.
     connect_timeout: 5,
     idle_timeout: 60,
     // Named prepared statements: the hot path parses each statement once per connection.

@@ -20,19 +20,14 @@ async function reserveWithin(sql: Sql, ms: number, signal: AbortSignal | undefin
   throw new Error(signal?.aborted ? "stopping: the job did not start" : `no database connection could be reserved within ${ms} ms`);
 }
 
-/**
- * Runs `work` holding the session advisory lock `lockId` (so a job may use many short
- * transactions), or returns `{ ran: false }` at once when another session holds it. `work` runs
- * on the lock's connection: if that dies, the lock goes with its statements, and a second runner
- * never overlaps a first that still writes. Behind a transaction pooler, one transaction holding
- * pg_try_advisory_xact_lock instead (the same lock space).
- */
+// `work` on the connection holding session lock `lockId`, so the lock dies with its statements and
+// a second runner never overlaps a first that still writes; `{ ran: false }` when it is taken.
+// Behind a transaction pooler, one transaction holding pg_try_advisory_xact_lock (same lock space).
 export async function withJobLock<T>(sql: Sql, lockId: bigint, work: (conn: Sql) => Promise<T>, signal?: AbortSignal): Promise<Locked<T>> {
   if (isTransactionPooled(sql)) return withTransactionLock(sql, lockId, work);
   const conn = await reserveWithin(sql, RESERVE_TIMEOUT_MS, signal);
-  // postgres.js 3.4.9 lists a closed reserved connection among the closed ones already: release()
-  // would list it as open too, and the next query on it would end the process (an uncatchable
-  // TypeError). A lost connection is neither unlocked (the server dropped the lock) nor released.
+  // A lost connection is neither unlocked (the server dropped the lock) nor released: postgres.js 3.4.9
+  // would list it as open too, and the next query on it would end the process (uncatchable TypeError).
   let lost = false;
   const noteLost = (error: unknown): never => {
     lost ||= isConnectionLost(error);
@@ -81,11 +76,8 @@ async function deleteInBatches(limits: BatchLimits, step: () => Promise<number |
   return { deleted, batches };
 }
 
-/**
- * `deleteBatch` repeated under the job's lock until a batch comes back short; behind a
- * transaction pooler, a transaction per batch that takes the lock again (never one long
- * transaction), and a batch that finds it taken ends the run: another process carries on.
- */
+// Behind a transaction pooler, a transaction per batch that takes the lock again (never one long
+// transaction); a batch that finds it taken ends the run: another process carries on.
 export async function deleteUnderJobLock(
   sql: Sql,
   lockId: bigint,

@@ -35,9 +35,8 @@ export type PoolGate = ReturnType<typeof createPoolGate>;
 /** For callers without bounds (tools, tests of the service alone): runs work at once. */
 export const UNBOUNDED: Deadline = { endsAt: Number.POSITIVE_INFINITY, run: (work) => work(Number.POSITIVE_INFINITY) };
 
-// After the cancel, how long a statement may take to answer it (a server answers within a round
-// trip). Past it only a dead connection is left; the request is answered without the outcome,
-// which a retry with the same key finds (the statement is atomic and keyed).
+// How long a cancelled statement may take to answer; past it only a dead connection is left, and a
+// retry with the same key finds the outcome (the statement is atomic and keyed).
 const CANCEL_GRACE_MS = 2_000;
 
 /** What settleBy() needs of a postgres.js query. */
@@ -45,10 +44,7 @@ export interface Cancellable<T> extends PromiseLike<T> {
   cancel(): unknown;
 }
 
-/**
- * `query`'s result, cancelled at `endsAt` if it has not settled (57014, rolled back), even one
- * postgres.js holds while it reconnects; a TimeBoundError if the cancel goes unanswered.
- */
+/** `query`, cancelled at `endsAt` (57014) even mid-reconnect; TimeBoundError if the cancel is unanswered. */
 export function settleBy<T>(query: Cancellable<T>, endsAt: number): Promise<T> {
   const ms = endsAt - performance.now();
   if (ms === Number.POSITIVE_INFINITY) return Promise.resolve(query);

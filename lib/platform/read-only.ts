@@ -12,12 +12,9 @@ const DROP_INTERVAL_MS = 1000;
 const lastDrop = new WeakMap<Sql, number>();
 const dropping = new WeakSet<Sql>();
 
-/**
- * After a 25006: ends every session of `sql`'s pool on a read-only server. postgres.js cannot
- * close one connection, so one statement per connection sets idle_session_timeout (Postgres 14+)
- * to 1 ms where the session is read-only, and the server ends it once idle (pg_terminate_backend
- * of its own pid would leave the statement's row in postgres.js 3.4.9's state for the next query).
- */
+// postgres.js cannot close one connection, so each gets idle_session_timeout (PG 14+) = 1 ms where the
+// session is read-only (pg_terminate_backend of its own pid would leave a row in postgres.js 3.4.9's
+// state for the next query).
 export async function dropReadOnlyConnections(sql: Sql): Promise<void> {
   const now = performance.now();
   if (dropping.has(sql) || now - (lastDrop.get(sql) ?? Number.NEGATIVE_INFINITY) < DROP_INTERVAL_MS) return;

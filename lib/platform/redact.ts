@@ -21,10 +21,8 @@ export function maskUrlList(urls: readonly string[]): string {
   return urls.map(maskUrl).join(",");
 }
 
-// The password runs from the first ":" of the userinfo to its last "@", so one holding "@" or
-// ":" is covered whole. That "@" is the authority's last when it holds one (an "@" in a list
-// URL's query must not hide its hosts), else the text's last (a raw "/", "?" or "#" in the
-// password cut the authority short).
+// From the userinfo's first ":" to the authority's last "@" (an "@" in a query must not hide the
+// hosts), else the text's last (a raw "/", "?" or "#" in the password cut the authority short).
 function maskUserinfo(text: string): string {
   const authority = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/.exec(text)?.[0] ?? "";
   const at = authority.includes("@") ? authority.lastIndexOf("@") : text.lastIndexOf("@");

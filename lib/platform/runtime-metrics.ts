@@ -1,6 +1,5 @@
-// Process and runtime metrics on the OpenTelemetry API. Not instrumentation-runtime-node or
-// host-metrics: their names (nodejs.*, v8js.*) are not what Prometheus rules expect, and they
-// lean on Node-only pieces Bun and Deno lack, for four numbers `process` gives on both.
+// Process and runtime metrics on the OpenTelemetry API, named as Prometheus rules expect and read
+// from `process` alike on Bun and Deno.
 import type { Attributes, Meter } from "@opentelemetry/api";
 
 // The event loop is sampled by timer lateness, the same statistic on every runtime: 20 ms sees

@@ -53,8 +53,7 @@ export function serve(port: number, fetch: FetchHandler, hostname = "0.0.0.0", o
 // For requests whose own origin cannot be parsed; no handler uses the host (a Location is a path).
 const FALLBACK_ORIGIN = "http://localhost";
 
-// Elysia skips this many characters of the url, the shortest origin it expects ("http://a.b"),
-// before it looks for the path.
+// Elysia skips this many characters of the url (the shortest origin, "http://a.b") before the path.
 const ELYSIA_ORIGIN_MIN = 11;
 
 // The request re-addressed to FALLBACK_ORIGIN when Bun gave it a bare path (no Host header, as
@@ -80,8 +79,7 @@ const PLAIN_PATH = /^\/(?!\/)[A-Za-z0-9\-_~!$&'()*+,;=:@/]*$/;
 // An http(s) origin with a plain host and port: no userinfo, nothing that ends the authority early.
 const PLAIN_ORIGIN = /^https?:\/\/[A-Za-z0-9.\-:[\]]*$/;
 
-// `new URL(url, FALLBACK_ORIGIN).pathname` without building a URL when the path is plain: per
-// request, the parse cost as much as the rest of the routing.
+// `new URL(url, FALLBACK_ORIGIN).pathname`, without a per-request URL parse when the path is plain.
 export function pathOf(url: string): string {
   const start = pathStart(url);
   if (start === 0 || (start > 0 && PLAIN_ORIGIN.test(url.slice(0, start)))) {

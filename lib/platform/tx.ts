@@ -4,9 +4,8 @@
 import { isConnectionLost, type Sql, type Tx } from "./db.ts";
 import { within } from "./within.ts";
 
-// How long a connection-level error waits for postgres.js to confirm the close (it follows
-// within milliseconds); unconfirmed, the connection is alive: postgres.js 3.4.9 hands a killed
-// connection's stale 57P01 to the first query after the reconnect.
+// How long a connection-level error waits for postgres.js to confirm the close; unconfirmed, it is
+// alive: postgres.js 3.4.9 hands a killed connection's stale 57P01 to the first query after reconnect.
 const CLOSE_CONFIRM_MS = 1000;
 
 /** Never settles; what awaits it is dropped with it (nothing else references it). */
@@ -19,11 +18,8 @@ export function transactionsInProgress(sql: Sql): number {
   return inProgress.get(sql) ?? 0;
 }
 
-/**
- * sql.begin(work), safe when the connection closes mid-transaction. `work`'s `tx` never sends a
- * statement once the connection is lost: it stays pending for good (savepoints are not guarded:
- * nothing uses them). `lost()` says so, for work that must not park holding what others wait on.
- */
+// sql.begin(work), whose `tx` never sends a statement once the connection is lost (savepoints are
+// not guarded); `lost()` says so, for work that must not park holding what others wait on.
 export function transaction<T>(sql: Sql, work: (tx: Tx, lost: () => boolean) => Promise<T>): Promise<T> {
   let lost = false;
   let confirmLost: () => void = () => {};

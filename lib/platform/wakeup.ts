@@ -1,7 +1,5 @@
-// Waking the relay when a charge commits, without making the charge pay for it: a NOTIFY in the
-// charge transaction serializes commits on a global lock (bench/wakeup-cost.ts). So after a
-// commit the API pokes, and notifies on its own at most once per window (the first poke at once,
-// the others by one trailing notify); one notify covers every row committed before it.
+// Waking the relay after a charge commits: a NOTIFY in the charge transaction would serialize commits
+// on a global lock, so the API notifies on its own, at most once per window plus one trailing notify.
 import type { Sql } from "./db.ts";
 import { isTransactionPooled } from "./pooler.ts";
 import { createMovingRate } from "./moving-rate.ts";
@@ -12,9 +10,8 @@ export const OUTBOX_CHANNEL = "outbox_pending";
 // The latency a trailing notify adds, and a busy API's notify rate (500/s), far below where
 // notifying commits start to queue.
 export const NOTIFY_WINDOW_MS = 2;
-// Past this many commits a second the relay gathers the stream anyway (lib/relay/loop.ts), so
-// the API widens its window to BUSY_NOTIFY_WINDOW_MS, well inside the relay's gather (40 ms):
-// fewer notifies, each of which would wake the relay for nothing.
+// Past this many commits a second the relay gathers the stream anyway (lib/relay/loop.ts), so the
+// window widens, still well inside the relay's 40 ms gather: fewer notifies that wake it for nothing.
 const BUSY_STREAM_PER_S = 1000;
 const BUSY_NOTIFY_WINDOW_MS = 16;
 // The poke rate is a moving figure over about this long, as the relay's gather reads its stream.
@@ -85,10 +82,8 @@ export function createOutboxNotifier(
 
 export type OutboxListener = Awaited<ReturnType<typeof listenForOutbox>>;
 
-/**
- * LISTENs on the outbox channel; postgres.js re-LISTENs after a reconnect. `onWake` runs on each
- * notify (with its sender) and on each (re)connect (without): rows may have committed meanwhile.
- */
+// postgres.js re-LISTENs after a reconnect; `onWake` runs on each notify (with its sender) and on
+// each (re)connect (without): rows may have committed meanwhile.
 export async function listenForOutbox(sql: Sql, onWake: (sender?: string) => void) {
   // Through a transaction pooler LISTEN succeeds and then hears nothing: refused rather than deaf.
   if (isTransactionPooled(sql)) throw new Error("bug: LISTEN through a transaction pooler; use DATABASE_DIRECT_URL's pool");
