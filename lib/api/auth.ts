@@ -58,10 +58,8 @@ export interface Authenticator {
   authenticate(authorization: string | null): Promise<AuthResult>;
 }
 
-export interface AuthOptions {
-  /** Tests shorten the refresh cool-down to rotate keys without waiting. */
-  readonly jwksCooldownMs?: number;
-}
+/** Tests shorten the refresh cool-down to rotate keys without waiting. */
+export type AuthOptions = { readonly jwksCooldownMs?: number };
 
 const NO_AUTHENTICATION: Authenticator = {
   mode: "none",
