@@ -50,10 +50,6 @@ export function nounOf(name: string): string {
   return PARAM_NOUNS[name] ?? name;
 }
 
-export function needsToken(path: string): boolean {
-  return path === "/charges" || path.startsWith("/charges/");
-}
-
 /** A body route's checks, for answering its refusals in their order (checks.ts). */
 export interface BodyChecks {
   readonly body: TSchema;
