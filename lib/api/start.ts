@@ -77,12 +77,10 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const api = createApi(SCHEMAS, deps, { ...handlerOptions, surface: split ? "api" : "all" });
   const operator = split ? createApi(SCHEMAS, deps, { ...handlerOptions, surface: "operator" }) : undefined;
   const operatorConsole = createApiConsole(config, sql, log);
-  const fetch = operator ? api.handle : withConsole(api.handle, operatorConsole);
-  const routes = [...api.routes, ...(operator?.routes ?? [])];
   return {
     sql,
-    fetch,
-    routes,
+    fetch: operator ? api.handle : withConsole(api.handle, operatorConsole),
+    routes: [...api.routes, ...(operator?.routes ?? [])],
     operatorFetch: operator && withConsole(operator.handle, operatorConsole),
     async close() {
       await notifier.close();
