@@ -8,7 +8,7 @@ import { pathOf } from "../platform/runtime.ts";
 import { RETRY_AFTER_S } from "./http/answers.ts";
 import { authenticate } from "./http/authentication.ts";
 import { bodyProblem, validationProblem } from "./http/checks.ts";
-import { needsToken, observability, requestContext, type RequestContextPlugin, type RequestDeps, type RequestTrail } from "./http/context.ts";
+import { observability, requestContext, type RequestContextPlugin, type RequestDeps, type RequestTrail } from "./http/context.ts";
 import { problemResponse } from "./problem.ts";
 import { chargeRoutes, operatorRoutes } from "./routes.ts";
 import { documentation, DOCUMENT_PATH, PAGE_PATH, type DocsAssets } from "./documentation.ts";
@@ -82,7 +82,8 @@ async function answerError(deps: RequestDeps, trail: RequestTrail, ctx: RefusedC
 async function problemOf(deps: RequestDeps, trail: RequestTrail, ctx: RefusedContext, code: unknown, error: unknown, tokenFirst: boolean): Promise<Response> {
   if (code === "NOT_FOUND") {
     // Under /charges the token comes first, matched or not.
-    const verdict = tokenFirst && needsToken(pathOf(ctx.request.url)) ? await authenticate(deps, trail, ctx.request) : "";
+    const underCharges = tokenFirst && /^\/charges(?:\/|$)/.test(pathOf(ctx.request.url));
+    const verdict = underCharges ? await authenticate(deps, trail, ctx.request) : "";
     return verdict instanceof Response ? verdict : problemResponse("notFound", "no such route");
   }
   if (code === "PARSE") return bodyProblem(error instanceof ParseError ? error.cause : error);

@@ -41,14 +41,12 @@ async function prepare(asset: Asset): Promise<Prepared> {
 
 /** If-None-Match: `*` or a list of tags, compared weakly (RFC 9110 §13.1.2). */
 function matches(ifNoneMatch: string | null, etag: string): boolean {
-  if (ifNoneMatch === null) return false;
   const opaque = etag.slice(2);
-  return ifNoneMatch.split(",").some((tag) => ["*", etag, opaque].includes(tag.trim()));
+  return (ifNoneMatch ?? "").split(",").some((tag) => ["*", etag, opaque].includes(tag.trim()));
 }
 
 function acceptsGzip(acceptEncoding: string | null): boolean {
-  if (acceptEncoding === null) return false;
-  return acceptEncoding.split(",").some((part) => {
+  return (acceptEncoding ?? "").split(",").some((part) => {
     const [coding, ...params] = part.split(";").map((s) => s.trim().toLowerCase());
     if (coding !== "gzip" && coding !== "x-gzip") return false;
     const q = params.find((p) => p.startsWith("q="));

@@ -58,10 +58,7 @@ export interface Authenticator {
   authenticate(authorization: string | null): Promise<AuthResult>;
 }
 
-export interface AuthOptions {
-  /** Tests shorten the refresh cool-down to rotate keys without waiting. */
-  readonly jwksCooldownMs?: number;
-}
+export type AuthOptions = { readonly jwksCooldownMs?: number };
 
 const NO_AUTHENTICATION: Authenticator = {
   mode: "none",
@@ -202,7 +199,6 @@ function failureOf(error: unknown, hmac: boolean): AuthResult {
   if (error instanceof errors.JWSInvalid || error instanceof errors.JWTInvalid) return refused("malformed");
   // With a shared secret nothing is fetched: anything else is a bug.
   if (hmac) throw error;
-  // JWKSTimeout, JWKSInvalid, a non-200 answer, a refused connection.
   return { kind: "unavailable", reason: "keys_unavailable" };
 }
 
@@ -214,7 +210,6 @@ const MAX_TOKENS = 10_000;
 
 type Entry = { readonly tenant: string; readonly exp: number; readonly reuseUntil: number; readonly stamp: number };
 
-/** `toleranceS`: the clock tolerance the verifier applies to exp. */
 export function createTokenCache(toleranceS: number, maxTokens = MAX_TOKENS, now: () => number = Date.now) {
   // A Map iterates in insertion order: re-inserting on use keeps the least recent first.
   const entries = new Map<string, Entry>();

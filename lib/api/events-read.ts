@@ -44,8 +44,7 @@ export async function chargeEvents(sql: Sql, tenant: string, id: string, after: 
      where c.id = ${id}::uuid and c.tenant = ${tenant}
      order by o.sequence
      limit ${limit}`);
-  if (rows.length === 0) return undefined;
-  return rows.filter((row) => row.id !== null);
+  return rows.length === 0 ? undefined : rows.filter((row) => row.id !== null);
 }
 
 function envelopesOf(rows: readonly EventRow[], chargeId: string): string[] {

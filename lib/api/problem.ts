@@ -29,7 +29,6 @@ export const PROBLEMS = {
 
 export type ProblemName = keyof typeof PROBLEMS;
 
-/** Thrown only from reading the body (body.ts). */
 export class ProblemError extends Error {
   constructor(
     readonly problem: ProblemName,

@@ -183,7 +183,6 @@ export const SCHEMAS: readonly TSchema[] = Object.values(components());
 /** A GET of one of the tenant's rows by the route's UUIDs: 404 when none (or another tenant's), else its body. */
 async function lookup(deps: RequestDeps, params: Readonly<Record<string, string>>, find: (sql: Sql, endsAt: number) => Promise<string | undefined>): Promise<Response> {
   const body = await deps.core.read(find);
-  // The row looked up is the one the route's last parameter names.
   const last = Object.keys(params).at(-1)!;
   if (body === undefined) return problemResponse("notFound", `no ${nounOf(last)} with id ${params[last]!.toLowerCase()}`);
   return new Response(body, { headers: { "content-type": "application/json;charset=utf-8" } });

@@ -1,9 +1,8 @@
 // What the server (start.ts) and the edge worker (worker.ts) build alike: a pool with the API's time
 // bounds, the idempotency core behind one pool gate, the line a failed relay wake-up logs.
 import type { Config } from "../platform/config.ts";
-import { createSql, describeDbError, type Sql } from "../platform/db.ts";
+import { createSql, describeDbError, openConnections, type Sql } from "../platform/db.ts";
 import type { Logger } from "../platform/log.ts";
-import { openConnections } from "../platform/db.ts";
 import { createPoolGate } from "../platform/pool-gate.ts";
 import { createIdempotencyCore, type ForeignOptions, type IdempotencyCore } from "../idempotency/run.ts";
 import type { ApiMetrics } from "./metrics.ts";
@@ -31,15 +30,10 @@ const FOREIGN_MAX_BATCH = 64;
 
 /** At most `poolSize` requests at once behind one pool gate, batched beyond API_CHARGE_STATEMENTS. */
 export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreated: () => void, metrics?: ApiMetrics, listen?: (onNotify: () => void) => Promise<unknown>): IdempotencyCore {
-  const bounds = config.apiTimeBounds;
-  const gate = createPoolGate({
-    size: poolSize,
-    waitMs: bounds.poolWaitMs,
-    requestTimeoutMs: bounds.requestTimeoutMs,
-    statementTimeoutMs: bounds.statementTimeoutMs,
-  });
+  const { poolWaitMs, requestTimeoutMs, statementTimeoutMs } = config.apiTimeBounds;
+  const gate = createPoolGate({ size: poolSize, waitMs: poolWaitMs, requestTimeoutMs, statementTimeoutMs });
   // With as many statements allowed as connections, every request has its own: nothing to batch.
-  const batching = config.apiChargeStatements < poolSize ? { maxInFlight: config.apiChargeStatements, maxBatch: poolSize, statementTimeoutMs: bounds.statementTimeoutMs } : undefined;
+  const batching = config.apiChargeStatements < poolSize ? { maxInFlight: config.apiChargeStatements, maxBatch: poolSize, statementTimeoutMs } : undefined;
   // Each gate slot in use holds a connection: the pool's busy ones, without postgres.js's internals.
   metrics?.observePool({ name: API_POOL_NAME, max: poolSize, busy: () => gate.inUse, open: () => openConnections(sql) ?? 0 });
   const core = createIdempotencyCore(sql, {
@@ -50,7 +44,7 @@ export function boundedCore(config: Config, sql: Sql, poolSize: number, onCreate
     settings: { defaultCurrency: config.processor.defaultCurrency },
     foreign: processorOptions(config),
     // The foreign statements grouped alike; their batches unbounded by the pool (queued requests hold no slot).
-    groupCommit: { maxInFlight: Math.min(config.apiChargeStatements, poolSize), maxBatch: FOREIGN_MAX_BATCH, statementTimeoutMs: bounds.statementTimeoutMs },
+    groupCommit: { maxInFlight: Math.min(config.apiChargeStatements, poolSize), maxBatch: FOREIGN_MAX_BATCH, statementTimeoutMs },
     listen,
   });
   if (batching || config.processor.mode !== "none") metrics?.observeStatements(core.statements);

@@ -52,12 +52,7 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   await applySchema(sql);
   const log = options.logger ?? createLogger(config.logLevel, "api");
   useKeyHashSecret(config.keyHashSecret, log);
-  if (options.openPool ?? true) {
-    const opening = await openPool(sql, poolSize);
-    if (opening.failure !== undefined) {
-      log.warn("the pool did not open in full at start; the rest opens on demand", { ...opening });
-    }
-  }
+  if (options.openPool ?? true) await openPool(sql, poolSize, log);
   if (auth.mode === "none") {
     log.warn("AUTH_MODE=none: /charges is served without authentication, every request as one tenant", { tenant: IMPLICIT_TENANT });
   }
@@ -82,12 +77,10 @@ export async function startApi(config: Config, options: ApiOptions = {}): Promis
   const api = createApi(SCHEMAS, deps, { ...handlerOptions, surface: split ? "api" : "all" });
   const operator = split ? createApi(SCHEMAS, deps, { ...handlerOptions, surface: "operator" }) : undefined;
   const operatorConsole = createApiConsole(config, sql, log);
-  const fetch = operator ? api.handle : withConsole(api.handle, operatorConsole);
-  const routes = [...api.routes, ...(operator?.routes ?? [])];
   return {
     sql,
-    fetch,
-    routes,
+    fetch: operator ? api.handle : withConsole(api.handle, operatorConsole),
+    routes: [...api.routes, ...(operator?.routes ?? [])],
     operatorFetch: operator && withConsole(operator.handle, operatorConsole),
     async close() {
       await notifier.close();
@@ -102,7 +95,7 @@ const POOL_OPEN_TIMEOUT_MS = 6_000;
 
 // Opened before listening, or the first requests under load wait on backends forked. Not reserve():
 // postgres.js can drop a refused reservation's connection (porsager/postgres#1195).
-async function openPool(sql: Sql, size: number): Promise<{ opened: number; wanted: number; failure?: string }> {
+async function openPool(sql: Sql, size: number, log: Logger): Promise<void> {
   let opened = 0;
   let failure: string | undefined;
   const opening = Array.from({ length: size }, () =>
@@ -113,7 +106,8 @@ async function openPool(sql: Sql, size: number): Promise<{ opened: number; wante
   );
   const done = await within(Promise.all(opening), POOL_OPEN_TIMEOUT_MS);
   if (done === undefined) failure ??= "timeout";
-  return failure === undefined ? { opened, wanted: size } : { opened, wanted: size, failure };
+  const message = "the pool did not open in full at start; the rest opens on demand";
+  if (failure !== undefined) log.warn(message, { opened, wanted: size, failure });
 }
 
 const SCRIPT = "/docs/swagger-ui-bundle.js";

@@ -40,7 +40,6 @@ export function parseStrictJson(text: string): StrictJson {
   return more > 0 ? { ok: false, faults, more } : { ok: false, faults };
 }
 
-/** Whether brackets outside strings open more than `max` deep, invalid text or not. */
 function nestsDeeperThan(text: string, max: number): boolean {
   let depth = 0;
   let inString = false;

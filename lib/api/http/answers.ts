@@ -5,10 +5,9 @@ import type { Static } from "@sinclair/typebox";
 import { keyHashField } from "../../platform/redact.ts";
 import { parseIdempotencyKey } from "../../idempotency/keys.ts";
 import { preferredWait } from "../schemas.ts";
-import { endpointOf, type Operation } from "../../idempotency/model.ts";
+import { endpointOf, type Operation, type UnknownCause } from "../../idempotency/model.ts";
 import type { Outcome } from "../../idempotency/outcome.ts";
 import { problemResponse, specResponse, type ProblemName } from "../problem.ts";
-import type { UnknownCause } from "../../idempotency/model.ts";
 import type { RequestContext } from "./context.ts";
 
 // Before retrying a 409 (the first request is one short statement) or a 503 (the pool reconnects fast).

@@ -42,7 +42,6 @@ type RefusedContext = { readonly request: Request; readonly params?: Readonly<Re
 /** Elysia's refusal answered in one order: ids, body, Idempotency-Key, Prefer, query (re-checked here). */
 export function validationProblem(ctx: RefusedContext, trail: RequestTrail, error: ValidationError): Response {
   const params = ctx.params ?? {};
-  // Every path parameter of ours is a UUID.
   const badId = Object.keys(params).find((name) => !isUuid(params[name] ?? ""));
   if (badId !== undefined) return problemResponse("invalidId", `the ${nounOf(badId)} id must be a UUID`);
   const check = trail.body && checkOf(trail.body.body);

@@ -46,13 +46,7 @@ export interface RequestContext {
 
 const PARAM_NOUNS: Readonly<Record<string, string>> = { id: "charge", refundId: "refund" };
 
-export function nounOf(name: string): string {
-  return PARAM_NOUNS[name] ?? name;
-}
-
-export function needsToken(path: string): boolean {
-  return path === "/charges" || path.startsWith("/charges/");
-}
+export const nounOf = (name: string): string => PARAM_NOUNS[name] ?? name;
 
 /** A body route's checks, for answering its refusals in their order (checks.ts). */
 export interface BodyChecks {
