@@ -79,10 +79,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   const routes: Record<string, FetchHandler> = { "/asyncapi.json": asyncApi };
   if (options.metrics) routes["/metrics"] = options.metrics;
   return {
-    sql,
     jobsSql: direct ?? sql,
-    broker,
-    relay,
     /** Null where the runtime has no young collection (Deno). */
     gcEveryRows: collect ? GC_EVERY_ROWS : null,
     fetch: createRelayFetch({ sql, broker, routes, logger: log, httpMetrics: options.httpMetrics }),
