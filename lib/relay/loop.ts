@@ -263,7 +263,6 @@ export function createRelay(options: RelayOptions) {
     get state(): RelayState {
       return run.state;
     },
-    /** LISTEN is in place: a NOTIFY now wakes the relay. */
     get listening(): boolean {
       return run.listening;
     },
