@@ -27,7 +27,6 @@ export class AckTap extends Duplex {
     private readonly inner: Duplex,
     private readonly listener: Pick<PublishWindow, "acked" | "readDone">,
   ) {
-    // When the broker ends the connection, so does the tap.
     super({ allowHalfOpen: false });
     inner.on("data", (chunk: Buffer) => this.received(chunk));
     inner.on("end", () => this.push(null));

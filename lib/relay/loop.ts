@@ -1,7 +1,6 @@
 // The outbox relay's loop: idle until a NOTIFY, reconnect or poll; draining until a claim is short;
 // waiting-for-broker claims nothing (no attempts burnt); backing-off after a database error; stopping.
-import type { Sql } from "../platform/db.ts";
-import { describeDbError } from "../platform/db.ts";
+import { describeDbError, type Sql } from "../platform/db.ts";
 import { dropReadOnlyConnections, isReadOnly } from "../platform/read-only.ts";
 import { silentLogger, type Logger } from "../platform/log.ts";
 import { createMovingRate } from "../platform/moving-rate.ts";
@@ -264,7 +263,6 @@ export function createRelay(options: RelayOptions) {
     get state(): RelayState {
       return run.state;
     },
-    /** LISTEN is in place: a NOTIFY now wakes the relay. */
     get listening(): boolean {
       return run.listening;
     },

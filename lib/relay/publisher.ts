@@ -156,9 +156,7 @@ function followSession(client: MqttClient, publishes: PublishWindow, notify: () 
     const period = client.options.reconnectPeriod ?? RECONNECT_MIN_MS;
     client.options.reconnectPeriod = Math.min(RECONNECT_MAX_MS, period * 2);
   });
-  client.on("disconnect", (packet: IDisconnectPacket) => {
-    disconnectReason = packet.reasonCode;
-  });
+  client.on("disconnect", (packet: IDisconnectPacket) => (disconnectReason = packet.reasonCode));
   client.on("close", () => {
     publishes.closed(disconnectReason);
     disconnectReason = undefined;

@@ -1,7 +1,7 @@
 // Assembles the relay process from config: pools, broker, loop, metrics (OpenTelemetry API only,
 // labelled by destination topic, never a per-event value) and its HTTP surface.
 import type { Config } from "../platform/config.ts";
-import { createSql } from "../platform/db.ts";
+import { createSql, openConnections, probeDatabase, type Sql } from "../platform/db.ts";
 import { isTransactionPooled } from "../platform/pooler.ts";
 import { createLogger, type Logger } from "../platform/log.ts";
 import { openDatabase } from "../platform/startup.ts";
@@ -9,13 +9,11 @@ import { youngCollection, type FetchHandler } from "../platform/runtime.ts";
 import { createGcPacer, UNPACED } from "../platform/gc-pacer.ts";
 import { EVENT_TYPES, topicOf } from "../charges/events.ts";
 import { asyncApiJson } from "./asyncapi.ts";
-import { connectBroker } from "./publisher.ts";
+import { connectBroker, type Broker } from "./publisher.ts";
 import { createRelay, laneCount, type RelayEvents } from "./loop.ts";
-import { createRelayFetch } from "./http.ts";
-import type { HttpServerMetrics } from "../platform/http-metrics.ts";
+import { UNMATCHED_ROUTE, type HttpServerMetrics } from "../platform/http-metrics.ts";
 import { observePool } from "../platform/runtime-metrics.ts";
 import { transactionsInProgress } from "../platform/tx.ts";
-import { openConnections } from "../platform/db.ts";
 import { metrics } from "@opentelemetry/api";
 
 // Beyond one per lane: one for /readyz and one for the ops jobs.
@@ -43,7 +41,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   const log = options.logger ?? createLogger(config.logLevel, "relay");
   const poolSize = laneCount(config.outboxBatchSize) + EXTRA_CONNECTIONS;
   // A claim or a mark that trips these fails its batch: the loop backs off and drains again.
-  const bounds = { statementTimeoutMs: config.relayTimeBounds.statementTimeoutMs, lockTimeoutMs: config.relayTimeBounds.lockTimeoutMs };
+  const bounds = config.relayTimeBounds;
   const sql = await openDatabase(config.databaseUrl, { max: poolSize, applicationName: RELAY_POOL_NAME, pooler: config.databasePooler, countOpen: true, ...bounds });
   const direct = config.databaseDirectUrl === undefined ? undefined : createSql(config.databaseDirectUrl, { max: DIRECT_CONNECTIONS, applicationName: RELAY_DIRECT_POOL_NAME, ...bounds });
   // LISTEN's own client would never be uncounted on a counted pool: it gets a pool of its own.
@@ -81,10 +79,7 @@ export async function startRelay(config: Config, options: RelayProcessOptions = 
   const routes: Record<string, FetchHandler> = { "/asyncapi.json": asyncApi };
   if (options.metrics) routes["/metrics"] = options.metrics;
   return {
-    sql,
     jobsSql: direct ?? sql,
-    broker,
-    relay,
     /** Null where the runtime has no young collection (Deno). */
     gcEveryRows: collect ? GC_EVERY_ROWS : null,
     fetch: createRelayFetch({ sql, broker, routes, logger: log, httpMetrics: options.httpMetrics }),
@@ -124,8 +119,78 @@ function otelRelayEvents(knownDestinations: readonly string[]): RelayEvents {
       published.add(lagSeconds.length, attributes);
       for (const seconds of lagSeconds) lag.record(seconds, attributes);
     },
-    onPublishError(destination, count) {
-      errors.add(count, { destination });
-    },
+    onPublishError: (destination, count) => errors.add(count, { destination }),
   };
+}
+
+interface RelayAppDeps {
+  readonly sql: Sql;
+  readonly broker: Broker;
+  readonly routes?: Readonly<Record<string, FetchHandler>>;
+  /** Hears why the database is down: the /readyz body only says that it is. */
+  readonly logger: Logger;
+  readonly httpMetrics?: HttpServerMetrics;
+}
+
+const READY_DB_TIMEOUT_MS = 1000;
+
+function json(status: number, body: unknown, type = "application/json", headers = {}): Response {
+  return new Response(JSON.stringify(body), { status, headers: { "content-type": type, ...headers } });
+}
+
+// "about:blank" problems: the title is the status's own phrase (RFC 9457 §4.2.1).
+function problem(status: number, title: string, detail: string, headers: Record<string, string> = {}): Response {
+  return json(status, { type: "about:blank", title, status, detail }, "application/problem+json", headers);
+}
+
+// Not parsed as a URL: the runtime builds request.url from the Host header, which may be absent or odd.
+function pathOf(url: string): string {
+  const origin = /^[a-zA-Z][a-zA-Z0-9+.-]*:\/\/[^/?#]*/.exec(url);
+  const rest = origin ? url.slice(origin[0].length) : url;
+  const end = rest.search(/[?#]/);
+  const path = end < 0 ? rest : rest.slice(0, end);
+  return path.startsWith("/") ? path : `/${path}`;
+}
+
+function createRelayFetch(deps: RelayAppDeps): FetchHandler {
+  const routes: Record<string, FetchHandler> = {
+    "/healthz": () => json(200, { status: "ok" }),
+    "/readyz": async () => {
+      const database = await probeDatabase(deps.sql, READY_DB_TIMEOUT_MS);
+      if (database.error) deps.logger.warn("readiness: database down", { error: database.error });
+      const broker = deps.broker.connected;
+      const ready = database.up && broker;
+      return json(ready ? 200 : 503, {
+        status: ready ? "ready" : "not ready",
+        database: database.up ? "up" : "down",
+        broker: broker ? "connected" : "disconnected",
+        brokerUrl: deps.broker.url,
+        ...(!broker && deps.broker.lastError !== undefined && { brokerError: deps.broker.lastError }),
+      });
+    },
+    ...deps.routes,
+  };
+  const { httpMetrics } = deps;
+  return async (request) => {
+    const started = performance.now();
+    const path = pathOf(request.url);
+    const known = Object.hasOwn(routes, path);
+    const response = await answer(request, path, known ? routes[path] : undefined);
+    // A 405 on a known path still names its route: the path is a template with no parameter.
+    httpMetrics?.record(request.method, known ? path : UNMATCHED_ROUTE, response.status, (performance.now() - started) / 1000);
+    return response;
+  };
+
+  async function answer(request: Request, path: string, route: FetchHandler | undefined): Promise<Response> {
+    try {
+      if (!route) return problem(404, "Not Found", `no route ${path}; this port serves ${Object.keys(routes).join(", ")}`);
+      if (request.method !== "GET" && request.method !== "HEAD") {
+        return problem(405, "Method Not Allowed", `${path} answers GET and HEAD`, { allow: "GET, HEAD" });
+      }
+      return await route(request);
+    } catch (error) {
+      deps.logger.error("relay http handler failed", { error: error instanceof Error ? error.message : String(error) });
+      return problem(500, "Internal Server Error", "an unexpected error occurred");
+    }
+  }
 }
