@@ -6,14 +6,9 @@ const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 4
 
 export type LogFields = Record<string, unknown>;
 
-export interface Logger {
-  debug(msg: string, fields?: LogFields): void;
-  info(msg: string, fields?: LogFields): void;
-  warn(msg: string, fields?: LogFields): void;
-  error(msg: string, fields?: LogFields): void;
-}
+export type Logger = ReturnType<typeof createLogger>;
 
-export function createLogger(level: LogLevel, component: string, write: (line: string) => void = console.log): Logger {
+export function createLogger(level: LogLevel, component: string, write: (line: string) => void = console.log) {
   const at = (lineLevel: Exclude<LogLevel, "silent">) => (msg: string, fields: LogFields = {}) => {
     if (RANK[lineLevel] < RANK[level]) return;
     write(JSON.stringify({ time: new Date().toISOString(), level: lineLevel, component, msg, ...fields }));

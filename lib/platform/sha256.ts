@@ -1,6 +1,5 @@
-// SHA-256 (and HMAC-SHA256) of a string in one call, the cheapest way each runtime offers: the
-// API hashes three short strings per charge. Bun.SHA256 costs half of node:crypto's one-shot
-// `hash()` on Bun, itself a fraction of `createHash()`, the fallback of older workerd.
+// SHA-256 and HMAC-SHA256 of a string in one call, the cheapest way each runtime offers (the API
+// hashes three short strings per charge): Bun.SHA256, node:crypto's one-shot hash(), createHash().
 import * as nodeCrypto from "node:crypto";
 
 type OneShot = (algorithm: string, data: string, encoding: "hex" | "buffer") => string | Buffer;
