@@ -23,7 +23,7 @@
 import type { ChargesClient, TryReport } from "charges-outbox/client";
 import type { SimFaults } from "../dev/processor-sim/types.ts";
 import { tokenFor } from "../testkit/auth.ts";
-import { seeded, sharesDecider, startFaultProxy } from "../testkit/http-fault-proxy.ts";
+import { seeded, sharesDecider, startFaultProxy, type FaultProxy } from "../testkit/http-fault-proxy.ts";
 import { processorEnv } from "../testkit/processor.ts";
 import { startProcessorSim, type ProcessorSim } from "../testkit/processor-sim.ts";
 import { sleep, waitUntil } from "../testkit/wait.ts";
@@ -67,6 +67,11 @@ const MUTATION = process.env.CHAOS_CLIENT_MUTATION;
 const CHECKOUT = process.env.CHAOS_CLIENT_CHECKOUT;
 type ClientModule = typeof import("charges-outbox/client");
 
+const HANG: SimFaults = { rules: [{ kind: "hang" }] };
+// A short run can end the hang before any try reached it (the clients wait out the 500s' Retry-After):
+// the hang lasts until the API has answered a 504, up to this long.
+const FIRST_504_TIMEOUT_MS = 15_000;
+
 // The processor failing: 500s (before the effect; after it for some confirmations), then every
 // call hanging past the API's bound, then every connection refused. A refund's processor key
 // never changes (a new key could refund twice), so a 500 stored under it would leave the
@@ -82,7 +87,7 @@ const OUTAGE: readonly SimFaults[] = [
       { kind: "drop-after", op: "refund" },
     ],
   },
-  { rules: [{ kind: "hang" }] },
+  HANG,
   { rules: [{ kind: "refuse" }] },
 ];
 
@@ -124,7 +129,7 @@ async function run(ctx: Ctx, sim: ProcessorSim): ReturnType<typeof intentInvaria
   try {
     const load = runIntents(client, LOAD, log, module.ChargesApiError);
     await waitUntil(() => log.finished >= OUTAGE_AFTER_INTENTS, DEADLINE_MS, `${OUTAGE_AFTER_INTENTS} intents to finish`);
-    await outage(sim);
+    await outage(sim, proxy);
     await waitUntil(() => log.finished >= KILL_AFTER_INTENTS, 2 * DEADLINE_MS, `${KILL_AFTER_INTENTS} intents to finish`);
     await hardKill(apis[0]!.child);
     apis[0] = await startApi(ctx.db.url, ctx.prefix, apis[0]!.port, env);
@@ -150,11 +155,14 @@ function budgetBound(client: ChargesClient, seconds: number, firstTries: number)
 }
 
 /** The processor failing for OUTAGE_MS: each failure for a phase, back to back; then it answers again. */
-async function outage(sim: ProcessorSim): Promise<void> {
+async function outage(sim: ProcessorSim, proxy: FaultProxy): Promise<void> {
   for (const faults of OUTAGE) {
     sim.setFaults(faults);
-    // A fault's duration, not a wait for a condition: the processor is down for this long.
+    // A fault's duration: the processor is down for this long (a hang until a 504 came of it).
     await sleep(OUTAGE_PHASE_MS);
+    if (faults !== HANG) continue;
+    const answered504 = () => [...proxy.answersByKey.values()].some((statuses) => statuses.includes(504));
+    await waitUntil(answered504, FIRST_504_TIMEOUT_MS, "the API's first 504 while the processor hangs");
   }
   sim.clearFaults();
   await sim.settled();
